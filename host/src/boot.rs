@@ -1,0 +1,86 @@
+//! Composing what a `--profile` run loads: layers, and plugin directories.
+
+use std::path::{Path, PathBuf};
+
+use crate::config::{compose, read_layer_file, ConfigError, ProfileRoots, Tree};
+use crate::paths::Install;
+
+/// What the user asked for on the command line.
+#[derive(Debug, Clone)]
+pub struct BootOptions {
+    /// The profile name.
+    pub profile: String,
+    /// `--patch` files, in order.
+    pub patches: Vec<PathBuf>,
+    /// `--plugins-dir` directories, in order.
+    pub plugin_dirs: Vec<PathBuf>,
+    /// `$DSH_HOME`.
+    pub home: PathBuf,
+    /// The installation.
+    pub install: Install,
+}
+
+/// The composed tree and everything it was made from.
+#[derive(Debug, Clone)]
+pub struct Composition {
+    /// The tree.
+    pub tree: Tree,
+    /// Every layer file read (watched with `--watch`).
+    pub files: Vec<PathBuf>,
+    /// Plugin directories, most specific first.
+    pub plugin_dirs: Vec<PathBuf>,
+}
+
+impl BootOptions {
+    fn roots(&self) -> ProfileRoots {
+        let mut roots = vec![self.home.join("profiles")];
+        roots.extend(self.install.profiles.clone());
+        ProfileRoots(roots)
+    }
+
+    /// Plugin directories: each `--plugins-dir`, the profile's, the home's
+    /// drop-in directory, then the installation's.
+    pub fn plugin_dirs(&self, profile_dir: Option<&Path>) -> Vec<PathBuf> {
+        let mut dirs = self.plugin_dirs.clone();
+        if let Some(p) = profile_dir {
+            dirs.push(p.join("plugins"));
+        }
+        dirs.push(self.home.join("plugins"));
+        dirs.extend(self.install.plugins.clone());
+        dirs
+    }
+
+    /// The home patch file.
+    pub fn home_patch(&self) -> PathBuf {
+        self.home.join("patch.toml")
+    }
+
+    /// Reads every layer and composes the tree.
+    pub fn compose(&self) -> Result<Composition, ConfigError> {
+        let roots = self.roots();
+        let profile_dir = roots.profile_dir(&self.profile)?;
+        let (mut layers, mut files) = roots.profile_layers(&self.profile)?;
+        let home_patch = self.home_patch();
+        if home_patch.is_file() {
+            layers.push(read_layer_file(&home_patch)?.0);
+        }
+        files.push(home_patch);
+        for p in &self.patches {
+            let abs = std::path::absolute(p).unwrap_or_else(|_| p.clone());
+            let (layer, bundles) = read_layer_file(&abs)?;
+            if !bundles.is_empty() {
+                return Err(ConfigError::Invalid(format!(
+                    "{}: a patch file cannot list bundles",
+                    abs.display()
+                )));
+            }
+            layers.push(layer);
+            files.push(abs);
+        }
+        Ok(Composition {
+            tree: compose(&layers)?,
+            files,
+            plugin_dirs: self.plugin_dirs(Some(&profile_dir)),
+        })
+    }
+}

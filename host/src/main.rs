@@ -1,0 +1,329 @@
+//! The `dsh-host` command line.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand};
+use dsh_host::boot::BootOptions;
+use dsh_host::paths::{dsh_home, Install};
+use dsh_host::supervisor::{FiberState, Timeouts};
+use dsh_host::watch::{watch, Change};
+use dsh_host::{inspect, Host, HostConfig};
+use tokio::sync::mpsc;
+
+dsh_host::interpose_pthread_keys!();
+
+/// dsh-host: runs a dsh profile — a composition of plugin libraries.
+#[derive(Parser, Debug)]
+#[command(name = "dsh-host", version, args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Cmd>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Args, Debug, Default)]
+struct RunArgs {
+    /// The profile to run (from $DSH_HOME/profiles or the installation).
+    #[arg(long, value_name = "NAME")]
+    profile: Option<String>,
+    /// An extra patch layer, applied after the others (repeatable).
+    #[arg(long = "patch", value_name = "FILE")]
+    patches: Vec<PathBuf>,
+    /// An extra plugin directory, searched first (repeatable).
+    #[arg(long = "plugins-dir", value_name = "DIR")]
+    plugin_dirs: Vec<PathBuf>,
+    /// Reload plugins and configuration when their files change.
+    #[arg(long)]
+    watch: bool,
+    /// Print the composed configuration and exit.
+    #[arg(long)]
+    dump_config: bool,
+    /// Arguments for the profile's app.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "APP ARGS")]
+    args: Vec<String>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Inspect plugin libraries.
+    #[command(subcommand)]
+    Plugins(PluginsCmd),
+}
+
+#[derive(Subcommand, Debug)]
+enum PluginsCmd {
+    /// List the plugins found in the plugin directories.
+    List {
+        /// Also show how the profile uses each plugin.
+        #[arg(long, value_name = "NAME")]
+        profile: Option<String>,
+        /// An extra plugin directory (repeatable).
+        #[arg(long = "plugins-dir", value_name = "DIR")]
+        plugin_dirs: Vec<PathBuf>,
+    },
+    /// Load one library alone and print its manifest, or why it was refused.
+    Check {
+        /// The library.
+        path: PathBuf,
+    },
+    /// Reload a plugin many times and print memory, fd and unload figures.
+    Soak {
+        /// The library.
+        path: PathBuf,
+        /// Reload cycles.
+        #[arg(long, default_value_t = 200)]
+        cycles: usize,
+        /// A `service.method` to call after each reload.
+        #[arg(long)]
+        call: Option<String>,
+    },
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("DSH_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .without_time()
+        .with_target(false)
+        .try_init();
+}
+
+fn main() -> ExitCode {
+    init_logging();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Some(Cmd::Plugins(cmd)) => plugins(cmd),
+        None => run(cli.run),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("dsh-host: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+fn boot_options(profile: String, patches: Vec<PathBuf>, plugin_dirs: Vec<PathBuf>) -> anyhow::Result<BootOptions> {
+    Ok(BootOptions {
+        profile,
+        patches,
+        plugin_dirs,
+        home: dsh_home().context("cannot use $DSH_HOME")?,
+        install: Install::locate(),
+    })
+}
+
+fn plugins(cmd: PluginsCmd) -> anyhow::Result<u8> {
+    match cmd {
+        PluginsCmd::Check { path } => match inspect::check(&path) {
+            Ok((manifest, unloaded)) => {
+                println!("{}", serde_json::to_string_pretty(&manifest)?);
+                println!("unload: {unloaded}");
+                Ok(0)
+            }
+            Err(e) => {
+                eprintln!("dsh-host: refused: {e}");
+                Ok(1)
+            }
+        },
+        PluginsCmd::List {
+            profile,
+            plugin_dirs,
+        } => {
+            let opts = boot_options(profile.clone().unwrap_or_default(), Vec::new(), plugin_dirs)?;
+            let (dirs, tree) = match &profile {
+                Some(_) => {
+                    let c = opts.compose()?;
+                    (c.plugin_dirs, Some(c.tree))
+                }
+                None => (opts.plugin_dirs(None), None),
+            };
+            println!("{:<20} {:<10} {:<4} {:<14} PATH", "NAME", "VERSION", "ABI", "STATE");
+            for lib in inspect::libraries(&dirs) {
+                match inspect::check(&lib) {
+                    Ok((m, _)) => {
+                        let state = match &tree {
+                            None => "loadable".to_owned(),
+                            Some(t) => match t.rows.iter().find(|r| {
+                                dsh_host::supervisor::resolve_plugin(&r.row.plugin, &dirs).ok().as_deref()
+                                    == Some(lib.as_path())
+                            }) {
+                                Some(r) if r.row.disabled => format!("disabled ({})", r.row.id),
+                                Some(r) => format!("enabled ({})", r.row.id),
+                                None => "unused".to_owned(),
+                            },
+                        };
+                        println!(
+                            "{:<20} {:<10} {:<4} {:<14} {}",
+                            m.name,
+                            m.version,
+                            m.abi_version,
+                            state,
+                            lib.display()
+                        );
+                    }
+                    Err(e) => {
+                        let first = e.to_string().lines().next().unwrap_or_default().to_owned();
+                        println!("{:<20} {:<10} {:<4} {:<14} {} ({first})", "?", "?", "?", "refused", lib.display());
+                    }
+                }
+            }
+            Ok(0)
+        }
+        PluginsCmd::Soak { path, cycles, call } => {
+            let home = dsh_home()?;
+            let report = runtime()?.block_on(inspect::soak(&path, cycles, call.as_deref(), &home))?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            Ok(0)
+        }
+    }
+}
+
+/// Why the host stops.
+enum Stop {
+    Signal(u8),
+    App(i32),
+}
+
+fn signals(tx: mpsc::UnboundedSender<Stop>) -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
+    std::thread::Builder::new()
+        .name("dsh-signals".into())
+        .spawn(move || {
+            let mut seen = false;
+            for sig in signals.forever() {
+                let code = if sig == SIGINT { 130 } else { 0 };
+                if seen {
+                    // Second signal: leave at once.
+                    std::process::exit(code);
+                }
+                seen = true;
+                let _ = tx.send(Stop::Signal(code as u8));
+            }
+        })?;
+    Ok(())
+}
+
+fn run(args: RunArgs) -> anyhow::Result<u8> {
+    let Some(profile) = args.profile.clone() else {
+        anyhow::bail!("--profile <NAME> is required (or a subcommand: plugins list|check|soak)");
+    };
+    if profile.is_empty() {
+        anyhow::bail!("--profile needs a name");
+    }
+    let opts = boot_options(profile, args.patches.clone(), args.plugin_dirs.clone())?;
+    let composition = opts.compose()?;
+    for w in &composition.tree.warnings {
+        eprintln!("dsh-host: {w}");
+    }
+    if args.dump_config {
+        if !args.args.is_empty() {
+            anyhow::bail!("--dump-config takes no app arguments, got {:?}", args.args);
+        }
+        print!("# dsh-host --profile {} --dump-config\n\n{}", opts.profile, dsh_host::config::dump(&composition.tree));
+        return Ok(0);
+    }
+    let rt = runtime()?;
+    rt.block_on(serve(opts, composition, args))
+}
+
+async fn serve(
+    opts: BootOptions,
+    composition: dsh_host::boot::Composition,
+    args: RunArgs,
+) -> anyhow::Result<u8> {
+    let (stop_tx, mut stop_rx) = mpsc::unbounded_channel();
+    signals(stop_tx.clone())?;
+    let host = Host::start(HostConfig {
+        home: opts.home.clone(),
+        plugin_dirs: composition.plugin_dirs.clone(),
+        timeouts: Timeouts::default(),
+        args: args.args.clone(),
+    })?;
+    let (change_tx, mut change_rx) = mpsc::unbounded_channel();
+    let _watcher = if args.watch {
+        Some(watch(
+            &composition.plugin_dirs,
+            &composition.files,
+            Duration::from_millis(50),
+            change_tx,
+        )?)
+    } else {
+        drop(change_tx);
+        None
+    };
+    host.apply(composition.tree.clone()).await;
+    let broken: Vec<String> = host
+        .status()
+        .await
+        .into_iter()
+        .filter(|s| matches!(s.state, FiberState::Failed | FiberState::Pending))
+        .map(|s| match (&s.error, s.waiting_for.is_empty()) {
+            (Some(e), _) => format!("row `{}`: {e}", s.id),
+            (None, false) => format!(
+                "row `{}` ({}) waits for services that never became active: {}",
+                s.id,
+                s.plugin,
+                s.waiting_for.join(", ")
+            ),
+            (None, true) => format!("row `{}` ({}) did not start", s.id, s.plugin),
+        })
+        .collect();
+    for b in &broken {
+        eprintln!("dsh-host: {b}");
+    }
+    if !broken.is_empty() && !args.watch {
+        host.shutdown().await;
+        return Ok(1);
+    }
+    let host2 = host.clone();
+    let app_stop = stop_tx.clone();
+    tokio::spawn(async move {
+        let code = host2.exit_requested().await;
+        let _ = app_stop.send(Stop::App(code));
+    });
+    let mut last_good = composition.tree;
+    loop {
+        tokio::select! {
+            stop = stop_rx.recv() => {
+                host.shutdown().await;
+                return Ok(match stop {
+                    Some(Stop::Signal(code)) => code,
+                    Some(Stop::App(code)) => u8::try_from(code).unwrap_or(1),
+                    None => 0,
+                });
+            }
+            Some(change) = change_rx.recv() => match change {
+                Change::Plugin(path) => host.reload(path).await,
+                Change::PluginRemoved(path) => host.remove(path).await,
+                Change::Config(path) => match opts.compose() {
+                    Ok(c) => {
+                        if c.tree != last_good {
+                            host.apply(c.tree.clone()).await;
+                            last_good = c.tree;
+                        }
+                    }
+                    Err(e) => eprintln!(
+                        "dsh-host: configuration change in {} rejected, keeping the last good tree: {e}",
+                        path.display()
+                    ),
+                },
+            },
+        }
+    }
+}

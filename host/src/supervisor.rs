@@ -1,0 +1,650 @@
+//! Fiber lifecycle: one serialized owner of every state transition.
+//!
+//! A fiber (one row applied with its config) starts when every service it
+//! injects is active; its dependents are disposed before it leaves and
+//! restart when a provider returns or is replaced; a failing apply rolls back
+//! what it registered and leaves the fiber failed with the error visible.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dsh_abi::kind;
+use dsh_sdk::Manifest;
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::config::{inject_cycles, interpolate_env, Row, Tree};
+use crate::loader::{FileId, Generation, LoadError, LoadSpec, Unloaded};
+use crate::report::{Level, Reports};
+use crate::router::{FiberId, HostReply, Router, RouterEvent};
+use crate::staging::Staging;
+
+/// The lifecycle state of a row's fiber.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FiberState {
+    /// Waiting for injected services (or for its library).
+    Pending,
+    /// Applying.
+    Loading,
+    /// Applied and serving.
+    Active,
+    /// Failed; the error says why.
+    Failed,
+    /// Being disposed.
+    Unloading,
+    /// Disabled in the configuration.
+    Disabled,
+}
+
+/// What `status` reports per row.
+#[derive(Debug, Clone, Serialize)]
+pub struct FiberStatus {
+    /// Row id.
+    pub id: String,
+    /// Plugin name.
+    pub plugin: String,
+    /// Current fiber id (changes on reload).
+    pub fiber: FiberId,
+    /// State.
+    pub state: FiberState,
+    /// The last error.
+    pub error: Option<String>,
+    /// Library path in use.
+    pub path: Option<PathBuf>,
+    /// Plugin version.
+    pub version: Option<String>,
+    /// Services it provides.
+    pub provides: Vec<String>,
+    /// Services it waits for that are not active.
+    pub waiting_for: Vec<String>,
+    /// How many generations of this row were loaded.
+    pub generations: u64,
+}
+
+/// Timeouts of lifecycle steps.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// Max time for `apply`.
+    pub apply: Duration,
+    /// Max time for a dispose.
+    pub dispose: Duration,
+    /// Max time for the actor thread to end after STOP.
+    pub stop: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            apply: Duration::from_secs(30),
+            dispose: Duration::from_secs(5),
+            stop: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Commands accepted by the supervisor task.
+pub enum Command {
+    /// Reconcile to a new tree.
+    Apply(Tree, oneshot::Sender<()>),
+    /// A plugin file changed: reload every row using it.
+    Reload(PathBuf, oneshot::Sender<()>),
+    /// A plugin file disappeared: unload every row using it.
+    Remove(PathBuf, oneshot::Sender<()>),
+    /// Report the state of every row.
+    Status(oneshot::Sender<Vec<FiberStatus>>),
+    /// Dispose everything.
+    Shutdown(oneshot::Sender<()>),
+}
+
+struct Slot {
+    row: Row,
+    state: FiberState,
+    error: Option<String>,
+    path: Option<PathBuf>,
+    gen: Option<Generation>,
+    fiber: FiberId,
+    generations: u64,
+}
+
+impl Slot {
+    fn manifest(&self) -> Option<&Manifest> {
+        self.gen.as_ref().map(|g| &g.manifest)
+    }
+
+    fn injects(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .manifest()
+            .map(|m| m.inject.clone())
+            .unwrap_or_default();
+        for s in &self.row.inject {
+            if !v.contains(s) {
+                v.push(s.clone());
+            }
+        }
+        v
+    }
+}
+
+/// Owns every slot; runs as one task.
+pub struct Supervisor {
+    router: Arc<Router>,
+    reports: Reports,
+    plugin_dirs: Vec<PathBuf>,
+    timeouts: Timeouts,
+    staging: Staging,
+    slots: Vec<Slot>,
+    next_fiber: FiberId,
+    builtins: Vec<String>,
+}
+
+/// Resolves a row's plugin to a file in the plugin directories.
+pub fn resolve_plugin(name: &str, dirs: &[PathBuf]) -> Result<PathBuf, String> {
+    if name.contains('/') {
+        let p = PathBuf::from(name);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!("plugin file {name} does not exist"))
+        };
+    }
+    let snake = name.replace('-', "_");
+    let candidates = [
+        format!("lib{snake}.so"),
+        format!("libdsh_plugin_{snake}.so"),
+        format!("{name}.so"),
+    ];
+    for dir in dirs {
+        for c in &candidates {
+            let p = dir.join(c);
+            if p.is_file() {
+                return Ok(p);
+            }
+        }
+    }
+    let searched = if dirs.is_empty() {
+        "(no plugin directories)".to_owned()
+    } else {
+        dirs.iter()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    Err(format!(
+        "plugin `{name}` not found (looked for {} in: {searched})",
+        candidates.join(", ")
+    ))
+}
+
+async fn first_reply(
+    mut rx: mpsc::UnboundedReceiver<HostReply>,
+    timeout: Duration,
+) -> Result<(), String> {
+    match tokio::time::timeout(timeout, rx.recv()).await {
+        Ok(Some(r)) => r.result().map(|_| ()).map_err(|e| e.to_string()),
+        Ok(None) => Err("the plugin went away".into()),
+        Err(_) => Err(format!("no answer within {} ms", timeout.as_millis())),
+    }
+}
+
+impl Supervisor {
+    /// A supervisor with no rows.
+    pub fn new(
+        router: Arc<Router>,
+        reports: Reports,
+        plugin_dirs: Vec<PathBuf>,
+        timeouts: Timeouts,
+        staging: Staging,
+        builtins: Vec<String>,
+    ) -> Self {
+        Supervisor {
+            router,
+            reports,
+            plugin_dirs,
+            timeouts,
+            staging,
+            slots: Vec::new(),
+            next_fiber: 1,
+            builtins,
+        }
+    }
+
+    /// Runs until `Shutdown`.
+    pub async fn run(
+        mut self,
+        mut commands: mpsc::UnboundedReceiver<Command>,
+        mut events: mpsc::UnboundedReceiver<RouterEvent>,
+    ) {
+        loop {
+            tokio::select! {
+                cmd = commands.recv() => match cmd {
+                    None => { self.shutdown().await; return; }
+                    Some(Command::Apply(tree, done)) => { self.apply(tree).await; let _ = done.send(()); }
+                    Some(Command::Reload(path, done)) => { self.reload(&path).await; let _ = done.send(()); }
+                    Some(Command::Remove(path, done)) => { self.remove(&path).await; let _ = done.send(()); }
+                    Some(Command::Status(tx)) => { let _ = tx.send(self.status()); }
+                    Some(Command::Shutdown(done)) => { self.shutdown().await; let _ = done.send(()); return; }
+                },
+                Some(ev) = events.recv() => match ev {
+                    RouterEvent::Crashed { fiber, code } => self.crashed(fiber, code).await,
+                },
+            }
+        }
+    }
+
+    fn status(&self) -> Vec<FiberStatus> {
+        self.slots
+            .iter()
+            .map(|s| FiberStatus {
+                id: s.row.id.clone(),
+                plugin: s.row.plugin.clone(),
+                fiber: s.fiber,
+                state: s.state,
+                error: s.error.clone(),
+                path: s.path.clone(),
+                version: s.manifest().map(|m| m.version.clone()),
+                provides: s.manifest().map(|m| m.provides.clone()).unwrap_or_default(),
+                waiting_for: if s.state == FiberState::Pending {
+                    s.injects()
+                        .into_iter()
+                        .filter(|i| !self.service_ready(i))
+                        .collect()
+                } else {
+                    Vec::new()
+                },
+                generations: s.generations,
+            })
+            .collect()
+    }
+
+    fn service_ready(&self, name: &str) -> bool {
+        self.builtins.iter().any(|b| b == name) || self.router.service_active(name)
+    }
+
+    fn fail(&mut self, i: usize, error: String) {
+        let s = &mut self.slots[i];
+        self.reports.push(Level::Error, &s.row.id, error.clone());
+        s.state = FiberState::Failed;
+        s.error = Some(error);
+    }
+
+    /// Reconciles rows by id: only changed rows restart.
+    async fn apply(&mut self, tree: Tree) {
+        for w in &tree.warnings {
+            self.reports.push(Level::Warn, "config", w.clone());
+        }
+        let wanted: HashMap<&str, &Row> =
+            tree.rows.iter().map(|r| (r.row.id.as_str(), &r.row)).collect();
+        // Remove rows that vanished or changed (dependents go first, inside
+        // `unload`).
+        let mut i = 0;
+        while i < self.slots.len() {
+            let keep = wanted
+                .get(self.slots[i].row.id.as_str())
+                .is_some_and(|r| **r == self.slots[i].row);
+            if keep {
+                i += 1;
+            } else {
+                self.unload(i, "was removed from the configuration").await;
+                self.slots.remove(i);
+            }
+        }
+        // Add new rows, in tree order.
+        let mut ordered = Vec::with_capacity(tree.rows.len());
+        for r in &tree.rows {
+            match self.slots.iter().position(|s| s.row.id == r.row.id) {
+                Some(pos) => ordered.push(pos),
+                None => {
+                    self.slots.push(Slot {
+                        row: r.row.clone(),
+                        state: if r.row.disabled {
+                            FiberState::Disabled
+                        } else {
+                            FiberState::Pending
+                        },
+                        error: None,
+                        path: None,
+                        gen: None,
+                        fiber: 0,
+                        generations: 0,
+                    });
+                    ordered.push(self.slots.len() - 1);
+                }
+            }
+        }
+        let mut slots: Vec<Option<Slot>> = std::mem::take(&mut self.slots).into_iter().map(Some).collect();
+        self.slots = ordered.into_iter().filter_map(|i| slots[i].take()).collect();
+        for i in 0..self.slots.len() {
+            if self.slots[i].state == FiberState::Pending && self.slots[i].gen.is_none() {
+                self.load(i).await;
+            }
+        }
+        self.check_cycles();
+        self.settle().await;
+    }
+
+    /// Loads the library of slot `i` (not yet applied).
+    async fn load(&mut self, i: usize) {
+        let path = match resolve_plugin(&self.slots[i].row.plugin, &self.plugin_dirs) {
+            Ok(p) => p,
+            Err(e) => return self.fail(i, e),
+        };
+        match self.load_generation(i, &path).await {
+            Ok(gen) => self.install(i, gen, path),
+            Err(e) => self.fail(i, e.to_string()),
+        }
+    }
+
+    async fn load_generation(&mut self, i: usize, path: &Path) -> Result<Generation, LoadError> {
+        let fiber = self.next_fiber;
+        self.next_fiber += 1;
+        let (load_path, is_copy) = self.staging.prepare(path).map_err(|e| LoadError::Open {
+            path: path.to_owned(),
+            reason: format!("cannot stage a private copy: {e}"),
+        })?;
+        let sink: Arc<dyn crate::loader::Sink> = self.router.clone();
+        let name = self.slots[i].row.plugin.clone();
+        let lp = load_path.clone();
+        let result = tokio::task::spawn_blocking(move || {
+            Generation::load(LoadSpec {
+                load_path: &lp,
+                is_copy,
+                fiber,
+                name_hint: &name,
+                sink,
+            })
+        })
+        .await
+        .unwrap_or_else(|e| {
+            Err(LoadError::Thread {
+                path: path.to_owned(),
+                reason: e.to_string(),
+            })
+        });
+        let mut gen = match result {
+            Ok(g) => g,
+            Err(e) => {
+                self.staging.release(&load_path, is_copy);
+                return Err(e);
+            }
+        };
+        let row_plugin = &self.slots[i].row.plugin;
+        let expected = Path::new(row_plugin)
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if !row_plugin.contains('/') && gen.manifest.name != *row_plugin && expected != gen.manifest.name {
+            let name = gen.manifest.name.clone();
+            let outcome = tokio::task::spawn_blocking(move || {
+                gen.abort();
+            })
+            .await;
+            drop(outcome);
+            self.staging.release(&load_path, is_copy);
+            return Err(LoadError::Manifest {
+                path: path.to_owned(),
+                reason: format!("the library calls itself `{name}`, the row asks for `{row_plugin}`"),
+            });
+        }
+        Ok(gen)
+    }
+
+    fn install(&mut self, i: usize, mut gen: Generation, path: PathBuf) {
+        let fiber = gen.ctx().fiber;
+        self.router
+            .register_fiber(fiber, &gen.manifest.name, gen.inbox.clone());
+        gen.start();
+        let s = &mut self.slots[i];
+        s.fiber = fiber;
+        s.gen = Some(gen);
+        s.path = Some(path);
+        s.state = FiberState::Pending;
+        s.error = None;
+        s.generations += 1;
+    }
+
+    fn check_cycles(&mut self) {
+        let rows: Vec<(String, Vec<String>, Vec<String>)> = self
+            .slots
+            .iter()
+            .filter(|s| s.gen.is_some())
+            .map(|s| {
+                (
+                    s.row.id.clone(),
+                    s.manifest().map(|m| m.provides.clone()).unwrap_or_default(),
+                    s.injects(),
+                )
+            })
+            .collect();
+        let cycles = inject_cycles(&rows);
+        for i in 0..self.slots.len() {
+            if let Some(msg) = cycles.get(&self.slots[i].row.id) {
+                if self.slots[i].state == FiberState::Pending {
+                    self.fail(i, msg.clone());
+                }
+            }
+        }
+    }
+
+    /// Starts every pending fiber whose injects are active, until no more
+    /// can start.
+    async fn settle(&mut self) {
+        loop {
+            let next = (0..self.slots.len()).find(|&i| {
+                let s = &self.slots[i];
+                s.state == FiberState::Pending
+                    && s.gen.is_some()
+                    && s.injects().iter().all(|n| self.service_ready(n))
+            });
+            let Some(i) = next else { return };
+            self.activate(i).await;
+        }
+    }
+
+    async fn activate(&mut self, i: usize) {
+        let fiber = self.slots[i].fiber;
+        self.slots[i].state = FiberState::Loading;
+        let config = interpolate_env(&self.slots[i].row.config);
+        let rx = self.router.request(fiber, kind::APPLY, config.to_string());
+        let mut result = first_reply(rx, self.timeouts.apply).await;
+        let rejected = self.router.take_rejections(fiber);
+        if result.is_ok() && !rejected.is_empty() {
+            result = Err(rejected.join("; "));
+        }
+        match result {
+            Ok(()) => {
+                self.router.set_active(fiber, true);
+                let s = &mut self.slots[i];
+                s.state = FiberState::Active;
+                s.error = None;
+            }
+            Err(e) => {
+                // Roll back what the apply registered.
+                let rx = self.router.request(fiber, kind::DISPOSE, String::new());
+                let _ = first_reply(rx, self.timeouts.dispose).await;
+                self.router.forget_fiber(fiber, "failed to apply");
+                let plugin = self.slots[i].row.plugin.clone();
+                self.fail(i, format!("apply of `{plugin}` failed: {e}"));
+            }
+        }
+    }
+
+    /// Disposes fiber `i` (dependents first); it ends Pending.
+    async fn deactivate(&mut self, i: usize, reason: &str) {
+        if !matches!(
+            self.slots[i].state,
+            FiberState::Active | FiberState::Loading
+        ) {
+            return;
+        }
+        let fiber = self.slots[i].fiber;
+        self.slots[i].state = FiberState::Unloading;
+        let provided = self.router.services_of(fiber);
+        // Dependents first: they may still call the provider while they
+        // dispose (its routes stay until it is disposed itself).
+        let dependents: Vec<usize> = (0..self.slots.len())
+            .filter(|&j| j != i)
+            .filter(|&j| self.slots[j].injects().iter().any(|s| provided.contains(s)))
+            .collect();
+        for j in dependents {
+            let why = format!("its provider `{}` {reason}", self.slots[i].row.id);
+            Box::pin(self.deactivate(j, &why)).await;
+        }
+        self.router.set_active(fiber, false);
+        let rx = self.router.request(fiber, kind::DISPOSE, String::new());
+        if let Err(e) = first_reply(rx, self.timeouts.dispose).await {
+            let id = self.slots[i].row.id.clone();
+            self.reports
+                .push(Level::Error, &id, format!("dispose failed ({e}); continuing"));
+        }
+        self.router.forget_fiber(fiber, reason);
+        let s = &mut self.slots[i];
+        if s.state == FiberState::Unloading {
+            s.state = FiberState::Pending;
+        }
+    }
+
+    /// Stops slot `i`'s generation and unloads its library.
+    async fn unload(&mut self, i: usize, reason: &str) {
+        self.deactivate(i, reason).await;
+        let Some(gen) = self.slots[i].gen.take() else {
+            return;
+        };
+        self.finish(gen).await;
+    }
+
+    async fn finish(&mut self, mut gen: Generation) {
+        let fiber = gen.ctx().fiber;
+        let name = gen.manifest.name.clone();
+        let (load_path, is_copy) = (gen.load_path.clone(), gen.is_copy);
+        self.router.stop(fiber);
+        let timeout = self.timeouts.stop;
+        let outcome = tokio::task::spawn_blocking(move || gen.finish(timeout))
+            .await
+            .unwrap_or_else(|e| Unloaded::Quarantined {
+                reason: format!("unload task failed: {e}"),
+            });
+        self.router.unregister_fiber(fiber);
+        match &outcome {
+            Unloaded::Unmapped { .. } => {
+                self.staging.release(&load_path, is_copy);
+                tracing::debug!(target: "dsh", "{name} generation {fiber}: {outcome}");
+            }
+            Unloaded::Pinned { .. } => {
+                self.staging.quarantine(&load_path);
+                self.reports
+                    .push(Level::Warn, &name, format!("generation {fiber} {outcome}"));
+            }
+            Unloaded::Quarantined { .. } => {
+                self.staging.quarantine(&load_path);
+                self.reports
+                    .push(Level::Error, &name, format!("generation {fiber} {outcome}"));
+            }
+        }
+    }
+
+    /// Hot reload: load N+1 completely; keep N when that fails; otherwise
+    /// dispose N (dependents first) and activate N+1.
+    async fn reload(&mut self, path: &Path) {
+        let users: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| {
+                let s = &self.slots[i];
+                s.state != FiberState::Disabled
+                    && (s.path.as_deref() == Some(path)
+                        || (s.gen.is_none() && resolve_plugin(&s.row.plugin, &self.plugin_dirs).ok().as_deref() == Some(path)))
+            })
+            .collect();
+        for i in users {
+            if let (Some(gen), Ok(id)) = (&self.slots[i].gen, FileId::of(path)) {
+                if gen.file == id && !gen.is_copy {
+                    continue; // the very file that is loaded: nothing changed
+                }
+            }
+            match self.load_generation(i, path).await {
+                Err(e) => {
+                    let id = self.slots[i].row.id.clone();
+                    let keep = if self.slots[i].gen.is_some() {
+                        "; the running generation keeps serving"
+                    } else {
+                        ""
+                    };
+                    self.reports
+                        .push(Level::Error, &id, format!("reload refused: {e}{keep}"));
+                    if self.slots[i].gen.is_none() {
+                        self.fail(i, e.to_string());
+                    }
+                }
+                Ok(gen) => {
+                    if self.slots[i].gen.is_some() {
+                        self.unload(i, "is being replaced").await;
+                    }
+                    self.install(i, gen, path.to_owned());
+                    self.reports.push(
+                        Level::Info,
+                        &self.slots[i].row.id.clone(),
+                        format!("reloaded from {}", path.display()),
+                    );
+                }
+            }
+        }
+        self.check_cycles();
+        self.settle().await;
+    }
+
+    async fn remove(&mut self, path: &Path) {
+        let users: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| self.slots[i].path.as_deref() == Some(path) && self.slots[i].gen.is_some())
+            .collect();
+        for i in users {
+            self.unload(i, "lost its library file").await;
+            let s = &mut self.slots[i];
+            s.state = FiberState::Pending;
+            s.error = Some(format!("plugin file {} was removed", path.display()));
+            let id = s.row.id.clone();
+            self.reports.push(
+                Level::Warn,
+                &id,
+                format!("unloaded: {} was removed", path.display()),
+            );
+        }
+        self.settle().await;
+    }
+
+    async fn crashed(&mut self, fiber: FiberId, code: i32) {
+        let Some(i) = self.slots.iter().position(|s| s.fiber == fiber && s.gen.is_some()) else {
+            return;
+        };
+        let plugin = self.slots[i].row.plugin.clone();
+        // Its services are gone: dispose dependents, drop its routes.
+        if matches!(self.slots[i].state, FiberState::Active | FiberState::Loading) {
+            self.router.set_active(fiber, false);
+            let provided = self.router.services_of(fiber);
+            let dependents: Vec<usize> = (0..self.slots.len())
+                .filter(|&j| j != i && self.slots[j].injects().iter().any(|s| provided.contains(s)))
+                .collect();
+            for j in dependents {
+                self.deactivate(j, "lost its provider").await;
+            }
+        }
+        self.router.forget_fiber(fiber, "crashed");
+        if let Some(gen) = self.slots[i].gen.take() {
+            self.finish(gen).await;
+        }
+        self.fail(
+            i,
+            format!("plugin `{plugin}` stopped unexpectedly (actor exit code {code})"),
+        );
+    }
+
+    /// Disposes every fiber (dependents first) and unloads every library.
+    async fn shutdown(&mut self) {
+        // Reverse order: later rows tend to depend on earlier ones; the
+        // dependency walk in `deactivate` covers the rest.
+        for i in (0..self.slots.len()).rev() {
+            self.unload(i, "is shutting down").await;
+        }
+        self.slots.clear();
+    }
+}

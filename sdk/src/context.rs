@@ -1,0 +1,963 @@
+//! The plugin `Context`: services, events, effects and tasks of one fiber.
+//!
+//! Everything here runs on the plugin's own thread inside a current-thread
+//! runtime, so the context is `!Send` and uses `Rc`/`RefCell` freely.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+
+use dsh_abi::{flags, kind};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::AbortHandle;
+
+use crate::error::{codes, Error, Result};
+use crate::link::{HostLink, Msg};
+use crate::unwind::catch;
+
+pub(crate) type LocalBoxFuture<T> = Pin<Box<dyn Future<Output = T>>>;
+type ServiceFn = Rc<dyn Fn(Request) -> LocalBoxFuture<Result<Reply>>>;
+type ListenerFn = Rc<dyn Fn(Event) -> LocalBoxFuture<Result<Value>>>;
+type InnerFn = Box<dyn FnOnce(Value) -> LocalBoxFuture<Result<Value>>>;
+type EffectFn = Box<dyn FnOnce() -> LocalBoxFuture<()>>;
+
+/// Identifies a fiber (one application of a plugin) across the whole host.
+pub type FiberId = u64;
+
+/// A reply awaited by this plugin.
+enum Pending {
+    /// A plain call; stream items, if the provider streams, are collected.
+    Call {
+        tx: oneshot::Sender<Result<Value>>,
+        items: Vec<Value>,
+    },
+    /// A streaming call.
+    Stream(mpsc::UnboundedSender<Result<Value>>),
+}
+
+/// State of one plugin generation, shared by every handle on this thread.
+pub(crate) struct Shared {
+    pub(crate) link: HostLink,
+    pub(crate) name: &'static str,
+    fiber: Cell<FiberId>,
+    next_id: Cell<u64>,
+    disposing: Cell<bool>,
+    pending: RefCell<HashMap<u64, Pending>>,
+    services: RefCell<HashMap<String, ServiceFn>>,
+    listeners: RefCell<HashMap<u64, ListenerFn>>,
+    inners: RefCell<HashMap<u64, InnerFn>>,
+    effects: RefCell<Vec<EffectFn>>,
+    tasks: RefCell<Vec<AbortHandle>>,
+    incoming: RefCell<HashMap<u64, AbortHandle>>,
+    caller_cleanups: RefCell<HashMap<FiberId, Vec<Box<dyn FnOnce()>>>>,
+    lifecycle: RefCell<Option<AbortHandle>>,
+}
+
+/// The handle a plugin uses to talk to the host. Cheap to clone.
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) shared: Rc<Shared>,
+}
+
+impl Shared {
+    pub(crate) fn new(link: HostLink, name: &'static str) -> Self {
+        Shared {
+            link,
+            name,
+            fiber: Cell::new(0),
+            next_id: Cell::new(1),
+            disposing: Cell::new(false),
+            pending: RefCell::default(),
+            services: RefCell::default(),
+            listeners: RefCell::default(),
+            inners: RefCell::default(),
+            effects: RefCell::default(),
+            tasks: RefCell::default(),
+            incoming: RefCell::default(),
+            caller_cleanups: RefCell::default(),
+            lifecycle: RefCell::default(),
+        }
+    }
+
+    fn next_id(&self) -> u64 {
+        let id = self.next_id.get();
+        self.next_id.set(id + 1);
+        id
+    }
+
+    pub(crate) fn send(&self, msg: Msg) -> bool {
+        self.link.send(msg)
+    }
+
+    fn reply(&self, id: u64, result: Result<Value>) {
+        let mut msg = Msg::new(kind::REPLY);
+        msg.id = id;
+        match result {
+            Ok(v) => msg.payload = v.to_string(),
+            Err(e) => {
+                msg.flags = flags::ERROR;
+                msg.payload = e.to_payload();
+            }
+        }
+        self.send(msg);
+    }
+
+    fn reply_item(&self, id: u64, item: Value) {
+        let mut msg = Msg::new(kind::REPLY);
+        msg.id = id;
+        msg.flags = flags::STREAM;
+        msg.payload = item.to_string();
+        self.send(msg);
+    }
+
+    pub(crate) fn set_fiber(&self, fiber: FiberId) {
+        self.fiber.set(fiber);
+        self.disposing.set(false);
+    }
+
+    pub(crate) fn set_lifecycle(&self, handle: AbortHandle) {
+        if let Some(old) = self.lifecycle.replace(Some(handle)) {
+            old.abort();
+        }
+    }
+
+    /// Handles a REPLY for one of our outgoing calls.
+    pub(crate) fn on_reply(&self, msg: Msg) {
+        let result = parse_result(&msg);
+        let stream_item = msg.flags & flags::STREAM != 0;
+        let mut pending = self.pending.borrow_mut();
+        match pending.get_mut(&msg.id) {
+            None => {}
+            Some(Pending::Call { items, .. }) if stream_item => {
+                if let Ok(v) = result {
+                    items.push(v);
+                }
+            }
+            Some(Pending::Stream(tx)) if stream_item => {
+                let _ = tx.send(result);
+            }
+            Some(_) => match pending.remove(&msg.id) {
+                Some(Pending::Call { tx, items }) => {
+                    let result = if items.is_empty() {
+                        result
+                    } else {
+                        result.map(|_| Value::Array(items))
+                    };
+                    let _ = tx.send(result);
+                }
+                Some(Pending::Stream(tx)) => {
+                    if let Err(e) = result {
+                        let _ = tx.send(Err(e));
+                    }
+                }
+                None => {}
+            },
+        }
+    }
+
+    /// Handles an incoming service CALL.
+    pub(crate) fn on_call(self: &Rc<Self>, msg: Msg) {
+        let id = msg.id;
+        let handler = self.services.borrow().get(&msg.target).cloned();
+        let Some(handler) = handler else {
+            self.reply(
+                id,
+                Err(Error::new(
+                    codes::SERVICE_UNAVAILABLE,
+                    format!("plugin `{}` does not provide `{}`", self.name, msg.target),
+                )),
+            );
+            return;
+        };
+        let params = match parse_payload(&msg.payload) {
+            Ok(v) => v,
+            Err(e) => return self.reply(id, Err(e)),
+        };
+        let request = Request {
+            service: msg.target,
+            method: msg.method,
+            params,
+            caller: msg.fiber,
+            shared: Rc::downgrade(self),
+        };
+        let fut = handler(request);
+        let shared = self.clone();
+        let task = tokio::task::spawn_local(async move {
+            match catch(fut).await {
+                Ok(Ok(Reply::Value(v))) => shared.reply(id, Ok(v)),
+                Ok(Ok(Reply::Stream(mut rx))) => {
+                    let mut failed = false;
+                    while let Some(item) = rx.recv().await {
+                        match item {
+                            Ok(v) => shared.reply_item(id, v),
+                            Err(e) => {
+                                shared.reply(id, Err(e));
+                                failed = true;
+                                break;
+                            }
+                        }
+                    }
+                    if !failed {
+                        shared.reply(id, Ok(Value::Null));
+                    }
+                }
+                Ok(Err(e)) | Err(e) => shared.reply(id, Err(e)),
+            }
+            shared.incoming.borrow_mut().remove(&id);
+        });
+        self.incoming.borrow_mut().insert(id, task.abort_handle());
+    }
+
+    /// The caller of an incoming call went away.
+    pub(crate) fn on_cancel(&self, msg: Msg) {
+        if let Some(task) = self.incoming.borrow_mut().remove(&msg.id) {
+            task.abort();
+        }
+    }
+
+    /// Handles an EVENT: one listener invocation.
+    pub(crate) fn on_event(self: &Rc<Self>, msg: Msg) {
+        let invocation = msg.id;
+        let listener = self.listeners.borrow().get(&msg.ref_id).cloned();
+        let Some(listener) = listener else {
+            if invocation != 0 {
+                self.reply(
+                    invocation,
+                    Err(Error::new(codes::DISPOSED, "the listener was removed")),
+                );
+            }
+            return;
+        };
+        let payload = match parse_payload(&msg.payload) {
+            Ok(v) => v,
+            Err(e) => {
+                if invocation != 0 {
+                    self.reply(invocation, Err(e));
+                }
+                return;
+            }
+        };
+        let event = Event {
+            name: msg.target.clone(),
+            payload,
+            scope: (!msg.method.is_empty()).then(|| msg.method.clone()),
+            invocation,
+            waterfall: msg.flags & flags::MODE_MASK == flags::MODE_WATERFALL,
+            next_used: Cell::new(false),
+            shared: Rc::downgrade(self),
+        };
+        let fut = listener(event);
+        let shared = self.clone();
+        let name = msg.target;
+        let task = tokio::task::spawn_local(async move {
+            let result = catch(fut).await.and_then(|r| r);
+            if invocation == 0 {
+                if let Err(e) = result {
+                    tracing::warn!("listener for `{name}` failed (contained): {e}");
+                }
+            } else {
+                shared.reply(invocation, result);
+                shared.incoming.borrow_mut().remove(&invocation);
+            }
+        });
+        if invocation != 0 {
+            self.incoming
+                .borrow_mut()
+                .insert(invocation, task.abort_handle());
+        }
+    }
+
+    /// Runs the innermost default of one of our waterfalls.
+    pub(crate) fn on_inner(self: &Rc<Self>, msg: Msg) {
+        let inner = self.inners.borrow_mut().remove(&msg.ref_id);
+        let Some(inner) = inner else {
+            return self.reply(
+                msg.id,
+                Err(Error::new(codes::DISPOSED, "the waterfall is gone")),
+            );
+        };
+        let payload = match parse_payload(&msg.payload) {
+            Ok(v) => v,
+            Err(e) => return self.reply(msg.id, Err(e)),
+        };
+        let shared = self.clone();
+        let id = msg.id;
+        tokio::task::spawn_local(async move {
+            let result = catch(inner(payload)).await.and_then(|r| r);
+            shared.reply(id, result);
+        });
+    }
+
+    /// Another fiber was disposed: drop what it registered with us.
+    pub(crate) fn on_fiber_gone(&self, fiber: FiberId) {
+        let cleanups = self.caller_cleanups.borrow_mut().remove(&fiber);
+        for cleanup in cleanups.into_iter().flatten().rev() {
+            if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(cleanup)) {
+                let e = crate::unwind::panic_error(payload.as_ref());
+                tracing::warn!("cleanup for disposed fiber {fiber} failed: {e}");
+            }
+        }
+    }
+
+    /// Runs every effect in reverse and forgets every registration.
+    pub(crate) async fn dispose(&self) {
+        self.disposing.set(true);
+        if let Some(apply) = self.lifecycle.borrow_mut().take() {
+            apply.abort();
+        }
+        for task in self.tasks.borrow_mut().drain(..) {
+            task.abort();
+        }
+        loop {
+            let effect = self.effects.borrow_mut().pop();
+            let Some(effect) = effect else { break };
+            if let Err(e) = catch(effect()).await {
+                tracing::warn!("an effect of `{}` failed while disposing: {e}", self.name);
+            }
+        }
+        self.services.borrow_mut().clear();
+        self.listeners.borrow_mut().clear();
+        self.inners.borrow_mut().clear();
+        self.caller_cleanups.borrow_mut().clear();
+        for (_, task) in self.incoming.borrow_mut().drain() {
+            task.abort();
+        }
+    }
+
+    /// Fails every outgoing call (the actor is stopping).
+    pub(crate) fn shutdown(&self) {
+        let pending: Vec<_> = self.pending.borrow_mut().drain().collect();
+        for (_, p) in pending {
+            let err = Error::new(codes::DISPOSED, "the plugin is stopping");
+            match p {
+                Pending::Call { tx, .. } => {
+                    let _ = tx.send(Err(err));
+                }
+                Pending::Stream(tx) => {
+                    let _ = tx.send(Err(err));
+                }
+            }
+        }
+    }
+
+    /// Sends `msg` with a fresh id and registers a one-shot reply slot.
+    fn request(&self, msg: Msg) -> OutgoingCall {
+        self.request_with(msg, |_| {})
+    }
+
+    /// Like `request`, running `prepare(id)` before the message leaves.
+    fn request_with(&self, mut msg: Msg, prepare: impl FnOnce(u64)) -> OutgoingCall {
+        let id = self.next_id();
+        msg.id = id;
+        prepare(id);
+        let (tx, rx) = oneshot::channel();
+        self.pending.borrow_mut().insert(
+            id,
+            Pending::Call {
+                tx,
+                items: Vec::new(),
+            },
+        );
+        if !self.send(msg) {
+            self.pending.borrow_mut().remove(&id);
+            return OutgoingCall::refused();
+        }
+        OutgoingCall {
+            id,
+            rx: Some(rx),
+            link: Some(self.link),
+            done: false,
+        }
+    }
+}
+
+fn parse_payload(text: &str) -> Result<Value> {
+    if text.is_empty() {
+        return Ok(Value::Null);
+    }
+    Ok(serde_json::from_str(text)?)
+}
+
+fn parse_result(msg: &Msg) -> Result<Value> {
+    if msg.flags & flags::ERROR != 0 {
+        Err(Error::from_payload(&msg.payload))
+    } else {
+        parse_payload(&msg.payload)
+    }
+}
+
+fn to_value(v: impl Serialize) -> Result<Value> {
+    Ok(serde_json::to_value(v)?)
+}
+
+/// An outgoing call awaiting one reply; cancels the call when dropped early.
+struct OutgoingCall {
+    id: u64,
+    rx: Option<oneshot::Receiver<Result<Value>>>,
+    link: Option<HostLink>,
+    done: bool,
+}
+
+impl OutgoingCall {
+    fn refused() -> Self {
+        OutgoingCall {
+            id: 0,
+            rx: None,
+            link: None,
+            done: true,
+        }
+    }
+
+    async fn wait(mut self) -> Result<Value> {
+        let Some(rx) = self.rx.take() else {
+            return Err(host_refused());
+        };
+        let result = rx
+            .await
+            .unwrap_or_else(|_| Err(Error::new(codes::DISPOSED, "the call was dropped")));
+        self.done = true;
+        result
+    }
+}
+
+impl Drop for OutgoingCall {
+    fn drop(&mut self) {
+        if !self.done {
+            if let Some(link) = self.link {
+                let mut msg = Msg::new(kind::CANCEL);
+                msg.id = self.id;
+                link.send(msg);
+            }
+        }
+    }
+}
+
+fn host_refused() -> Error {
+    Error::new(codes::HOST_REFUSED, "the host refused the message")
+}
+
+/// What a service handler returns: one value, or a stream of values.
+pub enum Reply {
+    /// A single value.
+    Value(Value),
+    /// Items arrive through the paired [`ReplySender`].
+    Stream(mpsc::UnboundedReceiver<Result<Value>>),
+}
+
+impl From<Value> for Reply {
+    fn from(v: Value) -> Self {
+        Reply::Value(v)
+    }
+}
+
+impl Reply {
+    /// Serializes `v` into a single-value reply.
+    pub fn json(v: impl Serialize) -> Result<Reply> {
+        Ok(Reply::Value(to_value(v)?))
+    }
+
+    /// A streaming reply and the sender that feeds it. The stream ends when
+    /// the sender is dropped.
+    pub fn stream() -> (ReplySender, Reply) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (ReplySender(tx), Reply::Stream(rx))
+    }
+}
+
+/// Feeds a streaming [`Reply`].
+#[derive(Clone)]
+pub struct ReplySender(mpsc::UnboundedSender<Result<Value>>);
+
+impl ReplySender {
+    /// Sends one item; false when the caller is gone.
+    pub fn send(&self, item: impl Serialize) -> bool {
+        match to_value(item) {
+            Ok(v) => self.0.send(Ok(v)).is_ok(),
+            Err(e) => self.0.send(Err(e)).is_ok(),
+        }
+    }
+
+    /// Ends the stream with an error.
+    pub fn fail(self, error: Error) {
+        let _ = self.0.send(Err(error));
+    }
+
+    /// True when the caller stopped listening.
+    pub fn is_closed(&self) -> bool {
+        self.0.is_closed()
+    }
+}
+
+/// An incoming service call.
+pub struct Request {
+    /// The service name the call was addressed to.
+    pub service: String,
+    /// The method.
+    pub method: String,
+    /// The parameters (JSON).
+    pub params: Value,
+    /// The calling fiber (0 for the host itself).
+    pub caller: FiberId,
+    shared: std::rc::Weak<Shared>,
+}
+
+impl Request {
+    /// Deserializes the parameters.
+    pub fn params_as<T: DeserializeOwned>(&self) -> Result<T> {
+        serde_json::from_value(self.params.clone()).map_err(|e| {
+            Error::new(
+                codes::INVALID_PAYLOAD,
+                format!("invalid params for `{}.{}`: {e}", self.service, self.method),
+            )
+        })
+    }
+
+    /// Runs `cleanup` when the calling fiber is disposed: this is how a
+    /// registry ties a registration to the plugin that made it.
+    pub fn on_caller_gone(&self, cleanup: impl FnOnce() + 'static) {
+        if let Some(shared) = self.shared.upgrade() {
+            shared
+                .caller_cleanups
+                .borrow_mut()
+                .entry(self.caller)
+                .or_default()
+                .push(Box::new(cleanup));
+        }
+    }
+
+    /// The error to return for a method the service does not know.
+    pub fn unknown_method(&self) -> Error {
+        Error::new(
+            codes::UNKNOWN_METHOD,
+            format!("service `{}` has no method `{}`", self.service, self.method),
+        )
+    }
+}
+
+/// One listener invocation.
+pub struct Event {
+    /// The event name.
+    pub name: String,
+    /// The payload (JSON).
+    pub payload: Value,
+    /// The scope key of the dispatch (an agent id), if any.
+    pub scope: Option<String>,
+    invocation: u64,
+    waterfall: bool,
+    next_used: Cell<bool>,
+    shared: std::rc::Weak<Shared>,
+}
+
+impl Event {
+    /// Deserializes the payload.
+    pub fn payload_as<T: DeserializeOwned>(&self) -> Result<T> {
+        Ok(serde_json::from_value(self.payload.clone())?)
+    }
+
+    /// True when this listener runs inside a waterfall (and may call `next`).
+    pub fn is_waterfall(&self) -> bool {
+        self.waterfall
+    }
+
+    /// Waterfall only: calls the rest of the chain with `payload` and
+    /// returns its result. May be called at most once.
+    pub async fn next(&self, payload: impl Serialize) -> Result<Value> {
+        if !self.waterfall {
+            return Err(Error::msg(format!(
+                "`next` called by a listener of `{}`, which is not a waterfall",
+                self.name
+            )));
+        }
+        if self.next_used.replace(true) {
+            return Err(Error::new(
+                codes::NEXT_CALLED_TWICE,
+                format!("a listener of `{}` called next twice", self.name),
+            ));
+        }
+        let shared = self
+            .shared
+            .upgrade()
+            .ok_or_else(|| Error::new(codes::DISPOSED, "the plugin is disposed"))?;
+        let mut msg = Msg::new(kind::NEXT);
+        msg.ref_id = self.invocation;
+        msg.payload = to_value(payload)?.to_string();
+        shared.request(msg).wait().await
+    }
+}
+
+/// A client for one service.
+#[derive(Clone)]
+pub struct Service {
+    ctx: Context,
+    name: String,
+}
+
+impl Service {
+    /// The service name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn call_msg(&self, method: &str, params: Value) -> Msg {
+        let mut msg = Msg::new(kind::CALL);
+        msg.target = self.name.clone();
+        msg.method = method.to_owned();
+        msg.payload = params.to_string();
+        msg
+    }
+
+    /// Calls `method` and returns its JSON result. If the provider streams,
+    /// the items are collected into an array.
+    pub async fn call(&self, method: &str, params: impl Serialize) -> Result<Value> {
+        let msg = self.call_msg(method, to_value(params)?);
+        self.ctx.shared.request(msg).wait().await
+    }
+
+    /// Calls `method` and deserializes the result.
+    pub async fn call_as<R: DeserializeOwned>(
+        &self,
+        method: &str,
+        params: impl Serialize,
+    ) -> Result<R> {
+        let v = self.call(method, params).await?;
+        serde_json::from_value(v).map_err(|e| {
+            Error::new(
+                codes::INVALID_PAYLOAD,
+                format!("unexpected reply from `{}.{method}`: {e}", self.name),
+            )
+        })
+    }
+
+    /// Calls `method` and returns the stream of items it replies with.
+    pub fn stream(&self, method: &str, params: impl Serialize) -> CallStream {
+        let shared = &self.ctx.shared;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let params = match to_value(params) {
+            Ok(v) => v,
+            Err(e) => {
+                let _ = tx.send(Err(e));
+                return CallStream {
+                    id: 0,
+                    rx,
+                    link: None,
+                };
+            }
+        };
+        let mut msg = self.call_msg(method, params);
+        let id = shared.next_id();
+        msg.id = id;
+        shared
+            .pending
+            .borrow_mut()
+            .insert(id, Pending::Stream(tx.clone()));
+        if !shared.send(msg) {
+            shared.pending.borrow_mut().remove(&id);
+            let _ = tx.send(Err(host_refused()));
+            return CallStream { id, rx, link: None };
+        }
+        CallStream {
+            id,
+            rx,
+            link: Some(shared.link),
+        }
+    }
+}
+
+/// The items of a streaming call. Dropping it cancels the call.
+pub struct CallStream {
+    id: u64,
+    rx: mpsc::UnboundedReceiver<Result<Value>>,
+    link: Option<HostLink>,
+}
+
+impl CallStream {
+    /// The next item; `None` at the end. An error ends the stream.
+    pub async fn next(&mut self) -> Option<Result<Value>> {
+        let item = self.rx.recv().await;
+        if item.is_none() {
+            self.link = None;
+        }
+        item
+    }
+}
+
+impl Drop for CallStream {
+    fn drop(&mut self) {
+        if let Some(link) = self.link.take() {
+            let mut msg = Msg::new(kind::CANCEL);
+            msg.id = self.id;
+            link.send(msg);
+        }
+    }
+}
+
+/// A registered listener; `off()` removes it before the fiber is disposed.
+pub struct Listener {
+    id: u64,
+    shared: std::rc::Weak<Shared>,
+}
+
+impl Listener {
+    /// Removes the listener.
+    pub fn off(self) {
+        if let Some(shared) = self.shared.upgrade() {
+            shared.listeners.borrow_mut().remove(&self.id);
+            let mut msg = Msg::new(kind::OFF);
+            msg.id = self.id;
+            shared.send(msg);
+        }
+    }
+}
+
+/// Options for a listener: `ctx.listen("event").prepend().scope(k).on(f)`.
+pub struct ListenerBuilder {
+    ctx: Context,
+    event: String,
+    prepend: bool,
+    scope: Option<String>,
+}
+
+impl ListenerBuilder {
+    /// Run before ordinary listeners (the most recent prepend runs first).
+    pub fn prepend(mut self) -> Self {
+        self.prepend = true;
+        self
+    }
+
+    /// Only receive dispatches for scope `key` (an agent id) or its
+    /// descendants.
+    pub fn scope(mut self, key: impl Into<String>) -> Self {
+        self.scope = Some(key.into());
+        self
+    }
+
+    /// Registers the listener.
+    pub fn on<F, Fut>(self, listener: F) -> Listener
+    where
+        F: Fn(Event) -> Fut + 'static,
+        Fut: Future<Output = Result<Value>> + 'static,
+    {
+        let shared = &self.ctx.shared;
+        let id = shared.next_id();
+        let f: ListenerFn = Rc::new(move |ev| Box::pin(listener(ev)));
+        shared.listeners.borrow_mut().insert(id, f);
+        let mut msg = Msg::new(kind::ON);
+        msg.id = id;
+        msg.target = self.event;
+        msg.method = self.scope.unwrap_or_default();
+        if self.prepend {
+            msg.flags = flags::PREPEND;
+        }
+        shared.send(msg);
+        Listener {
+            id,
+            shared: Rc::downgrade(shared),
+        }
+    }
+}
+
+/// A dispatch under construction: `ctx.dispatch("event").scope(k).emit(p)`.
+pub struct Dispatch {
+    ctx: Context,
+    event: String,
+    scope: Option<String>,
+}
+
+impl Dispatch {
+    /// Dispatch for scope `key`: unscoped listeners, and listeners scoped to
+    /// `key` or one of its ancestors, receive it.
+    pub fn scope(mut self, key: impl Into<String>) -> Self {
+        self.scope = Some(key.into());
+        self
+    }
+
+    fn msg(&self, mode: u32, payload: Value) -> Msg {
+        let mut msg = Msg::new(kind::DISPATCH);
+        msg.flags = mode;
+        msg.target = self.event.clone();
+        msg.method = self.scope.clone().unwrap_or_default();
+        msg.payload = payload.to_string();
+        msg
+    }
+
+    /// Fire and forget. Listener failures are contained and logged.
+    pub fn emit(self, payload: impl Serialize) -> Result<()> {
+        let msg = self.msg(flags::MODE_EMIT, to_value(payload)?);
+        if self.ctx.shared.send(msg) {
+            Ok(())
+        } else {
+            Err(host_refused())
+        }
+    }
+
+    /// Listeners one by one; returns the first non-null result. The first
+    /// failure stops the dispatch and is returned.
+    pub async fn serial(self, payload: impl Serialize) -> Result<Value> {
+        let msg = self.msg(flags::MODE_SERIAL, to_value(payload)?);
+        self.ctx.shared.request(msg).wait().await
+    }
+
+    /// All listeners concurrently; waits for all; fails if any failed.
+    pub async fn parallel(self, payload: impl Serialize) -> Result<()> {
+        let msg = self.msg(flags::MODE_PARALLEL, to_value(payload)?);
+        self.ctx.shared.request(msg).wait().await.map(|_| ())
+    }
+
+    /// Around-middleware: the first listener is outermost; each may call
+    /// `next`; `inner` runs after the last one.
+    pub async fn waterfall<F, Fut>(self, payload: impl Serialize, inner: F) -> Result<Value>
+    where
+        F: FnOnce(Value) -> Fut + 'static,
+        Fut: Future<Output = Result<Value>> + 'static,
+    {
+        let shared = self.ctx.shared.clone();
+        let msg = self.msg(flags::MODE_WATERFALL, to_value(payload)?);
+        let mut waterfall_id = 0;
+        let call = shared.request_with(msg, |id| {
+            waterfall_id = id;
+            shared
+                .inners
+                .borrow_mut()
+                .insert(id, Box::new(move |v| Box::pin(inner(v))));
+        });
+        let result = call.wait().await;
+        shared.inners.borrow_mut().remove(&waterfall_id);
+        result
+    }
+}
+
+impl Context {
+    pub(crate) fn new(shared: Rc<Shared>) -> Self {
+        Context { shared }
+    }
+
+    /// The plugin's name (from its manifest).
+    pub fn plugin_name(&self) -> &'static str {
+        self.shared.name
+    }
+
+    /// This fiber's id.
+    pub fn fiber(&self) -> FiberId {
+        self.shared.fiber.get()
+    }
+
+    /// Provides service `name`; every call to it runs `handler`. The
+    /// registration is an effect of this fiber: it is withdrawn on disposal.
+    pub fn provide<F, Fut>(&self, name: impl Into<String>, handler: F)
+    where
+        F: Fn(Request) -> Fut + 'static,
+        Fut: Future<Output = Result<Reply>> + 'static,
+    {
+        let name = name.into();
+        let f: ServiceFn = Rc::new(move |req| Box::pin(handler(req)));
+        self.shared.services.borrow_mut().insert(name.clone(), f);
+        let mut msg = Msg::new(kind::PROVIDE);
+        msg.target = name;
+        self.shared.send(msg);
+    }
+
+    /// A client for service `name`.
+    pub fn service(&self, name: impl Into<String>) -> Service {
+        Service {
+            ctx: self.clone(),
+            name: name.into(),
+        }
+    }
+
+    /// Adds an unscoped listener for `event`.
+    pub fn on<F, Fut>(&self, event: impl Into<String>, listener: F) -> Listener
+    where
+        F: Fn(Event) -> Fut + 'static,
+        Fut: Future<Output = Result<Value>> + 'static,
+    {
+        self.listen(event).on(listener)
+    }
+
+    /// Starts a listener with options (`prepend`, `scope`).
+    pub fn listen(&self, event: impl Into<String>) -> ListenerBuilder {
+        ListenerBuilder {
+            ctx: self.clone(),
+            event: event.into(),
+            prepend: false,
+            scope: None,
+        }
+    }
+
+    /// Starts a dispatch with options (`scope`).
+    pub fn dispatch(&self, event: impl Into<String>) -> Dispatch {
+        Dispatch {
+            ctx: self.clone(),
+            event: event.into(),
+            scope: None,
+        }
+    }
+
+    /// Unscoped `emit`.
+    pub fn emit(&self, event: impl Into<String>, payload: impl Serialize) -> Result<()> {
+        self.dispatch(event).emit(payload)
+    }
+
+    /// Unscoped `serial`.
+    pub async fn serial(&self, event: impl Into<String>, payload: impl Serialize) -> Result<Value> {
+        self.dispatch(event).serial(payload).await
+    }
+
+    /// Unscoped `parallel`.
+    pub async fn parallel(&self, event: impl Into<String>, payload: impl Serialize) -> Result<()> {
+        self.dispatch(event).parallel(payload).await
+    }
+
+    /// Unscoped `waterfall`.
+    pub async fn waterfall<F, Fut>(
+        &self,
+        event: impl Into<String>,
+        payload: impl Serialize,
+        inner: F,
+    ) -> Result<Value>
+    where
+        F: FnOnce(Value) -> Fut + 'static,
+        Fut: Future<Output = Result<Value>> + 'static,
+    {
+        self.dispatch(event).waterfall(payload, inner).await
+    }
+
+    /// Registers a disposer; disposers run in reverse order when the fiber
+    /// is disposed.
+    pub fn effect<F, Fut>(&self, disposer: F)
+    where
+        F: FnOnce() -> Fut + 'static,
+        Fut: Future<Output = ()> + 'static,
+    {
+        self.shared
+            .effects
+            .borrow_mut()
+            .push(Box::new(move || Box::pin(disposer())));
+    }
+
+    /// Spawns a task tied to this fiber: it is aborted when the fiber is
+    /// disposed.
+    pub fn spawn<F>(&self, fut: F) -> AbortHandle
+    where
+        F: Future<Output = ()> + 'static,
+    {
+        let handle = tokio::task::spawn_local(fut).abort_handle();
+        let mut tasks = self.shared.tasks.borrow_mut();
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(handle.clone());
+        handle
+    }
+
+    /// Declares that scope `child` (an agent id) descends from `parent`, so
+    /// listeners scoped to `parent` hear dispatches for `child`.
+    pub fn scope_parent(&self, child: impl Into<String>, parent: impl Into<String>) {
+        let mut msg = Msg::new(kind::SCOPE_PARENT);
+        msg.target = child.into();
+        msg.method = parent.into();
+        self.shared.send(msg);
+    }
+}
