@@ -443,7 +443,6 @@ impl Generation {
             };
         }
         self.finished = true;
-        self.inbox.close();
         let Some(thread) = self.thread.take() else {
             return Unloaded::Quarantined {
                 reason: "no thread".into(),
@@ -459,6 +458,7 @@ impl Generation {
         if !thread.is_finished() {
             // Never close: the thread may still run plugin code.
             std::mem::forget(thread);
+            self.inbox.close();
             STATS.quarantined.fetch_add(1, Ordering::Relaxed);
             return Unloaded::Quarantined {
                 reason: format!(
@@ -471,6 +471,8 @@ impl Generation {
             Ok(lib) => lib,
             Err(_) => None,
         };
+        // Only now: closing earlier could drop a STOP the actor has not read.
+        self.inbox.close();
         // The thread is gone: the host context can be reclaimed.
         // SAFETY: created by Arc::into_raw in `load`; no user remains.
         drop(unsafe { Arc::from_raw(self.ctx) });
@@ -512,7 +514,7 @@ fn unload_library(lib: Library, path: &Path, ino: u64, is_copy: bool) -> Unloade
         let _ = std::fs::remove_file(path);
     }
     let left: Vec<Mapping> = procfs::mappings_of(path, ino);
-    if left.iter().any(Mapping::is_exec) || still_loaded(path) {
+    if left.iter().any(Mapping::is_exec) || still_loaded(path, ino) {
         STATS.pinned.fetch_add(1, Ordering::Relaxed);
         return Unloaded::Pinned {
             reason: "a thread it started is still alive (or a thread-local destructor is pending)"
@@ -525,7 +527,11 @@ fn unload_library(lib: Library, path: &Path, ino: u64, is_copy: bool) -> Unloade
     Unloaded::Unmapped { keys_swept: swept }
 }
 
-fn still_loaded(path: &Path) -> bool {
+fn still_loaded(path: &Path, ino: u64) -> bool {
+    // NOLOAD matches by inode too: only ask while `path` is still that file.
+    if FileId::of(path).ok().map(|f| f.ino) != Some(ino) {
+        return false;
+    }
     let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
         return false;
     };

@@ -363,31 +363,13 @@ impl Supervisor {
                 reason: e.to_string(),
             })
         });
-        let mut gen = match result {
+        let gen = match result {
             Ok(g) => g,
             Err(e) => {
                 self.staging.release(&load_path, is_copy);
                 return Err(e);
             }
         };
-        let row_plugin = &self.slots[i].row.plugin;
-        let expected = Path::new(row_plugin)
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        if !row_plugin.contains('/') && gen.manifest.name != *row_plugin && expected != gen.manifest.name {
-            let name = gen.manifest.name.clone();
-            let outcome = tokio::task::spawn_blocking(move || {
-                gen.abort();
-            })
-            .await;
-            drop(outcome);
-            self.staging.release(&load_path, is_copy);
-            return Err(LoadError::Manifest {
-                path: path.to_owned(),
-                reason: format!("the library calls itself `{name}`, the row asks for `{row_plugin}`"),
-            });
-        }
         Ok(gen)
     }
 
@@ -459,6 +441,9 @@ impl Supervisor {
                 let s = &mut self.slots[i];
                 s.state = FiberState::Active;
                 s.error = None;
+                let id = s.row.id.clone();
+                self.reports
+                    .push(Level::Info, &id, format!("active (generation {fiber})"));
             }
             Err(e) => {
                 // Roll back what the apply registered.
@@ -530,7 +515,8 @@ impl Supervisor {
         match &outcome {
             Unloaded::Unmapped { .. } => {
                 self.staging.release(&load_path, is_copy);
-                tracing::debug!(target: "dsh", "{name} generation {fiber}: {outcome}");
+                self.reports
+                    .push(Level::Info, &name, format!("generation {fiber} {outcome}"));
             }
             Unloaded::Pinned { .. } => {
                 self.staging.quarantine(&load_path);

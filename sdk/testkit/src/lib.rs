@@ -1,0 +1,145 @@
+//! `dsh-testkit`: run plugins in a real `dsh-host` inside a test.
+//!
+//! ```ignore
+//! #[tokio::test]
+//! async fn answers() {
+//!     let t = dsh_testkit::TestHost::start().await;
+//!     t.apply(r#"
+//!         [[row]]
+//!         id = "counter"
+//!         plugin = "counter"
+//!     "#).await;
+//!     assert_eq!(t.host.call("counter", "get", json!({})).await.unwrap(), json!(1));
+//! }
+//! ```
+//!
+//! Plugins are found in the cargo target directory of the test binary
+//! (`target/debug`), so `cargo build` the plugin crates before `cargo test`.
+#![deny(missing_docs)]
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use dsh_host::config::{compose, parse_layer, Tree};
+use dsh_host::report::Report;
+use dsh_host::supervisor::{FiberStatus, Timeouts};
+pub use dsh_host::{Host, HostConfig};
+
+/// A temporary directory removed on drop.
+pub struct TempDir(PathBuf);
+
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+impl TempDir {
+    /// Creates a fresh directory under the system temp dir.
+    pub fn new(label: &str) -> TempDir {
+        let n = SEQ.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("dsh-{label}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+        TempDir(dir)
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The cargo target directory holding the test binary (`target/debug`).
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_default();
+    // target/debug/deps/<test> -> target/debug
+    exe.parent()
+        .and_then(Path::parent)
+        .map(Path::to_owned)
+        .unwrap_or_default()
+}
+
+/// The built library of crate `crate_name` (`lib<crate_name>.so`).
+pub fn library(crate_name: &str) -> PathBuf {
+    target_dir().join(format!("lib{}.so", crate_name.replace('-', "_")))
+}
+
+/// A host with its own `$DSH_HOME`, for one test.
+pub struct TestHost {
+    /// The host.
+    pub host: Host,
+    /// Its `$DSH_HOME`.
+    pub home: TempDir,
+    /// A plugin directory of its own (searched first).
+    pub plugins: TempDir,
+}
+
+impl TestHost {
+    /// A host whose plugin directories are its own dir, then `target/debug`.
+    pub async fn start() -> TestHost {
+        Self::with_timeouts(Timeouts {
+            apply: Duration::from_secs(10),
+            dispose: Duration::from_millis(1500),
+            stop: Duration::from_millis(1500),
+        })
+        .await
+    }
+
+    /// Like [`TestHost::start`] with explicit lifecycle timeouts.
+    pub async fn with_timeouts(timeouts: Timeouts) -> TestHost {
+        let home = TempDir::new("home");
+        let plugins = TempDir::new("plugins");
+        let host = Host::start(HostConfig {
+            home: home.path().to_owned(),
+            plugin_dirs: vec![plugins.path().to_owned(), target_dir()],
+            timeouts,
+            args: Vec::new(),
+        })
+        .unwrap_or_else(|e| panic!("host failed to start: {e:#}"));
+        TestHost {
+            host,
+            home,
+            plugins,
+        }
+    }
+
+    /// Parses a TOML layer (`[[row]]`/`[[patch]]`).
+    pub fn tree(toml: &str) -> Tree {
+        let (layer, _) = parse_layer(toml, Path::new("test.toml"))
+            .unwrap_or_else(|e| panic!("bad test layer: {e}"));
+        compose(&[layer]).unwrap_or_else(|e| panic!("bad test tree: {e}"))
+    }
+
+    /// Reconciles the host to the rows in `toml` and waits until settled.
+    pub async fn apply(&self, toml: &str) {
+        self.host.apply(Self::tree(toml)).await;
+    }
+
+    /// The status of row `id`.
+    pub async fn status(&self, id: &str) -> FiberStatus {
+        self.host
+            .status()
+            .await
+            .into_iter()
+            .find(|s| s.id == id)
+            .unwrap_or_else(|| panic!("no row `{id}`"))
+    }
+
+    /// Reports whose message contains `needle`.
+    pub fn reports_with(&self, needle: &str) -> Vec<Report> {
+        self.host
+            .reports()
+            .into_iter()
+            .filter(|r| r.message.contains(needle))
+            .collect()
+    }
+
+    /// Disposes everything.
+    pub async fn shutdown(self) {
+        self.host.shutdown().await;
+    }
+}
