@@ -1,5 +1,6 @@
 //! The `dsh-host` command line.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -91,6 +92,7 @@ fn init_logging() {
         .with_writer(std::io::stderr)
         .without_time()
         .with_target(false)
+        .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
         .try_init();
 }
 

@@ -50,32 +50,40 @@ impl Staging {
         })
     }
 
-    /// The path to dlopen for `source`, and whether it is a private copy.
-    pub fn prepare(&mut self, source: &Path) -> io::Result<(PathBuf, bool)> {
+    /// Reserves the path to dlopen for `source`. The returned plan says
+    /// whether a private copy must be made ([`Staged::materialize`], cheap
+    /// to run on a blocking thread).
+    pub fn prepare(&mut self, source: &Path) -> io::Result<Staged> {
         let id = FileId::of(source)?;
         let key = (id.dev, id.ino);
         let path_loaded = self.paths.contains_key(source);
         let inode_loaded = self.inodes.contains_key(&key);
-        let (path, copy) = if !path_loaded && !inode_loaded {
-            (source.to_owned(), false)
+        let staged = if !path_loaded && !inode_loaded {
+            Staged {
+                path: source.to_owned(),
+                copy_from: None,
+                must_copy: false,
+            }
         } else {
             self.seq += 1;
             let stem = source
                 .file_stem()
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_else(|| "plugin".into());
-            let dest = self.dir.join(format!("{stem}-{}.so", self.seq));
-            let _ = std::fs::remove_file(&dest);
-            if inode_loaded || std::fs::hard_link(source, &dest).is_err() {
-                std::fs::copy(source, &dest)?;
+            Staged {
+                path: self.dir.join(format!("{stem}-{}.so", self.seq)),
+                copy_from: Some(source.to_owned()),
+                must_copy: inode_loaded,
             }
-            (dest, true)
         };
-        let staged = FileId::of(&path)?;
-        *self.paths.entry(path.clone()).or_default() += 1;
-        *self.inodes.entry((staged.dev, staged.ino)).or_default() += 1;
-        self.ids.insert(path.clone(), (staged.dev, staged.ino));
-        Ok((path, copy))
+        *self.paths.entry(staged.path.clone()).or_default() += 1;
+        // A copy gets an inode of its own; a hard link or the original keeps
+        // the source's.
+        if !staged.must_copy {
+            *self.inodes.entry(key).or_default() += 1;
+            self.ids.insert(staged.path.clone(), key);
+        }
+        Ok(staged)
     }
 
     /// The generation loaded from `path` is gone.
@@ -99,7 +107,45 @@ impl Staging {
         }
     }
 
+    /// Records the inode a copy got once it exists.
+    pub fn record_copy(&mut self, path: &Path) {
+        if let Ok(id) = FileId::of(path) {
+            *self.inodes.entry((id.dev, id.ino)).or_default() += 1;
+            self.ids.insert(path.to_owned(), (id.dev, id.ino));
+        }
+    }
+
     /// The generation loaded from `path` stays mapped forever: keep its
     /// path and inode reserved so nothing is loaded over them.
     pub fn quarantine(&mut self, _path: &Path) {}
+}
+
+/// Where one generation will be loaded from.
+#[derive(Debug, Clone)]
+pub struct Staged {
+    /// The path to dlopen.
+    pub path: PathBuf,
+    /// The source to link or copy to `path`, when `path` is a private copy.
+    pub copy_from: Option<PathBuf>,
+    /// The source's inode is loaded: copy (a link would share the inode).
+    pub must_copy: bool,
+}
+
+impl Staged {
+    /// Whether `path` is a private copy.
+    pub fn is_copy(&self) -> bool {
+        self.copy_from.is_some()
+    }
+
+    /// Creates the private copy, if any.
+    pub fn materialize(&self) -> io::Result<()> {
+        let Some(source) = &self.copy_from else {
+            return Ok(());
+        };
+        let _ = std::fs::remove_file(&self.path);
+        if self.must_copy || std::fs::hard_link(source, &self.path).is_err() {
+            std::fs::copy(source, &self.path)?;
+        }
+        Ok(())
+    }
 }

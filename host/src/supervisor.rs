@@ -128,6 +128,13 @@ impl Slot {
     }
 }
 
+/// A library being loaded on a blocking thread.
+struct PendingLoad {
+    source: PathBuf,
+    staged: crate::staging::Staged,
+    task: tokio::task::JoinHandle<Result<Generation, LoadError>>,
+}
+
 /// Owns every slot; runs as one task.
 pub struct Supervisor {
     router: Arc<Router>,
@@ -316,61 +323,86 @@ impl Supervisor {
         }
         let mut slots: Vec<Option<Slot>> = std::mem::take(&mut self.slots).into_iter().map(Some).collect();
         self.slots = ordered.into_iter().filter_map(|i| slots[i].take()).collect();
+        // Load every new library concurrently, then install in row order.
+        let mut loads = Vec::new();
         for i in 0..self.slots.len() {
-            if self.slots[i].state == FiberState::Pending && self.slots[i].gen.is_none() {
-                self.load(i).await;
+            if self.slots[i].state != FiberState::Pending || self.slots[i].gen.is_some() {
+                continue;
+            }
+            match resolve_plugin(&self.slots[i].row.plugin, &self.plugin_dirs) {
+                Err(e) => self.fail(i, e),
+                Ok(path) => match self.start_load(i, &path) {
+                    Ok(p) => loads.push((i, p)),
+                    Err(e) => self.fail(i, e.to_string()),
+                },
+            }
+        }
+        for (i, pending) in loads {
+            let path = pending.source.clone();
+            match self.finish_load(pending).await {
+                Ok(gen) => self.install(i, gen, path),
+                Err(e) => self.fail(i, e.to_string()),
             }
         }
         self.check_cycles();
         self.settle().await;
     }
 
-    /// Loads the library of slot `i` (not yet applied).
-    async fn load(&mut self, i: usize) {
-        let path = match resolve_plugin(&self.slots[i].row.plugin, &self.plugin_dirs) {
-            Ok(p) => p,
-            Err(e) => return self.fail(i, e),
-        };
-        match self.load_generation(i, &path).await {
-            Ok(gen) => self.install(i, gen, path),
-            Err(e) => self.fail(i, e.to_string()),
-        }
+    async fn load_generation(&mut self, i: usize, path: &Path) -> Result<Generation, LoadError> {
+        let pending = self.start_load(i, path)?;
+        self.finish_load(pending).await
     }
 
-    async fn load_generation(&mut self, i: usize, path: &Path) -> Result<Generation, LoadError> {
+    /// Reserves a load path and starts loading on a blocking thread.
+    fn start_load(&mut self, i: usize, path: &Path) -> Result<PendingLoad, LoadError> {
         let fiber = self.next_fiber;
         self.next_fiber += 1;
-        let (load_path, is_copy) = self.staging.prepare(path).map_err(|e| LoadError::Open {
+        let staged = self.staging.prepare(path).map_err(|e| LoadError::Open {
             path: path.to_owned(),
             reason: format!("cannot stage a private copy: {e}"),
         })?;
         let sink: Arc<dyn crate::loader::Sink> = self.router.clone();
         let name = self.slots[i].row.plugin.clone();
-        let lp = load_path.clone();
-        let result = tokio::task::spawn_blocking(move || {
+        let plan = staged.clone();
+        let task = tokio::task::spawn_blocking(move || {
+            plan.materialize().map_err(|e| LoadError::Open {
+                path: plan.path.clone(),
+                reason: format!("cannot stage a private copy: {e}"),
+            })?;
             Generation::load(LoadSpec {
-                load_path: &lp,
-                is_copy,
+                load_path: &plan.path,
+                is_copy: plan.is_copy(),
                 fiber,
                 name_hint: &name,
                 sink,
             })
+        });
+        Ok(PendingLoad {
+            source: path.to_owned(),
+            staged,
+            task,
         })
-        .await
-        .unwrap_or_else(|e| {
+    }
+
+    async fn finish_load(&mut self, pending: PendingLoad) -> Result<Generation, LoadError> {
+        let PendingLoad {
+            source,
+            staged,
+            task,
+        } = pending;
+        let result = task.await.unwrap_or_else(|e| {
             Err(LoadError::Thread {
-                path: path.to_owned(),
+                path: source.clone(),
                 reason: e.to_string(),
             })
         });
-        let gen = match result {
-            Ok(g) => g,
-            Err(e) => {
-                self.staging.release(&load_path, is_copy);
-                return Err(e);
-            }
-        };
-        Ok(gen)
+        if staged.must_copy {
+            self.staging.record_copy(&staged.path);
+        }
+        if result.is_err() {
+            self.staging.release(&staged.path, staged.is_copy());
+        }
+        result
     }
 
     fn install(&mut self, i: usize, mut gen: Generation, path: PathBuf) {

@@ -187,30 +187,48 @@ impl Shared {
         };
         let fut = handler(request);
         let shared = self.clone();
-        let task = tokio::task::spawn_local(async move {
-            match catch(fut).await {
-                Ok(Ok(Reply::Value(v))) => shared.reply(id, Ok(v)),
-                Ok(Ok(Reply::Stream(mut rx))) => {
-                    let mut failed = false;
-                    while let Some(item) = rx.recv().await {
-                        match item {
-                            Ok(v) => shared.reply_item(id, v),
-                            Err(e) => {
-                                shared.reply(id, Err(e));
-                                failed = true;
-                                break;
+        self.run_or_spawn(
+            Some(id),
+            Box::pin(async move {
+                match catch(fut).await {
+                    Ok(Ok(Reply::Value(v))) => shared.reply(id, Ok(v)),
+                    Ok(Ok(Reply::Stream(mut rx))) => {
+                        let mut failed = false;
+                        while let Some(item) = rx.recv().await {
+                            match item {
+                                Ok(v) => shared.reply_item(id, v),
+                                Err(e) => {
+                                    shared.reply(id, Err(e));
+                                    failed = true;
+                                    break;
+                                }
                             }
                         }
+                        if !failed {
+                            shared.reply(id, Ok(Value::Null));
+                        }
                     }
-                    if !failed {
-                        shared.reply(id, Ok(Value::Null));
-                    }
+                    Ok(Err(e)) | Err(e) => shared.reply(id, Err(e)),
                 }
-                Ok(Err(e)) | Err(e) => shared.reply(id, Err(e)),
-            }
-            shared.incoming.borrow_mut().remove(&id);
-        });
-        self.incoming.borrow_mut().insert(id, task.abort_handle());
+                shared.incoming.borrow_mut().remove(&id);
+            }),
+        );
+    }
+
+    /// Polls `fut` once right here; only a future that has to wait becomes a
+    /// task. Most handlers answer at once, and this saves a task spawn and a
+    /// scheduler turn per call. The first poll uses a no-op waker: a pending
+    /// future is spawned at once, and a spawned task is polled (and
+    /// re-registers its interests) immediately.
+    fn run_or_spawn(&self, id: Option<u64>, mut fut: LocalBoxFuture<()>) {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        if fut.as_mut().poll(&mut cx).is_ready() {
+            return;
+        }
+        let task = tokio::task::spawn_local(fut);
+        if let Some(id) = id {
+            self.incoming.borrow_mut().insert(id, task.abort_handle());
+        }
     }
 
     /// The caller of an incoming call went away.
@@ -254,22 +272,20 @@ impl Shared {
         let fut = listener(event);
         let shared = self.clone();
         let name = msg.target;
-        let task = tokio::task::spawn_local(async move {
-            let result = catch(fut).await.and_then(|r| r);
-            if invocation == 0 {
-                if let Err(e) = result {
-                    tracing::warn!("listener for `{name}` failed (contained): {e}");
+        self.run_or_spawn(
+            (invocation != 0).then_some(invocation),
+            Box::pin(async move {
+                let result = catch(fut).await.and_then(|r| r);
+                if invocation == 0 {
+                    if let Err(e) = result {
+                        tracing::warn!("listener for `{name}` failed (contained): {e}");
+                    }
+                } else {
+                    shared.reply(invocation, result);
+                    shared.incoming.borrow_mut().remove(&invocation);
                 }
-            } else {
-                shared.reply(invocation, result);
-                shared.incoming.borrow_mut().remove(&invocation);
-            }
-        });
-        if invocation != 0 {
-            self.incoming
-                .borrow_mut()
-                .insert(invocation, task.abort_handle());
-        }
+            }),
+        );
     }
 
     /// Runs the innermost default of one of our waterfalls.

@@ -1,0 +1,305 @@
+//! The `dsh-host` binary: composition and `--dump-config`, bad configs,
+//! `plugins check|list|soak`, `--watch` hot reload of plugins and patches,
+//! and signals.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use dsh_testkit::{library, target_dir, TempDir};
+use serde_json::Value;
+
+fn dsh_host() -> Command {
+    let mut c = Command::new(target_dir().join("dsh-host"));
+    c.env_remove("DSH_LOG").env("NO_COLOR", "1");
+    c
+}
+
+/// A `$DSH_HOME` with profile `test` = bundle `base` (rows a, b: probes).
+fn home_with_profile() -> TempDir {
+    let home = TempDir::new("cli-home");
+    let p = home.path();
+    std::fs::create_dir_all(p.join("profiles/test")).unwrap();
+    std::fs::create_dir_all(p.join("profiles/bundles")).unwrap();
+    std::fs::write(p.join("profiles/test/profile.toml"), "bundles = [\"base\"]\n").unwrap();
+    std::fs::write(
+        p.join("profiles/bundles/base.toml"),
+        "[[row]]\nid = \"a\"\nplugin = \"dsh-fixture-probe\"\nconfig = { tag = \"a\" }\n\n\
+         [[row]]\nid = \"b\"\nplugin = \"dsh-fixture-probe\"\nconfig = { tag = \"b\" }\n",
+    )
+    .unwrap();
+    home
+}
+
+fn output(c: &mut Command) -> (i32, String, String) {
+    let out = c.output().expect("run dsh-host");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn dump_config_shows_layers_and_warns_on_unknown_patch_ids() {
+    let home = home_with_profile();
+    std::fs::write(
+        home.path().join("patch.toml"),
+        "[[patch]]\nid = \"b\"\nconfig = { tag = \"b2\" }\n",
+    )
+    .unwrap();
+    let extra = home.path().join("extra.toml");
+    std::fs::write(
+        &extra,
+        "[[patch]]\nid = \"b\"\ndisabled = true\n[[patch]]\nid = \"nope\"\ndisabled = true\n\
+         [[row]]\nid = \"c\"\nplugin = \"counter\"\n",
+    )
+    .unwrap();
+    let (code, out, err) = output(
+        dsh_host()
+            .env("DSH_HOME", home.path())
+            .args(["--profile", "test", "--dump-config", "--patch"])
+            .arg(&extra),
+    );
+    assert_eq!(code, 0, "{err}");
+    let home_patch = home.path().join("patch.toml").display().to_string();
+    assert!(out.contains("# == bundle:base\n[[row]]\nid = \"a\""), "{out}");
+    assert!(
+        out.contains(&format!(
+            "# == bundle:base, patched by {home_patch}, {}\n[[row]]\nid = \"b\"",
+            extra.display()
+        )),
+        "{out}"
+    );
+    assert!(out.contains("disabled = true"), "{out}");
+    assert!(out.contains("tag = \"b2\""), "{out}");
+    assert!(out.contains(&format!("# == {}\n[[row]]\nid = \"c\"", extra.display())), "{out}");
+    assert!(err.contains("patch: row \"nope\" not found"), "{err}");
+}
+
+#[test]
+fn malformed_toml_and_unknown_profiles_are_clear_errors() {
+    let home = home_with_profile();
+    let bad = home.path().join("profiles/bundles/base.toml");
+    std::fs::write(&bad, "[[row]]\nid = \"a\"\nplugin = \n").unwrap();
+    let (code, _, err) = output(dsh_host().env("DSH_HOME", home.path()).args(["--profile", "test"]));
+    assert_eq!(code, 1);
+    assert!(err.contains(&bad.display().to_string()) && err.contains("line 3"), "{err}");
+
+    let (code, _, err) = output(dsh_host().env("DSH_HOME", home.path()).args(["--profile", "ghost"]));
+    assert_eq!(code, 1);
+    assert!(err.contains("profile `ghost` not found; searched:"), "{err}");
+    assert!(err.contains(&home.path().join("profiles/ghost/profile.toml").display().to_string()));
+
+    let (code, _, err) = output(dsh_host().env("DSH_HOME", home.path()));
+    assert_eq!(code, 1);
+    assert!(err.contains("--profile <NAME> is required"), "{err}");
+}
+
+#[test]
+fn plugins_check_and_list() {
+    let (code, out, _) = output(dsh_host().args(["plugins", "check"]).arg(library("dsh-fixture-probe")));
+    assert_eq!(code, 0);
+    let manifest: Value = serde_json::from_str(out.split("\nunload:").next().unwrap()).unwrap();
+    assert_eq!(manifest["name"], "probe");
+    assert!(out.contains("unload: unmapped"), "{out}");
+
+    let dir = TempDir::new("cli-plugins");
+    std::fs::write(dir.path().join("garbage.so"), vec![7u8; 4096]).unwrap();
+    let (code, _, err) = output(dsh_host().args(["plugins", "check"]).arg(dir.path().join("garbage.so")));
+    assert_eq!(code, 1);
+    assert!(err.contains("refused") && err.contains("invalid ELF header"), "{err}");
+
+    std::fs::copy(library("dsh-fixture-counter-v2"), dir.path().join("counter.so")).unwrap();
+    let home = TempDir::new("cli-list-home");
+    let (code, out, err) = output(
+        dsh_host()
+            .env("DSH_HOME", home.path())
+            .env("DSH_INSTALL_DIR", dir.path())
+            .args(["plugins", "list", "--plugins-dir"])
+            .arg(dir.path()),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.lines().any(|l| l.starts_with("counter") && l.contains("2.0.0") && l.contains("loadable")), "{out}");
+    assert!(out.lines().any(|l| l.contains("refused") && l.contains("garbage.so")), "{out}");
+}
+
+struct Running {
+    child: Child,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Running {
+    fn start(mut c: Command) -> Running {
+        let mut child = c
+            .env("DSH_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn dsh-host");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let pipe = child.stderr.take().unwrap();
+        let buf = stderr.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                let mut b = buf.lock().unwrap();
+                b.push_str(&line);
+                b.push('\n');
+            }
+        });
+        Running { child, stderr }
+    }
+
+    fn log(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    fn wait_for(&self, needle: &str) {
+        let start = Instant::now();
+        while !self.log().contains(needle) {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "timed out waiting for {needle:?}; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn count(&self, needle: &str) -> usize {
+        self.log().matches(needle).count()
+    }
+
+    fn signal(&self, sig: &str) {
+        Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .unwrap();
+    }
+
+    fn exit_code(mut self) -> i32 {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code().unwrap_or(-1);
+            }
+            assert!(start.elapsed() < Duration::from_secs(20), "did not exit:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn write_atomically(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+#[test]
+fn watch_reconciles_patch_edits_by_id_and_keeps_the_last_good_tree() {
+    let home = home_with_profile();
+    let patch = home.path().join("p.toml");
+    std::fs::write(&patch, "[[patch]]\nid = \"b\"\nconfig = { tag = \"b1\" }\n").unwrap();
+    let mut c = dsh_host();
+    c.env("DSH_HOME", home.path())
+        .args(["--profile", "test", "--watch", "--patch"])
+        .arg(&patch)
+        .arg("--plugins-dir")
+        .arg(target_dir());
+    let run = Running::start(c);
+    run.wait_for("a: active (generation");
+    run.wait_for("b: active (generation");
+    let a_before = run.count("a: active");
+
+    write_atomically(&patch, "[[patch]]\nid = \"b\"\nconfig = { tag = \"b2\" }\n");
+    run.wait_for("b: active (generation 3)");
+    assert_eq!(run.count("a: active"), a_before, "row a must not restart:\n{}", run.log());
+
+    write_atomically(&patch, "[[patch]]\nid = \"b\"\nconfig = \n");
+    run.wait_for("rejected, keeping the last good tree");
+    assert!(run.log().contains("line 3"), "{}", run.log());
+
+    run.signal("-TERM");
+    assert_eq!(run.exit_code(), 0);
+}
+
+#[test]
+fn watch_reloads_a_replaced_plugin_and_unloads_a_removed_one_and_sigint_exits_130() {
+    let home = TempDir::new("cli-reload-home");
+    let plugins = TempDir::new("cli-reload-plugins");
+    std::fs::create_dir_all(home.path().join("profiles/c")).unwrap();
+    std::fs::write(
+        home.path().join("profiles/c/profile.toml"),
+        "[[row]]\nid = \"counter\"\nplugin = \"counter\"\n",
+    )
+    .unwrap();
+    let target = plugins.path().join("counter.so");
+    std::fs::copy(library("dsh-fixture-counter-v1"), &target).unwrap();
+    let mut c = dsh_host();
+    c.env("DSH_HOME", home.path())
+        .args(["--profile", "c", "--watch", "--plugins-dir"])
+        .arg(plugins.path());
+    let run = Running::start(c);
+    run.wait_for("counter: active (generation 1)");
+
+    let tmp = plugins.path().join("counter.so.tmp");
+    std::fs::copy(library("dsh-fixture-counter-v2"), &tmp).unwrap();
+    std::fs::rename(&tmp, &target).unwrap();
+    run.wait_for("counter: active (generation 2)");
+    run.wait_for("generation 1 unmapped");
+
+    std::fs::write(&tmp, vec![1u8; 8192]).unwrap();
+    std::fs::rename(&tmp, &target).unwrap();
+    run.wait_for("reload refused");
+    assert!(run.log().contains("the running generation keeps serving"), "{}", run.log());
+
+    std::fs::remove_file(&target).unwrap();
+    run.wait_for("was removed");
+
+    run.signal("-INT");
+    assert_eq!(run.exit_code(), 130);
+}
+
+fn soak(cycles: usize) -> Value {
+    let home = TempDir::new("soak-home");
+    let (code, out, err) = output(
+        dsh_host()
+            .env("DSH_HOME", home.path())
+            .args(["plugins", "soak", "--cycles", &cycles.to_string(), "--call", "counter.get"])
+            .arg(library("dsh-fixture-counter-v1")),
+    );
+    assert_eq!(code, 0, "{err}");
+    let report: Value = serde_json::from_str(&out).unwrap();
+    eprintln!("soak {cycles}: {report}");
+    report
+}
+
+#[test]
+fn two_hundred_reloads_keep_memory_and_fds_bounded() {
+    let r = soak(200);
+    assert_eq!(r["failed_calls"], 0);
+    assert_eq!(r["last_answer"], 1);
+    // The manifest check plus the 200 replaced generations.
+    assert_eq!(r["stats"]["unmapped"], 201, "{r}");
+    assert_eq!(r["stats"]["pinned"], 0);
+    assert_eq!(r["stats"]["quarantined"], 0);
+    let fds = r["fds_after"].as_i64().unwrap() - r["fds_before"].as_i64().unwrap();
+    assert!(fds <= 2, "fd growth {fds}: {r}");
+    let rss = r["rss_after"].as_i64().unwrap() - r["rss_before"].as_i64().unwrap();
+    assert!(rss < 64 << 20, "RSS growth {rss} bytes: {r}");
+    // At most the host's idle blocking-pool thread remains.
+    let threads = r["threads_after"].as_i64().unwrap() - r["threads_before"].as_i64().unwrap();
+    assert!(threads <= 1, "thread growth {threads}: {r}");
+}
+
+#[test]
+fn eleven_hundred_reloads_do_not_exhaust_pthread_keys() {
+    let r = soak(1100);
+    assert_eq!(r["key_sweep"], true);
+    assert_eq!(r["failed_calls"], 0);
+    assert!(r["stats"]["keys_swept"].as_u64().unwrap() >= 1100, "{r}");
+}
+

@@ -1,0 +1,351 @@
+//! `cargo xtask <task>`: the project's tasks.
+//!
+//! - `build [--release]`: build everything and stage a runnable tree at
+//!   `target/dsh/` (`bin/dsh-host`, `plugins/`, `profiles/`).
+//! - `demo`: build, stage, and run the offline demo profile in a temporary
+//!   workspace.
+//! - `test`: build everything (tests load real plugin builds), check the
+//!   plugin rules, run every test.
+//! - `check`: the plugin rules that `cargo tree` can see (a deny list of
+//!   crates and tokio features).
+//! - `new-plugin NAME`: scaffold `plugins/NAME` with a passing test.
+//! - `bench`: release build, then print the performance figures.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_owned)
+        .unwrap_or_default()
+}
+
+fn cargo() -> Command {
+    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.current_dir(root());
+    c
+}
+
+fn run(mut cmd: Command) -> Result<()> {
+    let shown = format!("{cmd:?}");
+    let status = cmd.status().with_context(|| format!("cannot run {shown}"))?;
+    if !status.success() {
+        bail!("{shown} failed with {status}");
+    }
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let rest: Vec<&str> = args.iter().skip(1).map(String::as_str).collect();
+    match args.first().map(String::as_str) {
+        Some("build") => build(rest.contains(&"--release")).map(|_| ()),
+        Some("demo") => demo(),
+        Some("test") => test(),
+        Some("check") => check(),
+        Some("new-plugin") => match rest.first() {
+            Some(name) => new_plugin(name),
+            None => bail!("usage: cargo xtask new-plugin NAME"),
+        },
+        Some("bench") => bench(),
+        _ => {
+            eprintln!("usage: cargo xtask build [--release] | demo | test | check | new-plugin NAME | bench");
+            std::process::exit(2);
+        }
+    }
+}
+
+/// Plugin crates under `plugins/`: (directory name, library file name).
+fn plugin_crates() -> Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    let dir = root().join("plugins");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Ok(out);
+    };
+    for e in entries.flatten() {
+        let manifest = e.path().join("Cargo.toml");
+        let Ok(text) = std::fs::read_to_string(&manifest) else {
+            continue;
+        };
+        let package = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("name = \""))
+            .and_then(|l| l.strip_suffix('"'))
+            .with_context(|| format!("no package name in {}", manifest.display()))?;
+        let dir_name = e.file_name().to_string_lossy().into_owned();
+        out.push((dir_name, format!("lib{}.so", package.replace('-', "_"))));
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Builds the workspace and stages `target/dsh`. Returns the staged root.
+fn build(release: bool) -> Result<PathBuf> {
+    let mut c = cargo();
+    c.args(["build", "--workspace"]);
+    if release {
+        c.arg("--release");
+    }
+    run(c)?;
+    let profile = if release { "release" } else { "debug" };
+    let target = root().join("target").join(profile);
+    let stage = root().join("target").join("dsh");
+    let _ = std::fs::remove_dir_all(&stage);
+    for d in ["bin", "plugins", "profiles"] {
+        std::fs::create_dir_all(stage.join(d))?;
+    }
+    std::fs::copy(target.join("dsh-host"), stage.join("bin").join("dsh-host"))
+        .context("staging dsh-host")?;
+    for (name, lib) in plugin_crates()? {
+        let from = target.join(&lib);
+        std::fs::copy(&from, stage.join("plugins").join(format!("{name}.so")))
+            .with_context(|| format!("staging {}", from.display()))?;
+    }
+    copy_tree(&root().join("profiles"), &stage.join("profiles"))?;
+    println!("staged {} ({profile})", stage.display());
+    Ok(stage)
+}
+
+fn copy_tree(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to)?;
+    for e in std::fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
+        let e = e?;
+        let dest = to.join(e.file_name());
+        if e.file_type()?.is_dir() {
+            copy_tree(&e.path(), &dest)?;
+        } else {
+            std::fs::copy(e.path(), dest)?;
+        }
+    }
+    Ok(())
+}
+
+fn demo() -> Result<()> {
+    let stage = build(false)?;
+    let work = std::env::temp_dir().join(format!("dsh-demo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work)?;
+    copy_tree(&root().join("profiles").join("demo").join("workspace"), &work)?;
+    let home = work.join(".dsh-home");
+    println!("demo workspace: {}", work.display());
+    let mut c = Command::new(stage.join("bin").join("dsh-host"));
+    c.current_dir(&work)
+        .env("DSH_HOME", &home)
+        .args(["--profile", "demo", "Read notes.md and summarize it."]);
+    let result = run(c);
+    let _ = std::fs::remove_dir_all(&work);
+    result
+}
+
+fn test() -> Result<()> {
+    let mut c = cargo();
+    c.args(["build", "--workspace"]);
+    run(c)?;
+    check()?;
+    let mut c = cargo();
+    c.args(["test", "--workspace", "--", "--test-threads=2"]);
+    run(c)
+}
+
+/// Crates a plugin must never link (see ARCHITECTURE.md, plugin rules).
+const DENIED_CRATES: &[(&str, &str)] = &[
+    ("rayon", "its global pool outlives the generation and pins the library"),
+    ("rayon-core", "its global pool outlives the generation and pins the library"),
+    ("signal-hook", "installs signal handlers that crash the host after unload"),
+    ("signal-hook-registry", "installs signal handlers that crash the host after unload"),
+    ("ctrlc", "installs signal handlers that crash the host after unload"),
+    ("native-tls", "use rustls with ring"),
+    ("openssl", "use rustls with ring"),
+    ("openssl-sys", "use rustls with ring"),
+    ("aws-lc-rs", "an extra pthread key per generation; use ring"),
+    ("aws-lc-sys", "an extra pthread key per generation; use ring"),
+    ("tracing-subscriber", "plugins log through the SDK's scoped dispatcher"),
+    ("env_logger", "a process-global logger"),
+];
+
+/// tokio features a plugin must not enable.
+const DENIED_TOKIO: &[(&str, &str)] = &[
+    ("signal", "signal handlers outlive the generation"),
+    ("process", "SIGCHLD handling and leaked fds; use dsh_sdk::process"),
+    ("rt-multi-thread", "worker threads run plugin code outside the generation thread"),
+];
+
+fn check() -> Result<()> {
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    for base in ["plugins", "tests/fixtures"] {
+        if let Ok(entries) = std::fs::read_dir(root().join(base)) {
+            dirs.extend(entries.flatten().map(|e| e.path()).filter(|p| p.join("Cargo.toml").is_file()));
+        }
+    }
+    dirs.sort();
+    let mut problems = Vec::new();
+    for dir in &dirs {
+        let out = cargo()
+            .args(["tree", "--edges", "normal", "--prefix", "none", "--format", "{p}|{f}", "--manifest-path"])
+            .arg(dir.join("Cargo.toml"))
+            .output()
+            .context("running cargo tree")?;
+        if !out.status.success() {
+            bail!("cargo tree failed for {}: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        for line in text.lines() {
+            let (pkg, features) = line.split_once('|').unwrap_or((line, ""));
+            let name = pkg.split_whitespace().next().unwrap_or_default();
+            for (denied, why) in DENIED_CRATES {
+                if name == *denied {
+                    problems.push(format!("{}: links `{name}`: {why}", dir.display()));
+                }
+            }
+            if name == "tokio" {
+                for f in features.split(',') {
+                    for (denied, why) in DENIED_TOKIO {
+                        if f == *denied {
+                            problems.push(format!("{}: tokio feature `{f}`: {why}", dir.display()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    problems.sort();
+    problems.dedup();
+    if problems.is_empty() {
+        println!("plugin rules: {} crates checked, no denied crate or tokio feature", dirs.len());
+        Ok(())
+    } else {
+        for p in &problems {
+            eprintln!("{p}");
+        }
+        bail!("{} plugin rule violations", problems.len())
+    }
+}
+
+fn new_plugin(name: &str) -> Result<()> {
+    let valid = !name.is_empty()
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && name.starts_with(|c: char| c.is_ascii_lowercase());
+    if !valid {
+        bail!("plugin names are lowercase letters, digits and dashes, starting with a letter: `{name}`");
+    }
+    let dir = root().join("plugins").join(name);
+    if dir.exists() {
+        bail!("{} already exists", dir.display());
+    }
+    let krate = format!("dsh-plugin-{name}");
+    let ty: String = name
+        .split('-')
+        .map(|w| {
+            let mut c = w.chars();
+            c.next().map(|f| f.to_ascii_uppercase().to_string() + c.as_str()).unwrap_or_default()
+        })
+        .collect();
+    std::fs::create_dir_all(dir.join("src"))?;
+    std::fs::create_dir_all(dir.join("tests"))?;
+    std::fs::write(
+        dir.join("Cargo.toml"),
+        format!(
+            r#"[package]
+name = "{krate}"
+description = "The `{name}` dsh plugin."
+version.workspace = true
+edition.workspace = true
+license.workspace = true
+
+[lib]
+crate-type = ["cdylib"]
+
+[dependencies]
+dsh-sdk.workspace = true
+abi_stable.workspace = true
+serde.workspace = true
+
+[dev-dependencies]
+dsh-testkit.workspace = true
+tokio.workspace = true
+serde_json.workspace = true
+"#
+        ),
+    )?;
+    std::fs::write(
+        dir.join("src/lib.rs"),
+        format!(
+            r#"//! The `{name}` plugin: provides the `{name}` service.
+
+use dsh_sdk::prelude::*;
+use serde::Deserialize;
+
+/// Row config.
+#[derive(Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+struct Config {{
+    greeting: Option<String>,
+}}
+
+struct {ty};
+
+impl Plugin for {ty} {{
+    const NAME: &'static str = "{name}";
+    const DESCRIPTION: &'static str = "says hello";
+    const PROVIDES: &'static [&'static str] = &["{name}"];
+    type Config = Config;
+
+    async fn apply(ctx: Context, config: Config) -> Result<()> {{
+        let greeting = config.greeting.unwrap_or_else(|| "hello".into());
+        ctx.provide("{name}", move |req| {{
+            let greeting = greeting.clone();
+            async move {{
+                match req.method.as_str() {{
+                    "greet" => Reply::json(format!("{{greeting}}, {{}}", req.params["name"].as_str().unwrap_or("world"))),
+                    _ => Err(req.unknown_method()),
+                }}
+            }}
+        }});
+        Ok(())
+    }}
+}}
+
+dsh_sdk::export_plugin!({ty});
+"#
+        ),
+    )?;
+    std::fs::write(
+        dir.join("tests").join(format!("{}.rs", name.replace('-', "_"))),
+        format!(
+            r#"//! Loads the real `{name}` library into a real host.
+
+use dsh_testkit::TestHost;
+use serde_json::json;
+
+#[tokio::test]
+async fn greets() {{
+    let t = TestHost::start().await;
+    t.apply("[[row]]\nid = '{name}'\nplugin = '{name}'\n[row.config]\ngreeting = 'hi'\n").await;
+    let out = t.host.call("{name}", "greet", json!({{"name": "dsh"}})).await.unwrap();
+    assert_eq!(out, json!("hi, dsh"));
+    t.shutdown().await;
+}}
+"#
+        ),
+    )?;
+    std::fs::write(
+        dir.join("README.md"),
+        format!("# {krate}\n\nThe `{name}` plugin. Owns the `{name}` service; touches nothing else.\n"),
+    )?;
+    println!("created {} (build it with `cargo build -p {krate}`, test with `cargo test -p {krate}`)", dir.display());
+    Ok(())
+}
+
+fn bench() -> Result<()> {
+    let stage = build(true)?;
+    let mut c = cargo();
+    c.args(["build", "--release", "-p", "dsh-tests", "--bin", "dsh-bench"]);
+    run(c)?;
+    let mut c = Command::new(root().join("target/release/dsh-bench"));
+    c.env("DSH_BENCH_STAGE", &stage)
+        .env("DSH_BENCH_LIBS", root().join("target/release"));
+    run(c)
+}
