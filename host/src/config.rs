@@ -160,7 +160,9 @@ pub fn parse_layer(text: &str, path: &Path) -> Result<(Layer, Vec<String>), Conf
 impl ProfileRoots {
     fn find(&self, what: &'static str, name: &str, rel: &Path) -> Result<PathBuf, ConfigError> {
         if name.is_empty() || name.contains('/') || name == "." || name == ".." {
-            return Err(ConfigError::Invalid(format!("invalid {what} name `{name}`")));
+            return Err(ConfigError::Invalid(format!(
+                "invalid {what} name `{name}`"
+            )));
         }
         let candidates: Vec<PathBuf> = self.0.iter().map(|r| r.join(rel)).collect();
         candidates
@@ -243,7 +245,9 @@ fn insert_row(
     group: Option<&str>,
 ) -> Result<(), ConfigError> {
     if row.id.trim().is_empty() {
-        return Err(ConfigError::Invalid(format!("{origin}: a row has an empty id")));
+        return Err(ConfigError::Invalid(format!(
+            "{origin}: a row has an empty id"
+        )));
     }
     if tree.rows.iter().any(|r| r.row.id == row.id) {
         return Err(ConfigError::Invalid(format!(
@@ -281,7 +285,12 @@ fn apply_patch(tree: &mut Tree, patch: &Patch, origin: &str) -> Result<(), Confi
         return Ok(());
     }
     let targets: Vec<usize> = match (&patch.id, &patch.group) {
-        (Some(id), _) => tree.rows.iter().position(|r| &r.row.id == id).into_iter().collect(),
+        (Some(id), _) => tree
+            .rows
+            .iter()
+            .position(|r| &r.row.id == id)
+            .into_iter()
+            .collect(),
         (None, Some(g)) => tree
             .rows
             .iter()
@@ -290,8 +299,9 @@ fn apply_patch(tree: &mut Tree, patch: &Patch, origin: &str) -> Result<(), Confi
             .map(|(i, _)| i)
             .collect(),
         (None, None) => {
-            tree.warnings
-                .push(format!("[{origin}] patch: a patch names no id, group or insert; ignored"));
+            tree.warnings.push(format!(
+                "[{origin}] patch: a patch names no id, group or insert; ignored"
+            ));
             return Ok(());
         }
     };
@@ -440,9 +450,9 @@ pub fn inject_cycles(
                 let mut p = path.clone();
                 p.push(format!("({service}) {next}"));
                 if *next == id.as_str() {
-                    found.entry(id.clone()).or_insert_with(|| {
-                        format!("cyclic inject: {}", p.join(" -> "))
-                    });
+                    found
+                        .entry(id.clone())
+                        .or_insert_with(|| format!("cyclic inject: {}", p.join(" -> ")));
                 } else if seen.insert(next) {
                     stack.push((next, p));
                 }
@@ -476,7 +486,10 @@ mod tests {
         assert_eq!(tree.rows[0].row.config, serde_json::json!({"x": 3}));
         assert_eq!(tree.rows[0].patched_by, vec!["/u/patch.toml"]);
         assert!(tree.rows[1].row.disabled);
-        assert_eq!(tree.warnings, vec!["[/u/patch.toml] patch: row \"nope\" not found"]);
+        assert_eq!(
+            tree.warnings,
+            vec!["[/u/patch.toml] patch: row \"nope\" not found"]
+        );
         let dumped = dump(&tree);
         assert!(dumped.contains("# == bundle:base, patched by /u/patch.toml\n[[row]]\nid = \"a\""));
         let again = compose(&[layer(&dumped, "dump")]).unwrap();
@@ -485,7 +498,8 @@ mod tests {
 
     #[test]
     fn invalid_toml_names_file_and_line() {
-        let err = parse_layer("[[row]]\nid = 'a'\nplugin = \n", Path::new("/p/bad.toml")).unwrap_err();
+        let err =
+            parse_layer("[[row]]\nid = 'a'\nplugin = \n", Path::new("/p/bad.toml")).unwrap_err();
         let text = err.to_string();
         assert!(text.starts_with("/p/bad.toml: "), "{text}");
         assert!(text.contains("line 3"), "{text}");
@@ -494,14 +508,25 @@ mod tests {
     #[test]
     fn env_interpolation_uses_default_when_unset() {
         let v = serde_json::json!({"u": "${env:DSH_TEST_SURELY_UNSET:-https://x}/v1", "n": 1});
-        assert_eq!(interpolate_env(&v), serde_json::json!({"u": "https://x/v1", "n": 1}));
+        assert_eq!(
+            interpolate_env(&v),
+            serde_json::json!({"u": "https://x/v1", "n": 1})
+        );
     }
 
     #[test]
     fn cycles_are_described() {
         let rows = vec![
-            ("a".to_string(), vec!["x".to_string()], vec!["y".to_string()]),
-            ("b".to_string(), vec!["y".to_string()], vec!["x".to_string()]),
+            (
+                "a".to_string(),
+                vec!["x".to_string()],
+                vec!["y".to_string()],
+            ),
+            (
+                "b".to_string(),
+                vec!["y".to_string()],
+                vec!["x".to_string()],
+            ),
             ("c".to_string(), vec![], vec!["x".to_string()]),
         ];
         let c = inject_cycles(&rows);

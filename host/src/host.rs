@@ -88,7 +88,11 @@ async fn final_reply(mut rx: mpsc::UnboundedReceiver<HostReply>) -> Result<Value
     while let Some(r) = rx.recv().await {
         if r.is_final() {
             let v = r.result()?;
-            return Ok(if items.is_empty() { v } else { Value::Array(items) });
+            return Ok(if items.is_empty() {
+                v
+            } else {
+                Value::Array(items)
+            });
         }
         if let Ok(v) = r.result() {
             items.push(v);

@@ -18,7 +18,7 @@ use crate::supervisor::Timeouts;
 struct NullSink;
 
 impl Sink for NullSink {
-    fn from_plugin(&self, _: &GenCtx, _: &Envelope) -> i32 {
+    fn deliver(&self, _: &GenCtx, _: &Envelope) -> i32 {
         -1
     }
     fn log(&self, _: &GenCtx, _: u8, _: &str, _: &str) {}
@@ -44,7 +44,9 @@ pub fn libraries(dirs: &[PathBuf]) -> Vec<PathBuf> {
     let mut seen = std::collections::HashSet::new();
     let mut out = Vec::new();
     for d in dirs {
-        let Ok(entries) = std::fs::read_dir(d) else { continue };
+        let Ok(entries) = std::fs::read_dir(d) else {
+            continue;
+        };
         let mut files: Vec<PathBuf> = entries
             .flatten()
             .map(|e| e.path())

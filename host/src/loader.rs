@@ -77,7 +77,7 @@ pub enum LoadError {
 /// Receives what a running generation sends. Implemented by the router.
 pub trait Sink: Send + Sync {
     /// A message from the plugin. Returns 0 when accepted.
-    fn from_plugin(&self, generation: &GenCtx, message: &Envelope) -> i32;
+    fn deliver(&self, generation: &GenCtx, message: &Envelope) -> i32;
     /// A log record from the plugin.
     fn log(&self, generation: &GenCtx, level: u8, target: &str, message: &str);
     /// The actor of `fiber` returned `code` (called on the generation thread).
@@ -101,7 +101,7 @@ extern "C" fn host_send(ctx: *const c_void, message: &Envelope) -> i32 {
         // SAFETY: `ctx` is the GenCtx this handle was built with; it outlives
         // the generation thread.
         let gen = unsafe { &*(ctx as *const GenCtx) };
-        gen.sink.from_plugin(gen, message)
+        gen.sink.deliver(gen, message)
     }))
     .unwrap_or(-2)
 }
@@ -467,10 +467,7 @@ impl Generation {
                 ),
             };
         }
-        let lib = match thread.join() {
-            Ok(lib) => lib,
-            Err(_) => None,
-        };
+        let lib = thread.join().unwrap_or_default();
         // Only now: closing earlier could drop a STOP the actor has not read.
         self.inbox.close();
         // The thread is gone: the host context can be reclaimed.

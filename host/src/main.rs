@@ -44,7 +44,11 @@ struct RunArgs {
     #[arg(long)]
     dump_config: bool,
     /// Arguments for the profile's app.
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "APP ARGS")]
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "APP ARGS"
+    )]
     args: Vec<String>,
 }
 
@@ -119,7 +123,11 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-fn boot_options(profile: String, patches: Vec<PathBuf>, plugin_dirs: Vec<PathBuf>) -> anyhow::Result<BootOptions> {
+fn boot_options(
+    profile: String,
+    patches: Vec<PathBuf>,
+    plugin_dirs: Vec<PathBuf>,
+) -> anyhow::Result<BootOptions> {
     Ok(BootOptions {
         profile,
         patches,
@@ -154,14 +162,19 @@ fn plugins(cmd: PluginsCmd) -> anyhow::Result<u8> {
                 }
                 None => (opts.plugin_dirs(None), None),
             };
-            println!("{:<20} {:<10} {:<4} {:<14} PATH", "NAME", "VERSION", "ABI", "STATE");
+            println!(
+                "{:<20} {:<10} {:<4} {:<14} PATH",
+                "NAME", "VERSION", "ABI", "STATE"
+            );
             for lib in inspect::libraries(&dirs) {
                 match inspect::check(&lib) {
                     Ok((m, _)) => {
                         let state = match &tree {
                             None => "loadable".to_owned(),
                             Some(t) => match t.rows.iter().find(|r| {
-                                dsh_host::supervisor::resolve_plugin(&r.row.plugin, &dirs).ok().as_deref()
+                                dsh_host::supervisor::resolve_plugin(&r.row.plugin, &dirs)
+                                    .ok()
+                                    .as_deref()
                                     == Some(lib.as_path())
                             }) {
                                 Some(r) if r.row.disabled => format!("disabled ({})", r.row.id),
@@ -180,7 +193,14 @@ fn plugins(cmd: PluginsCmd) -> anyhow::Result<u8> {
                     }
                     Err(e) => {
                         let first = e.to_string().lines().next().unwrap_or_default().to_owned();
-                        println!("{:<20} {:<10} {:<4} {:<14} {} ({first})", "?", "?", "?", "refused", lib.display());
+                        println!(
+                            "{:<20} {:<10} {:<4} {:<14} {} ({first})",
+                            "?",
+                            "?",
+                            "?",
+                            "refused",
+                            lib.display()
+                        );
                     }
                 }
             }
@@ -188,7 +208,8 @@ fn plugins(cmd: PluginsCmd) -> anyhow::Result<u8> {
         }
         PluginsCmd::Soak { path, cycles, call } => {
             let home = dsh_home()?;
-            let report = runtime()?.block_on(inspect::soak(&path, cycles, call.as_deref(), &home))?;
+            let report =
+                runtime()?.block_on(inspect::soak(&path, cycles, call.as_deref(), &home))?;
             println!("{}", serde_json::to_string_pretty(&report)?);
             Ok(0)
         }
@@ -237,7 +258,11 @@ fn run(args: RunArgs) -> anyhow::Result<u8> {
         if !args.args.is_empty() {
             anyhow::bail!("--dump-config takes no app arguments, got {:?}", args.args);
         }
-        print!("# dsh-host --profile {} --dump-config\n\n{}", opts.profile, dsh_host::config::dump(&composition.tree));
+        print!(
+            "# dsh-host --profile {} --dump-config\n\n{}",
+            opts.profile,
+            dsh_host::config::dump(&composition.tree)
+        );
         return Ok(0);
     }
     let rt = runtime()?;

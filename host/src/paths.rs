@@ -7,9 +7,9 @@ pub fn dsh_home() -> std::io::Result<PathBuf> {
     let home = match std::env::var_os("DSH_HOME").filter(|v| !v.is_empty()) {
         Some(h) => PathBuf::from(h),
         None => {
-            let user = std::env::var_os("HOME").filter(|v| !v.is_empty()).ok_or_else(|| {
-                std::io::Error::other("neither DSH_HOME nor HOME is set")
-            })?;
+            let user = std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| std::io::Error::other("neither DSH_HOME nor HOME is set"))?;
             PathBuf::from(user).join(".dsh")
         }
     };

@@ -476,7 +476,14 @@ impl State {
     }
 
     /// A waterfall listener (hop `index` of `chain_id`) called `next`.
-    fn next(&mut self, caller: &GenCtx, local_id: u64, chain_id: u64, index: usize, payload: String) {
+    fn next(
+        &mut self,
+        caller: &GenCtx,
+        local_id: u64,
+        chain_id: u64,
+        index: usize,
+        payload: String,
+    ) {
         let to = ReplyTo::Plugin {
             fiber: caller.fiber,
             inbox: caller.inbox.clone(),
@@ -514,7 +521,8 @@ impl State {
             .pending
             .iter()
             .filter(|(_, p)| {
-                p.target == fiber || matches!(&p.reply_to, ReplyTo::Plugin { fiber: f, .. } if *f == fiber)
+                p.target == fiber
+                    || matches!(&p.reply_to, ReplyTo::Plugin { fiber: f, .. } if *f == fiber)
             })
             .map(|(id, _)| *id)
             .collect();
@@ -522,7 +530,8 @@ impl State {
             let Some(p) = self.pending.remove(&id) else {
                 continue;
             };
-            let caller_gone = matches!(&p.reply_to, ReplyTo::Plugin { fiber: f, .. } if *f == fiber);
+            let caller_gone =
+                matches!(&p.reply_to, ReplyTo::Plugin { fiber: f, .. } if *f == fiber);
             if caller_gone {
                 if p.target != fiber {
                     if let Some(target) = self.fibers.get(&p.target) {
@@ -536,7 +545,10 @@ impl State {
                 p.reply_to,
                 p.waterfall,
                 flags::ERROR,
-                error_payload(codes::DISPOSED, format!("`{name}` {reason} before answering")),
+                error_payload(
+                    codes::DISPOSED,
+                    format!("`{name}` {reason} before answering"),
+                ),
             );
         }
         self.outgoing.retain(|(f, _), _| *f != fiber);
@@ -568,7 +580,12 @@ impl Router {
     }
 
     /// Adds the routes of a generation (inactive until [`Router::set_active`]).
-    pub fn register_fiber(&self, fiber: FiberId, plugin: &str, inbox: Arc<Inbox>) -> Arc<AtomicBool> {
+    pub fn register_fiber(
+        &self,
+        fiber: FiberId,
+        plugin: &str,
+        inbox: Arc<Inbox>,
+    ) -> Arc<AtomicBool> {
         let stopping = Arc::new(AtomicBool::new(false));
         self.lock().fibers.insert(
             fiber,
@@ -700,8 +717,14 @@ impl Router {
         let (tx, rx) = mpsc::unbounded_channel();
         if let Some(builtin) = self.builtins.get(service) {
             let reply = match builtin(method, params.clone(), 0) {
-                Ok(v) => HostReply { flags: 0, payload: v.to_string() },
-                Err(e) => HostReply { flags: flags::ERROR, payload: e.to_payload() },
+                Ok(v) => HostReply {
+                    flags: 0,
+                    payload: v.to_string(),
+                },
+                Err(e) => HostReply {
+                    flags: flags::ERROR,
+                    payload: e.to_payload(),
+                },
             };
             let _ = tx.send(reply);
             return rx;
@@ -938,15 +961,20 @@ impl Router {
 }
 
 impl Sink for Router {
-    fn from_plugin(&self, generation: &GenCtx, message: &Envelope) -> i32 {
+    fn deliver(&self, generation: &GenCtx, message: &Envelope) -> i32 {
         self.handle(generation, message)
     }
 
     fn log(&self, generation: &GenCtx, level: u8, target: &str, message: &str) {
         let plugin = generation.plugin.as_str();
         if level <= 2 {
-            let lvl = if level == 1 { Level::Error } else { Level::Warn };
-            self.reports.push(lvl, plugin, format!("{target}: {message}"));
+            let lvl = if level == 1 {
+                Level::Error
+            } else {
+                Level::Warn
+            };
+            self.reports
+                .push(lvl, plugin, format!("{target}: {message}"));
             return;
         }
         match level {

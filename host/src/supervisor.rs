@@ -282,8 +282,11 @@ impl Supervisor {
         for w in &tree.warnings {
             self.reports.push(Level::Warn, "config", w.clone());
         }
-        let wanted: HashMap<&str, &Row> =
-            tree.rows.iter().map(|r| (r.row.id.as_str(), &r.row)).collect();
+        let wanted: HashMap<&str, &Row> = tree
+            .rows
+            .iter()
+            .map(|r| (r.row.id.as_str(), &r.row))
+            .collect();
         // Remove rows that vanished or changed (dependents go first, inside
         // `unload`).
         let mut i = 0;
@@ -321,8 +324,14 @@ impl Supervisor {
                 }
             }
         }
-        let mut slots: Vec<Option<Slot>> = std::mem::take(&mut self.slots).into_iter().map(Some).collect();
-        self.slots = ordered.into_iter().filter_map(|i| slots[i].take()).collect();
+        let mut slots: Vec<Option<Slot>> = std::mem::take(&mut self.slots)
+            .into_iter()
+            .map(Some)
+            .collect();
+        self.slots = ordered
+            .into_iter()
+            .filter_map(|i| slots[i].take())
+            .collect();
         // Load every new library concurrently, then install in row order.
         let mut loads = Vec::new();
         for i in 0..self.slots.len() {
@@ -513,8 +522,11 @@ impl Supervisor {
         let rx = self.router.request(fiber, kind::DISPOSE, String::new());
         if let Err(e) = first_reply(rx, self.timeouts.dispose).await {
             let id = self.slots[i].row.id.clone();
-            self.reports
-                .push(Level::Error, &id, format!("dispose failed ({e}); continuing"));
+            self.reports.push(
+                Level::Error,
+                &id,
+                format!("dispose failed ({e}); continuing"),
+            );
         }
         self.router.forget_fiber(fiber, reason);
         let s = &mut self.slots[i];
@@ -571,7 +583,11 @@ impl Supervisor {
                 let s = &self.slots[i];
                 s.state != FiberState::Disabled
                     && (s.path.as_deref() == Some(path)
-                        || (s.gen.is_none() && resolve_plugin(&s.row.plugin, &self.plugin_dirs).ok().as_deref() == Some(path)))
+                        || (s.gen.is_none()
+                            && resolve_plugin(&s.row.plugin, &self.plugin_dirs)
+                                .ok()
+                                .as_deref()
+                                == Some(path)))
             })
             .collect();
         for i in users {
@@ -631,12 +647,19 @@ impl Supervisor {
     }
 
     async fn crashed(&mut self, fiber: FiberId, code: i32) {
-        let Some(i) = self.slots.iter().position(|s| s.fiber == fiber && s.gen.is_some()) else {
+        let Some(i) = self
+            .slots
+            .iter()
+            .position(|s| s.fiber == fiber && s.gen.is_some())
+        else {
             return;
         };
         let plugin = self.slots[i].row.plugin.clone();
         // Its services are gone: dispose dependents, drop its routes.
-        if matches!(self.slots[i].state, FiberState::Active | FiberState::Loading) {
+        if matches!(
+            self.slots[i].state,
+            FiberState::Active | FiberState::Loading
+        ) {
             self.router.set_active(fiber, false);
             let provided = self.router.services_of(fiber);
             let dependents: Vec<usize> = (0..self.slots.len())

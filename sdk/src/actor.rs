@@ -81,7 +81,11 @@ async fn actor<P: Plugin>(link: HostLink) -> i32 {
         Ok(fd) => fd,
         Err(e) => {
             let e = e.into_parts().1;
-            link.log(level::ERROR, P::NAME, &format!("cannot poll the wake fd: {e}"));
+            link.log(
+                level::ERROR,
+                P::NAME,
+                &format!("cannot poll the wake fd: {e}"),
+            );
             return exit::RUNTIME;
         }
     };
@@ -166,7 +170,10 @@ pub(crate) fn parse_config<T: serde::de::DeserializeOwned>(text: &str) -> Result
         Err(_) if empty => serde_json::from_value(Value::Object(Default::default()))
             .or_else(|_| serde_json::from_value(Value::Null))
             .map_err(|e| Error::new(codes::INVALID_CONFIG, format!("invalid config: {e}"))),
-        Err(e) => Err(Error::new(codes::INVALID_CONFIG, format!("invalid config: {e}"))),
+        Err(e) => Err(Error::new(
+            codes::INVALID_CONFIG,
+            format!("invalid config: {e}"),
+        )),
     }
 }
 

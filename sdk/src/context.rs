@@ -25,6 +25,7 @@ type ServiceFn = Rc<dyn Fn(Request) -> LocalBoxFuture<Result<Reply>>>;
 type ListenerFn = Rc<dyn Fn(Event) -> LocalBoxFuture<Result<Value>>>;
 type InnerFn = Box<dyn FnOnce(Value) -> LocalBoxFuture<Result<Value>>>;
 type EffectFn = Box<dyn FnOnce() -> LocalBoxFuture<()>>;
+type Cleanups = HashMap<FiberId, Vec<Box<dyn FnOnce()>>>;
 
 /// Identifies a fiber (one application of a plugin) across the whole host.
 pub type FiberId = u64;
@@ -54,7 +55,7 @@ pub(crate) struct Shared {
     effects: RefCell<Vec<EffectFn>>,
     tasks: RefCell<Vec<AbortHandle>>,
     incoming: RefCell<HashMap<u64, AbortHandle>>,
-    caller_cleanups: RefCell<HashMap<FiberId, Vec<Box<dyn FnOnce()>>>>,
+    caller_cleanups: RefCell<Cleanups>,
     lifecycle: RefCell<Option<AbortHandle>>,
 }
 

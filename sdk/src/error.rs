@@ -64,7 +64,10 @@ impl Error {
     /// The JSON text of this error.
     pub fn to_payload(&self) -> String {
         serde_json::to_string(self).unwrap_or_else(|_| {
-            format!(r#"{{"code":"{}","message":"unprintable error"}}"#, codes::UNKNOWN)
+            format!(
+                r#"{{"code":"{}","message":"unprintable error"}}"#,
+                codes::UNKNOWN
+            )
         })
     }
 }

@@ -41,6 +41,7 @@ mod link;
 mod logging;
 pub mod process;
 mod unwind;
+pub mod vocab;
 
 use std::future::Future;
 
@@ -54,10 +55,24 @@ pub use context::{
 pub use error::{codes, Error, Result};
 pub use serde_json::{json, Value};
 
+/// A fresh random id (UUID v4), for messages and sessions.
+pub fn new_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
 /// Everything a plugin usually needs.
 pub mod prelude {
     pub use crate::{
-        json, Context, Error, Event, Plugin, Reply, ReplySender, Request, Result, Service, Value,
+        codes, json, Context, Error, Event, Plugin, Reply, ReplySender, Request, Result, Service,
+        Value,
     };
 }
 

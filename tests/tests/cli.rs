@@ -3,7 +3,7 @@
 //! and signals.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -23,7 +23,11 @@ fn home_with_profile() -> TempDir {
     let p = home.path();
     std::fs::create_dir_all(p.join("profiles/test")).unwrap();
     std::fs::create_dir_all(p.join("profiles/bundles")).unwrap();
-    std::fs::write(p.join("profiles/test/profile.toml"), "bundles = [\"base\"]\n").unwrap();
+    std::fs::write(
+        p.join("profiles/test/profile.toml"),
+        "bundles = [\"base\"]\n",
+    )
+    .unwrap();
     std::fs::write(
         p.join("profiles/bundles/base.toml"),
         "[[row]]\nid = \"a\"\nplugin = \"dsh-fixture-probe\"\nconfig = { tag = \"a\" }\n\n\
@@ -65,7 +69,10 @@ fn dump_config_shows_layers_and_warns_on_unknown_patch_ids() {
     );
     assert_eq!(code, 0, "{err}");
     let home_patch = home.path().join("patch.toml").display().to_string();
-    assert!(out.contains("# == bundle:base\n[[row]]\nid = \"a\""), "{out}");
+    assert!(
+        out.contains("# == bundle:base\n[[row]]\nid = \"a\""),
+        "{out}"
+    );
     assert!(
         out.contains(&format!(
             "# == bundle:base, patched by {home_patch}, {}\n[[row]]\nid = \"b\"",
@@ -75,7 +82,10 @@ fn dump_config_shows_layers_and_warns_on_unknown_patch_ids() {
     );
     assert!(out.contains("disabled = true"), "{out}");
     assert!(out.contains("tag = \"b2\""), "{out}");
-    assert!(out.contains(&format!("# == {}\n[[row]]\nid = \"c\"", extra.display())), "{out}");
+    assert!(
+        out.contains(&format!("# == {}\n[[row]]\nid = \"c\"", extra.display())),
+        "{out}"
+    );
     assert!(err.contains("patch: row \"nope\" not found"), "{err}");
 }
 
@@ -84,14 +94,34 @@ fn malformed_toml_and_unknown_profiles_are_clear_errors() {
     let home = home_with_profile();
     let bad = home.path().join("profiles/bundles/base.toml");
     std::fs::write(&bad, "[[row]]\nid = \"a\"\nplugin = \n").unwrap();
-    let (code, _, err) = output(dsh_host().env("DSH_HOME", home.path()).args(["--profile", "test"]));
+    let (code, _, err) = output(
+        dsh_host()
+            .env("DSH_HOME", home.path())
+            .args(["--profile", "test"]),
+    );
     assert_eq!(code, 1);
-    assert!(err.contains(&bad.display().to_string()) && err.contains("line 3"), "{err}");
+    assert!(
+        err.contains(&bad.display().to_string()) && err.contains("line 3"),
+        "{err}"
+    );
 
-    let (code, _, err) = output(dsh_host().env("DSH_HOME", home.path()).args(["--profile", "ghost"]));
+    let (code, _, err) = output(
+        dsh_host()
+            .env("DSH_HOME", home.path())
+            .args(["--profile", "ghost"]),
+    );
     assert_eq!(code, 1);
-    assert!(err.contains("profile `ghost` not found; searched:"), "{err}");
-    assert!(err.contains(&home.path().join("profiles/ghost/profile.toml").display().to_string()));
+    assert!(
+        err.contains("profile `ghost` not found; searched:"),
+        "{err}"
+    );
+    assert!(err.contains(
+        &home
+            .path()
+            .join("profiles/ghost/profile.toml")
+            .display()
+            .to_string()
+    ));
 
     let (code, _, err) = output(dsh_host().env("DSH_HOME", home.path()));
     assert_eq!(code, 1);
@@ -100,7 +130,11 @@ fn malformed_toml_and_unknown_profiles_are_clear_errors() {
 
 #[test]
 fn plugins_check_and_list() {
-    let (code, out, _) = output(dsh_host().args(["plugins", "check"]).arg(library("dsh-fixture-probe")));
+    let (code, out, _) = output(
+        dsh_host()
+            .args(["plugins", "check"])
+            .arg(library("dsh-fixture-probe")),
+    );
     assert_eq!(code, 0);
     let manifest: Value = serde_json::from_str(out.split("\nunload:").next().unwrap()).unwrap();
     assert_eq!(manifest["name"], "probe");
@@ -108,11 +142,22 @@ fn plugins_check_and_list() {
 
     let dir = TempDir::new("cli-plugins");
     std::fs::write(dir.path().join("garbage.so"), vec![7u8; 4096]).unwrap();
-    let (code, _, err) = output(dsh_host().args(["plugins", "check"]).arg(dir.path().join("garbage.so")));
+    let (code, _, err) = output(
+        dsh_host()
+            .args(["plugins", "check"])
+            .arg(dir.path().join("garbage.so")),
+    );
     assert_eq!(code, 1);
-    assert!(err.contains("refused") && err.contains("invalid ELF header"), "{err}");
+    assert!(
+        err.contains("refused") && err.contains("invalid ELF header"),
+        "{err}"
+    );
 
-    std::fs::copy(library("dsh-fixture-counter-v2"), dir.path().join("counter.so")).unwrap();
+    std::fs::copy(
+        library("dsh-fixture-counter-v2"),
+        dir.path().join("counter.so"),
+    )
+    .unwrap();
     let home = TempDir::new("cli-list-home");
     let (code, out, err) = output(
         dsh_host()
@@ -122,8 +167,16 @@ fn plugins_check_and_list() {
             .arg(dir.path()),
     );
     assert_eq!(code, 0, "{err}");
-    assert!(out.lines().any(|l| l.starts_with("counter") && l.contains("2.0.0") && l.contains("loadable")), "{out}");
-    assert!(out.lines().any(|l| l.contains("refused") && l.contains("garbage.so")), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("counter") && l.contains("2.0.0") && l.contains("loadable")),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.contains("refused") && l.contains("garbage.so")),
+        "{out}"
+    );
 }
 
 struct Running {
@@ -186,7 +239,11 @@ impl Running {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return status.code().unwrap_or(-1);
             }
-            assert!(start.elapsed() < Duration::from_secs(20), "did not exit:\n{}", self.log());
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "did not exit:\n{}",
+                self.log()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -216,7 +273,12 @@ fn watch_reconciles_patch_edits_by_id_and_keeps_the_last_good_tree() {
 
     write_atomically(&patch, "[[patch]]\nid = \"b\"\nconfig = { tag = \"b2\" }\n");
     run.wait_for("b: active (generation 3)");
-    assert_eq!(run.count("a: active"), a_before, "row a must not restart:\n{}", run.log());
+    assert_eq!(
+        run.count("a: active"),
+        a_before,
+        "row a must not restart:\n{}",
+        run.log()
+    );
 
     write_atomically(&patch, "[[patch]]\nid = \"b\"\nconfig = \n");
     run.wait_for("rejected, keeping the last good tree");
@@ -254,7 +316,11 @@ fn watch_reloads_a_replaced_plugin_and_unloads_a_removed_one_and_sigint_exits_13
     std::fs::write(&tmp, vec![1u8; 8192]).unwrap();
     std::fs::rename(&tmp, &target).unwrap();
     run.wait_for("reload refused");
-    assert!(run.log().contains("the running generation keeps serving"), "{}", run.log());
+    assert!(
+        run.log().contains("the running generation keeps serving"),
+        "{}",
+        run.log()
+    );
 
     std::fs::remove_file(&target).unwrap();
     run.wait_for("was removed");
@@ -268,7 +334,14 @@ fn soak(cycles: usize) -> Value {
     let (code, out, err) = output(
         dsh_host()
             .env("DSH_HOME", home.path())
-            .args(["plugins", "soak", "--cycles", &cycles.to_string(), "--call", "counter.get"])
+            .args([
+                "plugins",
+                "soak",
+                "--cycles",
+                &cycles.to_string(),
+                "--call",
+                "counter.get",
+            ])
             .arg(library("dsh-fixture-counter-v1")),
     );
     assert_eq!(code, 0, "{err}");
@@ -302,4 +375,3 @@ fn eleven_hundred_reloads_do_not_exhaust_pthread_keys() {
     assert_eq!(r["failed_calls"], 0);
     assert!(r["stats"]["keys_swept"].as_u64().unwrap() >= 1100, "{r}");
 }
-

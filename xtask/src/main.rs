@@ -31,7 +31,9 @@ fn cargo() -> Command {
 
 fn run(mut cmd: Command) -> Result<()> {
     let shown = format!("{cmd:?}");
-    let status = cmd.status().with_context(|| format!("cannot run {shown}"))?;
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot run {shown}"))?;
     if !status.success() {
         bail!("{shown} failed with {status}");
     }
@@ -128,13 +130,18 @@ fn demo() -> Result<()> {
     let work = std::env::temp_dir().join(format!("dsh-demo-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work)?;
-    copy_tree(&root().join("profiles").join("demo").join("workspace"), &work)?;
+    copy_tree(
+        &root().join("profiles").join("demo").join("workspace"),
+        &work,
+    )?;
     let home = work.join(".dsh-home");
     println!("demo workspace: {}", work.display());
     let mut c = Command::new(stage.join("bin").join("dsh-host"));
-    c.current_dir(&work)
-        .env("DSH_HOME", &home)
-        .args(["--profile", "demo", "Read notes.md and summarize it."]);
+    c.current_dir(&work).env("DSH_HOME", &home).args([
+        "--profile",
+        "demo",
+        "Read notes.md and summarize it.",
+    ]);
     let result = run(c);
     let _ = std::fs::remove_dir_all(&work);
     result
@@ -152,44 +159,89 @@ fn test() -> Result<()> {
 
 /// Crates a plugin must never link (see ARCHITECTURE.md, plugin rules).
 const DENIED_CRATES: &[(&str, &str)] = &[
-    ("rayon", "its global pool outlives the generation and pins the library"),
-    ("rayon-core", "its global pool outlives the generation and pins the library"),
-    ("signal-hook", "installs signal handlers that crash the host after unload"),
-    ("signal-hook-registry", "installs signal handlers that crash the host after unload"),
-    ("ctrlc", "installs signal handlers that crash the host after unload"),
+    (
+        "rayon",
+        "its global pool outlives the generation and pins the library",
+    ),
+    (
+        "rayon-core",
+        "its global pool outlives the generation and pins the library",
+    ),
+    (
+        "signal-hook",
+        "installs signal handlers that crash the host after unload",
+    ),
+    (
+        "signal-hook-registry",
+        "installs signal handlers that crash the host after unload",
+    ),
+    (
+        "ctrlc",
+        "installs signal handlers that crash the host after unload",
+    ),
     ("native-tls", "use rustls with ring"),
     ("openssl", "use rustls with ring"),
     ("openssl-sys", "use rustls with ring"),
     ("aws-lc-rs", "an extra pthread key per generation; use ring"),
-    ("aws-lc-sys", "an extra pthread key per generation; use ring"),
-    ("tracing-subscriber", "plugins log through the SDK's scoped dispatcher"),
+    (
+        "aws-lc-sys",
+        "an extra pthread key per generation; use ring",
+    ),
+    (
+        "tracing-subscriber",
+        "plugins log through the SDK's scoped dispatcher",
+    ),
     ("env_logger", "a process-global logger"),
 ];
 
 /// tokio features a plugin must not enable.
 const DENIED_TOKIO: &[(&str, &str)] = &[
     ("signal", "signal handlers outlive the generation"),
-    ("process", "SIGCHLD handling and leaked fds; use dsh_sdk::process"),
-    ("rt-multi-thread", "worker threads run plugin code outside the generation thread"),
+    (
+        "process",
+        "SIGCHLD handling and leaked fds; use dsh_sdk::process",
+    ),
+    (
+        "rt-multi-thread",
+        "worker threads run plugin code outside the generation thread",
+    ),
 ];
 
 fn check() -> Result<()> {
     let mut dirs: Vec<PathBuf> = Vec::new();
     for base in ["plugins", "tests/fixtures"] {
         if let Ok(entries) = std::fs::read_dir(root().join(base)) {
-            dirs.extend(entries.flatten().map(|e| e.path()).filter(|p| p.join("Cargo.toml").is_file()));
+            dirs.extend(
+                entries
+                    .flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.join("Cargo.toml").is_file()),
+            );
         }
     }
     dirs.sort();
     let mut problems = Vec::new();
     for dir in &dirs {
         let out = cargo()
-            .args(["tree", "--edges", "normal", "--prefix", "none", "--format", "{p}|{f}", "--manifest-path"])
+            .args([
+                "tree",
+                "--edges",
+                "normal",
+                "--prefix",
+                "none",
+                "--format",
+                "{p}|{f}",
+                "--manifest-path",
+            ])
             .arg(dir.join("Cargo.toml"))
             .output()
             .context("running cargo tree")?;
         if !out.status.success() {
-            bail!("cargo tree failed for {}: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
+            bail!(
+                "cargo tree failed for {}: {}",
+                dir.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         let text = String::from_utf8_lossy(&out.stdout);
         for line in text.lines() {
@@ -214,7 +266,10 @@ fn check() -> Result<()> {
     problems.sort();
     problems.dedup();
     if problems.is_empty() {
-        println!("plugin rules: {} crates checked, no denied crate or tokio feature", dirs.len());
+        println!(
+            "plugin rules: {} crates checked, no denied crate or tokio feature",
+            dirs.len()
+        );
         Ok(())
     } else {
         for p in &problems {
@@ -226,7 +281,9 @@ fn check() -> Result<()> {
 
 fn new_plugin(name: &str) -> Result<()> {
     let valid = !name.is_empty()
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && name.starts_with(|c: char| c.is_ascii_lowercase());
     if !valid {
         bail!("plugin names are lowercase letters, digits and dashes, starting with a letter: `{name}`");
@@ -240,7 +297,9 @@ fn new_plugin(name: &str) -> Result<()> {
         .split('-')
         .map(|w| {
             let mut c = w.chars();
-            c.next().map(|f| f.to_ascii_uppercase().to_string() + c.as_str()).unwrap_or_default()
+            c.next()
+                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                .unwrap_or_default()
         })
         .collect();
     std::fs::create_dir_all(dir.join("src"))?;
@@ -313,7 +372,8 @@ dsh_sdk::export_plugin!({ty});
         ),
     )?;
     std::fs::write(
-        dir.join("tests").join(format!("{}.rs", name.replace('-', "_"))),
+        dir.join("tests")
+            .join(format!("{}.rs", name.replace('-', "_"))),
         format!(
             r#"//! Loads the real `{name}` library into a real host.
 
@@ -333,16 +393,28 @@ async fn greets() {{
     )?;
     std::fs::write(
         dir.join("README.md"),
-        format!("# {krate}\n\nThe `{name}` plugin. Owns the `{name}` service; touches nothing else.\n"),
+        format!(
+            "# {krate}\n\nThe `{name}` plugin. Owns the `{name}` service; touches nothing else.\n"
+        ),
     )?;
-    println!("created {} (build it with `cargo build -p {krate}`, test with `cargo test -p {krate}`)", dir.display());
+    println!(
+        "created {} (build it with `cargo build -p {krate}`, test with `cargo test -p {krate}`)",
+        dir.display()
+    );
     Ok(())
 }
 
 fn bench() -> Result<()> {
     let stage = build(true)?;
     let mut c = cargo();
-    c.args(["build", "--release", "-p", "dsh-tests", "--bin", "dsh-bench"]);
+    c.args([
+        "build",
+        "--release",
+        "-p",
+        "dsh-tests",
+        "--bin",
+        "dsh-bench",
+    ]);
     run(c)?;
     let mut c = Command::new(root().join("target/release/dsh-bench"));
     c.env("DSH_BENCH_STAGE", &stage)

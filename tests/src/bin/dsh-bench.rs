@@ -64,29 +64,22 @@ fn probe_rows(n: usize, extra: &str) -> String {
         .collect()
 }
 
-/// Bare two-thread ping-pong over eventfds: the floor for any round trip.
+/// Bare two-thread ping-pong over blocking eventfds: the floor for any
+/// round trip between two threads.
 fn bare_ping_pong(n: usize) -> f64 {
     fn efd() -> i32 {
         // SAFETY: plain syscall.
-        unsafe { libc_eventfd() }
-    }
-    extern "C" {
-        fn eventfd(initval: u32, flags: i32) -> i32;
-        fn read(fd: i32, buf: *mut u8, n: usize) -> isize;
-        fn write(fd: i32, buf: *const u8, n: usize) -> isize;
-    }
-    unsafe fn libc_eventfd() -> i32 {
-        unsafe { eventfd(0, 0o2000000) } // EFD_CLOEXEC, blocking
+        unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) }
     }
     fn wait(fd: i32) {
         let mut b = [0u8; 8];
-        // SAFETY: valid buffer.
-        unsafe { read(fd, b.as_mut_ptr(), 8) };
+        // SAFETY: valid 8-byte buffer.
+        unsafe { libc::read(fd, b.as_mut_ptr().cast(), 8) };
     }
     fn kick(fd: i32) {
         let one = 1u64.to_ne_bytes();
-        // SAFETY: valid buffer.
-        unsafe { write(fd, one.as_ptr(), 8) };
+        // SAFETY: valid 8-byte buffer.
+        unsafe { libc::write(fd, one.as_ptr().cast(), 8) };
     }
     let (a, b) = (efd(), efd());
     let echo = std::thread::spawn(move || {
@@ -103,6 +96,11 @@ fn bare_ping_pong(n: usize) -> f64 {
         times.push(t.elapsed().as_nanos() as f64);
     }
     let _ = echo.join();
+    // SAFETY: closing our own fds.
+    unsafe {
+        libc::close(a);
+        libc::close(b);
+    }
     median(times)
 }
 
@@ -128,7 +126,12 @@ async fn bench_start(n: usize) -> Result<(f64, f64)> {
         let h = host(&home.0, vec![libs()])?;
         h.apply(tree(&probe_rows(n, ""))?).await;
         let elapsed = t.elapsed().as_secs_f64() * 1e3;
-        let active = h.status().await.iter().filter(|s| format!("{:?}", s.state) == "Active").count();
+        let active = h
+            .status()
+            .await
+            .iter()
+            .filter(|s| format!("{:?}", s.state) == "Active")
+            .count();
         anyhow::ensure!(active == n, "only {active} of {n} rows became active");
         times.push(elapsed);
         rss_per.push((procfs::rss_bytes().saturating_sub(rss0)) as f64 / n as f64 / 1024.0);
@@ -140,14 +143,25 @@ async fn bench_start(n: usize) -> Result<(f64, f64)> {
 async fn bench_call_and_waterfall() -> Result<(f64, f64)> {
     let home = Scratch::new("call")?;
     let h = host(&home.0, vec![libs()])?;
-    h.apply(tree(&probe_rows(10, "listeners = [{ event = 'wf', action = 'append' }]"))?)
-        .await;
+    h.apply(tree(&probe_rows(
+        10,
+        "listeners = [{ event = 'wf', action = 'append' }]",
+    ))?)
+    .await;
     let calls = h
-        .call("probe:p0", "bench_calls", json!({"service": "probe:p1", "method": "ping", "n": 20000}))
+        .call(
+            "probe:p0",
+            "bench_calls",
+            json!({"service": "probe:p1", "method": "ping", "n": 20000}),
+        )
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let wf = h
-        .call("probe:p0", "bench_waterfall", json!({"event": "wf", "n": 2000}))
+        .call(
+            "probe:p0",
+            "bench_waterfall",
+            json!({"event": "wf", "n": 2000}),
+        )
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     h.shutdown().await;
@@ -161,9 +175,15 @@ async fn bench_reload() -> Result<f64> {
     let target = plugins.0.join("counter.so");
     std::fs::copy(lib("dsh-fixture-counter-v1"), &target)?;
     let h = host(&home.0, vec![plugins.0.clone()])?;
-    h.apply(tree("[[row]]\nid = 'counter'\nplugin = 'counter'\n")?).await;
+    h.apply(tree("[[row]]\nid = 'counter'\nplugin = 'counter'\n")?)
+        .await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let _watcher = dsh_host::watch::watch(&[plugins.0.clone()], &[], Duration::from_millis(50), tx)?;
+    let _watcher = dsh_host::watch::watch(
+        std::slice::from_ref(&plugins.0),
+        &[],
+        Duration::from_millis(50),
+        tx,
+    )?;
     let h2 = h.clone();
     tokio::spawn(async move {
         while let Some(change) = rx.recv().await {
@@ -176,7 +196,11 @@ async fn bench_reload() -> Result<f64> {
     });
     let mut times = Vec::new();
     for i in 0..8 {
-        let (from, want) = if i % 2 == 0 { ("dsh-fixture-counter-v2", 2) } else { ("dsh-fixture-counter-v1", 1) };
+        let (from, want) = if i % 2 == 0 {
+            ("dsh-fixture-counter-v2", 2)
+        } else {
+            ("dsh-fixture-counter-v1", 1)
+        };
         let tmp = plugins.0.join("counter.so.tmp");
         std::fs::copy(lib(from), &tmp)?;
         let t = Instant::now();
@@ -195,7 +219,9 @@ async fn bench_reload() -> Result<f64> {
 }
 
 fn main() -> Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(async {
         println!("dsh-host benchmarks (release; medians)");
         let load = bench_load().await.context("load")?;

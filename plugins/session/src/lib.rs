@@ -1,0 +1,284 @@
+//! `session`: the append-only session log (reference dsh-core §2).
+
+mod framing;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use dsh_sdk::prelude::*;
+use dsh_sdk::vocab::{derive_messages, event, lossless, SessionEvent, SessionHeader};
+use dsh_sdk::{new_id, now_ms};
+use framing::Framing;
+use serde::Deserialize;
+
+struct Session {
+    header: SessionHeader,
+    events: Vec<SessionEvent>,
+    framing: Framing,
+}
+
+type Store = Rc<RefCell<HashMap<String, Session>>>;
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AppendArgs {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    data: Value,
+    #[serde(default)]
+    surface_op: Option<Value>,
+    #[serde(default)]
+    source_event_seqs: Option<Vec<u64>>,
+}
+
+fn invalid(message: String) -> Error {
+    Error::new("INVALID_APPEND", message)
+}
+
+fn not_found(id: &str) -> Error {
+    Error::new("SESSION_NOT_FOUND", format!("no live session `{id}`"))
+}
+
+fn id_of(req: &Request) -> Result<String> {
+    req.params["id"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| Error::new(codes::INVALID_PAYLOAD, "missing session `id`"))
+}
+
+impl Session {
+    fn append(&mut self, args: AppendArgs) -> Result<SessionEvent> {
+        let surface = event::SURFACE.contains(&args.kind.as_str());
+        if surface && args.surface_op.is_none() {
+            return Err(invalid(format!("`{}` needs a surfaceOp", args.kind)));
+        }
+        if !surface && (args.surface_op.is_some() || args.source_event_seqs.is_some()) {
+            return Err(invalid(format!("`{}` may not carry surface metadata", args.kind)));
+        }
+        if !lossless(&args.data) {
+            return Err(invalid(format!(
+                "session event \"{}\" carries non-JSON-serializable data",
+                args.kind
+            )));
+        }
+        let seq = self.events.len() as u64;
+        if let Some(src) = &args.source_event_seqs {
+            if src.iter().any(|s| *s >= seq) {
+                return Err(invalid("sourceEventSeqs must precede the event".into()));
+            }
+        }
+        let ev = SessionEvent {
+            kind: args.kind,
+            seq,
+            time: now_ms(),
+            data: args.data,
+            source_event_seqs: args.source_event_seqs,
+            surface_op: args.surface_op,
+            ignorable: None,
+        };
+        self.framing.check(&ev).map_err(invalid)?;
+        self.framing.apply(&ev);
+        self.events.push(ev.clone());
+        Ok(ev)
+    }
+}
+
+fn seeded(header: SessionHeader, seed: Vec<SessionEvent>) -> Result<Session> {
+    let mut framing = Framing::default();
+    for (i, e) in seed.iter().enumerate() {
+        if e.seq != i as u64 {
+            return Err(invalid(format!("seed event {i} has seq {}", e.seq)));
+        }
+        framing.apply(e);
+    }
+    let mut s = Session {
+        header,
+        events: seed,
+        framing,
+    };
+    if s.events.last().is_some_and(|e| e.kind != event::SESSION_END_SEED) {
+        let seq = s.events.len() as u64;
+        let ev = SessionEvent {
+            kind: event::SESSION_END_SEED.into(),
+            seq,
+            time: now_ms(),
+            data: json!({}),
+            source_event_seqs: None,
+            surface_op: None,
+            ignorable: None,
+        };
+        s.events.push(ev);
+    }
+    Ok(s)
+}
+
+async fn handle(ctx: Context, store: Store, req: Request) -> Result<Reply> {
+    match req.method.as_str() {
+        "create" => {
+            let id = req.params["id"]
+                .as_str()
+                .map(str::to_owned)
+                .unwrap_or_else(|| format!("session-{}", new_id()));
+            if store.borrow().contains_key(&id) {
+                return Err(Error::new(
+                    "SESSION_ALREADY_EXISTS",
+                    format!("session `{id}` is already live"),
+                ));
+            }
+            let mut header: SessionHeader = match req.params.get("header") {
+                Some(h) if !h.is_null() => serde_json::from_value(h.clone())?,
+                _ => SessionHeader::default(),
+            };
+            header.id = id.clone();
+            if header.created_at == 0 {
+                header.created_at = now_ms();
+            }
+            if let Some(cwd) = req.params["meta"]["cwd"].as_str() {
+                header.cwd = Some(cwd.to_owned());
+            }
+            if header.cwd.as_deref().is_some_and(|c| !c.starts_with('/')) {
+                return Err(Error::new(codes::INVALID_PAYLOAD, "session cwd must be absolute"));
+            }
+            let seed: Vec<SessionEvent> = match req.params.get("seed") {
+                Some(s) if !s.is_null() => serde_json::from_value(s.clone())?,
+                _ => Vec::new(),
+            };
+            let session = seeded(header.clone(), seed)?;
+            let events = session.events.clone();
+            store.borrow_mut().insert(id.clone(), session);
+            ctx.emit("session/created", json!({"header": header, "events": events}))?;
+            Reply::json(json!({"id": id, "header": header, "seq": events.len()}))
+        }
+        "append" => {
+            let id = id_of(&req)?;
+            let args: AppendArgs = req.params_as()?;
+            let ev = {
+                let mut s = store.borrow_mut();
+                let session = s.get_mut(&id).ok_or_else(|| not_found(&id))?;
+                session.append(args)?
+            };
+            ctx.emit("session/event", json!({"sessionId": id, "event": ev}))?;
+            Reply::json(ev)
+        }
+        "appendMany" => {
+            let id = id_of(&req)?;
+            let batch: Vec<AppendArgs> = serde_json::from_value(req.params["events"].clone())?;
+            let mut appended = Vec::with_capacity(batch.len());
+            {
+                let mut s = store.borrow_mut();
+                let session = s.get_mut(&id).ok_or_else(|| not_found(&id))?;
+                for args in batch {
+                    appended.push(session.append(args)?);
+                }
+            }
+            let seqs: Vec<u64> = appended.iter().map(|e| e.seq).collect();
+            for ev in appended {
+                ctx.emit("session/event", json!({"sessionId": id, "event": ev}))?;
+            }
+            Reply::json(seqs)
+        }
+        "events" => {
+            let id = id_of(&req)?;
+            let from = req.params["from"].as_u64().unwrap_or(0) as usize;
+            let s = store.borrow();
+            let session = s.get(&id).ok_or_else(|| not_found(&id))?;
+            Reply::json(&session.events[from.min(session.events.len())..])
+        }
+        "derive" => {
+            let id = id_of(&req)?;
+            let s = store.borrow();
+            let session = s.get(&id).ok_or_else(|| not_found(&id))?;
+            Reply::json(derive_messages(&session.events))
+        }
+        "header" => {
+            let id = id_of(&req)?;
+            let s = store.borrow();
+            let session = s.get(&id).ok_or_else(|| not_found(&id))?;
+            Reply::json(json!({"header": session.header, "seq": session.events.len()}))
+        }
+        "list" => {
+            let s = store.borrow();
+            let mut ids: Vec<&String> = s.keys().collect();
+            ids.sort();
+            Reply::json(ids)
+        }
+        "flush" => {
+            let id = id_of(&req)?;
+            if !store.borrow().contains_key(&id) {
+                return Err(not_found(&id));
+            }
+            ctx.parallel("session/flush", json!({"sessionId": id})).await?;
+            Ok(Value::Null.into())
+        }
+        "fork" => {
+            let id = id_of(&req)?;
+            let child = req.params["childId"]
+                .as_str()
+                .map(str::to_owned)
+                .unwrap_or_else(|| format!("session-{}", new_id()));
+            let (seed, mut header) = {
+                let s = store.borrow();
+                if s.contains_key(&child) {
+                    return Err(Error::new("SESSION_ALREADY_EXISTS", format!("session `{child}` is already live")));
+                }
+                let session = s.get(&id).ok_or_else(|| not_found(&id))?;
+                let len = session.events.len() as u64;
+                let boundary = match req.params.get("boundary").and_then(Value::as_u64) {
+                    Some(b) if b < len => b,
+                    Some(_) => return Err(Error::new("INVALID_BOUNDARY", "boundary past the end of the log")),
+                    None => len.saturating_sub(1),
+                };
+                let seed: Vec<SessionEvent> = if len == 0 {
+                    Vec::new()
+                } else {
+                    session.events[..=boundary as usize].to_vec()
+                };
+                let last_frame = seed
+                    .iter()
+                    .rev()
+                    .find(|e| e.kind == event::TURN_START || e.kind == event::TURN_END);
+                if last_frame.is_some_and(|e| e.kind == event::TURN_START) {
+                    return Err(Error::new("OPEN_TURN", "cannot fork inside an open turn"));
+                }
+                (seed, session.header.clone())
+            };
+            header.id = child.clone();
+            header.created_at = now_ms();
+            header.parent_session = Some(id);
+            header.seed_length = Some(seed.len() as u64);
+            let session = seeded(header.clone(), seed)?;
+            let events = session.events.clone();
+            store.borrow_mut().insert(child.clone(), session);
+            ctx.emit("session/created", json!({"header": header, "events": events}))?;
+            Reply::json(json!({"id": child, "header": header}))
+        }
+        "close" => {
+            let id = id_of(&req)?;
+            if store.borrow_mut().remove(&id).is_some() {
+                ctx.emit("session/disposed", json!({"sessionId": id}))?;
+            }
+            Ok(Value::Null.into())
+        }
+        _ => Err(req.unknown_method()),
+    }
+}
+
+struct SessionPlugin;
+
+impl Plugin for SessionPlugin {
+    const NAME: &'static str = "session";
+    const DESCRIPTION: &'static str = "the append-only session log (service `sessions`)";
+    const PROVIDES: &'static [&'static str] = &["sessions"];
+    type Config = ();
+
+    async fn apply(ctx: Context, _config: ()) -> Result<()> {
+        let store: Store = Rc::default();
+        let ctx2 = ctx.clone();
+        ctx.provide("sessions", move |req| handle(ctx2.clone(), store.clone(), req));
+        Ok(())
+    }
+}
+
+dsh_sdk::export_plugin!(SessionPlugin);
