@@ -59,6 +59,8 @@ impl BootOptions {
     pub fn compose(&self) -> Result<Composition, ConfigError> {
         let roots = self.roots();
         let profile_dir = roots.profile_dir(&self.profile)?;
+        // Configs may name files next to their profile.
+        std::env::set_var("DSH_PROFILE_DIR", &profile_dir);
         let (mut layers, mut files) = roots.profile_layers(&self.profile)?;
         let home_patch = self.home_patch();
         if home_patch.is_file() {

@@ -129,6 +129,22 @@ impl Host {
                     "pid": std::process::id(),
                 })),
                 "stats" => Ok(json!(stats())),
+                "print" | "eprint" => {
+                    use std::io::Write;
+                    let text = params
+                        .get("text")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default();
+                    let result = if method == "print" {
+                        let mut out = std::io::stdout().lock();
+                        out.write_all(text.as_bytes()).and_then(|_| out.flush())
+                    } else {
+                        std::io::stderr().lock().write_all(text.as_bytes())
+                    };
+                    result
+                        .map(|_| Value::Null)
+                        .map_err(|e| Error::msg(e.to_string()))
+                }
                 other => Err(Error::new(
                     codes::UNKNOWN_METHOD,
                     format!("service `host` has no method `{other}`"),

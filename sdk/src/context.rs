@@ -327,15 +327,17 @@ impl Shared {
         if let Some(apply) = self.lifecycle.borrow_mut().take() {
             apply.abort();
         }
-        for task in self.tasks.borrow_mut().drain(..) {
-            task.abort();
-        }
+        // Effects first (in reverse): a disposer may still need the fiber's
+        // tasks, e.g. to let a running job close cleanly. Then the tasks go.
         loop {
             let effect = self.effects.borrow_mut().pop();
             let Some(effect) = effect else { break };
             if let Err(e) = catch(effect()).await {
                 tracing::warn!("an effect of `{}` failed while disposing: {e}", self.name);
             }
+        }
+        for task in self.tasks.borrow_mut().drain(..) {
+            task.abort();
         }
         self.services.borrow_mut().clear();
         self.listeners.borrow_mut().clear();
@@ -700,6 +702,13 @@ impl CallStream {
             self.link = None;
         }
         item
+    }
+}
+
+impl CallStream {
+    /// The next item if one is already waiting (no waiting).
+    pub fn try_next(&mut self) -> Option<Result<Value>> {
+        self.rx.try_recv().ok()
     }
 }
 

@@ -54,6 +54,7 @@ pub use context::{
 };
 pub use error::{codes, Error, Result};
 pub use serde_json::{json, Value};
+pub use tracing;
 
 /// A fresh random id (UUID v4), for messages and sessions.
 pub fn new_id() -> String {

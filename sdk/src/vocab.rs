@@ -79,7 +79,11 @@ pub struct SessionEvent {
     /// The payload.
     pub data: Value,
     /// Events this one was derived from.
-    #[serde(rename = "sourceEventSeqs", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "sourceEventSeqs",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub source_event_seqs: Option<Vec<u64>>,
     /// `"append"` or `{op: "replace", start, end}`.
     #[serde(rename = "surfaceOp", default, skip_serializing_if = "Option::is_none")]
@@ -177,7 +181,13 @@ impl LlmFailure {
 }
 
 /// Codes that the default retry policy retries.
-pub const RETRYABLE_CODES: [&str; 5] = ["EMPTY_RESPONSE", "RATE_LIMIT", "SERVER", "TIMEOUT", "TRANSPORT"];
+pub const RETRYABLE_CODES: [&str; 5] = [
+    "EMPTY_RESPONSE",
+    "RATE_LIMIT",
+    "SERVER",
+    "TIMEOUT",
+    "TRANSPORT",
+];
 
 /// A tool as the model sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -287,7 +297,11 @@ impl BlockAssembler {
                 self.partial(index, &bt);
             }
             "text-delta" | "reasoning-delta" => {
-                let bt = if chunk["type"] == "text-delta" { "text" } else { "reasoning" };
+                let bt = if chunk["type"] == "text-delta" {
+                    "text"
+                } else {
+                    "reasoning"
+                };
                 let p = self.partial(index, bt);
                 if p.closed.is_none() {
                     p.text.push_str(chunk["text"].as_str().unwrap_or_default());
@@ -304,7 +318,8 @@ impl BlockAssembler {
                             p.name = n.to_owned();
                         }
                     }
-                    p.args.push_str(chunk["argumentsDelta"].as_str().unwrap_or_default());
+                    p.args
+                        .push_str(chunk["argumentsDelta"].as_str().unwrap_or_default());
                 }
             }
             "block-end" => {
@@ -326,7 +341,11 @@ impl BlockAssembler {
         }
         match p.block_type.as_str() {
             "tool-call" => {
-                let id = if p.id.is_empty() { format!("call-{}", p.index) } else { p.id.clone() };
+                let id = if p.id.is_empty() {
+                    format!("call-{}", p.index)
+                } else {
+                    p.id.clone()
+                };
                 json!({"type": "tool-call", "id": id, "name": p.name, "arguments": p.args})
             }
             "reasoning" => json!({"type": "reasoning", "text": p.text}),
@@ -429,7 +448,11 @@ pub fn interrupted_turn_closers(events: &[SessionEvent]) -> Vec<SessionEvent> {
             }
             event::ASSISTANT_MESSAGE => {
                 let step = e.data["step"].as_u64().unwrap_or(0);
-                for b in e.data["message"]["content"].as_array().into_iter().flatten() {
+                for b in e.data["message"]["content"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                {
                     if b["type"] == "tool-call" {
                         if let Some(id) = b["id"].as_str() {
                             pending.push((id.to_owned(), step, None));
@@ -445,7 +468,9 @@ pub fn interrupted_turn_closers(events: &[SessionEvent]) -> Vec<SessionEvent> {
                 }
             }
             event::TOOL_RESULT => {
-                let id = e.data["message"]["source"]["callId"].as_str().unwrap_or_default();
+                let id = e.data["message"]["source"]["callId"]
+                    .as_str()
+                    .unwrap_or_default();
                 pending.retain(|p| p.0 != id);
             }
             _ => {}
@@ -493,7 +518,12 @@ pub fn interrupted_turn_closers(events: &[SessionEvent]) -> Vec<SessionEvent> {
         );
     }
     if let Some(step) = open_step {
-        push(&mut out, event::STEP_END, json!({"turn": turn, "step": step}), None);
+        push(
+            &mut out,
+            event::STEP_END,
+            json!({"turn": turn, "step": step}),
+            None,
+        );
     }
     push(
         &mut out,
@@ -508,7 +538,9 @@ pub fn interrupted_turn_closers(events: &[SessionEvent]) -> Vec<SessionEvent> {
 /// non-finite numbers; serde_json already rejects the rest).
 pub fn lossless(value: &Value) -> bool {
     match value {
-        Value::Number(n) => n.as_f64().is_none_or(|f| f.is_finite() && !(f == 0.0 && f.is_sign_negative())),
+        Value::Number(n) => n
+            .as_f64()
+            .is_none_or(|f| f.is_finite() && !(f == 0.0 && f.is_sign_negative())),
         Value::Array(a) => a.iter().all(lossless),
         Value::Object(o) => o.values().all(lossless),
         _ => true,

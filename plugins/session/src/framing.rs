@@ -31,7 +31,10 @@ impl Framing {
             }
             event::TURN_END => {
                 if self.open_turn.is_none() || turn != self.open_turn {
-                    return Err(format!("turn/end for {turn:?} but the open turn is {:?}", self.open_turn));
+                    return Err(format!(
+                        "turn/end for {turn:?} but the open turn is {:?}",
+                        self.open_turn
+                    ));
                 }
                 if let Some(s) = self.open_step {
                     return Err(format!("turn/end while step {s} is open"));
@@ -45,18 +48,31 @@ impl Framing {
                     return Err(format!("step/start while step {s} is open"));
                 }
                 if step != Some(self.last_step + 1) {
-                    return Err(format!("step/start must open step {}, got {step:?}", self.last_step + 1));
+                    return Err(format!(
+                        "step/start must open step {}, got {step:?}",
+                        self.last_step + 1
+                    ));
                 }
             }
-            event::STEP_END | event::ASSISTANT_CHUNK | event::ASSISTANT_MESSAGE | event::TOOL_CALL => {
-                if self.open_turn.is_none() || turn != self.open_turn || step != self.open_step || step.is_none() {
+            event::STEP_END
+            | event::ASSISTANT_CHUNK
+            | event::ASSISTANT_MESSAGE
+            | event::TOOL_CALL => {
+                if self.open_turn.is_none()
+                    || turn != self.open_turn
+                    || step != self.open_step
+                    || step.is_none()
+                {
                     return Err(format!(
                         "`{kind}` must name the open turn/step ({:?}/{:?}), got {turn:?}/{step:?}",
                         self.open_turn, self.open_step
                     ));
                 }
             }
-            event::TOOL_RESULT | event::TODO_WRITE | event::REQUEST_HEADER | event::REQUEST_CONTEXT => {
+            event::TOOL_RESULT
+            | event::TODO_WRITE
+            | event::REQUEST_HEADER
+            | event::REQUEST_CONTEXT => {
                 if self.open_turn.is_none() {
                     return Err(format!("`{kind}` outside a turn"));
                 }

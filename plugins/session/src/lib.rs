@@ -55,7 +55,10 @@ impl Session {
             return Err(invalid(format!("`{}` needs a surfaceOp", args.kind)));
         }
         if !surface && (args.surface_op.is_some() || args.source_event_seqs.is_some()) {
-            return Err(invalid(format!("`{}` may not carry surface metadata", args.kind)));
+            return Err(invalid(format!(
+                "`{}` may not carry surface metadata",
+                args.kind
+            )));
         }
         if !lossless(&args.data) {
             return Err(invalid(format!(
@@ -98,7 +101,10 @@ fn seeded(header: SessionHeader, seed: Vec<SessionEvent>) -> Result<Session> {
         events: seed,
         framing,
     };
-    if s.events.last().is_some_and(|e| e.kind != event::SESSION_END_SEED) {
+    if s.events
+        .last()
+        .is_some_and(|e| e.kind != event::SESSION_END_SEED)
+    {
         let seq = s.events.len() as u64;
         let ev = SessionEvent {
             kind: event::SESSION_END_SEED.into(),
@@ -139,7 +145,10 @@ async fn handle(ctx: Context, store: Store, req: Request) -> Result<Reply> {
                 header.cwd = Some(cwd.to_owned());
             }
             if header.cwd.as_deref().is_some_and(|c| !c.starts_with('/')) {
-                return Err(Error::new(codes::INVALID_PAYLOAD, "session cwd must be absolute"));
+                return Err(Error::new(
+                    codes::INVALID_PAYLOAD,
+                    "session cwd must be absolute",
+                ));
             }
             let seed: Vec<SessionEvent> = match req.params.get("seed") {
                 Some(s) if !s.is_null() => serde_json::from_value(s.clone())?,
@@ -148,7 +157,10 @@ async fn handle(ctx: Context, store: Store, req: Request) -> Result<Reply> {
             let session = seeded(header.clone(), seed)?;
             let events = session.events.clone();
             store.borrow_mut().insert(id.clone(), session);
-            ctx.emit("session/created", json!({"header": header, "events": events}))?;
+            ctx.emit(
+                "session/created",
+                json!({"header": header, "events": events}),
+            )?;
             Reply::json(json!({"id": id, "header": header, "seq": events.len()}))
         }
         "append" => {
@@ -209,7 +221,8 @@ async fn handle(ctx: Context, store: Store, req: Request) -> Result<Reply> {
             if !store.borrow().contains_key(&id) {
                 return Err(not_found(&id));
             }
-            ctx.parallel("session/flush", json!({"sessionId": id})).await?;
+            ctx.parallel("session/flush", json!({"sessionId": id}))
+                .await?;
             Ok(Value::Null.into())
         }
         "fork" => {
@@ -221,13 +234,21 @@ async fn handle(ctx: Context, store: Store, req: Request) -> Result<Reply> {
             let (seed, mut header) = {
                 let s = store.borrow();
                 if s.contains_key(&child) {
-                    return Err(Error::new("SESSION_ALREADY_EXISTS", format!("session `{child}` is already live")));
+                    return Err(Error::new(
+                        "SESSION_ALREADY_EXISTS",
+                        format!("session `{child}` is already live"),
+                    ));
                 }
                 let session = s.get(&id).ok_or_else(|| not_found(&id))?;
                 let len = session.events.len() as u64;
                 let boundary = match req.params.get("boundary").and_then(Value::as_u64) {
                     Some(b) if b < len => b,
-                    Some(_) => return Err(Error::new("INVALID_BOUNDARY", "boundary past the end of the log")),
+                    Some(_) => {
+                        return Err(Error::new(
+                            "INVALID_BOUNDARY",
+                            "boundary past the end of the log",
+                        ))
+                    }
                     None => len.saturating_sub(1),
                 };
                 let seed: Vec<SessionEvent> = if len == 0 {
@@ -251,7 +272,10 @@ async fn handle(ctx: Context, store: Store, req: Request) -> Result<Reply> {
             let session = seeded(header.clone(), seed)?;
             let events = session.events.clone();
             store.borrow_mut().insert(child.clone(), session);
-            ctx.emit("session/created", json!({"header": header, "events": events}))?;
+            ctx.emit(
+                "session/created",
+                json!({"header": header, "events": events}),
+            )?;
             Reply::json(json!({"id": child, "header": header}))
         }
         "close" => {
@@ -276,7 +300,9 @@ impl Plugin for SessionPlugin {
     async fn apply(ctx: Context, _config: ()) -> Result<()> {
         let store: Store = Rc::default();
         let ctx2 = ctx.clone();
-        ctx.provide("sessions", move |req| handle(ctx2.clone(), store.clone(), req));
+        ctx.provide("sessions", move |req| {
+            handle(ctx2.clone(), store.clone(), req)
+        });
         Ok(())
     }
 }

@@ -1,0 +1,624 @@
+//! The turn and step algorithm (reference dsh-core §4.4–4.6, §5.4).
+
+use std::rc::Rc;
+
+use dsh_sdk::new_id;
+use dsh_sdk::prelude::*;
+use dsh_sdk::vocab::{event, msg, BlockAssembler};
+
+use crate::{Abort, Loop};
+
+/// How a step ended: `Some(kind)` ends the turn unless more input is
+/// pending; `None` means tool results owe the model a response.
+type StepEnd = Option<&'static str>;
+
+/// A failure that ends the turn: an abort, or an error with its reason.
+enum Stop {
+    Aborted,
+    Failed(Error),
+}
+
+impl From<Error> for Stop {
+    fn from(e: Error) -> Self {
+        Stop::Failed(e)
+    }
+}
+
+impl Loop {
+    fn check(&self, abort: &Abort) -> Result<(), Stop> {
+        if abort.is_aborted() {
+            Err(Stop::Aborted)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Runs turns until the inbox is empty (or a turn did not complete).
+    pub(crate) async fn drive(&self, agent: &str) {
+        while self.turn(agent).await {}
+        let (waiters, end, again) = {
+            let mut agents = self.agents.borrow_mut();
+            let Some(a) = agents.get_mut(agent) else {
+                return;
+            };
+            a.running = false;
+            a.abort = None;
+            let again = a.wake_requested && a.inbox.has_pending();
+            a.wake_requested = false;
+            (std::mem::take(&mut a.idle), a.last_end.clone(), again)
+        };
+        self.notify(
+            agent,
+            "agent/status",
+            json!({"agent": agent, "status": "idle"}),
+        );
+        for w in waiters {
+            let _ = w.send(end.clone());
+        }
+        if again {
+            self.wake(agent);
+        }
+    }
+
+    /// One turn; true when another should follow.
+    async fn turn(&self, agent: &str) -> bool {
+        let abort = Rc::new(Abort::default());
+        let turn = {
+            let mut agents = self.agents.borrow_mut();
+            let Some(a) = agents.get_mut(agent) else {
+                return false;
+            };
+            a.abort = Some(abort.clone());
+            a.last_turn + 1
+        };
+        if let Err(e) = self
+            .append(agent, event::TURN_START, json!({"turn": turn}), false, None)
+            .await
+        {
+            self.notify(
+                agent,
+                "agent/error",
+                json!({"agent": agent, "turn": turn, "step": 0, "error": e}),
+            );
+            return false;
+        }
+        if let Some(a) = self.agents.borrow_mut().get_mut(agent) {
+            a.last_turn = turn;
+        }
+        let mut ends: Option<&'static str> = None;
+        let outcome = self.turn_body(agent, turn, &abort, &mut ends).await;
+        let reason = match outcome {
+            Ok(()) => json!({"kind": ends.unwrap_or("completed")}),
+            Err(Stop::Aborted) => {
+                let cause = abort
+                    .cause
+                    .borrow()
+                    .clone()
+                    .unwrap_or(json!({"kind": "user"}));
+                json!({"kind": "aborted", "reason": cause})
+            }
+            Err(Stop::Failed(_)) if abort.is_aborted() => {
+                let cause = abort
+                    .cause
+                    .borrow()
+                    .clone()
+                    .unwrap_or(json!({"kind": "user"}));
+                json!({"kind": "aborted", "reason": cause})
+            }
+            Err(Stop::Failed(e)) => {
+                self.notify(
+                    agent,
+                    "agent/error",
+                    json!({"agent": agent, "turn": turn, "error": e}),
+                );
+                json!({"kind": "error", "error": {"message": e.message, "code": e.code}})
+            }
+        };
+        if let Err(e) = self
+            .append(
+                agent,
+                event::TURN_END,
+                json!({"turn": turn, "reason": reason}),
+                false,
+                None,
+            )
+            .await
+        {
+            self.notify(
+                agent,
+                "agent/error",
+                json!({"agent": agent, "turn": turn, "error": e}),
+            );
+        }
+        let mut agents = self.agents.borrow_mut();
+        let Some(a) = agents.get_mut(agent) else {
+            return false;
+        };
+        a.last_end = reason.clone();
+        let completed = matches!(reason["kind"].as_str(), Some("completed" | "max-tokens"));
+        completed && !abort.is_aborted() && a.inbox.has_pending()
+    }
+
+    async fn claim(&self, agent: &str, target: &str, turn: u64) -> Result<Vec<Value>> {
+        let (steps, turns) = {
+            let agents = self.agents.borrow();
+            let a = agents.get(agent).ok_or_else(|| Error::msg("agent gone"))?;
+            let take_turn = target == "next-turn" && !a.inbox.next_turn.is_empty();
+            (a.inbox.next_step.len(), usize::from(take_turn))
+        };
+        if steps > 0 {
+            self.append(
+                agent,
+                event::INBOX_SPLICED,
+                json!({"target": "next-step", "start": 0, "removedCount": steps, "inserted": []}),
+                false,
+                None,
+            )
+            .await?;
+        }
+        if turns > 0 {
+            self.append(
+                agent,
+                event::INBOX_SPLICED,
+                json!({"target": "next-turn", "start": 0, "removedCount": 1, "inserted": []}),
+                false,
+                None,
+            )
+            .await?;
+        }
+        let mut claimed = Vec::new();
+        if let Some(a) = self.agents.borrow_mut().get_mut(agent) {
+            claimed.extend(
+                a.inbox
+                    .next_step
+                    .drain(..steps.min(a.inbox.next_step.len())),
+            );
+            if turns > 0 && !a.inbox.next_turn.is_empty() {
+                claimed.push(a.inbox.next_turn.remove(0));
+            }
+        }
+        for m in &claimed {
+            self.notify(
+                agent,
+                "agent/inbox/claimed",
+                json!({"agent": agent, "message": m, "turn": turn}),
+            );
+        }
+        Ok(claimed)
+    }
+
+    async fn assemble(&self, agent: &str) -> Result<Value> {
+        let (provider, model, cwd) = {
+            let agents = self.agents.borrow();
+            let a = agents.get(agent).ok_or_else(|| Error::msg("agent gone"))?;
+            (a.provider.clone(), a.model.clone(), a.cwd.clone())
+        };
+        let tools = self.ctx.service("tools").call("schemas", json!({})).await?;
+        self.ctx
+            .service("systemPrompt")
+            .call(
+                "assemble",
+                json!({"scope": agent, "tools": tools,
+                       "variables": {"provider": provider, "model": model, "cwd": cwd}}),
+            )
+            .await
+    }
+
+    async fn turn_body(
+        &self,
+        agent: &str,
+        turn: u64,
+        abort: &Abort,
+        ends: &mut Option<&'static str>,
+    ) -> Result<(), Stop> {
+        let mut target = "next-turn";
+        let mut step = 0u64;
+        loop {
+            self.check(abort)?;
+            let next = step + 1;
+            let claimed = self.claim(agent, target, turn).await?;
+            let assembly = self.assemble(agent).await?;
+            self.check(abort)?;
+            let decision = self
+                .ctx
+                .dispatch("agent/pre-step")
+                .scope(agent)
+                .waterfall(
+                    json!({"agent": agent, "messages": claimed, "turn": turn, "step": next}),
+                    |p| async move { Ok(json!({"kind": "enter", "messages": p["messages"]})) },
+                )
+                .await?;
+            self.check(abort)?;
+            if decision["kind"] == "reject" {
+                *ends = Some("blocked");
+                return Ok(());
+            }
+            let messages = decision["messages"].as_array().cloned().unwrap_or_default();
+            if ends.is_some() && messages.is_empty() {
+                return Ok(());
+            }
+            if step == 0 && messages.is_empty() {
+                *ends = Some("completed");
+                return Ok(());
+            }
+            self.append(
+                agent,
+                event::STEP_START,
+                json!({"turn": turn, "step": next}),
+                false,
+                None,
+            )
+            .await?;
+            step = next;
+            let result = self
+                .step_body(agent, turn, step, &assembly, &messages, abort)
+                .await;
+            self.append(
+                agent,
+                event::STEP_END,
+                json!({"turn": turn, "step": step}),
+                false,
+                None,
+            )
+            .await?;
+            let end = result?;
+            if *ends != Some("max-tokens") {
+                *ends = end;
+            }
+            self.check(abort)?;
+            let pending_step = || {
+                self.agents
+                    .borrow()
+                    .get(agent)
+                    .is_some_and(|a| !a.inbox.next_step.is_empty())
+            };
+            if ends.is_some() && !pending_step() {
+                self.ctx
+                    .dispatch("agent/turn-stopping")
+                    .scope(agent)
+                    .serial(json!({"agent": agent, "turn": turn}))
+                    .await?;
+                self.check(abort)?;
+                if !pending_step() {
+                    return Ok(());
+                }
+            }
+            target = "next-step";
+        }
+    }
+
+    async fn step_body(
+        &self,
+        agent: &str,
+        turn: u64,
+        step: u64,
+        assembly: &Value,
+        messages: &[Value],
+        abort: &Abort,
+    ) -> Result<StepEnd, Stop> {
+        for m in messages {
+            self.append(agent, event::USER_MESSAGE, m.clone(), true, None)
+                .await?;
+        }
+        let system = assembly["system"].as_str().unwrap_or_default().to_owned();
+        let tools = assembly["tools"].clone();
+        loop {
+            let (seed, first) = {
+                let agents = self.agents.borrow();
+                let a = agents.get(agent).ok_or_else(|| Error::msg("agent gone"))?;
+                let mut seed = json!({"provider": a.provider, "model": a.model});
+                if let Some(mt) = a.max_tokens {
+                    seed["maxTokens"] = json!(mt);
+                }
+                (seed, a.first_request)
+            };
+            let config = self
+                .ctx
+                .dispatch("agent/request")
+                .scope(agent)
+                .waterfall(
+                    json!({"agent": agent, "turn": turn, "step": step, "config": seed}),
+                    |p| async move { Ok(p["config"].clone()) },
+                )
+                .await?;
+            let provider = config["provider"].as_str().unwrap_or_default().to_owned();
+            let model = config["model"].as_str().unwrap_or_default().to_owned();
+            if provider.is_empty() || model.is_empty() {
+                return Err(Error::new("UNKNOWN", format!(
+                    "agent \"{agent}\" has no provider/model: set AgentOptions.provider and AgentOptions.model or supply both via the agent/request waterfall"
+                )).into());
+            }
+            let mut header = json!({"config": config});
+            if !system.is_empty() {
+                header["system"] = json!(system);
+            }
+            if tools.as_array().is_some_and(|t| !t.is_empty()) {
+                header["tools"] = tools.clone();
+            }
+            let logged = self
+                .agents
+                .borrow()
+                .get(agent)
+                .and_then(|a| a.logged_header.clone());
+            if first || logged.as_ref() != Some(&header) {
+                let reason = if !first {
+                    "change"
+                } else if logged.is_some() {
+                    "resume"
+                } else {
+                    "initial"
+                };
+                self.append(
+                    agent,
+                    event::REQUEST_HEADER,
+                    json!({"header": header, "reason": reason}),
+                    false,
+                    None,
+                )
+                .await?;
+            }
+            let context = json!({"provider": provider, "model": model});
+            let logged_ctx = self
+                .agents
+                .borrow()
+                .get(agent)
+                .and_then(|a| a.logged_context.clone());
+            if logged_ctx.as_ref() != Some(&context) {
+                self.append(agent, event::REQUEST_CONTEXT, context.clone(), false, None)
+                    .await?;
+            }
+            if let Some(a) = self.agents.borrow_mut().get_mut(agent) {
+                a.first_request = false;
+                a.logged_header = Some(header.clone());
+                a.logged_context = Some(context);
+            }
+            let history = self
+                .ctx
+                .service("sessions")
+                .call("derive", json!({"id": agent}))
+                .await?;
+            let mut request = config.clone();
+            request["messages"] = history;
+            if !system.is_empty() {
+                request["system"] = json!(system);
+            }
+            if tools.as_array().is_some_and(|t| !t.is_empty()) {
+                request["tools"] = tools.clone();
+            }
+            request["sessionId"] = json!(agent);
+
+            let mut assembler = BlockAssembler::default();
+            let mut chunk_seqs: Vec<u64> = Vec::new();
+            let mut stream = self.ctx.service("llm").stream("stream", request);
+            let mut interrupted = false;
+            loop {
+                let item = tokio::select! {
+                    _ = abort.notify.notified() => { interrupted = true; break; }
+                    item = stream.next() => item,
+                };
+                let Some(item) = item else { break };
+                let first_chunk = item.map_err(Stop::Failed)?;
+                let mut batch = vec![first_chunk];
+                while let Some(more) = stream.try_next() {
+                    batch.push(more.map_err(Stop::Failed)?);
+                }
+                let events: Vec<Value> = batch
+                    .iter()
+                    .map(|c| json!({"type": event::ASSISTANT_CHUNK, "data": {"turn": turn, "step": step, "chunk": c}}))
+                    .collect();
+                let seqs = self
+                    .ctx
+                    .service("sessions")
+                    .call("appendMany", json!({"id": agent, "events": events}))
+                    .await?;
+                chunk_seqs.extend(
+                    seqs.as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(Value::as_u64),
+                );
+                for c in &batch {
+                    assembler.push(c);
+                }
+                if abort.is_aborted() {
+                    interrupted = true;
+                    break;
+                }
+            }
+            drop(stream);
+            if interrupted || abort.is_aborted() {
+                let blocks = assembler.interrupted_blocks();
+                if !blocks.is_empty() {
+                    let mut data = json!({"turn": turn, "step": step,
+                        "message": msg::assistant(&new_id(), blocks, &provider, &model), "interrupted": true});
+                    if let Some(u) = &assembler.usage {
+                        data["usage"] = u.clone();
+                    }
+                    self.append(
+                        agent,
+                        event::ASSISTANT_MESSAGE,
+                        data,
+                        true,
+                        Some(chunk_seqs),
+                    )
+                    .await?;
+                }
+                return Err(Stop::Aborted);
+            }
+            let kind = assembler.finish_kind();
+            if kind == "error" || kind == "aborted" {
+                let failure = assembler
+                    .finish
+                    .as_ref()
+                    .map(|f| f["failure"].clone())
+                    .unwrap_or(Value::Null);
+                let action = self
+                    .ctx
+                    .dispatch("agent/request-error")
+                    .scope(agent)
+                    .waterfall(
+                        json!({"agent": agent, "turn": turn, "step": step, "provider": provider, "failure": failure,
+                               "retryPolicy": {"mode": "normal", "maxRetries": 5, "initialDelayMs": 500, "maxDelayMs": 10000, "jitterRatio": 0.1}}),
+                        |_| async { Ok(Value::Null) },
+                    )
+                    .await?;
+                self.check(abort)?;
+                if action["kind"] == "retry" {
+                    continue;
+                }
+                let code = failure["code"].as_str().unwrap_or("UNKNOWN");
+                let message = failure["message"]
+                    .as_str()
+                    .unwrap_or("the model request failed");
+                return Err(Error::new(code, message).into());
+            }
+            let blocks = assembler.blocks();
+            let calls: Vec<Value> = blocks
+                .iter()
+                .filter(|b| b["type"] == "tool-call")
+                .cloned()
+                .collect();
+            let mut data = json!({"turn": turn, "step": step, "message": msg::assistant(&new_id(), blocks, &provider, &model)});
+            if let Some(u) = &assembler.usage {
+                data["usage"] = u.clone();
+            }
+            self.append(
+                agent,
+                event::ASSISTANT_MESSAGE,
+                data,
+                true,
+                Some(chunk_seqs),
+            )
+            .await?;
+            if kind == "max-tokens" {
+                return Ok(Some("max-tokens"));
+            }
+            if calls.is_empty() {
+                return Ok(Some("completed"));
+            }
+            self.run_tool_calls(agent, turn, step, &calls, abort)
+                .await?;
+            if abort.is_aborted() {
+                return Err(Stop::Aborted);
+            }
+            return Ok(None);
+        }
+    }
+
+    /// Runs one step's tool calls in groups (parallel-safe siblings
+    /// together, exclusive ones alone), committing results in model order.
+    async fn run_tool_calls(
+        &self,
+        agent: &str,
+        turn: u64,
+        step: u64,
+        calls: &[Value],
+        abort: &Abort,
+    ) -> Result<()> {
+        let cwd = self
+            .agents
+            .borrow()
+            .get(agent)
+            .map(|a| a.cwd.clone())
+            .unwrap_or_default();
+        let tools = self.ctx.service("tools");
+        let mut i = 0;
+        while i < calls.len() {
+            if abort.is_aborted() {
+                for call in &calls[i..] {
+                    let seq = self.log_call(agent, turn, step, call).await?;
+                    let result = json!({"isError": true, "error": {"message": "tool call aborted before dispatch", "info": {"name": "AbortError", "code": "ABORTED_BEFORE_DISPATCH"}},
+                                        "content": [msg::text("Error: tool call aborted before dispatch")]});
+                    self.commit_result(agent, turn, step, call, seq, &result)
+                        .await?;
+                }
+                return Ok(());
+            }
+            let mode = tools
+                .call("mode", json!({"name": calls[i]["name"]}))
+                .await
+                .unwrap_or(json!("exclusive"));
+            let mut group = vec![i];
+            if mode == "parallel" {
+                while group.len() < self.config.max_parallel_tool_calls.max(1)
+                    && i + group.len() < calls.len()
+                {
+                    let next = &calls[i + group.len()];
+                    let m = tools
+                        .call("mode", json!({"name": next["name"]}))
+                        .await
+                        .unwrap_or(json!("exclusive"));
+                    if m != "parallel" {
+                        break;
+                    }
+                    group.push(i + group.len());
+                }
+            }
+            let mut started = Vec::new();
+            for &k in &group {
+                let call = &calls[k];
+                let seq = self.log_call(agent, turn, step, call).await?;
+                let raw = call["arguments"].as_str().unwrap_or_default();
+                let arguments = if raw.trim().is_empty() {
+                    json!({})
+                } else {
+                    serde_json::from_str(raw).unwrap_or_else(|_| json!(raw))
+                };
+                let exec = json!({"callId": call["id"], "name": call["name"], "arguments": arguments, "agent": agent, "cwd": cwd});
+                let t = tools.clone();
+                let handle = tokio::task::spawn_local(async move { t.call("execute", exec).await });
+                started.push((k, seq, handle));
+            }
+            for (k, seq, handle) in started {
+                let result = match handle.await {
+                    Ok(Ok(r)) => r,
+                    Ok(Err(e)) => {
+                        json!({"isError": true, "error": {"message": e.message}, "content": [msg::text(&format!("Error: {}", e.message))]})
+                    }
+                    Err(e) => {
+                        json!({"isError": true, "error": {"message": e.to_string()}, "content": [msg::text("Error: the tool task failed")]})
+                    }
+                };
+                self.commit_result(agent, turn, step, &calls[k], seq, &result)
+                    .await?;
+            }
+            i += group.len();
+        }
+        Ok(())
+    }
+
+    async fn log_call(&self, agent: &str, turn: u64, step: u64, call: &Value) -> Result<u64> {
+        self.append(
+            agent,
+            event::TOOL_CALL,
+            json!({"turn": turn, "step": step, "callId": call["id"], "name": call["name"], "arguments": call["arguments"]}),
+            false,
+            None,
+        )
+        .await
+    }
+
+    async fn commit_result(
+        &self,
+        agent: &str,
+        turn: u64,
+        step: u64,
+        call: &Value,
+        call_seq: u64,
+        result: &Value,
+    ) -> Result<u64> {
+        let is_error = result["isError"] == json!(true);
+        let content = result["content"].as_array().cloned().unwrap_or_default();
+        let call_id = call["id"].as_str().unwrap_or_default();
+        let message = msg::tool_result(&new_id(), call_id, content, is_error);
+        let mut data = json!({"turn": turn, "step": step, "message": message});
+        if let Some(info) = result["error"].get("info") {
+            data["error"] = info.clone();
+        }
+        if let Some(meta) = result.get("meta") {
+            data["meta"] = meta.clone();
+        }
+        self.append(agent, event::TOOL_RESULT, data, true, Some(vec![call_seq]))
+            .await
+    }
+}

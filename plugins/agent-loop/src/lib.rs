@@ -1,0 +1,424 @@
+//! `agent-loop`: agents and the turn/step algorithm (reference dsh-core §4).
+
+mod driver;
+mod inbox;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use dsh_sdk::new_id;
+use dsh_sdk::prelude::*;
+use dsh_sdk::vocab::{event, SessionEvent};
+use serde::Deserialize;
+use tokio::sync::{oneshot, Notify};
+
+pub(crate) use inbox::Inbox;
+
+#[derive(Deserialize, Clone)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct Config {
+    pub max_parallel_tool_calls: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            max_parallel_tool_calls: 10,
+        }
+    }
+}
+
+/// Why a turn stops early; first cause wins.
+#[derive(Default)]
+pub(crate) struct Abort {
+    pub cause: RefCell<Option<Value>>,
+    pub notify: Notify,
+}
+
+impl Abort {
+    pub fn abort(&self, cause: Value) {
+        if self.cause.borrow().is_none() {
+            *self.cause.borrow_mut() = Some(cause);
+        }
+        self.notify.notify_waiters();
+    }
+
+    pub fn is_aborted(&self) -> bool {
+        self.cause.borrow().is_some()
+    }
+}
+
+pub(crate) struct Agent {
+    pub provider: String,
+    pub model: String,
+    pub max_tokens: Option<u64>,
+    pub cwd: String,
+    pub inbox: Inbox,
+    pub running: bool,
+    pub last_turn: u64,
+    pub last_end: Value,
+    pub abort: Option<Rc<Abort>>,
+    pub idle: Vec<oneshot::Sender<Value>>,
+    pub logged_header: Option<Value>,
+    pub logged_context: Option<Value>,
+    pub first_request: bool,
+    pub wake_requested: bool,
+}
+
+pub(crate) type Agents = Rc<RefCell<HashMap<String, Agent>>>;
+
+/// Everything the driver needs, cheap to clone into tasks.
+#[derive(Clone)]
+pub(crate) struct Loop {
+    pub ctx: Context,
+    pub agents: Agents,
+    pub config: Config,
+}
+
+impl Loop {
+    /// Emits an agent-scoped notification (contained).
+    pub fn notify(&self, agent: &str, name: &str, payload: Value) {
+        let _ = self.ctx.dispatch(name).scope(agent).emit(payload);
+    }
+
+    pub async fn append(
+        &self,
+        session: &str,
+        kind: &str,
+        data: Value,
+        surface: bool,
+        sources: Option<Vec<u64>>,
+    ) -> Result<u64> {
+        let mut args = json!({"id": session, "type": kind, "data": data});
+        if surface {
+            args["surfaceOp"] = json!("append");
+        }
+        if let Some(s) = sources {
+            args["sourceEventSeqs"] = json!(s);
+        }
+        let ev = self.ctx.service("sessions").call("append", args).await?;
+        Ok(ev["seq"].as_u64().unwrap_or(0))
+    }
+
+    fn agent_id(req: &Request) -> Result<String> {
+        req.params["agent"]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| Error::new(codes::INVALID_PAYLOAD, "missing `agent`"))
+    }
+
+    fn register(
+        &self,
+        id: &str,
+        options: &Value,
+        cwd: String,
+        events: &[SessionEvent],
+        seed_len: u64,
+    ) {
+        let last_turn = events
+            .iter()
+            .rev()
+            .find(|e| e.kind == event::TURN_START)
+            .and_then(|e| e.data["turn"].as_u64())
+            .unwrap_or(0);
+        let last_end = events
+            .iter()
+            .rev()
+            .find(|e| e.kind == event::TURN_END)
+            .map(|e| e.data["reason"].clone())
+            .unwrap_or(Value::Null);
+        let logged_header = events
+            .iter()
+            .rev()
+            .find(|e| e.kind == event::REQUEST_HEADER)
+            .map(|e| e.data["header"].clone());
+        let agent = Agent {
+            provider: options["provider"].as_str().unwrap_or_default().to_owned(),
+            model: options["model"].as_str().unwrap_or_default().to_owned(),
+            max_tokens: options["maxTokens"].as_u64(),
+            cwd,
+            inbox: Inbox::replay(events, seed_len),
+            running: false,
+            last_turn,
+            last_end,
+            abort: None,
+            idle: Vec::new(),
+            logged_header,
+            logged_context: None,
+            first_request: true,
+            wake_requested: false,
+        };
+        self.agents.borrow_mut().insert(id.to_owned(), agent);
+        self.notify(id, "agent/created", json!({"agent": id}));
+    }
+
+    async fn create(&self, req: &Request) -> Result<Value> {
+        let options = req.params["agentOptions"].clone();
+        if let Some(mt) = options.get("maxTokens").filter(|v| !v.is_null()) {
+            if mt.as_u64().is_none_or(|n| n == 0) {
+                return Err(Error::new(
+                    codes::INVALID_PAYLOAD,
+                    "agent maxTokens must be a positive safe integer",
+                ));
+            }
+        }
+        let cwd = req.params["meta"]["cwd"].as_str().unwrap_or("/").to_owned();
+        let mut args = json!({"meta": {"cwd": cwd}});
+        if let Some(id) = req.params["sessionId"].as_str() {
+            args["id"] = json!(id);
+        }
+        let created = self.ctx.service("sessions").call("create", args).await?;
+        let id = created["id"].as_str().unwrap_or_default().to_owned();
+        self.register(&id, &options, cwd, &[], 0);
+        self.notify(
+            &id,
+            "agent/session-start",
+            json!({"agent": id, "source": "startup"}),
+        );
+        Ok(json!({"agent": id}))
+    }
+
+    async fn resume(&self, req: &Request) -> Result<Value> {
+        let id = req.params["sessionId"]
+            .as_str()
+            .ok_or_else(|| Error::new(codes::INVALID_PAYLOAD, "missing `sessionId`"))?
+            .to_owned();
+        if self.agents.borrow().contains_key(&id) {
+            return Ok(json!({"agent": id}));
+        }
+        let sessions = self.ctx.service("sessions");
+        let (header, events) = match sessions.call("header", json!({"id": id})).await {
+            Ok(h) => {
+                let events = sessions.call("events", json!({"id": id})).await?;
+                (h["header"].clone(), events)
+            }
+            Err(_) => {
+                let stored = self
+                    .ctx
+                    .service("sessionPersistence")
+                    .call("load", json!({"id": id}))
+                    .await
+                    .map_err(|e| {
+                        if e.code == codes::SERVICE_UNAVAILABLE {
+                            Error::new(
+                                "NO_PERSISTENCE",
+                                "cannot resume: session persistence is not configured",
+                            )
+                        } else {
+                            e
+                        }
+                    })?;
+                let created = sessions
+                    .call(
+                        "create",
+                        json!({"id": id, "header": stored["header"], "seed": stored["events"]}),
+                    )
+                    .await?;
+                let events = sessions.call("events", json!({"id": id})).await?;
+                (created["header"].clone(), events)
+            }
+        };
+        let events: Vec<SessionEvent> = serde_json::from_value(events)?;
+        let cwd = header["cwd"].as_str().unwrap_or("/").to_owned();
+        let seed_len = header["seedLength"].as_u64().unwrap_or(0);
+        let options = req.params["agentOptions"].clone();
+        self.register(&id, &options, cwd, &events, seed_len);
+        self.notify(
+            &id,
+            "agent/session-start",
+            json!({"agent": id, "source": "resume"}),
+        );
+        Ok(json!({"agent": id}))
+    }
+
+    /// `send(m, target, wakeup)` of reference §4.3.
+    async fn send(&self, agent: &str, message: Value, target: &str, wakeup: bool) -> Result<Value> {
+        let message = normalize_message(message)?;
+        let (target, start) = {
+            let agents = self.agents.borrow();
+            let a = agents.get(agent).ok_or_else(|| no_agent(agent))?;
+            let waking_after_abort =
+                wakeup && a.running && a.abort.as_ref().is_some_and(|x| x.is_aborted());
+            let target = if waking_after_abort {
+                "next-turn"
+            } else {
+                target
+            };
+            (target.to_owned(), a.inbox.len(target))
+        };
+        self.append(
+            agent,
+            event::INBOX_SPLICED,
+            json!({"target": target, "start": start, "inserted": [message]}),
+            false,
+            None,
+        )
+        .await?;
+        if let Some(a) = self.agents.borrow_mut().get_mut(agent) {
+            a.inbox.push(&target, message.clone());
+        }
+        self.notify(
+            agent,
+            "agent/inbox/inserted",
+            json!({"agent": agent, "message": message}),
+        );
+        if wakeup {
+            self.wake(agent);
+        }
+        Ok(json!({"messageId": message["id"]}))
+    }
+
+    /// Starts the driver if the agent is idle; latches a wake otherwise.
+    pub fn wake(&self, agent: &str) {
+        {
+            let mut agents = self.agents.borrow_mut();
+            let Some(a) = agents.get_mut(agent) else {
+                return;
+            };
+            if a.running {
+                a.wake_requested = true;
+                return;
+            }
+            a.running = true;
+            a.wake_requested = false;
+        }
+        self.notify(
+            agent,
+            "agent/status",
+            json!({"agent": agent, "status": "running"}),
+        );
+        let me = self.clone();
+        let id = agent.to_owned();
+        self.ctx.spawn(async move { me.drive(&id).await });
+    }
+
+    async fn when_idle(&self, agent: &str) -> Result<Value> {
+        let rx = {
+            let mut agents = self.agents.borrow_mut();
+            let a = agents.get_mut(agent).ok_or_else(|| no_agent(agent))?;
+            if !a.running {
+                return Ok(json!({"reason": a.last_end, "lastTurn": a.last_turn}));
+            }
+            let (tx, rx) = oneshot::channel();
+            a.idle.push(tx);
+            rx
+        };
+        let reason = rx
+            .await
+            .map_err(|_| Error::new(codes::DISPOSED, "the agent was disposed"))?;
+        let last_turn = self.agents.borrow().get(agent).map_or(0, |a| a.last_turn);
+        Ok(json!({"reason": reason, "lastTurn": last_turn}))
+    }
+
+    fn cancel(&self, agent: &str, cause: Value, keep_inbox: bool) -> Result<()> {
+        let mut agents = self.agents.borrow_mut();
+        let a = agents.get_mut(agent).ok_or_else(|| no_agent(agent))?;
+        if !keep_inbox {
+            a.inbox.clear();
+            a.wake_requested = false;
+        }
+        if let Some(abort) = &a.abort {
+            abort.abort(cause);
+        }
+        Ok(())
+    }
+}
+
+fn no_agent(id: &str) -> Error {
+    Error::new("AGENT_NOT_FOUND", format!("no agent `{id}`"))
+}
+
+/// Accepts a full user message or `{text}` shorthand.
+fn normalize_message(m: Value) -> Result<Value> {
+    if m.get("role").is_some() {
+        return Ok(m);
+    }
+    let text = m["text"]
+        .as_str()
+        .ok_or_else(|| Error::new(codes::INVALID_PAYLOAD, "a message needs `role` or `text`"))?;
+    Ok(dsh_sdk::vocab::msg::user_text(&new_id(), text))
+}
+
+async fn handle_agents(l: Loop, req: Request) -> Result<Reply> {
+    let agent = Loop::agent_id(&req)?;
+    let message = req.params["message"].clone();
+    match req.method.as_str() {
+        "followup" => Ok(l.send(&agent, message, "next-turn", true).await?.into()),
+        "steer" => Ok(l.send(&agent, message, "next-step", true).await?.into()),
+        "inject" => Ok(l.send(&agent, message, "next-step", false).await?.into()),
+        "cancel" => {
+            let cause = match req.params.get("cause") {
+                Some(c) if !c.is_null() => c.clone(),
+                _ => json!({"kind": "user"}),
+            };
+            l.cancel(&agent, cause, req.params["keepInbox"] == json!(true))?;
+            Ok(Value::Null.into())
+        }
+        "whenIdle" => Ok(l.when_idle(&agent).await?.into()),
+        "status" => {
+            let agents = l.agents.borrow();
+            let a = agents.get(&agent).ok_or_else(|| no_agent(&agent))?;
+            Reply::json(
+                json!({"status": if a.running { "running" } else { "idle" }, "lastTurn": a.last_turn, "lastEnd": a.last_end}),
+            )
+        }
+        "dispose" => {
+            l.cancel(&agent, json!({"kind": "disposed"}), false)?;
+            let _ = l.when_idle(&agent).await;
+            l.agents.borrow_mut().remove(&agent);
+            l.notify(&agent, "agent/disposed", json!({"agent": agent}));
+            Ok(Value::Null.into())
+        }
+        _ => Err(req.unknown_method()),
+    }
+}
+
+async fn handle_loop(l: Loop, req: Request) -> Result<Reply> {
+    match req.method.as_str() {
+        "create" => Ok(l.create(&req).await?.into()),
+        "resume" => Ok(l.resume(&req).await?.into()),
+        "list" => {
+            let ids: Vec<String> = l.agents.borrow().keys().cloned().collect();
+            Reply::json(ids)
+        }
+        _ => Err(req.unknown_method()),
+    }
+}
+
+struct AgentLoop;
+
+impl Plugin for AgentLoop {
+    const NAME: &'static str = "agent-loop";
+    const DESCRIPTION: &'static str =
+        "agents and the turn/step loop (services `agents`, `agentLoop`)";
+    const PROVIDES: &'static [&'static str] = &["agents", "agentLoop"];
+    const INJECT: &'static [&'static str] = &["sessions", "llm", "tools", "systemPrompt"];
+    type Config = Config;
+
+    async fn apply(ctx: Context, config: Config) -> Result<()> {
+        let l = Loop {
+            ctx: ctx.clone(),
+            agents: Rc::default(),
+            config,
+        };
+        let l2 = l.clone();
+        ctx.provide("agents", move |req| handle_agents(l2.clone(), req));
+        let l3 = l.clone();
+        ctx.provide("agentLoop", move |req| handle_loop(l3.clone(), req));
+        let l4 = l.clone();
+        ctx.effect(move || async move {
+            // A running turn ends `aborted{disposed}` and the driver closes it
+            // (answering unstarted tool calls) before the fiber goes, so the
+            // log stays balanced across a hot swap.
+            let ids: Vec<String> = l4.agents.borrow().keys().cloned().collect();
+            for id in ids {
+                let _ = l4.cancel(&id, json!({"kind": "disposed"}), true);
+                let _ = l4.when_idle(&id).await;
+            }
+        });
+        Ok(())
+    }
+}
+
+dsh_sdk::export_plugin!(AgentLoop);

@@ -1,0 +1,266 @@
+//! `headless`: `dsh-host --profile headless "task"` (reference dsh-product
+//! §5). Runs the task to quiescence in a persisted session for the current
+//! directory, prints the last assistant text on stdout and exits 0 iff the
+//! final turn completed (else 1, with `dsh: <CODE>: <message>` on stderr).
+//!
+//! App arguments: `[--output text|jsonl] [--resume <session-id>] task...`;
+//! `--list-sessions` prints the stored sessions of the current directory.
+
+use dsh_sdk::prelude::*;
+use dsh_sdk::vocab::{event, msg};
+use serde::Deserialize;
+
+#[derive(Deserialize, Default, Clone)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+struct Config {
+    provider: String,
+    model: String,
+    max_tokens: Option<u64>,
+}
+
+#[derive(Default)]
+struct Args {
+    jsonl: bool,
+    resume: Option<String>,
+    list: bool,
+    task: String,
+}
+
+fn parse(args: &[String]) -> std::result::Result<Args, String> {
+    let mut out = Args::default();
+    let mut words = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--output" => match it.next().map(String::as_str) {
+                Some("jsonl") => out.jsonl = true,
+                Some("text") => out.jsonl = false,
+                other => return Err(format!("--output takes `text` or `jsonl`, got {other:?}")),
+            },
+            "--resume" => {
+                out.resume = Some(it.next().ok_or("--resume needs a session id")?.clone())
+            }
+            "--list-sessions" => out.list = true,
+            "--" => words.extend(it.by_ref().cloned()),
+            _ => words.push(a.clone()),
+        }
+    }
+    out.task = words.join(" ");
+    Ok(out)
+}
+
+async fn print(ctx: &Context, text: &str) {
+    let _ = ctx
+        .service("host")
+        .call("print", json!({"text": text}))
+        .await;
+}
+
+async fn eprint(ctx: &Context, text: &str) {
+    let _ = ctx
+        .service("host")
+        .call("eprint", json!({"text": text}))
+        .await;
+}
+
+async fn exit(ctx: &Context, code: i32) {
+    let _ = ctx
+        .service("host")
+        .call("exit", json!({"code": code}))
+        .await;
+}
+
+async fn list_sessions(ctx: &Context, cwd: &str) -> Result<i32> {
+    let sessions = ctx
+        .service("sessionPersistence")
+        .call("list", json!({"cwd": cwd}))
+        .await?;
+    let mut out = format!(
+        "{:<48} {:<25} {:>5}  LAST PROMPT\n",
+        "ID", "CREATED", "TURNS"
+    );
+    for s in sessions.as_array().into_iter().flatten() {
+        let created = s["createdAt"].as_u64().unwrap_or(0);
+        let prompt: String = s["lastPrompt"]
+            .as_str()
+            .unwrap_or_default()
+            .chars()
+            .take(60)
+            .collect();
+        out.push_str(&format!(
+            "{:<48} {:<25} {:>5}  {}\n",
+            s["id"].as_str().unwrap_or_default(),
+            format_time(created),
+            s["turns"],
+            prompt.replace('\n', " ")
+        ));
+    }
+    print(ctx, &out).await;
+    Ok(0)
+}
+
+/// Epoch ms as `YYYY-MM-DD HH:MM:SS UTC`.
+fn format_time(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+async fn run(ctx: Context, config: Config) -> Result<i32> {
+    let host = ctx.service("host");
+    let argv: Vec<String> = host.call_as("args", json!({})).await?;
+    let args = match parse(&argv) {
+        Ok(a) => a,
+        Err(e) => {
+            eprint(&ctx, &format!("dsh: {e}\n")).await;
+            return Ok(1);
+        }
+    };
+    let info = host.call("info", json!({})).await?;
+    let cwd = info["cwd"].as_str().unwrap_or("/").to_owned();
+    if args.list {
+        return list_sessions(&ctx, &cwd).await;
+    }
+    if args.task.trim().is_empty() {
+        eprint(
+            &ctx,
+            "dsh: a task is required, for example: dsh-host --profile headless \"run the tests\"\n",
+        )
+        .await;
+        return Ok(1);
+    }
+    let mut options = json!({"provider": config.provider, "model": config.model});
+    if let Some(mt) = config.max_tokens {
+        options["maxTokens"] = json!(mt);
+    }
+    let loop_ = ctx.service("agentLoop");
+    let created = match &args.resume {
+        Some(id) => {
+            loop_
+                .call("resume", json!({"sessionId": id, "agentOptions": options}))
+                .await?
+        }
+        None => {
+            loop_
+                .call(
+                    "create",
+                    json!({"agentOptions": options, "meta": {"cwd": cwd}}),
+                )
+                .await?
+        }
+    };
+    let agent = created["agent"].as_str().unwrap_or_default().to_owned();
+    let sessions = ctx.service("sessions");
+    let start = sessions.call("header", json!({"id": agent})).await?["seq"]
+        .as_u64()
+        .unwrap_or(0);
+    if args.jsonl {
+        let (c, id) = (ctx.clone(), agent.clone());
+        ctx.on("session/event", move |ev| {
+            let (c, id) = (c.clone(), id.clone());
+            async move {
+                if ev.payload["sessionId"] == json!(id) {
+                    let line = json!({"type": "session_event", "sessionId": id, "event": ev.payload["event"]});
+                    print(&c, &format!("{line}\n")).await;
+                }
+                Ok(Value::Null)
+            }
+        });
+    }
+    let agents = ctx.service("agents");
+    agents
+        .call(
+            "followup",
+            json!({"agent": agent, "message": {"text": args.task}}),
+        )
+        .await?;
+    let idle = agents.call("whenIdle", json!({"agent": agent})).await?;
+    sessions.call("flush", json!({"id": agent})).await?;
+    let events: Vec<dsh_sdk::vocab::SessionEvent> = sessions
+        .call_as("events", json!({"id": agent, "from": start}))
+        .await?;
+    let mut output = String::new();
+    let (mut input_tokens, mut output_tokens) = (0u64, 0u64);
+    for e in events.iter().filter(|e| e.kind == event::ASSISTANT_MESSAGE) {
+        let text = msg::joined_text(&e.data["message"]);
+        if !text.trim().is_empty() {
+            output = text;
+        }
+        input_tokens += e.data["usage"]["inputTokens"].as_u64().unwrap_or(0);
+        output_tokens += e.data["usage"]["outputTokens"].as_u64().unwrap_or(0);
+    }
+    let reason = &idle["reason"];
+    let completed = reason["kind"] == "completed";
+    if args.jsonl {
+        // Let the last session_event lines go out first.
+        tokio::task::yield_now().await;
+        let result = json!({"type": "result", "sessionId": agent, "output": output,
+            "reason": reason, "usage": {"inputTokens": input_tokens, "outputTokens": output_tokens}});
+        print(&ctx, &format!("{result}\n")).await;
+    } else if !output.is_empty() || completed {
+        print(&ctx, &format!("{output}\n")).await;
+    }
+    if completed {
+        return Ok(0);
+    }
+    let (code, message) = match reason["kind"].as_str() {
+        Some("error") => (
+            reason["error"]["code"]
+                .as_str()
+                .unwrap_or("UNKNOWN")
+                .to_owned(),
+            reason["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        ),
+        Some(kind) => (
+            kind.to_ascii_uppercase().replace('-', "_"),
+            format!("the turn ended {kind}"),
+        ),
+        None => ("UNKNOWN".into(), "the agent did not run".into()),
+    };
+    eprint(&ctx, &format!("dsh: {code}: {message}\n")).await;
+    Ok(1)
+}
+
+struct Headless;
+
+impl Plugin for Headless {
+    const NAME: &'static str = "headless";
+    const DESCRIPTION: &'static str = "one-shot task runner";
+    const INJECT: &'static [&'static str] = &["agents", "agentLoop", "sessions"];
+    type Config = Config;
+
+    async fn apply(ctx: Context, config: Config) -> Result<()> {
+        let c = ctx.clone();
+        ctx.spawn(async move {
+            let code = match run(c.clone(), config).await {
+                Ok(code) => code,
+                Err(e) => {
+                    eprint(&c, &format!("dsh: {}: {}\n", e.code, e.message)).await;
+                    1
+                }
+            };
+            exit(&c, code).await;
+        });
+        Ok(())
+    }
+}
+
+dsh_sdk::export_plugin!(Headless);

@@ -1,0 +1,301 @@
+//! The JSONL format of the original (reference dsh-core §8.3): path
+//! encoding, the header record, packed chunk rows (read only), the
+//! crash-tail scan, and durable writes.
+
+use std::io::Write;
+use std::path::Path;
+
+use dsh_sdk::vocab::{SessionEvent, SessionHeader};
+use serde_json::{json, Value};
+
+/// `encodeSegment`: `[A-Za-z0-9._-]` literal, everything else `~XXXX` per
+/// UTF-16 unit; `.` and `..` are encoded whole.
+pub fn encode_segment(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Err("an empty id cannot name a file".into());
+    }
+    if s == "." || s == ".." {
+        return Ok("~002E".repeat(s.len()));
+    }
+    let mut out = String::new();
+    for unit in s.encode_utf16() {
+        let c = char::from_u32(u32::from(unit))
+            .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+        match c {
+            Some(c) => out.push(c),
+            None => out.push_str(&format!("~{unit:04X}")),
+        }
+    }
+    Ok(out)
+}
+
+/// `projectKey(cwd)`: runs of `/ \ :` become one `-`, a leading `-` is
+/// dropped (empty → `root`), unsafe units are `~XXXX`, 251 chars at most.
+pub fn project_key(cwd: &str) -> String {
+    let mut out = String::new();
+    let mut last_sep = false;
+    for unit in cwd.encode_utf16() {
+        let c = char::from_u32(u32::from(unit));
+        if matches!(c, Some('/' | '\\' | ':')) {
+            if !last_sep {
+                out.push('-');
+            }
+            last_sep = true;
+            continue;
+        }
+        last_sep = false;
+        match c.filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')) {
+            Some(c) => out.push(c),
+            None => out.push_str(&format!("~{unit:04X}")),
+        }
+    }
+    let out = out.strip_prefix('-').unwrap_or(&out).to_owned();
+    let out = if out.is_empty() {
+        "root".to_owned()
+    } else {
+        out
+    };
+    out.chars().take(251).collect()
+}
+
+/// The header record as stored (`delegationDepth` is required on disk).
+pub fn header_line(h: &SessionHeader) -> String {
+    let mut v = json!({"type": "session"});
+    if let (Some(obj), Ok(Value::Object(hv))) = (v.as_object_mut(), serde_json::to_value(h)) {
+        for (k, val) in hv {
+            obj.insert(k, val);
+        }
+        obj.entry("delegationDepth").or_insert(json!(0));
+    }
+    format!("{v}\n")
+}
+
+/// What a scan found.
+pub struct Scan {
+    pub header: SessionHeader,
+    pub events: Vec<SessionEvent>,
+    /// Byte offset where a torn tail starts, if any.
+    pub torn_at: Option<usize>,
+}
+
+/// Decodes one storage record into events (packed rows expand).
+fn decode(record: &Value) -> Result<Vec<SessionEvent>, String> {
+    let kind = record["type"].as_str().unwrap_or_default();
+    let packed = match kind {
+        "text-chunks" => Some(("text-delta", "texts")),
+        "reasoning-chunks" => Some(("reasoning-delta", "texts")),
+        "tool-call-chunks" => Some(("tool-call-delta", "args")),
+        _ => None,
+    };
+    let Some((chunk_type, field)) = packed else {
+        let e: SessionEvent = serde_json::from_value(record.clone()).map_err(|e| e.to_string())?;
+        return Ok(vec![e]);
+    };
+    let d = &record["data"];
+    let seq0 = record["seq0"].as_u64().ok_or("packed row without seq0")?;
+    let time0 = record["time0"].as_u64().ok_or("packed row without time0")?;
+    let items = d[field].as_array().ok_or("packed row without members")?;
+    let dt = d["dt"].as_array().cloned().unwrap_or_default();
+    let mut time = time0 as i64;
+    let mut out = Vec::new();
+    for (k, item) in items.iter().enumerate() {
+        if k > 0 {
+            time += dt.get(k - 1).and_then(Value::as_i64).unwrap_or(0);
+        }
+        let chunk = if chunk_type == "tool-call-delta" {
+            let mut c = json!({"type": chunk_type, "index": d["index"], "id": d["id"]});
+            if let Some(name) = d.get("name") {
+                c["name"] = name.clone();
+            }
+            c["argumentsDelta"] = item.clone();
+            c
+        } else {
+            json!({"type": chunk_type, "index": d["index"], "text": item})
+        };
+        out.push(SessionEvent {
+            kind: "assistant/chunk".into(),
+            seq: seq0 + k as u64,
+            time: time.max(0) as u64,
+            data: json!({"turn": d["turn"], "step": d["step"], "chunk": chunk}),
+            source_event_seqs: None,
+            surface_op: None,
+            ignorable: None,
+        });
+    }
+    Ok(out)
+}
+
+/// Scans a stored log (crash-tail rules of the original): the first defect
+/// (an unparsable line or a seq gap) starts a torn tail, unless a later
+/// record holds a `turn/end`, which makes the log corrupt.
+pub fn scan(bytes: &[u8]) -> Result<Scan, String> {
+    let text = String::from_utf8_lossy(bytes);
+    let mut lines = text.split_inclusive('\n');
+    let first = lines.next().ok_or("the file is empty")?;
+    let head: Value =
+        serde_json::from_str(first.trim_end()).map_err(|e| format!("corrupt header: {e}"))?;
+    if head["type"] != "session" {
+        return Err("the first line is not a session header".into());
+    }
+    let version = head["version"].as_u64().unwrap_or(u64::MAX);
+    if version != 0 {
+        return Err(format!(
+            "the log uses format v{version}, but this harness reads only v0: the log was written by a newer harness — upgrade the harness to open it"
+        ));
+    }
+    for retired in ["sandboxMode", "approvalPolicy"] {
+        if head.get(retired).is_some() {
+            return Err(format!("retired header field `{retired}`"));
+        }
+    }
+    let mut h = head.clone();
+    if let Some(o) = h.as_object_mut() {
+        o.remove("type");
+    }
+    let header: SessionHeader =
+        serde_json::from_value(h).map_err(|e| format!("corrupt header: {e}"))?;
+    let mut events: Vec<SessionEvent> = Vec::new();
+    let mut offset = first.len();
+    let mut torn_at = None;
+    for line in lines {
+        let start = offset;
+        offset += line.len();
+        if torn_at.is_some() {
+            // After a defect: a later complete turn/end means corruption.
+            if line.ends_with('\n') {
+                if let Ok(v) = serde_json::from_str::<Value>(line.trim_end()) {
+                    if v["type"] == "turn/end" {
+                        return Err(format!(
+                            "a defect at byte {} precedes a completed turn",
+                            torn_at.unwrap_or(0)
+                        ));
+                    }
+                }
+            }
+            continue;
+        }
+        if !line.ends_with('\n') {
+            torn_at = Some(start);
+            continue;
+        }
+        let decoded = serde_json::from_str::<Value>(line.trim_end())
+            .map_err(|e| e.to_string())
+            .and_then(|v| decode(&v));
+        match decoded {
+            Ok(evs)
+                if evs
+                    .iter()
+                    .enumerate()
+                    .all(|(k, e)| e.seq == (events.len() + k) as u64) =>
+            {
+                events.extend(evs)
+            }
+            _ => torn_at = Some(start),
+        }
+    }
+    Ok(Scan {
+        header,
+        events,
+        torn_at,
+    })
+}
+
+fn fsync_dir(path: &Path) {
+    if let Some(dir) = path.parent() {
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+    }
+}
+
+/// First write: header + batch into a temp file, fsync, then published
+/// without overwriting (hard link) and the directory fsynced.
+pub fn publish_new(path: &Path, header: &SessionHeader, events: &str) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension(format!("jsonl.tmp-{}", std::process::id()));
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(header_line(header).as_bytes())?;
+        f.write_all(events.as_bytes())?;
+        f.sync_all()?;
+    }
+    let linked = std::fs::hard_link(&tmp, path);
+    let _ = std::fs::remove_file(&tmp);
+    linked?;
+    fsync_dir(path);
+    Ok(())
+}
+
+/// Appends a batch and fsyncs; a failed write is truncated back.
+pub fn append(path: &Path, events: &str) -> std::io::Result<()> {
+    let mut f = std::fs::OpenOptions::new().append(true).open(path)?;
+    let before = f.metadata()?.len();
+    if let Err(e) = f.write_all(events.as_bytes()).and_then(|_| f.sync_all()) {
+        let _ = f.set_len(before);
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Truncates a torn tail and appends the closers, durably.
+pub fn repair(
+    path: &Path,
+    torn_at: Option<usize>,
+    closers: &[SessionEvent],
+) -> std::io::Result<()> {
+    if let Some(at) = torn_at {
+        let f = std::fs::OpenOptions::new().write(true).open(path)?;
+        f.set_len(at as u64)?;
+        f.sync_all()?;
+    }
+    let mut text = String::new();
+    for c in closers {
+        text.push_str(&serde_json::to_string(c).map_err(std::io::Error::other)?);
+        text.push('\n');
+    }
+    if !text.is_empty() {
+        append(path, &text)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodings_match_the_original() {
+        assert_eq!(encode_segment("session-1").unwrap(), "session-1");
+        assert_eq!(encode_segment("a/b~c").unwrap(), "a~002Fb~007Ec");
+        assert_eq!(encode_segment("..").unwrap(), "~002E~002E");
+        assert_eq!(project_key("/home/u/my project"), "home-u-my~0020project");
+        assert_eq!(project_key("/"), "root");
+    }
+
+    #[test]
+    fn torn_tail_and_corruption() {
+        let head = "{\"type\":\"session\",\"version\":0,\"id\":\"s\",\"createdAt\":1,\"delegationDepth\":0}\n";
+        let e0 = "{\"type\":\"turn/start\",\"seq\":0,\"time\":1,\"data\":{\"turn\":1}}\n";
+        let torn = format!("{head}{e0}{{\"type\":\"step/st");
+        let s = scan(torn.as_bytes()).unwrap();
+        assert_eq!(s.events.len(), 1);
+        assert_eq!(s.torn_at, Some(head.len() + e0.len()));
+        let corrupt = format!("{head}garbage\n{{\"type\":\"turn/end\",\"seq\":1,\"time\":1,\"data\":{{\"turn\":1,\"reason\":{{\"kind\":\"completed\"}}}}}}\n");
+        assert!(scan(corrupt.as_bytes()).is_err());
+    }
+
+    #[test]
+    fn packed_rows_expand() {
+        let head = "{\"type\":\"session\",\"version\":0,\"id\":\"s\",\"createdAt\":1,\"delegationDepth\":0}\n";
+        let row = "{\"type\":\"text-chunks\",\"seq0\":0,\"time0\":10,\"data\":{\"turn\":1,\"step\":1,\"index\":0,\"dt\":[1,2],\"texts\":[\"a\",\"b\",\"c\"]}}\n";
+        let s = scan(format!("{head}{row}").as_bytes()).unwrap();
+        assert_eq!(s.events.len(), 3);
+        assert_eq!(s.events[2].time, 13);
+        assert_eq!(
+            s.events[1].data["chunk"],
+            json!({"type": "text-delta", "index": 0, "text": "b"})
+        );
+    }
+}

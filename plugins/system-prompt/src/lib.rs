@@ -1,0 +1,177 @@
+//! `system-prompt`: ordered sections, variables (`provider`, `model`, `cwd`)
+//! and the `system-prompt/assemble` waterfall (reference dsh-core §6).
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use dsh_sdk::prelude::*;
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct Config {
+    persona: String,
+    include_harness_identity: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            persona: String::new(),
+            include_harness_identity: true,
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Section {
+    name: String,
+    order: f64,
+    text: String,
+    owner: u64,
+}
+
+type Sections = Rc<RefCell<Vec<Section>>>;
+
+fn interpolate(section: &str, text: &str, vars: &serde_json::Map<String, Value>) -> Result<String> {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("{{") {
+        let Some(end) = rest[start + 2..].find("}}") else {
+            break;
+        };
+        out.push_str(&rest[..start]);
+        let name = &rest[start + 2..start + 2 + end];
+        let valid = name.starts_with(|c: char| c.is_ascii_lowercase())
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !valid {
+            return Err(Error::new("PROMPT", format!("malformed prompt variable reference \"{{{{{name}}}}}\" in section \"{section}\"")));
+        }
+        match vars.get(name) {
+            Some(Value::String(v)) => out.push_str(v),
+            Some(_) => {
+                return Err(Error::new(
+                    "PROMPT",
+                    format!("prompt variable \"{{{{{name}}}}}\" has no value for this assembly"),
+                ))
+            }
+            None => {
+                let mut known: Vec<&String> = vars.keys().collect();
+                known.sort();
+                let list = if known.is_empty() {
+                    "(none)".into()
+                } else {
+                    known
+                        .iter()
+                        .map(|s| s.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                return Err(Error::new("PROMPT", format!("unknown prompt variable \"{{{{{name}}}}}\" in section \"{section}\"; registered variables: {list}")));
+            }
+        }
+        rest = &rest[start + 2 + end + 2..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+async fn handle(ctx: Context, sections: Sections, req: Request) -> Result<Reply> {
+    match req.method.as_str() {
+        "section" => {
+            let name = req.params["name"].as_str().unwrap_or_default().to_owned();
+            let order = req.params["order"].as_f64().unwrap_or(0.0);
+            if name.is_empty() || !order.is_finite() {
+                return Err(Error::new(
+                    codes::INVALID_PAYLOAD,
+                    "a section needs a name and a finite order",
+                ));
+            }
+            if sections.borrow().iter().any(|s| s.name == name) {
+                return Err(Error::new(
+                    "DUPLICATE_SECTION",
+                    format!("prompt section \"{name}\" is already registered"),
+                ));
+            }
+            let owner = req.caller;
+            sections.borrow_mut().push(Section {
+                name,
+                order,
+                text: req.params["text"].as_str().unwrap_or_default().to_owned(),
+                owner,
+            });
+            let s2 = sections.clone();
+            req.on_caller_gone(move || s2.borrow_mut().retain(|s| s.owner != owner));
+            ctx.emit("system-prompt/change", json!({}))?;
+            Ok(Value::Null.into())
+        }
+        "assemble" => {
+            let vars = req.params["variables"]
+                .as_object()
+                .cloned()
+                .unwrap_or_default();
+            let mut list = sections.borrow().clone();
+            list.sort_by(|a, b| a.order.total_cmp(&b.order));
+            let mut rendered = Vec::new();
+            for s in &list {
+                let text = interpolate(&s.name, &s.text, &vars)?;
+                if !text.trim().is_empty() {
+                    rendered.push(json!({"name": s.name, "text": text}));
+                }
+            }
+            let assembly = json!({"sections": rendered, "tools": req.params["tools"].clone(), "variables": vars});
+            let mut d = ctx.dispatch("system-prompt/assemble");
+            if let Some(scope) = req.params["scope"].as_str() {
+                d = d.scope(scope);
+            }
+            let mut assembly = d.waterfall(assembly, |a| async move { Ok(a) }).await?;
+            let system: Vec<&str> = assembly["sections"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|s| s["text"].as_str())
+                .filter(|t| !t.is_empty())
+                .collect();
+            let system = system.join("\n\n");
+            assembly["system"] = json!(system);
+            Ok(assembly.into())
+        }
+        _ => Err(req.unknown_method()),
+    }
+}
+
+struct SystemPrompt;
+
+impl Plugin for SystemPrompt {
+    const NAME: &'static str = "system-prompt";
+    const DESCRIPTION: &'static str = "prompt assembly (service `systemPrompt`)";
+    const PROVIDES: &'static [&'static str] = &["systemPrompt"];
+    type Config = Config;
+
+    async fn apply(ctx: Context, config: Config) -> Result<()> {
+        let sections: Sections = Rc::default();
+        if config.include_harness_identity {
+            sections.borrow_mut().push(Section {
+                name: "harness:identity".into(),
+                order: -100.0,
+                text: "You are an AI agent powered by DeepSeek Harness.".into(),
+                owner: 0,
+            });
+        }
+        sections.borrow_mut().push(Section {
+            name: "deployment:persona".into(),
+            order: 0.0,
+            text: config.persona,
+            owner: 0,
+        });
+        let ctx2 = ctx.clone();
+        ctx.provide("systemPrompt", move |req| {
+            handle(ctx2.clone(), sections.clone(), req)
+        });
+        Ok(())
+    }
+}
+
+dsh_sdk::export_plugin!(SystemPrompt);

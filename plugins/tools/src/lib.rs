@@ -1,0 +1,231 @@
+//! `tools`: the tool registry and the execution pipeline (reference
+//! dsh-core §5): `tools/pre-execute` → `tools/execute` → `tools/post-execute`
+//! (waterfalls), then `tools/result` (emit). A failing tool is an error
+//! result the model sees, never a crashed turn.
+//!
+//! A tool plugin registers `{name, description, parameters, service,
+//! parallel?}` and provides `service`, whose `execute` method receives
+//! `{arguments, callId, agent, cwd}` and returns `{content: [blocks]}` (or
+//! an error). Registrations are owned by the registering fiber.
+
+mod schema;
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use dsh_sdk::prelude::*;
+use dsh_sdk::vocab::msg;
+
+struct Tool {
+    schema: Value,
+    service: String,
+    parallel: bool,
+    owner: u64,
+}
+
+type Registry = Rc<RefCell<BTreeMap<String, Tool>>>;
+
+/// An error result in the pipeline's format.
+fn failure(message: &str, info: Option<(&str, &str)>) -> Value {
+    let mut error = json!({"message": message});
+    if let Some((name, code)) = info {
+        error["info"] = json!({"name": name, "code": code});
+    }
+    json!({"isError": true, "error": error, "content": [msg::text(&format!("Error: {message}"))]})
+}
+
+fn from_error(e: &Error) -> Value {
+    failure(&e.message, Some(("ToolError", &e.code)))
+}
+
+async fn run_tool(ctx: &Context, registry: &Registry, exec: &Value) -> Value {
+    let name = exec["name"].as_str().unwrap_or_default();
+    let Some((service, schema)) = registry
+        .borrow()
+        .get(name)
+        .map(|t| (t.service.clone(), t.schema.clone()))
+    else {
+        return failure(
+            &format!("unknown tool \"{name}\""),
+            Some(("ToolNotFoundError", "UNKNOWN_TOOL")),
+        );
+    };
+    let violations = schema::validate(&schema["parameters"], &exec["arguments"]);
+    if !violations.is_empty() {
+        return failure(
+            &format!("invalid arguments: {}", violations.join("; ")),
+            Some(("ToolArgsError", "INVALID_ARGS")),
+        );
+    }
+    match ctx.service(service).call("execute", exec.clone()).await {
+        Ok(v) => json!({"isError": false, "value": v.get("value").cloned().unwrap_or(Value::Null),
+                        "content": v.get("content").cloned().unwrap_or_else(|| json!([]))}),
+        Err(e) => from_error(&e),
+    }
+}
+
+async fn execute(ctx: Context, registry: Registry, exec: Value) -> Value {
+    let scope = exec["agent"].as_str().unwrap_or_default().to_owned();
+    let dispatch = |event: &str| {
+        let d = ctx.dispatch(event);
+        if scope.is_empty() {
+            d
+        } else {
+            d.scope(scope.clone())
+        }
+    };
+    let decision = match dispatch("tools/pre-execute")
+        .waterfall(json!({"exec": exec}), |_| async {
+            Ok(json!({"kind": "allow"}))
+        })
+        .await
+    {
+        Ok(d) => d,
+        Err(e) => return from_error(&e),
+    };
+    let mut result = match decision["kind"].as_str() {
+        Some("allow") | None => {
+            let (c, r, x) = (ctx.clone(), registry.clone(), exec.clone());
+            match dispatch("tools/execute")
+                .waterfall(json!({"exec": exec}), move |_| async move {
+                    Ok(run_tool(&c, &r, &x).await)
+                })
+                .await
+            {
+                Ok(r) => r,
+                Err(e) => from_error(&e),
+            }
+        }
+        Some("ask") => {
+            let name = exec["name"].as_str().unwrap_or_default();
+            let reason = decision["reason"]
+                .as_str()
+                .map(str::to_owned)
+                .unwrap_or_else(|| {
+                    format!(
+                        "tool \"{name}\" requires approval, but no approval channel is available"
+                    )
+                });
+            return finish(&ctx, &exec, failure(&reason, None));
+        }
+        Some(_) => {
+            let reason = decision["reason"]
+                .as_str()
+                .unwrap_or("denied by policy")
+                .to_owned();
+            return finish(&ctx, &exec, failure(&reason, None));
+        }
+    };
+    match dispatch("tools/post-execute")
+        .waterfall(json!({"exec": exec, "result": result}), |_| async {
+            Ok(json!({"kind": "accept"}))
+        })
+        .await
+    {
+        Ok(d) if d["kind"] == "block" => {
+            let feedback = d["feedback"].clone();
+            let text = feedback
+                .as_str()
+                .unwrap_or("tool result blocked by post-execute policy")
+                .to_owned();
+            result =
+                json!({"isError": true, "error": {"message": text}, "content": [msg::text(&text)]});
+        }
+        Ok(d) => {
+            if let Some(content) = d.get("content").filter(|c| c.is_array()) {
+                result["content"] = content.clone();
+            }
+        }
+        Err(e) => result = from_error(&e),
+    }
+    finish(&ctx, &exec, result)
+}
+
+fn finish(ctx: &Context, exec: &Value, result: Value) -> Value {
+    let scope = exec["agent"].as_str().unwrap_or_default();
+    let mut d = ctx.dispatch("tools/result");
+    if !scope.is_empty() {
+        d = d.scope(scope);
+    }
+    let _ = d.emit(json!({"exec": exec, "result": result}));
+    result
+}
+
+async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply> {
+    match req.method.as_str() {
+        "register" => {
+            let name = req.params["name"].as_str().unwrap_or_default().to_owned();
+            let service = req.params["service"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            if name.is_empty() || service.is_empty() {
+                return Err(Error::new(
+                    codes::INVALID_PAYLOAD,
+                    "a tool needs a name and a service",
+                ));
+            }
+            if registry.borrow().contains_key(&name) {
+                return Err(Error::new(
+                    "DUPLICATE_TOOL",
+                    format!("tool \"{name}\" is already registered"),
+                ));
+            }
+            let schema = json!({
+                "name": name,
+                "description": req.params["description"].as_str().unwrap_or_default(),
+                "parameters": req.params["parameters"].clone(),
+            });
+            let owner = req.caller;
+            registry.borrow_mut().insert(
+                name.clone(),
+                Tool {
+                    schema,
+                    service,
+                    parallel: req.params["parallel"] == json!(true),
+                    owner,
+                },
+            );
+            let r2 = registry.clone();
+            req.on_caller_gone(move || r2.borrow_mut().retain(|_, t| t.owner != owner));
+            ctx.emit("tools/change", json!({}))?;
+            Ok(Value::Null.into())
+        }
+        "schemas" => {
+            let schemas: Vec<Value> = registry
+                .borrow()
+                .values()
+                .map(|t| t.schema.clone())
+                .collect();
+            Reply::json(schemas)
+        }
+        "mode" => {
+            let name = req.params["name"].as_str().unwrap_or_default();
+            let parallel = registry.borrow().get(name).is_some_and(|t| t.parallel);
+            Reply::json(if parallel { "parallel" } else { "exclusive" })
+        }
+        "execute" => Ok(execute(ctx, registry, req.params.clone()).await.into()),
+        _ => Err(req.unknown_method()),
+    }
+}
+
+struct Tools;
+
+impl Plugin for Tools {
+    const NAME: &'static str = "tools";
+    const DESCRIPTION: &'static str = "tool registry and execution pipeline (service `tools`)";
+    const PROVIDES: &'static [&'static str] = &["tools"];
+    type Config = ();
+
+    async fn apply(ctx: Context, _config: ()) -> Result<()> {
+        let registry: Registry = Rc::default();
+        let ctx2 = ctx.clone();
+        ctx.provide("tools", move |req| {
+            handle(ctx2.clone(), registry.clone(), req)
+        });
+        Ok(())
+    }
+}
+
+dsh_sdk::export_plugin!(Tools);
