@@ -1,0 +1,231 @@
+//! `llm-deepseek`: `POST {baseUrl}/chat/completions` with SSE (reference
+//! dsh-product §3.1.1). Serves the DeepSeek route, or — with
+//! `reasoning = false` and its own `baseUrl` — any OpenAI-compatible
+//! endpoint (Ollama, vLLM, llama.cpp server).
+
+mod sse;
+mod wire;
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use dsh_sdk::prelude::*;
+use dsh_sdk::vocab::LlmFailure;
+use serde::Deserialize;
+
+#[derive(Deserialize, Clone)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct Config {
+    /// The provider route this instance serves.
+    pub provider: String,
+    /// Endpoint root; `/chat/completions` is appended.
+    pub base_url: String,
+    /// The environment variable holding the API key ("" for none).
+    pub api_key_env: String,
+    /// The default model.
+    pub model: String,
+    /// `off`, `low`, `high` or `max` (DeepSeek thinking modes).
+    pub reasoning_effort: String,
+    /// Send DeepSeek's thinking fields (false for other endpoints).
+    pub reasoning: bool,
+    /// A request with no bytes for this long fails with `TIMEOUT`.
+    pub stream_idle_timeout_ms: u64,
+    /// Default `max_tokens` when the request sets none.
+    pub max_tokens: Option<u64>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            provider: "deepseek-official".into(),
+            base_url: std::env::var("DEEPSEEK_BASE_URL")
+                .ok()
+                .filter(|v| !v.is_empty())
+                .unwrap_or_else(|| "https://api.deepseek.com".into()),
+            api_key_env: "DEEPSEEK_API_KEY".into(),
+            model: "deepseek-v4-flash".into(),
+            reasoning_effort: "high".into(),
+            reasoning: true,
+            stream_idle_timeout_ms: 300_000,
+            max_tokens: None,
+        }
+    }
+}
+
+struct Adapter {
+    config: Config,
+    client: reqwest::Client,
+}
+
+impl Adapter {
+    async fn stream(self: Rc<Self>, request: Value, tx: ReplySender) {
+        let fail = |f: LlmFailure| {
+            tx.send(f.finish_chunk(false));
+        };
+        let key = if self.config.api_key_env.is_empty() {
+            None
+        } else {
+            match std::env::var(&self.config.api_key_env) {
+                Ok(k) if !k.trim().is_empty() => Some(k),
+                _ => {
+                    return fail(LlmFailure::new(
+                        "MISSING_CREDENTIAL",
+                        format!(
+                            "no API key: set the environment variable {}",
+                            self.config.api_key_env
+                        ),
+                    ))
+                }
+            }
+        };
+        let body = wire::request_body(&self.config, &request);
+        let url = format!(
+            "{}/chat/completions",
+            self.config.base_url.trim_end_matches('/')
+        );
+        let mut http = self
+            .client
+            .post(&url)
+            .header("User-Agent", concat!("dsh/", env!("CARGO_PKG_VERSION")))
+            .json(&body);
+        if let Some(k) = key {
+            http = http.bearer_auth(k);
+        }
+        if let Some(s) = request["sessionId"].as_str() {
+            http = http.header("x-deepseek-harness-session-id", s);
+        }
+        let idle = Duration::from_millis(self.config.stream_idle_timeout_ms);
+        let response = match tokio::time::timeout(idle, http.send()).await {
+            Err(_) => {
+                return fail(LlmFailure::new(
+                    "TIMEOUT",
+                    format!("no response within {} ms", idle.as_millis()),
+                ))
+            }
+            Ok(Err(e)) => {
+                return fail(LlmFailure::new(
+                    "TRANSPORT",
+                    format!("request to {url} failed: {}", error_chain(&e)),
+                ))
+            }
+            Ok(Ok(r)) => r,
+        };
+        let status = response.status();
+        let request_id = response
+            .headers()
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        if !status.is_success() {
+            let retry_after = response
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .map(|s| (s * 1000.0) as u64)
+                .filter(|ms| *ms > 0);
+            let text = response.text().await.unwrap_or_default();
+            let mut f = wire::http_failure(status.as_u16(), &text);
+            f.provider_retry_after_ms = retry_after;
+            f.request_id = request_id;
+            return fail(f);
+        }
+        let mut parser = sse::Parser::default();
+        let mut state = wire::StreamState::default();
+        let mut response = response;
+        loop {
+            let chunk = match tokio::time::timeout(idle, response.chunk()).await {
+                Err(_) => {
+                    return fail(LlmFailure::new(
+                        "TIMEOUT",
+                        format!("the stream was idle for {} ms", idle.as_millis()),
+                    ))
+                }
+                Ok(Err(e)) => {
+                    return fail(LlmFailure::new(
+                        "TRANSPORT",
+                        format!("the stream broke: {}", error_chain(&e)),
+                    ))
+                }
+                Ok(Ok(None)) => {
+                    return fail(LlmFailure::new(
+                        "STREAM_CLOSED",
+                        "the stream ended without [DONE]",
+                    ));
+                }
+                Ok(Ok(Some(bytes))) => bytes,
+            };
+            for data in parser.feed(&chunk) {
+                if data == "[DONE]" {
+                    for c in state.finish() {
+                        tx.send(c);
+                    }
+                    return;
+                }
+                match state.on_data(&data) {
+                    Ok(chunks) => {
+                        for c in chunks {
+                            if !tx.send(c) {
+                                return; // the caller is gone: drop the request
+                            }
+                        }
+                    }
+                    Err(f) => return fail(f),
+                }
+            }
+        }
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cause = c.source();
+    }
+    s
+}
+
+struct DeepSeek;
+
+impl Plugin for DeepSeek {
+    const NAME: &'static str = "llm-deepseek";
+    const DESCRIPTION: &'static str = "DeepSeek / OpenAI-compatible chat completions adapter";
+    const INJECT: &'static [&'static str] = &["llm"];
+    type Config = Config;
+
+    async fn apply(ctx: Context, config: Config) -> Result<()> {
+        let client = reqwest::Client::builder()
+            .build()
+            .map_err(|e| Error::msg(format!("cannot build the HTTP client: {e}")))?;
+        let provider = config.provider.clone();
+        let adapter = Rc::new(Adapter { config, client });
+        let service = format!("llm-deepseek:{}", ctx.fiber());
+        let c = ctx.clone();
+        ctx.provide(service.clone(), move |req| {
+            let (adapter, c) = (adapter.clone(), c.clone());
+            async move {
+                if req.method != "stream" {
+                    return Err(req.unknown_method());
+                }
+                let (tx, reply) = Reply::stream();
+                c.spawn(adapter.stream(req.params.clone(), tx));
+                Ok(reply)
+            }
+        });
+        ctx.service("llm")
+            .call(
+                "registerAdapter",
+                json!({"providers": [provider], "service": service}),
+            )
+            .await?;
+        Ok(())
+    }
+}
+
+dsh_sdk::export_plugin!(DeepSeek);
