@@ -581,13 +581,14 @@ impl Supervisor {
         let users: Vec<usize> = (0..self.slots.len())
             .filter(|&i| {
                 let s = &self.slots[i];
+                // Rows served from this file, and rows that now resolve to
+                // it (a file dropped into a more specific plugin directory).
                 s.state != FiberState::Disabled
                     && (s.path.as_deref() == Some(path)
-                        || (s.gen.is_none()
-                            && resolve_plugin(&s.row.plugin, &self.plugin_dirs)
-                                .ok()
-                                .as_deref()
-                                == Some(path)))
+                        || resolve_plugin(&s.row.plugin, &self.plugin_dirs)
+                            .ok()
+                            .as_deref()
+                            == Some(path))
             })
             .collect();
         for i in users {

@@ -17,6 +17,8 @@
 //! (`target/debug`), so `cargo build` the plugin crates before `cargo test`.
 #![deny(missing_docs)]
 
+pub mod fake_llm;
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -137,6 +139,19 @@ impl TestHost {
             .into_iter()
             .filter(|r| r.message.contains(needle))
             .collect()
+    }
+
+    /// Calls `service.method(params)`, panicking with context on error.
+    pub async fn call(
+        &self,
+        service: &str,
+        method: &str,
+        params: serde_json::Value,
+    ) -> serde_json::Value {
+        self.host
+            .call(service, method, params)
+            .await
+            .unwrap_or_else(|e| panic!("{service}.{method} failed: {e}"))
     }
 
     /// Disposes everything.

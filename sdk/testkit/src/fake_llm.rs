@@ -1,0 +1,206 @@
+//! A fake OpenAI-compatible chat-completions server on 127.0.0.1, with
+//! scripted SSE streams and faults. It records every request body.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// One scripted answer.
+#[derive(Debug, Clone)]
+pub enum Answer {
+    /// 200 with these SSE `data:` payloads (and `: keep-alive` comments
+    /// where an item is `None`), then the connection closes.
+    Sse(Vec<Option<String>>),
+    /// 200, some data payloads, then the server stops writing forever.
+    Stall(Vec<String>),
+    /// 200, some data payloads, then the connection drops mid-event.
+    Disconnect(Vec<String>),
+    /// A non-200 status with extra headers and a body.
+    Status(u16, Vec<(String, String)>, String),
+}
+
+/// A streamed text answer (usage, then `[DONE]`).
+pub fn text(answer: &str) -> Answer {
+    let mut events: Vec<Option<String>> = answer
+        .split_inclusive(' ')
+        .map(|w| Some(json!({"choices": [{"delta": {"content": w}}]}).to_string()))
+        .collect();
+    events.push(Some(
+        json!({"choices": [{"delta": {}, "finish_reason": "stop"}]}).to_string(),
+    ));
+    events.push(Some(json!({"choices": [], "usage": {"prompt_tokens": 20, "completion_tokens": 5, "prompt_cache_hit_tokens": 8}}).to_string()));
+    events.push(Some("[DONE]".into()));
+    Answer::Sse(events)
+}
+
+/// An answer that calls tools `(name, arguments JSON)` in one response.
+pub fn tool_calls(calls: &[(&str, Value)]) -> Answer {
+    let mut events = vec![Some(
+        json!({"choices": [{"delta": {"reasoning_content": "I need a tool."}}]}).to_string(),
+    )];
+    for (i, (name, args)) in calls.iter().enumerate() {
+        let a = args.to_string();
+        let (head, tail) = a.split_at(a.len() / 2);
+        events.push(Some(json!({"choices": [{"delta": {"tool_calls": [{"index": i, "id": format!("call_{i}_{name}"), "type": "function", "function": {"name": name, "arguments": head}}]}}]}).to_string()));
+        events.push(Some(json!({"choices": [{"delta": {"tool_calls": [{"index": i, "function": {"arguments": tail}}]}}]}).to_string()));
+    }
+    events.push(Some(
+        json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}).to_string(),
+    ));
+    events.push(Some(
+        json!({"choices": [], "usage": {"prompt_tokens": 30, "completion_tokens": 7}}).to_string(),
+    ));
+    events.push(Some("[DONE]".into()));
+    Answer::Sse(events)
+}
+
+#[derive(Default)]
+struct State {
+    answers: VecDeque<Answer>,
+    requests: Vec<Value>,
+    headers: Vec<String>,
+}
+
+/// The running server.
+#[derive(Clone)]
+pub struct FakeLlm {
+    /// `http://127.0.0.1:PORT` (use as the adapter's `baseUrl`).
+    pub base_url: String,
+    state: Arc<Mutex<State>>,
+}
+
+impl FakeLlm {
+    /// Starts a server on an ephemeral port (inside a tokio runtime).
+    pub async fn start() -> FakeLlm {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1");
+        let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+        let state: Arc<Mutex<State>> = Arc::default();
+        let s = state.clone();
+        tokio::spawn(async move {
+            while let Ok((sock, _)) = listener.accept().await {
+                tokio::spawn(serve(sock, s.clone()));
+            }
+        });
+        FakeLlm {
+            base_url: format!("http://127.0.0.1:{port}"),
+            state,
+        }
+    }
+
+    /// Queues answers, served in order (one per request).
+    pub fn push(&self, answers: impl IntoIterator<Item = Answer>) {
+        self.state.lock().unwrap().answers.extend(answers);
+    }
+
+    /// Every request body received so far.
+    pub fn requests(&self) -> Vec<Value> {
+        self.state.lock().unwrap().requests.clone()
+    }
+
+    /// Every request's raw header block.
+    pub fn headers(&self) -> Vec<String> {
+        self.state.lock().unwrap().headers.clone()
+    }
+}
+
+async fn read_request(sock: &mut TcpStream) -> Option<(String, Vec<u8>)> {
+    let mut buf = Vec::new();
+    let mut tmp = [0u8; 8192];
+    let head_end = loop {
+        let n = sock.read(&mut tmp).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&tmp[..n]);
+        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break p + 4;
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let len = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse::<usize>().ok())?
+        })
+        .unwrap_or(0);
+    let mut body = buf[head_end..].to_vec();
+    while body.len() < len {
+        let n = sock.read(&mut tmp).await.ok()?;
+        if n == 0 {
+            break;
+        }
+        body.extend_from_slice(&tmp[..n]);
+    }
+    Some((head, body))
+}
+
+async fn serve(mut sock: TcpStream, state: Arc<Mutex<State>>) {
+    let Some((head, body)) = read_request(&mut sock).await else {
+        return;
+    };
+    let answer = {
+        let mut s = state.lock().unwrap();
+        s.requests
+            .push(serde_json::from_slice(&body).unwrap_or(Value::Null));
+        s.headers.push(head);
+        s.answers.pop_front()
+    };
+    let answer = answer.unwrap_or_else(|| {
+        Answer::Status(
+            500,
+            vec![],
+            "{\"error\":{\"message\":\"no scripted answer\"}}".into(),
+        )
+    });
+    let sse_head =
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+    match answer {
+        Answer::Sse(events) => {
+            let _ = sock.write_all(sse_head.as_bytes()).await;
+            for e in events {
+                let frame = match e {
+                    Some(d) => format!("data: {d}\n\n"),
+                    None => ": keep-alive\n\n".to_owned(),
+                };
+                if sock.write_all(frame.as_bytes()).await.is_err() {
+                    return;
+                }
+                let _ = sock.flush().await;
+            }
+        }
+        Answer::Stall(events) => {
+            let _ = sock.write_all(sse_head.as_bytes()).await;
+            for d in events {
+                let _ = sock.write_all(format!("data: {d}\n\n").as_bytes()).await;
+            }
+            let _ = sock.flush().await;
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+        }
+        Answer::Disconnect(events) => {
+            let _ = sock.write_all(sse_head.as_bytes()).await;
+            for d in events {
+                let _ = sock.write_all(format!("data: {d}\n\n").as_bytes()).await;
+            }
+            let _ = sock.write_all(b"data: {\"choi").await;
+            let _ = sock.flush().await;
+        }
+        Answer::Status(code, headers, body) => {
+            let mut resp = format!("HTTP/1.1 {code} Status\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n", body.len());
+            for (k, v) in headers {
+                resp.push_str(&format!("{k}: {v}\r\n"));
+            }
+            resp.push_str("\r\n");
+            resp.push_str(&body);
+            let _ = sock.write_all(resp.as_bytes()).await;
+        }
+    }
+    let _ = sock.shutdown().await;
+}

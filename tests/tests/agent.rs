@@ -1,0 +1,504 @@
+//! The agent core as plugins, against a fake OpenAI-compatible server:
+//! event order, tool steps, model-visible-means-logged, the DeepSeek wire
+//! format and its faults, cancellation, and a hot swap of the agent loop.
+
+use std::time::Duration;
+
+use dsh_testkit::fake_llm::{text, tool_calls, Answer, FakeLlm};
+use dsh_testkit::{library, TestHost};
+use serde_json::{json, Value};
+
+const KEY_ENV: &str = "DSH_TEST_FAKE_KEY";
+
+fn core_rows(fake: &FakeLlm, home: &std::path::Path) -> String {
+    format!(
+        r#"
+[[row]]
+id = "session"
+plugin = "session"
+[[row]]
+id = "session-jsonl"
+plugin = "session-jsonl"
+config = {{ root = "{root}" }}
+[[row]]
+id = "checkpoint-policy"
+plugin = "checkpoint-policy"
+[[row]]
+id = "system-prompt"
+plugin = "system-prompt"
+config = {{ persona = "You work in {{{{cwd}}}} with {{{{model}}}}." }}
+[[row]]
+id = "tools"
+plugin = "tools"
+[[row]]
+id = "tool-read"
+plugin = "tool-read"
+[[row]]
+id = "llm"
+plugin = "llm"
+[[row]]
+id = "llm-deepseek"
+plugin = "llm-deepseek"
+config = {{ provider = "fake", baseUrl = "{url}", apiKeyEnv = "{KEY_ENV}", streamIdleTimeoutMs = 1500 }}
+[[row]]
+id = "llm-retry"
+plugin = "llm-retry"
+config = {{ initialDelayMs = 10, maxDelayMs = 3000 }}
+[[row]]
+id = "agent-loop"
+plugin = "agent-loop"
+"#,
+        root = home.join("sessions").display(),
+        url = fake.base_url,
+    )
+}
+
+async fn setup() -> (TestHost, FakeLlm) {
+    std::env::set_var(KEY_ENV, "sk-test-not-a-real-key");
+    let fake = FakeLlm::start().await;
+    let t = TestHost::start().await;
+    t.apply(&core_rows(&fake, t.home.path())).await;
+    for s in t.host.status().await {
+        assert_eq!(format!("{:?}", s.state), "Active", "{s:?}");
+    }
+    (t, fake)
+}
+
+async fn new_agent(t: &TestHost, cwd: &str) -> String {
+    let v = t
+        .call(
+            "agentLoop",
+            "create",
+            json!({"agentOptions": {"provider": "fake", "model": "m1"}, "meta": {"cwd": cwd}}),
+        )
+        .await;
+    v["agent"].as_str().unwrap().to_owned()
+}
+
+async fn turn(t: &TestHost, agent: &str, prompt: &str) -> Value {
+    t.call(
+        "agents",
+        "followup",
+        json!({"agent": agent, "message": {"text": prompt}}),
+    )
+    .await;
+    t.call("agents", "whenIdle", json!({"agent": agent})).await["reason"].clone()
+}
+
+async fn events(t: &TestHost, agent: &str) -> Vec<Value> {
+    serde_json::from_value(t.call("sessions", "events", json!({"id": agent})).await).unwrap()
+}
+
+fn kinds(events: &[Value]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for e in events {
+        let k = e["type"].as_str().unwrap().to_owned();
+        if k == "assistant/chunk" && out.last().is_some_and(|l| l == "assistant/chunk*") {
+            continue;
+        }
+        out.push(if k == "assistant/chunk" {
+            "assistant/chunk*".into()
+        } else {
+            k
+        });
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_text_turn_logs_the_canonical_event_order() {
+    let (t, fake) = setup().await;
+    fake.push([text("Hello there.")]);
+    let agent = new_agent(&t, "/tmp").await;
+    let reason = turn(&t, &agent, "hi").await;
+    assert_eq!(reason, json!({"kind": "completed"}));
+    let ev = events(&t, &agent).await;
+    assert_eq!(
+        kinds(&ev),
+        [
+            "agent/inbox/spliced",
+            "turn/start",
+            "agent/inbox/spliced",
+            "step/start",
+            "user/message",
+            "request/header",
+            "request/context",
+            "assistant/chunk*",
+            "assistant/message",
+            "step/end",
+            "turn/end"
+        ]
+    );
+    let msg = ev
+        .iter()
+        .find(|e| e["type"] == "assistant/message")
+        .unwrap();
+    assert_eq!(
+        msg["data"]["message"]["content"],
+        json!([{"type": "text", "text": "Hello there."}])
+    );
+    assert_eq!(
+        msg["data"]["usage"],
+        json!({"inputTokens": 12, "outputTokens": 5, "cacheReadTokens": 8})
+    );
+    assert_eq!(msg["surfaceOp"], "append");
+    let chunk_seqs: Vec<u64> = ev
+        .iter()
+        .filter(|e| e["type"] == "assistant/chunk")
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(msg["sourceEventSeqs"], json!(chunk_seqs));
+    let header = &ev.iter().find(|e| e["type"] == "request/header").unwrap()["data"];
+    assert_eq!(header["reason"], "initial");
+    assert!(header["header"]["system"]
+        .as_str()
+        .unwrap()
+        .ends_with("You work in /tmp with m1."));
+
+    // The DeepSeek request body.
+    let body = &fake.requests()[0];
+    assert_eq!(body["model"], "m1");
+    assert_eq!(body["stream"], true);
+    assert_eq!(body["stream_options"], json!({"include_usage": true}));
+    assert_eq!(body["thinking"], json!({"type": "enabled"}));
+    assert_eq!(body["reasoning_effort"], "high");
+    assert_eq!(
+        body["messages"][1],
+        json!({"role": "user", "content": "hi"})
+    );
+    assert_eq!(body["tools"][0]["type"], "function");
+    assert_eq!(body["tools"][0]["function"]["name"], "read");
+    assert!(
+        fake.headers()[0].contains("authorization: Bearer sk-test-not-a-real-key")
+            || fake.headers()[0].contains("Authorization: Bearer sk-test-not-a-real-key")
+    );
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn tool_steps_are_logged_and_every_request_is_what_the_log_derives() {
+    let (t, fake) = setup().await;
+    let dir = dsh_testkit::TempDir::new("agent-ws");
+    std::fs::write(dir.path().join("a.txt"), "alpha\nbeta\n").unwrap();
+    std::fs::write(dir.path().join("b.txt"), "gamma\n").unwrap();
+    fake.push([
+        tool_calls(&[("read", json!({"file_path": "a.txt"}))]),
+        tool_calls(&[
+            ("read", json!({"file_path": "b.txt"})),
+            ("read", json!({"file_path": "missing.txt"})),
+        ]),
+        text("Done."),
+    ]);
+    let agent = new_agent(&t, &dir.path().display().to_string()).await;
+    assert_eq!(
+        turn(&t, &agent, "read both").await,
+        json!({"kind": "completed"})
+    );
+    let ev = events(&t, &agent).await;
+    let k = kinds(&ev);
+    let step = |n: u64| {
+        ev.iter()
+            .filter(|e| e["data"]["step"] == n && e["type"] == "tool/result")
+            .count()
+    };
+    assert_eq!((step(1), step(2), step(3)), (1, 2, 0));
+    // Parallel-safe calls of one response: both start before results commit,
+    // and results are committed in model order.
+    let s2: Vec<&String> = k
+        .iter()
+        .skip_while(|x| *x != "step/start")
+        .skip(1)
+        .skip_while(|x| *x != "step/start")
+        .collect();
+    let pos = |name: &str, nth: usize| {
+        s2.iter()
+            .enumerate()
+            .filter(|(_, x)| x.as_str() == name)
+            .nth(nth)
+            .map(|(i, _)| i)
+    };
+    assert!(pos("tool/call", 1) < pos("tool/result", 0), "{s2:?}");
+    let results: Vec<&Value> = ev.iter().filter(|e| e["type"] == "tool/result").collect();
+    let first = results[0]["data"]["message"]["content"][0]["content"][0]["text"]
+        .as_str()
+        .unwrap();
+    assert!(first.contains("1: alpha\n2: beta"), "{first}");
+    assert!(
+        first.ends_with("(End of file - total 2 lines)\n</content>"),
+        "{first}"
+    );
+    let missing = &results[2]["data"]["message"]["content"][0];
+    assert_eq!(missing["isError"], true);
+    assert_eq!(results[2]["data"]["error"]["code"], "FS_NOT_FOUND");
+    assert_eq!(
+        results[2]["sourceEventSeqs"][0],
+        ev.iter()
+            .filter(|e| e["type"] == "tool/call")
+            .nth(2)
+            .unwrap()["seq"]
+    );
+
+    // Model-visible means logged: each request equals the history derived
+    // from the log up to that request.
+    let derived: Vec<Value> =
+        serde_json::from_value(t.call("sessions", "derive", json!({"id": agent})).await).unwrap();
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 3);
+    let last = &requests[2]["messages"];
+    // system + user + (assistant, tool) + (assistant, tool, tool)
+    let roles: Vec<&str> = last
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            "system",
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+            "tool",
+            "tool"
+        ]
+    );
+    assert_eq!(
+        derived.len(),
+        7,
+        "user, 2 assistant, 3 results, final answer"
+    );
+    assert_eq!(last[2]["reasoning_content"], "I need a tool.");
+    assert_eq!(last[2]["content"], "");
+    assert_eq!(last[3]["tool_call_id"], "call_0_read");
+    assert_eq!(
+        last[3]["content"],
+        derived[2]["content"][0]["content"][0]["text"]
+    );
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn max_tokens_drops_tool_calls() {
+    let (t, fake) = setup().await;
+    fake.push([Answer::Sse(vec![
+        Some(json!({"choices": [{"delta": {"content": "partial"}}]}).to_string()),
+        Some(json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "c", "function": {"name": "read", "arguments": "{\"fi"}}]}}]}).to_string()),
+        Some(json!({"choices": [{"delta": {}, "finish_reason": "length"}]}).to_string()),
+        Some("[DONE]".into()),
+    ])]);
+    let agent = new_agent(&t, "/tmp").await;
+    assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "max-tokens"}));
+    let ev = events(&t, &agent).await;
+    assert!(!ev.iter().any(|e| e["type"] == "tool/call"));
+    let m = ev
+        .iter()
+        .find(|e| e["type"] == "assistant/message")
+        .unwrap();
+    assert_eq!(
+        m["data"]["message"]["content"],
+        json!([{"type": "text", "text": "partial"}])
+    );
+    t.shutdown().await;
+}
+
+async fn failing_turn(answers: Vec<Answer>) -> (Value, Vec<Value>, FakeLlm) {
+    let (t, fake) = setup().await;
+    fake.push(answers);
+    let agent = new_agent(&t, "/tmp").await;
+    let reason = turn(&t, &agent, "go").await;
+    let ev = events(&t, &agent).await;
+    t.shutdown().await;
+    (reason, ev, fake)
+}
+
+#[tokio::test]
+async fn wire_faults_become_clear_turn_errors() {
+    let d = |s: &str| Some(s.to_owned());
+    let ok_delta = json!({"choices": [{"delta": {"content": "x"}}]}).to_string();
+    // Keep-alive comments are harmless.
+    let (r, _, _) = failing_turn(vec![Answer::Sse(vec![
+        None,
+        d(&ok_delta),
+        None,
+        d(&json!({"choices":[{"delta":{},"finish_reason":"stop"}]}).to_string()),
+        d("[DONE]"),
+    ])])
+    .await;
+    assert_eq!(r, json!({"kind": "completed"}));
+    let code = |r: &Value| r["error"]["code"].as_str().unwrap_or_default().to_owned();
+    // Missing [DONE].
+    let (r, ev, _) = failing_turn(vec![Answer::Sse(vec![d(&ok_delta)])]).await;
+    assert_eq!(code(&r), "STREAM_CLOSED", "{r}");
+    assert!(ev
+        .iter()
+        .any(|e| e["type"] == "assistant/chunk" && e["data"]["chunk"]["type"] == "finish"));
+    // Malformed JSON.
+    let (r, _, _) = failing_turn(vec![Answer::Sse(vec![d("{not json")])]).await;
+    assert_eq!(code(&r), "MALFORMED_RESPONSE");
+    // 401.
+    let (r, _, _) = failing_turn(vec![Answer::Status(
+        401,
+        vec![],
+        "{\"error\":{\"message\":\"bad key\"}}".into(),
+    )])
+    .await;
+    assert_eq!(code(&r), "AUTH");
+    assert!(
+        !r.to_string().contains("sk-test"),
+        "the key must never appear: {r}"
+    );
+    // 400 context overflow.
+    let (r, _, _) = failing_turn(vec![Answer::Status(
+        400,
+        vec![],
+        "{\"error\":{\"message\":\"This model's maximum context length is 65536 tokens\"}}".into(),
+    )])
+    .await;
+    assert_eq!(code(&r), "CONTEXT_WINDOW_EXCEEDED");
+    // Disconnect mid-stream: a transport failure, retried 5 times, then the error.
+    let mut drops = vec![Answer::Disconnect(vec![ok_delta.clone()]); 6];
+    drops.truncate(6);
+    let (r, ev, fake) = failing_turn(drops).await;
+    assert!(
+        ["TRANSPORT", "STREAM_CLOSED"].contains(&code(&r).as_str()),
+        "{r}"
+    );
+    assert_eq!(
+        fake.requests().len(),
+        if code(&r) == "TRANSPORT" { 6 } else { 1 }
+    );
+    let _ = ev;
+}
+
+#[tokio::test]
+async fn rate_limit_with_retry_after_is_retried_and_logged() {
+    let (r, ev, fake) = failing_turn(vec![
+        Answer::Status(
+            429,
+            vec![("Retry-After".into(), "1".into())],
+            "{\"error\":{\"message\":\"slow down\"}}".into(),
+        ),
+        text("recovered"),
+    ])
+    .await;
+    assert_eq!(r, json!({"kind": "completed"}));
+    assert_eq!(fake.requests().len(), 2);
+    let retry = ev
+        .iter()
+        .find(|e| e["type"] == "llm/retry")
+        .expect("llm/retry logged");
+    assert_eq!(retry["data"]["failure"]["code"], "RATE_LIMIT");
+    assert_eq!(retry["data"]["failure"]["providerRetryAfterMs"], 1000);
+    assert!(retry["data"]["delayMs"].as_u64().unwrap() >= 1000);
+    // Same turn and step for the retry; one step/end.
+    assert_eq!(ev.iter().filter(|e| e["type"] == "step/start").count(), 1);
+    let msg = ev
+        .iter()
+        .find(|e| e["type"] == "assistant/message")
+        .unwrap();
+    assert_eq!(msg["data"]["message"]["content"][0]["text"], "recovered");
+}
+
+#[tokio::test]
+async fn a_stall_past_the_idle_timeout_is_a_timeout() {
+    let (r, _, fake) = failing_turn(vec![Answer::Stall(vec![]); 6]).await;
+    assert_eq!(r["error"]["code"], "TIMEOUT", "{r}");
+    assert_eq!(fake.requests().len(), 6, "TIMEOUT is retryable");
+}
+
+#[tokio::test]
+async fn cancel_mid_stream_keeps_the_interrupted_prefix() {
+    let (t, fake) = setup().await;
+    fake.push([Answer::Stall(vec![
+        json!({"choices": [{"delta": {"content": "Half an ans"}}]}).to_string(),
+    ])]);
+    let agent = new_agent(&t, "/tmp").await;
+    t.call(
+        "agents",
+        "followup",
+        json!({"agent": agent, "message": {"text": "go"}}),
+    )
+    .await;
+    for _ in 0..300 {
+        if events(&t, &agent)
+            .await
+            .iter()
+            .any(|e| e["type"] == "assistant/chunk")
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    t.call("agents", "cancel", json!({"agent": agent})).await;
+    let reason = t.call("agents", "whenIdle", json!({"agent": agent})).await["reason"].clone();
+    assert_eq!(
+        reason,
+        json!({"kind": "aborted", "reason": {"kind": "user"}})
+    );
+    let ev = events(&t, &agent).await;
+    let m = ev
+        .iter()
+        .find(|e| e["type"] == "assistant/message")
+        .expect("prefix kept");
+    assert_eq!(m["data"]["interrupted"], true);
+    assert_eq!(
+        m["data"]["message"]["content"],
+        json!([{"type": "text", "text": "Half an ans"}])
+    );
+    assert_eq!(kinds(&ev).last().unwrap(), "turn/end");
+    // The next followup still runs.
+    fake.push([text("ok")]);
+    assert_eq!(
+        turn(&t, &agent, "again").await,
+        json!({"kind": "completed"})
+    );
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn hot_swap_of_the_agent_loop_between_turns_keeps_the_history() {
+    let (t, fake) = setup().await;
+    // Serve the agent loop from a file of our own so it can be replaced.
+    let target = t.plugins.path().join("agent-loop.so");
+    std::fs::copy(library("dsh-plugin-agent-loop"), &target).unwrap();
+    t.host.reload(target.clone()).await;
+    fake.push([text("first answer")]);
+    let agent = new_agent(&t, "/tmp").await;
+    assert_eq!(turn(&t, &agent, "one").await, json!({"kind": "completed"}));
+
+    let tmp = t.plugins.path().join("agent-loop.so.tmp");
+    std::fs::copy(library("dsh-plugin-agent-loop"), &tmp).unwrap();
+    std::fs::rename(&tmp, &target).unwrap();
+    t.host.reload(target.clone()).await;
+    assert!(t.status("agent-loop").await.generations >= 2);
+
+    t.call(
+        "agentLoop",
+        "resume",
+        json!({"sessionId": agent, "agentOptions": {"provider": "fake", "model": "m1"}}),
+    )
+    .await;
+    fake.push([text("second answer")]);
+    assert_eq!(turn(&t, &agent, "two").await, json!({"kind": "completed"}));
+    let requests = fake.requests();
+    let msgs = requests.last().unwrap()["messages"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let texts: Vec<&str> = msgs.iter().filter_map(|m| m["content"].as_str()).collect();
+    assert!(
+        texts.contains(&"one") && texts.contains(&"first answer") && texts.contains(&"two"),
+        "{texts:?}"
+    );
+    let ev = events(&t, &agent).await;
+    assert_eq!(ev.iter().filter(|e| e["type"] == "turn/start").count(), 2);
+    assert_eq!(
+        ev.iter()
+            .find(|e| e["type"] == "turn/start" && e["data"]["turn"] == 2)
+            .is_some(),
+        true
+    );
+    t.shutdown().await;
+}
