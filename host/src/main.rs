@@ -57,6 +57,25 @@ enum Cmd {
     /// Inspect plugin libraries.
     #[command(subcommand)]
     Plugins(PluginsCmd),
+    /// Stored sessions (through the profile's persistence plugin).
+    #[command(subcommand)]
+    Sessions(SessionsCmd),
+}
+
+#[derive(Subcommand, Debug)]
+enum SessionsCmd {
+    /// List the sessions stored for the current directory.
+    List {
+        /// The profile whose plugins read the store.
+        #[arg(long, value_name = "NAME", default_value = "headless")]
+        profile: String,
+        /// An extra plugin directory (repeatable).
+        #[arg(long = "plugins-dir", value_name = "DIR")]
+        plugin_dirs: Vec<PathBuf>,
+        /// An extra patch layer (repeatable).
+        #[arg(long = "patch", value_name = "FILE")]
+        patches: Vec<PathBuf>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -105,6 +124,18 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Cmd::Plugins(cmd)) => plugins(cmd),
+        // The product behavior (reading the store) lives in the app plugin.
+        Some(Cmd::Sessions(SessionsCmd::List {
+            profile,
+            plugin_dirs,
+            patches,
+        })) => run(RunArgs {
+            profile: Some(profile),
+            patches,
+            plugin_dirs,
+            args: vec!["--list-sessions".into()],
+            ..RunArgs::default()
+        }),
         None => run(cli.run),
     };
     match result {

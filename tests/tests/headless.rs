@@ -1,0 +1,307 @@
+//! `dsh-host --profile headless`: exit codes, both output modes, `sessions
+//! list`, `kill -9` then `--resume`, and a log in the original's format.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use dsh_testkit::fake_llm::{text, tool_calls, Answer, FakeLlm};
+use dsh_testkit::{target_dir, TempDir};
+use serde_json::{json, Value};
+
+const KEY: &str = "DSH_HEADLESS_TEST_KEY";
+
+struct Env {
+    home: TempDir,
+    work: TempDir,
+    patch: PathBuf,
+}
+
+fn env(fake: &FakeLlm) -> Env {
+    let home = TempDir::new("headless-home");
+    let work = TempDir::new("headless-work");
+    let patch = home.path().join("test-patch.toml");
+    std::fs::write(
+        &patch,
+        format!(
+            "[[patch]]\nid = \"llm-deepseek\"\nconfig = {{ baseUrl = \"{}\", apiKeyEnv = \"{KEY}\", streamIdleTimeoutMs = 20000 }}\n\
+             [[patch]]\nid = \"llm-retry\"\nconfig = {{ maxRetries = 0 }}\n",
+            fake.base_url
+        ),
+    )
+    .unwrap();
+    Env { home, work, patch }
+}
+
+impl Env {
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(target_dir().join("dsh-host"));
+        c.current_dir(self.work.path())
+            .env("DSH_HOME", self.home.path())
+            .env(KEY, "sk-headless-test")
+            .env_remove("DSH_LOG")
+            .arg("--profile")
+            .arg("headless")
+            .arg("--patch")
+            .arg(&self.patch)
+            .args(args)
+            .stdin(Stdio::null());
+        c
+    }
+
+    async fn run(&self, args: &[&str]) -> Output {
+        let mut c = self.command(args);
+        tokio::task::spawn_blocking(move || c.output().expect("run dsh-host"))
+            .await
+            .unwrap()
+    }
+
+    fn session_files(&self) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        if let Ok(dirs) = std::fs::read_dir(self.home.path().join("sessions")) {
+            for d in dirs.flatten() {
+                if let Ok(files) = std::fs::read_dir(d.path()) {
+                    out.extend(files.flatten().map(|f| f.path()));
+                }
+            }
+        }
+        out
+    }
+}
+
+fn lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn out(o: &Output) -> (i32, String, String) {
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn prints_the_last_answer_and_exits_0_with_an_empty_stderr() {
+    let fake = FakeLlm::start().await;
+    fake.push([
+        tool_calls(&[("read", json!({"file_path": "notes.md"}))]),
+        text("The notes say hi."),
+    ]);
+    let e = env(&fake);
+    std::fs::write(e.work.path().join("notes.md"), "hi\n").unwrap();
+    let (code, stdout, stderr) = out(&e.run(&["summarize", "notes.md"]).await);
+    assert_eq!(
+        (code, stdout.as_str(), stderr.as_str()),
+        (0, "The notes say hi.\n", "")
+    );
+    assert_eq!(
+        fake.requests()[0]["messages"][1],
+        json!({"role": "user", "content": "summarize notes.md"})
+    );
+    let files = e.session_files();
+    assert_eq!(files.len(), 1);
+    let log = lines(&files[0]);
+    assert_eq!(log[0]["type"], "session");
+    let cwd = e.work.path().canonicalize().unwrap().display().to_string();
+    assert_eq!(log[0]["cwd"], json!(cwd));
+    assert_eq!(log.last().unwrap()["type"], "turn/end");
+
+    // `sessions list` shows it.
+    let mut c = Command::new(target_dir().join("dsh-host"));
+    c.current_dir(e.work.path())
+        .env("DSH_HOME", e.home.path())
+        .args(["sessions", "list", "--patch"])
+        .arg(&e.patch);
+    let (code, stdout, stderr) = out(&c.output().unwrap());
+    assert_eq!(code, 0, "{stderr}");
+    let id = log[0]["id"].as_str().unwrap();
+    assert!(
+        stdout.contains(id) && stdout.contains("summarize notes.md"),
+        "{stdout}"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_turn_exits_1_with_the_code_on_stderr() {
+    let fake = FakeLlm::start().await;
+    fake.push([Answer::Status(
+        401,
+        vec![],
+        "{\"error\":{\"message\":\"invalid key\"}}".into(),
+    )]);
+    let e = env(&fake);
+    let (code, stdout, stderr) = out(&e.run(&["hello"]).await);
+    assert_eq!(code, 1);
+    assert_eq!(stdout, "");
+    assert!(
+        stderr.starts_with("dsh: AUTH: HTTP 401: invalid key"),
+        "{stderr}"
+    );
+
+    let mut c = e.command(&["hello"]);
+    c.env_remove(KEY);
+    let (code, _, stderr) = out(&c.output().unwrap());
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("MISSING_CREDENTIAL") && stderr.contains(KEY),
+        "{stderr}"
+    );
+
+    let (code, _, stderr) = out(&e.run(&[]).await);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("a task is required"), "{stderr}");
+}
+
+#[tokio::test]
+async fn jsonl_output_streams_every_session_event_and_a_result() {
+    let fake = FakeLlm::start().await;
+    fake.push([text("Fine.")]);
+    let e = env(&fake);
+    let (code, stdout, stderr) = out(&e.run(&["--output", "jsonl", "how", "are", "you"]).await);
+    assert_eq!(code, 0, "{stderr}");
+    let rows: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let last = rows.last().unwrap();
+    assert_eq!(last["type"], "result");
+    assert_eq!(last["output"], "Fine.");
+    assert_eq!(last["usage"], json!({"inputTokens": 12, "outputTokens": 5}));
+    let events: Vec<&Value> = rows
+        .iter()
+        .filter(|r| r["type"] == "session_event")
+        .map(|r| &r["event"])
+        .collect();
+    assert_eq!(events.first().unwrap()["type"], "agent/inbox/spliced");
+    assert_eq!(events.last().unwrap()["type"], "turn/end");
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (0..seqs.len() as u64).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn kill_9_mid_turn_then_resume_repairs_the_tail_and_continues() {
+    let fake = FakeLlm::start().await;
+    fake.push([Answer::Stall(vec![
+        json!({"choices": [{"delta": {"content": "Working on"}}]}).to_string(),
+    ])]);
+    let e = env(&fake);
+    let mut child = e
+        .command(&["long", "task"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until the chunk is durable (the batch window writes it).
+    let mut file = None;
+    for _ in 0..400 {
+        if let Some(f) = e.session_files().first() {
+            if lines(f).iter().any(|l| l["type"] == "assistant/chunk") {
+                file = Some(f.clone());
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let file = file.expect("the chunk was persisted");
+    child.kill().unwrap(); // SIGKILL
+    let _ = child.wait();
+    let id = lines(&file)[0]["id"].as_str().unwrap().to_owned();
+
+    fake.push([text("Resumed and done.")]);
+    let (code, stdout, stderr) = out(&e.run(&["--resume", &id, "continue"]).await);
+    assert_eq!(
+        (code, stdout.as_str()),
+        (0, "Resumed and done.\n"),
+        "{stderr}"
+    );
+    let log = lines(&file);
+    let kinds: Vec<&str> = log
+        .iter()
+        .skip(1)
+        .map(|l| l["type"].as_str().unwrap())
+        .collect();
+    let ends: Vec<&Value> = log.iter().filter(|l| l["type"] == "turn/end").collect();
+    assert_eq!(
+        ends[0]["data"]["reason"],
+        json!({"kind": "interrupted"}),
+        "{kinds:?}"
+    );
+    assert_eq!(
+        ends[1]["data"],
+        json!({"turn": 2, "reason": {"kind": "completed"}})
+    );
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "session/end-seed").count(),
+        1
+    );
+    let seqs: Vec<u64> = log
+        .iter()
+        .skip(1)
+        .map(|l| l["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        seqs,
+        (0..seqs.len() as u64).collect::<Vec<_>>(),
+        "contiguous seqs"
+    );
+    // The resumed request carries the first prompt.
+    let requests = fake.requests();
+    let msgs = &requests.last().unwrap()["messages"];
+    assert!(msgs.to_string().contains("long task"), "{msgs}");
+}
+
+#[tokio::test]
+async fn a_log_in_the_original_format_loads_and_resumes() {
+    let fake = FakeLlm::start().await;
+    fake.push([text("Continuing.")]);
+    let e = env(&fake);
+    let cwd = e.work.path().canonicalize().unwrap().display().to_string();
+    let key: String = {
+        // The original's projectKey: separators become '-', leading '-' dropped.
+        let k: String = cwd.replace(['/', '\\', ':'], "-");
+        k.trim_start_matches('-').to_owned()
+    };
+    let dir = e.home.path().join("sessions").join(format!("--{key}--"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let user = json!({"id": "m1", "role": "user", "content": [{"type": "text", "text": "earlier question"}], "source": {"kind": "user"}});
+    let answer = json!({"id": "m2", "role": "assistant", "content": [{"type": "text", "text": "earlier answer"}], "source": {"kind": "model", "provider": "deepseek-official", "model": "deepseek-v4-flash"}});
+    let log = [
+        json!({"type": "session", "version": 0, "id": "orig-1", "createdAt": 1_700_000_000_000u64, "cwd": cwd, "delegationDepth": 0}),
+        json!({"type": "turn/start", "seq": 0, "time": 1, "data": {"turn": 1}}),
+        json!({"type": "step/start", "seq": 1, "time": 1, "data": {"turn": 1, "step": 1}}),
+        json!({"type": "user/message", "seq": 2, "time": 1, "data": user, "surfaceOp": "append"}),
+        json!({"type": "text-chunks", "seq0": 3, "time0": 2, "data": {"turn": 1, "step": 1, "index": 0, "dt": [1, 1], "texts": ["earlier ", "ans", "wer"]}}),
+        json!({"type": "assistant/message", "seq": 6, "time": 4, "data": {"turn": 1, "step": 1, "message": answer}, "sourceEventSeqs": [3, 4, 5], "surfaceOp": "append"}),
+        json!({"type": "step/end", "seq": 7, "time": 4, "data": {"turn": 1, "step": 1}}),
+        json!({"type": "turn/end", "seq": 8, "time": 4, "data": {"turn": 1, "reason": {"kind": "completed"}}}),
+    ];
+    let text: String = log.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(dir.join("orig-1.jsonl"), text).unwrap();
+    let (code, stdout, stderr) = out(&e.run(&["--resume", "orig-1", "and", "now?"]).await);
+    assert_eq!((code, stdout.as_str()), (0, "Continuing.\n"), "{stderr}");
+    let msgs = fake.requests()[0]["messages"].clone();
+    let contents: Vec<&str> = msgs
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    assert_eq!(
+        &contents[1..],
+        ["earlier question", "earlier answer", "and now?"]
+    );
+    // The packed row stays as written; our events follow, seq 9 on.
+    let stored = lines(&dir.join("orig-1.jsonl"));
+    assert_eq!(stored[4]["type"], "text-chunks");
+    assert_eq!(stored[8]["type"], "session/end-seed");
+    assert_eq!(stored[8]["seq"], 9);
+    let turn2 = stored
+        .iter()
+        .find(|l| l["type"] == "turn/start" && l["data"]["turn"] == 2);
+    assert!(turn2.is_some(), "{stored:?}");
+}
