@@ -494,11 +494,8 @@ async fn hot_swap_of_the_agent_loop_between_turns_keeps_the_history() {
     );
     let ev = events(&t, &agent).await;
     assert_eq!(ev.iter().filter(|e| e["type"] == "turn/start").count(), 2);
-    assert_eq!(
-        ev.iter()
-            .find(|e| e["type"] == "turn/start" && e["data"]["turn"] == 2)
-            .is_some(),
-        true
-    );
+    assert!(ev
+        .iter()
+        .any(|e| e["type"] == "turn/start" && e["data"]["turn"] == 2));
     t.shutdown().await;
 }

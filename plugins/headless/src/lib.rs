@@ -16,6 +16,9 @@ struct Config {
     provider: String,
     model: String,
     max_tokens: Option<u64>,
+    /// Print assistant text as it streams (and tool calls as they start)
+    /// instead of only the last answer at the end.
+    stream: bool,
 }
 
 #[derive(Default)]
@@ -169,6 +172,34 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
     let start = sessions.call("header", json!({"id": agent})).await?["seq"]
         .as_u64()
         .unwrap_or(0);
+    if config.stream && !args.jsonl {
+        let (c, id) = (ctx.clone(), agent.clone());
+        ctx.on("session/event", move |ev| {
+            let (c, id) = (c.clone(), id.clone());
+            async move {
+                if ev.payload["sessionId"] != json!(id) {
+                    return Ok(Value::Null);
+                }
+                let e = &ev.payload["event"];
+                let text = match e["type"].as_str() {
+                    Some(event::ASSISTANT_CHUNK) if e["data"]["chunk"]["type"] == "text-delta" => e
+                        ["data"]["chunk"]["text"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    Some(event::ASSISTANT_MESSAGE) => "\n".to_owned(),
+                    Some(event::TOOL_CALL) => format!(
+                        "  [{} {}]\n",
+                        e["data"]["name"].as_str().unwrap_or("?"),
+                        e["data"]["arguments"].as_str().unwrap_or_default()
+                    ),
+                    _ => return Ok(Value::Null),
+                };
+                print(&c, &text).await;
+                Ok(Value::Null)
+            }
+        });
+    }
     if args.jsonl {
         let (c, id) = (ctx.clone(), agent.clone());
         ctx.on("session/event", move |ev| {
@@ -212,6 +243,8 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
         let result = json!({"type": "result", "sessionId": agent, "output": output,
             "reason": reason, "usage": {"inputTokens": input_tokens, "outputTokens": output_tokens}});
         print(&ctx, &format!("{result}\n")).await;
+    } else if config.stream {
+        tokio::task::yield_now().await;
     } else if !output.is_empty() || completed {
         print(&ctx, &format!("{output}\n")).await;
     }

@@ -53,6 +53,9 @@ fn delay_ms(c: &Config, attempt: u32, retry_after: Option<u64>) -> u64 {
     }
 }
 
+/// Retries so far per (agent, turn, step).
+type Attempts = Rc<RefCell<HashMap<(String, u64, u64), u32>>>;
+
 struct Retry;
 
 impl Plugin for Retry {
@@ -62,7 +65,7 @@ impl Plugin for Retry {
     type Config = Config;
 
     async fn apply(ctx: Context, config: Config) -> Result<()> {
-        let attempts: Rc<RefCell<HashMap<(String, u64, u64), u32>>> = Rc::default();
+        let attempts: Attempts = Rc::default();
         let c = ctx.clone();
         ctx.on("agent/request-error", move |ev| {
             let (c, config, attempts) = (c.clone(), config.clone(), attempts.clone());

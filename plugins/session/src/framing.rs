@@ -57,25 +57,24 @@ impl Framing {
             event::STEP_END
             | event::ASSISTANT_CHUNK
             | event::ASSISTANT_MESSAGE
-            | event::TOOL_CALL => {
+            | event::TOOL_CALL
                 if self.open_turn.is_none()
                     || turn != self.open_turn
                     || step != self.open_step
-                    || step.is_none()
-                {
-                    return Err(format!(
-                        "`{kind}` must name the open turn/step ({:?}/{:?}), got {turn:?}/{step:?}",
-                        self.open_turn, self.open_step
-                    ));
-                }
+                    || step.is_none() =>
+            {
+                return Err(format!(
+                    "`{kind}` must name the open turn/step ({:?}/{:?}), got {turn:?}/{step:?}",
+                    self.open_turn, self.open_step
+                ));
             }
             event::TOOL_RESULT
             | event::TODO_WRITE
             | event::REQUEST_HEADER
-            | event::REQUEST_CONTEXT => {
-                if self.open_turn.is_none() {
-                    return Err(format!("`{kind}` outside a turn"));
-                }
+            | event::REQUEST_CONTEXT
+                if self.open_turn.is_none() =>
+            {
+                return Err(format!("`{kind}` outside a turn"));
             }
             _ => {}
         }
