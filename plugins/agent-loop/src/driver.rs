@@ -139,6 +139,39 @@ impl Loop {
         completed && !abort.is_aborted() && a.inbox.has_pending()
     }
 
+    /// `deriveMessages()`, incrementally: only surface events appended since
+    /// the last request are fetched; a `replace` falls back to a full derive.
+    async fn history(&self, agent: &str) -> Result<Value> {
+        let sessions = self.ctx.service("sessions");
+        let from = self.agents.borrow().get(agent).map_or(0, |a| a.history_seq);
+        let tail = sessions
+            .call("surface", json!({"id": agent, "from": from}))
+            .await?;
+        let seq = tail["seq"].as_u64().unwrap_or(0);
+        if tail["replaced"] == json!(true) || from == 0 {
+            let all: Vec<Value> =
+                serde_json::from_value(sessions.call("derive", json!({"id": agent})).await?)?;
+            if let Some(a) = self.agents.borrow_mut().get_mut(agent) {
+                a.history = all;
+                a.history_seq = seq;
+            }
+        } else {
+            let events: Vec<dsh_sdk::vocab::SessionEvent> =
+                serde_json::from_value(tail["events"].clone())?;
+            if let Some(a) = self.agents.borrow_mut().get_mut(agent) {
+                a.history.extend(dsh_sdk::vocab::derive_messages(&events));
+                a.history_seq = seq;
+            }
+        }
+        let agents = self.agents.borrow();
+        Ok(Value::Array(
+            agents
+                .get(agent)
+                .map(|a| a.history.clone())
+                .unwrap_or_default(),
+        ))
+    }
+
     async fn claim(&self, agent: &str, target: &str, turn: u64) -> Result<Vec<Value>> {
         let (steps, turns) = {
             let agents = self.agents.borrow();
@@ -372,11 +405,7 @@ impl Loop {
                 a.logged_header = Some(header.clone());
                 a.logged_context = Some(context);
             }
-            let history = self
-                .ctx
-                .service("sessions")
-                .call("derive", json!({"id": agent}))
-                .await?;
+            let history = self.history(agent).await?;
             let mut request = config.clone();
             request["messages"] = history;
             if !system.is_empty() {

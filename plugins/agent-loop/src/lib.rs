@@ -62,6 +62,9 @@ pub(crate) struct Agent {
     pub idle: Vec<oneshot::Sender<Value>>,
     pub logged_header: Option<Value>,
     pub logged_context: Option<Value>,
+    /// The model history derived so far, and the log length it covers.
+    pub history: Vec<Value>,
+    pub history_seq: u64,
     pub first_request: bool,
     pub wake_requested: bool,
 }
@@ -146,6 +149,8 @@ impl Loop {
             idle: Vec::new(),
             logged_header,
             logged_context: None,
+            history: Vec::new(),
+            history_seq: 0,
             first_request: true,
             wake_requested: false,
         };

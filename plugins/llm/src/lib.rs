@@ -1,8 +1,8 @@
 //! `llm`: routes model requests to adapters by provider route.
 //!
 //! An adapter plugin registers `{providers, service}`; `llm.stream(request)`
-//! runs the `llm/stream` waterfall over the request (listeners may rewrite or
-//! re-route it), then streams from the adapter. Any adapter-side failure —
+//! runs the `llm/stream` waterfall over the request minus its messages
+//! (listeners may reconfigure or re-route it), then streams from the adapter. Any adapter-side failure —
 //! no adapter, a failed call, a stream that broke — becomes one terminal
 //! `finish{error}` chunk, so consumers see a single grammar.
 
@@ -74,13 +74,22 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
                 let fail = |tx: &ReplySender, code: &str, msg: String| {
                     tx.send(LlmFailure::new(code, msg).finish_chunk(false));
                 };
-                let request = match ctx
+                // The waterfall carries the request without its history
+                // (listeners route and reconfigure; they do not rewrite the
+                // logged history), so a long session does not ship its
+                // whole transcript through every listener.
+                let mut request = request;
+                let messages = request.get_mut("messages").map(Value::take);
+                let mut request = match ctx
                     .waterfall("llm/stream", request, |r| async move { Ok(r) })
                     .await
                 {
                     Ok(r) => r,
                     Err(e) => return tx.fail(e),
                 };
+                if let Some(m) = messages {
+                    request["messages"] = m;
+                }
                 let provider = request["provider"].as_str().unwrap_or_default().to_owned();
                 let service = registry
                     .borrow()

@@ -204,6 +204,23 @@ async fn handle(ctx: Context, store: Store, req: Request) -> Result<Reply> {
             let session = s.get(&id).ok_or_else(|| not_found(&id))?;
             Reply::json(derive_messages(&session.events))
         }
+        "surface" => {
+            // Surface events from `from` on, and whether a replace occurred
+            // (a consumer deriving incrementally must then derive afresh).
+            let id = id_of(&req)?;
+            let from = req.params["from"].as_u64().unwrap_or(0) as usize;
+            let s = store.borrow();
+            let session = s.get(&id).ok_or_else(|| not_found(&id))?;
+            let tail = &session.events[from.min(session.events.len())..];
+            let surface: Vec<&SessionEvent> =
+                tail.iter().filter(|e| e.surface_op.is_some()).collect();
+            let replaced = surface
+                .iter()
+                .any(|e| e.surface_op != Some(json!("append")));
+            Reply::json(
+                json!({"events": surface, "replaced": replaced, "seq": session.events.len()}),
+            )
+        }
         "header" => {
             let id = id_of(&req)?;
             let s = store.borrow();

@@ -63,6 +63,8 @@ struct State {
     answers: VecDeque<Answer>,
     requests: Vec<Value>,
     headers: Vec<String>,
+    times: Vec<std::time::Instant>,
+    fallback: Option<Answer>,
 }
 
 /// The running server.
@@ -101,6 +103,23 @@ impl FakeLlm {
     /// Every request body received so far.
     pub fn requests(&self) -> Vec<Value> {
         self.state.lock().unwrap().requests.clone()
+    }
+
+    /// When each request arrived.
+    pub fn request_times(&self) -> Vec<std::time::Instant> {
+        self.state.lock().unwrap().times.clone()
+    }
+
+    /// The answer served when the queue is empty (default: a 500).
+    pub fn set_fallback(&self, answer: Answer) {
+        self.state.lock().unwrap().fallback = Some(answer);
+    }
+
+    /// Forgets recorded requests (to keep long runs small).
+    pub fn clear_requests(&self) {
+        let mut s = self.state.lock().unwrap();
+        s.requests.clear();
+        s.headers.clear();
     }
 
     /// Every request's raw header block.
@@ -148,10 +167,11 @@ async fn serve(mut sock: TcpStream, state: Arc<Mutex<State>>) {
     };
     let answer = {
         let mut s = state.lock().unwrap();
+        s.times.push(std::time::Instant::now());
         s.requests
             .push(serde_json::from_slice(&body).unwrap_or(Value::Null));
         s.headers.push(head);
-        s.answers.pop_front()
+        s.answers.pop_front().or_else(|| s.fallback.clone())
     };
     let answer = answer.unwrap_or_else(|| {
         Answer::Status(

@@ -56,14 +56,16 @@ impl Drop for TempDir {
     }
 }
 
-/// The cargo target directory holding the test binary (`target/debug`).
+/// The cargo target directory holding the running binary (`target/debug`
+/// for tests, whose binaries live in `target/debug/deps`).
 pub fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap_or_default();
-    // target/debug/deps/<test> -> target/debug
-    exe.parent()
-        .and_then(Path::parent)
-        .map(Path::to_owned)
-        .unwrap_or_default()
+    let dir = exe.parent().map(Path::to_owned).unwrap_or_default();
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.parent().map(Path::to_owned).unwrap_or(dir)
+    } else {
+        dir
+    }
 }
 
 /// The built library of crate `crate_name` (`lib<crate_name>.so`).

@@ -218,7 +218,233 @@ async fn bench_reload() -> Result<f64> {
     Ok(median(times))
 }
 
+/// Rows of the agent core against `url`, with release libraries.
+fn core_rows(url: &str, sessions: &Path) -> String {
+    format!(
+        r#"
+[[row]]
+id = "session"
+plugin = "session"
+[[row]]
+id = "session-jsonl"
+plugin = "session-jsonl"
+config = {{ root = "{root}" }}
+[[row]]
+id = "checkpoint-policy"
+plugin = "checkpoint-policy"
+[[row]]
+id = "system-prompt"
+plugin = "system-prompt"
+[[row]]
+id = "tools"
+plugin = "tools"
+[[row]]
+id = "tool-read"
+plugin = "tool-read"
+[[row]]
+id = "llm"
+plugin = "llm"
+[[row]]
+id = "llm-deepseek"
+plugin = "llm-deepseek"
+config = {{ provider = "fake", baseUrl = "{url}", apiKeyEnv = "" }}
+[[row]]
+id = "agent-loop"
+plugin = "agent-loop"
+"#,
+        root = sessions.display()
+    )
+}
+
+fn ensure(v: Result<Value, dsh_sdk::Error>) -> Result<Value> {
+    v.map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// Process start to exit of `dsh-host --profile headless "hi"` (staged
+/// release tree), answered at once by the fake server: (wall ms, peak KiB).
+async fn bench_one_shot(stage: &Path) -> Result<(f64, f64)> {
+    let fake = dsh_testkit::fake_llm::FakeLlm::start().await;
+    fake.set_fallback(dsh_testkit::fake_llm::text("Hi."));
+    let home = Scratch::new("oneshot")?;
+    let patch = home.0.join("p.toml");
+    std::fs::write(
+        &patch,
+        format!(
+            "[[patch]]\nid = \"llm-deepseek\"\nconfig = {{ baseUrl = \"{}\", apiKeyEnv = \"\" }}\n",
+            fake.base_url
+        ),
+    )?;
+    let mut walls = Vec::new();
+    let mut peaks = Vec::new();
+    for _ in 0..10 {
+        let mut c = std::process::Command::new(stage.join("bin/dsh-host"));
+        c.current_dir(&home.0)
+            .env("DSH_HOME", &home.0)
+            .args(["--profile", "headless", "--patch"])
+            .arg(&patch)
+            .arg("hi")
+            .stdout(std::process::Stdio::null());
+        let t = Instant::now();
+        let (status, peak) = tokio::task::spawn_blocking(move || -> Result<_> {
+            let mut child = c.spawn()?;
+            let pid = child.id() as i32;
+            // Peak RSS of exactly this child: wait4 with its rusage.
+            let mut status = 0;
+            // SAFETY: plain wait4 on our own child.
+            let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+            unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+            let _ = child.try_wait();
+            Ok((status, usage.ru_maxrss as f64))
+        })
+        .await??;
+        anyhow::ensure!(status == 0, "dsh-host exited with status {status}");
+        walls.push(t.elapsed().as_secs_f64() * 1e3);
+        peaks.push(peak);
+    }
+    Ok((median(walls), median(peaks)))
+}
+
+/// An agent session driven through `steps` read steps; returns the time
+/// between consecutive model requests.
+async fn bench_steps(steps: usize) -> Result<Vec<f64>> {
+    let fake = dsh_testkit::fake_llm::FakeLlm::start().await;
+    let home = Scratch::new("steps")?;
+    std::fs::write(home.0.join("f.txt"), "one line\n")?;
+    let h = host(&home.0, vec![libs()])?;
+    h.apply(tree(&core_rows(&fake.base_url, &home.0.join("sessions")))?)
+        .await;
+    let call = dsh_testkit::fake_llm::tool_calls(&[("read", json!({"file_path": "f.txt"}))]);
+    fake.push(std::iter::repeat_n(call, steps));
+    fake.push([dsh_testkit::fake_llm::text("done")]);
+    let agent = ensure(
+        h.call(
+            "agentLoop",
+            "create",
+            json!({"agentOptions": {"provider": "fake", "model": "m"}, "meta": {"cwd": home.0}}),
+        )
+        .await,
+    )?;
+    let agent = agent["agent"].clone();
+    ensure(
+        h.call(
+            "agents",
+            "followup",
+            json!({"agent": agent, "message": {"text": "go"}}),
+        )
+        .await,
+    )?;
+    let r = ensure(h.call("agents", "whenIdle", json!({"agent": agent})).await)?;
+    anyhow::ensure!(
+        r["reason"]["kind"] == "completed",
+        "turn ended {}",
+        r["reason"]
+    );
+    let times = fake.request_times();
+    h.shutdown().await;
+    Ok(times
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_secs_f64() * 1e3)
+        .collect())
+}
+
+/// Load and prepare-to-resume of a stored session of `n` events.
+async fn bench_resume(n: usize) -> Result<f64> {
+    let fake = dsh_testkit::fake_llm::FakeLlm::start().await;
+    let home = Scratch::new("resume")?;
+    let root = home.0.join("sessions");
+    let cwd = "/bench/work";
+    let dir = root.join("--bench-work--");
+    std::fs::create_dir_all(&dir)?;
+    let mut body = String::new();
+    let mut seq = 0u64;
+    let mut turn = 0u64;
+    while (seq as usize) < n {
+        turn += 1;
+        let mut push = |kind: &str, data: Value, surface: bool, body: &mut String| {
+            let mut e =
+                json!({"type": kind, "seq": seq, "time": 1_700_000_000_000u64 + seq, "data": data});
+            if surface {
+                e["surfaceOp"] = json!("append");
+            }
+            body.push_str(&e.to_string());
+            body.push('\n');
+            seq += 1;
+        };
+        push("turn/start", json!({"turn": turn}), false, &mut body);
+        push(
+            "step/start",
+            json!({"turn": turn, "step": 1}),
+            false,
+            &mut body,
+        );
+        push(
+            "user/message",
+            json!({"id": format!("u{turn}"), "role": "user", "content": [{"type": "text", "text": "question"}], "source": {"kind": "user"}}),
+            true,
+            &mut body,
+        );
+        for i in 0..8 {
+            push(
+                "assistant/chunk",
+                json!({"turn": turn, "step": 1, "chunk": {"type": "text-delta", "index": 0, "text": format!("word{i} ")}}),
+                false,
+                &mut body,
+            );
+        }
+        push(
+            "assistant/message",
+            json!({"turn": turn, "step": 1, "message": {"id": format!("a{turn}"), "role": "assistant", "content": [{"type": "text", "text": "an answer of eight words"}], "source": {"kind": "model", "provider": "fake", "model": "m"}}}),
+            true,
+            &mut body,
+        );
+        push(
+            "step/end",
+            json!({"turn": turn, "step": 1}),
+            false,
+            &mut body,
+        );
+        push(
+            "turn/end",
+            json!({"turn": turn, "reason": {"kind": "completed"}}),
+            false,
+            &mut body,
+        );
+    }
+    let h = host(&home.0, vec![libs()])?;
+    h.apply(tree(&core_rows(&fake.base_url, &root))?).await;
+    let mut times = Vec::new();
+    for i in 0..5 {
+        let id = format!("big-{i}");
+        let header = json!({"type": "session", "version": 0, "id": id, "createdAt": 1, "cwd": cwd, "delegationDepth": 0});
+        std::fs::write(dir.join(format!("{id}.jsonl")), format!("{header}\n{body}"))?;
+        let t = Instant::now();
+        ensure(
+            h.call(
+                "agentLoop",
+                "resume",
+                json!({"sessionId": id, "agentOptions": {"provider": "fake", "model": "m"}}),
+            )
+            .await,
+        )?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    h.shutdown().await;
+    Ok(median(times))
+}
+
 fn main() -> Result<()> {
+    if let Ok(n) = std::env::var("DSH_BENCH_ONLY_STEPS") {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let times = rt.block_on(bench_steps(n.parse()?))?;
+        println!(
+            "per step: first {:.3} ms, last {:.3} ms",
+            times[0],
+            times[times.len() - 2]
+        );
+        return Ok(());
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -240,6 +466,22 @@ fn main() -> Result<()> {
         println!("  waterfall through 10 listeners in 10 plugins .......... {:8.1} us", wf / 1e3);
         let reload = bench_reload().await.context("reload")?;
         println!("  reload latency, file settled -> new generation serving  {reload:8.1} ms   (target <= 100 ms; includes 50 ms debounce)");
+        let stage = std::env::var_os("DSH_BENCH_STAGE").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("target/dsh"));
+        println!("agent core (release; fake model answering at once)");
+        let stage = stage.canonicalize().context("the staged tree (run `cargo xtask build --release`)")?;
+        let (wall, peak) = bench_one_shot(&stage).await.context("one-shot")?;
+        println!("  one-shot text answer, process start to exit ........... {wall:8.1} ms   (target <= 30 ms)");
+        println!("  peak RSS of that process ............................... {:8.1} MiB  (target <= 20 MiB)", peak / 1024.0);
+        let twenty = bench_steps(20).await.context("20 steps")?;
+        println!("  20 sequential read steps, per step ..................... {:8.3} ms   (target <= 1 ms)", median(twenty));
+        let thousand = bench_steps(1000).await.context("1000 steps")?;
+        let total: f64 = thousand.iter().sum();
+        let first = median(thousand[..100].to_vec());
+        let last = median(thousand[thousand.len() - 100..].to_vec());
+        println!("  1000-step session: total {:8.0} ms (target <= 2000 ms); per step first 100 {first:.3} ms, last 100 {last:.3} ms", total);
+        let resume = bench_resume(15_000).await.context("resume")?;
+        println!("  load + prepare-to-resume of a 15,000-event session .... {resume:8.1} ms   (target <= 15 ms)");
+        println!("host soak");
         let home = Scratch::new("soak")?;
         let soak = inspect::soak(&lib("dsh-fixture-counter-v1"), 200, Some("counter.get"), &home.0).await?;
         let growth = (soak.rss_after as f64 - soak.rss_before as f64) / 1048576.0;
