@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use dsh_testkit::fake_llm::{text, tool_calls, Answer, FakeLlm};
+use dsh_testkit::fake_llm::{slow_text, text, tool_calls, Answer, FakeLlm};
 use dsh_testkit::{library, TestHost};
 use serde_json::{json, Value};
 
@@ -497,5 +497,96 @@ async fn hot_swap_of_the_agent_loop_between_turns_keeps_the_history() {
     assert!(ev
         .iter()
         .any(|e| e["type"] == "turn/start" && e["data"]["turn"] == 2));
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn steering_mid_turn_enters_the_next_step_of_the_same_turn() {
+    let (t, fake) = setup().await;
+    fake.push([slow_text("first part of the answer", 30), text("second")]);
+    let agent = new_agent(&t, "/tmp").await;
+    t.call(
+        "agents",
+        "followup",
+        json!({"agent": agent, "message": {"text": "start"}}),
+    )
+    .await;
+    for _ in 0..300 {
+        if events(&t, &agent)
+            .await
+            .iter()
+            .any(|e| e["type"] == "assistant/chunk")
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    t.call(
+        "agents",
+        "steer",
+        json!({"agent": agent, "message": {"text": "also this"}}),
+    )
+    .await;
+    let reason = t.call("agents", "whenIdle", json!({"agent": agent})).await["reason"].clone();
+    assert_eq!(reason, json!({"kind": "completed"}));
+    let ev = events(&t, &agent).await;
+    assert_eq!(ev.iter().filter(|e| e["type"] == "turn/start").count(), 1);
+    let steered = ev
+        .iter()
+        .find(|e| e["type"] == "user/message" && e["data"]["content"][0]["text"] == "also this")
+        .expect("steering logged");
+    let step2 = ev
+        .iter()
+        .find(|e| e["type"] == "step/start" && e["data"]["step"] == 2)
+        .unwrap();
+    assert_eq!(
+        steered["seq"].as_u64().unwrap(),
+        step2["seq"].as_u64().unwrap() + 1
+    );
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_blocked_pre_step_and_a_throwing_listener_end_the_turn_but_not_the_loop() {
+    let (t, fake) = setup().await;
+    std::fs::copy(
+        library("dsh-fixture-probe"),
+        t.plugins.path().join("probe.so"),
+    )
+    .unwrap();
+    let mut rows = core_rows(&fake, t.home.path());
+    rows.push_str("[[row]]\nid = 'gate'\nplugin = 'probe'\nconfig = { tag = 'gate', listeners = [{ event = 'agent/pre-step', action = 'reject' }] }\n");
+    t.apply(&rows).await;
+    let agent = new_agent(&t, "/tmp").await;
+    assert_eq!(
+        turn(&t, &agent, "blocked?").await,
+        json!({"kind": "blocked"})
+    );
+    let ev = events(&t, &agent).await;
+    assert!(
+        !ev.iter().any(|e| e["type"] == "step/start"),
+        "a rejected turn has no step"
+    );
+    assert!(fake.requests().is_empty());
+
+    let mut rows = core_rows(&fake, t.home.path());
+    rows.push_str("[[row]]\nid = 'gate'\nplugin = 'probe'\nconfig = { tag = 'gate', listeners = [{ event = 'agent/request', action = 'fail' }] }\n");
+    t.apply(&rows).await;
+    let r = turn(&t, &agent, "again").await;
+    assert_eq!(r["kind"], "error");
+    assert_eq!(r["error"]["code"], "PROBE_FAILED");
+
+    t.apply(&core_rows(&fake, t.home.path())).await;
+    fake.push([text("fine")]);
+    assert_eq!(
+        turn(&t, &agent, "and now").await,
+        json!({"kind": "completed"})
+    );
+    let turns: Vec<Value> = events(&t, &agent)
+        .await
+        .into_iter()
+        .filter(|e| e["type"] == "turn/end")
+        .collect();
+    assert_eq!(turns.len(), 3);
     t.shutdown().await;
 }

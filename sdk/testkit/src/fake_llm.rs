@@ -19,6 +19,8 @@ pub enum Answer {
     Stall(Vec<String>),
     /// 200, some data payloads, then the connection drops mid-event.
     Disconnect(Vec<String>),
+    /// Like `Sse`, waiting this many milliseconds before each event.
+    Slow(Vec<String>, u64),
     /// A non-200 status with extra headers and a body.
     Status(u16, Vec<(String, String)>, String),
 }
@@ -35,6 +37,14 @@ pub fn text(answer: &str) -> Answer {
     events.push(Some(json!({"choices": [], "usage": {"prompt_tokens": 20, "completion_tokens": 5, "prompt_cache_hit_tokens": 8}}).to_string()));
     events.push(Some("[DONE]".into()));
     Answer::Sse(events)
+}
+
+/// `text` streamed slowly (`ms` before each event).
+pub fn slow_text(answer: &str, ms: u64) -> Answer {
+    match text(answer) {
+        Answer::Sse(events) => Answer::Slow(events.into_iter().flatten().collect(), ms),
+        other => other,
+    }
 }
 
 /// An answer that calls tools `(name, arguments JSON)` in one response.
@@ -191,6 +201,20 @@ async fn serve(mut sock: TcpStream, state: Arc<Mutex<State>>) {
                     None => ": keep-alive\n\n".to_owned(),
                 };
                 if sock.write_all(frame.as_bytes()).await.is_err() {
+                    return;
+                }
+                let _ = sock.flush().await;
+            }
+        }
+        Answer::Slow(events, ms) => {
+            let _ = sock.write_all(sse_head.as_bytes()).await;
+            for d in events {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                if sock
+                    .write_all(format!("data: {d}\n\n").as_bytes())
+                    .await
+                    .is_err()
+                {
                     return;
                 }
                 let _ = sock.flush().await;

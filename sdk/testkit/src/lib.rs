@@ -17,6 +17,7 @@
 //! (`target/debug`), so `cargo build` the plugin crates before `cargo test`.
 #![deny(missing_docs)]
 
+pub mod contracts;
 pub mod fake_llm;
 
 use std::path::{Path, PathBuf};
