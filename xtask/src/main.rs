@@ -140,7 +140,7 @@ fn demo() -> Result<()> {
     c.current_dir(&work).env("DSH_HOME", &home).args([
         "--profile",
         "demo",
-        "Read notes.md and summarize it.",
+        "Mark the coding tools milestone in notes.md as done.",
     ]);
     let result = run(c);
     let _ = std::fs::remove_dir_all(&work);

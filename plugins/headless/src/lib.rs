@@ -188,6 +188,16 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
                         .unwrap_or_default()
                         .to_owned(),
                     Some(event::ASSISTANT_MESSAGE) => "\n".to_owned(),
+                    Some(event::TOOL_RESULT) => {
+                        let body = &e["data"]["message"]["content"][0]["content"][0]["text"];
+                        let first = body
+                            .as_str()
+                            .unwrap_or_default()
+                            .lines()
+                            .last()
+                            .unwrap_or_default();
+                        format!("  -> {}\n", first.chars().take(100).collect::<String>())
+                    }
                     Some(event::TOOL_CALL) => format!(
                         "  [{} {}]\n",
                         e["data"]["name"].as_str().unwrap_or("?"),

@@ -69,7 +69,7 @@ fn resolve(cwd: &str, file: &str) -> PathBuf {
     }
 }
 
-async fn execute(req: Request) -> Result<Reply> {
+async fn execute(ctx: Context, req: Request) -> Result<Reply> {
     let args = &req.params["arguments"];
     let file = args["file_path"].as_str().unwrap_or_default().to_owned();
     let cwd = req.params["cwd"].as_str().unwrap_or(".").to_owned();
@@ -78,7 +78,8 @@ async fn execute(req: Request) -> Result<Reply> {
         .as_u64()
         .map_or(MAX_LINES, |l| (l as usize).clamp(1, MAX_LINES));
     let path = resolve(&cwd, &file);
-    let text = tokio::task::spawn_blocking(move || std::fs::read(&path))
+    let read_path = path.clone();
+    let text = tokio::task::spawn_blocking(move || std::fs::read(&read_path))
         .await
         .map_err(|e| Error::msg(e.to_string()))?
         .map_err(|e| {
@@ -92,7 +93,22 @@ async fn execute(req: Request) -> Result<Reply> {
     let text = String::from_utf8(text)
         .map_err(|_| Error::new("FS_NOT_TEXT", format!("{file} is not UTF-8 text")))?;
     let rendered = render(&file, &text, offset, limit)?;
+    // Tell the read-before-write policy which version the agent has seen.
+    if let Some(version) = version_of(&path) {
+        let canonical = path.canonicalize().unwrap_or(path);
+        let _ = ctx.emit(
+            "fs/observed",
+            json!({"agent": req.params["agent"], "path": canonical, "version": version}),
+        );
+    }
     Reply::json(json!({"content": [msg::text(&rendered)]}))
+}
+
+/// `"<len>:<mtime ns>"`: changes whenever the file does.
+pub fn version_of(path: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some(format!("{}:{}:{}", m.len(), m.mtime(), m.mtime_nsec()))
 }
 
 struct Read;
@@ -105,10 +121,14 @@ impl Plugin for Read {
 
     async fn apply(ctx: Context, _config: ()) -> Result<()> {
         let service = format!("tool:read:{}", ctx.fiber());
-        ctx.provide(service.clone(), |req| async move {
-            match req.method.as_str() {
-                "execute" => execute(req).await,
-                _ => Err(req.unknown_method()),
+        let c = ctx.clone();
+        ctx.provide(service.clone(), move |req| {
+            let c = c.clone();
+            async move {
+                match req.method.as_str() {
+                    "execute" => execute(c, req).await,
+                    _ => Err(req.unknown_method()),
+                }
             }
         });
         ctx.service("tools")

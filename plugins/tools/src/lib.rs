@@ -84,6 +84,12 @@ async fn execute(ctx: Context, registry: Registry, exec: Value) -> Value {
         Ok(d) => d,
         Err(e) => return from_error(&e),
     };
+    // A policy may hand the tool its sandbox (mode and workspace root).
+    let mut exec = exec;
+    if let Some(sandbox) = decision.get("sandbox") {
+        exec["sandbox"] = sandbox.clone();
+    }
+    let exec = exec;
     let mut result = match decision["kind"].as_str() {
         Some("allow") | None => {
             let (c, r, x) = (ctx.clone(), registry.clone(), exec.clone());

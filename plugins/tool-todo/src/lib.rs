@@ -1,0 +1,87 @@
+//! `tool-todo`: `todo_write` (reference dsh-product §3.6, §4.1).
+
+use std::collections::HashSet;
+
+use dsh_sdk::prelude::*;
+use dsh_sdk::vocab::msg;
+
+async fn execute(ctx: Context, req: Request) -> Result<Reply> {
+    let todos = req.params["arguments"]["todos"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut seen = HashSet::new();
+    let (mut pending, mut doing, mut done) = (0, 0, 0);
+    for t in &todos {
+        let content = t["content"].as_str().unwrap_or_default().trim();
+        if content.is_empty() {
+            return Err(Error::new("INVALID_ARGS", "a todo needs non-empty content"));
+        }
+        if !seen.insert(content.to_owned()) {
+            return Err(Error::new(
+                "INVALID_ARGS",
+                format!("duplicate todo: {content}"),
+            ));
+        }
+        match t["status"].as_str() {
+            Some("pending") => pending += 1,
+            Some("in_progress") => doing += 1,
+            Some("completed") => done += 1,
+            other => {
+                return Err(Error::new(
+                    "INVALID_ARGS",
+                    format!("unknown todo status {other:?}"),
+                ))
+            }
+        }
+    }
+    if let Some(agent) = req.params["agent"].as_str() {
+        ctx.service("sessions")
+            .call(
+                "append",
+                json!({"id": agent, "type": "todo/write", "data": {"todos": todos}}),
+            )
+            .await?;
+    }
+    let text =
+        format!("Updated todo list: {pending} pending, {doing} in progress, {done} completed.");
+    Reply::json(json!({"content": [msg::text(&text)]}))
+}
+
+struct Todo;
+
+impl Plugin for Todo {
+    const NAME: &'static str = "tool-todo";
+    const DESCRIPTION: &'static str = "the `todo_write` tool";
+    const INJECT: &'static [&'static str] = &["tools", "sessions"];
+    type Config = ();
+
+    async fn apply(ctx: Context, _config: ()) -> Result<()> {
+        let service = format!("tool:todo:{}", ctx.fiber());
+        let c = ctx.clone();
+        ctx.provide(service.clone(), move |req| {
+            let c = c.clone();
+            async move {
+                match req.method.as_str() {
+                    "execute" => execute(c, req).await,
+                    _ => Err(req.unknown_method()),
+                }
+            }
+        });
+        ctx.service("tools").call("register", json!({
+            "name": "todo_write",
+            "description": "Replace the session's todo list with the given items, to plan and track multi-step work.",
+            "parameters": {"type": "object", "properties": {"todos": {"type": "array", "items": {
+                "type": "object", "additionalProperties": false,
+                "properties": {
+                    "content": {"type": "string"},
+                    "status": {"type": "string", "enum": ["pending", "in_progress", "completed"]}},
+                "required": ["content", "status"]}}},
+                "required": ["todos"]},
+            "service": service,
+        })).await?;
+        Ok(())
+    }
+}
+
+dsh_sdk::export_plugin!(Todo);

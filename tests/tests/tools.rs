@@ -1,0 +1,416 @@
+//! The coding tools through the real pipeline (`tools.execute`), and an end
+//! to end headless run: read -> edit -> bash -> answer.
+
+use std::path::Path;
+
+use dsh_testkit::fake_llm::{text, tool_calls, FakeLlm};
+use dsh_testkit::{target_dir, TempDir, TestHost};
+use serde_json::{json, Value};
+
+async fn tools_host(mode: &str) -> TestHost {
+    let t = TestHost::start().await;
+    t.apply(&format!(
+        "[[row]]\nid='session'\nplugin='session'\n[[row]]\nid='tools'\nplugin='tools'\n\
+         [[row]]\nid='permission'\nplugin='permission'\nconfig = {{ mode = '{mode}' }}\n\
+         [[row]]\nid='read'\nplugin='tool-read'\n[[row]]\nid='fs'\nplugin='tool-fs'\n\
+         [[row]]\nid='bash'\nplugin='tool-bash'\n[[row]]\nid='todo'\nplugin='tool-todo'\n"
+    ))
+    .await;
+    for s in t.host.status().await {
+        assert_eq!(format!("{:?}", s.state), "Active", "{s:?}");
+    }
+    t
+}
+
+async fn run(t: &TestHost, ws: &Path, name: &str, args: Value) -> Value {
+    t.call(
+        "tools",
+        "execute",
+        json!({"callId": "c", "name": name, "arguments": args, "agent": "agent-1", "cwd": ws}),
+    )
+    .await
+}
+
+fn text_of(result: &Value) -> String {
+    result["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn schemas_are_the_originals() {
+    let t = tools_host("workspace-write").await;
+    let schemas = t.call("tools", "schemas", json!({})).await;
+    let names: Vec<&str> = schemas
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["bash", "edit", "read", "todo_write", "write"]);
+    let edit = schemas
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "edit")
+        .unwrap();
+    assert_eq!(
+        edit["description"],
+        "Edit an existing UTF-8 text file by replacing literal text."
+    );
+    assert_eq!(
+        edit["parameters"]["required"],
+        json!(["file_path", "old_string", "new_string"])
+    );
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn write_and_edit_follow_the_read_before_write_policy() {
+    let t = tools_host("workspace-write").await;
+    let ws = TempDir::new("tools-ws");
+    let w = ws.path();
+    // Creating needs no read.
+    let r = run(
+        &t,
+        w,
+        "write",
+        json!({"file_path": "a.txt", "content": "one\ntwo\ntwo\n"}),
+    )
+    .await;
+    assert_eq!(
+        text_of(&r),
+        "<path>a.txt</path>\n<type>file</type>\n<content>\nCreated file\n</content>"
+    );
+    // Editing after our own write is allowed (we know the version).
+    let r = run(
+        &t,
+        w,
+        "edit",
+        json!({"file_path": "a.txt", "old_string": "one", "new_string": "uno"}),
+    )
+    .await;
+    assert_eq!(text_of(&r), "The file a.txt has been updated successfully.");
+    // An external change invalidates what we saw.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::write(w.join("a.txt"), "uno\ntwo\ntwo\nthree\n").unwrap();
+    let r = run(
+        &t,
+        w,
+        "edit",
+        json!({"file_path": "a.txt", "old_string": "three", "new_string": "3"}),
+    )
+    .await;
+    assert_eq!(r["isError"], true);
+    assert!(
+        text_of(&r).contains("changed since it was last read"),
+        "{r}"
+    );
+    run(&t, w, "read", json!({"file_path": "a.txt"})).await;
+    // Ambiguous and missing matches are clear errors.
+    let r = run(
+        &t,
+        w,
+        "edit",
+        json!({"file_path": "a.txt", "old_string": "two", "new_string": "2"}),
+    )
+    .await;
+    assert!(text_of(&r).contains("appears 2 times"), "{r}");
+    let r = run(
+        &t,
+        w,
+        "edit",
+        json!({"file_path": "a.txt", "old_string": "nope", "new_string": "x"}),
+    )
+    .await;
+    assert!(text_of(&r).contains("was not found"), "{r}");
+    let r = run(
+        &t,
+        w,
+        "edit",
+        json!({"file_path": "a.txt", "old_string": "two", "new_string": "2", "replace_all": true}),
+    )
+    .await;
+    assert_eq!(
+        text_of(&r),
+        "The file a.txt has been updated. All occurrences were successfully replaced."
+    );
+    assert_eq!(
+        std::fs::read_to_string(w.join("a.txt")).unwrap(),
+        "uno\n2\n2\nthree\n"
+    );
+    // Overwriting an unread existing file is refused.
+    std::fs::write(w.join("b.txt"), "b\n").unwrap();
+    let r = run(
+        &t,
+        w,
+        "write",
+        json!({"file_path": "b.txt", "content": "new"}),
+    )
+    .await;
+    assert!(
+        text_of(&r).contains("must be read with the read tool"),
+        "{r}"
+    );
+    assert_eq!(r["error"]["info"]["code"], "FS_NOT_OBSERVED");
+    // Bad arguments are validated against the schema.
+    let r = run(&t, w, "edit", json!({"file_path": "a.txt"})).await;
+    assert_eq!(r["error"]["info"]["code"], "INVALID_ARGS");
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_workspace_fence_refuses_escapes() {
+    let t = tools_host("workspace-write").await;
+    let ws = TempDir::new("fence-ws");
+    let w = ws.path();
+    let outside = Path::new("/var/tmp").join(format!("dsh-fence-{}", std::process::id()));
+    std::fs::create_dir_all(&outside).unwrap();
+    std::os::unix::fs::symlink(&outside, w.join("link")).unwrap();
+    for path in [
+        outside.join("x.txt").display().to_string(),
+        "link/x.txt".to_owned(),
+        format!("../../..{}/y.txt", outside.display()),
+    ] {
+        let r = run(&t, w, "write", json!({"file_path": path, "content": "no"})).await;
+        assert_eq!(r["isError"], true, "{path}: {r}");
+        assert!(text_of(&r).contains("is outside the workspace"), "{r}");
+        assert!(
+            text_of(&r).contains("DSH_PERMISSION_MODE=danger-full-access"),
+            "{r}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_dir(&outside).unwrap().count(),
+        0,
+        "nothing was written outside"
+    );
+    std::fs::remove_dir_all(&outside).unwrap();
+    t.shutdown().await;
+
+    let t = tools_host("read-only").await;
+    let r = run(
+        &t,
+        w,
+        "write",
+        json!({"file_path": "z.txt", "content": "no"}),
+    )
+    .await;
+    assert!(text_of(&r).contains("read-only mode"), "{r}");
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn bash_output_markers_timeouts_and_scrubbed_credentials() {
+    let t = tools_host("danger-full-access").await;
+    let ws = TempDir::new("bash-ws");
+    let w = ws.path();
+    let r = run(
+        &t,
+        w,
+        "bash",
+        json!({"command": "echo hi; echo err >&2; exit 3", "description": "d"}),
+    )
+    .await;
+    assert_eq!(text_of(&r), "hi\n[stderr]\nerr\n[exit code: 3]");
+    assert_eq!(r["isError"], false, "a non-zero exit is not a tool error");
+    let r = run(
+        &t,
+        w,
+        "bash",
+        json!({"command": "true", "description": "d"}),
+    )
+    .await;
+    assert_eq!(text_of(&r), "(no output)");
+    let r = run(
+        &t,
+        w,
+        "bash",
+        json!({"command": "pwd", "description": "d", "workdir": "sub"}),
+    )
+    .await;
+    assert!(text_of(&r).contains("cannot run bash"), "{r}");
+    std::fs::create_dir(w.join("sub")).unwrap();
+    let r = run(
+        &t,
+        w,
+        "bash",
+        json!({"command": "pwd", "description": "d", "workdir": "sub"}),
+    )
+    .await;
+    assert!(text_of(&r).ends_with("/sub"), "{r}");
+
+    // A timeout kills the whole tree, background children included.
+    let r = run(&t, w, "bash", json!({"command": "sleep 30 & echo $! > child.pid; sleep 30", "description": "d", "timeoutMs": 300})).await;
+    assert!(text_of(&r).ends_with("[timed out after 300ms]"), "{r}");
+    let pid: i32 = std::fs::read_to_string(w.join("child.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let alive = Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ");
+    assert!(!alive, "the background child {pid} survived the timeout");
+
+    std::env::set_var("DSH_TEST_SECRET_TOKEN", "hunter2");
+    let r = run(
+        &t,
+        w,
+        "bash",
+        json!({"command": "echo ${DSH_TEST_SECRET_TOKEN:-scrubbed}", "description": "d"}),
+    )
+    .await;
+    assert_eq!(text_of(&r), "scrubbed");
+
+    // Long output keeps its tail and says where the rest is.
+    let r = run(
+        &t,
+        w,
+        "bash",
+        json!({"command": "seq 1 30000", "description": "d"}),
+    )
+    .await;
+    let out = text_of(&r);
+    assert!(
+        out.starts_with("[output truncated: showing the last 64000 of"),
+        "{}",
+        &out[..200]
+    );
+    assert!(out.ends_with("30000"));
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_sandbox_denial_arrives_as_a_clear_result() {
+    let t = tools_host("workspace-write").await;
+    let ws = TempDir::new("sandbox-ws");
+    let target = Path::new("/var/tmp").join(format!("dsh-sandbox-{}", std::process::id()));
+    let r = run(
+        &t,
+        ws.path(),
+        "bash",
+        json!({"command": format!("echo x > {}", target.display()), "description": "d"}),
+    )
+    .await;
+    let bwrap = std::env::var("PATH")
+        .unwrap_or_default()
+        .split(':')
+        .any(|d| Path::new(d).join("bwrap").is_file());
+    if bwrap || landlock_abi() > 0 {
+        assert!(
+            text_of(&r).contains("[sandbox: file access denied under workspace-write mode]"),
+            "{r}"
+        );
+        assert!(!target.exists(), "the sandbox let the write through");
+        // Inside the workspace, writes work.
+        let r = run(
+            &t,
+            ws.path(),
+            "bash",
+            json!({"command": "echo ok > inside.txt && cat inside.txt", "description": "d"}),
+        )
+        .await;
+        assert_eq!(text_of(&r), "ok");
+    } else {
+        assert_eq!(r["error"]["info"]["code"], "SANDBOX_UNAVAILABLE", "{r}");
+    }
+    let _ = std::fs::remove_file(&target);
+    t.shutdown().await;
+}
+
+fn landlock_abi() -> i64 {
+    // SAFETY: the version query takes no pointers.
+    unsafe { libc::syscall(444, std::ptr::null::<u8>(), 0usize, 1u32) }
+}
+
+#[tokio::test]
+async fn todo_write_logs_and_counts() {
+    let t = tools_host("workspace-write").await;
+    t.call("sessions", "create", json!({"id": "agent-1"})).await;
+    t.call(
+        "sessions",
+        "append",
+        json!({"id": "agent-1", "type": "turn/start", "data": {"turn": 1}}),
+    )
+    .await;
+    let ws = TempDir::new("todo-ws");
+    let todos = json!([{"content": "a", "status": "pending"}, {"content": "b", "status": "in_progress"}, {"content": "c", "status": "completed"}]);
+    let r = run(&t, ws.path(), "todo_write", json!({"todos": todos})).await;
+    assert_eq!(
+        text_of(&r),
+        "Updated todo list: 1 pending, 1 in progress, 1 completed."
+    );
+    let ev = t.call("sessions", "events", json!({"id": "agent-1"})).await;
+    assert_eq!(ev[1]["type"], "todo/write");
+    assert_eq!(ev[1]["data"]["todos"], todos);
+    let r = run(&t, ws.path(), "todo_write", json!({"todos": [{"content": "a", "status": "pending"}, {"content": "a", "status": "pending"}]})).await;
+    assert!(text_of(&r).contains("duplicate todo"), "{r}");
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn headless_end_to_end_read_edit_bash_answer_changes_the_files() {
+    let fake = FakeLlm::start().await;
+    fake.push([
+        tool_calls(&[("read", json!({"file_path": "app.conf"}))]),
+        tool_calls(&[("edit", json!({"file_path": "app.conf", "old_string": "debug = false", "new_string": "debug = true"}))]),
+        tool_calls(&[("bash", json!({"command": "grep debug app.conf > checked.txt && cat checked.txt", "description": "verify the flag"}))]),
+        text("Debug is on."),
+    ]);
+    let home = TempDir::new("e2e-home");
+    let work = TempDir::new("e2e-work");
+    std::fs::write(work.path().join("app.conf"), "name = x\ndebug = false\n").unwrap();
+    let patch = home.path().join("p.toml");
+    std::fs::write(
+        &patch,
+        format!(
+            "[[patch]]\nid = \"llm-deepseek\"\nconfig = {{ baseUrl = \"{}\", apiKeyEnv = \"\" }}\n",
+            fake.base_url
+        ),
+    )
+    .unwrap();
+    let mut c = std::process::Command::new(target_dir().join("dsh-host"));
+    c.current_dir(work.path())
+        .env("DSH_HOME", home.path())
+        .env("DSH_PERMISSION_MODE", "danger-full-access")
+        .args(["--profile", "headless", "--patch"])
+        .arg(&patch)
+        .arg("turn debug on");
+    let out = tokio::task::spawn_blocking(move || c.output().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "Debug is on.\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        std::fs::read_to_string(work.path().join("app.conf")).unwrap(),
+        "name = x\ndebug = true\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(work.path().join("checked.txt")).unwrap(),
+        "debug = true\n"
+    );
+    let requests = fake.requests();
+    let last = requests.last().unwrap()["messages"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let tool_texts: Vec<&str> = last
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    assert_eq!(
+        tool_texts[1],
+        "The file app.conf has been updated successfully."
+    );
+    assert_eq!(tool_texts[2], "debug = true");
+}
