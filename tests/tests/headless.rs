@@ -94,13 +94,22 @@ async fn prints_the_last_answer_and_exits_0_with_an_empty_stderr() {
     ]);
     let e = env(&fake);
     std::fs::write(e.work.path().join("notes.md"), "hi\n").unwrap();
+    std::fs::create_dir(e.work.path().join(".git")).unwrap();
+    std::fs::write(e.work.path().join("AGENTS.md"), "Always be brief.\n").unwrap();
     let (code, stdout, stderr) = out(&e.run(&["summarize", "notes.md"]).await);
     assert_eq!(
         (code, stdout.as_str(), stderr.as_str()),
         (0, "The notes say hi.\n", "")
     );
+    // AGENTS.md of the project enters the first step as one user message.
+    let first = &fake.requests()[0]["messages"];
+    let reminder = first[1]["content"].as_str().unwrap();
+    assert!(
+        reminder.starts_with("<system-reminder>") && reminder.contains("Always be brief."),
+        "{reminder}"
+    );
     assert_eq!(
-        fake.requests()[0]["messages"][1],
+        first[2],
         json!({"role": "user", "content": "summarize notes.md"})
     );
     let files = e.session_files();

@@ -13,7 +13,8 @@ async fn tools_host(mode: &str) -> TestHost {
         "[[row]]\nid='session'\nplugin='session'\n[[row]]\nid='tools'\nplugin='tools'\n\
          [[row]]\nid='permission'\nplugin='permission'\nconfig = {{ mode = '{mode}' }}\n\
          [[row]]\nid='read'\nplugin='tool-read'\n[[row]]\nid='fs'\nplugin='tool-fs'\n\
-         [[row]]\nid='bash'\nplugin='tool-bash'\n[[row]]\nid='todo'\nplugin='tool-todo'\n"
+         [[row]]\nid='bash'\nplugin='tool-bash'\n[[row]]\nid='todo'\nplugin='tool-todo'\n\
+         [[row]]\nid='search'\nplugin='tool-search'\n[[row]]\nid='spill'\nplugin='spill'\n"
     ))
     .await;
     for s in t.host.status().await {
@@ -48,7 +49,18 @@ async fn schemas_are_the_originals() {
         .iter()
         .map(|s| s["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["bash", "edit", "read", "todo_write", "write"]);
+    assert_eq!(
+        names,
+        [
+            "bash",
+            "edit",
+            "glob",
+            "grep",
+            "read",
+            "todo_write",
+            "write"
+        ]
+    );
     let edit = schemas
         .as_array()
         .unwrap()
@@ -413,4 +425,109 @@ async fn headless_end_to_end_read_edit_bash_answer_changes_the_files() {
         "The file app.conf has been updated successfully."
     );
     assert_eq!(tool_texts[2], "debug = true");
+}
+
+#[tokio::test]
+async fn glob_and_grep_formats_and_caps() {
+    let t = tools_host("workspace-write").await;
+    let ws = TempDir::new("search-ws");
+    let w = ws.path();
+    std::fs::create_dir_all(w.join("src/deep")).unwrap();
+    std::fs::create_dir_all(w.join(".git")).unwrap();
+    std::fs::write(w.join(".git/config"), "needle\n").unwrap();
+    let pause = || std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::write(w.join(".hidden.rs"), "x\n").unwrap();
+    pause();
+    std::fs::write(w.join("src/a.rs"), "fn main() {}\n// needle one\n").unwrap();
+    pause();
+    std::fs::write(w.join("src/deep/b.rs"), "needle two\nneedle three\n").unwrap();
+    let r = run(&t, w, "glob", json!({"pattern": "*.rs"})).await;
+    assert_eq!(text_of(&r), ".hidden.rs\nsrc/a.rs\nsrc/deep/b.rs");
+    let r = run(&t, w, "glob", json!({"pattern": "*.md"})).await;
+    assert_eq!(text_of(&r), "No files found");
+    let r = run(&t, w, "grep", json!({"pattern": "needle \\w+"})).await;
+    assert_eq!(text_of(&r), "Found 3 matches\n\nsrc/a.rs\nLine 2: // needle one\n\nsrc/deep/b.rs\nLine 1: needle two\nLine 2: needle three");
+    let r = run(
+        &t,
+        w,
+        "grep",
+        json!({"pattern": "needle", "include": "b.rs"}),
+    )
+    .await;
+    assert!(text_of(&r).starts_with("Found 2 matches"), "{r}");
+    let r = run(&t, w, "grep", json!({"pattern": "("})).await;
+    assert_eq!(r["error"]["info"]["code"], "SEARCH_INVALID_PATTERN");
+    // Over the cap: the first matches inline, the rest stored.
+    let many: String = (0..300).map(|i| format!("hit {i}\n")).collect();
+    std::fs::write(w.join("many.txt"), many).unwrap();
+    let r = run(
+        &t,
+        w,
+        "grep",
+        json!({"pattern": "^hit", "path": "many.txt"}),
+    )
+    .await;
+    let out = text_of(&r);
+    assert!(
+        out.starts_with("Found 250 of 300 matches"),
+        "{}",
+        &out[..80]
+    );
+    let stored = out
+        .split("Full grep result stored at: ")
+        .nth(1)
+        .unwrap()
+        .split(". Use")
+        .next()
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(stored)
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with("Line"))
+            .count(),
+        300
+    );
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn oversized_results_are_spilled_but_reads_are_not() {
+    let t = tools_host("danger-full-access").await;
+    let ws = TempDir::new("spill-ws");
+    let r = run(
+        &t,
+        ws.path(),
+        "bash",
+        json!({"command": "seq 1 20000", "description": "d"}),
+    )
+    .await;
+    let out = text_of(&r);
+    assert!(out.len() < 50_000, "{}", out.len());
+    let path = out
+        .split("Full formatted result stored at: ")
+        .nth(1)
+        .unwrap()
+        .split(". Use")
+        .next()
+        .unwrap();
+    assert!(std::fs::read_to_string(path).unwrap().ends_with("20000"));
+    use std::os::unix::fs::PermissionsExt;
+    let dir = Path::new(path).parent().unwrap();
+    assert_eq!(
+        std::fs::metadata(dir).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    let big: String = (0..9000)
+        .map(|i| format!("line {i} {}\n", "x".repeat(40)))
+        .collect();
+    std::fs::write(ws.path().join("big.txt"), big).unwrap();
+    let r = run(&t, ws.path(), "read", json!({"file_path": "big.txt"})).await;
+    assert!(!text_of(&r).contains("Full formatted result stored at"));
+    assert!(
+        text_of(&r).contains("(Output capped. Showing lines 1-"),
+        "{}",
+        &text_of(&r)[text_of(&r).len() - 120..]
+    );
+    t.shutdown().await;
 }

@@ -1,0 +1,272 @@
+//! `tool-search`: `glob` and `grep` (see README.md).
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use dsh_sdk::prelude::*;
+use dsh_sdk::vocab::msg;
+use globset::{GlobBuilder, GlobMatcher};
+use grep_regex::RegexMatcher;
+use grep_searcher::sinks::UTF8;
+use grep_searcher::Searcher;
+use ignore::WalkBuilder;
+
+const GLOB_CAP: usize = 100;
+const GREP_CAP: usize = 250;
+const LINE_BYTES: usize = 2000;
+const VCS: [&str; 6] = [".git", ".svn", ".hg", ".bzr", ".jj", ".sl"];
+
+fn spill(name: &str, text: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = std::env::temp_dir().join(format!("dsh-spill-{}", std::process::id()));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .recursive(true)
+        .create(&dir)
+        .ok()?;
+    let path = dir.join(format!("{}-{name}", dsh_sdk::new_id()));
+    std::fs::write(&path, text).ok()?;
+    Some(path)
+}
+
+fn glob_matcher(pattern: &str) -> Result<GlobMatcher> {
+    let p = if pattern.contains('/') {
+        pattern.to_owned()
+    } else {
+        format!("**/{pattern}")
+    };
+    GlobBuilder::new(&p)
+        .literal_separator(true)
+        .build()
+        .map(|g| g.compile_matcher())
+        .map_err(|e| {
+            Error::new(
+                "SEARCH_INVALID_PATTERN",
+                format!("invalid glob `{pattern}`: {e}"),
+            )
+        })
+}
+
+fn base(cwd: &str, path: Option<&str>) -> PathBuf {
+    match path {
+        Some(p) if Path::new(p).is_absolute() => PathBuf::from(p),
+        Some(p) => Path::new(cwd).join(p),
+        None => PathBuf::from(cwd),
+    }
+}
+
+fn relative(root: &Path, p: &Path) -> String {
+    p.strip_prefix(root).unwrap_or(p).display().to_string()
+}
+
+fn glob(cwd: &str, args: &Value) -> Result<String> {
+    let pattern = args["pattern"].as_str().unwrap_or_default();
+    let matcher = glob_matcher(pattern)?;
+    let root = base(cwd, args["path"].as_str());
+    if !root.is_dir() {
+        return Err(Error::new(
+            "SEARCH_FAILED",
+            format!("{} is not a directory", root.display()),
+        ));
+    }
+    let mut found: Vec<(SystemTime, String)> = Vec::new();
+    let walk = WalkBuilder::new(&root)
+        .hidden(false)
+        .ignore(false)
+        .git_ignore(false)
+        .git_global(false)
+        .git_exclude(false)
+        .parents(false)
+        .filter_entry(|e| !VCS.iter().any(|v| e.file_name() == *v))
+        .build();
+    for entry in walk.flatten() {
+        if !entry.file_type().is_some_and(|t| t.is_file()) {
+            continue;
+        }
+        let rel = relative(&root, entry.path());
+        if matcher.is_match(&rel) {
+            let mtime = entry
+                .metadata()
+                .ok()
+                .and_then(|m| m.modified().ok())
+                .unwrap_or(SystemTime::UNIX_EPOCH);
+            found.push((mtime, rel));
+        }
+    }
+    found.sort();
+    if found.is_empty() {
+        return Ok("No files found".into());
+    }
+    let all: Vec<&str> = found.iter().map(|(_, p)| p.as_str()).collect();
+    if all.len() <= GLOB_CAP {
+        return Ok(all.join("\n"));
+    }
+    let stored = spill("glob.txt", &all.join("\n"));
+    let mut out = all[..GLOB_CAP].join("\n");
+    out.push_str(&format!(
+        "\n\n(Showing {GLOB_CAP} of {} paths in modification-time order. Full sorted result stored at: {}. Use read with offset/limit, or grep this path to search within it.)",
+        all.len(),
+        stored.map_or_else(|| "(could not be stored)".into(), |p| p.display().to_string())
+    ));
+    Ok(out)
+}
+
+fn grep(cwd: &str, args: &Value) -> Result<String> {
+    let pattern = args["pattern"].as_str().unwrap_or_default();
+    let matcher = RegexMatcher::new(pattern).map_err(|e| {
+        Error::new(
+            "SEARCH_INVALID_PATTERN",
+            format!("invalid pattern `{pattern}`: {e}"),
+        )
+    })?;
+    let include = match args["include"].as_str() {
+        Some(i) if i.contains(',') || i.starts_with('!') || i.contains('{') && i.contains(',') => {
+            return Err(Error::new(
+                "SEARCH_INVALID_PATTERN",
+                "include takes one positive glob",
+            ));
+        }
+        Some(i) => Some(glob_matcher(i)?),
+        None => None,
+    };
+    let root = base(cwd, args["path"].as_str());
+    if !root.exists() {
+        return Err(Error::new(
+            "SEARCH_FAILED",
+            format!("{} does not exist", root.display()),
+        ));
+    }
+    let display_root = if root.is_file() {
+        PathBuf::from(cwd)
+    } else {
+        root.clone()
+    };
+    let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+    let mut total = 0usize;
+    let walk = WalkBuilder::new(&root)
+        .filter_entry(|e| !VCS.iter().any(|v| e.file_name() == *v))
+        .build();
+    let mut searcher = Searcher::new();
+    for entry in walk.flatten() {
+        if !entry.file_type().is_some_and(|t| t.is_file()) {
+            continue;
+        }
+        let rel = relative(&display_root, entry.path());
+        if let Some(m) = &include {
+            let name = entry
+                .path()
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if !m.is_match(&rel) && !m.is_match(&name) {
+                continue;
+            }
+        }
+        let mut lines = Vec::new();
+        let _ = searcher.search_path(
+            &matcher,
+            entry.path(),
+            UTF8(|n, line| {
+                let line = line.trim_end_matches(['\n', '\r']);
+                let shown = if line.len() > LINE_BYTES {
+                    let mut cut = LINE_BYTES;
+                    while !line.is_char_boundary(cut) {
+                        cut -= 1;
+                    }
+                    format!("{}… (line truncated to {LINE_BYTES} bytes)", &line[..cut])
+                } else {
+                    line.to_owned()
+                };
+                lines.push(format!("Line {n}: {shown}"));
+                Ok(true)
+            }),
+        );
+        if !lines.is_empty() {
+            total += lines.len();
+            groups.push((rel, lines));
+        }
+    }
+    if total == 0 {
+        return Ok("No matches found".into());
+    }
+    let render = |groups: &[(String, Vec<String>)]| {
+        groups
+            .iter()
+            .map(|(p, lines)| format!("{p}\n{}", lines.join("\n")))
+            .collect::<Vec<_>>()
+            .join("\n\n")
+    };
+    if total <= GREP_CAP {
+        return Ok(format!("Found {total} matches\n\n{}", render(&groups)));
+    }
+    let stored = spill("grep.txt", &render(&groups));
+    let mut shown = Vec::new();
+    let mut left = GREP_CAP;
+    for (p, lines) in &groups {
+        if left == 0 {
+            break;
+        }
+        let take = lines.len().min(left);
+        left -= take;
+        shown.push((p.clone(), lines[..take].to_vec()));
+    }
+    Ok(format!(
+        "Found {GREP_CAP} of {total} matches\n\n{}\n\n(Full grep result stored at: {}. Use read with offset/limit, or grep this path to search within it.)",
+        render(&shown),
+        stored.map_or_else(|| "(could not be stored)".into(), |p| p.display().to_string())
+    ))
+}
+
+struct Search;
+
+impl Plugin for Search {
+    const NAME: &'static str = "tool-search";
+    const DESCRIPTION: &'static str = "the `glob` and `grep` tools";
+    const INJECT: &'static [&'static str] = &["tools"];
+    type Config = ();
+
+    async fn apply(ctx: Context, _config: ()) -> Result<()> {
+        let service = format!("tool:search:{}", ctx.fiber());
+        ctx.provide(service.clone(), |req| async move {
+            if req.method != "execute" {
+                return Err(req.unknown_method());
+            }
+            let cwd = req.params["cwd"].as_str().unwrap_or(".").to_owned();
+            let args = req.params["arguments"].clone();
+            let name = req.params["name"].as_str().unwrap_or_default().to_owned();
+            let out = tokio::task::spawn_blocking(move || {
+                if name == "glob" {
+                    glob(&cwd, &args)
+                } else {
+                    grep(&cwd, &args)
+                }
+            })
+            .await
+            .map_err(|e| Error::msg(e.to_string()))??;
+            Reply::json(json!({"content": [msg::text(&out)]}))
+        });
+        let tools = ctx.service("tools");
+        tools.call("register", json!({
+            "name": "glob",
+            "description": "Find files whose paths match a glob pattern. Returns matching file paths — never directories — including hidden and ignored files (VCS metadata directories are excluded). Up to 100 paths come back in modification-time order; a larger result returns the first 100 paths in modification-time order, says so, and reports where the complete sorted list was saved. This tool does not enumerate directory entries.",
+            "parameters": {"type": "object", "properties": {
+                "pattern": {"type": "string", "description": "A ripgrep glob; without `/` it matches the base name at any depth."},
+                "path": {"type": "string", "description": "The directory to search. Defaults to the workspace."}},
+                "required": ["pattern"]},
+            "service": service, "parallel": true,
+        })).await?;
+        tools.call("register", json!({
+            "name": "grep",
+            "description": "Search file contents with a ripgrep regular expression. Returns matching lines with line numbers, grouped by file. Returns the first 250 matches inline; a capped result reports where the complete match list was saved. Use read on a matched file for surrounding context.",
+            "parameters": {"type": "object", "properties": {
+                "pattern": {"type": "string", "description": "A ripgrep regular expression."},
+                "path": {"type": "string", "description": "A file or directory to search. Defaults to the workspace."},
+                "include": {"type": "string", "description": "One positive glob limiting the files searched."}},
+                "required": ["pattern"]},
+            "service": service, "parallel": true,
+        })).await?;
+        Ok(())
+    }
+}
+
+dsh_sdk::export_plugin!(Search);
