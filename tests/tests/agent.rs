@@ -34,6 +34,13 @@ plugin = "tools"
 id = "tool-read"
 plugin = "tool-read"
 [[row]]
+id = "permission"
+plugin = "permission"
+config = {{ mode = "danger-full-access" }}
+[[row]]
+id = "tool-bash"
+plugin = "tool-bash"
+[[row]]
 id = "llm"
 plugin = "llm"
 [[row]]
@@ -167,7 +174,16 @@ async fn a_text_turn_logs_the_canonical_event_order() {
         json!({"role": "user", "content": "hi"})
     );
     assert_eq!(body["tools"][0]["type"], "function");
-    assert_eq!(body["tools"][0]["function"]["name"], "read");
+    let names: Vec<&str> = body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"read") && names.contains(&"bash"),
+        "{names:?}"
+    );
     assert!(
         fake.headers()[0].contains("authorization: Bearer sk-test-not-a-real-key")
             || fake.headers()[0].contains("Authorization: Bearer sk-test-not-a-real-key")
@@ -588,5 +604,44 @@ async fn a_blocked_pre_step_and_a_throwing_listener_end_the_turn_but_not_the_loo
         .filter(|e| e["type"] == "turn/end")
         .collect();
     assert_eq!(turns.len(), 3);
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_finished_background_job_wakes_its_agent_with_a_notice() {
+    let (t, fake) = setup().await;
+    fake.push([
+        tool_calls(&[("bash", json!({"command": "sleep 0.2; echo built", "description": "build it", "run_in_background": true}))]),
+        text("Started the build."),
+        text("The build finished."),
+    ]);
+    let agent = new_agent(&t, "/tmp").await;
+    assert_eq!(
+        turn(&t, &agent, "build in the background").await,
+        json!({"kind": "completed"})
+    );
+    for _ in 0..300 {
+        let ev = events(&t, &agent).await;
+        if ev.iter().filter(|e| e["type"] == "turn/end").count() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let ev = events(&t, &agent).await;
+    let notice = ev
+        .iter()
+        .find(|e| {
+            e["type"] == "user/message"
+                && e["data"]["content"][0]["text"]
+                    .as_str()
+                    .unwrap_or("")
+                    .starts_with("background job bash-1")
+        })
+        .expect("the notice was logged");
+    assert_eq!(
+        notice["data"]["content"][0]["text"],
+        "background job bash-1 (bash: build it) finished [status: exited (code 0)]. Read its output with job_output."
+    );
+    assert_eq!(ev.iter().filter(|e| e["type"] == "turn/end").count(), 2);
     t.shutdown().await;
 }

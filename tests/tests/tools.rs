@@ -531,3 +531,45 @@ async fn oversized_results_are_spilled_but_reads_are_not() {
     );
     t.shutdown().await;
 }
+
+#[tokio::test]
+async fn background_jobs_run_report_and_die() {
+    let t = tools_host("danger-full-access").await;
+    let ws = TempDir::new("jobs-ws");
+    let w = ws.path();
+    let r = run(&t, w, "bash", json!({"command": "echo start; sleep 0.3; echo end", "description": "two lines", "run_in_background": true})).await;
+    assert_eq!(text_of(&r), "started background job bash-1");
+    let r = run(&t, w, "job_list", json!({})).await;
+    assert_eq!(text_of(&r), "bash-1 [bash] running — two lines");
+    let r = run(
+        &t,
+        w,
+        "job_output",
+        json!({"job_id": "bash-1", "wait": true, "timeout_ms": 5000}),
+    )
+    .await;
+    assert_eq!(text_of(&r), "start\nend\n[status: exited (code 0)]");
+    let r = run(&t, w, "job_output", json!({"job_id": "bash-1"})).await;
+    assert_eq!(text_of(&r), "(no new output)\n[status: exited (code 0)]");
+    let r = run(
+        &t,
+        w,
+        "bash",
+        json!({"command": "sleep 30", "description": "sleeps", "run_in_background": true}),
+    )
+    .await;
+    assert_eq!(text_of(&r), "started background job bash-2");
+    let r = run(&t, w, "job_kill", json!({"job_id": "bash-2"})).await;
+    assert_eq!(text_of(&r), "killed background job bash-2");
+    let r = run(
+        &t,
+        w,
+        "job_output",
+        json!({"job_id": "bash-2", "wait": true, "timeout_ms": 5000}),
+    )
+    .await;
+    assert!(text_of(&r).ends_with("[status: killed]"), "{r}");
+    let r = run(&t, w, "job_output", json!({"job_id": "bash-9"})).await;
+    assert_eq!(r["error"]["info"]["code"], "JOB_NOT_FOUND");
+    t.shutdown().await;
+}

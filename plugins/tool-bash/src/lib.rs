@@ -1,5 +1,6 @@
 //! `tool-bash`: the `bash` tool (see README.md).
 
+mod jobs;
 mod sandbox;
 
 use std::io::Read;
@@ -196,10 +197,21 @@ fn render(
     }
 }
 
-async fn execute(req: Request) -> Result<Reply> {
-    let args = &req.params["arguments"];
+/// A prepared `bash -c` (sandboxed per the mode the permission plugin
+/// handed over).
+pub(crate) struct Prepared {
+    pub cmd: Command,
+    pub landlock: Option<sandbox::Landlock>,
+    pub mode: Option<String>,
+    pub workdir: PathBuf,
+    pub timeout_ms: u64,
+    pub command: String,
+}
+
+fn prepare(params: &Value) -> Result<Prepared> {
+    let args = &params["arguments"];
     let command = args["command"].as_str().unwrap_or_default().to_owned();
-    let cwd = req.params["cwd"].as_str().unwrap_or(".").to_owned();
+    let cwd = params["cwd"].as_str().unwrap_or(".").to_owned();
     let workdir = match args["workdir"].as_str() {
         Some(w) if Path::new(w).is_absolute() => PathBuf::from(w),
         Some(w) => Path::new(&cwd).join(w),
@@ -209,7 +221,7 @@ async fn execute(req: Request) -> Result<Reply> {
         .as_u64()
         .unwrap_or(DEFAULT_TIMEOUT_MS)
         .clamp(1, MAX_TIMEOUT_MS);
-    let sandbox = &req.params["sandbox"];
+    let sandbox = &params["sandbox"];
     let mode = sandbox["mode"].as_str().map(str::to_owned);
     let root = PathBuf::from(sandbox["root"].as_str().unwrap_or(&cwd));
 
@@ -274,6 +286,37 @@ async fn execute(req: Request) -> Result<Reply> {
             cmd.env_remove(&name);
         }
     }
+    Ok(Prepared {
+        cmd,
+        landlock,
+        mode,
+        workdir,
+        timeout_ms,
+        command,
+    })
+}
+
+async fn execute(ctx: Context, jobs: jobs::Jobs, req: Request) -> Result<Reply> {
+    let prepared = prepare(&req.params)?;
+    if req.params["arguments"]["run_in_background"] == json!(true) {
+        let agent = req.params["agent"].as_str().unwrap_or_default().to_owned();
+        let label = req.params["arguments"]["description"]
+            .as_str()
+            .unwrap_or(&prepared.command)
+            .to_owned();
+        let id = jobs::start(&ctx, &jobs, prepared, agent, label)?;
+        return Reply::json(
+            json!({"content": [msg::text(&format!("started background job {id}"))], "value": {"jobId": id}}),
+        );
+    }
+    let Prepared {
+        cmd,
+        landlock,
+        mode,
+        workdir,
+        timeout_ms,
+        ..
+    } = prepared;
     let tag = dsh_sdk::new_id();
     let t2 = tag.clone();
     let outcome = tokio::task::spawn_blocking(move || {
@@ -310,24 +353,41 @@ impl Plugin for Bash {
     type Config = ();
 
     async fn apply(ctx: Context, _config: ()) -> Result<()> {
+        let jobs = jobs::Jobs::default();
         let service = format!("tool:bash:{}", ctx.fiber());
-        ctx.provide(service.clone(), |req| async move {
-            match req.method.as_str() {
-                "execute" => execute(req).await,
-                _ => Err(req.unknown_method()),
+        let (c, j) = (ctx.clone(), jobs.clone());
+        ctx.provide(service.clone(), move |req| {
+            let (c, j) = (c.clone(), j.clone());
+            async move {
+                if req.method != "execute" {
+                    return Err(req.unknown_method());
+                }
+                match req.params["name"].as_str() {
+                    Some("bash") => execute(c, j, req).await,
+                    _ => jobs::tool(&j, &req).await,
+                }
             }
         });
-        ctx.service("tools").call("register", json!({
+        let j = jobs.clone();
+        ctx.effect(move || async move { j.kill_all() });
+        let tools = ctx.service("tools");
+        tools.call("register", json!({
             "name": "bash",
-            "description": "Execute a bash command (`bash -c`) and return its stdout/stderr. Each call runs in a fresh shell: no state (cwd, variables, functions) persists between calls — pass `workdir` instead of using `cd`. Non-zero exits are reported as `[exit code: N]`. Current harness environment facts are exposed through managed `$DSH_*` variables; inspect them when needed. Commands may run under a file sandbox; a blocked file operation is reported as `[sandbox: file access denied under <mode> mode]` — a policy denial, not a bug in the command; do not retry another way. Long output is truncated to its tail; the full output is saved to a file whose path is reported when available.",
+            "description": "Execute a bash command (`bash -c`) and return its stdout/stderr. Each call runs in a fresh shell: no state (cwd, variables, functions) persists between calls — pass `workdir` instead of using `cd`. Non-zero exits are reported as `[exit code: N]`. Current harness environment facts are exposed through managed `$DSH_*` variables; inspect them when needed. Commands may run under a file sandbox; a blocked file operation is reported as `[sandbox: file access denied under <mode> mode]` — a policy denial, not a bug in the command; do not retry another way. Long output is truncated to its tail; the full output is saved to a file whose path is reported when available. Set `run_in_background: true` for long-running commands: the call returns a job id immediately; read its output with `job_output` and stop it with `job_kill`.",
             "parameters": {"type": "object", "properties": {
                 "command": {"type": "string", "description": "The bash command to run."},
                 "description": {"type": "string", "description": "A 5-10 word active-voice summary of what the command does, for the UI."},
                 "timeoutMs": {"type": "number", "description": "Timeout in milliseconds. Defaults to 120000; at most 600000."},
-                "workdir": {"type": "string", "description": "Working directory. Defaults to the session workspace; a relative path resolves against it."}},
+                "workdir": {"type": "string", "description": "Working directory. Defaults to the session workspace; a relative path resolves against it."},
+                "run_in_background": {"type": "boolean", "description": "Run as a background job and return its id at once. No timeout applies."}},
                 "required": ["command", "description"]},
             "service": service,
         })).await?;
+        for schema in jobs::schemas() {
+            let mut s = schema;
+            s["service"] = json!(service);
+            tools.call("register", s).await?;
+        }
         Ok(())
     }
 }

@@ -1,0 +1,246 @@
+//! Background jobs (`run_in_background`): `job_output`, `job_list`,
+//! `job_kill`, and a completion notice steered into the owning agent.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use dsh_sdk::prelude::*;
+use dsh_sdk::vocab::msg;
+
+use crate::Prepared;
+
+/// What the reader threads fill in.
+#[derive(Default)]
+struct Shared {
+    output: Vec<u8>,
+    status: Option<String>,
+}
+
+struct Job {
+    owner: String,
+    label: String,
+    pgid: i32,
+    shared: Arc<Mutex<Shared>>,
+    read_upto: usize,
+}
+
+/// The jobs of this plugin generation.
+#[derive(Clone, Default)]
+pub struct Jobs {
+    table: Rc<RefCell<BTreeMap<String, Job>>>,
+    next: Rc<RefCell<u64>>,
+}
+
+impl Jobs {
+    /// Kills every job (on dispose), so no blocking task outlives the fiber.
+    pub fn kill_all(&self) {
+        for job in self.table.borrow().values() {
+            // SAFETY: our own child's process group.
+            unsafe { libc::kill(-job.pgid, libc::SIGKILL) };
+        }
+    }
+}
+
+fn lock(s: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
+    s.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Starts a job; returns its id.
+pub fn start(
+    ctx: &Context,
+    jobs: &Jobs,
+    prepared: Prepared,
+    owner: String,
+    label: String,
+) -> Result<String> {
+    let Prepared {
+        mut cmd,
+        landlock,
+        workdir,
+        ..
+    } = prepared;
+    cmd.stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().map_err(|e| {
+        Error::new(
+            "BASH_FAILED",
+            format!("cannot run bash in {}: {e}", workdir.display()),
+        )
+    })?;
+    drop(landlock);
+    let id = {
+        let mut n = jobs.next.borrow_mut();
+        *n += 1;
+        format!("bash-{n}")
+    };
+    let shared: Arc<Mutex<Shared>> = Arc::default();
+    for pipe in [
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let s = shared.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut pipe = pipe;
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                lock(&s).output.extend_from_slice(&buf[..n]);
+            }
+        });
+    }
+    let pgid = child.id() as i32;
+    let s = shared.clone();
+    let waiter = tokio::task::spawn_blocking(move || {
+        let status = match child.wait() {
+            Ok(st) if st.code() == Some(0) => "exited (code 0)".to_owned(),
+            Ok(st) => match st.code() {
+                Some(c) => format!("exited (code {c})"),
+                None => "killed".to_owned(),
+            },
+            Err(e) => format!("failed ({e})"),
+        };
+        lock(&s).status = Some(status);
+    });
+    jobs.table.borrow_mut().insert(
+        id.clone(),
+        Job {
+            owner: owner.clone(),
+            label: label.clone(),
+            pgid,
+            shared,
+            read_upto: 0,
+        },
+    );
+    // The completion notice: steered into the owner (waking it when idle).
+    let (c, jid, table) = (ctx.clone(), id.clone(), jobs.table.clone());
+    ctx.spawn(async move {
+        let _ = waiter.await;
+        let status = table
+            .borrow()
+            .get(&jid)
+            .and_then(|j| lock(&j.shared).status.clone())
+            .unwrap_or_else(|| "finished".into());
+        if !owner.is_empty() {
+            let notice = format!("background job {jid} (bash: {label}) finished [status: {status}]. Read its output with job_output.");
+            let _ = c.service("agents").call("steer", json!({"agent": owner, "message": {"text": notice}})).await;
+        }
+    });
+    Ok(id)
+}
+
+fn status_of(job: &Job) -> String {
+    let status = lock(&job.shared).status.clone();
+    status.unwrap_or_else(|| "running".into())
+}
+
+/// `job_output`, `job_list`, `job_kill`.
+pub async fn tool(jobs: &Jobs, req: &Request) -> Result<Reply> {
+    let args = &req.params["arguments"];
+    let agent = req.params["agent"].as_str().unwrap_or_default();
+    let text = match req.params["name"].as_str() {
+        Some("job_list") => {
+            let table = jobs.table.borrow();
+            let lines: Vec<String> = table
+                .iter()
+                .filter(|(_, j)| j.owner == agent)
+                .map(|(id, j)| format!("{id} [bash] {} — {}", status_of(j), j.label))
+                .collect();
+            if lines.is_empty() {
+                "No background jobs".to_owned()
+            } else {
+                lines.join("\n")
+            }
+        }
+        Some("job_output") => {
+            let id = args["job_id"].as_str().unwrap_or_default().to_owned();
+            let wait = args["wait"] == json!(true);
+            let timeout =
+                Duration::from_millis(args["timeout_ms"].as_u64().unwrap_or(30_000).min(600_000));
+            let deadline = Instant::now() + timeout;
+            loop {
+                let done = {
+                    let table = jobs.table.borrow();
+                    let job = table
+                        .get(&id)
+                        .filter(|j| j.owner == agent)
+                        .ok_or_else(|| no_job(&id))?;
+                    let done = lock(&job.shared).status.is_some();
+                    done
+                };
+                if done || !wait || Instant::now() >= deadline {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let mut table = jobs.table.borrow_mut();
+            let job = table.get_mut(&id).ok_or_else(|| no_job(&id))?;
+            let (new, status) = {
+                let s = lock(&job.shared);
+                (
+                    String::from_utf8_lossy(&s.output[job.read_upto..]).into_owned(),
+                    s.status.clone(),
+                )
+            };
+            job.read_upto += new.len();
+            let status = status.unwrap_or_else(|| "running".into());
+            let body = if new.is_empty() {
+                "(no new output)".to_owned()
+            } else {
+                new.trim_end().to_owned()
+            };
+            format!("{body}\n[status: {status}]")
+        }
+        Some("job_kill") => {
+            let id = args["job_id"].as_str().unwrap_or_default();
+            let table = jobs.table.borrow();
+            let job = table
+                .get(id)
+                .filter(|j| j.owner == agent)
+                .ok_or_else(|| no_job(id))?;
+            // SAFETY: our own child's process group.
+            unsafe { libc::kill(-job.pgid, libc::SIGKILL) };
+            format!("killed background job {id}")
+        }
+        _ => return Err(req.unknown_method()),
+    };
+    Reply::json(json!({"content": [msg::text(&text)]}))
+}
+
+fn no_job(id: &str) -> Error {
+    Error::new(
+        "JOB_NOT_FOUND",
+        format!("no background job `{id}` for this agent"),
+    )
+}
+
+/// The job tools' schemas.
+pub fn schemas() -> Vec<Value> {
+    vec![
+        json!({"name": "job_output", "description": "Read new output of a background job. Every response ends with [status: ...].",
+               "parameters": {"type": "object", "properties": {
+                   "job_id": {"type": "string"},
+                   "wait": {"type": "boolean", "description": "Wait for the job to finish (up to timeout_ms)."},
+                   "timeout_ms": {"type": "number", "description": "How long to wait. Defaults to 30000; at most 600000."}},
+                   "required": ["job_id"]}}),
+        json!({"name": "job_list", "description": "List this agent's background jobs.",
+               "parameters": {"type": "object", "properties": {}}}),
+        json!({"name": "job_kill", "description": "Stop a background job.",
+               "parameters": {"type": "object", "properties": {
+                   "job_id": {"type": "string"}, "reason": {"type": "string"}},
+                   "required": ["job_id"]}}),
+    ]
+}
