@@ -56,6 +56,9 @@ async fn schemas_are_the_originals() {
             "edit",
             "glob",
             "grep",
+            "job_kill",
+            "job_list",
+            "job_output",
             "read",
             "todo_write",
             "write"
