@@ -576,3 +576,40 @@ async fn background_jobs_run_report_and_die() {
     assert_eq!(r["error"]["info"]["code"], "JOB_NOT_FOUND");
     t.shutdown().await;
 }
+
+async fn html_server() -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            let mut buf = [0u8; 4096];
+            let _ = sock.read(&mut buf).await;
+            let body = "<html><body><h1>Title</h1><p>Hello <b>web</b></p></body></html>";
+            let resp = format!("HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+            let _ = sock.write_all(resp.as_bytes()).await;
+        }
+    });
+    format!("http://127.0.0.1:{port}/page")
+}
+
+#[tokio::test]
+async fn web_fetch_is_off_by_default_and_fenced() {
+    let url = html_server().await;
+    let ws = TempDir::new("web-ws");
+    let t = TestHost::start().await;
+    t.apply("[[row]]\nid='tools'\nplugin='tools'\n[[row]]\nid='web'\nplugin='tool-web'\n")
+        .await;
+    assert_eq!(t.call("tools", "schemas", json!({})).await, json!([]));
+    t.apply("[[row]]\nid='tools'\nplugin='tools'\n[[row]]\nid='web'\nplugin='tool-web'\nconfig = { fetch = true }\n").await;
+    let r = run(&t, ws.path(), "web_fetch", json!({"url": url})).await;
+    assert_eq!(r["error"]["info"]["code"], "WEB_PRIVATE_ADDRESS", "{r}");
+    for bad in ["ftp://example.com/x", "http://user:pw@example.com/"] {
+        let r = run(&t, ws.path(), "web_fetch", json!({"url": bad})).await;
+        assert_eq!(r["error"]["info"]["code"], "WEB_INVALID_URL", "{bad}: {r}");
+    }
+    t.apply("[[row]]\nid='tools'\nplugin='tools'\n[[row]]\nid='web'\nplugin='tool-web'\nconfig = { fetch = true, allowPrivate = true }\n").await;
+    let r = run(&t, ws.path(), "web_fetch", json!({"url": url})).await;
+    assert_eq!(text_of(&r), "# Title\n\nHello **web**");
+    t.shutdown().await;
+}
