@@ -314,3 +314,49 @@ async fn a_log_in_the_original_format_loads_and_resumes() {
         .find(|l| l["type"] == "turn/start" && l["data"]["turn"] == 2);
     assert!(turn2.is_some(), "{stored:?}");
 }
+
+#[tokio::test]
+async fn a_zstd_log_in_the_originals_layout_resumes_and_stays_readable() {
+    let fake = FakeLlm::start().await;
+    fake.push([text("From zstd.")]);
+    let e = env(&fake);
+    let cwd = e.work.path().canonicalize().unwrap().display().to_string();
+    let key = cwd
+        .replace(['/', '\\', ':'], "-")
+        .trim_start_matches('-')
+        .to_owned();
+    let dir = e
+        .home
+        .path()
+        .join("sessions")
+        .join(format!("--{key}--"))
+        .join("zs-1");
+    std::fs::create_dir_all(&dir).unwrap();
+    let header = json!({"type": "session", "version": 0, "id": "zs-1", "createdAt": 1, "cwd": cwd, "delegationDepth": 0});
+    let user = json!({"id": "m1", "role": "user", "content": [{"type": "text", "text": "zipped question"}], "source": {"kind": "user"}});
+    let events = [
+        json!({"type": "turn/start", "seq": 0, "time": 1, "data": {"turn": 1}}),
+        json!({"type": "step/start", "seq": 1, "time": 1, "data": {"turn": 1, "step": 1}}),
+        json!({"type": "user/message", "seq": 2, "time": 1, "data": user, "surfaceOp": "append"}),
+        json!({"type": "step/end", "seq": 3, "time": 1, "data": {"turn": 1, "step": 1}}),
+        json!({"type": "turn/end", "seq": 4, "time": 1, "data": {"turn": 1, "reason": {"kind": "completed"}}}),
+    ];
+    let mut file = zstd::stream::encode_all(format!("{header}\n").as_bytes(), 3).unwrap();
+    let batch: String = events.iter().map(|e| format!("{e}\n")).collect();
+    file.extend(zstd::stream::encode_all(batch.as_bytes(), 3).unwrap());
+    let path = dir.join("session.jsonl.zstd");
+    std::fs::write(&path, file).unwrap();
+    let (code, stdout, stderr) = out(&e.run(&["--resume", "zs-1", "next"]).await);
+    assert_eq!((code, stdout.as_str()), (0, "From zstd.\n"), "{stderr}");
+    assert!(fake.requests()[0]["messages"]
+        .to_string()
+        .contains("zipped question"));
+    let text = zstd::stream::decode_all(std::fs::read(&path).unwrap().as_slice()).unwrap();
+    let lines: Vec<Value> = String::from_utf8(text)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.last().unwrap()["type"], "turn/end");
+    assert_eq!(lines.last().unwrap()["data"]["turn"], 2);
+}

@@ -228,11 +228,31 @@ pub fn publish_new(path: &Path, header: &SessionHeader, events: &str) -> std::io
     Ok(())
 }
 
-/// Appends a batch and fsyncs; a failed write is truncated back.
+fn is_zstd(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "zstd")
+}
+
+/// The log's text: zstd-framed logs (the original's default) are decoded.
+pub fn read(path: &Path) -> std::io::Result<Vec<u8>> {
+    let raw = std::fs::read(path)?;
+    if is_zstd(path) {
+        zstd::stream::decode_all(raw.as_slice())
+    } else {
+        Ok(raw)
+    }
+}
+
+/// Appends a batch and fsyncs (as one new frame in a zstd log); a failed
+/// write is truncated back.
 pub fn append(path: &Path, events: &str) -> std::io::Result<()> {
+    let bytes = if is_zstd(path) {
+        zstd::stream::encode_all(events.as_bytes(), 3)?
+    } else {
+        events.as_bytes().to_vec()
+    };
     let mut f = std::fs::OpenOptions::new().append(true).open(path)?;
     let before = f.metadata()?.len();
-    if let Err(e) = f.write_all(events.as_bytes()).and_then(|_| f.sync_all()) {
+    if let Err(e) = f.write_all(&bytes).and_then(|_| f.sync_all()) {
         let _ = f.set_len(before);
         return Err(e);
     }

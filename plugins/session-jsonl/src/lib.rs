@@ -69,17 +69,23 @@ impl Store {
             .join(format!("{name}.jsonl")))
     }
 
-    /// Finds a stored session by id in any project directory.
+    /// Finds a stored session by id in any project directory: our layout
+    /// (`<id>.jsonl`) or the original's (`<id>/session.jsonl[.zstd]`).
     fn find(&self, id: &str) -> Result<PathBuf> {
-        let name = format!(
-            "{}.jsonl",
-            encode_segment(id).map_err(|e| err("INVALID_ID", e))?
-        );
+        let name = encode_segment(id).map_err(|e| err("INVALID_ID", e))?;
+        let candidates = [
+            format!("{name}.jsonl"),
+            format!("{name}.jsonl.zstd"),
+            format!("{name}/session.jsonl"),
+            format!("{name}/session.jsonl.zstd"),
+        ];
         if let Ok(dirs) = std::fs::read_dir(&self.root) {
             for d in dirs.flatten() {
-                let p = d.path().join(&name);
-                if p.is_file() {
-                    return Ok(p);
+                for c in &candidates {
+                    let p = d.path().join(c);
+                    if p.is_file() {
+                        return Ok(p);
+                    }
                 }
             }
         }
@@ -116,7 +122,7 @@ impl Store {
 
     fn load(&self, id: &str, repair: bool) -> Result<(SessionHeader, Vec<SessionEvent>)> {
         let path = self.find(id)?;
-        let bytes = std::fs::read(&path).map_err(|e| err("PERSISTENCE", e))?;
+        let bytes = format::read(&path).map_err(|e| err("PERSISTENCE", e))?;
         let Scan {
             header,
             mut events,
@@ -158,7 +164,7 @@ async fn handle(store: Shared, req: Request) -> Result<Reply> {
                 )
             })?;
             let path = store.find(&id)?;
-            let bytes = std::fs::read(&path).map_err(|e| err("PERSISTENCE", e))?;
+            let bytes = format::read(&path).map_err(|e| err("PERSISTENCE", e))?;
             let s = scan(&bytes).map_err(|e| err("SESSION_CORRUPT", e))?;
             let events: Vec<&SessionEvent> = s.events.iter().filter(|e| e.seq >= from).collect();
             Reply::json(json!({"header": s.header, "events": events}))
@@ -172,7 +178,17 @@ async fn handle(store: Shared, req: Request) -> Result<Reply> {
             let mut out = Vec::new();
             if let Ok(entries) = std::fs::read_dir(&dir) {
                 for e in entries.flatten() {
-                    let Ok(bytes) = std::fs::read(e.path()) else {
+                    let path = if e.path().is_dir() {
+                        let plain = e.path().join("session.jsonl");
+                        if plain.is_file() {
+                            plain
+                        } else {
+                            e.path().join("session.jsonl.zstd")
+                        }
+                    } else {
+                        e.path()
+                    };
+                    let Ok(bytes) = format::read(&path) else {
                         continue;
                     };
                     let Ok(s) = scan(&bytes) else { continue };
@@ -225,8 +241,9 @@ impl Plugin for Jsonl {
                 let header: SessionHeader = serde_json::from_value(ev.payload["header"].clone())?;
                 let events: Vec<SessionEvent> =
                     serde_json::from_value(ev.payload["events"].clone())?;
-                let path = s.path_for(&header)?;
-                let on_disk = match std::fs::read(&path) {
+                // A session resumed from the original's layout keeps its file.
+                let path = s.find(&header.id).or_else(|_| s.path_for(&header))?;
+                let on_disk = match format::read(&path) {
                     Ok(bytes) => scan(&bytes).map(|sc| sc.events.len() as u64).unwrap_or(0),
                     Err(_) => 0,
                 };
