@@ -404,7 +404,29 @@ async fn greets() {{
     Ok(())
 }
 
+/// `rg` for the grep comparison: on the PATH, or installed into
+/// `target/tools` from crates.io on first use.
+fn ripgrep() -> Option<PathBuf> {
+    let on_path = std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p).map(|d| d.join("rg")).find(|p| p.is_file())
+    });
+    if on_path.is_some() {
+        return on_path;
+    }
+    let local = root().join("target/tools/bin/rg");
+    if !local.is_file() {
+        println!("installing ripgrep into target/tools for the grep comparison (once)");
+        let mut c = cargo();
+        c.args(["install", "ripgrep", "--locked", "--quiet", "--root"]).arg(root().join("target/tools"));
+        if run(c).is_err() {
+            return None;
+        }
+    }
+    Some(local).filter(|p| p.is_file())
+}
+
 fn bench() -> Result<()> {
+    let rg = ripgrep();
     let stage = build(true)?;
     let mut c = cargo();
     c.args([
@@ -418,6 +440,10 @@ fn bench() -> Result<()> {
     run(c)?;
     let mut c = Command::new(root().join("target/release/dsh-bench"));
     c.env("DSH_BENCH_STAGE", &stage)
-        .env("DSH_BENCH_LIBS", root().join("target/release"));
+        .env("DSH_BENCH_LIBS", root().join("target/release"))
+        .env("DSH_BENCH_REPO", root());
+    if let Some(rg) = rg {
+        c.env("DSH_BENCH_RG", rg);
+    }
     run(c)
 }

@@ -432,6 +432,71 @@ async fn bench_resume(n: usize) -> Result<f64> {
     Ok(median(times))
 }
 
+/// Coding tools: grep over the repository against `rg`, `read` of a
+/// 10 MiB file, and `bash true` against spawning bash directly.
+async fn bench_tools() -> Result<()> {
+    let home = Scratch::new("tools")?;
+    let h = host(&home.0, vec![libs()])?;
+    h.apply(tree(
+        "[[row]]\nid='tools'\nplugin='tools'\n[[row]]\nid='read'\nplugin='tool-read'\n\
+         [[row]]\nid='bash'\nplugin='tool-bash'\n[[row]]\nid='search'\nplugin='tool-search'\n",
+    )?)
+    .await;
+    let repo = std::env::var("DSH_BENCH_REPO").unwrap_or_else(|_| ".".into());
+    let exec = |name: &str, args: Value, cwd: &str| {
+        json!({"callId": "b", "name": name, "arguments": args, "cwd": cwd})
+    };
+    let mut grep_ms = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        let r = ensure(h.call("tools", "execute", exec("grep", json!({"pattern": "fn [a-z_]+\\(", "path": "."}), &repo)).await)?;
+        anyhow::ensure!(r["isError"] == false, "grep failed: {r}");
+        grep_ms.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let grep_ms = median(grep_ms);
+    match std::env::var("DSH_BENCH_RG").ok().filter(|p| Path::new(p).is_file()) {
+        Some(rg) => {
+            let mut rg_ms = Vec::new();
+            for _ in 0..5 {
+                let t = Instant::now();
+                std::process::Command::new(&rg)
+                    .args(["-n", "fn [a-z_]+\\(", "."])
+                    .current_dir(&repo)
+                    .stdout(std::process::Stdio::null())
+                    .status()?;
+                rg_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+            let rg_ms = median(rg_ms);
+            println!("  grep tool over the repository ......................... {grep_ms:8.1} ms   rg {rg_ms:.1} ms, ratio {:.2} (target <= 2)", grep_ms / rg_ms);
+        }
+        None => println!("  grep tool over the repository ......................... {grep_ms:8.1} ms   (rg unavailable: no ratio)"),
+    }
+    let big = home.0.join("big.txt");
+    let line = "x".repeat(99) + "\n";
+    std::fs::write(&big, line.repeat(10 * 1024 * 1024 / 100))?;
+    let mut read_ms = Vec::new();
+    for _ in 0..10 {
+        let t = Instant::now();
+        ensure(h.call("tools", "execute", exec("read", json!({"file_path": big}), "/")).await)?;
+        read_ms.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    println!("  read of a 10 MiB file ................................... {:8.2} ms   (target <= 20 ms)", median(read_ms));
+    let mut tool_ms = Vec::new();
+    let mut raw_ms = Vec::new();
+    for _ in 0..20 {
+        let t = Instant::now();
+        ensure(h.call("tools", "execute", exec("bash", json!({"command": "true", "description": "b"}), "/")).await)?;
+        tool_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        let t = Instant::now();
+        std::process::Command::new("bash").args(["-c", "true"]).status()?;
+        raw_ms.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let (tool, raw) = (median(tool_ms), median(raw_ms));
+    println!("  bash `true` through the tool ............................ {tool:8.2} ms   (bash alone {raw:.2} ms; overhead {:.2} ms, target <= 5 ms)", tool - raw);
+    h.shutdown().await;
+    Ok(())
+}
+
 fn main() -> Result<()> {
     if let Ok(n) = std::env::var("DSH_BENCH_ONLY_STEPS") {
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -481,6 +546,8 @@ fn main() -> Result<()> {
         println!("  1000-step session: total {:8.0} ms (target <= 2000 ms); per step first 100 {first:.3} ms, last 100 {last:.3} ms", total);
         let resume = bench_resume(15_000).await.context("resume")?;
         println!("  load + prepare-to-resume of a 15,000-event session .... {resume:8.1} ms   (target <= 15 ms)");
+        println!("coding tools (release)");
+        bench_tools().await.context("tools")?;
         println!("host soak");
         let home = Scratch::new("soak")?;
         let soak = inspect::soak(&lib("dsh-fixture-counter-v1"), 200, Some("counter.get"), &home.0).await?;
