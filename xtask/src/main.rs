@@ -408,7 +408,9 @@ async fn greets() {{
 /// `target/tools` from crates.io on first use.
 fn ripgrep() -> Option<PathBuf> {
     let on_path = std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p).map(|d| d.join("rg")).find(|p| p.is_file())
+        std::env::split_paths(&p)
+            .map(|d| d.join("rg"))
+            .find(|p| p.is_file())
     });
     if on_path.is_some() {
         return on_path;
@@ -417,7 +419,8 @@ fn ripgrep() -> Option<PathBuf> {
     if !local.is_file() {
         println!("installing ripgrep into target/tools for the grep comparison (once)");
         let mut c = cargo();
-        c.args(["install", "ripgrep", "--locked", "--quiet", "--root"]).arg(root().join("target/tools"));
+        c.args(["install", "ripgrep", "--locked", "--quiet", "--root"])
+            .arg(root().join("target/tools"));
         if run(c).is_err() {
             return None;
         }

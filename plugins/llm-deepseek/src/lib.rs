@@ -10,6 +10,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use dsh_sdk::prelude::*;
+use dsh_sdk::tool::register_adapter;
 use dsh_sdk::vocab::LlmFailure;
 use serde::Deserialize;
 
@@ -205,26 +206,16 @@ impl Plugin for DeepSeek {
             .map_err(|e| Error::msg(format!("cannot build the HTTP client: {e}")))?;
         let provider = config.provider.clone();
         let adapter = Rc::new(Adapter { config, client });
-        let service = format!("llm-deepseek:{}", ctx.fiber());
         let c = ctx.clone();
-        ctx.provide(service.clone(), move |req| {
+        register_adapter(&ctx, vec![provider], move |req| {
             let (adapter, c) = (adapter.clone(), c.clone());
             async move {
-                if req.method != "stream" {
-                    return Err(req.unknown_method());
-                }
                 let (tx, reply) = Reply::stream();
                 c.spawn(adapter.stream(req.params.clone(), tx));
                 Ok(reply)
             }
-        });
-        ctx.service("llm")
-            .call(
-                "registerAdapter",
-                json!({"providers": [provider], "service": service}),
-            )
-            .await?;
-        Ok(())
+        })
+        .await
     }
 }
 

@@ -16,6 +16,7 @@ use std::cell::Cell;
 use std::rc::Rc;
 
 use dsh_sdk::prelude::*;
+use dsh_sdk::tool::register_adapter;
 use dsh_sdk::vocab::LlmFailure;
 use serde::Deserialize;
 
@@ -109,13 +110,10 @@ impl Plugin for Script {
         let responses = Rc::new(script["responses"].as_array().cloned().unwrap_or_default());
         let next = Rc::new(Cell::new(0usize));
         let delay = config.delay_ms;
-        let service = format!("llm-script:{}", ctx.fiber());
-        ctx.provide(service.clone(), move |req| {
+        let provider = config.provider.unwrap_or_else(|| "script".into());
+        register_adapter(&ctx, vec![provider], move |_req| {
             let (responses, next) = (responses.clone(), next.clone());
             async move {
-                if req.method != "stream" {
-                    return Err(req.unknown_method());
-                }
                 let i = next.get();
                 next.set(i + 1);
                 let chunks = match responses.get(i) {
@@ -139,15 +137,8 @@ impl Plugin for Script {
                 });
                 Ok(reply)
             }
-        });
-        let provider = config.provider.unwrap_or_else(|| "script".into());
-        ctx.service("llm")
-            .call(
-                "registerAdapter",
-                json!({"providers": [provider], "service": service}),
-            )
-            .await?;
-        Ok(())
+        })
+        .await
     }
 }
 

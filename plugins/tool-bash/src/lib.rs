@@ -10,6 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use dsh_sdk::prelude::*;
+use dsh_sdk::tool::register_tools;
 use dsh_sdk::vocab::msg;
 
 const DEFAULT_TIMEOUT_MS: u64 = 120_000;
@@ -354,24 +355,9 @@ impl Plugin for Bash {
 
     async fn apply(ctx: Context, _config: ()) -> Result<()> {
         let jobs = jobs::Jobs::default();
-        let service = format!("tool:bash:{}", ctx.fiber());
-        let (c, j) = (ctx.clone(), jobs.clone());
-        ctx.provide(service.clone(), move |req| {
-            let (c, j) = (c.clone(), j.clone());
-            async move {
-                if req.method != "execute" {
-                    return Err(req.unknown_method());
-                }
-                match req.params["name"].as_str() {
-                    Some("bash") => execute(c, j, req).await,
-                    _ => jobs::tool(&j, &req).await,
-                }
-            }
-        });
         let j = jobs.clone();
         ctx.effect(move || async move { j.kill_all() });
-        let tools = ctx.service("tools");
-        tools.call("register", json!({
+        let mut schemas = vec![json!({
             "name": "bash",
             "description": "Execute a bash command (`bash -c`) and return its stdout/stderr. Each call runs in a fresh shell: no state (cwd, variables, functions) persists between calls — pass `workdir` instead of using `cd`. Non-zero exits are reported as `[exit code: N]`. Current harness environment facts are exposed through managed `$DSH_*` variables; inspect them when needed. Commands may run under a file sandbox; a blocked file operation is reported as `[sandbox: file access denied under <mode> mode]` — a policy denial, not a bug in the command; do not retry another way. Long output is truncated to its tail; the full output is saved to a file whose path is reported when available. Set `run_in_background: true` for long-running commands: the call returns a job id immediately; read its output with `job_output` and stop it with `job_kill`.",
             "parameters": {"type": "object", "properties": {
@@ -381,13 +367,19 @@ impl Plugin for Bash {
                 "workdir": {"type": "string", "description": "Working directory. Defaults to the session workspace; a relative path resolves against it."},
                 "run_in_background": {"type": "boolean", "description": "Run as a background job and return its id at once. No timeout applies."}},
                 "required": ["command", "description"]},
-            "service": service,
-        })).await?;
-        for schema in jobs::schemas() {
-            let mut s = schema;
-            s["service"] = json!(service);
-            tools.call("register", s).await?;
-        }
+        })];
+        schemas.extend(jobs::schemas());
+        let (c, j) = (ctx.clone(), jobs.clone());
+        register_tools(&ctx, schemas, move |req| {
+            let (c, j) = (c.clone(), j.clone());
+            async move {
+                match req.params["name"].as_str() {
+                    Some("bash") => execute(c, j, req).await,
+                    _ => jobs::tool(&j, &req).await,
+                }
+            }
+        })
+        .await?;
         Ok(())
     }
 }

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use dsh_sdk::prelude::*;
+use dsh_sdk::tool::{register_tools, resolve as join_cwd};
 use dsh_sdk::vocab::msg;
 
 /// (agent, canonical path) -> the version the agent last saw.
@@ -19,12 +20,7 @@ fn version_of(path: &Path) -> Option<String> {
 }
 
 fn resolve(cwd: &str, file: &str) -> PathBuf {
-    let p = Path::new(file);
-    let p = if p.is_absolute() {
-        p.to_owned()
-    } else {
-        Path::new(cwd).join(p)
-    };
+    let p = join_cwd(cwd, file);
     p.canonicalize().unwrap_or(p)
 }
 
@@ -223,44 +219,37 @@ impl Plugin for ToolFs {
                 Ok(Value::Null)
             }
         });
-        let service = format!("tool:fs:{}", ctx.fiber());
+        let write_schema = json!({
+            "name": "write",
+            "description": "Create or fully replace a UTF-8 text file.",
+            "parameters": {"type": "object", "properties": {
+                "file_path": {"type": "string", "description": "Path to write, resolved by the filesystem backend."},
+                "content": {"type": "string", "description": "Full UTF-8 text content to write."}},
+                "required": ["file_path", "content"]},
+        });
+        let edit_schema = json!({
+            "name": "edit",
+            "description": "Edit an existing UTF-8 text file by replacing literal text.",
+            "parameters": {"type": "object", "properties": {
+                "file_path": {"type": "string", "description": "Path to edit, resolved by the filesystem backend."},
+                "old_string": {"type": "string", "description": "Literal text to replace. Must match exactly."},
+                "new_string": {"type": "string", "description": "Literal replacement text. Use an empty string to delete the match."},
+                "replace_all": {"type": "boolean", "description": "Replace all matches. Defaults to false; when false, old_string must appear exactly once."}},
+                "required": ["file_path", "old_string", "new_string"]},
+        });
         let (c, o) = (ctx.clone(), observed.clone());
-        ctx.provide(service.clone(), move |req| {
+        register_tools(&ctx, vec![write_schema, edit_schema], move |req| {
             let (c, o) = (c.clone(), o.clone());
             async move {
-                let out = match (req.method.as_str(), req.params["name"].as_str()) {
-                    ("execute", Some("write")) => write(&c, &o, &req).await?,
-                    ("execute", Some("edit")) => edit(&c, &o, &req).await?,
-                    _ => return Err(req.unknown_method()),
+                let out = if req.params["name"] == "write" {
+                    write(&c, &o, &req).await?
+                } else {
+                    edit(&c, &o, &req).await?
                 };
                 Ok(out.into())
             }
-        });
-        let tools = ctx.service("tools");
-        tools
-            .call("register", json!({
-                "name": "write",
-                "description": "Create or fully replace a UTF-8 text file.",
-                "parameters": {"type": "object", "properties": {
-                    "file_path": {"type": "string", "description": "Path to write, resolved by the filesystem backend."},
-                    "content": {"type": "string", "description": "Full UTF-8 text content to write."}},
-                    "required": ["file_path", "content"]},
-                "service": service,
-            }))
-            .await?;
-        tools
-            .call("register", json!({
-                "name": "edit",
-                "description": "Edit an existing UTF-8 text file by replacing literal text.",
-                "parameters": {"type": "object", "properties": {
-                    "file_path": {"type": "string", "description": "Path to edit, resolved by the filesystem backend."},
-                    "old_string": {"type": "string", "description": "Literal text to replace. Must match exactly."},
-                    "new_string": {"type": "string", "description": "Literal replacement text. Use an empty string to delete the match."},
-                    "replace_all": {"type": "boolean", "description": "Replace all matches. Defaults to false; when false, old_string must appear exactly once."}},
-                    "required": ["file_path", "old_string", "new_string"]},
-                "service": service,
-            }))
-            .await?;
+        })
+        .await?;
         Ok(())
     }
 }

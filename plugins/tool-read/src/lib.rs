@@ -2,10 +2,10 @@
 //! UTF-8 text with the original's footers and caps (2000 lines, 2000 chars
 //! per line, 51,200 bytes per call).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use dsh_sdk::prelude::*;
-use dsh_sdk::vocab::msg;
+use dsh_sdk::tool::{register_tools, resolve, text_reply};
 
 const MAX_LINES: usize = 2000;
 const MAX_LINE_CHARS: usize = 2000;
@@ -60,15 +60,6 @@ pub fn render(path: &str, text: &str, offset: usize, limit: usize) -> Result<Str
     Ok(out)
 }
 
-fn resolve(cwd: &str, file: &str) -> PathBuf {
-    let p = Path::new(file);
-    if p.is_absolute() {
-        p.to_owned()
-    } else {
-        Path::new(cwd).join(p)
-    }
-}
-
 async fn execute(ctx: Context, req: Request) -> Result<Reply> {
     let args = &req.params["arguments"];
     let file = args["file_path"].as_str().unwrap_or_default().to_owned();
@@ -101,7 +92,7 @@ async fn execute(ctx: Context, req: Request) -> Result<Reply> {
             json!({"agent": req.params["agent"], "path": canonical, "version": version}),
         );
     }
-    Reply::json(json!({"content": [msg::text(&rendered)]}))
+    text_reply(&rendered)
 }
 
 /// `"<len>:<mtime ns>"`: changes whenever the file does.
@@ -120,38 +111,22 @@ impl Plugin for Read {
     type Config = ();
 
     async fn apply(ctx: Context, _config: ()) -> Result<()> {
-        let service = format!("tool:read:{}", ctx.fiber());
         let c = ctx.clone();
-        ctx.provide(service.clone(), move |req| {
-            let c = c.clone();
-            async move {
-                match req.method.as_str() {
-                    "execute" => execute(c, req).await,
-                    _ => Err(req.unknown_method()),
-                }
-            }
+        let schema = json!({
+            "name": "read",
+            "description": "Read a UTF-8 text file and return line-numbered content.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "file_path": {"type": "string", "description": "Path to read, resolved by the filesystem backend."},
+                    "offset": {"type": "number", "description": "1-based first line to return. Defaults to 1."},
+                    "limit": {"type": "number", "description": "Maximum number of lines to return. Defaults to 2000."}
+                },
+                "required": ["file_path"]
+            },
+            "parallel": true,
         });
-        ctx.service("tools")
-            .call(
-                "register",
-                json!({
-                    "name": "read",
-                    "description": "Read a UTF-8 text file and return line-numbered content.",
-                    "parameters": {
-                        "type": "object",
-                        "properties": {
-                            "file_path": {"type": "string", "description": "Path to read, resolved by the filesystem backend."},
-                            "offset": {"type": "number", "description": "1-based first line to return. Defaults to 1."},
-                            "limit": {"type": "number", "description": "Maximum number of lines to return. Defaults to 2000."}
-                        },
-                        "required": ["file_path"]
-                    },
-                    "service": service,
-                    "parallel": true,
-                }),
-            )
-            .await?;
-        Ok(())
+        register_tools(&ctx, vec![schema], move |req| execute(c.clone(), req)).await
     }
 }
 

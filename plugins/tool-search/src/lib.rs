@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use dsh_sdk::prelude::*;
-use dsh_sdk::vocab::msg;
+use dsh_sdk::tool::{register_tools, resolve, text_reply};
 use globset::{GlobBuilder, GlobMatcher};
 use grep_regex::RegexMatcher;
 use grep_searcher::sinks::UTF8;
@@ -48,11 +48,7 @@ fn glob_matcher(pattern: &str) -> Result<GlobMatcher> {
 }
 
 fn base(cwd: &str, path: Option<&str>) -> PathBuf {
-    match path {
-        Some(p) if Path::new(p).is_absolute() => PathBuf::from(p),
-        Some(p) => Path::new(cwd).join(p),
-        None => PathBuf::from(cwd),
-    }
+    resolve(cwd, path.unwrap_or("."))
 }
 
 fn relative(root: &Path, p: &Path) -> String {
@@ -226,11 +222,28 @@ impl Plugin for Search {
     type Config = ();
 
     async fn apply(ctx: Context, _config: ()) -> Result<()> {
-        let service = format!("tool:search:{}", ctx.fiber());
-        ctx.provide(service.clone(), |req| async move {
-            if req.method != "execute" {
-                return Err(req.unknown_method());
-            }
+        let schemas = vec![
+            json!({
+                "name": "glob",
+                "description": "Find files whose paths match a glob pattern. Returns matching file paths — never directories — including hidden and ignored files (VCS metadata directories are excluded). Up to 100 paths come back in modification-time order; a larger result returns the first 100 paths in modification-time order, says so, and reports where the complete sorted list was saved. This tool does not enumerate directory entries.",
+                "parameters": {"type": "object", "properties": {
+                    "pattern": {"type": "string", "description": "A ripgrep glob; without `/` it matches the base name at any depth."},
+                    "path": {"type": "string", "description": "The directory to search. Defaults to the workspace."}},
+                    "required": ["pattern"]},
+                "parallel": true,
+            }),
+            json!({
+                "name": "grep",
+                "description": "Search file contents with a ripgrep regular expression. Returns matching lines with line numbers, grouped by file. Returns the first 250 matches inline; a capped result reports where the complete match list was saved. Use read on a matched file for surrounding context.",
+                "parameters": {"type": "object", "properties": {
+                    "pattern": {"type": "string", "description": "A ripgrep regular expression."},
+                    "path": {"type": "string", "description": "A file or directory to search. Defaults to the workspace."},
+                    "include": {"type": "string", "description": "One positive glob limiting the files searched."}},
+                    "required": ["pattern"]},
+                "parallel": true,
+            }),
+        ];
+        register_tools(&ctx, schemas, |req| async move {
             let cwd = req.params["cwd"].as_str().unwrap_or(".").to_owned();
             let args = req.params["arguments"].clone();
             let name = req.params["name"].as_str().unwrap_or_default().to_owned();
@@ -243,28 +256,9 @@ impl Plugin for Search {
             })
             .await
             .map_err(|e| Error::msg(e.to_string()))??;
-            Reply::json(json!({"content": [msg::text(&out)]}))
-        });
-        let tools = ctx.service("tools");
-        tools.call("register", json!({
-            "name": "glob",
-            "description": "Find files whose paths match a glob pattern. Returns matching file paths — never directories — including hidden and ignored files (VCS metadata directories are excluded). Up to 100 paths come back in modification-time order; a larger result returns the first 100 paths in modification-time order, says so, and reports where the complete sorted list was saved. This tool does not enumerate directory entries.",
-            "parameters": {"type": "object", "properties": {
-                "pattern": {"type": "string", "description": "A ripgrep glob; without `/` it matches the base name at any depth."},
-                "path": {"type": "string", "description": "The directory to search. Defaults to the workspace."}},
-                "required": ["pattern"]},
-            "service": service, "parallel": true,
-        })).await?;
-        tools.call("register", json!({
-            "name": "grep",
-            "description": "Search file contents with a ripgrep regular expression. Returns matching lines with line numbers, grouped by file. Returns the first 250 matches inline; a capped result reports where the complete match list was saved. Use read on a matched file for surrounding context.",
-            "parameters": {"type": "object", "properties": {
-                "pattern": {"type": "string", "description": "A ripgrep regular expression."},
-                "path": {"type": "string", "description": "A file or directory to search. Defaults to the workspace."},
-                "include": {"type": "string", "description": "One positive glob limiting the files searched."}},
-                "required": ["pattern"]},
-            "service": service, "parallel": true,
-        })).await?;
+            text_reply(&out)
+        })
+        .await?;
         Ok(())
     }
 }

@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 
 use dsh_sdk::prelude::*;
-use dsh_sdk::vocab::msg;
+use dsh_sdk::tool::{register_tools, text_reply};
 
 async fn execute(ctx: Context, req: Request) -> Result<Reply> {
     let todos = req.params["arguments"]["todos"]
@@ -45,7 +45,7 @@ async fn execute(ctx: Context, req: Request) -> Result<Reply> {
     }
     let text =
         format!("Updated todo list: {pending} pending, {doing} in progress, {done} completed.");
-    Reply::json(json!({"content": [msg::text(&text)]}))
+    text_reply(&text)
 }
 
 struct Todo;
@@ -57,18 +57,8 @@ impl Plugin for Todo {
     type Config = ();
 
     async fn apply(ctx: Context, _config: ()) -> Result<()> {
-        let service = format!("tool:todo:{}", ctx.fiber());
         let c = ctx.clone();
-        ctx.provide(service.clone(), move |req| {
-            let c = c.clone();
-            async move {
-                match req.method.as_str() {
-                    "execute" => execute(c, req).await,
-                    _ => Err(req.unknown_method()),
-                }
-            }
-        });
-        ctx.service("tools").call("register", json!({
+        let schema = json!({
             "name": "todo_write",
             "description": "Replace the session's todo list with the given items, to plan and track multi-step work.",
             "parameters": {"type": "object", "properties": {"todos": {"type": "array", "items": {
@@ -78,8 +68,8 @@ impl Plugin for Todo {
                     "status": {"type": "string", "enum": ["pending", "in_progress", "completed"]}},
                 "required": ["content", "status"]}}},
                 "required": ["todos"]},
-            "service": service,
-        })).await?;
+        });
+        register_tools(&ctx, vec![schema], move |req| execute(c.clone(), req)).await?;
         Ok(())
     }
 }

@@ -4,7 +4,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use dsh_sdk::prelude::*;
-use dsh_sdk::vocab::msg;
+use dsh_sdk::tool::{register_tools, text_reply};
 use serde::Deserialize;
 
 #[derive(Deserialize, Clone)]
@@ -163,28 +163,23 @@ impl Plugin for Web {
         if !config.fetch {
             return Ok(());
         }
-        let service = format!("tool:web:{}", ctx.fiber());
-        let c = config.clone();
-        ctx.provide(service.clone(), move |req| {
-            let c = c.clone();
+        let schema = json!({
+            "name": "web_fetch",
+            "description": "Fetch a web page (http or https) and return it as Markdown.",
+            "parameters": {"type": "object", "properties": {"url": {"type": "string", "description": "The URL to fetch."}}, "required": ["url"]},
+            "parallel": true,
+        });
+        register_tools(&ctx, vec![schema], move |req| {
+            let c = config.clone();
             async move {
-                if req.method != "execute" {
-                    return Err(req.unknown_method());
-                }
                 let url = req.params["arguments"]["url"]
                     .as_str()
                     .unwrap_or_default()
                     .to_owned();
-                let text = fetch(&c, &url).await?;
-                Reply::json(json!({"content": [msg::text(&text)]}))
+                text_reply(&fetch(&c, &url).await?)
             }
-        });
-        ctx.service("tools").call("register", json!({
-            "name": "web_fetch",
-            "description": "Fetch a web page (http or https) and return it as Markdown.",
-            "parameters": {"type": "object", "properties": {"url": {"type": "string", "description": "The URL to fetch."}}, "required": ["url"]},
-            "service": service, "parallel": true,
-        })).await?;
+        })
+        .await?;
         Ok(())
     }
 }

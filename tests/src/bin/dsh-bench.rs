@@ -443,13 +443,22 @@ async fn bench_tools() -> Result<()> {
     )?)
     .await;
     let repo = std::env::var("DSH_BENCH_REPO").unwrap_or_else(|_| ".".into());
-    let exec = |name: &str, args: Value, cwd: &str| {
-        json!({"callId": "b", "name": name, "arguments": args, "cwd": cwd})
-    };
+    let exec = |name: &str, args: Value, cwd: &str| json!({"callId": "b", "name": name, "arguments": args, "cwd": cwd});
     let mut grep_ms = Vec::new();
     for _ in 0..5 {
         let t = Instant::now();
-        let r = ensure(h.call("tools", "execute", exec("grep", json!({"pattern": "fn [a-z_]+\\(", "path": "."}), &repo)).await)?;
+        let r = ensure(
+            h.call(
+                "tools",
+                "execute",
+                exec(
+                    "grep",
+                    json!({"pattern": "fn [a-z_]+\\(", "path": "."}),
+                    &repo,
+                ),
+            )
+            .await,
+        )?;
         anyhow::ensure!(r["isError"] == false, "grep failed: {r}");
         grep_ms.push(t.elapsed().as_secs_f64() * 1e3);
     }
@@ -477,18 +486,37 @@ async fn bench_tools() -> Result<()> {
     let mut read_ms = Vec::new();
     for _ in 0..10 {
         let t = Instant::now();
-        ensure(h.call("tools", "execute", exec("read", json!({"file_path": big}), "/")).await)?;
+        ensure(
+            h.call(
+                "tools",
+                "execute",
+                exec("read", json!({"file_path": big}), "/"),
+            )
+            .await,
+        )?;
         read_ms.push(t.elapsed().as_secs_f64() * 1e3);
     }
-    println!("  read of a 10 MiB file ................................... {:8.2} ms   (target <= 20 ms)", median(read_ms));
+    println!(
+        "  read of a 10 MiB file ................................... {:8.2} ms   (target <= 20 ms)",
+        median(read_ms)
+    );
     let mut tool_ms = Vec::new();
     let mut raw_ms = Vec::new();
     for _ in 0..20 {
         let t = Instant::now();
-        ensure(h.call("tools", "execute", exec("bash", json!({"command": "true", "description": "b"}), "/")).await)?;
+        ensure(
+            h.call(
+                "tools",
+                "execute",
+                exec("bash", json!({"command": "true", "description": "b"}), "/"),
+            )
+            .await,
+        )?;
         tool_ms.push(t.elapsed().as_secs_f64() * 1e3);
         let t = Instant::now();
-        std::process::Command::new("bash").args(["-c", "true"]).status()?;
+        std::process::Command::new("bash")
+            .args(["-c", "true"])
+            .status()?;
         raw_ms.push(t.elapsed().as_secs_f64() * 1e3);
     }
     let (tool, raw) = (median(tool_ms), median(raw_ms));

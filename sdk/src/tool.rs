@@ -1,0 +1,86 @@
+//! Helpers for plugins that contribute tools or model adapters: one service
+//! per fiber, registered with the `tools` (or `llm`) registry, which drops
+//! the registrations when the fiber is disposed.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use serde_json::{json, Value};
+
+use crate::context::{Context, Reply, Request};
+use crate::error::Result;
+use crate::vocab::msg;
+
+/// Serves the tools described by `schemas` (`{name, description,
+/// parameters, parallel?}`) with `handler`, which receives each
+/// `execute` request (`params.name` says which tool).
+pub async fn register_tools<F, Fut>(ctx: &Context, schemas: Vec<Value>, handler: F) -> Result<()>
+where
+    F: Fn(Request) -> Fut + 'static,
+    Fut: Future<Output = Result<Reply>> + 'static,
+{
+    let service = format!("tool:{}:{}", ctx.plugin_name(), ctx.fiber());
+    let handler = Rc::new(handler);
+    ctx.provide(service.clone(), move |req| {
+        let handler = handler.clone();
+        async move {
+            if req.method != "execute" {
+                return Err(req.unknown_method());
+            }
+            handler(req).await
+        }
+    });
+    let tools = ctx.service("tools");
+    for mut schema in schemas {
+        schema["service"] = json!(service);
+        tools.call("register", schema).await?;
+    }
+    Ok(())
+}
+
+/// Serves the model routes `providers` with `handler`, which receives each
+/// `stream` request and answers with a stream of chunks.
+pub async fn register_adapter<F, Fut>(
+    ctx: &Context,
+    providers: Vec<String>,
+    handler: F,
+) -> Result<()>
+where
+    F: Fn(Request) -> Fut + 'static,
+    Fut: Future<Output = Result<Reply>> + 'static,
+{
+    let service = format!("llm:{}:{}", ctx.plugin_name(), ctx.fiber());
+    let handler = Rc::new(handler);
+    ctx.provide(service.clone(), move |req| {
+        let handler = handler.clone();
+        async move {
+            if req.method != "stream" {
+                return Err(req.unknown_method());
+            }
+            handler(req).await
+        }
+    });
+    ctx.service("llm")
+        .call(
+            "registerAdapter",
+            json!({"providers": providers, "service": service}),
+        )
+        .await?;
+    Ok(())
+}
+
+/// A tool reply of one text block.
+pub fn text_reply(text: &str) -> Result<Reply> {
+    Reply::json(json!({"content": [msg::text(text)]}))
+}
+
+/// `file` resolved against the call's working directory.
+pub fn resolve(cwd: &str, file: &str) -> PathBuf {
+    let p = Path::new(file);
+    if p.is_absolute() {
+        p.to_owned()
+    } else {
+        Path::new(cwd).join(p)
+    }
+}
