@@ -2,7 +2,6 @@
 //! mutation is logged first as `agent/inbox/spliced`, so a resumed agent
 //! restores pending work.
 
-use dsh_sdk::vocab::{event, SessionEvent};
 use serde_json::Value;
 
 #[derive(Debug, Default)]
@@ -56,17 +55,5 @@ impl Inbox {
         let end = (start + removed).min(list.len());
         let inserted = data["inserted"].as_array().cloned().unwrap_or_default();
         list.splice(start..end, inserted);
-    }
-
-    /// The inbox as the log leaves it (splices after the seed).
-    pub fn replay(events: &[SessionEvent], seed_len: u64) -> Inbox {
-        let mut inbox = Inbox::default();
-        for e in events
-            .iter()
-            .filter(|e| e.seq >= seed_len && e.kind == event::INBOX_SPLICED)
-        {
-            inbox.splice(&e.data);
-        }
-        inbox
     }
 }

@@ -9,7 +9,7 @@ use std::rc::Rc;
 
 use dsh_sdk::new_id;
 use dsh_sdk::prelude::*;
-use dsh_sdk::vocab::{event, SessionEvent};
+use dsh_sdk::vocab::event;
 use serde::Deserialize;
 use tokio::sync::{oneshot, Notify};
 
@@ -111,43 +111,25 @@ impl Loop {
             .ok_or_else(|| Error::new(codes::INVALID_PAYLOAD, "missing `agent`"))
     }
 
-    fn register(
-        &self,
-        id: &str,
-        options: &Value,
-        cwd: String,
-        events: &[SessionEvent],
-        seed_len: u64,
-    ) {
-        let last_turn = events
-            .iter()
-            .rev()
-            .find(|e| e.kind == event::TURN_START)
-            .and_then(|e| e.data["turn"].as_u64())
-            .unwrap_or(0);
-        let last_end = events
-            .iter()
-            .rev()
-            .find(|e| e.kind == event::TURN_END)
-            .map(|e| e.data["reason"].clone())
-            .unwrap_or(Value::Null);
-        let logged_header = events
-            .iter()
-            .rev()
-            .find(|e| e.kind == event::REQUEST_HEADER)
-            .map(|e| e.data["header"].clone());
+    /// Adds an agent for session `id`; `summary` is what `sessions.resume`
+    /// returns (null for a new session).
+    fn register(&self, id: &str, options: &Value, cwd: String, summary: &Value) {
+        let mut inbox = Inbox::default();
+        for splice in summary["splices"].as_array().into_iter().flatten() {
+            inbox.splice(splice);
+        }
         let agent = Agent {
             provider: options["provider"].as_str().unwrap_or_default().to_owned(),
             model: options["model"].as_str().unwrap_or_default().to_owned(),
             max_tokens: options["maxTokens"].as_u64(),
             cwd,
-            inbox: Inbox::replay(events, seed_len),
+            inbox,
             running: false,
-            last_turn,
-            last_end,
+            last_turn: summary["lastTurn"].as_u64().unwrap_or(0),
+            last_end: summary["lastEnd"].clone(),
             abort: None,
             idle: Vec::new(),
-            logged_header,
+            logged_header: Some(summary["requestHeader"].clone()).filter(|h| !h.is_null()),
             logged_context: None,
             history: Vec::new(),
             history_seq: 0,
@@ -175,7 +157,7 @@ impl Loop {
         }
         let created = self.ctx.service("sessions").call("create", args).await?;
         let id = created["id"].as_str().unwrap_or_default().to_owned();
-        self.register(&id, &options, cwd, &[], 0);
+        self.register(&id, &options, cwd, &Value::Null);
         self.notify(
             &id,
             "agent/session-start",
@@ -192,43 +174,14 @@ impl Loop {
         if self.agents.borrow().contains_key(&id) {
             return Ok(json!({"agent": id}));
         }
-        let sessions = self.ctx.service("sessions");
-        let (header, events) = match sessions.call("header", json!({"id": id})).await {
-            Ok(h) => {
-                let events = sessions.call("events", json!({"id": id})).await?;
-                (h["header"].clone(), events)
-            }
-            Err(_) => {
-                let stored = self
-                    .ctx
-                    .service("sessionPersistence")
-                    .call("load", json!({"id": id}))
-                    .await
-                    .map_err(|e| {
-                        if e.code == codes::SERVICE_UNAVAILABLE {
-                            Error::new(
-                                "NO_PERSISTENCE",
-                                "cannot resume: session persistence is not configured",
-                            )
-                        } else {
-                            e
-                        }
-                    })?;
-                let created = sessions
-                    .call(
-                        "create",
-                        json!({"id": id, "header": stored["header"], "seed": stored["events"]}),
-                    )
-                    .await?;
-                let events = sessions.call("events", json!({"id": id})).await?;
-                (created["header"].clone(), events)
-            }
-        };
-        let events: Vec<SessionEvent> = serde_json::from_value(events)?;
-        let cwd = header["cwd"].as_str().unwrap_or("/").to_owned();
-        let seed_len = header["seedLength"].as_u64().unwrap_or(0);
+        let summary = self
+            .ctx
+            .service("sessions")
+            .call("resume", json!({"id": id}))
+            .await?;
+        let cwd = summary["header"]["cwd"].as_str().unwrap_or("/").to_owned();
         let options = req.params["agentOptions"].clone();
-        self.register(&id, &options, cwd, &events, seed_len);
+        self.register(&id, &options, cwd, &summary);
         self.notify(
             &id,
             "agent/session-start",

@@ -241,11 +241,21 @@ impl Plugin for Jsonl {
                 let header: SessionHeader = serde_json::from_value(ev.payload["header"].clone())?;
                 let events: Vec<SessionEvent> =
                     serde_json::from_value(ev.payload["events"].clone())?;
-                // A session resumed from the original's layout keeps its file.
-                let path = s.find(&header.id).or_else(|_| s.path_for(&header))?;
-                let on_disk = match format::read(&path) {
-                    Ok(bytes) => scan(&bytes).map(|sc| sc.events.len() as u64).unwrap_or(0),
-                    Err(_) => 0,
+                // A session resumed from its stored log keeps its file (ours
+                // or the original's layout); the seed is already on disk.
+                let stored = ev.payload["stored"].as_u64().unwrap_or(0);
+                let path = if stored > 0 {
+                    s.find(&header.id)?
+                } else {
+                    s.find(&header.id).or_else(|_| s.path_for(&header))?
+                };
+                let on_disk = if stored > 0 {
+                    stored
+                } else {
+                    match format::read(&path) {
+                        Ok(bytes) => scan(&bytes).map(|sc| sc.events.len() as u64).unwrap_or(0),
+                        Err(_) => 0,
+                    }
                 };
                 let pending = events.into_iter().filter(|e| e.seq >= on_disk).collect();
                 s.live.borrow_mut().insert(

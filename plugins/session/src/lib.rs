@@ -120,6 +120,27 @@ fn seeded(header: SessionHeader, seed: Vec<SessionEvent>) -> Result<Session> {
     Ok(s)
 }
 
+/// What an agent needs to continue a session: the last turn and its end,
+/// the request header in force, and the inbox splices after the seed.
+fn resume_summary(session: &Session) -> Value {
+    let events = &session.events;
+    let last = |kind: &str| events.iter().rev().find(|e| e.kind == kind);
+    let seed_len = session.header.seed_length.unwrap_or(0);
+    let splices: Vec<&Value> = events
+        .iter()
+        .filter(|e| e.seq >= seed_len && e.kind == event::INBOX_SPLICED)
+        .map(|e| &e.data)
+        .collect();
+    json!({
+        "header": session.header,
+        "seq": events.len(),
+        "lastTurn": last(event::TURN_START).map_or(json!(0), |e| e.data["turn"].clone()),
+        "lastEnd": last(event::TURN_END).map_or(Value::Null, |e| e.data["reason"].clone()),
+        "requestHeader": last(event::REQUEST_HEADER).map_or(Value::Null, |e| e.data["header"].clone()),
+        "splices": splices,
+    })
+}
+
 async fn handle(ctx: Context, store: Store, req: Request) -> Result<Reply> {
     match req.method.as_str() {
         "create" => {
@@ -154,14 +175,22 @@ async fn handle(ctx: Context, store: Store, req: Request) -> Result<Reply> {
                 Some(s) if !s.is_null() => serde_json::from_value(s.clone())?,
                 _ => Vec::new(),
             };
+            // `seedStored`: the seed came from persistence, so only what
+            // follows it (the end-seed marker) still needs to be written.
+            let stored = if req.params["seedStored"] == json!(true) {
+                seed.len()
+            } else {
+                0
+            };
             let session = seeded(header.clone(), seed)?;
-            let events = session.events.clone();
+            let seq = session.events.len();
+            let fresh = session.events[stored.min(seq)..].to_vec();
             store.borrow_mut().insert(id.clone(), session);
             ctx.emit(
                 "session/created",
-                json!({"header": header, "events": events}),
+                json!({"header": header, "stored": stored, "events": fresh}),
             )?;
-            Reply::json(json!({"id": id, "header": header, "seq": events.len()}))
+            Reply::json(json!({"id": id, "header": header, "seq": seq}))
         }
         "append" => {
             let id = id_of(&req)?;
@@ -241,6 +270,42 @@ async fn handle(ctx: Context, store: Store, req: Request) -> Result<Reply> {
             ctx.parallel("session/flush", json!({"sessionId": id}))
                 .await?;
             Ok(Value::Null.into())
+        }
+        "resume" => {
+            // Makes a stored session live (loading it from persistence here,
+            // so the log does not travel through the caller) and returns
+            // what an agent needs to continue it.
+            let id = id_of(&req)?;
+            if !store.borrow().contains_key(&id) {
+                let stored = ctx
+                    .service("sessionPersistence")
+                    .call("load", json!({"id": id}))
+                    .await
+                    .map_err(|e| {
+                        if e.code == codes::SERVICE_UNAVAILABLE {
+                            Error::new(
+                                "NO_PERSISTENCE",
+                                "cannot resume: session persistence is not configured",
+                            )
+                        } else {
+                            e
+                        }
+                    })?;
+                let mut header: SessionHeader = serde_json::from_value(stored["header"].clone())?;
+                header.id = id.clone();
+                let seed: Vec<SessionEvent> = serde_json::from_value(stored["events"].clone())?;
+                let stored_len = seed.len();
+                let session = seeded(header.clone(), seed)?;
+                let fresh = session.events[stored_len.min(session.events.len())..].to_vec();
+                store.borrow_mut().insert(id.clone(), session);
+                ctx.emit(
+                    "session/created",
+                    json!({"header": header, "stored": stored_len, "events": fresh}),
+                )?;
+            }
+            let s = store.borrow();
+            let session = s.get(&id).ok_or_else(|| not_found(&id))?;
+            Reply::json(resume_summary(session))
         }
         "fork" => {
             let id = id_of(&req)?;

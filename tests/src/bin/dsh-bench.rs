@@ -526,6 +526,13 @@ async fn bench_tools() -> Result<()> {
 }
 
 fn main() -> Result<()> {
+    if std::env::var_os("DSH_BENCH_ONLY_RESUME").is_some() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        println!("resume: {:.1} ms", rt.block_on(bench_resume(15_000))?);
+        return Ok(());
+    }
     if let Ok(n) = std::env::var("DSH_BENCH_ONLY_STEPS") {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
