@@ -190,11 +190,13 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
                     Some(event::ASSISTANT_MESSAGE) => "\n".to_owned(),
                     Some(event::TOOL_RESULT) => {
                         let body = &e["data"]["message"]["content"][0]["content"][0]["text"];
+                        // The last line that is not markup (read ends with `</content>`).
                         let first = body
                             .as_str()
                             .unwrap_or_default()
                             .lines()
-                            .last()
+                            .rev()
+                            .find(|l| !l.trim().is_empty() && !l.starts_with('<'))
                             .unwrap_or_default();
                         format!("  -> {}\n", first.chars().take(100).collect::<String>())
                     }
