@@ -86,3 +86,41 @@ impl BootOptions {
         })
     }
 }
+
+/// Rows for libraries dropped into `dir` (`$DSH_HOME/plugins`) that no row
+/// of `tree` uses: each becomes a row `drop-in:<name>` applying the plugin
+/// with its default config. Libraries that are refused are reported.
+pub fn drop_in_rows(
+    dir: &Path,
+    tree: &crate::config::Tree,
+    plugin_dirs: &[PathBuf],
+) -> (Vec<crate::config::ComposedRow>, Vec<String>) {
+    let used: Vec<PathBuf> = tree
+        .rows
+        .iter()
+        .filter_map(|r| crate::supervisor::resolve_plugin(&r.row.plugin, plugin_dirs).ok())
+        .collect();
+    let mut rows = Vec::new();
+    let mut problems = Vec::new();
+    for lib in crate::inspect::libraries(&[dir.to_owned()]) {
+        if used.contains(&lib) {
+            continue;
+        }
+        match crate::inspect::check(&lib) {
+            Ok((manifest, _)) => rows.push(crate::config::ComposedRow {
+                row: crate::config::Row {
+                    id: format!("drop-in:{}", manifest.name),
+                    plugin: lib.display().to_string(),
+                    config: serde_json::Value::Null,
+                    disabled: false,
+                    inject: Vec::new(),
+                    group: None,
+                },
+                origin: "drop-in".into(),
+                patched_by: Vec::new(),
+            }),
+            Err(e) => problems.push(format!("drop-in {} refused: {e}", lib.display())),
+        }
+    }
+    (rows, problems)
+}

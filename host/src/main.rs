@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
-use dsh_host::boot::BootOptions;
+use dsh_host::boot::{drop_in_rows, BootOptions};
 use dsh_host::paths::{dsh_home, Install};
 use dsh_host::supervisor::{FiberState, Timeouts};
 use dsh_host::watch::{watch, Change};
@@ -307,6 +307,10 @@ async fn serve(
 ) -> anyhow::Result<u8> {
     let (stop_tx, mut stop_rx) = mpsc::unbounded_channel();
     signals(stop_tx.clone())?;
+    let drop_in_dir = opts.home.join("plugins");
+    std::fs::create_dir_all(&drop_in_dir)
+        .with_context(|| format!("cannot create {}", drop_in_dir.display()))?;
+    let drop_in_dir = drop_in_dir.canonicalize().unwrap_or(drop_in_dir);
     let host = Host::start(HostConfig {
         home: opts.home.clone(),
         plugin_dirs: composition.plugin_dirs.clone(),
@@ -325,7 +329,17 @@ async fn serve(
         drop(change_tx);
         None
     };
-    host.apply(composition.tree.clone()).await;
+    // Libraries dropped into $DSH_HOME/plugins extend the profile.
+    let with_drop_ins = |tree: &dsh_host::config::Tree| {
+        let (rows, problems) = drop_in_rows(&drop_in_dir, tree, &composition.plugin_dirs);
+        for p in problems {
+            eprintln!("dsh-host: {p}");
+        }
+        let mut t = tree.clone();
+        t.rows.extend(rows);
+        t
+    };
+    host.apply(with_drop_ins(&composition.tree)).await;
     let broken: Vec<String> = host
         .status()
         .await
@@ -367,12 +381,21 @@ async fn serve(
                 });
             }
             Some(change) = change_rx.recv() => match change {
+                Change::Plugin(path) if path.parent() == Some(drop_in_dir.as_path()) => {
+                    // A new drop-in becomes a row; a replaced one reloads.
+                    host.apply(with_drop_ins(&last_good)).await;
+                    host.reload(path).await;
+                }
                 Change::Plugin(path) => host.reload(path).await,
+                Change::PluginRemoved(path) if path.parent() == Some(drop_in_dir.as_path()) => {
+                    host.remove(path).await;
+                    host.apply(with_drop_ins(&last_good)).await;
+                }
                 Change::PluginRemoved(path) => host.remove(path).await,
                 Change::Config(path) => match opts.compose() {
                     Ok(c) => {
                         if c.tree != last_good {
-                            host.apply(c.tree.clone()).await;
+                            host.apply(with_drop_ins(&c.tree)).await;
                             last_good = c.tree;
                         }
                     }

@@ -375,3 +375,32 @@ fn eleven_hundred_reloads_do_not_exhaust_pthread_keys() {
     assert_eq!(r["failed_calls"], 0);
     assert!(r["stats"]["keys_swept"].as_u64().unwrap() >= 1100, "{r}");
 }
+
+#[test]
+fn a_library_dropped_into_the_home_plugins_directory_loads_and_unloads() {
+    let home = TempDir::new("cli-dropin-home");
+    std::fs::create_dir_all(home.path().join("profiles/c")).unwrap();
+    std::fs::create_dir_all(home.path().join("plugins")).unwrap();
+    std::fs::write(home.path().join("profiles/c/profile.toml"), "").unwrap();
+    // Present at boot.
+    std::fs::copy(
+        library("dsh-fixture-counter-v1"),
+        home.path().join("plugins/counter.so"),
+    )
+    .unwrap();
+    let mut c = dsh_host();
+    c.env("DSH_HOME", home.path())
+        .args(["--profile", "c", "--watch"]);
+    let run = Running::start(c);
+    run.wait_for("drop-in:counter: active (generation");
+    // Dropped while running.
+    let tmp = home.path().join("plugins/probe.so.tmp");
+    std::fs::copy(library("dsh-fixture-probe"), &tmp).unwrap();
+    std::fs::rename(&tmp, home.path().join("plugins/probe.so")).unwrap();
+    run.wait_for("drop-in:probe: active (generation");
+    // Removed: unloaded.
+    std::fs::remove_file(home.path().join("plugins/probe.so")).unwrap();
+    run.wait_for("unloaded:");
+    run.signal("-TERM");
+    assert_eq!(run.exit_code(), 0);
+}
