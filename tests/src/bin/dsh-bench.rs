@@ -584,12 +584,19 @@ fn main() -> Result<()> {
         println!("coding tools (release)");
         bench_tools().await.context("tools")?;
         println!("host soak");
+        // In a fresh process (the staged binary), so earlier benches do not
+        // blur the RSS figures.
         let home = Scratch::new("soak")?;
-        let soak = inspect::soak(&lib("dsh-fixture-counter-v1"), 200, Some("counter.get"), &home.0).await?;
-        let growth = (soak.rss_after as f64 - soak.rss_before as f64) / 1048576.0;
+        let out = std::process::Command::new(stage.join("bin/dsh-host"))
+            .env("DSH_HOME", &home.0)
+            .args(["plugins", "soak", "--cycles", "200", "--call", "counter.get"])
+            .arg(lib("dsh-fixture-counter-v1"))
+            .output()?;
+        let soak: Value = serde_json::from_slice(&out.stdout).context("soak output")?;
+        let growth = (soak["rss_after"].as_f64().unwrap_or(0.0) - soak["rss_before"].as_f64().unwrap_or(0.0)) / 1048576.0;
         println!(
             "  RSS growth over 200 reloads ............................ {growth:8.2} MiB  (target <= 5 MiB; fds {} -> {}, unmapped {}, pinned {}, keys swept {})",
-            soak.fds_before, soak.fds_after, soak.stats.unmapped, soak.stats.pinned, soak.stats.keys_swept
+            soak["fds_before"], soak["fds_after"], soak["stats"]["unmapped"], soak["stats"]["pinned"], soak["stats"]["keys_swept"]
         );
         Ok(())
     })
