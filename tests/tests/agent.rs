@@ -645,3 +645,108 @@ async fn a_finished_background_job_wakes_its_agent_with_a_notice() {
     assert_eq!(ev.iter().filter(|e| e["type"] == "turn/end").count(), 2);
     t.shutdown().await;
 }
+
+async fn wait_for_event(t: &TestHost, agent: &str, kind: &str) {
+    for _ in 0..500 {
+        if events(t, agent).await.iter().any(|e| e["type"] == kind) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("no {kind} logged");
+}
+
+#[tokio::test]
+async fn cancel_between_tool_calls_answers_the_unstarted_ones() {
+    let (t, fake) = setup().await;
+    fake.push([tool_calls(&[
+        (
+            "bash",
+            json!({"command": "sleep 0.4", "description": "wait"}),
+        ),
+        ("read", json!({"file_path": "/etc/hostname"})),
+    ])]);
+    let agent = new_agent(&t, "/tmp").await;
+    t.call(
+        "agents",
+        "followup",
+        json!({"agent": agent, "message": {"text": "go"}}),
+    )
+    .await;
+    wait_for_event(&t, &agent, "tool/call").await;
+    t.call("agents", "cancel", json!({"agent": agent})).await;
+    let reason = t.call("agents", "whenIdle", json!({"agent": agent})).await["reason"].clone();
+    assert_eq!(
+        reason,
+        json!({"kind": "aborted", "reason": {"kind": "user"}})
+    );
+    let ev = events(&t, &agent).await;
+    let results: Vec<&Value> = ev.iter().filter(|e| e["type"] == "tool/result").collect();
+    assert_eq!(results.len(), 2, "every call is answered");
+    assert_eq!(
+        results[1]["data"]["error"]["code"],
+        "ABORTED_BEFORE_DISPATCH"
+    );
+    assert_eq!(
+        results[1]["data"]["message"]["content"][0]["content"][0]["text"],
+        "Error: tool call aborted before dispatch"
+    );
+    let k = kinds(&ev);
+    assert_eq!(&k[k.len() - 2..], ["step/end", "turn/end"]);
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn replacing_the_agent_loop_mid_turn_ends_the_turn_and_keeps_the_log_consistent() {
+    let (t, fake) = setup().await;
+    let target = t.plugins.path().join("agent-loop.so");
+    std::fs::copy(library("dsh-plugin-agent-loop"), &target).unwrap();
+    t.host.reload(target.clone()).await;
+    fake.push([Answer::Stall(vec![
+        json!({"choices": [{"delta": {"content": "Halfway"}}]}).to_string(),
+    ])]);
+    let agent = new_agent(&t, "/tmp").await;
+    t.call(
+        "agents",
+        "followup",
+        json!({"agent": agent, "message": {"text": "go"}}),
+    )
+    .await;
+    wait_for_event(&t, &agent, "assistant/chunk").await;
+    let tmp = t.plugins.path().join("agent-loop.so.tmp");
+    std::fs::copy(library("dsh-plugin-agent-loop"), &tmp).unwrap();
+    std::fs::rename(&tmp, &target).unwrap();
+    t.host.reload(target.clone()).await;
+    let ev = events(&t, &agent).await;
+    let end = ev
+        .iter()
+        .rev()
+        .find(|e| e["type"] == "turn/end")
+        .expect("the turn was closed");
+    assert_eq!(
+        end["data"]["reason"],
+        json!({"kind": "aborted", "reason": {"kind": "disposed"}})
+    );
+    let m = ev
+        .iter()
+        .find(|e| e["type"] == "assistant/message")
+        .unwrap();
+    assert_eq!(m["data"]["interrupted"], true);
+    // The new generation resumes and serves the next turn with the history.
+    t.call(
+        "agentLoop",
+        "resume",
+        json!({"sessionId": agent, "agentOptions": {"provider": "fake", "model": "m1"}}),
+    )
+    .await;
+    fake.push([text("back")]);
+    assert_eq!(
+        turn(&t, &agent, "again").await,
+        json!({"kind": "completed"})
+    );
+    let requests = fake.requests();
+    assert!(requests.last().unwrap()["messages"]
+        .to_string()
+        .contains("Halfway"));
+    t.shutdown().await;
+}
