@@ -10,54 +10,10 @@ use serde_json::{json, Value};
 
 const KEY_ENV: &str = "DSH_TEST_FAKE_KEY";
 
+/// The kit's core rows, with the adapter reading its key from `KEY_ENV`.
 fn core_rows(fake: &FakeLlm, home: &std::path::Path) -> String {
-    format!(
-        r#"
-[[row]]
-id = "session"
-plugin = "session"
-[[row]]
-id = "session-jsonl"
-plugin = "session-jsonl"
-config = {{ root = "{root}" }}
-[[row]]
-id = "checkpoint-policy"
-plugin = "checkpoint-policy"
-[[row]]
-id = "system-prompt"
-plugin = "system-prompt"
-config = {{ persona = "You work in {{{{cwd}}}} with {{{{model}}}}." }}
-[[row]]
-id = "tools"
-plugin = "tools"
-[[row]]
-id = "tool-read"
-plugin = "tool-read"
-[[row]]
-id = "permission"
-plugin = "permission"
-config = {{ mode = "danger-full-access" }}
-[[row]]
-id = "tool-bash"
-plugin = "tool-bash"
-[[row]]
-id = "llm"
-plugin = "llm"
-[[row]]
-id = "llm-deepseek"
-plugin = "llm-deepseek"
-config = {{ provider = "fake", baseUrl = "{url}", apiKeyEnv = "{KEY_ENV}", streamIdleTimeoutMs = 1500 }}
-[[row]]
-id = "llm-retry"
-plugin = "llm-retry"
-config = {{ initialDelayMs = 10, maxDelayMs = 3000 }}
-[[row]]
-id = "agent-loop"
-plugin = "agent-loop"
-"#,
-        root = home.join("sessions").display(),
-        url = fake.base_url,
-    )
+    dsh_testkit::core_rows(&fake.base_url, &home.join("sessions"))
+        .replace("apiKeyEnv = \"\"", &format!("apiKeyEnv = \"{KEY_ENV}\""))
 }
 
 async fn setup() -> (TestHost, FakeLlm) {

@@ -458,19 +458,10 @@ impl Loop {
             if interrupted || abort.is_aborted() {
                 let blocks = assembler.interrupted_blocks();
                 if !blocks.is_empty() {
-                    let mut data = json!({"turn": turn, "step": step,
-                        "message": msg::assistant(&new_id(), blocks, &provider, &model), "interrupted": true});
-                    if let Some(u) = &assembler.usage {
-                        data["usage"] = u.clone();
-                    }
-                    self.append(
-                        agent,
-                        event::ASSISTANT_MESSAGE,
-                        data,
-                        true,
-                        Some(chunk_seqs),
-                    )
-                    .await?;
+                    let route = (provider.as_str(), model.as_str());
+                    let at = (turn, step);
+                    self.append_assistant(agent, at, route, blocks, &assembler, chunk_seqs, true)
+                        .await?;
                 }
                 return Err(Stop::Aborted);
             }
@@ -507,16 +498,15 @@ impl Loop {
                 .filter(|b| b["type"] == "tool-call")
                 .cloned()
                 .collect();
-            let mut data = json!({"turn": turn, "step": step, "message": msg::assistant(&new_id(), blocks, &provider, &model)});
-            if let Some(u) = &assembler.usage {
-                data["usage"] = u.clone();
-            }
-            self.append(
+            let route = (provider.as_str(), model.as_str());
+            self.append_assistant(
                 agent,
-                event::ASSISTANT_MESSAGE,
-                data,
-                true,
-                Some(chunk_seqs),
+                (turn, step),
+                route,
+                blocks,
+                &assembler,
+                chunk_seqs,
+                false,
             )
             .await?;
             if kind == "max-tokens" {
@@ -532,6 +522,35 @@ impl Loop {
             }
             return Ok(None);
         }
+    }
+
+    /// Logs the assistant message of a step, citing its chunks.
+    #[allow(clippy::too_many_arguments)]
+    async fn append_assistant(
+        &self,
+        agent: &str,
+        (turn, step): (u64, u64),
+        (provider, model): (&str, &str),
+        blocks: Vec<Value>,
+        assembler: &BlockAssembler,
+        chunk_seqs: Vec<u64>,
+        interrupted: bool,
+    ) -> Result<u64> {
+        let mut data = json!({"turn": turn, "step": step, "message": msg::assistant(&new_id(), blocks, provider, model)});
+        if let Some(u) = &assembler.usage {
+            data["usage"] = u.clone();
+        }
+        if interrupted {
+            data["interrupted"] = json!(true);
+        }
+        self.append(
+            agent,
+            event::ASSISTANT_MESSAGE,
+            data,
+            true,
+            Some(chunk_seqs),
+        )
+        .await
     }
 
     /// Runs one step's tool calls in groups (parallel-safe siblings

@@ -74,6 +74,59 @@ pub fn library(crate_name: &str) -> PathBuf {
     target_dir().join(format!("lib{}.so", crate_name.replace('-', "_")))
 }
 
+/// Rows of the agent core against a model at `base_url` (route `fake`, no
+/// key), storing sessions under `sessions`: session, JSONL persistence,
+/// checkpoints, prompt, tools (`read`, `bash` in danger-full-access),
+/// routing, the DeepSeek adapter, fast retries, and the agent loop.
+pub fn core_rows(base_url: &str, sessions: &Path) -> String {
+    format!(
+        r#"
+[[row]]
+id = "session"
+plugin = "session"
+[[row]]
+id = "session-jsonl"
+plugin = "session-jsonl"
+config = {{ root = "{root}" }}
+[[row]]
+id = "checkpoint-policy"
+plugin = "checkpoint-policy"
+[[row]]
+id = "system-prompt"
+plugin = "system-prompt"
+config = {{ persona = "You work in {{{{cwd}}}} with {{{{model}}}}." }}
+[[row]]
+id = "tools"
+plugin = "tools"
+[[row]]
+id = "tool-read"
+plugin = "tool-read"
+[[row]]
+id = "permission"
+plugin = "permission"
+config = {{ mode = "danger-full-access" }}
+[[row]]
+id = "tool-bash"
+plugin = "tool-bash"
+[[row]]
+id = "llm"
+plugin = "llm"
+[[row]]
+id = "llm-deepseek"
+plugin = "llm-deepseek"
+config = {{ provider = "fake", baseUrl = "{base_url}", apiKeyEnv = "", streamIdleTimeoutMs = 1500 }}
+[[row]]
+id = "llm-retry"
+plugin = "llm-retry"
+config = {{ initialDelayMs = 10, maxDelayMs = 3000 }}
+[[row]]
+id = "agent-loop"
+plugin = "agent-loop"
+"#,
+        root = sessions.display(),
+    )
+}
+
 /// A host with its own `$DSH_HOME`, for one test.
 pub struct TestHost {
     /// The host.

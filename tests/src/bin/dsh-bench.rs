@@ -220,40 +220,7 @@ async fn bench_reload() -> Result<f64> {
 
 /// Rows of the agent core against `url`, with release libraries.
 fn core_rows(url: &str, sessions: &Path) -> String {
-    format!(
-        r#"
-[[row]]
-id = "session"
-plugin = "session"
-[[row]]
-id = "session-jsonl"
-plugin = "session-jsonl"
-config = {{ root = "{root}" }}
-[[row]]
-id = "checkpoint-policy"
-plugin = "checkpoint-policy"
-[[row]]
-id = "system-prompt"
-plugin = "system-prompt"
-[[row]]
-id = "tools"
-plugin = "tools"
-[[row]]
-id = "tool-read"
-plugin = "tool-read"
-[[row]]
-id = "llm"
-plugin = "llm"
-[[row]]
-id = "llm-deepseek"
-plugin = "llm-deepseek"
-config = {{ provider = "fake", baseUrl = "{url}", apiKeyEnv = "" }}
-[[row]]
-id = "agent-loop"
-plugin = "agent-loop"
-"#,
-        root = sessions.display()
-    )
+    dsh_testkit::core_rows(url, sessions)
 }
 
 fn ensure(v: Result<Value, dsh_sdk::Error>) -> Result<Value> {
