@@ -613,3 +613,48 @@ async fn web_fetch_is_off_by_default_and_fenced() {
     assert_eq!(text_of(&r), "# Title\n\nHello **web**");
     t.shutdown().await;
 }
+
+#[tokio::test]
+async fn calls_beyond_the_fence_go_through_the_approval_seam() {
+    let ws = TempDir::new("approval-ws");
+    let outside = Path::new("/var/tmp").join(format!("dsh-approval-{}.txt", std::process::id()));
+    let rows = |outcome: &str| {
+        format!(
+            "[[row]]\nid='tools'\nplugin='tools'\n[[row]]\nid='permission'\nplugin='permission'\nconfig = {{ mode = 'workspace-write' }}\n\
+             [[row]]\nid='fs'\nplugin='tool-fs'\n[[row]]\nid='approver'\nplugin='dsh-fixture-probe'\nconfig = {{ tag = 'approver', approval_outcome = '{outcome}' }}\n"
+        )
+    };
+    let t = TestHost::start().await;
+    t.apply(&rows("rejected")).await;
+    let r = run(
+        &t,
+        ws.path(),
+        "write",
+        json!({"file_path": outside, "content": "x"}),
+    )
+    .await;
+    assert_eq!(text_of(&r), "Error: the user rejected tool \"write\"");
+    t.apply(&rows("allowed-once")).await;
+    let r = run(
+        &t,
+        ws.path(),
+        "write",
+        json!({"file_path": outside, "content": "x"}),
+    )
+    .await;
+    assert_eq!(r["isError"], false, "{r}");
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "x");
+    std::fs::remove_file(&outside).unwrap();
+    // `never`: refused without asking.
+    t.apply("[[row]]\nid='tools'\nplugin='tools'\n[[row]]\nid='permission'\nplugin='permission'\nconfig = { mode = 'workspace-write', approval = 'never' }\n[[row]]\nid='fs'\nplugin='tool-fs'\n[[row]]\nid='approver'\nplugin='dsh-fixture-probe'\nconfig = { tag = 'approver', approval_outcome = 'allowed-once' }\n").await;
+    let r = run(
+        &t,
+        ws.path(),
+        "write",
+        json!({"file_path": outside, "content": "x"}),
+    )
+    .await;
+    assert!(text_of(&r).contains("is outside the workspace"), "{r}");
+    assert!(!outside.exists());
+    t.shutdown().await;
+}

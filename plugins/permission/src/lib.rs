@@ -12,6 +12,9 @@ const MODES: [&str; 3] = ["read-only", "workspace-write", "danger-full-access"];
 struct Config {
     /// Overrides `DSH_PERMISSION_MODE`.
     mode: Option<String>,
+    /// `ask` (default; `never` under danger-full-access): a call beyond the
+    /// mode asks the approval seam instead of being denied outright.
+    approval: Option<String>,
 }
 
 /// The canonical form of `p`, even when it does not exist yet: the longest
@@ -89,9 +92,23 @@ impl Plugin for Permission {
                 ),
             ));
         }
+        let approval = config.approval.unwrap_or_else(|| {
+            if mode == "danger-full-access" {
+                "never"
+            } else {
+                "ask"
+            }
+            .into()
+        });
+        if approval != "ask" && approval != "never" {
+            return Err(Error::new(
+                codes::INVALID_CONFIG,
+                format!("unknown approval policy `{approval}` (use ask or never)"),
+            ));
+        }
         let temp = canonical(&std::env::temp_dir());
         ctx.on("tools/pre-execute", move |ev| {
-            let (mode, temp) = (mode.clone(), temp.clone());
+            let (mode, temp, approval) = (mode.clone(), temp.clone(), approval.clone());
             async move {
                 let exec = &ev.payload["exec"];
                 let root = canonical(Path::new(exec["cwd"].as_str().unwrap_or("/")));
@@ -105,24 +122,25 @@ impl Plugin for Permission {
                             )))
                         }
                         "workspace-write" if !target.starts_with(&root) && !target.starts_with(&temp) => {
-                            return Ok(deny(format!(
+                            let reason = format!(
                                 "{} is outside the workspace {} (workspace-write mode allows changes only there and in {}); set DSH_PERMISSION_MODE=danger-full-access to allow it",
                                 target.display(),
                                 root.display(),
                                 temp.display()
-                            )))
+                            );
+                            // `ask`: the approval seam decides (and denies
+                            // with this reason when no one can answer).
+                            return Ok(if approval == "ask" {
+                                json!({"kind": "ask", "reason": reason, "sandbox": {"mode": mode, "root": root}})
+                            } else {
+                                deny(reason)
+                            });
                         }
                         _ => {}
                     }
                 }
                 let mut decision = ev.next(ev.payload.clone()).await?;
-                if decision["kind"] == "ask" {
-                    let tool = exec["name"].as_str().unwrap_or_default();
-                    return Ok(deny(format!(
-                        "tool \"{tool}\" requires approval, but no approval channel is available (headless); set DSH_PERMISSION_MODE=danger-full-access to run without approval"
-                    )));
-                }
-                if decision["kind"] == "allow" {
+                if decision["kind"] == "allow" || decision["kind"] == "ask" {
                     decision["sandbox"] = json!({"mode": mode, "root": root});
                 }
                 Ok(decision)

@@ -65,6 +65,40 @@ async fn run_tool(ctx: &Context, registry: &Registry, exec: &Value) -> Value {
     }
 }
 
+/// The approval seam (reference dsh-core §5.3): an `ask` decision goes to
+/// the optional `approval` service; without one (headless) the call is
+/// denied with the policy's reason, which says how to change the mode.
+async fn approve(ctx: &Context, exec: &Value, decision: &Value) -> std::result::Result<(), String> {
+    let name = exec["name"].as_str().unwrap_or_default();
+    let reason = decision["reason"].as_str().map(str::to_owned);
+    let Some(agent) = exec["agent"].as_str().filter(|a| !a.is_empty()) else {
+        return Err(reason.unwrap_or_else(|| {
+            format!("tool \"{name}\" requires approval, but no agent asked for it")
+        }));
+    };
+    let asked = ctx
+        .service("approval")
+        .call(
+            "request",
+            json!({"agent": agent, "toolName": name, "callId": exec["callId"], "reason": reason}),
+        )
+        .await;
+    match asked {
+        Err(e) if e.code == codes::SERVICE_UNAVAILABLE => Err(reason.unwrap_or_else(|| {
+            format!("tool \"{name}\" requires approval, but no approval channel is available")
+        })),
+        Err(e) => Err(format!("approval for tool \"{name}\" failed: {e}")),
+        Ok(v) => match v["outcome"].as_str() {
+            Some("allowed-once") => Ok(()),
+            Some("rejected") => Err(format!("the user rejected tool \"{name}\"")),
+            Some("cancelled") => Err(format!("approval for tool \"{name}\" was cancelled")),
+            _ => Err(format!(
+                "tool \"{name}\" requires approval, but no approval channel is available"
+            )),
+        },
+    }
+}
+
 async fn execute(ctx: Context, registry: Registry, exec: Value) -> Value {
     let scope = exec["agent"].as_str().unwrap_or_default().to_owned();
     let dispatch = |event: &str| {
@@ -103,18 +137,21 @@ async fn execute(ctx: Context, registry: Registry, exec: Value) -> Value {
                 Err(e) => from_error(&e),
             }
         }
-        Some("ask") => {
-            let name = exec["name"].as_str().unwrap_or_default();
-            let reason = decision["reason"]
-                .as_str()
-                .map(str::to_owned)
-                .unwrap_or_else(|| {
-                    format!(
-                        "tool \"{name}\" requires approval, but no approval channel is available"
-                    )
-                });
-            return finish(&ctx, &exec, failure(&reason, None));
-        }
+        Some("ask") => match approve(&ctx, &exec, &decision).await {
+            Ok(()) => {
+                let (c, r, x) = (ctx.clone(), registry.clone(), exec.clone());
+                match dispatch("tools/execute")
+                    .waterfall(json!({"exec": exec}), move |_| async move {
+                        Ok(run_tool(&c, &r, &x).await)
+                    })
+                    .await
+                {
+                    Ok(r) => r,
+                    Err(e) => from_error(&e),
+                }
+            }
+            Err(reason) => return finish(&ctx, &exec, failure(&reason, None)),
+        },
         Some(_) => {
             let reason = decision["reason"]
                 .as_str()
