@@ -113,6 +113,22 @@ macro_rules! interpose_pthread_keys {
             unsafe { $crate::keys::create(key, dtor) }
         }
 
+        /// Interposed: starts the thread through a host trampoline that
+        /// tracks which library's code it runs (see `dsh_host::threads`).
+        ///
+        /// # Safety
+        /// Same contract as POSIX `pthread_create`.
+        #[no_mangle]
+        pub unsafe extern "C" fn pthread_create(
+            thread: *mut $crate::__libc::pthread_t,
+            attr: *const $crate::__libc::pthread_attr_t,
+            routine: extern "C" fn(*mut ::std::ffi::c_void) -> *mut ::std::ffi::c_void,
+            arg: *mut ::std::ffi::c_void,
+        ) -> $crate::__libc::c_int {
+            // SAFETY: same contract as the caller's.
+            unsafe { $crate::threads::create(thread, attr, routine, arg) }
+        }
+
         /// Interposed: forgets the key, then deletes it.
         ///
         /// # Safety

@@ -20,6 +20,7 @@ pub mod report;
 pub mod router;
 pub mod staging;
 pub mod supervisor;
+pub mod threads;
 pub mod watch;
 
 #[doc(hidden)]

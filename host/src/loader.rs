@@ -491,6 +491,15 @@ impl Generation {
 fn unload_library(lib: Library, path: &Path, ino: u64, is_copy: bool) -> Unloaded {
     let mappings = procfs::mappings_of(path, ino);
     let ranges: Vec<(usize, usize)> = mappings.iter().map(|m| (m.start, m.end)).collect();
+    if let Some(n) = crate::threads::live_in(&ranges).filter(|n| *n > 0) {
+        std::mem::forget(lib);
+        STATS.quarantined.fetch_add(1, Ordering::Relaxed);
+        return Unloaded::Quarantined {
+            reason: format!(
+                "{n} thread(s) it started are still running; closing it would pull their code out from under them"
+            ),
+        };
+    }
     if let Some(sig) = signal_handler_inside(&ranges) {
         std::mem::forget(lib);
         STATS.quarantined.fetch_add(1, Ordering::Relaxed);

@@ -404,3 +404,28 @@ fn a_library_dropped_into_the_home_plugins_directory_loads_and_unloads() {
     run.signal("-TERM");
     assert_eq!(run.exit_code(), 0);
 }
+
+#[test]
+fn a_generation_whose_thread_still_runs_is_quarantined_not_closed() {
+    let home = TempDir::new("cli-thread-home");
+    std::fs::create_dir_all(home.path().join("profiles/t")).unwrap();
+    let profile = home.path().join("profiles/t/profile.toml");
+    let keep =
+        "[[row]]\nid = \"keep\"\nplugin = \"dsh-fixture-probe\"\nconfig = { tag = \"keep\" }\n";
+    std::fs::write(
+        &profile,
+        format!("{keep}[[row]]\nid = \"det\"\nplugin = \"dsh-fixture-probe\"\nconfig = {{ tag = \"det\", thread = \"detached\" }}\n"),
+    )
+    .unwrap();
+    let mut c = dsh_host();
+    c.env("DSH_HOME", home.path())
+        .args(["--profile", "t", "--watch", "--plugins-dir"])
+        .arg(target_dir());
+    let run = Running::start(c);
+    run.wait_for("det: active (generation");
+    write_atomically(&profile, keep);
+    run.wait_for("thread(s) it started are still running");
+    assert!(run.log().contains("quarantined"), "{}", run.log());
+    run.signal("-TERM");
+    assert_eq!(run.exit_code(), 0);
+}
