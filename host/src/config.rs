@@ -383,14 +383,20 @@ pub fn dump(tree: &Tree) -> String {
         row: [&'a Row; 1],
     }
     let mut out = String::new();
+    let mut last: Option<(&str, &[String])> = None;
     for r in &tree.rows {
-        out.push_str("# == ");
-        out.push_str(&r.origin);
-        if !r.patched_by.is_empty() {
-            out.push_str(", patched by ");
-            out.push_str(&r.patched_by.join(", "));
+        // One comment per run of rows sharing origin and patch layers.
+        let key = (r.origin.as_str(), r.patched_by.as_slice());
+        if last != Some(key) {
+            out.push_str("# == ");
+            out.push_str(&r.origin);
+            if !r.patched_by.is_empty() {
+                out.push_str(", patched by ");
+                out.push_str(&r.patched_by.join(", "));
+            }
+            out.push('\n');
+            last = Some(key);
         }
-        out.push('\n');
         let row = strip_nulls(&r.row);
         match toml::to_string(&One { row: [&row] }) {
             Ok(text) => out.push_str(&text),

@@ -194,7 +194,7 @@ fn plugins(cmd: PluginsCmd) -> anyhow::Result<u8> {
                 None => (opts.plugin_dirs(None), None),
             };
             println!(
-                "{:<20} {:<10} {:<4} {:<14} PATH",
+                "{:<20} {:<10} {:<4} {:<30} PATH",
                 "NAME", "VERSION", "ABI", "STATE"
             );
             for lib in inspect::libraries(&dirs) {
@@ -214,7 +214,7 @@ fn plugins(cmd: PluginsCmd) -> anyhow::Result<u8> {
                             },
                         };
                         println!(
-                            "{:<20} {:<10} {:<4} {:<14} {}",
+                            "{:<20} {:<10} {:<4} {:<30} {}",
                             m.name,
                             m.version,
                             m.abi_version,
@@ -225,7 +225,7 @@ fn plugins(cmd: PluginsCmd) -> anyhow::Result<u8> {
                     Err(e) => {
                         let first = e.to_string().lines().next().unwrap_or_default().to_owned();
                         println!(
-                            "{:<20} {:<10} {:<4} {:<14} {} ({first})",
+                            "{:<20} {:<10} {:<4} {:<30} {} ({first})",
                             "?",
                             "?",
                             "?",
