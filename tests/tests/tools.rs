@@ -658,3 +658,49 @@ async fn calls_beyond_the_fence_go_through_the_approval_seam() {
     assert!(!outside.exists());
     t.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_scoped_tool_is_visible_to_its_agent_only_and_dies_with_its_plugin() {
+    let t = TestHost::start().await;
+    let rows = "[[row]]\nid='tools'\nplugin='tools'\n[[row]]\nid='read'\nplugin='tool-read'\n\
+                [[row]]\nid='impl'\nplugin='dsh-fixture-probe'\nconfig = { tag = 'impl', provides = ['scoped-impl'] }\n";
+    t.apply(rows).await;
+    // The probe registers a tool for agent a1 only (through its `call`).
+    t.call(
+        "probe:impl",
+        "call",
+        json!({"service": "tools", "method": "register", "params": {
+            "name": "secret", "description": "a1's tool", "scope": "a1", "service": "scoped-impl",
+            "parameters": {"type": "object", "properties": {}}}}),
+    )
+    .await;
+    let names = |v: Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        names(t.call("tools", "schemas", json!({"scope": "a1"})).await),
+        ["read", "secret"]
+    );
+    assert_eq!(
+        names(t.call("tools", "schemas", json!({"scope": "a2"})).await),
+        ["read"]
+    );
+    let ws = TempDir::new("scoped-ws");
+    let exec = |agent: &str| json!({"callId": "c", "name": "secret", "arguments": {}, "agent": agent, "cwd": ws.path()});
+    let r = t.call("tools", "execute", exec("a2")).await;
+    assert_eq!(r["error"]["info"]["code"], "UNKNOWN_TOOL");
+    let r = t.call("tools", "execute", exec("a1")).await;
+    assert_eq!(r["isError"], false, "{r}");
+    // Disposing the registering plugin drops the tool.
+    t.apply("[[row]]\nid='tools'\nplugin='tools'\n[[row]]\nid='read'\nplugin='tool-read'\n")
+        .await;
+    assert_eq!(
+        names(t.call("tools", "schemas", json!({"scope": "a1"})).await),
+        ["read"]
+    );
+    t.shutdown().await;
+}

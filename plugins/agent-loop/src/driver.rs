@@ -226,7 +226,11 @@ impl Loop {
             let a = agents.get(agent).ok_or_else(|| Error::msg("agent gone"))?;
             (a.provider.clone(), a.model.clone(), a.cwd.clone())
         };
-        let tools = self.ctx.service("tools").call("schemas", json!({})).await?;
+        let tools = self
+            .ctx
+            .service("tools")
+            .call("schemas", json!({"scope": agent}))
+            .await?;
         self.ctx
             .service("systemPrompt")
             .call(
@@ -583,7 +587,7 @@ impl Loop {
                 return Ok(());
             }
             let mode = tools
-                .call("mode", json!({"name": calls[i]["name"]}))
+                .call("mode", json!({"name": calls[i]["name"], "scope": agent}))
                 .await
                 .unwrap_or(json!("exclusive"));
             let mut group = vec![i];
@@ -593,7 +597,7 @@ impl Loop {
                 {
                     let next = &calls[i + group.len()];
                     let m = tools
-                        .call("mode", json!({"name": next["name"]}))
+                        .call("mode", json!({"name": next["name"], "scope": agent}))
                         .await
                         .unwrap_or(json!("exclusive"));
                     if m != "parallel" {

@@ -4,7 +4,8 @@
 //! result the model sees, never a crashed turn.
 //!
 //! A tool plugin registers `{name, description, parameters, service,
-//! parallel?}` and provides `service`, whose `execute` method receives
+//! parallel?, scope?}` (a `scope` — an agent id — makes the tool that
+//! agent's alone) and provides `service`, whose `execute` method receives
 //! `{arguments, callId, agent, cwd}` and returns `{content: [blocks]}` (or
 //! an error). Registrations are owned by the registering fiber.
 
@@ -24,7 +25,20 @@ struct Tool {
     owner: u64,
 }
 
-type Registry = Rc<RefCell<BTreeMap<String, Tool>>>;
+/// Tools by (scope, name); scope `""` is global, otherwise an agent id whose
+/// calls alone see the tool (and for whom it shadows a global one).
+type Registry = Rc<RefCell<BTreeMap<(String, String), Tool>>>;
+
+/// The tool `name` as agent `scope` sees it.
+fn visible<'a>(
+    tools: &'a BTreeMap<(String, String), Tool>,
+    scope: &str,
+    name: &str,
+) -> Option<&'a Tool> {
+    tools
+        .get(&(scope.to_owned(), name.to_owned()))
+        .or_else(|| tools.get(&(String::new(), name.to_owned())))
+}
 
 /// An error result in the pipeline's format.
 fn failure(message: &str, info: Option<(&str, &str)>) -> Value {
@@ -41,10 +55,9 @@ fn from_error(e: &Error) -> Value {
 
 async fn run_tool(ctx: &Context, registry: &Registry, exec: &Value) -> Value {
     let name = exec["name"].as_str().unwrap_or_default();
-    let Some((service, schema)) = registry
-        .borrow()
-        .get(name)
-        .map(|t| (t.service.clone(), t.schema.clone()))
+    let scope = exec["agent"].as_str().unwrap_or_default();
+    let Some((service, schema)) =
+        visible(&registry.borrow(), scope, name).map(|t| (t.service.clone(), t.schema.clone()))
     else {
         return failure(
             &format!("unknown tool \"{name}\""),
@@ -209,7 +222,11 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
                     "a tool needs a name and a service",
                 ));
             }
-            if registry.borrow().contains_key(&name) {
+            let scope = req.params["scope"].as_str().unwrap_or_default().to_owned();
+            if registry
+                .borrow()
+                .contains_key(&(scope.clone(), name.clone()))
+            {
                 return Err(Error::new(
                     "DUPLICATE_TOOL",
                     format!("tool \"{name}\" is already registered"),
@@ -222,7 +239,7 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
             });
             let owner = req.caller;
             registry.borrow_mut().insert(
-                name.clone(),
+                (scope, name.clone()),
                 Tool {
                     schema,
                     service,
@@ -236,16 +253,26 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
             Ok(Value::Null.into())
         }
         "schemas" => {
-            let schemas: Vec<Value> = registry
-                .borrow()
-                .values()
-                .map(|t| t.schema.clone())
+            // Global tools, shadowed by and joined with the scope's own.
+            let scope = req.params["scope"].as_str().unwrap_or_default();
+            let tools = registry.borrow();
+            let mut names: Vec<&String> = tools
+                .keys()
+                .filter(|(s, _)| s.is_empty() || s == scope)
+                .map(|(_, n)| n)
+                .collect();
+            names.sort();
+            names.dedup();
+            let schemas: Vec<Value> = names
+                .into_iter()
+                .filter_map(|n| visible(&tools, scope, n).map(|t| t.schema.clone()))
                 .collect();
             Reply::json(schemas)
         }
         "mode" => {
             let name = req.params["name"].as_str().unwrap_or_default();
-            let parallel = registry.borrow().get(name).is_some_and(|t| t.parallel);
+            let scope = req.params["scope"].as_str().unwrap_or_default();
+            let parallel = visible(&registry.borrow(), scope, name).is_some_and(|t| t.parallel);
             Reply::json(if parallel { "parallel" } else { "exclusive" })
         }
         "execute" => Ok(execute(ctx, registry, req.params.clone()).await.into()),
