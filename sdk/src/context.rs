@@ -52,6 +52,9 @@ pub(crate) struct Shared {
     services: RefCell<HashMap<String, ServiceFn>>,
     listeners: RefCell<HashMap<u64, ListenerFn>>,
     inners: RefCell<HashMap<u64, InnerFn>>,
+    /// Inner defaults running now, by waterfall: the INNER request to
+    /// answer and the task to stop if the waterfall's dispatcher goes away.
+    running_inners: RefCell<HashMap<u64, (u64, AbortHandle)>>,
     effects: RefCell<Vec<EffectFn>>,
     tasks: RefCell<Vec<AbortHandle>>,
     incoming: RefCell<HashMap<u64, AbortHandle>>,
@@ -77,6 +80,7 @@ impl Shared {
             services: RefCell::default(),
             listeners: RefCell::default(),
             inners: RefCell::default(),
+            running_inners: RefCell::default(),
             effects: RefCell::default(),
             tasks: RefCell::default(),
             incoming: RefCell::default(),
@@ -303,11 +307,32 @@ impl Shared {
             Err(e) => return self.reply(msg.id, Err(e)),
         };
         let shared = self.clone();
-        let id = msg.id;
-        tokio::task::spawn_local(async move {
+        let (id, waterfall) = (msg.id, msg.ref_id);
+        let task = tokio::task::spawn_local(async move {
             let result = catch(inner(payload)).await.and_then(|r| r);
+            shared.running_inners.borrow_mut().remove(&waterfall);
             shared.reply(id, result);
         });
+        if !task.is_finished() {
+            self.running_inners
+                .borrow_mut()
+                .insert(waterfall, (id, task.abort_handle()));
+        }
+    }
+
+    /// The dispatcher of waterfall `id` stopped waiting: forget its inner
+    /// default and stop it if it runs, answering the listener that called
+    /// `next` so the chain unwinds.
+    fn drop_waterfall(&self, id: u64) {
+        self.inners.borrow_mut().remove(&id);
+        let running = self.running_inners.borrow_mut().remove(&id);
+        if let Some((request, task)) = running {
+            task.abort();
+            self.reply(
+                request,
+                Err(Error::new(codes::DISPOSED, "the waterfall was cancelled")),
+            );
+        }
     }
 
     /// Another fiber was disposed: drop what it registered with us.
@@ -342,6 +367,9 @@ impl Shared {
         self.services.borrow_mut().clear();
         self.listeners.borrow_mut().clear();
         self.inners.borrow_mut().clear();
+        for (_, (_, task)) in self.running_inners.borrow_mut().drain() {
+            task.abort();
+        }
         self.caller_cleanups.borrow_mut().clear();
         for (_, task) in self.incoming.borrow_mut().drain() {
             task.abort();
@@ -851,9 +879,16 @@ impl Dispatch {
                 .borrow_mut()
                 .insert(id, Box::new(move |v| Box::pin(inner(v))));
         });
-        let result = call.wait().await;
-        shared.inners.borrow_mut().remove(&waterfall_id);
-        result
+        /// Runs `drop_waterfall` however the dispatch ends, including when
+        /// the dispatching future is dropped (its caller cancelled).
+        struct Forget(Rc<Shared>, u64);
+        impl Drop for Forget {
+            fn drop(&mut self) {
+                self.0.drop_waterfall(self.1);
+            }
+        }
+        let _forget = Forget(shared.clone(), waterfall_id);
+        call.wait().await
     }
 }
 

@@ -621,13 +621,33 @@ impl Loop {
                 let handle = tokio::task::spawn_local(async move { t.call("execute", exec).await });
                 started.push((k, seq, handle));
             }
-            for (k, seq, handle) in started {
-                let result = match handle.await {
-                    Ok(Ok(r)) => r,
-                    Ok(Err(e)) => {
+            for (k, seq, mut handle) in started {
+                // A cancel stops the calls still running: dropping the call
+                // cancels it in the tool's plugin (bash kills its process
+                // group), and the result is the original's ABORTED.
+                let aborted = abort.notify.notified();
+                tokio::pin!(aborted);
+                aborted.as_mut().enable();
+                let outcome = if abort.is_aborted() && !handle.is_finished() {
+                    None
+                } else {
+                    tokio::select! {
+                        biased;
+                        r = &mut handle => Some(r),
+                        _ = aborted => None,
+                    }
+                };
+                let result = match outcome {
+                    None => {
+                        handle.abort();
+                        json!({"isError": true, "error": {"message": "tool call aborted", "info": {"name": "AbortError", "code": "ABORTED"}},
+                               "content": [msg::text("Error: tool call aborted")]})
+                    }
+                    Some(Ok(Ok(r))) => r,
+                    Some(Ok(Err(e))) => {
                         json!({"isError": true, "error": {"message": e.message}, "content": [msg::text(&format!("Error: {}", e.message))]})
                     }
-                    Err(e) => {
+                    Some(Err(e)) => {
                         json!({"isError": true, "error": {"message": e.to_string()}, "content": [msg::text("Error: the tool task failed")]})
                     }
                 };

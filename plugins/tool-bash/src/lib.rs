@@ -7,6 +7,8 @@ use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dsh_sdk::prelude::*;
@@ -42,6 +44,27 @@ impl Drop for GroupGuard {
             // SAFETY: signalling our own child's process group.
             unsafe { libc::kill(-self.0, libc::SIGKILL) };
         }
+    }
+}
+
+/// Set when the `execute` call that owns a run is dropped (its caller
+/// cancelled), so the blocking run kills the process group instead of
+/// waiting it out.
+#[derive(Clone, Default)]
+struct Cancel(Arc<AtomicBool>);
+
+impl Cancel {
+    fn is_set(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Sets the flag when dropped: the async side of a run going away.
+struct CancelOnDrop(Cancel);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        (self.0).0.store(true, Ordering::Relaxed);
     }
 }
 
@@ -85,7 +108,12 @@ fn spill_dir() -> PathBuf {
     dir
 }
 
-fn run(mut cmd: Command, timeout: Duration, tag: String) -> std::io::Result<Outcome> {
+fn run(
+    mut cmd: Command,
+    timeout: Duration,
+    tag: String,
+    cancel: Cancel,
+) -> std::io::Result<Outcome> {
     let mut child = cmd.spawn()?;
     let guard = GroupGuard(child.id() as i32);
     let dir = spill_dir();
@@ -103,6 +131,11 @@ fn run(mut cmd: Command, timeout: Duration, tag: String) -> std::io::Result<Outc
         let status = loop {
             if let Some(st) = child.try_wait()? {
                 break st;
+            }
+            if cancel.is_set() {
+                // SAFETY: our child's process group.
+                unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+                break child.wait()?;
             }
             if Instant::now() >= deadline {
                 timed_out = true;
@@ -320,8 +353,10 @@ async fn execute(ctx: Context, jobs: jobs::Jobs, req: Request) -> Result<Reply> 
     } = prepared;
     let tag = dsh_sdk::new_id();
     let t2 = tag.clone();
+    let cancel = Cancel::default();
+    let _cancel_on_drop = CancelOnDrop(cancel.clone());
     let outcome = tokio::task::spawn_blocking(move || {
-        let r = run(cmd, Duration::from_millis(timeout_ms), t2);
+        let r = run(cmd, Duration::from_millis(timeout_ms), t2, cancel);
         drop(landlock);
         r
     })
