@@ -232,14 +232,97 @@ fn is_zstd(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "zstd")
 }
 
-/// The log's text: zstd-framed logs (the original's default) are decoded.
-pub fn read(path: &Path) -> std::io::Result<Vec<u8>> {
-    let raw = std::fs::read(path)?;
-    if is_zstd(path) {
-        zstd::stream::decode_all(raw.as_slice())
-    } else {
-        Ok(raw)
+/// A log's text, and for a zstd log where its frames start, so a repair can
+/// cut the file at a frame boundary.
+pub struct Log {
+    /// The decoded JSONL text (complete frames only).
+    pub text: Vec<u8>,
+    /// zstd only: (text offset, file offset) of each decoded frame.
+    frames: Vec<(usize, u64)>,
+    /// zstd only: file offset of a torn (incomplete or undecodable) tail.
+    torn_frame: Option<u64>,
+    zstd: bool,
+}
+
+impl Log {
+    /// True when the file's bytes end in a torn frame.
+    pub fn is_torn(&self) -> bool {
+        self.torn_frame.is_some()
     }
+}
+
+/// Reads a log: zstd-framed logs (the original's default) are decoded frame
+/// by frame, so a crash mid-append loses only the frame being written.
+pub fn read(path: &Path) -> std::io::Result<Log> {
+    let raw = std::fs::read(path)?;
+    if !is_zstd(path) {
+        return Ok(Log {
+            text: raw,
+            frames: Vec::new(),
+            torn_frame: None,
+            zstd: false,
+        });
+    }
+    decode_frames(&raw)
+}
+
+fn decode_frames(raw: &[u8]) -> std::io::Result<Log> {
+    let mut log = Log {
+        text: Vec::new(),
+        frames: Vec::new(),
+        torn_frame: None,
+        zstd: true,
+    };
+    let mut pos = 0;
+    while pos < raw.len() {
+        let size = zstd::zstd_safe::find_frame_compressed_size(&raw[pos..]).unwrap_or(0);
+        let decoded = (size > 0 && pos + size <= raw.len())
+            .then(|| zstd::stream::decode_all(&raw[pos..pos + size]).ok())
+            .flatten();
+        let Some(decoded) = decoded else {
+            log.torn_frame = Some(pos as u64);
+            check_nothing_completes_after(&raw[pos..], pos)?;
+            break;
+        };
+        log.frames.push((log.text.len(), pos as u64));
+        log.text.extend_from_slice(&decoded);
+        pos += size;
+    }
+    Ok(log)
+}
+
+/// A damaged frame is a torn tail only if no later frame completes a turn;
+/// otherwise the log is corrupt, as with a damaged line. The damaged frame's
+/// length is unknown, so later frames are found by their magic number.
+fn check_nothing_completes_after(rest: &[u8], at: usize) -> std::io::Result<()> {
+    const MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+    let starts = rest
+        .windows(MAGIC.len())
+        .enumerate()
+        .skip(1)
+        .filter(|(_, w)| *w == MAGIC)
+        .map(|(i, _)| i);
+    for i in starts {
+        let Ok(size) = zstd::zstd_safe::find_frame_compressed_size(&rest[i..]) else {
+            continue;
+        };
+        if i + size > rest.len() {
+            continue;
+        }
+        let Ok(text) = zstd::stream::decode_all(&rest[i..i + size]) else {
+            continue;
+        };
+        let completes = text.split(|b| *b == b'\n').any(|line| {
+            serde_json::from_slice::<Value>(line).is_ok_and(|v| v["type"] == "turn/end")
+        });
+        if completes {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("a damaged zstd frame at byte {at} precedes a completed turn"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Appends a batch and fsyncs (as one new frame in a zstd log); a failed
@@ -259,18 +342,37 @@ pub fn append(path: &Path, events: &str) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Truncates a torn tail and appends the closers, durably.
+/// Truncates a torn tail (`torn_at` is a text offset from [`scan`]) and
+/// appends the closers, durably. In a zstd log the cut falls on the start of
+/// the frame holding the defect, and that frame's lines before the defect are
+/// written again.
 pub fn repair(
     path: &Path,
+    log: &Log,
     torn_at: Option<usize>,
     closers: &[SessionEvent],
 ) -> std::io::Result<()> {
-    if let Some(at) = torn_at {
+    let (cut, mut text) = match (torn_at, log.zstd) {
+        (Some(at), false) => (Some(at as u64), String::new()),
+        (None, false) => (None, String::new()),
+        (Some(at), true) => {
+            let (start, file_at) = log
+                .frames
+                .iter()
+                .rev()
+                .find(|(start, _)| *start <= at)
+                .copied()
+                .unwrap_or((0, 0));
+            let kept = String::from_utf8_lossy(&log.text[start..at]).into_owned();
+            (Some(file_at), kept)
+        }
+        (None, true) => (log.torn_frame, String::new()),
+    };
+    if let Some(at) = cut {
         let f = std::fs::OpenOptions::new().write(true).open(path)?;
-        f.set_len(at as u64)?;
+        f.set_len(at)?;
         f.sync_all()?;
     }
-    let mut text = String::new();
     for c in closers {
         text.push_str(&serde_json::to_string(c).map_err(std::io::Error::other)?);
         text.push('\n');
@@ -304,6 +406,96 @@ mod tests {
         assert_eq!(s.torn_at, Some(head.len() + e0.len()));
         let corrupt = format!("{head}garbage\n{{\"type\":\"turn/end\",\"seq\":1,\"time\":1,\"data\":{{\"turn\":1,\"reason\":{{\"kind\":\"completed\"}}}}}}\n");
         assert!(scan(corrupt.as_bytes()).is_err());
+    }
+
+    const HEAD: &str =
+        "{\"type\":\"session\",\"version\":0,\"id\":\"s\",\"createdAt\":1,\"delegationDepth\":0}\n";
+
+    fn line(kind: &str, seq: u64) -> String {
+        let data = if kind == "turn/end" {
+            json!({"turn": 1, "reason": {"kind": "completed"}})
+        } else {
+            json!({"turn": 1})
+        };
+        format!(
+            "{}\n",
+            json!({"type": kind, "seq": seq, "time": 1, "data": data})
+        )
+    }
+
+    fn frame(text: &str) -> Vec<u8> {
+        zstd::stream::encode_all(text.as_bytes(), 3).unwrap()
+    }
+
+    /// A zstd log in a fresh temp file, from raw frame bytes.
+    fn zstd_file(name: &str, raw: &[u8]) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("dsh-zstd-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("session.jsonl.zstd");
+        std::fs::write(&path, raw).unwrap();
+        path
+    }
+
+    #[test]
+    fn a_torn_zstd_frame_loses_only_itself_and_is_cut_off() {
+        let first = format!("{HEAD}{}", line("turn/start", 0));
+        let second = line("step/start", 1);
+        let mut raw = [frame(&first), frame(&second)].concat();
+        let whole = raw.len();
+        let third = frame(&line("step/end", 2));
+        raw.extend_from_slice(&third[..third.len() / 2]);
+        let path = zstd_file("torn", &raw);
+        let log = read(&path).unwrap();
+        assert!(log.is_torn());
+        assert_eq!(log.text, format!("{first}{second}").into_bytes());
+        let s = scan(&log.text).unwrap();
+        assert_eq!((s.events.len(), s.torn_at), (2, None));
+        repair(&path, &log, s.torn_at, &[]).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), whole as u64);
+        let again = read(&path).unwrap();
+        assert!(!again.is_torn());
+        assert_eq!(again.text, log.text);
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn a_defect_inside_a_zstd_frame_keeps_the_lines_before_it() {
+        let first = format!("{HEAD}{}", line("turn/start", 0));
+        let good = line("step/start", 1);
+        let raw = [frame(&first), frame(&format!("{good}garbage\n"))].concat();
+        let path = zstd_file("defect", &raw);
+        let log = read(&path).unwrap();
+        let s = scan(&log.text).unwrap();
+        assert_eq!(s.torn_at, Some(first.len() + good.len()));
+        let closer = SessionEvent {
+            seq: 2,
+            ..serde_json::from_str(line("step/end", 2).trim_end()).unwrap()
+        };
+        repair(&path, &log, s.torn_at, &[closer]).unwrap();
+        let again = read(&path).unwrap();
+        assert!(!again.is_torn());
+        let expected = format!("{first}{good}{}", line("step/end", 2));
+        assert_eq!(String::from_utf8(again.text).unwrap(), expected);
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn a_damaged_zstd_frame_before_a_completed_turn_is_corruption() {
+        // A damaged magic number: the frame cannot even be sized.
+        let mut bad = frame(&line("step/start", 1));
+        bad[0] ^= 0xff;
+        let raw = [
+            frame(&format!("{HEAD}{}", line("turn/start", 0))),
+            bad,
+            frame(&line("turn/end", 2)),
+        ]
+        .concat();
+        let err = decode_frames(&raw).err().map(|e| e.to_string());
+        assert!(
+            err.as_deref()
+                .is_some_and(|e| e.contains("precedes a completed turn")),
+            "{err:?}"
+        );
     }
 
     #[test]

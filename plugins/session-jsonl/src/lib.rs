@@ -122,12 +122,12 @@ impl Store {
 
     fn load(&self, id: &str, repair: bool) -> Result<(SessionHeader, Vec<SessionEvent>)> {
         let path = self.find(id)?;
-        let bytes = format::read(&path).map_err(|e| err("PERSISTENCE", e))?;
+        let log = format::read(&path).map_err(|e| err("PERSISTENCE", e))?;
         let Scan {
             header,
             mut events,
             torn_at,
-        } = scan(&bytes).map_err(|e| {
+        } = scan(&log.text).map_err(|e| {
             err(
                 "SESSION_CORRUPT",
                 format!(
@@ -137,8 +137,8 @@ impl Store {
             )
         })?;
         let closers = interrupted_turn_closers(&events);
-        if repair && (torn_at.is_some() || !closers.is_empty()) {
-            format::repair(&path, torn_at, &closers).map_err(|e| err("PERSISTENCE", e))?;
+        if repair && (torn_at.is_some() || log.is_torn() || !closers.is_empty()) {
+            format::repair(&path, &log, torn_at, &closers).map_err(|e| err("PERSISTENCE", e))?;
         }
         events.extend(closers);
         Ok((header, events))
@@ -164,8 +164,8 @@ async fn handle(store: Shared, req: Request) -> Result<Reply> {
                 )
             })?;
             let path = store.find(&id)?;
-            let bytes = format::read(&path).map_err(|e| err("PERSISTENCE", e))?;
-            let s = scan(&bytes).map_err(|e| err("SESSION_CORRUPT", e))?;
+            let log = format::read(&path).map_err(|e| err("PERSISTENCE", e))?;
+            let s = scan(&log.text).map_err(|e| err("SESSION_CORRUPT", e))?;
             let events: Vec<&SessionEvent> = s.events.iter().filter(|e| e.seq >= from).collect();
             Reply::json(json!({"header": s.header, "events": events}))
         }
@@ -188,10 +188,10 @@ async fn handle(store: Shared, req: Request) -> Result<Reply> {
                     } else {
                         e.path()
                     };
-                    let Ok(bytes) = format::read(&path) else {
+                    let Ok(log) = format::read(&path) else {
                         continue;
                     };
-                    let Ok(s) = scan(&bytes) else { continue };
+                    let Ok(s) = scan(&log.text) else { continue };
                     let turns = s.events.iter().filter(|e| e.kind == "turn/start").count();
                     let last_prompt = s
                         .events
@@ -253,7 +253,9 @@ impl Plugin for Jsonl {
                     stored
                 } else {
                     match format::read(&path) {
-                        Ok(bytes) => scan(&bytes).map(|sc| sc.events.len() as u64).unwrap_or(0),
+                        Ok(log) => scan(&log.text)
+                            .map(|sc| sc.events.len() as u64)
+                            .unwrap_or(0),
                         Err(_) => 0,
                     }
                 };
