@@ -17,10 +17,15 @@ fn core_rows(fake: &FakeLlm, home: &std::path::Path) -> String {
 }
 
 async fn setup() -> (TestHost, FakeLlm) {
+    setup_with(|rows| rows).await
+}
+
+/// `setup`, with the core rows edited first.
+async fn setup_with(edit: impl FnOnce(String) -> String) -> (TestHost, FakeLlm) {
     std::env::set_var(KEY_ENV, "sk-test-not-a-real-key");
     let fake = FakeLlm::start().await;
     let t = TestHost::start().await;
-    t.apply(&core_rows(&fake, t.home.path())).await;
+    t.apply(&edit(core_rows(&fake, t.home.path()))).await;
     for s in t.host.status().await {
         assert_eq!(format!("{:?}", s.state), "Active", "{s:?}");
     }
@@ -371,6 +376,41 @@ async fn rate_limit_with_retry_after_is_retried_and_logged() {
         .find(|e| e["type"] == "assistant/message")
         .unwrap();
     assert_eq!(msg["data"]["message"]["content"][0]["text"], "recovered");
+}
+
+#[tokio::test]
+async fn cancel_during_a_retry_wait_ends_the_turn_without_waiting_it_out() {
+    let (t, fake) = setup_with(|rows| {
+        assert!(rows.contains("maxDelayMs = 3000"));
+        rows.replace("maxDelayMs = 3000", "maxDelayMs = 60000")
+    })
+    .await;
+    fake.push([Answer::Status(
+        429,
+        vec![("Retry-After".into(), "30".into())],
+        "{\"error\":{\"message\":\"slow down\"}}".into(),
+    )]);
+    let agent = new_agent(&t, "/tmp").await;
+    t.call(
+        "agents",
+        "followup",
+        json!({"agent": agent, "message": {"text": "go"}}),
+    )
+    .await;
+    wait_for_event(&t, &agent, "llm/retry").await;
+    t.call("agents", "cancel", json!({"agent": agent})).await;
+    // The retry waits 30 s (Retry-After); the cancel must not sit through it.
+    let idle = t.call("agents", "whenIdle", json!({"agent": agent}));
+    let reason = tokio::time::timeout(Duration::from_secs(15), idle)
+        .await
+        .expect("the cancel ended the turn during the retry wait")["reason"]
+        .clone();
+    assert_eq!(
+        reason,
+        json!({"kind": "aborted", "reason": {"kind": "user"}})
+    );
+    assert_eq!(fake.requests().len(), 1, "no retry after the cancel");
+    t.shutdown().await;
 }
 
 #[tokio::test]

@@ -1,5 +1,6 @@
 //! The turn and step algorithm (reference dsh-core §4.4–4.6, §5.4).
 
+use std::future::Future;
 use std::rc::Rc;
 
 use dsh_sdk::new_id;
@@ -30,6 +31,25 @@ impl Loop {
             Err(Stop::Aborted)
         } else {
             Ok(())
+        }
+    }
+
+    /// Awaits `fut` unless the turn is aborted first: a cancel must not wait
+    /// out a retry delay or a running tool. Dropping `fut` cancels the calls
+    /// it made.
+    async fn unless_aborted<T>(
+        &self,
+        abort: &Abort,
+        fut: impl Future<Output = T>,
+    ) -> Result<T, Stop> {
+        let aborted = abort.notify.notified();
+        tokio::pin!(aborted);
+        aborted.as_mut().enable();
+        self.check(abort)?;
+        tokio::select! {
+            biased;
+            _ = aborted => Err(Stop::Aborted),
+            v = fut => Ok(v),
         }
     }
 
@@ -476,7 +496,7 @@ impl Loop {
                     .as_ref()
                     .map(|f| f["failure"].clone())
                     .unwrap_or(Value::Null);
-                let action = self
+                let decide = self
                     .ctx
                     .dispatch("agent/request-error")
                     .scope(agent)
@@ -484,9 +504,8 @@ impl Loop {
                         json!({"agent": agent, "turn": turn, "step": step, "provider": provider, "failure": failure,
                                "retryPolicy": {"mode": "normal", "maxRetries": 5, "initialDelayMs": 500, "maxDelayMs": 10000, "jitterRatio": 0.1}}),
                         |_| async { Ok(Value::Null) },
-                    )
-                    .await?;
-                self.check(abort)?;
+                    );
+                let action = self.unless_aborted(abort, decide).await??;
                 if action["kind"] == "retry" {
                     continue;
                 }
@@ -624,18 +643,12 @@ impl Loop {
             for (k, seq, mut handle) in started {
                 // A cancel stops the calls still running: dropping the call
                 // cancels it in the tool's plugin (bash kills its process
-                // group), and the result is the original's ABORTED.
-                let aborted = abort.notify.notified();
-                tokio::pin!(aborted);
-                aborted.as_mut().enable();
-                let outcome = if abort.is_aborted() && !handle.is_finished() {
-                    None
+                // group), and the result is the original's ABORTED. A call
+                // that finished before the cancel keeps its result.
+                let outcome = if handle.is_finished() {
+                    Some((&mut handle).await)
                 } else {
-                    tokio::select! {
-                        biased;
-                        r = &mut handle => Some(r),
-                        _ = aborted => None,
-                    }
+                    self.unless_aborted(abort, &mut handle).await.ok()
                 };
                 let result = match outcome {
                     None => {
