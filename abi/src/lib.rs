@@ -135,8 +135,9 @@ pub mod kind {
     /// both ways: a reply to `id`. Flags: [`super::flags::ERROR`],
     /// [`super::flags::STREAM`] (an item; more follow) or final.
     pub const REPLY: u32 = 10;
-    /// plugin→host: cancel outgoing call `id`. host→plugin: the caller of
-    /// host call `id` is gone; stop working on it.
+    /// plugin→host: cancel outgoing call or dispatch `id` (a dispatch's
+    /// running listener invocations are cancelled). host→plugin: the caller
+    /// of call or invocation `id` is gone; stop working on it.
     pub const CANCEL: u32 = 11;
     /// plugin→host: dispatch event `target`; `method` = scope key; flags
     /// carry the mode; `id` = local id for the final reply (unused by emit).

@@ -426,6 +426,37 @@ impl State {
         }
     }
 
+    /// The plugin that dispatched `local_id` stopped waiting: drop its chain
+    /// and cancel every listener invocation still running in it.
+    fn cancel_dispatch(&mut self, fiber: FiberId, local_id: u64) {
+        let chain_id = self.chains.iter().find_map(|(id, c)| {
+            matches!(&c.origin, ReplyTo::Plugin { fiber: f, local_id: l, .. }
+                if *f == fiber && *l == local_id)
+            .then_some(*id)
+        });
+        let Some(chain_id) = chain_id else {
+            return;
+        };
+        self.chains.remove(&chain_id);
+        let hops: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| {
+                p.waterfall.is_some_and(|(c, _)| c == chain_id)
+                    || matches!(p.reply_to, ReplyTo::Chain { chain, .. } if chain == chain_id)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in hops {
+            let Some(p) = self.pending.remove(&id) else {
+                continue;
+            };
+            if let Some(f) = self.fibers.get(&p.target) {
+                f.inbox.push(envelope(kind::CANCEL, id));
+            }
+        }
+    }
+
     /// Runs the innermost default of waterfall `chain_id`.
     fn run_inner(&mut self, chain_id: u64, index: usize, payload: String, reply_to: ReplyTo) {
         let Some(chain) = self.chains.get_mut(&chain_id) else {
@@ -863,6 +894,8 @@ impl Router {
                             f.inbox.push(envelope(kind::CANCEL, id));
                         }
                     }
+                } else {
+                    s.cancel_dispatch(gen.fiber, m.id);
                 }
             }
             kind::DISPATCH => {

@@ -166,6 +166,41 @@ fn listeners(event: &str, action: &str, prepend: bool) -> String {
 }
 
 #[tokio::test]
+async fn a_dispatcher_that_stops_waiting_cancels_the_running_listeners() {
+    let t = TestHost::start().await;
+    stage_probe(&t);
+    let rows = format!(
+        "{}{}{}",
+        probe_row("w", &listeners("slow-wf", "hang", false)),
+        probe_row("s", &listeners("slow-serial", "hang", false)),
+        probe_row("d", ""),
+    );
+    t.apply(&rows).await;
+    for (mode, event, listener) in [
+        ("waterfall", "slow-wf", "w"),
+        ("serial", "slow-serial", "s"),
+    ] {
+        let out = t
+            .host
+            .call(
+                "probe:d",
+                "dispatch",
+                json!({"mode": mode, "event": event, "payload": {"trace": []}, "giveUpAfterMs": 50}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(out, json!("gave up"));
+        eventually(&format!("the {mode} listener is cancelled"), || async {
+            journal(&t, listener)
+                .await
+                .contains(&format!("dropped:{listener}"))
+        })
+        .await;
+    }
+    t.shutdown().await;
+}
+
+#[tokio::test]
 async fn waterfall_order_prepend_short_circuit_and_next_once() {
     let t = TestHost::start().await;
     stage_probe(&t);
