@@ -50,6 +50,24 @@ impl BootOptions {
         dirs
     }
 
+    /// The harness's own files besides `$DSH_HOME`, which no tool may
+    /// change: the installation's plugins and profiles, every layer file
+    /// read, and every plugin directory not given with `--plugins-dir` (that
+    /// one is the user's explicit choice).
+    pub fn protected(&self, composition: &Composition) -> Vec<PathBuf> {
+        let mut out: Vec<PathBuf> = self.install.plugins.iter().cloned().collect();
+        out.extend(self.install.profiles.clone());
+        out.extend(composition.files.iter().cloned());
+        out.extend(
+            composition
+                .plugin_dirs
+                .iter()
+                .filter(|d| !self.plugin_dirs.contains(d))
+                .cloned(),
+        );
+        out
+    }
+
     /// The home patch file.
     pub fn home_patch(&self) -> PathBuf {
         self.home.join("patch.toml")

@@ -27,6 +27,10 @@ pub struct HostConfig {
     pub timeouts: Timeouts,
     /// Arguments for the app (served by the `host` service).
     pub args: Vec<String>,
+    /// The harness's own files besides `$DSH_HOME` (installation plugins
+    /// and profiles, layer files): no tool may change them (`host.info`
+    /// lists them with the home as `protected`).
+    pub protected: Vec<PathBuf>,
 }
 
 /// A running host. Cheap to clone.
@@ -112,6 +116,8 @@ impl Host {
         let mut builtins: HashMap<String, Builtin> = HashMap::new();
         let args = config.args.clone();
         let home = config.home.clone();
+        let mut protected = vec![home.clone()];
+        protected.extend(config.protected.iter().cloned());
         let exit2 = exit.clone();
         builtins.insert(
             "host".into(),
@@ -124,6 +130,7 @@ impl Host {
                 }
                 "info" => Ok(json!({
                     "home": home,
+                    "protected": protected,
                     "cwd": std::env::current_dir().ok(),
                     "version": env!("CARGO_PKG_VERSION"),
                     "pid": std::process::id(),

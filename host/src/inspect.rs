@@ -112,6 +112,7 @@ pub async fn soak(
         plugin_dirs: vec![work.clone()],
         timeouts: Timeouts::default(),
         args: Vec::new(),
+        protected: Vec::new(),
     })?;
     host.apply(Tree {
         rows: vec![ComposedRow {

@@ -273,6 +273,25 @@ fn signals(tx: mpsc::UnboundedSender<Stop>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A `--plugins-dir` inside the workspace or the temp directory stays
+/// writable for the agent (a plugin author's `target/debug`): say so once.
+fn say_writable_plugin_dirs(dirs: &[PathBuf]) {
+    let real = |p: PathBuf| p.canonicalize().unwrap_or(p);
+    let roots = [
+        real(std::env::current_dir().unwrap_or_default()),
+        real(std::env::temp_dir()),
+    ];
+    for d in dirs {
+        let real = real(std::path::absolute(d).unwrap_or_else(|_| d.clone()));
+        if roots.iter().any(|r| real.starts_with(r)) {
+            eprintln!(
+                "dsh-host: note: --plugins-dir {} is inside the workspace or temp directory: the agent can write libraries there that this host loads",
+                real.display()
+            );
+        }
+    }
+}
+
 fn run(args: RunArgs) -> anyhow::Result<u8> {
     let Some(profile) = args.profile.clone() else {
         anyhow::bail!("--profile <NAME> is required (or a subcommand: plugins list|check|soak)");
@@ -311,11 +330,13 @@ async fn serve(
     std::fs::create_dir_all(&drop_in_dir)
         .with_context(|| format!("cannot create {}", drop_in_dir.display()))?;
     let drop_in_dir = drop_in_dir.canonicalize().unwrap_or(drop_in_dir);
+    say_writable_plugin_dirs(&opts.plugin_dirs);
     let host = Host::start(HostConfig {
         home: opts.home.clone(),
         plugin_dirs: composition.plugin_dirs.clone(),
         timeouts: Timeouts::default(),
         args: args.args.clone(),
+        protected: opts.protected(&composition),
     })?;
     let (change_tx, mut change_rx) = mpsc::unbounded_channel();
     let _watcher = if args.watch {

@@ -35,8 +35,10 @@
 #![deny(missing_docs)]
 
 mod actor;
+pub mod beneath;
 mod context;
 mod error;
+pub mod fence;
 mod link;
 mod logging;
 pub mod process;

@@ -75,12 +75,8 @@ pub fn text_reply(text: &str) -> Result<Reply> {
     Reply::json(json!({"content": [msg::text(text)]}))
 }
 
-/// `file` resolved against the call's working directory.
+/// `file` resolved against the call's working directory, as the fence sees
+/// it ([`crate::fence::resolve`]): one path for every spelling of a file.
 pub fn resolve(cwd: &str, file: &str) -> PathBuf {
-    let p = Path::new(file);
-    if p.is_absolute() {
-        p.to_owned()
-    } else {
-        Path::new(cwd).join(p)
-    }
+    crate::fence::resolve(Path::new(cwd), Path::new(file))
 }

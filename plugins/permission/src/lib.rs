@@ -1,11 +1,10 @@
 //! `permission`: permission modes as a `tools/pre-execute` listener.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
+use dsh_sdk::fence::{resolve, Fence, Mode, RefusalKind};
 use dsh_sdk::prelude::*;
 use serde::Deserialize;
-
-const MODES: [&str; 3] = ["read-only", "workspace-write", "danger-full-access"];
 
 #[derive(Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
@@ -17,34 +16,8 @@ struct Config {
     approval: Option<String>,
 }
 
-/// The canonical form of `p`, even when it does not exist yet: the longest
-/// existing ancestor is canonicalized (resolving symlinks), the rest is
-/// appended lexically with `..` and `.` applied.
-fn canonical(p: &Path) -> PathBuf {
-    let mut existing = p.to_owned();
-    let mut rest: Vec<std::ffi::OsString> = Vec::new();
-    while !existing.exists() {
-        match (existing.file_name(), existing.parent()) {
-            (Some(name), Some(parent)) => {
-                rest.push(name.to_owned());
-                existing = parent.to_owned();
-            }
-            _ => break,
-        }
-    }
-    let mut out = existing.canonicalize().unwrap_or(existing);
-    for part in rest.iter().rev() {
-        match Path::new(part).components().next() {
-            Some(Component::ParentDir) => {
-                out.pop();
-            }
-            Some(Component::CurDir) | None => {}
-            _ => out.push(part),
-        }
-    }
-    out
-}
-
+/// The file a `write` or `edit` call would change, resolved as the fence
+/// sees it.
 fn mutation_target(exec: &Value) -> Option<PathBuf> {
     let name = exec["name"].as_str()?;
     if name != "write" && name != "edit" {
@@ -52,13 +25,7 @@ fn mutation_target(exec: &Value) -> Option<PathBuf> {
     }
     let file = exec["arguments"]["file_path"].as_str()?;
     let cwd = exec["cwd"].as_str().unwrap_or("/");
-    let p = Path::new(file);
-    let joined = if p.is_absolute() {
-        p.to_owned()
-    } else {
-        Path::new(cwd).join(p)
-    };
-    Some(canonical(&joined))
+    Some(resolve(Path::new(cwd), Path::new(file)))
 }
 
 fn deny(reason: String) -> Value {
@@ -74,7 +41,7 @@ impl Plugin for Permission {
     type Config = Config;
 
     async fn apply(ctx: Context, config: Config) -> Result<()> {
-        let mode = config
+        let mode: Mode = config
             .mode
             .filter(|m| !m.is_empty())
             .or_else(|| {
@@ -82,66 +49,49 @@ impl Plugin for Permission {
                     .ok()
                     .filter(|m| !m.is_empty())
             })
-            .unwrap_or_else(|| "workspace-write".into());
-        if !MODES.contains(&mode.as_str()) {
-            return Err(Error::new(
-                codes::INVALID_CONFIG,
-                format!(
-                    "unknown permission mode `{mode}` (use {})",
-                    MODES.join(", ")
-                ),
-            ));
-        }
-        let approval = config.approval.unwrap_or_else(|| {
-            if mode == "danger-full-access" {
-                "never"
-            } else {
-                "ask"
+            .unwrap_or_else(|| Mode::WorkspaceWrite.as_str().into())
+            .parse()
+            .map_err(|e: String| Error::new(codes::INVALID_CONFIG, e))?;
+        let ask = match config.approval.as_deref() {
+            None => mode != Mode::DangerFullAccess,
+            Some("ask") => true,
+            Some("never") => false,
+            Some(other) => {
+                return Err(Error::new(
+                    codes::INVALID_CONFIG,
+                    format!("unknown approval policy `{other}` (use ask or never)"),
+                ))
             }
-            .into()
-        });
-        if approval != "ask" && approval != "never" {
-            return Err(Error::new(
-                codes::INVALID_CONFIG,
-                format!("unknown approval policy `{approval}` (use ask or never)"),
-            ));
-        }
-        let temp = canonical(&std::env::temp_dir());
+        };
+        // The harness's own files, which no tool may change.
+        let info = ctx.service("host").call("info", json!({})).await?;
+        let protected: Vec<PathBuf> = serde_json::from_value(info["protected"].clone())
+            .unwrap_or_default();
+        let temp = std::env::temp_dir();
         ctx.on("tools/pre-execute", move |ev| {
-            let (mode, temp, approval) = (mode.clone(), temp.clone(), approval.clone());
+            let (temp, protected) = (temp.clone(), protected.clone());
             async move {
                 let exec = &ev.payload["exec"];
-                let root = canonical(Path::new(exec["cwd"].as_str().unwrap_or("/")));
+                let cwd = Path::new(exec["cwd"].as_str().unwrap_or("/"));
+                let fence = Fence::new(mode, cwd, &temp, &protected);
+                let sandbox = serde_json::to_value(&fence)?;
                 if let Some(target) = mutation_target(exec) {
                     let name = exec["name"].as_str().unwrap_or_default();
-                    match mode.as_str() {
-                        "read-only" => {
-                            return Ok(deny(format!(
-                                "{name} of {} is not allowed in read-only mode; set DSH_PERMISSION_MODE=workspace-write (or danger-full-access) to allow file changes",
-                                target.display()
-                            )))
-                        }
-                        "workspace-write" if !target.starts_with(&root) && !target.starts_with(&temp) => {
-                            let reason = format!(
-                                "{} is outside the workspace {} (workspace-write mode allows changes only there and in {}); set DSH_PERMISSION_MODE=danger-full-access to allow it",
-                                target.display(),
-                                root.display(),
-                                temp.display()
-                            );
-                            // `ask`: the approval seam decides (and denies
-                            // with this reason when no one can answer).
-                            return Ok(if approval == "ask" {
-                                json!({"kind": "ask", "reason": reason, "sandbox": {"mode": mode, "root": root}})
-                            } else {
-                                deny(reason)
-                            });
-                        }
-                        _ => {}
+                    if let Err(refusal) = fence.check_write(name, &target) {
+                        // `ask`: the approval seam decides what lies beyond
+                        // the workspace (and denies with this reason when no
+                        // one can answer); the harness's own files and
+                        // read-only mode are never asked about.
+                        return Ok(if ask && refusal.kind == RefusalKind::Outside {
+                            json!({"kind": "ask", "reason": refusal.message, "sandbox": sandbox})
+                        } else {
+                            deny(refusal.message)
+                        });
                     }
                 }
                 let mut decision = ev.next(ev.payload.clone()).await?;
                 if decision["kind"] == "allow" || decision["kind"] == "ask" {
-                    decision["sandbox"] = json!({"mode": mode, "root": root});
+                    decision["sandbox"] = sandbox;
                 }
                 Ok(decision)
             }

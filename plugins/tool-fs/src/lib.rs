@@ -3,56 +3,103 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
+use dsh_sdk::beneath::{open_parent, Dir};
+use dsh_sdk::fence::{resolve, version, Fence};
 use dsh_sdk::prelude::*;
-use dsh_sdk::tool::{register_tools, resolve as join_cwd};
+use dsh_sdk::tool::register_tools;
 use dsh_sdk::vocab::msg;
 
-/// (agent, canonical path) -> the version the agent last saw.
+/// (agent, resolved path) -> the version the agent last saw.
 type Observed = Rc<RefCell<HashMap<(String, PathBuf), String>>>;
-
-fn version_of(path: &Path) -> Option<String> {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(path).ok()?;
-    Some(format!("{}:{}:{}", m.len(), m.mtime(), m.mtime_nsec()))
-}
-
-fn resolve(cwd: &str, file: &str) -> PathBuf {
-    let p = join_cwd(cwd, file);
-    p.canonicalize().unwrap_or(p)
-}
 
 fn fs_error(code: &str, message: String) -> Error {
     Error::new(code, message)
 }
 
-/// Writes `text` to `path` atomically: a temp file in the same directory,
-/// fsynced, then renamed over the target (keeping its permissions).
-fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.dsh-{}.tmp", std::process::id()));
-    {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        if let Ok(m) = std::fs::metadata(path) {
-            let _ = std::fs::set_permissions(&tmp, m.permissions());
-        }
-    }
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
+fn io_error(verb: &str, file: &str, e: &std::io::Error) -> Error {
+    let code = match e.kind() {
+        std::io::ErrorKind::PermissionDenied => "FS_DENIED",
+        std::io::ErrorKind::NotFound => "FS_NOT_FOUND",
+        _ => "FS_ERROR",
+    };
+    fs_error(code, format!("cannot {verb} {file}: {e}"))
 }
 
-fn require_observed(observed: &Observed, agent: &str, path: &Path, shown: &str) -> Result<()> {
+/// The file a call changes: resolved as the fence sees it, checked against
+/// the fence the policy handed over (unless the user approved the call),
+/// and its parent directory opened beneath the writable root it lies in,
+/// so nothing swapped in after the check is followed.
+struct Target {
+    path: PathBuf,
+    root: PathBuf,
+    /// The open parent directory and the name in it; `None` while the
+    /// parent does not exist yet (`write` creates it).
+    dir: Option<(Dir, OsString)>,
+}
+
+impl Target {
+    fn open(req: &Request, tool: &str, file: &str) -> Result<Target> {
+        let cwd = req.params["cwd"].as_str().unwrap_or(".");
+        let path = resolve(Path::new(cwd), Path::new(file));
+        let fence: Option<Fence> = match req.params.get("sandbox") {
+            Some(s) if !s.is_null() => Some(serde_json::from_value(s.clone())?),
+            _ => None,
+        };
+        let approved = req.params["approved"] == json!(true);
+        if let Some(f) = fence.as_ref().filter(|_| !approved) {
+            f.check_write(tool, &path)
+                .map_err(|r| fs_error("FS_DENIED", r.message))?;
+        }
+        let root = fence
+            .as_ref()
+            .and_then(|f| f.root_for(&path))
+            .unwrap_or(Path::new("/"))
+            .to_owned();
+        let dir = match open_parent(&root, &path, false) {
+            Ok(d) => Some(d),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(io_error(tool, file, &e)),
+        };
+        Ok(Target { path, root, dir })
+    }
+
+    /// The file's metadata (a symlink itself, never its target).
+    fn stat(&self, file: &str) -> Result<Option<std::fs::Metadata>> {
+        match &self.dir {
+            None => Ok(None),
+            Some((dir, name)) => dir.stat(name).map_err(|e| io_error("inspect", file, &e)),
+        }
+    }
+
+    /// Writes `bytes` atomically (creating missing directories), then
+    /// returns the file's new version.
+    async fn write(self, file: &str, bytes: Vec<u8>) -> Result<Option<String>> {
+        let Target { path, root, dir } = self;
+        tokio::task::spawn_blocking(move || {
+            let (dir, name) = match dir {
+                Some(d) => d,
+                None => open_parent(&root, &path, true)?,
+            };
+            dir.write_atomic(&name, &bytes)?;
+            Ok(dir.stat(&name)?.map(|m| version(&m)))
+        })
+        .await
+        .map_err(|e| Error::msg(e.to_string()))?
+        .map_err(|e: std::io::Error| io_error("write", file, &e))
+    }
+}
+
+fn require_observed(
+    observed: &Observed,
+    agent: &str,
+    path: &Path,
+    current: Option<&std::fs::Metadata>,
+    shown: &str,
+) -> Result<()> {
     let seen = observed
         .borrow()
         .get(&(agent.to_owned(), path.to_owned()))
@@ -62,7 +109,7 @@ fn require_observed(observed: &Observed, agent: &str, path: &Path, shown: &str) 
             "FS_NOT_OBSERVED",
             format!("{shown} must be read with the read tool before it is changed"),
         )),
-        Some(v) if Some(v.as_str()) != version_of(path).as_deref() => Err(fs_error(
+        Some(v) if Some(&v) != current.map(version).as_ref() => Err(fs_error(
             "FS_NOT_OBSERVED",
             format!("{shown} changed since it was last read; read it again before changing it"),
         )),
@@ -90,17 +137,19 @@ async fn write(ctx: &Context, observed: &Observed, req: &Request) -> Result<Valu
     let agent = req.params["agent"].as_str().unwrap_or_default().to_owned();
     let file = args["file_path"].as_str().unwrap_or_default().to_owned();
     let content = args["content"].as_str().unwrap_or_default().to_owned();
-    let path = resolve(req.params["cwd"].as_str().unwrap_or("."), &file);
-    let exists = path.exists();
-    if path.is_dir() {
+    let target = Target::open(req, "write", &file)?;
+    let current = target.stat(&file)?;
+    if current.as_ref().is_some_and(|m| m.is_dir()) {
         return Err(fs_error(
             "FS_IS_DIRECTORY",
             format!("{file} is a directory"),
         ));
     }
+    let exists = current.is_some();
     if exists {
-        require_observed(observed, &agent, &path, &file)?;
+        require_observed(observed, &agent, &target.path, current.as_ref(), &file)?;
     }
+    let path = target.path.clone();
     intent(
         ctx,
         "fs/write-intent",
@@ -108,12 +157,7 @@ async fn write(ctx: &Context, observed: &Observed, req: &Request) -> Result<Valu
         json!({"agent": agent, "path": path, "exists": exists}),
     )
     .await?;
-    let p2 = path.clone();
-    tokio::task::spawn_blocking(move || write_atomic(&p2, &content))
-        .await
-        .map_err(|e| Error::msg(e.to_string()))?
-        .map_err(|e| fs_error("FS_ERROR", format!("cannot write {file}: {e}")))?;
-    if let Some(v) = version_of(&path) {
+    if let Some(v) = target.write(&file, content.into_bytes()).await? {
         observed.borrow_mut().insert((agent, path), v);
     }
     let verb = if exists {
@@ -133,11 +177,12 @@ async fn edit(ctx: &Context, observed: &Observed, req: &Request) -> Result<Value
     let old = args["old_string"].as_str().unwrap_or_default().to_owned();
     let new = args["new_string"].as_str().unwrap_or_default().to_owned();
     let all = args["replace_all"] == json!(true);
-    let path = resolve(req.params["cwd"].as_str().unwrap_or("."), &file);
-    if !path.is_file() {
+    let target = Target::open(req, "edit", &file)?;
+    let current = target.stat(&file)?;
+    if !current.as_ref().is_some_and(|m| m.is_file()) {
         return Err(fs_error("FS_NOT_FOUND", format!("{file} does not exist")));
     }
-    require_observed(observed, &agent, &path, &file)?;
+    require_observed(observed, &agent, &target.path, current.as_ref(), &file)?;
     if old.is_empty() {
         return Err(fs_error(
             "EDIT_EMPTY_MATCH",
@@ -150,8 +195,12 @@ async fn edit(ctx: &Context, observed: &Observed, req: &Request) -> Result<Value
             "old_string and new_string are identical".into(),
         ));
     }
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| fs_error("FS_ERROR", format!("cannot read {file}: {e}")))?;
+    let bytes = match &target.dir {
+        Some((dir, name)) => dir.read(name).map_err(|e| io_error("read", &file, &e))?,
+        None => return Err(fs_error("FS_NOT_FOUND", format!("{file} does not exist"))),
+    };
+    let text = String::from_utf8(bytes)
+        .map_err(|_| fs_error("FS_NOT_TEXT", format!("{file} is not UTF-8 text")))?;
     let count = text.matches(&old).count();
     if count == 0 {
         return Err(fs_error(
@@ -167,6 +216,7 @@ async fn edit(ctx: &Context, observed: &Observed, req: &Request) -> Result<Value
             ),
         ));
     }
+    let path = target.path.clone();
     intent(
         ctx,
         "fs/edit-intent",
@@ -179,12 +229,7 @@ async fn edit(ctx: &Context, observed: &Observed, req: &Request) -> Result<Value
     } else {
         text.replacen(&old, &new, 1)
     };
-    let p2 = path.clone();
-    tokio::task::spawn_blocking(move || write_atomic(&p2, &updated))
-        .await
-        .map_err(|e| Error::msg(e.to_string()))?
-        .map_err(|e| fs_error("FS_ERROR", format!("cannot write {file}: {e}")))?;
-    if let Some(v) = version_of(&path) {
+    if let Some(v) = target.write(&file, updated.into_bytes()).await? {
         observed.borrow_mut().insert((agent, path), v);
     }
     let text = if all {

@@ -136,33 +136,12 @@ async fn execute(ctx: Context, registry: Registry, exec: Value) -> Value {
     if let Some(sandbox) = decision.get("sandbox") {
         exec["sandbox"] = sandbox.clone();
     }
-    let exec = exec;
-    let mut result = match decision["kind"].as_str() {
-        Some("allow") | None => {
-            let (c, r, x) = (ctx.clone(), registry.clone(), exec.clone());
-            match dispatch("tools/execute")
-                .waterfall(json!({"exec": exec}), move |_| async move {
-                    Ok(run_tool(&c, &r, &x).await)
-                })
-                .await
-            {
-                Ok(r) => r,
-                Err(e) => from_error(&e),
-            }
-        }
+    match decision["kind"].as_str() {
+        Some("allow") | None => {}
         Some("ask") => match approve(&ctx, &exec, &decision).await {
-            Ok(()) => {
-                let (c, r, x) = (ctx.clone(), registry.clone(), exec.clone());
-                match dispatch("tools/execute")
-                    .waterfall(json!({"exec": exec}), move |_| async move {
-                        Ok(run_tool(&c, &r, &x).await)
-                    })
-                    .await
-                {
-                    Ok(r) => r,
-                    Err(e) => from_error(&e),
-                }
-            }
+            // The user allowed this call beyond the fence: the tool must
+            // not refuse it again.
+            Ok(()) => exec["approved"] = json!(true),
             Err(reason) => return finish(&ctx, &exec, failure(&reason, None)),
         },
         Some(_) => {
@@ -172,6 +151,16 @@ async fn execute(ctx: Context, registry: Registry, exec: Value) -> Value {
                 .to_owned();
             return finish(&ctx, &exec, failure(&reason, None));
         }
+    }
+    let (c, r, x) = (ctx.clone(), registry.clone(), exec.clone());
+    let mut result = match dispatch("tools/execute")
+        .waterfall(json!({"exec": exec}), move |_| async move {
+            Ok(run_tool(&c, &r, &x).await)
+        })
+        .await
+    {
+        Ok(r) => r,
+        Err(e) => from_error(&e),
     };
     match dispatch("tools/post-execute")
         .waterfall(json!({"exec": exec, "result": result}), |_| async {

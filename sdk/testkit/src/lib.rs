@@ -157,6 +157,7 @@ impl TestHost {
             plugin_dirs: vec![plugins.path().to_owned(), target_dir()],
             timeouts,
             args: Vec::new(),
+            protected: Vec::new(),
         })
         .unwrap_or_else(|e| panic!("host failed to start: {e:#}"));
         TestHost {

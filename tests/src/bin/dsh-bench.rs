@@ -55,6 +55,7 @@ fn host(home: &Path, dirs: Vec<PathBuf>) -> Result<Host> {
         plugin_dirs: dirs,
         timeouts: Timeouts::default(),
         args: Vec::new(),
+        protected: Vec::new(),
     })
 }
 

@@ -1,0 +1,326 @@
+//! Race-free file changes beneath a root: the parent directory is opened
+//! without following symlinks (`openat2` with `RESOLVE_BENEATH |
+//! RESOLVE_NO_SYMLINKS` where the kernel has it, else component by component
+//! with `O_NOFOLLOW`), and everything after that happens relative to that
+//! open directory. A symlink swapped into the path after the fence check is
+//! an error, never followed.
+
+use std::ffi::{CString, OsStr, OsString};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path};
+
+const SYS_OPENAT2: libc::c_long = 437;
+const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+const RESOLVE_BENEATH: u64 = 0x08;
+const DIR_FLAGS: libc::c_int = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC;
+
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+fn cstr(name: &OsStr) -> io::Result<CString> {
+    CString::new(name.as_bytes()).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a path with a NUL byte is not a path",
+        )
+    })
+}
+
+fn fd_or_error(rc: libc::c_long) -> io::Result<OwnedFd> {
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor the kernel just gave us.
+    Ok(unsafe { OwnedFd::from_raw_fd(rc as i32) })
+}
+
+fn symlink_refused(path: &Path) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        format!(
+            "{} contains a symbolic link (or changed while being written); refusing to follow it",
+            path.display()
+        ),
+    )
+}
+
+/// An open directory; every operation is relative to it.
+#[derive(Debug)]
+pub struct Dir {
+    fd: OwnedFd,
+}
+
+impl Dir {
+    /// Opens `root/rel` without following any symlink below `root`,
+    /// creating missing directories when `create` is set. `rel` must be
+    /// relative and normalized (no `..`).
+    pub fn open_beneath(root: &Path, rel: &Path, create: bool) -> io::Result<Dir> {
+        let root_c = cstr(root.as_os_str())?;
+        // SAFETY: a valid C string.
+        let root_fd = fd_or_error(unsafe { libc::open(root_c.as_ptr(), DIR_FLAGS) } as _)?;
+        let dir = Dir { fd: root_fd };
+        if rel.as_os_str().is_empty() {
+            return Ok(dir);
+        }
+        let mut parts = Vec::new();
+        for c in rel.components() {
+            match c {
+                Component::Normal(n) => parts.push(n),
+                Component::CurDir => {}
+                _ => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("{} is not a plain relative path", rel.display()),
+                    ))
+                }
+            }
+        }
+        match dir.openat2(rel) {
+            Ok(d) => return Ok(d),
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                return Err(symlink_refused(&root.join(rel)))
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+                return Err(symlink_refused(&root.join(rel)))
+            }
+            // Missing directories (to create), or no openat2 here: walk.
+            Err(_) => {}
+        }
+        let mut cur = dir;
+        for part in parts {
+            cur = cur.child(part, create).map_err(|e| {
+                if e.raw_os_error() == Some(libc::ELOOP) || e.raw_os_error() == Some(libc::ENOTDIR)
+                {
+                    symlink_refused(&root.join(rel))
+                } else {
+                    e
+                }
+            })?;
+        }
+        Ok(cur)
+    }
+
+    fn openat2(&self, rel: &Path) -> io::Result<Dir> {
+        let c = cstr(rel.as_os_str())?;
+        let how = OpenHow {
+            flags: DIR_FLAGS as u64,
+            mode: 0,
+            resolve: RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+        };
+        // SAFETY: valid pointers to a C string and an open_how of the size given.
+        let rc = unsafe {
+            libc::syscall(
+                SYS_OPENAT2,
+                self.fd.as_raw_fd(),
+                c.as_ptr(),
+                &how as *const OpenHow,
+                std::mem::size_of::<OpenHow>(),
+            )
+        };
+        fd_or_error(rc).map(|fd| Dir { fd })
+    }
+
+    /// The subdirectory `name` (never through a symlink), made if missing
+    /// and `create` is set.
+    fn child(&self, name: &OsStr, create: bool) -> io::Result<Dir> {
+        let c = cstr(name)?;
+        let open = || {
+            // SAFETY: a valid C string relative to our open directory.
+            fd_or_error(unsafe {
+                libc::openat(self.fd.as_raw_fd(), c.as_ptr(), DIR_FLAGS | libc::O_NOFOLLOW)
+            } as _)
+        };
+        match open() {
+            Err(e) if create && e.raw_os_error() == Some(libc::ENOENT) => {
+                // SAFETY: as above.
+                let rc = unsafe { libc::mkdirat(self.fd.as_raw_fd(), c.as_ptr(), 0o777) };
+                if rc < 0 {
+                    let e = io::Error::last_os_error();
+                    if e.raw_os_error() != Some(libc::EEXIST) {
+                        return Err(e);
+                    }
+                }
+                open().map(|fd| Dir { fd })
+            }
+            other => other.map(|fd| Dir { fd }),
+        }
+    }
+
+    /// The metadata of `name` itself (a symlink is not followed), or `None`
+    /// when it does not exist.
+    pub fn stat(&self, name: &OsStr) -> io::Result<Option<std::fs::Metadata>> {
+        match self.open_file(name, libc::O_PATH) {
+            Ok(f) => f.metadata().map(Some),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+            // O_PATH|O_NOFOLLOW opens a symlink itself: its metadata says so.
+            Err(e) => Err(e),
+        }
+    }
+
+    fn open_file(&self, name: &OsStr, flags: libc::c_int) -> io::Result<std::fs::File> {
+        let c = cstr(name)?;
+        // SAFETY: a valid C string relative to our open directory.
+        let fd = fd_or_error(unsafe {
+            libc::openat(
+                self.fd.as_raw_fd(),
+                c.as_ptr(),
+                flags | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                0o666 as libc::c_uint,
+            )
+        } as _)?;
+        Ok(std::fs::File::from(fd))
+    }
+
+    /// Reads the regular file `name` whole (a symlink, FIFO or device is
+    /// refused).
+    pub fn read(&self, name: &OsStr) -> io::Result<Vec<u8>> {
+        let mut f = self
+            .open_file(name, libc::O_RDONLY | libc::O_NONBLOCK)
+            .map_err(|e| {
+                if e.raw_os_error() == Some(libc::ELOOP) {
+                    symlink_refused(Path::new(name))
+                } else {
+                    e
+                }
+            })?;
+        if !f.metadata()?.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is not a regular file", Path::new(name).display()),
+            ));
+        }
+        let mut out = Vec::new();
+        f.read_to_end(&mut out)?;
+        Ok(out)
+    }
+
+    /// Replaces (or creates) `name` with `bytes` atomically: a temp file in
+    /// this directory, fsynced, then renamed over `name`, keeping the
+    /// permissions of the file it replaces.
+    pub fn write_atomic(&self, name: &OsStr, bytes: &[u8]) -> io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        let old = self.stat(name)?;
+        if let Some(m) = &old {
+            if m.is_dir() {
+                return Err(io::Error::new(
+                    io::ErrorKind::IsADirectory,
+                    format!("{} is a directory", Path::new(name).display()),
+                ));
+            }
+        }
+        let mut tmp = OsString::from(".");
+        tmp.push(name);
+        tmp.push(format!(".dsh-{}-{}.tmp", std::process::id(), crate::new_id()));
+        let mut f = self.open_file(
+            &tmp,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC,
+        )?;
+        let written = (|| {
+            f.write_all(bytes)?;
+            if let Some(m) = old.as_ref().filter(|m| m.is_file()) {
+                f.set_permissions(std::fs::Permissions::from_mode(m.permissions().mode()))?;
+            }
+            f.sync_all()?;
+            self.rename(&tmp, name)
+        })();
+        if written.is_err() {
+            if let Ok(c) = cstr(&tmp) {
+                // SAFETY: a valid C string relative to our open directory.
+                unsafe { libc::unlinkat(self.fd.as_raw_fd(), c.as_ptr(), 0) };
+            }
+        }
+        written
+    }
+
+    fn rename(&self, from: &OsStr, to: &OsStr) -> io::Result<()> {
+        let (a, b) = (cstr(from)?, cstr(to)?);
+        let fd = self.fd.as_raw_fd();
+        // SAFETY: valid C strings relative to our open directory.
+        if unsafe { libc::renameat(fd, a.as_ptr(), fd, b.as_ptr()) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+/// The parent directory of `target` (a resolved path under `root`), opened
+/// beneath `root`, and the file name to use inside it.
+pub fn open_parent(root: &Path, target: &Path, create: bool) -> io::Result<(Dir, OsString)> {
+    let rel = target.strip_prefix(root).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("{} is not under {}", target.display(), root.display()),
+        )
+    })?;
+    let name = rel.file_name().ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} names no file", target.display()),
+        )
+    })?;
+    let parent = rel.parent().unwrap_or(Path::new(""));
+    Ok((Dir::open_beneath(root, parent, create)?, name.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(label: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("dsh-beneath-{label}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d.canonicalize().unwrap()
+    }
+
+    #[test]
+    fn writes_create_directories_and_keep_permissions() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = scratch("write");
+        let target = root.join("a/b/c.txt");
+        let (dir, name) = open_parent(&root, &target, true).unwrap();
+        dir.write_atomic(&name, b"one").unwrap();
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o640)).unwrap();
+        dir.write_atomic(&name, b"two").unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"two");
+        let mode = std::fs::metadata(&target).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o640);
+        assert_eq!(dir.read(&name).unwrap(), b"two");
+        assert_eq!(std::fs::read_dir(root.join("a/b")).unwrap().count(), 1);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_symlink_in_the_path_is_refused_not_followed() {
+        let root = scratch("link");
+        let outside = scratch("link-outside");
+        std::os::unix::fs::symlink(&outside, root.join("d")).unwrap();
+        let err = open_parent(&root, &root.join("d/x.txt"), true).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::PermissionDenied, "{err}");
+        // The component walk (no openat2) refuses it too.
+        let err = Dir::open_beneath(&root, Path::new(""), false)
+            .unwrap()
+            .child(OsStr::new("d"), true)
+            .unwrap_err();
+        assert!(
+            matches!(err.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)),
+            "{err}"
+        );
+        // A final symlink is replaced, not written through.
+        std::os::unix::fs::symlink(outside.join("t.txt"), root.join("f")).unwrap();
+        let (dir, name) = open_parent(&root, &root.join("f"), false).unwrap();
+        assert!(dir.read(&name).is_err());
+        dir.write_atomic(&name, b"x").unwrap();
+        assert!(!outside.join("t.txt").exists());
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+        std::fs::remove_dir_all(&root).unwrap();
+        std::fs::remove_dir_all(&outside).unwrap();
+    }
+}

@@ -1,0 +1,317 @@
+//! The workspace fence: the permission mode, where changes are allowed,
+//! the harness's own files, and the one path resolver every filesystem tool
+//! uses.
+//!
+//! Resolution is lexical first (`.` dropped, `..` applied to the spelled
+//! path), then the deepest existing ancestor is canonicalized (symlinks
+//! resolved) and the missing rest appended. The policy check and the write
+//! therefore see the same path whatever its spelling; the write itself
+//! re-walks that path without following symlinks ([`crate::beneath`]), so a
+//! symlink swapped in after the check is refused instead of followed.
+
+use std::fmt;
+use std::path::{Component, Path, PathBuf};
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// Permission modes (reference dsh-product: sandbox modes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// No changes at all (the temp directory is a private scratch space for
+    /// commands).
+    ReadOnly,
+    /// Changes under the workspace and the temp directory only.
+    WorkspaceWrite,
+    /// No fence.
+    DangerFullAccess,
+}
+
+impl Mode {
+    /// Every mode, by name.
+    pub const NAMES: [&'static str; 3] = ["read-only", "workspace-write", "danger-full-access"];
+
+    /// The mode's name (`workspace-write`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::ReadOnly => Self::NAMES[0],
+            Mode::WorkspaceWrite => Self::NAMES[1],
+            Mode::DangerFullAccess => Self::NAMES[2],
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Mode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Mode, String> {
+        match s {
+            "read-only" => Ok(Mode::ReadOnly),
+            "workspace-write" => Ok(Mode::WorkspaceWrite),
+            "danger-full-access" => Ok(Mode::DangerFullAccess),
+            other => Err(format!(
+                "unknown permission mode `{other}` (use {})",
+                Self::NAMES.join(", ")
+            )),
+        }
+    }
+}
+
+/// What a policy hands a tool with each call (`exec.sandbox`): the mode, the
+/// workspace, where changes are allowed and what is never the agent's.
+/// Every path is canonical.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fence {
+    /// The permission mode.
+    pub mode: Mode,
+    /// The workspace root.
+    pub root: PathBuf,
+    /// Where changes are allowed: the workspace and the temp directory in
+    /// `workspace-write`, nothing in `read-only`.
+    #[serde(default)]
+    pub writable: Vec<PathBuf>,
+    /// The harness's own files (`$DSH_HOME`, the installation's plugins and
+    /// profiles): refused to changes even under a writable root.
+    #[serde(default)]
+    pub protected: Vec<PathBuf>,
+}
+
+/// Why a change was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusalKind {
+    /// The mode allows no changes.
+    ReadOnly,
+    /// The path lies outside every writable root (an approver may allow it).
+    Outside,
+    /// The path is one of the harness's own files (never approvable).
+    Protected,
+}
+
+/// A refused change, with a message that says how to change the policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// Why.
+    pub kind: RefusalKind,
+    /// For people (and the model).
+    pub message: String,
+}
+
+impl Fence {
+    /// The fence of `mode` for a workspace at `root`, with `temp` writable in
+    /// `workspace-write` and `protected` never writable. Paths are
+    /// canonicalized here.
+    pub fn new(mode: Mode, root: &Path, temp: &Path, protected: &[PathBuf]) -> Fence {
+        let root = resolve(Path::new("/"), root);
+        let writable = match mode {
+            Mode::ReadOnly => Vec::new(),
+            Mode::WorkspaceWrite => vec![root.clone(), resolve(Path::new("/"), temp)],
+            Mode::DangerFullAccess => vec![PathBuf::from("/")],
+        };
+        Fence {
+            mode,
+            root,
+            writable,
+            protected: protected
+                .iter()
+                .map(|p| resolve(Path::new("/"), p))
+                .collect(),
+        }
+    }
+
+    /// Whether tool `tool` may change `target` (a path from [`resolve`]).
+    pub fn check_write(&self, tool: &str, target: &Path) -> Result<(), Refusal> {
+        let shown = target.display();
+        match self.mode {
+            Mode::DangerFullAccess => Ok(()),
+            Mode::ReadOnly => Err(Refusal {
+                kind: RefusalKind::ReadOnly,
+                message: format!(
+                    "{tool} of {shown} is not allowed in read-only mode; set DSH_PERMISSION_MODE=workspace-write (or danger-full-access) to allow file changes"
+                ),
+            }),
+            Mode::WorkspaceWrite => {
+                if let Some(p) = self.protected_by(target) {
+                    return Err(Refusal {
+                        kind: RefusalKind::Protected,
+                        message: format!(
+                            "{shown} is one of the harness's own files (under {}: its configuration, plugins and state); the agent may not change them in {} mode",
+                            p.display(),
+                            self.mode
+                        ),
+                    });
+                }
+                if self.root_for(target).is_some() {
+                    return Ok(());
+                }
+                let others: Vec<String> = self
+                    .writable
+                    .iter()
+                    .filter(|w| **w != self.root)
+                    .map(|w| w.display().to_string())
+                    .collect();
+                Err(Refusal {
+                    kind: RefusalKind::Outside,
+                    message: format!(
+                        "{shown} is outside the workspace {} (workspace-write mode allows changes only there and in {}); set DSH_PERMISSION_MODE=danger-full-access to allow it",
+                        self.root.display(),
+                        others.join(", ")
+                    ),
+                })
+            }
+        }
+    }
+
+    /// The protected path `target` lies under, if any.
+    pub fn protected_by(&self, target: &Path) -> Option<&Path> {
+        self.protected
+            .iter()
+            .find(|p| target.starts_with(p))
+            .map(PathBuf::as_path)
+    }
+
+    /// The deepest writable root containing `target`.
+    pub fn root_for(&self, target: &Path) -> Option<&Path> {
+        self.writable
+            .iter()
+            .filter(|w| target.starts_with(w))
+            .max_by_key(|w| w.as_os_str().len())
+            .map(PathBuf::as_path)
+    }
+}
+
+/// `path` with `.` dropped and `..` applied, without touching the disk
+/// (`..` above the root stays at the root).
+pub fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::Prefix(_) | Component::RootDir => out.push(c.as_os_str()),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                let at_dotdot = out.file_name().is_none() && out.ends_with("..");
+                if at_dotdot || (!out.pop() && !path.is_absolute()) {
+                    out.push("..");
+                }
+            }
+            Component::Normal(n) => out.push(n),
+        }
+    }
+    out
+}
+
+/// `file` (absolute, or relative to `cwd`) as the fence sees it: normalized
+/// lexically, then its deepest existing ancestor canonicalized and the rest
+/// appended. Two spellings of one file resolve to one path.
+pub fn resolve(cwd: &Path, file: &Path) -> PathBuf {
+    let joined = if file.is_absolute() {
+        file.to_owned()
+    } else {
+        cwd.join(file)
+    };
+    let lexical = normalize(&joined);
+    let mut existing = lexical.as_path();
+    let mut rest = Vec::new();
+    loop {
+        if existing.symlink_metadata().is_ok() {
+            if let Ok(real) = existing.canonicalize() {
+                let mut out = real;
+                out.extend(rest.iter().rev());
+                return out;
+            }
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name);
+                existing = parent;
+            }
+            _ => return lexical,
+        }
+    }
+}
+
+/// The version of a file the read-before-write policy compares: size and
+/// modification time.
+pub fn version(meta: &std::fs::Metadata) -> String {
+    use std::os::unix::fs::MetadataExt;
+    format!("{}:{}:{}", meta.len(), meta.mtime(), meta.mtime_nsec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalizes_lexically() {
+        assert_eq!(normalize(Path::new("/a/./b/../c")), Path::new("/a/c"));
+        assert_eq!(normalize(Path::new("/a/../../x")), Path::new("/x"));
+        assert_eq!(normalize(Path::new("/..")), Path::new("/"));
+        assert_eq!(normalize(Path::new("a/../../b")), Path::new("../b"));
+        assert_eq!(normalize(Path::new("../../b")), Path::new("../../b"));
+    }
+
+    #[test]
+    fn a_missing_directory_then_dotdot_cannot_leave_the_workspace_unseen() {
+        let ws = std::env::temp_dir().join(format!("dsh-fence-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&ws).unwrap();
+        let r = resolve(&ws, Path::new("nope/../../outside/secret.txt"));
+        let real = ws.canonicalize().unwrap();
+        assert_eq!(
+            r,
+            real.parent().unwrap().join("outside/secret.txt"),
+            "the `..` after a missing directory is applied"
+        );
+        let fence = Fence::new(Mode::WorkspaceWrite, &ws, Path::new("/nonexistent-tmp"), &[]);
+        let refusal = fence.check_write("write", &r).unwrap_err();
+        assert_eq!(refusal.kind, RefusalKind::Outside);
+        std::fs::remove_dir_all(&ws).unwrap();
+    }
+
+    #[test]
+    fn symlinks_resolve_and_protected_paths_win_over_writable_roots() {
+        let ws = std::env::temp_dir().join(format!("dsh-fence-unit2-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&ws);
+        std::fs::create_dir_all(ws.join("home")).unwrap();
+        std::os::unix::fs::symlink("/etc", ws.join("link")).unwrap();
+        assert_eq!(
+            resolve(&ws, Path::new("link/x/y")),
+            Path::new("/etc/x/y"),
+            "{:?}",
+            resolve(&ws, Path::new("link/x/y"))
+        );
+        let fence = Fence::new(
+            Mode::WorkspaceWrite,
+            &ws,
+            Path::new("/nonexistent-tmp"),
+            &[ws.join("home")],
+        );
+        let target = resolve(&ws, Path::new("./home/patch.toml"));
+        assert_eq!(
+            fence.check_write("write", &target).unwrap_err().kind,
+            RefusalKind::Protected
+        );
+        assert!(fence
+            .check_write("write", &resolve(&ws, Path::new("src/new.rs")))
+            .is_ok());
+        std::fs::remove_dir_all(&ws).unwrap();
+    }
+
+    #[test]
+    fn read_only_refuses_everything() {
+        let fence = Fence::new(Mode::ReadOnly, Path::new("/"), Path::new("/tmp"), &[]);
+        assert!(fence.writable.is_empty());
+        assert_eq!(
+            fence
+                .check_write("edit", Path::new("/tmp/x"))
+                .unwrap_err()
+                .kind,
+            RefusalKind::ReadOnly
+        );
+    }
+}
