@@ -134,7 +134,11 @@ impl Dir {
         let open = || {
             // SAFETY: a valid C string relative to our open directory.
             fd_or_error(unsafe {
-                libc::openat(self.fd.as_raw_fd(), c.as_ptr(), DIR_FLAGS | libc::O_NOFOLLOW)
+                libc::openat(
+                    self.fd.as_raw_fd(),
+                    c.as_ptr(),
+                    DIR_FLAGS | libc::O_NOFOLLOW,
+                )
             } as _)
         };
         match open() {
@@ -217,7 +221,11 @@ impl Dir {
         }
         let mut tmp = OsString::from(".");
         tmp.push(name);
-        tmp.push(format!(".dsh-{}-{}.tmp", std::process::id(), crate::new_id()));
+        tmp.push(format!(
+            ".dsh-{}-{}.tmp",
+            std::process::id(),
+            crate::new_id()
+        ));
         let mut f = self.open_file(
             &tmp,
             libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC,

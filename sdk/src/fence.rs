@@ -267,7 +267,12 @@ mod tests {
             real.parent().unwrap().join("outside/secret.txt"),
             "the `..` after a missing directory is applied"
         );
-        let fence = Fence::new(Mode::WorkspaceWrite, &ws, Path::new("/nonexistent-tmp"), &[]);
+        let fence = Fence::new(
+            Mode::WorkspaceWrite,
+            &ws,
+            Path::new("/nonexistent-tmp"),
+            &[],
+        );
         let refusal = fence.check_write("write", &r).unwrap_err();
         assert_eq!(refusal.kind, RefusalKind::Outside);
         std::fs::remove_dir_all(&ws).unwrap();

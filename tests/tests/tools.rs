@@ -4,39 +4,12 @@
 use std::path::Path;
 
 use dsh_testkit::fake_llm::{text, tool_calls, FakeLlm};
+use dsh_testkit::tools::{run, text_of};
 use dsh_testkit::{target_dir, TempDir, TestHost};
 use serde_json::{json, Value};
 
 async fn tools_host(mode: &str) -> TestHost {
-    let t = TestHost::start().await;
-    t.apply(&format!(
-        "[[row]]\nid='session'\nplugin='session'\n[[row]]\nid='tools'\nplugin='tools'\n\
-         [[row]]\nid='permission'\nplugin='permission'\nconfig = {{ mode = '{mode}' }}\n\
-         [[row]]\nid='read'\nplugin='tool-read'\n[[row]]\nid='fs'\nplugin='tool-fs'\n\
-         [[row]]\nid='bash'\nplugin='tool-bash'\n[[row]]\nid='todo'\nplugin='tool-todo'\n\
-         [[row]]\nid='search'\nplugin='tool-search'\n[[row]]\nid='spill'\nplugin='spill'\n"
-    ))
-    .await;
-    for s in t.host.status().await {
-        assert_eq!(format!("{:?}", s.state), "Active", "{s:?}");
-    }
-    t
-}
-
-async fn run(t: &TestHost, ws: &Path, name: &str, args: Value) -> Value {
-    t.call(
-        "tools",
-        "execute",
-        json!({"callId": "c", "name": name, "arguments": args, "agent": "agent-1", "cwd": ws}),
-    )
-    .await
-}
-
-fn text_of(result: &Value) -> String {
-    result["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
+    dsh_testkit::tools::host(mode, "").await
 }
 
 #[tokio::test]

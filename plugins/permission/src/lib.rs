@@ -65,8 +65,8 @@ impl Plugin for Permission {
         };
         // The harness's own files, which no tool may change.
         let info = ctx.service("host").call("info", json!({})).await?;
-        let protected: Vec<PathBuf> = serde_json::from_value(info["protected"].clone())
-            .unwrap_or_default();
+        let protected: Vec<PathBuf> =
+            serde_json::from_value(info["protected"].clone()).unwrap_or_default();
         let temp = std::env::temp_dir();
         ctx.on("tools/pre-execute", move |ev| {
             let (temp, protected) = (temp.clone(), protected.clone());

@@ -19,6 +19,7 @@
 
 pub mod contracts;
 pub mod fake_llm;
+pub mod tools;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,0 +1,49 @@
+//! The coding tools behind the real pipeline (`tools.execute`), for tests
+//! that call tools directly rather than through a model.
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use crate::TestHost;
+
+/// Rows of the tool pipeline under permission `mode`: session, tools,
+/// permission, read, write/edit, bash, todo, glob/grep and spilling, plus
+/// `extra` rows or patches (TOML).
+pub fn rows(mode: &str, extra: &str) -> String {
+    format!(
+        "[[row]]\nid='session'\nplugin='session'\n[[row]]\nid='tools'\nplugin='tools'\n\
+         [[row]]\nid='permission'\nplugin='permission'\nconfig = {{ mode = '{mode}' }}\n\
+         [[row]]\nid='read'\nplugin='tool-read'\n[[row]]\nid='fs'\nplugin='tool-fs'\n\
+         [[row]]\nid='bash'\nplugin='tool-bash'\n[[row]]\nid='todo'\nplugin='tool-todo'\n\
+         [[row]]\nid='search'\nplugin='tool-search'\n[[row]]\nid='spill'\nplugin='spill'\n{extra}"
+    )
+}
+
+/// A host running [`rows`], every row active.
+pub async fn host(mode: &str, extra: &str) -> TestHost {
+    let t = TestHost::start().await;
+    t.apply(&rows(mode, extra)).await;
+    for s in t.host.status().await {
+        assert_eq!(format!("{:?}", s.state), "Active", "{s:?}");
+    }
+    t
+}
+
+/// Executes tool `name` for agent `agent-1` working in `ws`.
+pub async fn run(t: &TestHost, ws: &Path, name: &str, args: Value) -> Value {
+    t.call(
+        "tools",
+        "execute",
+        json!({"callId": "c", "name": name, "arguments": args, "agent": "agent-1", "cwd": ws}),
+    )
+    .await
+}
+
+/// The text of a tool result's first block.
+pub fn text_of(result: &Value) -> String {
+    result["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}

@@ -1,0 +1,205 @@
+//! The workspace fence as an attacker tries it: `..` after a missing
+//! directory, a symlink swapped in while writing, the harness's own files,
+//! and read-before-write under another spelling.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use dsh_testkit::tools::{host, run, text_of};
+use dsh_testkit::TempDir;
+use serde_json::json;
+
+/// A directory outside every writable root (`/var/tmp` is not the temp dir).
+struct Outside(PathBuf);
+
+impl Outside {
+    fn new(label: &str) -> Outside {
+        let d = Path::new("/var/tmp").join(format!("dsh-{label}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        Outside(d)
+    }
+}
+
+impl Drop for Outside {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn entries(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[tokio::test]
+async fn dotdot_after_a_missing_directory_does_not_leave_the_workspace() {
+    let t = host("workspace-write", "").await;
+    let base = Outside::new("dotdot");
+    let work = base.0.join("work");
+    let outside = base.0.join("outside");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("secret.txt"), "original").unwrap();
+    for spelling in [
+        "nope/../../outside/secret.txt",
+        "nope/deeper/../../../outside/new.txt",
+        "./nope/.././../outside/secret.txt",
+    ] {
+        let r = run(
+            &t,
+            &work,
+            "write",
+            json!({"file_path": spelling, "content": "pwned"}),
+        )
+        .await;
+        assert_eq!(r["isError"], true, "{spelling}: {r}");
+        assert!(
+            text_of(&r).contains("is outside the workspace"),
+            "{spelling}: {r}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(outside.join("secret.txt")).unwrap(),
+        "original"
+    );
+    assert_eq!(entries(&outside), ["secret.txt"]);
+    assert!(entries(&work).is_empty(), "no directory was made either");
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn read_before_write_holds_for_every_spelling_of_a_file() {
+    let t = host("workspace-write", "").await;
+    let ws = TempDir::new("spelling-ws");
+    let w = ws.path();
+    std::fs::write(w.join("a.txt"), "one\n").unwrap();
+    // Never read: another spelling is still the same file.
+    for spelling in ["nope/../a.txt", "./x/y/../../a.txt"] {
+        let r = run(
+            &t,
+            w,
+            "write",
+            json!({"file_path": spelling, "content": "two"}),
+        )
+        .await;
+        assert_eq!(r["error"]["info"]["code"], "FS_NOT_OBSERVED", "{r}");
+    }
+    assert_eq!(std::fs::read_to_string(w.join("a.txt")).unwrap(), "one\n");
+    let r = run(&t, w, "read", json!({"file_path": "./a.txt"})).await;
+    assert_eq!(r["isError"], false, "{r}");
+    let r = run(
+        &t,
+        w,
+        "write",
+        json!({"file_path": "nope/../a.txt", "content": "two"}),
+    )
+    .await;
+    assert!(text_of(&r).contains("Updated file"), "{r}");
+    assert_eq!(std::fs::read_to_string(w.join("a.txt")).unwrap(), "two");
+    assert_eq!(entries(w), ["a.txt"], "no stray directory or temp file");
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_harness_files_are_not_the_agents_even_under_a_writable_root() {
+    let t = host("workspace-write", "").await;
+    // The test host's $DSH_HOME lies in the temp directory, a writable root.
+    let home = t.home.path().to_owned();
+    let ws = TempDir::new("protected-ws");
+    for target in [
+        home.join("patch.toml"),
+        home.join("plugins").join("libevil.so"),
+        home.join("profiles/headless/profile.toml"),
+    ] {
+        let r = run(
+            &t,
+            ws.path(),
+            "write",
+            json!({"file_path": target, "content": "[[patch]]\nid = \"permission\"\nconfig = { mode = \"danger-full-access\" }\n"}),
+        )
+        .await;
+        assert_eq!(r["isError"], true, "{r}");
+        assert!(text_of(&r).contains("harness's own files"), "{r}");
+        assert!(!target.exists(), "{} was written", target.display());
+    }
+    t.shutdown().await;
+}
+
+/// Keeps swapping `ws/d` between a real directory and a symlink to
+/// `outside` (atomically: `renameat2(RENAME_EXCHANGE)`, so `d` always exists);
+/// the real directory is `ws/d` or `ws/d_other`, whichever is not the link.
+fn swapper(ws: &Path, outside: &Path, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+    let (d, other) = (ws.join("d"), ws.join("d_other"));
+    std::fs::create_dir(&d).unwrap();
+    std::os::unix::fs::symlink(outside, &other).unwrap();
+    let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    let (d, other) = (c(&d), c(&other));
+    std::thread::spawn(move || {
+        let mut swaps = 0;
+        while !stop.load(Ordering::Relaxed) {
+            // SAFETY: valid C strings.
+            let rc = unsafe {
+                libc::renameat2(
+                    libc::AT_FDCWD,
+                    d.as_ptr(),
+                    libc::AT_FDCWD,
+                    other.as_ptr(),
+                    libc::RENAME_EXCHANGE,
+                )
+            };
+            assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+            swaps += 1;
+        }
+        swaps
+    })
+}
+
+#[tokio::test]
+async fn a_symlink_swapped_in_while_writing_is_never_followed() {
+    let t = host("workspace-write", "").await;
+    let ws = TempDir::new("race-ws");
+    let outside = Outside::new("race-outside");
+    let stop = Arc::new(AtomicBool::new(false));
+    let swaps = swapper(ws.path(), &outside.0, stop.clone());
+    let mut written = 0;
+    for n in 0..60 {
+        let r = run(
+            &t,
+            ws.path(),
+            "write",
+            json!({"file_path": format!("d/race{n}.txt"), "content": "x"}),
+        )
+        .await;
+        if r["isError"] == false {
+            written += 1;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    assert!(swaps.join().unwrap() > 0);
+    assert!(
+        entries(&outside.0).is_empty(),
+        "files landed outside: {:?}",
+        entries(&outside.0)
+    );
+    // What was written landed in the real directory, with no temp files.
+    let real = ["d", "d_other"]
+        .map(|n| ws.path().join(n))
+        .into_iter()
+        .find(|p| !p.is_symlink())
+        .unwrap();
+    let inside = entries(&real);
+    assert!(
+        inside
+            .iter()
+            .all(|n| n.starts_with("race") && n.ends_with(".txt")),
+        "{inside:?}"
+    );
+    assert!(inside.len() <= written, "{inside:?} vs {written}");
+    t.shutdown().await;
+}
