@@ -230,19 +230,14 @@ async fn bash_output_markers_timeouts_and_scrubbed_credentials() {
     assert!(text_of(&r).ends_with("/sub"), "{r}");
 
     // A timeout kills the whole tree, background children included.
-    let r = run(&t, w, "bash", json!({"command": "sleep 30 & echo $! > child.pid; sleep 30", "description": "d", "timeoutMs": 300})).await;
+    let marker = format!("dsh-orphan-{}", std::process::id());
+    let r = run(&t, w, "bash", json!({"command": format!("(exec -a {marker} sleep 30) & sleep 30"), "description": "d", "timeoutMs": 300})).await;
     assert!(text_of(&r).ends_with("[timed out after 300ms]"), "{r}");
-    let pid: i32 = std::fs::read_to_string(w.join("child.pid"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(100));
-    let alive = Path::new(&format!("/proc/{pid}")).exists()
-        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .unwrap_or_default()
-            .contains(") Z ");
-    assert!(!alive, "the background child {pid} survived the timeout");
+    let left = dsh_testkit::wait_gone(&marker, std::time::Duration::from_secs(10));
+    assert!(
+        left.is_empty(),
+        "the background child {left:?} survived the timeout"
+    );
 
     std::env::set_var("DSH_TEST_SECRET_TOKEN", "hunter2");
     let r = run(

@@ -3,7 +3,6 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -11,12 +10,17 @@ use std::time::{Duration, Instant};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::msg;
 
+use crate::capture::Capture;
+use crate::exec::{self, kill_group, Cancel};
 use crate::Prepared;
 
-/// What the reader threads fill in.
-#[derive(Default)]
+/// How much of a job's output memory keeps (the rest is in its spill
+/// file).
+const KEEP_BYTES: usize = 1024 * 1024;
+
+/// What the job's pump fills in.
 struct Shared {
-    output: Vec<u8>,
+    output: Capture,
     status: Option<String>,
 }
 
@@ -25,7 +29,7 @@ struct Job {
     label: String,
     pgid: i32,
     shared: Arc<Mutex<Shared>>,
-    read_upto: usize,
+    read_upto: u64,
 }
 
 /// The jobs of this plugin generation.
@@ -39,14 +43,20 @@ impl Jobs {
     /// Kills every job (on dispose), so no blocking task outlives the fiber.
     pub fn kill_all(&self) {
         for job in self.table.borrow().values() {
-            // SAFETY: our own child's process group.
-            unsafe { libc::kill(-job.pgid, libc::SIGKILL) };
+            kill_group(job.pgid);
         }
     }
 }
 
 fn lock(s: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
     s.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn describe(status: std::process::ExitStatus) -> String {
+    match status.code() {
+        Some(c) => format!("exited (code {c})"),
+        None => "killed".to_owned(),
+    }
 }
 
 /// Starts a job; returns its id.
@@ -63,57 +73,34 @@ pub fn start(
         workdir,
         ..
     } = prepared;
-    cmd.stderr(std::process::Stdio::piped());
-    let mut child = cmd.spawn().map_err(|e| {
+    let id = {
+        let mut n = jobs.next.borrow_mut();
+        *n += 1;
+        format!("bash-{n}")
+    };
+    // Spawned on the plugin's own thread: the job dies with it.
+    let child = cmd.spawn().map_err(|e| {
         Error::new(
             "BASH_FAILED",
             format!("cannot run bash in {}: {e}", workdir.display()),
         )
     })?;
     drop(landlock);
-    let id = {
-        let mut n = jobs.next.borrow_mut();
-        *n += 1;
-        format!("bash-{n}")
-    };
-    let shared: Arc<Mutex<Shared>> = Arc::default();
-    for pipe in [
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        let s = shared.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut pipe = pipe;
-            let mut buf = [0u8; 8192];
-            while let Ok(n) = pipe.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                lock(&s).output.extend_from_slice(&buf[..n]);
-            }
-        });
-    }
     let pgid = child.id() as i32;
+    let spill = crate::spill_dir().join(format!("{id}-{}.output", dsh_sdk::new_id()));
+    let shared = Arc::new(Mutex::new(Shared {
+        output: Capture::new(KEEP_BYTES, spill),
+        status: None,
+    }));
     let s = shared.clone();
     let waiter = tokio::task::spawn_blocking(move || {
-        let status = match child.wait() {
-            Ok(st) if st.code() == Some(0) => "exited (code 0)".to_owned(),
-            Ok(st) => match st.code() {
-                Some(c) => format!("exited (code {c})"),
-                None => "killed".to_owned(),
-            },
+        let ended = exec::pump(child, None, &Cancel::default(), |_, bytes| {
+            lock(&s).output.push(bytes)
+        });
+        lock(&s).status = Some(match ended {
+            Ok(e) => describe(e.status),
             Err(e) => format!("failed ({e})"),
-        };
-        lock(&s).status = Some(status);
+        });
     });
     jobs.table.borrow_mut().insert(
         id.clone(),
@@ -188,20 +175,29 @@ pub async fn tool(jobs: &Jobs, req: &Request) -> Result<Reply> {
             }
             let mut table = jobs.table.borrow_mut();
             let job = table.get_mut(&id).ok_or_else(|| no_job(&id))?;
-            let (new, status) = {
+            let (skipped, new, total, note, status) = {
                 let s = lock(&job.shared);
+                let (skipped, new) = s.output.since(job.read_upto);
                 (
-                    String::from_utf8_lossy(&s.output[job.read_upto..]).into_owned(),
+                    skipped,
+                    new,
+                    s.output.total(),
+                    s.output.saved_note("output"),
                     s.status.clone(),
                 )
             };
-            job.read_upto += new.len();
+            job.read_upto = total;
             let status = status.unwrap_or_else(|| "running".into());
-            let body = if new.is_empty() {
-                "(no new output)".to_owned()
+            let mut body = String::new();
+            if skipped > 0 {
+                body.push_str(&format!("[{skipped} earlier bytes not shown; {note}]\n"));
+            }
+            let new = String::from_utf8_lossy(&new);
+            body.push_str(if new.is_empty() && skipped == 0 {
+                "(no new output)"
             } else {
-                new.trim_end().to_owned()
-            };
+                new.trim_end()
+            });
             format!("{body}\n[status: {status}]")
         }
         Some("job_kill") => {
@@ -211,8 +207,7 @@ pub async fn tool(jobs: &Jobs, req: &Request) -> Result<Reply> {
                 .get(id)
                 .filter(|j| j.owner == agent)
                 .ok_or_else(|| no_job(id))?;
-            // SAFETY: our own child's process group.
-            unsafe { libc::kill(-job.pgid, libc::SIGKILL) };
+            kill_group(job.pgid);
             format!("killed background job {id}")
         }
         _ => return Err(req.unknown_method()),

@@ -1,19 +1,26 @@
 //! `tool-bash`: the `bash` tool (see README.md).
 
+mod capture;
+mod contain;
+mod exec;
 mod jobs;
 mod sandbox;
 
-use std::io::Read;
+use std::cell::Cell;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use capture::Capture;
+use contain::{Fenced, Plan};
+use dsh_sdk::fence::{Fence, Mode};
 use dsh_sdk::prelude::*;
 use dsh_sdk::tool::register_tools;
 use dsh_sdk::vocab::msg;
+use exec::{Cancel, Stream};
+use serde::Deserialize;
 
 const DEFAULT_TIMEOUT_MS: u64 = 120_000;
 const MAX_TIMEOUT_MS: u64 = 600_000;
@@ -35,67 +42,50 @@ fn is_credential(name: &str) -> bool {
     .any(|w| n.contains(w))
 }
 
-/// Kills the process group when dropped (timeout, or the call was cancelled).
-struct GroupGuard(i32);
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        if self.0 > 0 {
-            // SAFETY: signalling our own child's process group.
-            unsafe { libc::kill(-self.0, libc::SIGKILL) };
-        }
-    }
+/// Which sandbox runs fenced commands.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum SandboxKind {
+    /// bubblewrap when installed, else Landlock.
+    #[default]
+    Auto,
+    /// bubblewrap only (refused when it is not installed).
+    Bubblewrap,
+    /// Landlock (with namespaces where the kernel allows them) only.
+    Landlock,
 }
 
-/// Set when the `execute` call that owns a run is dropped (its caller
-/// cancelled), so the blocking run kills the process group instead of
-/// waiting it out.
-#[derive(Clone, Default)]
-struct Cancel(Arc<AtomicBool>);
-
-impl Cancel {
-    fn is_set(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
-    }
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct Config {
+    sandbox: SandboxKind,
 }
 
-/// Sets the flag when dropped: the async side of a run going away.
+/// This generation's settings and what it learnt about the kernel.
+struct Bash {
+    config: Config,
+    /// Whether user, PID and mount namespaces can be made here (probed on
+    /// first use).
+    namespaces: Cell<Option<bool>>,
+}
+
+/// Sets the run's cancel flag when dropped: the async side of a run going
+/// away (its call was cancelled).
 struct CancelOnDrop(Cancel);
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
-        (self.0).0.store(true, Ordering::Relaxed);
+        self.0.set();
     }
 }
 
+/// What a foreground run produced.
 struct Outcome {
-    stdout: Vec<u8>,
-    stdout_total: usize,
-    stderr: Vec<u8>,
-    stderr_total: usize,
+    stdout: Capture,
+    stderr: Capture,
     code: Option<i32>,
     signal: Option<i32>,
     timed_out: bool,
-}
-
-/// Reads a pipe keeping the last `MAX_STREAM_BYTES` (and the total count),
-/// spilling the whole stream to `spill` when it overflows.
-fn drain(mut pipe: impl Read, spill: PathBuf) -> (Vec<u8>, usize) {
-    let mut all = Vec::new();
-    let mut buf = [0u8; 8192];
-    while let Ok(n) = pipe.read(&mut buf) {
-        if n == 0 {
-            break;
-        }
-        all.extend_from_slice(&buf[..n]);
-    }
-    let total = all.len();
-    if total > MAX_STREAM_BYTES {
-        let _ = std::fs::write(&spill, &all);
-        let tail = all.split_off(total - MAX_STREAM_BYTES);
-        return (tail, total);
-    }
-    (all, total)
 }
 
 fn spill_dir() -> PathBuf {
@@ -109,60 +99,31 @@ fn spill_dir() -> PathBuf {
 }
 
 fn run(
-    mut cmd: Command,
+    cmd: &mut Command,
     timeout: Duration,
-    tag: String,
-    cancel: Cancel,
+    tag: &str,
+    cancel: &Cancel,
 ) -> std::io::Result<Outcome> {
-    let mut child = cmd.spawn()?;
-    let guard = GroupGuard(child.id() as i32);
     let dir = spill_dir();
-    let out = child.stdout.take();
-    let err = child.stderr.take();
-    let (o_path, e_path) = (
-        dir.join(format!("{tag}.stdout")),
-        dir.join(format!("{tag}.stderr")),
-    );
-    let readers = std::thread::scope(|s| -> std::io::Result<_> {
-        let ro = s.spawn(move || out.map(|p| drain(p, o_path)).unwrap_or_default());
-        let re = s.spawn(move || err.map(|p| drain(p, e_path)).unwrap_or_default());
-        let deadline = Instant::now() + timeout;
-        let mut timed_out = false;
-        let status = loop {
-            if let Some(st) = child.try_wait()? {
-                break st;
-            }
-            if cancel.is_set() {
-                // SAFETY: our child's process group.
-                unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
-                break child.wait()?;
-            }
-            if Instant::now() >= deadline {
-                timed_out = true;
-                // SAFETY: our child's process group.
-                unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
-                break child.wait()?;
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        };
-        // The group leader is gone; make sure nothing it spawned keeps the
-        // pipes open.
-        // SAFETY: our child's process group.
-        unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
-        let (stdout, stdout_total) = ro.join().unwrap_or_default();
-        let (stderr, stderr_total) = re.join().unwrap_or_default();
-        Ok(Outcome {
-            stdout,
-            stdout_total,
-            stderr,
-            stderr_total,
-            code: status.code(),
-            signal: status.signal(),
-            timed_out,
-        })
-    })?;
-    drop(guard);
-    Ok(readers)
+    let mut stdout = Capture::new(MAX_STREAM_BYTES, dir.join(format!("{tag}.stdout")));
+    let mut stderr = Capture::new(MAX_STREAM_BYTES, dir.join(format!("{tag}.stderr")));
+    let child = cmd.spawn()?;
+    let ended = exec::pump(
+        child,
+        Some(Instant::now() + timeout),
+        cancel,
+        |s, bytes| match s {
+            Stream::Out => stdout.push(bytes),
+            Stream::Err => stderr.push(bytes),
+        },
+    )?;
+    Ok(Outcome {
+        stdout,
+        stderr,
+        code: ended.status.code(),
+        signal: ended.status.signal(),
+        timed_out: ended.timed_out,
+    })
 }
 
 fn signal_name(sig: i32) -> String {
@@ -177,33 +138,31 @@ fn signal_name(sig: i32) -> String {
     }
 }
 
-fn render(
-    o: &Outcome,
-    timeout_ms: u64,
-    sandbox_mode: Option<&str>,
-    spill: &Path,
-    tag: &str,
-) -> String {
+fn render(o: &Outcome, timeout_ms: u64, sandbox_mode: Option<Mode>) -> String {
     let mut parts: Vec<String> = Vec::new();
-    let stdout = String::from_utf8_lossy(&o.stdout).trim_end().to_owned();
-    if o.stdout_total > MAX_STREAM_BYTES {
+    let stdout = String::from_utf8_lossy(&o.stdout.tail())
+        .trim_end()
+        .to_owned();
+    if o.stdout.truncated() {
         parts.push(format!(
-            "[output truncated: showing the last {MAX_STREAM_BYTES} of {} bytes; full output: {}]",
-            o.stdout_total,
-            spill.join(format!("{tag}.stdout")).display()
+            "[output truncated: showing the last {MAX_STREAM_BYTES} of {} bytes; {}]",
+            o.stdout.total(),
+            o.stdout.saved_note("output")
         ));
     }
     if !stdout.is_empty() {
         parts.push(stdout);
     }
-    let stderr = String::from_utf8_lossy(&o.stderr).trim_end().to_owned();
+    let stderr = String::from_utf8_lossy(&o.stderr.tail())
+        .trim_end()
+        .to_owned();
     if !stderr.is_empty() {
         let mut s = String::from("[stderr]\n");
-        if o.stderr_total > MAX_STREAM_BYTES {
+        if o.stderr.truncated() {
             s.push_str(&format!(
-                "[stderr truncated: showing the last {MAX_STREAM_BYTES} of {} bytes; full stderr: {}]\n",
-                o.stderr_total,
-                spill.join(format!("{tag}.stderr")).display()
+                "[stderr truncated: showing the last {MAX_STREAM_BYTES} of {} bytes; {}]\n",
+                o.stderr.total(),
+                o.stderr.saved_note("stderr")
             ));
         }
         s.push_str(&stderr);
@@ -231,107 +190,176 @@ fn render(
     }
 }
 
-/// A prepared `bash -c` (sandboxed per the mode the permission plugin
-/// handed over).
+/// A prepared `bash -c`, contained and (per the fence the permission
+/// plugin handed over) sandboxed.
 pub(crate) struct Prepared {
     pub cmd: Command,
     pub landlock: Option<sandbox::Landlock>,
-    pub mode: Option<String>,
+    pub mode: Option<Mode>,
     pub workdir: PathBuf,
     pub timeout_ms: u64,
     pub command: String,
 }
 
-fn prepare(params: &Value) -> Result<Prepared> {
-    let args = &params["arguments"];
-    let command = args["command"].as_str().unwrap_or_default().to_owned();
-    let cwd = params["cwd"].as_str().unwrap_or(".").to_owned();
-    let workdir = match args["workdir"].as_str() {
-        Some(w) if Path::new(w).is_absolute() => PathBuf::from(w),
-        Some(w) => Path::new(&cwd).join(w),
-        None => PathBuf::from(&cwd),
-    };
-    let timeout_ms = args["timeoutMs"]
-        .as_u64()
-        .unwrap_or(DEFAULT_TIMEOUT_MS)
-        .clamp(1, MAX_TIMEOUT_MS);
-    let sandbox = &params["sandbox"];
-    let mode = sandbox["mode"].as_str().map(str::to_owned);
-    let root = PathBuf::from(sandbox["root"].as_str().unwrap_or(&cwd));
-
-    let mut cmd;
-    let mut landlock = None;
-    match mode.as_deref() {
-        None | Some("danger-full-access") => {
-            cmd = Command::new("bash");
-            cmd.arg("-c").arg(&command);
-        }
-        Some(m) => {
-            let mut writable = vec![std::env::temp_dir(), PathBuf::from("/dev")];
-            if m == "workspace-write" {
-                writable.push(root.clone());
-            }
-            if let Some(bwrap) = sandbox::bwrap() {
-                cmd = Command::new(bwrap);
-                cmd.args([
-                    "--ro-bind",
-                    "/",
-                    "/",
-                    "--dev",
-                    "/dev",
-                    "--proc",
-                    "/proc",
-                    "--unshare-pid",
-                    "--die-with-parent",
-                ]);
-                for w in writable.iter().filter(|w| w.as_path() != Path::new("/dev")) {
-                    cmd.arg("--bind").arg(w).arg(w);
-                }
-                cmd.args(["--", "bash", "-c", &command]);
-            } else if let Some(abi) = sandbox::landlock_abi() {
-                let rules = sandbox::Landlock::new(abi, &writable).map_err(|e| {
-                    Error::new(
-                        "SANDBOX_UNAVAILABLE",
-                        format!("cannot build the Landlock sandbox: {e}"),
-                    )
-                })?;
-                cmd = Command::new("bash");
-                cmd.arg("-c").arg(&command);
-                let fd = rules.fd();
-                // SAFETY: only async-signal-safe syscalls run after fork.
-                unsafe { cmd.pre_exec(move || sandbox::restrict_self(fd)) };
-                landlock = Some(rules);
-            } else {
-                return Err(Error::new(
-                    "SANDBOX_UNAVAILABLE",
-                    format!("bash needs a sandbox in {m} mode, but neither bubblewrap nor Landlock is available here; install bubblewrap, or set DSH_PERMISSION_MODE=danger-full-access to run unconfined"),
-                ));
-            }
-        }
-    }
-    cmd.current_dir(&workdir)
-        .process_group(0)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .env("DSH_SHELL", "1");
-    for (name, _) in std::env::vars_os() {
-        if name.to_str().is_some_and(is_credential) {
-            cmd.env_remove(&name);
-        }
-    }
-    Ok(Prepared {
-        cmd,
-        landlock,
-        mode,
-        workdir,
-        timeout_ms,
-        command,
-    })
+fn unavailable(message: String) -> Error {
+    Error::new("SANDBOX_UNAVAILABLE", message)
 }
 
-async fn execute(ctx: Context, jobs: jobs::Jobs, req: Request) -> Result<Reply> {
-    let prepared = prepare(&req.params)?;
+/// The bubblewrap command line of a fenced command.
+fn bwrap_command(bwrap: &Path, fence: &Fence, scratch: Option<&Path>, command: &str) -> Command {
+    let mut cmd = Command::new(bwrap);
+    cmd.args([
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--unshare-pid",
+        "--die-with-parent",
+        "--new-session",
+    ]);
+    for w in fence.writable.iter().filter(|w| w.exists()) {
+        cmd.arg("--bind").arg(w).arg(w);
+    }
+    if let Some(s) = scratch {
+        cmd.arg("--tmpfs").arg(s);
+    }
+    for p in &fence.protected {
+        if p.exists() && fence.root_for(p).is_some() {
+            cmd.arg("--ro-bind").arg(p).arg(p);
+        }
+    }
+    cmd.args(["--", "bash", "-c", command]);
+    cmd
+}
+
+impl Bash {
+    /// Whether namespaces can be made here: one contained `true`, once.
+    fn namespaces(&self, rules: &sandbox::Landlock, fence: &Fence) -> bool {
+        if let Some(known) = self.namespaces.get() {
+            return known;
+        }
+        let plan = Plan::fenced(Fenced {
+            writable: &fence.writable,
+            protected: &[],
+            scratch: None,
+            landlock: Some(rules.fd()),
+        });
+        let mut probe = Command::new("bash");
+        probe
+            .args(["-c", "true"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // SAFETY: only raw syscalls on prepared memory run after fork.
+        unsafe { probe.pre_exec(move || plan.in_child()) };
+        let works = probe.status().is_ok_and(|s| s.success());
+        if !works {
+            dsh_sdk::tracing::warn!("no user/PID/mount namespaces here: bash runs under Landlock alone (see the tool-bash README for what that leaves open)");
+        }
+        self.namespaces.set(Some(works));
+        works
+    }
+
+    fn prepare(&self, params: &Value) -> Result<Prepared> {
+        let args = &params["arguments"];
+        let command = args["command"].as_str().unwrap_or_default().to_owned();
+        let cwd = params["cwd"].as_str().unwrap_or(".").to_owned();
+        let workdir = match args["workdir"].as_str() {
+            Some(w) if Path::new(w).is_absolute() => PathBuf::from(w),
+            Some(w) => Path::new(&cwd).join(w),
+            None => PathBuf::from(&cwd),
+        };
+        let timeout_ms = args["timeoutMs"]
+            .as_u64()
+            .unwrap_or(DEFAULT_TIMEOUT_MS)
+            .clamp(1, MAX_TIMEOUT_MS);
+        let fence: Option<Fence> = match params.get("sandbox") {
+            Some(s) if !s.is_null() => Some(serde_json::from_value(s.clone())?),
+            _ => None,
+        };
+        let mode = fence.as_ref().map(|f| f.mode);
+        let mut landlock = None;
+        let (mut cmd, plan) = match fence.as_ref().filter(|f| f.mode != Mode::DangerFullAccess) {
+            None => {
+                let mut cmd = Command::new("bash");
+                cmd.arg("-c").arg(&command);
+                // SAFETY: geteuid has no preconditions.
+                let root = unsafe { libc::geteuid() } == 0;
+                (cmd, if root { Plan::pid_only() } else { Plan::bare() })
+            }
+            Some(fence) => {
+                let temp = std::env::temp_dir();
+                // Read-only mode: the temp directory is a private scratch.
+                let scratch = (fence.mode == Mode::ReadOnly).then_some(temp.as_path());
+                let bwrap = match self.config.sandbox {
+                    SandboxKind::Landlock => None,
+                    SandboxKind::Auto => sandbox::bwrap(),
+                    SandboxKind::Bubblewrap => Some(sandbox::bwrap().ok_or_else(|| {
+                        unavailable("tool-bash is configured with sandbox = \"bubblewrap\", but bwrap is not installed".into())
+                    })?),
+                };
+                if let Some(bwrap) = bwrap {
+                    (
+                        bwrap_command(&bwrap, fence, scratch, &command),
+                        Plan::bare(),
+                    )
+                } else {
+                    let abi = sandbox::landlock_abi().ok_or_else(|| unavailable(format!(
+                        "bash needs a sandbox in {} mode, but neither bubblewrap nor Landlock is available here; install bubblewrap, or set DSH_PERMISSION_MODE=danger-full-access to run unconfined",
+                        fence.mode
+                    )))?;
+                    let mut writable = fence.writable.clone();
+                    writable.push(PathBuf::from("/dev"));
+                    writable.extend(scratch.map(Path::to_owned));
+                    let rules = sandbox::Landlock::new(abi, &writable).map_err(|e| {
+                        unavailable(format!("cannot build the Landlock sandbox: {e}"))
+                    })?;
+                    let plan = if self.namespaces(&rules, fence) {
+                        Plan::fenced(Fenced {
+                            writable: &fence.writable,
+                            protected: &fence.protected,
+                            scratch,
+                            landlock: Some(rules.fd()),
+                        })
+                    } else {
+                        Plan::landlock_only(rules.fd())
+                    };
+                    landlock = Some(rules);
+                    let mut cmd = Command::new("bash");
+                    cmd.arg("-c").arg(&command);
+                    (cmd, plan)
+                }
+            }
+        };
+        // SAFETY: only raw syscalls on prepared memory run after fork.
+        unsafe { cmd.pre_exec(move || plan.in_child()) };
+        cmd.current_dir(&workdir)
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .env("DSH_SHELL", "1");
+        for (name, _) in std::env::vars_os() {
+            if name.to_str().is_some_and(is_credential) {
+                cmd.env_remove(&name);
+            }
+        }
+        Ok(Prepared {
+            cmd,
+            landlock,
+            mode,
+            workdir,
+            timeout_ms,
+            command,
+        })
+    }
+}
+
+async fn execute(ctx: Context, bash: Rc<Bash>, jobs: jobs::Jobs, req: Request) -> Result<Reply> {
+    let prepared = bash.prepare(&req.params)?;
     if req.params["arguments"]["run_in_background"] == json!(true) {
         let agent = req.params["agent"].as_str().unwrap_or_default().to_owned();
         let label = req.params["arguments"]["description"]
@@ -344,19 +372,22 @@ async fn execute(ctx: Context, jobs: jobs::Jobs, req: Request) -> Result<Reply> 
         );
     }
     let Prepared {
-        cmd,
+        mut cmd,
         landlock,
         mode,
         workdir,
         timeout_ms,
         ..
     } = prepared;
-    let tag = dsh_sdk::new_id();
-    let t2 = tag.clone();
     let cancel = Cancel::default();
     let _cancel_on_drop = CancelOnDrop(cancel.clone());
     let outcome = tokio::task::spawn_blocking(move || {
-        let r = run(cmd, Duration::from_millis(timeout_ms), t2, cancel);
+        let r = run(
+            &mut cmd,
+            Duration::from_millis(timeout_ms),
+            &dsh_sdk::new_id(),
+            &cancel,
+        );
         drop(landlock);
         r
     })
@@ -371,24 +402,26 @@ async fn execute(ctx: Context, jobs: jobs::Jobs, req: Request) -> Result<Reply> 
     let text = render(
         &outcome,
         timeout_ms,
-        mode.as_deref().filter(|m| *m != "danger-full-access"),
-        &spill_dir(),
-        &tag,
+        mode.filter(|m| *m != Mode::DangerFullAccess),
     );
     Reply::json(
         json!({"content": [msg::text(&text)], "value": {"exitCode": outcome.code, "timedOut": outcome.timed_out}}),
     )
 }
 
-struct Bash;
+struct BashPlugin;
 
-impl Plugin for Bash {
+impl Plugin for BashPlugin {
     const NAME: &'static str = "tool-bash";
     const DESCRIPTION: &'static str = "the `bash` tool";
     const INJECT: &'static [&'static str] = &["tools"];
-    type Config = ();
+    type Config = Config;
 
-    async fn apply(ctx: Context, _config: ()) -> Result<()> {
+    async fn apply(ctx: Context, config: Config) -> Result<()> {
+        let bash = Rc::new(Bash {
+            config,
+            namespaces: Cell::new(None),
+        });
         let jobs = jobs::Jobs::default();
         let j = jobs.clone();
         ctx.effect(move || async move { j.kill_all() });
@@ -406,10 +439,10 @@ impl Plugin for Bash {
         schemas.extend(jobs::schemas());
         let (c, j) = (ctx.clone(), jobs.clone());
         register_tools(&ctx, schemas, move |req| {
-            let (c, j) = (c.clone(), j.clone());
+            let (c, b, j) = (c.clone(), bash.clone(), j.clone());
             async move {
                 match req.params["name"].as_str() {
-                    Some("bash") => execute(c, j, req).await,
+                    Some("bash") => execute(c, b, j, req).await,
                     _ => jobs::tool(&j, &req).await,
                 }
             }
@@ -419,4 +452,4 @@ impl Plugin for Bash {
     }
 }
 
-dsh_sdk::export_plugin!(Bash);
+dsh_sdk::export_plugin!(BashPlugin);

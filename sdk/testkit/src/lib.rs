@@ -217,3 +217,43 @@ impl TestHost {
         self.host.shutdown().await;
     }
 }
+
+/// Live (not zombie) processes whose command line contains `marker`, as
+/// the host's `/proc` sees them: how tests find what a command left behind
+/// (a PID namespace hides its own numbering from the command).
+pub fn processes_with(marker: &str) -> Vec<i32> {
+    let me = std::process::id().to_string();
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Ok(pid) = name.parse::<i32>() else {
+            continue;
+        };
+        if name == me {
+            continue;
+        }
+        let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        if !String::from_utf8_lossy(&cmdline).contains(marker) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        let state = stat.rsplit(')').next().unwrap_or_default().trim_start();
+        if !state.starts_with('Z') && !state.is_empty() {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Waits (up to `deadline`) until no process has `marker` in its command
+/// line; returns those still there.
+pub fn wait_gone(marker: &str, deadline: Duration) -> Vec<i32> {
+    let until = std::time::Instant::now() + deadline;
+    loop {
+        let left = processes_with(marker);
+        if left.is_empty() || std::time::Instant::now() >= until {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

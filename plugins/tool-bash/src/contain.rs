@@ -1,0 +1,360 @@
+//! Containment of one command, set up between `fork` and `exec`: nothing a
+//! command starts outlives it, its timeout, a cancel, or the harness.
+//!
+//! The child std forks first asks for SIGKILL when the harness thread that
+//! started it dies, then (where the kernel allows) enters a new user, PID
+//! and mount namespace and forks once more. The grandchild is PID 1 of the
+//! new PID namespace: when it dies, the kernel kills every process in it,
+//! `setsid` and double forks included. The child in between only waits for
+//! it and passes its exit status on; it holds no file descriptor, so it
+//! keeps no pipe open.
+//!
+//! In a fenced mode the grandchild also remounts the whole tree read-only
+//! except the writable roots (the harness's own files under them read-only
+//! again), mounts a private `/proc` for its PID namespace (the harness's
+//! environment and memory are not there to read), then applies Landlock.
+//! Everything after `fork` is a raw syscall on memory prepared before it.
+
+use std::ffi::CString;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::sandbox;
+
+const SYS_MOUNT_SETATTR: libc::c_long = 442;
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const AT_RECURSIVE: libc::c_uint = 0x8000;
+
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// User-namespace maps, written by the child itself.
+struct Maps {
+    uid: Vec<u8>,
+    gid: Vec<u8>,
+    deny_setgroups: bool,
+}
+
+/// The mount plan of a fenced command.
+struct Mounts {
+    writable: Vec<CString>,
+    protected: Vec<CString>,
+    /// A private tmpfs over the temp directory (read-only mode).
+    scratch: Option<CString>,
+}
+
+/// Everything the child does before `exec`, prepared in the parent.
+pub struct Plan {
+    parent: libc::pid_t,
+    maps: Option<Maps>,
+    pid_ns: bool,
+    mounts: Option<Mounts>,
+    landlock: Option<i32>,
+    c: Consts,
+}
+
+/// C strings the child uses, made before `fork`.
+struct Consts {
+    root: CString,
+    proc_: CString,
+    proc_type: CString,
+    tmpfs: CString,
+    tmpfs_opts: CString,
+    uid_map: CString,
+    gid_map: CString,
+    setgroups: CString,
+    deny: CString,
+}
+
+impl Consts {
+    fn new() -> Consts {
+        let c = |s: &str| CString::new(s).unwrap_or_default();
+        Consts {
+            root: c("/"),
+            proc_: c("/proc"),
+            proc_type: c("proc"),
+            tmpfs: c("tmpfs"),
+            tmpfs_opts: c("mode=1777"),
+            uid_map: c("/proc/self/uid_map"),
+            gid_map: c("/proc/self/gid_map"),
+            setgroups: c("/proc/self/setgroups"),
+            deny: c("deny"),
+        }
+    }
+}
+
+fn cpath(p: &Path) -> Option<CString> {
+    CString::new(p.as_os_str().as_encoded_bytes()).ok()
+}
+
+/// What the fence asks of the mount namespace.
+pub struct Fenced<'a> {
+    /// Writable roots (bound read-write).
+    pub writable: &'a [PathBuf],
+    /// The harness's own files (read-only even under a writable root).
+    pub protected: &'a [PathBuf],
+    /// A private scratch tmpfs here (read-only mode's temp directory).
+    pub scratch: Option<&'a Path>,
+    /// The Landlock ruleset to apply last.
+    pub landlock: Option<i32>,
+}
+
+impl Plan {
+    /// Only the parent-death signal: no namespaces.
+    pub fn bare() -> Plan {
+        Plan {
+            // SAFETY: getpid has no preconditions.
+            parent: unsafe { libc::getpid() },
+            maps: None,
+            pid_ns: false,
+            mounts: None,
+            landlock: None,
+            c: Consts::new(),
+        }
+    }
+
+    /// A PID namespace without a user namespace (needs CAP_SYS_ADMIN): for
+    /// unfenced commands run by root.
+    pub fn pid_only() -> Plan {
+        Plan {
+            pid_ns: true,
+            ..Plan::bare()
+        }
+    }
+
+    /// Landlock alone (where no namespace can be made).
+    pub fn landlock_only(fd: i32) -> Plan {
+        Plan {
+            landlock: Some(fd),
+            ..Plan::bare()
+        }
+    }
+
+    /// User, PID and mount namespaces with the fence's mounts, then
+    /// Landlock.
+    pub fn fenced(f: Fenced<'_>) -> Plan {
+        // SAFETY: plain id queries.
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let maps = if uid == 0 {
+            // Root keeps every id (its files stay its files), but its
+            // capabilities hold only inside the new namespace: no ptrace of
+            // the harness, no remount of the fence.
+            Maps {
+                uid: b"0 0 4294967295\n".to_vec(),
+                gid: b"0 0 4294967295\n".to_vec(),
+                deny_setgroups: false,
+            }
+        } else {
+            Maps {
+                uid: format!("{uid} {uid} 1\n").into_bytes(),
+                gid: format!("{gid} {gid} 1\n").into_bytes(),
+                deny_setgroups: true,
+            }
+        };
+        let existing = |ps: &[PathBuf]| -> Vec<CString> {
+            ps.iter()
+                .filter(|p| p.exists())
+                .filter_map(|p| cpath(p))
+                .collect()
+        };
+        let protected: Vec<PathBuf> = f
+            .protected
+            .iter()
+            .filter(|p| f.writable.iter().any(|w| p.starts_with(w)))
+            .cloned()
+            .collect();
+        Plan {
+            maps: Some(maps),
+            pid_ns: true,
+            mounts: Some(Mounts {
+                writable: existing(f.writable),
+                protected: existing(&protected),
+                scratch: f.scratch.and_then(cpath),
+            }),
+            landlock: f.landlock,
+            ..Plan::bare()
+        }
+    }
+
+    /// Runs in the child between `fork` and `exec`.
+    ///
+    /// # Safety
+    ///
+    /// Call only in a freshly forked child (a `pre_exec` closure): it
+    /// forks, and the process in between never returns from here.
+    pub unsafe fn in_child(&self) -> io::Result<()> {
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::getppid() != self.parent {
+            // The harness died before the signal was armed.
+            libc::_exit(137);
+        }
+        if let Some(maps) = &self.maps {
+            self.enter_user_ns(maps)?;
+        }
+        if self.pid_ns {
+            let mut flags = libc::CLONE_NEWPID;
+            if self.mounts.is_some() {
+                flags |= libc::CLONE_NEWNS;
+            }
+            if libc::unshare(flags) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Self::fork_pid_one()?;
+        }
+        if let Some(m) = &self.mounts {
+            self.mount_fence(m)?;
+        }
+        if let Some(fd) = self.landlock {
+            sandbox::restrict_self(fd)?;
+        }
+        Ok(())
+    }
+
+    /// Forks; the parent waits for the child (PID 1 of the new namespace)
+    /// and exits as it did. Returns in the child only.
+    unsafe fn fork_pid_one() -> io::Result<()> {
+        let pid = libc::syscall(libc::SYS_clone, libc::SIGCHLD as libc::c_ulong, 0, 0, 0, 0);
+        if pid < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if pid == 0 {
+            // PID 1 dies with the process in between.
+            // (The process in between dies only by a signal to the whole
+            // process group, which reaches this one too.)
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            return Ok(());
+        }
+        // In between: hold nothing open (no pipe, no error channel), wait,
+        // and leave the way the command did.
+        libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
+        let mut status = 0;
+        loop {
+            let r = libc::waitpid(pid as libc::pid_t, &mut status, 0);
+            if r == pid as libc::pid_t {
+                break;
+            }
+            if r < 0 && *libc::__errno_location() != libc::EINTR {
+                libc::_exit(126);
+            }
+        }
+        if libc::WIFSIGNALED(status) {
+            let sig = libc::WTERMSIG(status);
+            libc::signal(sig, libc::SIG_DFL);
+            libc::kill(libc::getpid(), sig);
+            libc::_exit(128 + sig);
+        }
+        libc::_exit(libc::WEXITSTATUS(status));
+    }
+
+    unsafe fn enter_user_ns(&self, maps: &Maps) -> io::Result<()> {
+        // Opened before the unshare, with the credentials that may write
+        // a full map; written after it, for the new namespace.
+        let open = |p: &CString| libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        let (uid_fd, gid_fd) = (open(&self.c.uid_map), open(&self.c.gid_map));
+        let groups_fd = if maps.deny_setgroups {
+            open(&self.c.setgroups)
+        } else {
+            -1
+        };
+        if uid_fd < 0 || gid_fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::unshare(libc::CLONE_NEWUSER) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let write = |fd: i32, bytes: &[u8]| -> io::Result<()> {
+            let n = libc::write(fd, bytes.as_ptr().cast(), bytes.len());
+            libc::close(fd);
+            if n != bytes.len() as isize {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        };
+        if groups_fd >= 0 {
+            write(groups_fd, self.c.deny.as_bytes())?;
+        }
+        write(uid_fd, &maps.uid)?;
+        write(gid_fd, &maps.gid)?;
+        Ok(())
+    }
+
+    unsafe fn mount_fence(&self, m: &Mounts) -> io::Result<()> {
+        let null = std::ptr::null::<libc::c_char>();
+        let ok = |rc: libc::c_int| {
+            if rc != 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(())
+            }
+        };
+        let setattr = |path: &CString, set: u64, clr: u64| {
+            let attr = MountAttr {
+                attr_set: set,
+                attr_clr: clr,
+                propagation: 0,
+                userns_fd: 0,
+            };
+            let rc = libc::syscall(
+                SYS_MOUNT_SETATTR,
+                libc::AT_FDCWD,
+                path.as_ptr(),
+                AT_RECURSIVE,
+                &attr as *const MountAttr,
+                std::mem::size_of::<MountAttr>(),
+            );
+            ok(rc as libc::c_int)
+        };
+        let bind = |p: &CString| {
+            ok(libc::mount(
+                p.as_ptr(),
+                p.as_ptr(),
+                null,
+                libc::MS_BIND | libc::MS_REC,
+                std::ptr::null(),
+            ))
+        };
+        ok(libc::mount(
+            null,
+            self.c.root.as_ptr(),
+            null,
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        ))?;
+        for w in &m.writable {
+            bind(w)?;
+        }
+        setattr(&self.c.root, MOUNT_ATTR_RDONLY, 0)?;
+        for w in &m.writable {
+            setattr(w, 0, MOUNT_ATTR_RDONLY)?;
+        }
+        for p in &m.protected {
+            bind(p)?;
+            setattr(p, MOUNT_ATTR_RDONLY, 0)?;
+        }
+        if let Some(s) = &m.scratch {
+            ok(libc::mount(
+                self.c.tmpfs.as_ptr(),
+                s.as_ptr(),
+                self.c.tmpfs.as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                self.c.tmpfs_opts.as_ptr().cast(),
+            ))?;
+        }
+        ok(libc::mount(
+            self.c.proc_type.as_ptr(),
+            self.c.proc_.as_ptr(),
+            self.c.proc_type.as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            std::ptr::null(),
+        ))
+    }
+}
