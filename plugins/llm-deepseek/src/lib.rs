@@ -70,7 +70,7 @@ impl Adapter {
                 Ok(k) if !k.trim().is_empty() => Some(k),
                 _ => {
                     return fail(LlmFailure::new(
-                        "MISSING_CREDENTIAL",
+                        wire::code::MISSING_CREDENTIAL,
                         format!(
                             "no API key: set the environment variable {}",
                             self.config.api_key_env
@@ -99,13 +99,13 @@ impl Adapter {
         let response = match tokio::time::timeout(idle, http.send()).await {
             Err(_) => {
                 return fail(LlmFailure::new(
-                    "TIMEOUT",
+                    wire::code::TIMEOUT,
                     format!("no response within {} ms", idle.as_millis()),
                 ))
             }
             Ok(Err(e)) => {
                 return fail(LlmFailure::new(
-                    "TRANSPORT",
+                    wire::code::TRANSPORT,
                     format!("request to {url} failed: {}", error_chain(&e)),
                 ))
             }
@@ -138,19 +138,19 @@ impl Adapter {
             let chunk = match tokio::time::timeout(idle, response.chunk()).await {
                 Err(_) => {
                     return fail(LlmFailure::new(
-                        "TIMEOUT",
+                        wire::code::TIMEOUT,
                         format!("the stream was idle for {} ms", idle.as_millis()),
                     ))
                 }
                 Ok(Err(e)) => {
                     return fail(LlmFailure::new(
-                        "TRANSPORT",
+                        wire::code::TRANSPORT,
                         format!("the stream broke: {}", error_chain(&e)),
                     ))
                 }
                 Ok(Ok(None)) => {
                     return fail(LlmFailure::new(
-                        "STREAM_CLOSED",
+                        wire::code::STREAM_CLOSED,
                         "the stream ended without [DONE]",
                     ));
                 }
