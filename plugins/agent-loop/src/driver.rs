@@ -7,7 +7,7 @@ use dsh_sdk::new_id;
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::{event, msg, BlockAssembler};
 
-use crate::{Abort, Loop};
+use crate::{Abort, Loop, MAX_STEPS_FIELD, STEP_LIMIT};
 
 /// How a step ended: `Some(kind)` ends the turn unless more input is
 /// pending; `None` means tool results owe the model a response.
@@ -272,6 +272,8 @@ impl Loop {
         let mut step = 0u64;
         loop {
             self.check(abort)?;
+            // Checked before the claim, so pending input stays parked.
+            self.check_step_limit(step)?;
             let next = step + 1;
             let claimed = self.claim(agent, target, turn).await?;
             let assembly = self.assemble(agent).await?;
@@ -342,6 +344,22 @@ impl Loop {
             }
             target = "next-step";
         }
+    }
+
+    /// Fails the turn when `steps` already run leave no room for another:
+    /// a model that calls tools forever must not run forever.
+    fn check_step_limit(&self, steps: u64) -> Result<(), Stop> {
+        let max = self.config.max_steps();
+        if steps < max {
+            return Ok(());
+        }
+        Err(Stop::Failed(Error::new(
+            STEP_LIMIT,
+            format!(
+                "the turn reached the limit of {max} steps and was stopped; \
+                 raise `{MAX_STEPS_FIELD}` in the agent-loop config to allow more"
+            ),
+        )))
     }
 
     async fn step_body(

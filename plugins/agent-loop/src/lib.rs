@@ -15,16 +15,37 @@ use tokio::sync::{oneshot, Notify};
 
 pub(crate) use inbox::Inbox;
 
+/// The default of [`Config::max_steps_per_turn`].
+pub(crate) const DEFAULT_MAX_STEPS_PER_TURN: u64 = 200;
+/// The config field that sets the step limit, as users write it.
+pub(crate) const MAX_STEPS_FIELD: &str = "maxStepsPerTurn";
+/// The code of a turn that reached the step limit.
+pub(crate) const STEP_LIMIT: &str = "STEP_LIMIT";
+
 #[derive(Deserialize, Clone)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct Config {
     pub max_parallel_tool_calls: usize,
+    /// The most steps (model calls) one turn may run; a turn that would go
+    /// further ends `error` with code `STEP_LIMIT`. 0 means the default.
+    pub max_steps_per_turn: u64,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
             max_parallel_tool_calls: 10,
+            max_steps_per_turn: DEFAULT_MAX_STEPS_PER_TURN,
+        }
+    }
+}
+
+impl Config {
+    /// The step limit in force (never unlimited).
+    pub fn max_steps(&self) -> u64 {
+        match self.max_steps_per_turn {
+            0 => DEFAULT_MAX_STEPS_PER_TURN,
+            n => n,
         }
     }
 }
@@ -380,3 +401,23 @@ impl Plugin for AgentLoop {
 }
 
 dsh_sdk::export_plugin!(AgentLoop);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(v: Value) -> Config {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn the_step_limit_defaults_when_absent_or_zero() {
+        assert_eq!(config(json!({})).max_steps(), DEFAULT_MAX_STEPS_PER_TURN);
+        assert_eq!(
+            config(json!({MAX_STEPS_FIELD: 0})).max_steps(),
+            DEFAULT_MAX_STEPS_PER_TURN
+        );
+        // The field name quoted in the limit's message is the one parsed.
+        assert_eq!(config(json!({MAX_STEPS_FIELD: 3})).max_steps(), 3);
+    }
+}

@@ -14,6 +14,9 @@ use dsh_sdk::tool::register_adapter;
 use dsh_sdk::vocab::LlmFailure;
 use serde::Deserialize;
 
+/// The config field that raises the SSE line cap, as users write it.
+const MAX_SSE_LINE_FIELD: &str = "maxSseLineBytes";
+
 #[derive(Deserialize, Clone)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct Config {
@@ -33,6 +36,20 @@ pub(crate) struct Config {
     pub stream_idle_timeout_ms: u64,
     /// Default `max_tokens` when the request sets none.
     pub max_tokens: Option<u64>,
+    /// The most bytes one SSE line (and one event's `data`) may hold; a
+    /// longer one fails the stream with `MALFORMED_RESPONSE`. 0: the default,
+    /// [`sse::MAX_LINE_BYTES`].
+    pub max_sse_line_bytes: usize,
+}
+
+impl Config {
+    /// The SSE line cap in force.
+    fn sse_cap(&self) -> usize {
+        match self.max_sse_line_bytes {
+            0 => sse::MAX_LINE_BYTES,
+            n => n,
+        }
+    }
 }
 
 impl Default for Config {
@@ -49,6 +66,7 @@ impl Default for Config {
             reasoning: true,
             stream_idle_timeout_ms: 300_000,
             max_tokens: None,
+            max_sse_line_bytes: sse::MAX_LINE_BYTES,
         }
     }
 }
@@ -70,7 +88,7 @@ impl Adapter {
                 Ok(k) if !k.trim().is_empty() => Some(k),
                 _ => {
                     return fail(LlmFailure::new(
-                        "MISSING_CREDENTIAL",
+                        wire::code::MISSING_CREDENTIAL,
                         format!(
                             "no API key: set the environment variable {}",
                             self.config.api_key_env
@@ -99,13 +117,13 @@ impl Adapter {
         let response = match tokio::time::timeout(idle, http.send()).await {
             Err(_) => {
                 return fail(LlmFailure::new(
-                    "TIMEOUT",
+                    wire::code::TIMEOUT,
                     format!("no response within {} ms", idle.as_millis()),
                 ))
             }
             Ok(Err(e)) => {
                 return fail(LlmFailure::new(
-                    "TRANSPORT",
+                    wire::code::TRANSPORT,
                     format!("request to {url} failed: {}", error_chain(&e)),
                 ))
             }
@@ -131,32 +149,45 @@ impl Adapter {
             f.request_id = request_id;
             return fail(f);
         }
-        let mut parser = sse::Parser::default();
+        let mut parser = sse::Parser::new(self.config.sse_cap());
         let mut state = wire::StreamState::default();
         let mut response = response;
         loop {
             let chunk = match tokio::time::timeout(idle, response.chunk()).await {
                 Err(_) => {
                     return fail(LlmFailure::new(
-                        "TIMEOUT",
+                        wire::code::TIMEOUT,
                         format!("the stream was idle for {} ms", idle.as_millis()),
                     ))
                 }
                 Ok(Err(e)) => {
                     return fail(LlmFailure::new(
-                        "TRANSPORT",
+                        wire::code::TRANSPORT,
                         format!("the stream broke: {}", error_chain(&e)),
                     ))
                 }
                 Ok(Ok(None)) => {
                     return fail(LlmFailure::new(
-                        "STREAM_CLOSED",
+                        wire::code::STREAM_CLOSED,
                         "the stream ended without [DONE]",
                     ));
                 }
                 Ok(Ok(Some(bytes))) => bytes,
             };
-            for data in parser.feed(&chunk) {
+            let events = match parser.feed(&chunk) {
+                Ok(events) => events,
+                Err(overflow) => {
+                    return fail(LlmFailure::new(
+                        wire::code::MALFORMED_RESPONSE,
+                        format!(
+                            "the stream was cut off: {overflow}; if the provider's events \
+                             are really that large, raise `{MAX_SSE_LINE_FIELD}` in the \
+                             llm-deepseek config"
+                        ),
+                    ))
+                }
+            };
+            for data in events {
                 if data == "[DONE]" {
                     for c in state.finish() {
                         tx.send(c);
@@ -220,3 +251,17 @@ impl Plugin for DeepSeek {
 }
 
 dsh_sdk::export_plugin!(DeepSeek);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sse_cap_defaults_when_absent_or_zero() {
+        let config = |v: Value| serde_json::from_value::<Config>(v).unwrap().sse_cap();
+        assert_eq!(config(json!({})), sse::MAX_LINE_BYTES);
+        assert_eq!(config(json!({MAX_SSE_LINE_FIELD: 0})), sse::MAX_LINE_BYTES);
+        // The field name quoted in the overflow message is the one parsed.
+        assert_eq!(config(json!({MAX_SSE_LINE_FIELD: 1024})), 1024);
+    }
+}

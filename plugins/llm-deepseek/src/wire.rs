@@ -104,31 +104,161 @@ pub fn request_body(config: &Config, req: &Value) -> Value {
     body
 }
 
+/// Failure codes this adapter reports (reference dsh-product §3.1.1).
+pub mod code {
+    pub const AUTH: &str = "AUTH";
+    pub const QUOTA: &str = "QUOTA";
+    pub const RATE_LIMIT: &str = "RATE_LIMIT";
+    pub const CONTEXT_WINDOW_EXCEEDED: &str = "CONTEXT_WINDOW_EXCEEDED";
+    pub const INVALID_REQUEST: &str = "INVALID_REQUEST";
+    pub const SERVER: &str = "SERVER";
+    pub const MALFORMED_RESPONSE: &str = "MALFORMED_RESPONSE";
+    pub const EMPTY_RESPONSE: &str = "EMPTY_RESPONSE";
+    pub const STREAM_CLOSED: &str = "STREAM_CLOSED";
+    pub const TIMEOUT: &str = "TIMEOUT";
+    pub const TRANSPORT: &str = "TRANSPORT";
+    pub const MISSING_CREDENTIAL: &str = "MISSING_CREDENTIAL";
+}
+
+/// The `error` object an OpenAI-compatible server sends, in an HTTP error
+/// body or as a `data:` payload mid-stream: `{message, code?, type?}`.
+/// `code` may be a string (OpenAI, DeepSeek) or a number (vLLM).
+struct ProviderError {
+    message: String,
+    code: Option<String>,
+    kind: Option<String>,
+}
+
+impl ProviderError {
+    /// Reads `{"error": ...}`; a bare string error is its message.
+    fn of(v: &Value) -> Option<ProviderError> {
+        let e = v.get("error").filter(|e| !e.is_null())?;
+        if let Some(m) = e.as_str() {
+            return Some(ProviderError {
+                message: m.to_owned(),
+                code: None,
+                kind: None,
+            });
+        }
+        let text = |k: &str| match &e[k] {
+            Value::String(s) if !s.is_empty() => Some(s.clone()),
+            Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        };
+        Some(ProviderError {
+            message: text("message").unwrap_or_else(|| e.to_string().chars().take(500).collect()),
+            code: text("code"),
+            kind: text("type"),
+        })
+    }
+
+    /// `(code: x, type: y)`, or "" when the server sent neither.
+    fn tags(&self) -> String {
+        let tags: Vec<String> = [("code", &self.code), ("type", &self.kind)]
+            .into_iter()
+            .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}: {v}")))
+            .collect();
+        if tags.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", tags.join(", "))
+        }
+    }
+
+    /// The server's code and type, lowercased, for matching.
+    fn labels(&self) -> String {
+        [&self.code, &self.kind]
+            .into_iter()
+            .flatten()
+            .map(|s| s.to_ascii_lowercase())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// A context overflow, by its code or by the wording servers use.
+    fn is_context_overflow(&self) -> bool {
+        let message = self.message.to_ascii_lowercase();
+        self.labels().contains("context_length")
+            || (message.contains("context")
+                && ["length", "window", "maximum"]
+                    .iter()
+                    .any(|w| message.contains(w)))
+    }
+
+    /// A numeric `code` that is an HTTP error status (vLLM sends those).
+    fn status_code(&self) -> Option<u16> {
+        self.code
+            .as_deref()
+            .and_then(|c| c.parse::<u16>().ok())
+            .filter(|s| (400..=599).contains(s))
+    }
+}
+
+/// The harness code for a provider error: by HTTP status when the server
+/// sent one (an error body, or a numeric `code` mid-stream), else by the
+/// server's code and type. The one mapping for both routes.
+fn classify(status: Option<u16>, error: &ProviderError) -> String {
+    match status.or_else(|| error.status_code()) {
+        Some(401 | 403) => code::AUTH.to_owned(),
+        Some(402) => code::QUOTA.to_owned(),
+        Some(429) => code::RATE_LIMIT.to_owned(),
+        Some(400) if error.is_context_overflow() => code::CONTEXT_WINDOW_EXCEEDED.to_owned(),
+        Some(400 | 413 | 422) => code::INVALID_REQUEST.to_owned(),
+        Some(500..=599) => code::SERVER.to_owned(),
+        Some(s) => format!("HTTP_{s}"),
+        None => classify_labels(error).to_owned(),
+    }
+}
+
+/// The code for an error without a status, from what the server called it
+/// (its code and type, not its prose, except for the overflow wording).
+fn classify_labels(error: &ProviderError) -> &'static str {
+    let labels = error.labels();
+    let has = |needles: &[&str]| needles.iter().any(|n| labels.contains(n));
+    if error.is_context_overflow() {
+        code::CONTEXT_WINDOW_EXCEEDED
+    } else if has(&["rate_limit", "too_many_requests"]) {
+        code::RATE_LIMIT
+    } else if has(&["quota", "insufficient_balance"]) {
+        code::QUOTA
+    } else if has(&["invalid_api_key", "authentication", "permission"]) {
+        code::AUTH
+    } else {
+        // Overloaded, internal and unknown errors alike: the server failed.
+        code::SERVER
+    }
+}
+
 /// Maps an HTTP error response to a failure.
 pub fn http_failure(status: u16, body: &str) -> LlmFailure {
-    let detail: String = serde_json::from_str::<Value>(body)
+    let error = serde_json::from_str::<Value>(body)
         .ok()
-        .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
-        .unwrap_or_else(|| body.chars().take(500).collect());
-    let lower = detail.to_ascii_lowercase();
-    let code = match status {
-        401 | 403 => "AUTH".to_owned(),
-        402 => "QUOTA".to_owned(),
-        429 => "RATE_LIMIT".to_owned(),
-        400 if lower.contains("context")
-            && (lower.contains("length")
-                || lower.contains("window")
-                || lower.contains("maximum")) =>
-        {
-            "CONTEXT_WINDOW_EXCEEDED".to_owned()
-        }
-        400 | 413 | 422 => "INVALID_REQUEST".to_owned(),
-        500..=599 => "SERVER".to_owned(),
-        s => format!("HTTP_{s}"),
-    };
-    let mut f = LlmFailure::new(&code, format!("HTTP {status}: {detail}"));
+        .as_ref()
+        .and_then(ProviderError::of)
+        .unwrap_or_else(|| ProviderError {
+            message: body.chars().take(500).collect(),
+            code: None,
+            kind: None,
+        });
+    let mut f = LlmFailure::new(
+        &classify(Some(status), &error),
+        format!("HTTP {status}: {}", error.message),
+    );
     f.status = Some(status);
     f
+}
+
+/// Maps an `error` payload sent inside a 200 stream to a failure that keeps
+/// the server's message, code and type.
+fn stream_failure(error: &ProviderError) -> LlmFailure {
+    LlmFailure::new(
+        &classify(None, error),
+        format!(
+            "the provider reported an error mid-stream: {}{}",
+            error.message,
+            error.tags()
+        ),
+    )
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -168,10 +298,13 @@ impl StreamState {
     pub fn on_data(&mut self, data: &str) -> Result<Vec<Value>, LlmFailure> {
         let v: Value = serde_json::from_str(data).map_err(|e| {
             LlmFailure::new(
-                "MALFORMED_RESPONSE",
+                code::MALFORMED_RESPONSE,
                 format!("the provider sent malformed JSON: {e}"),
             )
         })?;
+        if let Some(error) = ProviderError::of(&v) {
+            return Err(stream_failure(&error));
+        }
         let mut out = Vec::new();
         if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
             let prompt = u["prompt_tokens"].as_u64().unwrap_or(0);
@@ -277,7 +410,7 @@ impl StreamState {
         let reason = match self.finish.as_deref() {
             Some("stop") | None if !self.any_content => {
                 return vec![LlmFailure::new(
-                    "EMPTY_RESPONSE",
+                    code::EMPTY_RESPONSE,
                     "the model returned an empty completion",
                 )
                 .finish_chunk(false)];
@@ -286,7 +419,7 @@ impl StreamState {
             Some("tool_calls") => json!({"kind": "tool-calls"}),
             Some("length") => json!({"kind": "max-tokens"}),
             Some(other) => {
-                json!({"kind": "error", "failure": LlmFailure::new("SERVER", format!("the model stopped: {other}"))})
+                json!({"kind": "error", "failure": LlmFailure::new(code::SERVER, format!("the model stopped: {other}"))})
             }
         };
         out.push(json!({"type": "finish", "reason": reason}));
@@ -337,5 +470,114 @@ mod tests {
             json!({"inputTokens": 6, "outputTokens": 5, "cacheReadTokens": 4})
         );
         assert_eq!(all[11]["reason"]["kind"], "tool-calls");
+    }
+
+    fn in_stream(payload: Value) -> LlmFailure {
+        let mut s = StreamState::default();
+        s.on_data(&payload.to_string()).unwrap_err()
+    }
+
+    #[test]
+    fn in_stream_errors_map_like_http_errors_and_keep_the_servers_words() {
+        let cases = [
+            (
+                json!({"message": "This model's maximum context length is 65536 tokens", "code": "context_length_exceeded", "type": "invalid_request_error"}),
+                code::CONTEXT_WINDOW_EXCEEDED,
+            ),
+            (
+                json!({"message": "Rate limit reached", "code": "rate_limit_exceeded", "type": "requests"}),
+                code::RATE_LIMIT,
+            ),
+            (
+                json!({"message": "You exceeded your current quota", "code": "insufficient_quota", "type": "insufficient_quota"}),
+                code::QUOTA,
+            ),
+            (
+                json!({"message": "Overloaded", "type": "overloaded_error"}),
+                code::SERVER,
+            ),
+            (
+                json!({"message": "The server had an error", "type": "server_error"}),
+                code::SERVER,
+            ),
+            (
+                json!({"message": "odd", "code": "weird_thing"}),
+                code::SERVER,
+            ),
+            // vLLM sends the HTTP status as a numeric code.
+            (
+                json!({"object": "error", "message": "bad", "type": "BadRequestError", "code": 400}),
+                code::INVALID_REQUEST,
+            ),
+            (json!({"message": "busy", "code": 503}), code::SERVER),
+        ];
+        for (error, want) in cases {
+            let f = in_stream(json!({"error": error}));
+            assert_eq!(f.code, want, "{error}");
+            assert!(
+                f.message.contains(error["message"].as_str().unwrap()),
+                "{}",
+                f.message
+            );
+            if let Some(c) = error.get("code") {
+                assert!(
+                    f.message.contains(&c.to_string().replace('"', "")),
+                    "{}",
+                    f.message
+                );
+            }
+            assert_eq!(f.status, None, "a 200 stream has no error status");
+        }
+        let f = in_stream(json!({"error": "plain text error"}));
+        assert_eq!(
+            (f.code.as_str(), f.message.contains("plain text error")),
+            (code::SERVER, true)
+        );
+        assert!(
+            in_stream(json!({"error": {"message": "x", "code": "c", "type": "t"}}))
+                .message
+                .ends_with("x (code: c, type: t)")
+        );
+    }
+
+    #[test]
+    fn http_errors_keep_their_status_mapping() {
+        let body = |m: &str| json!({"error": {"message": m}}).to_string();
+        for (status, message, want) in [
+            (401, "bad key", code::AUTH),
+            (402, "pay", code::QUOTA),
+            (429, "slow down", code::RATE_LIMIT),
+            (
+                400,
+                "maximum context length is 65536",
+                code::CONTEXT_WINDOW_EXCEEDED,
+            ),
+            (400, "bad field", code::INVALID_REQUEST),
+            (503, "busy", code::SERVER),
+            (418, "teapot", "HTTP_418"),
+        ] {
+            let f = http_failure(status, &body(message));
+            assert_eq!((f.code.as_str(), f.status), (want, Some(status)));
+            assert_eq!(f.message, format!("HTTP {status}: {message}"));
+        }
+        // The code alone marks an overflow too; a non-JSON body is the detail.
+        let f = http_failure(
+            400,
+            &json!({"error": {"message": "too long", "code": "context_length_exceeded"}})
+                .to_string(),
+        );
+        assert_eq!(f.code, code::CONTEXT_WINDOW_EXCEEDED);
+        assert_eq!(
+            http_failure(502, "<html>bad gateway</html>").message,
+            "HTTP 502: <html>bad gateway</html>"
+        );
+    }
+
+    #[test]
+    fn a_null_error_field_is_not_an_error() {
+        let mut s = StreamState::default();
+        assert!(s
+            .on_data(r#"{"error":null,"choices":[{"delta":{"content":"hi"}}]}"#)
+            .is_ok());
     }
 }

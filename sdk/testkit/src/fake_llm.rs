@@ -23,7 +23,17 @@ pub enum Answer {
     Slow(Vec<String>, u64),
     /// A non-200 status with extra headers and a body.
     Status(u16, Vec<(String, String)>, String),
+    /// 200, then one text delta whose `data:` line is this many bytes long
+    /// (then `[DONE]`). The line is generated as it is written, so neither
+    /// side of the test holds it; how much of it went out before the client
+    /// hung up is recorded ([`FakeLlm::long_lines_written`]).
+    LongLine(usize),
 }
+
+/// The head of an [`Answer::LongLine`] line; its filler follows.
+const LONG_LINE_HEAD: &str = "data: {\"choices\":[{\"delta\":{\"content\":\"";
+/// The tail that closes the JSON of an [`Answer::LongLine`] line.
+const LONG_LINE_TAIL: &str = "\"}}]}";
 
 /// A streamed text answer (usage, then `[DONE]`).
 pub fn text(answer: &str) -> Answer {
@@ -75,6 +85,19 @@ struct State {
     headers: Vec<String>,
     times: Vec<std::time::Instant>,
     fallback: Option<Answer>,
+    long_lines: Vec<LongLineWritten>,
+    /// Woken whenever a long line is recorded.
+    long_line_done: Arc<tokio::sync::Notify>,
+}
+
+/// How much of one [`Answer::LongLine`] was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LongLineWritten {
+    /// Bytes of the line written to the socket (the kernel may not have
+    /// delivered all of them).
+    pub bytes: usize,
+    /// The line was written to its end (the client never hung up on it).
+    pub complete: bool,
 }
 
 /// The running server.
@@ -132,6 +155,23 @@ impl FakeLlm {
         s.headers.clear();
     }
 
+    /// For each [`Answer::LongLine`] served so far, how much of it went out;
+    /// waits until `n` of them are done (the server records one when its
+    /// last write fails or the line is complete). Bound it with a timeout.
+    pub async fn long_lines_written(&self, n: usize) -> Vec<LongLineWritten> {
+        loop {
+            let done = self.state.lock().unwrap().long_line_done.clone();
+            let notified = done.notified();
+            {
+                let s = self.state.lock().unwrap();
+                if s.long_lines.len() >= n {
+                    return s.long_lines.clone();
+                }
+            }
+            notified.await;
+        }
+    }
+
     /// Every request's raw header block.
     pub fn headers(&self) -> Vec<String> {
         self.state.lock().unwrap().headers.clone()
@@ -169,6 +209,37 @@ async fn read_request(sock: &mut TcpStream) -> Option<(String, Vec<u8>)> {
         body.extend_from_slice(&tmp[..n]);
     }
     Some((head, body))
+}
+
+/// Writes a `data:` line of `len` bytes from a small reusable buffer, then
+/// `[DONE]`; stops at the first failed write (the client hung up).
+async fn write_long_line(sock: &mut TcpStream, len: usize) -> LongLineWritten {
+    const PIECE: usize = 64 * 1024;
+    let filler = vec![b'a'; PIECE];
+    let body = len.saturating_sub(LONG_LINE_HEAD.len() + LONG_LINE_TAIL.len());
+    let mut written = LongLineWritten {
+        bytes: 0,
+        complete: false,
+    };
+    if sock.write_all(LONG_LINE_HEAD.as_bytes()).await.is_err() {
+        return written;
+    }
+    written.bytes = LONG_LINE_HEAD.len();
+    let mut left = body;
+    while left > 0 {
+        let n = left.min(PIECE);
+        if sock.write_all(&filler[..n]).await.is_err() {
+            return written;
+        }
+        written.bytes += n;
+        left -= n;
+    }
+    let end = format!("{LONG_LINE_TAIL}\n\ndata: [DONE]\n\n");
+    if sock.write_all(end.as_bytes()).await.is_ok() {
+        written.bytes += LONG_LINE_TAIL.len();
+        written.complete = true;
+    }
+    written
 }
 
 async fn serve(mut sock: TcpStream, state: Arc<Mutex<State>>) {
@@ -244,6 +315,16 @@ async fn serve(mut sock: TcpStream, state: Arc<Mutex<State>>) {
             resp.push_str("\r\n");
             resp.push_str(&body);
             let _ = sock.write_all(resp.as_bytes()).await;
+        }
+        Answer::LongLine(len) => {
+            let _ = sock.write_all(sse_head.as_bytes()).await;
+            let written = write_long_line(&mut sock, len).await;
+            let done = {
+                let mut s = state.lock().unwrap();
+                s.long_lines.push(written);
+                s.long_line_done.clone()
+            };
+            done.notify_waiters();
         }
     }
     let _ = sock.shutdown().await;
