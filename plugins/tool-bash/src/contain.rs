@@ -2,12 +2,12 @@
 //! command starts outlives it, its timeout, a cancel, or the harness.
 //!
 //! The child std forks first asks for SIGKILL when the harness thread that
-//! started it dies, then (where the kernel allows) enters a new user, PID
-//! and mount namespace and forks once more. The grandchild is PID 1 of the
-//! new PID namespace: when it dies, the kernel kills every process in it,
-//! `setsid` and double forks included. The child in between only waits for
-//! it and passes its exit status on; it holds no file descriptor, so it
-//! keeps no pipe open.
+//! started it dies, then (where the kernel allows) forks once more into a
+//! new user, PID and mount namespace, writing the new child's id maps from
+//! outside. The grandchild is PID 1 of the new PID namespace: when it dies,
+//! the kernel kills every process in it, `setsid` and double forks
+//! included. The child in between only waits for it and passes its exit
+//! status on; it holds no file descriptor, so it keeps no pipe open.
 //!
 //! In a fenced mode the grandchild also remounts the whole tree read-only
 //! except the writable roots (the harness's own files under them read-only
@@ -46,6 +46,36 @@ struct Mounts {
     protected: Vec<CString>,
     /// A private tmpfs over the temp directory (read-only mode).
     scratch: Option<CString>,
+    /// The workspace, shown again (read-only) when the scratch covers it.
+    reveal: Option<Reveal>,
+    /// The command's working directory, entered again once the mounts are
+    /// made (the one entered before them is on the old tree).
+    cwd: CString,
+}
+
+/// A directory bound back on top of the scratch tmpfs.
+struct Reveal {
+    /// The directory (opened in the child before the tmpfs covers it).
+    dir: CString,
+    /// The directories to make inside the scratch, outermost first; the
+    /// last is the target (the same path as `dir`).
+    dirs: Vec<CString>,
+}
+
+impl Reveal {
+    fn new(dir: &Path, scratch: &Path) -> Option<Reveal> {
+        let rel = dir.strip_prefix(scratch).ok()?;
+        let mut at = scratch.to_owned();
+        let mut dirs = Vec::new();
+        for part in rel.components() {
+            at.push(part);
+            dirs.push(cpath(&at)?);
+        }
+        Some(Reveal {
+            dir: cpath(dir)?,
+            dirs,
+        })
+    }
 }
 
 /// Everything the child does before `exec`, prepared in the parent.
@@ -65,10 +95,8 @@ struct Consts {
     proc_type: CString,
     tmpfs: CString,
     tmpfs_opts: CString,
-    uid_map: CString,
-    gid_map: CString,
-    setgroups: CString,
     deny: CString,
+    dot: CString,
 }
 
 impl Consts {
@@ -80,12 +108,52 @@ impl Consts {
             proc_type: c("proc"),
             tmpfs: c("tmpfs"),
             tmpfs_opts: c("mode=1777"),
-            uid_map: c("/proc/self/uid_map"),
-            gid_map: c("/proc/self/gid_map"),
-            setgroups: c("/proc/self/setgroups"),
             deny: c("deny"),
+            dot: c("."),
         }
     }
+}
+
+/// Writes `bytes` to `/proc/<pid>/<leaf>` (`leaf` NUL-terminated),
+/// formatting the path on the stack: safe between `fork` and `exec`.
+unsafe fn write_proc(pid: libc::pid_t, leaf: &[u8], bytes: &[u8]) -> io::Result<()> {
+    let mut path = [0u8; 64];
+    let mut n = 0;
+    for b in b"/proc/" {
+        path[n] = *b;
+        n += 1;
+    }
+    let mut digits = [0u8; 12];
+    let (mut d, mut v) = (0, pid as u32);
+    loop {
+        digits[d] = b'0' + (v % 10) as u8;
+        d += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    while d > 0 {
+        d -= 1;
+        path[n] = digits[d];
+        n += 1;
+    }
+    path[n] = b'/';
+    n += 1;
+    if n + leaf.len() > path.len() {
+        return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
+    }
+    path[n..n + leaf.len()].copy_from_slice(leaf);
+    let fd = libc::open(path.as_ptr().cast(), libc::O_WRONLY | libc::O_CLOEXEC);
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let written = libc::write(fd, bytes.as_ptr().cast(), bytes.len());
+    libc::close(fd);
+    if written != bytes.len() as isize {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn cpath(p: &Path) -> Option<CString> {
@@ -102,6 +170,10 @@ pub struct Fenced<'a> {
     pub scratch: Option<&'a Path>,
     /// The Landlock ruleset to apply last.
     pub landlock: Option<i32>,
+    /// The command's working directory.
+    pub cwd: &'a Path,
+    /// The workspace, to show again if the scratch covers it.
+    pub workspace: &'a Path,
 }
 
 impl Plan {
@@ -162,6 +234,13 @@ impl Plan {
                 .filter_map(|p| cpath(p))
                 .collect()
         };
+        // A root inside another root comes with it.
+        let outer: Vec<PathBuf> = f
+            .writable
+            .iter()
+            .filter(|w| !f.writable.iter().any(|o| o != *w && w.starts_with(o)))
+            .cloned()
+            .collect();
         let protected: Vec<PathBuf> = f
             .protected
             .iter()
@@ -172,9 +251,11 @@ impl Plan {
             maps: Some(maps),
             pid_ns: true,
             mounts: Some(Mounts {
-                writable: existing(f.writable),
+                writable: existing(&outer),
                 protected: existing(&protected),
                 scratch: f.scratch.and_then(cpath),
+                reveal: f.scratch.and_then(|s| Reveal::new(f.workspace, s)),
+                cwd: cpath(f.cwd).unwrap_or_default(),
             }),
             landlock: f.landlock,
             ..Plan::bare()
@@ -195,18 +276,8 @@ impl Plan {
             // The harness died before the signal was armed.
             libc::_exit(137);
         }
-        if let Some(maps) = &self.maps {
-            self.enter_user_ns(maps)?;
-        }
         if self.pid_ns {
-            let mut flags = libc::CLONE_NEWPID;
-            if self.mounts.is_some() {
-                flags |= libc::CLONE_NEWNS;
-            }
-            if libc::unshare(flags) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Self::fork_pid_one()?;
+            self.fork_pid_one()?;
         }
         if let Some(m) = &self.mounts {
             self.mount_fence(m)?;
@@ -217,15 +288,42 @@ impl Plan {
         Ok(())
     }
 
-    /// Forks; the parent waits for the child (PID 1 of the new namespace)
-    /// and exits as it did. Returns in the child only.
-    unsafe fn fork_pid_one() -> io::Result<()> {
-        let pid = libc::syscall(libc::SYS_clone, libc::SIGCHLD as libc::c_ulong, 0, 0, 0, 0);
+    /// Forks into new namespaces. The parent writes the child's id maps
+    /// (it holds the privilege of the namespace it is in, the child does
+    /// not), lets it go on, then waits for it and exits as it did. Returns
+    /// in the child only: PID 1 of the new PID namespace.
+    unsafe fn fork_pid_one(&self) -> io::Result<()> {
+        let mut flags = libc::CLONE_NEWPID;
+        if self.maps.is_some() {
+            flags |= libc::CLONE_NEWUSER;
+        }
+        if self.mounts.is_some() {
+            flags |= libc::CLONE_NEWNS;
+        }
+        let mut sync = [0i32; 2];
+        if libc::pipe2(sync.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let pid = libc::syscall(
+            libc::SYS_clone,
+            (flags | libc::SIGCHLD) as libc::c_ulong,
+            0,
+            0,
+            0,
+            0,
+        );
         if pid < 0 {
             return Err(io::Error::last_os_error());
         }
         if pid == 0 {
-            // PID 1 dies with the process in between.
+            libc::close(sync[1]);
+            let mut go = 0u8;
+            let n = libc::read(sync[0], (&mut go as *mut u8).cast(), 1);
+            libc::close(sync[0]);
+            if n != 1 {
+                // The process in between failed or died.
+                libc::_exit(126);
+            }
             // (The process in between dies only by a signal to the whole
             // process group, which reaches this one too.)
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
@@ -233,13 +331,22 @@ impl Plan {
             }
             return Ok(());
         }
+        let pid = pid as libc::pid_t;
+        libc::close(sync[0]);
+        if let Some(maps) = &self.maps {
+            if self.write_maps(pid, maps).is_err() {
+                libc::kill(pid, libc::SIGKILL);
+                libc::_exit(126);
+            }
+        }
+        libc::write(sync[1], b"g".as_ptr().cast(), 1);
         // In between: hold nothing open (no pipe, no error channel), wait,
         // and leave the way the command did.
         libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
         let mut status = 0;
         loop {
-            let r = libc::waitpid(pid as libc::pid_t, &mut status, 0);
-            if r == pid as libc::pid_t {
+            let r = libc::waitpid(pid, &mut status, 0);
+            if r == pid {
                 break;
             }
             if r < 0 && *libc::__errno_location() != libc::EINTR {
@@ -255,36 +362,13 @@ impl Plan {
         libc::_exit(libc::WEXITSTATUS(status));
     }
 
-    unsafe fn enter_user_ns(&self, maps: &Maps) -> io::Result<()> {
-        // Opened before the unshare, with the credentials that may write
-        // a full map; written after it, for the new namespace.
-        let open = |p: &CString| libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-        let (uid_fd, gid_fd) = (open(&self.c.uid_map), open(&self.c.gid_map));
-        let groups_fd = if maps.deny_setgroups {
-            open(&self.c.setgroups)
-        } else {
-            -1
-        };
-        if uid_fd < 0 || gid_fd < 0 {
-            return Err(io::Error::last_os_error());
+    /// Writes `/proc/<pid>/{setgroups,uid_map,gid_map}` without allocating.
+    unsafe fn write_maps(&self, pid: libc::pid_t, maps: &Maps) -> io::Result<()> {
+        if maps.deny_setgroups {
+            write_proc(pid, b"setgroups\0", self.c.deny.as_bytes())?;
         }
-        if libc::unshare(libc::CLONE_NEWUSER) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let write = |fd: i32, bytes: &[u8]| -> io::Result<()> {
-            let n = libc::write(fd, bytes.as_ptr().cast(), bytes.len());
-            libc::close(fd);
-            if n != bytes.len() as isize {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        };
-        if groups_fd >= 0 {
-            write(groups_fd, self.c.deny.as_bytes())?;
-        }
-        write(uid_fd, &maps.uid)?;
-        write(gid_fd, &maps.gid)?;
-        Ok(())
+        write_proc(pid, b"uid_map\0", &maps.uid)?;
+        write_proc(pid, b"gid_map\0", &maps.gid)
     }
 
     unsafe fn mount_fence(&self, m: &Mounts) -> io::Result<()> {
@@ -340,6 +424,14 @@ impl Plan {
             bind(p)?;
             setattr(p, MOUNT_ATTR_RDONLY, 0)?;
         }
+        // Held open across the tmpfs that covers it, then bound back.
+        let keep = match &m.reveal {
+            Some(r) => libc::open(
+                r.dir.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            ),
+            None => -1,
+        };
         if let Some(s) = &m.scratch {
             ok(libc::mount(
                 self.c.tmpfs.as_ptr(),
@@ -349,12 +441,30 @@ impl Plan {
                 self.c.tmpfs_opts.as_ptr().cast(),
             ))?;
         }
+        if let (Some(r), true) = (&m.reveal, keep >= 0) {
+            for d in &r.dirs {
+                libc::mkdir(d.as_ptr(), 0o755);
+            }
+            if let Some(target) = r.dirs.last() {
+                ok(libc::fchdir(keep))?;
+                ok(libc::mount(
+                    self.c.dot.as_ptr(),
+                    target.as_ptr(),
+                    null,
+                    libc::MS_BIND | libc::MS_REC,
+                    std::ptr::null(),
+                ))?;
+                libc::close(keep);
+                setattr(target, MOUNT_ATTR_RDONLY, 0)?;
+            }
+        }
         ok(libc::mount(
             self.c.proc_type.as_ptr(),
             self.c.proc_.as_ptr(),
             self.c.proc_type.as_ptr(),
             libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
             std::ptr::null(),
-        ))
+        ))?;
+        ok(libc::chdir(m.cwd.as_ptr()))
     }
 }

@@ -225,6 +225,10 @@ fn bwrap_command(bwrap: &Path, fence: &Fence, scratch: Option<&Path>, command: &
     }
     if let Some(s) = scratch {
         cmd.arg("--tmpfs").arg(s);
+        // The workspace stays visible (read-only) if the scratch covers it.
+        if fence.root.starts_with(s) {
+            cmd.arg("--ro-bind").arg(&fence.root).arg(&fence.root);
+        }
     }
     for p in &fence.protected {
         if p.exists() && fence.root_for(p).is_some() {
@@ -246,6 +250,8 @@ impl Bash {
             protected: &[],
             scratch: None,
             landlock: Some(rules.fd()),
+            cwd: Path::new("/"),
+            workspace: &fence.root,
         });
         let mut probe = Command::new("bash");
         probe
@@ -323,6 +329,8 @@ impl Bash {
                             protected: &fence.protected,
                             scratch,
                             landlock: Some(rules.fd()),
+                            cwd: &workdir,
+                            workspace: &fence.root,
                         })
                     } else {
                         Plan::landlock_only(rules.fd())
