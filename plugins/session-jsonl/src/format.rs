@@ -2,11 +2,18 @@
 //! encoding, the header record, packed chunk rows (read only), the
 //! crash-tail scan, and durable writes.
 
+use std::fs::{DirBuilder, File, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 
 use dsh_sdk::vocab::{SessionEvent, SessionHeader};
 use serde_json::{json, Value};
+
+/// Session logs hold whole conversations: only their owner may read them.
+pub const LOG_MODE: u32 = 0o600;
+/// Directories of session logs (created at the first write), owner only.
+pub const DIR_MODE: u32 = 0o700;
 
 /// `encodeSegment`: `[A-Za-z0-9._-]` literal, everything else `~XXXX` per
 /// UTF-16 unit; `.` and `..` are encoded whole.
@@ -208,15 +215,32 @@ fn fsync_dir(path: &Path) {
     }
 }
 
+/// Creates `dir` and any missing parents with [`DIR_MODE`] (an existing
+/// directory keeps its mode).
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    DirBuilder::new().recursive(true).mode(DIR_MODE).create(dir)
+}
+
+/// Opens a fresh file with [`LOG_MODE`], whatever the umask allows more.
+fn create_private_file(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(LOG_MODE)
+        .open(path)
+}
+
 /// First write: header + batch into a temp file, fsync, then published
 /// without overwriting (hard link) and the directory fsynced.
 pub fn publish_new(path: &Path, header: &SessionHeader, events: &str) -> std::io::Result<()> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+        create_private_dir(dir)?;
     }
     let tmp = path.with_extension(format!("jsonl.tmp-{}", std::process::id()));
     {
-        let mut f = std::fs::File::create(&tmp)?;
+        let mut f = create_private_file(&tmp)?;
         f.write_all(header_line(header).as_bytes())?;
         f.write_all(events.as_bytes())?;
         f.sync_all()?;
@@ -496,6 +520,33 @@ mod tests {
                 .is_some_and(|e| e.contains("precedes a completed turn")),
             "{err:?}"
         );
+    }
+
+    #[test]
+    fn a_new_log_is_private_and_never_overwritten() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = std::env::temp_dir().join(format!("dsh-publish-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let path = root.join("project").join("s.jsonl");
+        let header = SessionHeader {
+            id: "s".into(),
+            created_at: 1,
+            ..SessionHeader::default()
+        };
+        publish_new(&path, &header, &line("turn/start", 0)).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&path), LOG_MODE);
+        assert_eq!(mode(&root.join("project")), DIR_MODE);
+        assert_eq!(mode(&root), DIR_MODE, "missing parents too");
+        let before = std::fs::read(&path).unwrap();
+        let again = publish_new(&path, &header, "other\n")
+            .err()
+            .map(|e| e.kind());
+        assert_eq!(again, Some(std::io::ErrorKind::AlreadyExists));
+        assert_eq!(std::fs::read(&path).unwrap(), before);
+        let left: Vec<_> = std::fs::read_dir(root.join("project")).unwrap().collect();
+        assert_eq!(left.len(), 1, "no temp file is left behind");
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]
