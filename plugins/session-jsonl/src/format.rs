@@ -10,6 +10,8 @@ use std::path::Path;
 use dsh_sdk::vocab::{SessionEvent, SessionHeader};
 use serde_json::{json, Value};
 
+use crate::lock::{self, LogLock};
+
 /// Session logs hold whole conversations: only their owner may read them.
 pub const LOG_MODE: u32 = 0o600;
 /// Directories of session logs (created at the first write), owner only.
@@ -232,24 +234,29 @@ fn create_private_file(path: &Path) -> std::io::Result<File> {
         .open(path)
 }
 
-/// First write: header + batch into a temp file, fsync, then published
-/// without overwriting (hard link) and the directory fsynced.
-pub fn publish_new(path: &Path, header: &SessionHeader, events: &str) -> std::io::Result<()> {
+/// First write: header + batch into a temp file (locked, so the log is
+/// locked from the moment it appears), fsync, then published without
+/// overwriting (hard link) and the directory fsynced. A log that already
+/// exists fails with `AlreadyExists` and is left as it was.
+pub fn publish_new(path: &Path, header: &SessionHeader, events: &str) -> std::io::Result<LogLock> {
     if let Some(dir) = path.parent() {
         create_private_dir(dir)?;
     }
     let tmp = path.with_extension(format!("jsonl.tmp-{}", std::process::id()));
-    {
-        let mut f = create_private_file(&tmp)?;
+    let written = create_private_file(&tmp).and_then(|f| {
+        let lock = lock::lock_file(f)
+            .map_err(|r| std::io::Error::other(format!("cannot lock {}: {r:?}", tmp.display())))?;
+        let mut f = lock.file();
         f.write_all(header_line(header).as_bytes())?;
         f.write_all(events.as_bytes())?;
         f.sync_all()?;
-    }
-    let linked = std::fs::hard_link(&tmp, path);
+        Ok(lock)
+    });
+    let linked = written.and_then(|lock| std::fs::hard_link(&tmp, path).map(|()| lock));
     let _ = std::fs::remove_file(&tmp);
-    linked?;
+    let lock = linked?;
     fsync_dir(path);
-    Ok(())
+    Ok(lock)
 }
 
 fn is_zstd(path: &Path) -> bool {
@@ -523,7 +530,7 @@ mod tests {
     }
 
     #[test]
-    fn a_new_log_is_private_and_never_overwritten() {
+    fn a_new_log_is_private_locked_from_the_start_and_never_overwritten() {
         use std::os::unix::fs::PermissionsExt;
         let root = std::env::temp_dir().join(format!("dsh-publish-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
@@ -533,11 +540,15 @@ mod tests {
             created_at: 1,
             ..SessionHeader::default()
         };
-        publish_new(&path, &header, &line("turn/start", 0)).unwrap();
+        let held = publish_new(&path, &header, &line("turn/start", 0)).unwrap();
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&path), LOG_MODE);
         assert_eq!(mode(&root.join("project")), DIR_MODE);
         assert_eq!(mode(&root), DIR_MODE, "missing parents too");
+        assert!(matches!(
+            lock::lock_path(&path),
+            Err(lock::Refused::Busy { .. })
+        ));
         let before = std::fs::read(&path).unwrap();
         let again = publish_new(&path, &header, "other\n")
             .err()
@@ -546,6 +557,8 @@ mod tests {
         assert_eq!(std::fs::read(&path).unwrap(), before);
         let left: Vec<_> = std::fs::read_dir(root.join("project")).unwrap().collect();
         assert_eq!(left.len(), 1, "no temp file is left behind");
+        drop(held);
+        assert!(lock::lock_path(&path).is_ok());
         let _ = std::fs::remove_dir_all(&root);
     }
 
