@@ -2,11 +2,20 @@
 //! encoding, the header record, packed chunk rows (read only), the
 //! crash-tail scan, and durable writes.
 
+use std::fs::{DirBuilder, File, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 
 use dsh_sdk::vocab::{SessionEvent, SessionHeader};
 use serde_json::{json, Value};
+
+use crate::lock::{self, LogLock};
+
+/// Session logs hold whole conversations: only their owner may read them.
+pub const LOG_MODE: u32 = 0o600;
+/// Directories of session logs (created at the first write), owner only.
+pub const DIR_MODE: u32 = 0o700;
 
 /// `encodeSegment`: `[A-Za-z0-9._-]` literal, everything else `~XXXX` per
 /// UTF-16 unit; `.` and `..` are encoded whole.
@@ -208,24 +217,46 @@ fn fsync_dir(path: &Path) {
     }
 }
 
-/// First write: header + batch into a temp file, fsync, then published
-/// without overwriting (hard link) and the directory fsynced.
-pub fn publish_new(path: &Path, header: &SessionHeader, events: &str) -> std::io::Result<()> {
+/// Creates `dir` and any missing parents with [`DIR_MODE`] (an existing
+/// directory keeps its mode).
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    DirBuilder::new().recursive(true).mode(DIR_MODE).create(dir)
+}
+
+/// Opens a fresh file with [`LOG_MODE`], whatever the umask allows more.
+fn create_private_file(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(LOG_MODE)
+        .open(path)
+}
+
+/// First write: header + batch into a temp file (locked, so the log is
+/// locked from the moment it appears), fsync, then published without
+/// overwriting (hard link) and the directory fsynced. A log that already
+/// exists fails with `AlreadyExists` and is left as it was.
+pub fn publish_new(path: &Path, header: &SessionHeader, events: &str) -> std::io::Result<LogLock> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+        create_private_dir(dir)?;
     }
     let tmp = path.with_extension(format!("jsonl.tmp-{}", std::process::id()));
-    {
-        let mut f = std::fs::File::create(&tmp)?;
+    let written = create_private_file(&tmp).and_then(|f| {
+        let lock = lock::lock_file(f)
+            .map_err(|r| std::io::Error::other(format!("cannot lock {}: {r:?}", tmp.display())))?;
+        let mut f = lock.file();
         f.write_all(header_line(header).as_bytes())?;
         f.write_all(events.as_bytes())?;
         f.sync_all()?;
-    }
-    let linked = std::fs::hard_link(&tmp, path);
+        Ok(lock)
+    });
+    let linked = written.and_then(|lock| std::fs::hard_link(&tmp, path).map(|()| lock));
     let _ = std::fs::remove_file(&tmp);
-    linked?;
+    let lock = linked?;
     fsync_dir(path);
-    Ok(())
+    Ok(lock)
 }
 
 fn is_zstd(path: &Path) -> bool {
@@ -496,6 +527,39 @@ mod tests {
                 .is_some_and(|e| e.contains("precedes a completed turn")),
             "{err:?}"
         );
+    }
+
+    #[test]
+    fn a_new_log_is_private_locked_from_the_start_and_never_overwritten() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = std::env::temp_dir().join(format!("dsh-publish-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let path = root.join("project").join("s.jsonl");
+        let header = SessionHeader {
+            id: "s".into(),
+            created_at: 1,
+            ..SessionHeader::default()
+        };
+        let held = publish_new(&path, &header, &line("turn/start", 0)).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&path), LOG_MODE);
+        assert_eq!(mode(&root.join("project")), DIR_MODE);
+        assert_eq!(mode(&root), DIR_MODE, "missing parents too");
+        assert!(matches!(
+            lock::lock_path(&path),
+            Err(lock::Refused::Busy { .. })
+        ));
+        let before = std::fs::read(&path).unwrap();
+        let again = publish_new(&path, &header, "other\n")
+            .err()
+            .map(|e| e.kind());
+        assert_eq!(again, Some(std::io::ErrorKind::AlreadyExists));
+        assert_eq!(std::fs::read(&path).unwrap(), before);
+        let left: Vec<_> = std::fs::read_dir(root.join("project")).unwrap().collect();
+        assert_eq!(left.len(), 1, "no temp file is left behind");
+        drop(held);
+        assert!(lock::lock_path(&path).is_ok());
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]

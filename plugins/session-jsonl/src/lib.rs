@@ -3,20 +3,40 @@
 //! `$DSH_HOME/sessions`), header line first. Events are buffered from
 //! `session/event` and written at `session/flush` (fsync) or after a batch
 //! window; `load` repairs a torn tail and closes an interrupted turn
-//! (reference dsh-core §8).
+//! (reference dsh-core §8). One host writes a log at a time (an exclusive
+//! `flock` on the log, see `lock`); logs are created 0600 in 0700
+//! directories.
 
 mod format;
+mod lock;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::Duration;
 
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::{interrupted_turn_closers, SessionEvent, SessionHeader};
 use format::{encode_segment, project_key, scan, Scan};
+use lock::{LogLock, Refused};
 use serde::Deserialize;
+
+/// The error codes of this backend.
+mod code {
+    /// Another writer (another host, as a rule) holds the session's log.
+    pub const SESSION_LOCKED: &str = "SESSION_LOCKED";
+    /// A stored log failed validation.
+    pub const SESSION_CORRUPT: &str = "SESSION_CORRUPT";
+    /// No stored log has this id.
+    pub const SESSION_NOT_FOUND: &str = "SESSION_NOT_FOUND";
+    /// A new session's id already has a log on disk (an id collision).
+    pub const SESSION_ALREADY_EXISTS: &str = "SESSION_ALREADY_EXISTS";
+    /// Reading or writing a log failed.
+    pub const PERSISTENCE: &str = "PERSISTENCE";
+    /// The id cannot name a file.
+    pub const INVALID_ID: &str = "INVALID_ID";
+}
 
 #[derive(Deserialize)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
@@ -40,18 +60,75 @@ struct Live {
     on_disk: u64,
     pending: Vec<SessionEvent>,
     armed: bool,
+    /// This host's writer lock; `None` until the first write creates the
+    /// log (locked from the start).
+    lock: Option<LogLock>,
 }
 
 struct Store {
     root: PathBuf,
     delay: Duration,
     live: RefCell<HashMap<String, Live>>,
+    /// Logs `load` locked for a resume whose `session/created` is to come.
+    claimed: RefCell<HashMap<String, LogLock>>,
+    /// Sessions whose log another writer holds: their events are dropped
+    /// (nothing reaches that log) and every flush answers this error.
+    refused: RefCell<HashMap<String, Error>>,
 }
 
 type Shared = Rc<Store>;
 
 fn err(code: &str, e: impl std::fmt::Display) -> Error {
     Error::new(code, e.to_string())
+}
+
+/// `SESSION_LOCKED`, naming the session, the holder (when known) and the log.
+fn locked(id: &str, path: &Path, pid: Option<u32>) -> Error {
+    let holder = match pid {
+        Some(p) if p == std::process::id() => format!("another writer in this process (pid {p})"),
+        Some(p) => format!("another process (pid {p})"),
+        None => "another process".to_owned(),
+    };
+    Error::new(
+        code::SESSION_LOCKED,
+        format!(
+            "session \"{id}\" is being written by {holder}; only one host may append to a session at a time, so wait for it to finish, then resume ({})",
+            path.display()
+        ),
+    )
+}
+
+/// The error for a lock that was not taken.
+fn refusal(id: &str, path: &Path, r: Refused) -> Error {
+    match r {
+        Refused::Busy { pid } => locked(id, path, pid),
+        Refused::Io(e) => err(
+            code::PERSISTENCE,
+            format!("cannot lock session \"{id}\" ({}): {e}", path.display()),
+        ),
+    }
+}
+
+/// Why a new session's first write found its log already there.
+fn collision(id: &str, path: &Path) -> Error {
+    match lock::lock_path(path) {
+        Err(r @ Refused::Busy { .. }) => refusal(id, path, r),
+        _ => Error::new(
+            code::SESSION_ALREADY_EXISTS,
+            format!(
+                "session \"{id}\" already has a persisted log on disk; load/resume it instead of creating ({})",
+                path.display()
+            ),
+        ),
+    }
+}
+
+/// True for the errors that mean "this log is not ours to write".
+fn is_refusal(e: &Error) -> bool {
+    matches!(
+        e.code.as_str(),
+        code::SESSION_LOCKED | code::SESSION_ALREADY_EXISTS
+    )
 }
 
 impl Store {
@@ -63,7 +140,7 @@ impl Store {
     }
 
     fn path_for(&self, header: &SessionHeader) -> Result<PathBuf> {
-        let name = encode_segment(&header.id).map_err(|e| err("INVALID_ID", e))?;
+        let name = encode_segment(&header.id).map_err(|e| err(code::INVALID_ID, e))?;
         Ok(self
             .dir_for(header.cwd.as_deref())
             .join(format!("{name}.jsonl")))
@@ -72,7 +149,7 @@ impl Store {
     /// Finds a stored session by id in any project directory: our layout
     /// (`<id>.jsonl`) or the original's (`<id>/session.jsonl[.zstd]`).
     fn find(&self, id: &str) -> Result<PathBuf> {
-        let name = encode_segment(id).map_err(|e| err("INVALID_ID", e))?;
+        let name = encode_segment(id).map_err(|e| err(code::INVALID_ID, e))?;
         let candidates = [
             format!("{name}.jsonl"),
             format!("{name}.jsonl.zstd"),
@@ -90,46 +167,180 @@ impl Store {
             }
         }
         Err(Error::new(
-            "SESSION_NOT_FOUND",
+            code::SESSION_NOT_FOUND,
             format!("stored session \"{id}\" not found"),
         ))
     }
 
-    /// Writes everything pending for `id`, then fsyncs.
-    fn write(&self, id: &str) -> Result<()> {
-        let mut live = self.live.borrow_mut();
-        let Some(s) = live.get_mut(id) else {
-            return Ok(());
-        };
-        s.armed = false;
-        if s.pending.is_empty() {
-            return Ok(());
+    /// Takes the lock this store already holds on `id`'s log, if any.
+    fn take_held(&self, id: &str) -> Option<LogLock> {
+        let claimed = self.claimed.borrow_mut().remove(id);
+        claimed.or_else(|| self.live.borrow_mut().get_mut(id)?.lock.take())
+    }
+
+    fn holds(&self, id: &str) -> bool {
+        self.claimed.borrow().contains_key(id)
+            || self.live.borrow().get(id).is_some_and(|l| l.lock.is_some())
+    }
+
+    /// Locks `id`'s log at `path` for this store unless it already holds
+    /// it; true when the lock is new.
+    fn claim(&self, id: &str, path: &Path) -> Result<bool> {
+        if self.holds(id) {
+            return Ok(false);
         }
+        let lock = lock::lock_path(path).map_err(|r| refusal(id, path, r))?;
+        self.claimed.borrow_mut().insert(id.to_owned(), lock);
+        Ok(true)
+    }
+
+    /// The lock a session created at `path` writes under: the one held
+    /// already, else a new one if the log exists, else none yet (the first
+    /// write creates the log locked).
+    fn lock_for(&self, id: &str, path: &Path) -> Result<Option<LogLock>> {
+        if let Some(held) = self.take_held(id) {
+            return Ok(Some(held));
+        }
+        if !path.exists() {
+            return Ok(None);
+        }
+        lock::lock_path(path)
+            .map(Some)
+            .map_err(|r| refusal(id, path, r))
+    }
+
+    /// Starts persisting a session that became live (`session/created`).
+    /// A log another writer holds refuses it: nothing is written and every
+    /// flush of it answers `SESSION_LOCKED`.
+    fn attach(&self, header: SessionHeader, events: Vec<SessionEvent>, stored: u64) -> Result<()> {
+        let id = header.id.clone();
+        self.refused.borrow_mut().remove(&id);
+        // A session resumed from its stored log keeps its file (ours or the
+        // original's layout); the seed is already on disk.
+        let path = if stored > 0 {
+            self.find(&id)?
+        } else {
+            self.find(&id).or_else(|_| self.path_for(&header))?
+        };
+        let lock = match self.lock_for(&id, &path) {
+            Ok(lock) => lock,
+            Err(e) => {
+                self.live.borrow_mut().remove(&id);
+                self.refused.borrow_mut().insert(id, e.clone());
+                return Err(e);
+            }
+        };
+        let on_disk = if stored > 0 {
+            stored
+        } else {
+            match format::read(&path) {
+                Ok(log) => scan(&log.text)
+                    .map(|sc| sc.events.len() as u64)
+                    .unwrap_or(0),
+                Err(_) => 0,
+            }
+        };
+        let pending = events.into_iter().filter(|e| e.seq >= on_disk).collect();
+        let live = Live {
+            path,
+            header,
+            on_disk,
+            pending,
+            armed: false,
+            lock,
+        };
+        self.live.borrow_mut().insert(id, live);
+        Ok(())
+    }
+
+    /// Writes everything pending for `id`, then fsyncs. A refused session
+    /// answers its error.
+    fn write(&self, id: &str) -> Result<()> {
+        if let Some(e) = self.refused.borrow().get(id) {
+            return Err(e.clone());
+        }
+        let outcome = {
+            let mut live = self.live.borrow_mut();
+            let Some(s) = live.get_mut(id) else {
+                return Ok(());
+            };
+            s.armed = false;
+            if s.pending.is_empty() {
+                return Ok(());
+            }
+            Self::write_pending(id, s)
+        };
+        if let Err(e) = &outcome {
+            if is_refusal(e) {
+                self.live.borrow_mut().remove(id);
+                self.refused.borrow_mut().insert(id.to_owned(), e.clone());
+            }
+        }
+        outcome
+    }
+
+    /// Appends `s.pending` to its log, creating the log (locked) on the
+    /// first write. Fails `PERSISTENCE` (events kept for the next try) or,
+    /// when another writer's log is already there, with that reason.
+    fn write_pending(id: &str, s: &mut Live) -> Result<()> {
         let mut text = String::new();
         for e in &s.pending {
             text.push_str(&serde_json::to_string(e)?);
             text.push('\n');
         }
-        if s.on_disk == 0 && !s.path.exists() {
-            format::publish_new(&s.path, &s.header, &text).map_err(|e| err("PERSISTENCE", e))?;
+        if s.lock.is_some() {
+            format::append(&s.path, &text).map_err(|e| err(code::PERSISTENCE, e))?;
         } else {
-            format::append(&s.path, &text).map_err(|e| err("PERSISTENCE", e))?;
+            match format::publish_new(&s.path, &s.header, &text) {
+                Ok(lock) => s.lock = Some(lock),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    return Err(collision(id, &s.path))
+                }
+                Err(e) => return Err(err(code::PERSISTENCE, e)),
+            }
         }
         s.on_disk += s.pending.len() as u64;
         s.pending.clear();
         Ok(())
     }
 
+    /// Forgets `id` (disposed): its lock, if this store held one, is released.
+    fn release(&self, id: &str) {
+        self.live.borrow_mut().remove(id);
+        self.claimed.borrow_mut().remove(id);
+        self.refused.borrow_mut().remove(id);
+    }
+
+    /// `load` (`repair`: the resume path, which commits crash repair) or
+    /// `inspect`. `load` locks the log first and keeps the lock for the
+    /// session it is about to become, so a log another host is writing is
+    /// neither repaired under it nor resumed twice.
     fn load(&self, id: &str, repair: bool) -> Result<(SessionHeader, Vec<SessionEvent>)> {
         let path = self.find(id)?;
-        let log = format::read(&path).map_err(|e| err("PERSISTENCE", e))?;
+        if !repair {
+            return Self::read_view(id, &path, false);
+        }
+        let fresh = self.claim(id, &path)?;
+        let view = Self::read_view(id, &path, true);
+        if view.is_err() && fresh {
+            self.claimed.borrow_mut().remove(id);
+        }
+        view
+    }
+
+    fn read_view(
+        id: &str,
+        path: &Path,
+        repair: bool,
+    ) -> Result<(SessionHeader, Vec<SessionEvent>)> {
+        let log = format::read(path).map_err(|e| err(code::PERSISTENCE, e))?;
         let Scan {
             header,
             mut events,
             torn_at,
         } = scan(&log.text).map_err(|e| {
             err(
-                "SESSION_CORRUPT",
+                code::SESSION_CORRUPT,
                 format!(
                     "stored session \"{id}\" failed validation: {e} ({})",
                     path.display()
@@ -138,7 +349,7 @@ impl Store {
         })?;
         let closers = interrupted_turn_closers(&events);
         if repair && (torn_at.is_some() || log.is_torn() || !closers.is_empty()) {
-            format::repair(&path, &log, torn_at, &closers).map_err(|e| err("PERSISTENCE", e))?;
+            format::repair(path, &log, torn_at, &closers).map_err(|e| err(code::PERSISTENCE, e))?;
         }
         events.extend(closers);
         Ok((header, events))
@@ -164,8 +375,8 @@ async fn handle(store: Shared, req: Request) -> Result<Reply> {
                 )
             })?;
             let path = store.find(&id)?;
-            let log = format::read(&path).map_err(|e| err("PERSISTENCE", e))?;
-            let s = scan(&log.text).map_err(|e| err("SESSION_CORRUPT", e))?;
+            let log = format::read(&path).map_err(|e| err(code::PERSISTENCE, e))?;
+            let s = scan(&log.text).map_err(|e| err(code::SESSION_CORRUPT, e))?;
             let events: Vec<&SessionEvent> = s.events.iter().filter(|e| e.seq >= from).collect();
             Reply::json(json!({"header": s.header, "events": events}))
         }
@@ -230,6 +441,8 @@ impl Plugin for Jsonl {
             root,
             delay: Duration::from_millis(config.write_batch_max_delay_ms),
             live: RefCell::default(),
+            claimed: RefCell::default(),
+            refused: RefCell::default(),
         });
         let s = store.clone();
         ctx.provide("sessionPersistence", move |req| handle(s.clone(), req));
@@ -241,35 +454,8 @@ impl Plugin for Jsonl {
                 let header: SessionHeader = serde_json::from_value(ev.payload["header"].clone())?;
                 let events: Vec<SessionEvent> =
                     serde_json::from_value(ev.payload["events"].clone())?;
-                // A session resumed from its stored log keeps its file (ours
-                // or the original's layout); the seed is already on disk.
                 let stored = ev.payload["stored"].as_u64().unwrap_or(0);
-                let path = if stored > 0 {
-                    s.find(&header.id)?
-                } else {
-                    s.find(&header.id).or_else(|_| s.path_for(&header))?
-                };
-                let on_disk = if stored > 0 {
-                    stored
-                } else {
-                    match format::read(&path) {
-                        Ok(log) => scan(&log.text)
-                            .map(|sc| sc.events.len() as u64)
-                            .unwrap_or(0),
-                        Err(_) => 0,
-                    }
-                };
-                let pending = events.into_iter().filter(|e| e.seq >= on_disk).collect();
-                s.live.borrow_mut().insert(
-                    header.id.clone(),
-                    Live {
-                        path,
-                        header,
-                        on_disk,
-                        pending,
-                        armed: false,
-                    },
-                );
+                s.attach(header, events, stored)?;
                 Ok(Value::Null)
             }
         });
@@ -321,9 +507,12 @@ impl Plugin for Jsonl {
                     .as_str()
                     .unwrap_or_default()
                     .to_owned();
-                s.write(&id)?;
-                s.live.borrow_mut().remove(&id);
-                Ok(Value::Null)
+                // A refused session already answered its flushes.
+                let written = s
+                    .write(&id)
+                    .or_else(|e| if is_refusal(&e) { Ok(()) } else { Err(e) });
+                s.release(&id);
+                written.map(|()| Value::Null)
             }
         });
         let s = store.clone();
@@ -334,6 +523,10 @@ impl Plugin for Jsonl {
                     dsh_sdk::tracing::warn!("final write of {id} failed: {e}");
                 }
             }
+            // Unloading releases every writer lock this store holds.
+            s.live.borrow_mut().clear();
+            s.claimed.borrow_mut().clear();
+            s.refused.borrow_mut().clear();
         });
         Ok(())
     }

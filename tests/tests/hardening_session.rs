@@ -1,0 +1,396 @@
+//! Hardening of session logs: one writer per session (a second `dsh-host`
+//! resuming or creating the same session gets `SESSION_LOCKED` and writes
+//! nothing; a killed holder never blocks), and logs private to their owner.
+//!
+//! Every wait here is on an event (a file the winner's tool creates, a
+//! request the fake model server received), bounded by a generous deadline.
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use dsh_testkit::fake_llm::{text, tool_calls, Answer, FakeLlm};
+use dsh_testkit::{target_dir, TempDir, TestHost};
+use serde_json::{json, Value};
+
+const KEY: &str = "DSH_HARDENING_TEST_KEY";
+
+struct Env {
+    home: TempDir,
+    work: TempDir,
+    patch: PathBuf,
+}
+
+/// A `$DSH_HOME` and a workspace. The model stream never idles out and
+/// batched writes wait for a flush (a checkpoint), so a host paused inside a
+/// tool call writes nothing until the tool returns.
+fn env(fake: &FakeLlm) -> Env {
+    let home = TempDir::new("hardening-home");
+    let work = TempDir::new("hardening-work");
+    let patch = home.path().join("test-patch.toml");
+    std::fs::write(
+        &patch,
+        format!(
+            "[[patch]]\nid = \"llm-deepseek\"\nconfig = {{ baseUrl = \"{}\", apiKeyEnv = \"{KEY}\", streamIdleTimeoutMs = 600000 }}\n\
+             [[patch]]\nid = \"llm-retry\"\nconfig = {{ maxRetries = 0 }}\n\
+             [[patch]]\nid = \"session-jsonl\"\nconfig = {{ writeBatchMaxDelayMs = 3600000 }}\n",
+            fake.base_url
+        ),
+    )
+    .unwrap();
+    Env { home, work, patch }
+}
+
+impl Env {
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(target_dir().join("dsh-host"));
+        c.current_dir(self.work.path())
+            .env("DSH_HOME", self.home.path())
+            .env(KEY, "sk-hardening-test")
+            .env("DSH_PERMISSION_MODE", "danger-full-access")
+            .env_remove("DSH_LOG")
+            .arg("--profile")
+            .arg("headless")
+            .arg("--patch")
+            .arg(&self.patch)
+            .args(args)
+            .stdin(Stdio::null());
+        c
+    }
+
+    async fn run(&self, args: &[&str]) -> Output {
+        let mut c = self.command(args);
+        tokio::task::spawn_blocking(move || c.output().expect("run dsh-host"))
+            .await
+            .unwrap()
+    }
+
+    fn spawn(&self, args: &[&str]) -> Running {
+        let child = self
+            .command(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn dsh-host");
+        Running(Some(child))
+    }
+
+    /// The one session log (`.jsonl`) under `sessions/`.
+    fn log_file(&self) -> PathBuf {
+        let mut logs = Vec::new();
+        for d in std::fs::read_dir(self.home.path().join("sessions"))
+            .unwrap()
+            .flatten()
+        {
+            for f in std::fs::read_dir(d.path()).unwrap().flatten() {
+                if f.path().extension().is_some_and(|e| e == "jsonl") {
+                    logs.push(f.path());
+                }
+            }
+        }
+        assert_eq!(logs.len(), 1, "{logs:?}");
+        logs.remove(0)
+    }
+}
+
+fn lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn out(o: &Output) -> (i32, String, String) {
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// Waits (at most a minute) until `ready()` holds.
+async fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !ready() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A `dsh-host` running in the background, killed if the test fails first.
+struct Running(Option<Child>);
+
+impl Running {
+    fn pid(&self) -> u32 {
+        self.0.as_ref().map_or(0, Child::id)
+    }
+
+    /// SIGKILL, then reap.
+    fn kill(mut self) {
+        if let Some(mut c) = self.0.take() {
+            c.kill().unwrap();
+            let _ = c.wait();
+        }
+    }
+
+    async fn output(mut self) -> Output {
+        let child = self.0.take().unwrap();
+        tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+            .await
+            .unwrap()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Runs a first task to completion; returns the new session's id and log.
+async fn create_session(e: &Env, fake: &FakeLlm) -> (String, PathBuf) {
+    fake.push([text("Created.")]);
+    let (code, stdout, stderr) = out(&e.run(&["first", "task"]).await);
+    assert_eq!((code, stdout.as_str()), (0, "Created.\n"), "{stderr}");
+    let file = e.log_file();
+    let id = lines(&file)[0]["id"].as_str().unwrap().to_owned();
+    (id, file)
+}
+
+/// The log is whole: contiguous seqs from 0, a header first.
+fn assert_contiguous(log: &[Value]) {
+    assert_eq!(log[0]["type"], "session");
+    let seqs: Vec<u64> = log[1..]
+        .iter()
+        .map(|l| l["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        seqs,
+        (0..seqs.len() as u64).collect::<Vec<_>>(),
+        "contiguous seqs"
+    );
+}
+
+fn assert_locked(stderr: &str, id: &str, pid: u32) {
+    assert!(stderr.contains("SESSION_LOCKED"), "{stderr}");
+    assert!(stderr.contains(id), "names the session: {stderr}");
+    assert!(
+        stderr.contains(&format!("pid {pid}")),
+        "names the holder: {stderr}"
+    );
+}
+
+#[tokio::test]
+async fn of_two_concurrent_resumes_one_wins_and_the_other_is_locked_out_writing_nothing() {
+    let fake = FakeLlm::start().await;
+    let e = env(&fake);
+    let (id, file) = create_session(&e, &fake).await;
+
+    // The winner's turn stays open inside a tool call until `go` exists.
+    fake.push([
+        tool_calls(&[(
+            "bash",
+            json!({"command": "touch started; while [ ! -e go ]; do sleep 0.05; done", "description": "wait for the test"}),
+        )]),
+        text("Winner done."),
+    ]);
+    let winner = e.spawn(&["--resume", &id, "winner task"]);
+    let started = e.work.path().join("started");
+    wait_for("the winner's tool to start", || started.exists()).await;
+    let before = std::fs::read(&file).unwrap();
+
+    let (code, stdout, stderr) = out(&e.run(&["--resume", &id, "loser task"]).await);
+    assert_ne!(code, 0, "the loser fails: {stdout}");
+    assert_locked(&stderr, &id, winner.pid());
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        before,
+        "the loser wrote nothing"
+    );
+    assert_eq!(fake.requests().len(), 2, "the loser never asked the model");
+
+    std::fs::write(e.work.path().join("go"), "").unwrap();
+    let (code, stdout, stderr) = out(&winner.output().await);
+    assert_eq!((code, stdout.as_str()), (0, "Winner done.\n"), "{stderr}");
+
+    // The log loads cleanly: it resumes again, and every line is the
+    // creator's, the winner's or this last resume's.
+    fake.push([text("Third.")]);
+    let (code, stdout, stderr) = out(&e.run(&["--resume", &id, "third", "task"]).await);
+    assert_eq!((code, stdout.as_str()), (0, "Third.\n"), "{stderr}");
+    let log = lines(&file);
+    assert_contiguous(&log);
+    assert!(!std::fs::read_to_string(&file)
+        .unwrap()
+        .contains("loser task"));
+    let seeds = log.iter().filter(|l| l["type"] == "session/end-seed");
+    assert_eq!(seeds.count(), 2, "one per successful resume");
+    let ends: Vec<&Value> = log.iter().filter(|l| l["type"] == "turn/end").collect();
+    assert_eq!(ends.len(), 3);
+    for (n, end) in ends.iter().enumerate() {
+        assert_eq!(
+            end["data"],
+            json!({"turn": n + 1, "reason": {"kind": "completed"}})
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_lock_held_by_a_process_killed_with_sigkill_does_not_block_the_next_resume() {
+    let fake = FakeLlm::start().await;
+    let e = env(&fake);
+    let (id, file) = create_session(&e, &fake).await;
+
+    fake.push([Answer::Stall(vec![
+        json!({"choices": [{"delta": {"content": "Working on"}}]}).to_string(),
+    ])]);
+    let holder = e.spawn(&["--resume", &id, "held task"]);
+    // Its request reached the model: it resumed, so it holds the session.
+    wait_for("the holder's model request", || fake.requests().len() == 2).await;
+    let (code, _, stderr) = out(&e.run(&["--resume", &id, "refused"]).await);
+    assert_ne!(code, 0);
+    assert_locked(&stderr, &id, holder.pid());
+
+    holder.kill(); // SIGKILL: no disposal, no unlock of its own
+    fake.push([text("After the kill.")]);
+    let (code, stdout, stderr) = out(&e.run(&["--resume", &id, "after", "kill"]).await);
+    assert_eq!(
+        (code, stdout.as_str()),
+        (0, "After the kill.\n"),
+        "{stderr}"
+    );
+    let log = lines(&file);
+    assert_contiguous(&log);
+    let ends: Vec<&Value> = log.iter().filter(|l| l["type"] == "turn/end").collect();
+    assert_eq!(
+        ends[1]["data"],
+        json!({"turn": 2, "reason": {"kind": "interrupted"}})
+    );
+    assert_eq!(
+        ends[2]["data"],
+        json!({"turn": 3, "reason": {"kind": "completed"}})
+    );
+}
+
+#[tokio::test]
+async fn a_new_log_is_0600_in_a_0700_directory_whatever_the_umask() {
+    let fake = FakeLlm::start().await;
+    fake.push([text("Private.")]);
+    let e = env(&fake);
+    let mut c = e.command(&["secret", "task"]);
+    // SAFETY: the closure runs in the forked child before exec and only
+    // calls umask(2), which is async-signal-safe and cannot fail.
+    unsafe {
+        c.pre_exec(|| {
+            libc::umask(0);
+            Ok(())
+        });
+    }
+    let o = tokio::task::spawn_blocking(move || c.output().unwrap())
+        .await
+        .unwrap();
+    let (code, stdout, stderr) = out(&o);
+    assert_eq!((code, stdout.as_str()), (0, "Private.\n"), "{stderr}");
+    let file = e.log_file();
+    let mode = |p: &Path| {
+        format!(
+            "{:o}",
+            std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+        )
+    };
+    assert_eq!(mode(&file), "600", "{}", file.display());
+    let dir = file.parent().unwrap();
+    assert_eq!(mode(dir), "700", "{}", dir.display());
+}
+
+/// Rows of a host that persists into `root` (shared by two hosts).
+fn store_rows(root: &Path) -> String {
+    format!(
+        "[[row]]\nid='session'\nplugin='session'\n[[row]]\nid='jsonl'\nplugin='session-jsonl'\nconfig = {{ root = '{}' }}\n",
+        root.display()
+    )
+}
+
+async fn open_turn(t: &TestHost, id: &str) {
+    let a = json!({"id": id, "type": "turn/start", "data": {"turn": 1}});
+    t.call("sessions", "append", a).await;
+}
+
+#[tokio::test]
+async fn a_second_host_creating_the_same_id_is_refused_until_the_first_lets_go() {
+    let shared = TempDir::new("hardening-root");
+    let root = shared.path().join("sessions");
+    let meta = json!({"id": "dup", "meta": {"cwd": "/hardening/work"}});
+    let first = TestHost::start().await;
+    first.apply(&store_rows(&root)).await;
+    first.call("sessions", "create", meta.clone()).await;
+    open_turn(&first, "dup").await;
+    first.call("sessions", "flush", json!({"id": "dup"})).await;
+    let file = first
+        .call("sessionPersistence", "locate", json!({"id": "dup"}))
+        .await["path"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let before = std::fs::read(&file).unwrap();
+
+    let second = TestHost::start().await;
+    second.apply(&store_rows(&root)).await;
+    second.call("sessions", "create", meta.clone()).await;
+    open_turn(&second, "dup").await;
+    let flushed = second
+        .host
+        .call("sessions", "flush", json!({"id": "dup"}))
+        .await;
+    let e = flushed.expect_err("the second writer's flush is refused");
+    assert_eq!(e.code, "SESSION_LOCKED", "{e}");
+    assert!(e.message.contains("\"dup\""), "{e}");
+    assert!(
+        e.message.contains(&format!("pid {}", std::process::id())),
+        "{e}"
+    );
+    let load = second
+        .host
+        .call("sessionPersistence", "load", json!({"id": "dup"}))
+        .await;
+    assert_eq!(
+        load.map_err(|e| e.code).err().as_deref(),
+        Some("SESSION_LOCKED")
+    );
+    assert_eq!(std::fs::read(&file).unwrap(), before, "nothing was written");
+
+    // Closing the session lets go of its log; another writer may load it.
+    first.call("sessions", "close", json!({"id": "dup"})).await;
+    let third = TestHost::start().await;
+    third.apply(&store_rows(&root)).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let loaded = loop {
+        match third
+            .host
+            .call("sessionPersistence", "load", json!({"id": "dup"}))
+            .await
+        {
+            Ok(v) => break v,
+            Err(e) if e.code == "SESSION_LOCKED" && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Err(e) => panic!("load after close: {e}"),
+        }
+    };
+    assert_eq!(loaded["events"][0]["type"], "turn/start");
+    // Unloading the plugin releases the log `load` locked.
+    third.shutdown().await;
+    let again = second
+        .host
+        .call("sessionPersistence", "load", json!({"id": "dup"}))
+        .await;
+    assert!(again.is_ok(), "{again:?}");
+    second.shutdown().await;
+    first.shutdown().await;
+}
