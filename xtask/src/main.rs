@@ -147,7 +147,47 @@ fn demo() -> Result<()> {
     result
 }
 
+/// Debian packages the suite needs: bubblewrap (the sandbox tests run
+/// under it and under the Landlock fallback) and attr (`setfattr`, used to
+/// attack the fence with xattrs).
+const TEST_PACKAGES: &[(&str, &str)] = &[("bwrap", "bubblewrap"), ("setfattr", "attr")];
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+}
+
+/// Installs the missing test packages with apt (as root), or says how.
+fn ensure_test_packages() -> Result<()> {
+    let missing: Vec<&str> = TEST_PACKAGES
+        .iter()
+        .filter(|(program, _)| !on_path(program))
+        .map(|(_, package)| *package)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root || !on_path("apt-get") {
+        bail!(
+            "the test suite needs the Debian packages {}; install them (apt-get install {}) and run again",
+            missing.join(", "),
+            missing.join(" ")
+        );
+    }
+    println!("installing {} for the sandbox tests", missing.join(", "));
+    let mut update = Command::new("apt-get");
+    update.args(["update", "-qq"]);
+    run(update)?;
+    let mut install = Command::new("apt-get");
+    install.args(["install", "-y", "-qq"]).args(&missing);
+    install.env("DEBIAN_FRONTEND", "noninteractive");
+    run(install)
+}
+
 fn test() -> Result<()> {
+    ensure_test_packages()?;
     let mut c = cargo();
     c.args(["build", "--workspace"]);
     run(c)?;

@@ -19,6 +19,7 @@
 
 pub mod contracts;
 pub mod fake_llm;
+pub mod headless;
 pub mod tools;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,157 @@
+//! Through the real `dsh-host` binary: nothing a command started outlives
+//! the harness (clean exit or `kill -9`), and endless output under a memory
+//! cap neither aborts the harness nor fills memory or disk.
+
+use std::os::unix::process::CommandExt;
+use std::time::Duration;
+
+use dsh_testkit::fake_llm::{text, tool_calls, FakeLlm};
+use dsh_testkit::headless::Headless;
+use dsh_testkit::{processes_with, wait_gone};
+use serde_json::json;
+
+fn marker(label: &str) -> String {
+    format!("dsh-exit-{label}-{}", std::process::id())
+}
+
+fn bash(command: &str) -> (&'static str, serde_json::Value) {
+    ("bash", json!({"command": command, "description": "d"}))
+}
+
+#[tokio::test]
+async fn nothing_a_command_started_outlives_a_clean_exit() {
+    let fake = FakeLlm::start().await;
+    let (quiet, job) = (marker("quiet"), marker("job"));
+    fake.push([
+        tool_calls(&[bash(&format!(
+            "(exec -a {quiet} setsid sleep 41 >/dev/null 2>&1 </dev/null &); echo started"
+        ))]),
+        tool_calls(&[(
+            "bash",
+            json!({"command": format!("exec -a {job} sleep 100"), "description": "d", "run_in_background": true}),
+        )]),
+        text("done"),
+    ]);
+    let h = Headless::new(&fake, "");
+    let out = h.run(&["go"]).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for m in [&quiet, &job] {
+        let left = wait_gone(m, Duration::from_secs(10));
+        assert!(left.is_empty(), "{m}: {left:?} outlived the harness");
+    }
+}
+
+#[tokio::test]
+async fn nothing_a_command_started_outlives_kill_9_of_the_harness() {
+    let fake = FakeLlm::start().await;
+    let (job, fg) = (marker("kjob"), marker("kfg"));
+    fake.push([
+        tool_calls(&[(
+            "bash",
+            json!({"command": format!("exec -a {job} sleep 100"), "description": "d", "run_in_background": true}),
+        )]),
+        tool_calls(&[(
+            "bash",
+            json!({"command": format!("(exec -a {fg}-detached setsid sleep 100 &); exec -a {fg} sleep 100"), "description": "d", "timeoutMs": 600000}),
+        )]),
+        text("never reached"),
+    ]);
+    let h = Headless::new(&fake, "");
+    let host = h.spawn(&["go"]);
+    // The foreground command runs: both commands are up.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while processes_with(&fg).len() < 2 || processes_with(&job).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the commands never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    host.kill();
+    for m in [&job, &fg] {
+        let left = wait_gone(m, Duration::from_secs(10));
+        assert!(
+            left.is_empty(),
+            "{m}: {left:?} outlived kill -9 of the harness"
+        );
+    }
+}
+
+/// Peak RSS (KiB) of a finished child, and its exit code.
+fn run_measured(mut c: std::process::Command) -> (Option<i32>, i64, String) {
+    c.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is a valid out-parameter.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waiting for our own child.
+    let rc = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(rc, child.id() as i32);
+    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    (code, usage.ru_maxrss, reader.join().unwrap())
+}
+
+#[tokio::test]
+async fn endless_output_under_a_memory_cap_neither_aborts_nor_fills_memory() {
+    let fake = FakeLlm::start().await;
+    fake.push([
+        tool_calls(&[(
+            "bash",
+            json!({"command": "yes", "description": "d", "timeoutMs": 3000}),
+        )]),
+        tool_calls(&[bash("head -c 1000000000 /dev/zero")]),
+        text("survived"),
+    ]);
+    let h = Headless::new(&fake, "");
+    let mut c = h.command(&["go"]);
+    // SAFETY: setrlimit only, between fork and exec.
+    unsafe {
+        c.pre_exec(|| {
+            let cap = 3u64 << 30;
+            let limit = libc::rlimit {
+                rlim_cur: cap,
+                rlim_max: cap,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    };
+    let (code, peak_kib, stderr) = tokio::task::spawn_blocking(move || run_measured(c))
+        .await
+        .unwrap();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        peak_kib < 256 * 1024,
+        "peak RSS {peak_kib} KiB: output was held in memory"
+    );
+    // The model saw the truncation notes.
+    let requests = fake.requests();
+    let results: Vec<String> = requests.last().unwrap()["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(
+        results[0].contains("[timed out after 3000ms]"),
+        "{}",
+        &results[0][..200]
+    );
+    assert!(
+        results[1].starts_with("[output truncated: showing the last 64000 of 1000000000 bytes; the first 67108864 bytes of the output are in: "),
+        "{}",
+        &results[1][..300]
+    );
+}
