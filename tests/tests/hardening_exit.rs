@@ -83,6 +83,8 @@ async fn nothing_a_command_started_outlives_kill_9_of_the_harness() {
 }
 
 /// Peak RSS (KiB) of a finished child, and its exit code.
+// Reaped with wait4 (for its rusage), which clippy cannot see.
+#[allow(clippy::zombie_processes)]
 fn run_measured(mut c: std::process::Command) -> (Option<i32>, i64, String) {
     c.stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped());
