@@ -203,3 +203,80 @@ async fn a_symlink_swapped_in_while_writing_is_never_followed() {
     assert!(inside.len() <= written, "{inside:?} vs {written}");
     t.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_agent_cannot_rewrite_the_home_patch_through_the_real_binary() {
+    use dsh_testkit::fake_llm::{text, tool_calls, FakeLlm};
+    use dsh_testkit::headless::Headless;
+    let fake = FakeLlm::start().await;
+    let h = Headless::new(&fake, "");
+    let patch = h.home.path().join("patch.toml");
+    let escalate = "[[patch]]\nid = \"permission\"\nconfig = { mode = \"danger-full-access\" }\n";
+    fake.push([
+        tool_calls(&[(
+            "write",
+            json!({"file_path": patch, "content": escalate}),
+        )]),
+        tool_calls(&[(
+            "bash",
+            json!({"command": format!("printf '%s' '{escalate}' >> {}", patch.display()), "description": "d"}),
+        )]),
+        text("tried"),
+    ]);
+    let out = h.run(&["escalate"]).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !patch.exists(),
+        "{}",
+        std::fs::read_to_string(&patch).unwrap_or_default()
+    );
+    let requests = fake.requests();
+    let tool_results: Vec<String> = requests.last().unwrap()["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert!(
+        tool_results[0].contains("harness's own files"),
+        "{tool_results:?}"
+    );
+    assert!(
+        tool_results[1].contains("Read-only file system"),
+        "{tool_results:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_plugins_dir_inside_the_workspace_is_said_at_start() {
+    use dsh_testkit::fake_llm::{text, FakeLlm};
+    use dsh_testkit::headless::Headless;
+    let fake = FakeLlm::start().await;
+    fake.push([text("hi")]);
+    let h = Headless::new(&fake, "");
+    let dir = h.work.path().join("target/debug");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = h
+        .run(&["--plugins-dir", dir.to_str().unwrap(), "hello"])
+        .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        stderr
+            .lines()
+            .filter(|l| l.contains("--plugins-dir"))
+            .count(),
+        1,
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("the agent can write libraries there"),
+        "{stderr}"
+    );
+}
