@@ -40,6 +40,7 @@ mod error;
 mod link;
 mod logging;
 pub mod process;
+pub mod tempdir;
 pub mod tool;
 mod unwind;
 pub mod vocab;
