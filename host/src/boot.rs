@@ -137,7 +137,8 @@ pub fn drop_in_rows(
                 origin: "drop-in".into(),
                 patched_by: Vec::new(),
             }),
-            Err(e) => problems.push(format!("drop-in {} refused: {e}", lib.display())),
+            // `e` names the file.
+            Err(e) => problems.push(format!("drop-in refused: {e}")),
         }
     }
     (rows, problems)

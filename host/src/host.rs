@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use anyhow::Context as _;
 use dsh_abi::flags;
 use dsh_sdk::{codes, Error};
 use serde_json::{json, Value};
@@ -108,7 +109,8 @@ async fn final_reply(mut rx: mpsc::UnboundedReceiver<HostReply>) -> Result<Value
 impl Host {
     /// Starts a host with no rows. Must be called inside a tokio runtime.
     pub fn start(config: HostConfig) -> anyhow::Result<Host> {
-        std::fs::create_dir_all(&config.home)?;
+        crate::paths::create_private_dir(&config.home)
+            .with_context(|| format!("cannot create {}", config.home.display()))?;
         let reports = Reports::default();
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let (exit_tx, _) = tokio::sync::watch::channel(None);
@@ -160,7 +162,9 @@ impl Host {
         );
         let builtin_names: Vec<String> = builtins.keys().cloned().collect();
         let router = Arc::new(Router::new(reports.clone(), events_tx, builtins));
-        let staging = Staging::new(&config.home.join("state"))?;
+        let state = config.home.join("state");
+        let staging = Staging::new(&state)
+            .with_context(|| format!("cannot prepare {} for private copies", state.display()))?;
         let supervisor = Supervisor::new(
             router.clone(),
             reports.clone(),

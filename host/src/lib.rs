@@ -15,6 +15,7 @@ pub mod inspect;
 pub mod keys;
 pub mod loader;
 pub mod paths;
+pub mod preflight;
 pub mod procfs;
 pub mod report;
 pub mod router;

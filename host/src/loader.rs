@@ -1,5 +1,8 @@
 //! Loading one plugin generation on a thread of its own, and unloading it.
 //!
+//! Nothing is dlopened before [`crate::preflight`] read the file (without
+//! running it) and found a dsh plugin library for this machine.
+//!
 //! Everything that runs plugin code — `dlopen` (its initializers), the
 //! abi_stable header checks (they call into the library), `manifest()` and
 //! `run()` — runs on the generation thread. The host joins that thread (with
@@ -32,7 +35,17 @@ use crate::procfs::{self, Mapping};
 /// Why a library was refused.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum LoadError {
-    /// dlopen failed (missing file, not an ELF, missing symbols, ...).
+    /// The file was looked at and refused before `dlopen`: not an ELF
+    /// shared library for this machine, or one without the root module
+    /// (see [`crate::preflight`]). None of its code ran.
+    #[error("{path}: {reason}")]
+    Refused {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: crate::preflight::Refusal,
+    },
+    /// dlopen failed (missing file, missing dependencies or symbols, ...).
     #[error("cannot load {path}: {reason}")]
     Open {
         /// The file.
@@ -245,10 +258,23 @@ pub struct LoadSpec<'a> {
     pub sink: Arc<dyn Sink>,
 }
 
+/// Looks at the file, then dlopens it: nothing reaches `dlopen` (which runs
+/// the library's constructors) without passing [`crate::preflight`].
 fn open(path: &Path) -> Result<Library, LoadError> {
-    // SAFETY: loading a library runs its initializers; that is the point.
+    // A name without a slash would send dlopen searching the system's
+    // library path: always name the very file that was inspected.
+    let file = std::path::absolute(path).map_err(|e| LoadError::Open {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })?;
+    crate::preflight::inspect(&file).map_err(|reason| LoadError::Refused {
+        path: path.to_owned(),
+        reason,
+    })?;
+    // SAFETY: loading a library runs its initializers; that is the point,
+    // and the file was checked to be a dsh plugin library just above.
     // RTLD_LOCAL keeps generations from binding to each other.
-    unsafe { Library::open(Some(path), libc::RTLD_NOW | libc::RTLD_LOCAL) }.map_err(|e| {
+    unsafe { Library::open(Some(&file), libc::RTLD_NOW | libc::RTLD_LOCAL) }.map_err(|e| {
         LoadError::Open {
             path: path.to_owned(),
             reason: e.to_string(),

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use dsh_host::boot::{drop_in_rows, BootOptions};
-use dsh_host::paths::{dsh_home, Install};
+use dsh_host::paths::{dsh_home, privacy_warning, Install};
 use dsh_host::supervisor::{FiberState, Timeouts};
 use dsh_host::watch::{watch, Change};
 use dsh_host::{inspect, Host, HostConfig};
@@ -154,6 +154,15 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
+/// `$DSH_HOME`, created private; says once when it is open to others.
+fn home() -> anyhow::Result<PathBuf> {
+    let home = dsh_home().context("cannot use $DSH_HOME")?;
+    if let Some(w) = privacy_warning(&home) {
+        eprintln!("dsh-host: {w}");
+    }
+    Ok(home)
+}
+
 fn boot_options(
     profile: String,
     patches: Vec<PathBuf>,
@@ -163,7 +172,7 @@ fn boot_options(
         profile,
         patches,
         plugin_dirs,
-        home: dsh_home().context("cannot use $DSH_HOME")?,
+        home: home()?,
         install: Install::locate(),
     })
 }
@@ -238,7 +247,7 @@ fn plugins(cmd: PluginsCmd) -> anyhow::Result<u8> {
             Ok(0)
         }
         PluginsCmd::Soak { path, cycles, call } => {
-            let home = dsh_home()?;
+            let home = home()?;
             let report =
                 runtime()?.block_on(inspect::soak(&path, cycles, call.as_deref(), &home))?;
             println!("{}", serde_json::to_string_pretty(&report)?);
@@ -327,7 +336,7 @@ async fn serve(
     let (stop_tx, mut stop_rx) = mpsc::unbounded_channel();
     signals(stop_tx.clone())?;
     let drop_in_dir = opts.home.join("plugins");
-    std::fs::create_dir_all(&drop_in_dir)
+    dsh_host::paths::create_private_dir(&drop_in_dir)
         .with_context(|| format!("cannot create {}", drop_in_dir.display()))?;
     let drop_in_dir = drop_in_dir.canonicalize().unwrap_or(drop_in_dir);
     say_writable_plugin_dirs(&opts.plugin_dirs);

@@ -2,10 +2,11 @@
 
 use std::path::{Path, PathBuf};
 
-/// `$DSH_HOME`, or `~/.dsh`. Created on first use.
+/// `$DSH_HOME`, or `~/.dsh`. Created on first use, private (0700); an
+/// existing directory keeps its mode (see [`privacy_warning`]).
 pub fn dsh_home() -> std::io::Result<PathBuf> {
-    let home = match std::env::var_os("DSH_HOME").filter(|v| !v.is_empty()) {
-        Some(h) => PathBuf::from(h),
+    let home = match explicit_home() {
+        Some(h) => h,
         None => {
             let user = std::env::var_os("HOME")
                 .filter(|v| !v.is_empty())
@@ -13,8 +14,45 @@ pub fn dsh_home() -> std::io::Result<PathBuf> {
             PathBuf::from(user).join(".dsh")
         }
     };
-    std::fs::create_dir_all(&home)?;
+    create_private_dir(&home)?;
     Ok(home)
+}
+
+fn explicit_home() -> Option<PathBuf> {
+    std::env::var_os("DSH_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
+/// Creates `dir` (and missing parents) with mode 0700 (less the umask).
+/// An existing directory is left as it is: its mode is its owner's choice.
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
+/// One line to print at start when `home` is open to others: when anyone
+/// can write to it (they could make dsh load their plugins), or — for the
+/// default `~/.dsh`, not a `$DSH_HOME` you chose — when group or others have
+/// any access (sessions hold your conversations). Never changes the mode.
+pub fn privacy_warning(home: &Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(home).ok()?.permissions().mode() & 0o777;
+    let what = if mode & 0o002 != 0 {
+        "writable by anyone: they can make dsh load their plugins"
+    } else if mode & 0o077 != 0 && explicit_home().is_none() {
+        "open to others: they can read your sessions"
+    } else {
+        return None;
+    };
+    Some(format!(
+        "warning: {} is {what} (mode {mode:o}); `chmod 700 {}` makes it private",
+        home.display(),
+        home.display()
+    ))
 }
 
 /// The installation: the staged tree (`bin/`, `plugins/`, `profiles/`)

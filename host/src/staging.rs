@@ -2,45 +2,39 @@
 //! path (or inode) it knows, so every generation after the first of a file
 //! loads from a private path under `$DSH_HOME/state/<pid>/`: a hard link when
 //! the inode is new, a copy when that inode is already loaded.
+//!
+//! `state/` and `state/<pid>/` are 0700. `state/<pid>/` is removed when the
+//! [`Staging`] is dropped (the supervisor's end: a clean exit, SIGINT or
+//! SIGTERM); directories of processes that are gone are removed when the
+//! next host starts ([`dsh_sdk::tempdir::sweep`], which also tells a reused
+//! pid from its first owner).
 
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use dsh_sdk::tempdir::PrivateDir;
+
 use crate::loader::FileId;
 
 /// Tracks which paths and inodes are loaded, and stages fresh copies.
 pub struct Staging {
-    dir: PathBuf,
+    dir: PrivateDir,
     seq: u64,
     paths: HashMap<PathBuf, usize>,
     inodes: HashMap<(u64, u64), usize>,
     ids: HashMap<PathBuf, (u64, u64)>,
 }
 
-fn pid_alive(pid: i32) -> bool {
-    // SAFETY: signal 0 only checks existence.
-    pid > 0 && unsafe { libc::kill(pid, 0) } == 0
-}
-
 impl Staging {
-    /// Uses `<state>/<pid>/`, removing copies left by dead processes.
+    /// Uses `<state>/<pid>/`, removing the directories of dead processes.
+    /// A second host in this process gets `<state>/<pid>-<tag>/`.
     pub fn new(state: &Path) -> io::Result<Staging> {
-        std::fs::create_dir_all(state)?;
-        if let Ok(entries) = std::fs::read_dir(state) {
-            for e in entries.flatten() {
-                let stale = e
-                    .file_name()
-                    .to_str()
-                    .and_then(|n| n.parse::<i32>().ok())
-                    .is_some_and(|pid| !pid_alive(pid));
-                if stale {
-                    let _ = std::fs::remove_dir_all(e.path());
-                }
-            }
-        }
-        let dir = state.join(std::process::id().to_string());
-        std::fs::create_dir_all(&dir)?;
+        crate::paths::create_private_dir(state)?;
+        let dir = match PrivateDir::for_process_in(state, "") {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => PrivateDir::new_in(state, "")?,
+            other => other?,
+        };
         Ok(Staging {
             dir,
             seq: 0,
@@ -71,7 +65,7 @@ impl Staging {
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_else(|| "plugin".into());
             Staged {
-                path: self.dir.join(format!("{stem}-{}.so", self.seq)),
+                path: self.dir.path().join(format!("{stem}-{}.so", self.seq)),
                 copy_from: Some(source.to_owned()),
                 must_copy: inode_loaded,
             }

@@ -42,6 +42,7 @@ pub mod fence;
 mod link;
 mod logging;
 pub mod process;
+pub mod tempdir;
 pub mod tool;
 mod unwind;
 pub mod vocab;

@@ -1,6 +1,15 @@
 //! `spill`: oversized tool results become a preview plus a file path.
+//!
+//! The files live in one private directory per fiber
+//! (`$TMPDIR/dsh-spill-<pid>-<tag>`, 0700), made at the first spill and
+//! removed when the fiber is disposed. Applying the plugin sweeps the
+//! directories of host processes that are gone.
+
+use std::cell::RefCell;
+use std::rc::Rc;
 
 use dsh_sdk::prelude::*;
+use dsh_sdk::tempdir::{self, PrivateDir};
 use dsh_sdk::vocab::msg;
 use serde::Deserialize;
 
@@ -37,6 +46,61 @@ fn preview(text: &str, path: &str, max: usize) -> String {
     )
 }
 
+/// The prefix of spill directories in the temp dir.
+const PREFIX: &str = "dsh-spill-";
+
+/// This fiber's directory: made at the first spill, removed at disposal
+/// (or when the last listener holding it is dropped).
+#[derive(Default)]
+struct SpillDir(RefCell<DirState>);
+
+#[derive(Default)]
+enum DirState {
+    #[default]
+    Unused,
+    Open(PrivateDir),
+    /// The fiber was disposed: nothing is spilled any more.
+    Removed,
+}
+
+impl SpillDir {
+    /// Writes `text` to a new file in the directory; returns its path.
+    fn write(&self, tool: &str, text: &str) -> std::io::Result<std::path::PathBuf> {
+        let mut state = self.0.borrow_mut();
+        if matches!(*state, DirState::Unused) {
+            *state = DirState::Open(PrivateDir::new(PREFIX)?);
+        }
+        let DirState::Open(dir) = &*state else {
+            return Err(std::io::Error::other("the spill fiber is disposed"));
+        };
+        // A tool name is not a path: keep it from naming another directory.
+        let tool: String = tool
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let path = dir.path().join(format!("{}-{tool}.txt", dsh_sdk::new_id()));
+        std::fs::write(&path, text)?;
+        Ok(path)
+    }
+
+    /// Removes the directory and every spilled file.
+    fn remove(&self) {
+        let state = std::mem::replace(&mut *self.0.borrow_mut(), DirState::Removed);
+        if let DirState::Open(dir) = state {
+            let path = dir.path().to_owned();
+            if let Err(e) = dir.remove() {
+                dsh_sdk::tracing::warn!("cannot remove {}: {e}", path.display());
+            }
+        }
+    }
+}
+
 struct Spill;
 
 impl Plugin for Spill {
@@ -46,40 +110,41 @@ impl Plugin for Spill {
 
     async fn apply(ctx: Context, config: Config) -> Result<()> {
         let max = config.max_inline_bytes.max(1000);
-        ctx.on("tools/post-execute", move |ev| async move {
-            let mut decision = ev.next(ev.payload.clone()).await?;
-            let exec = &ev.payload["exec"];
-            if exec["name"] == "read" || decision["kind"] != "accept" {
-                return Ok(decision);
+        // Directories of earlier hosts that did not get to remove theirs.
+        tempdir::sweep(&std::env::temp_dir(), PREFIX);
+        let dir = Rc::new(SpillDir::default());
+        let owned = dir.clone();
+        ctx.effect(move || async move { owned.remove() });
+        ctx.on("tools/post-execute", move |ev| {
+            let dir = dir.clone();
+            async move {
+                let mut decision = ev.next(ev.payload.clone()).await?;
+                let exec = &ev.payload["exec"];
+                if exec["name"] == "read" || decision["kind"] != "accept" {
+                    return Ok(decision);
+                }
+                let content = decision
+                    .get("content")
+                    .cloned()
+                    .unwrap_or_else(|| ev.payload["result"]["content"].clone());
+                let text: String = content
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|b| b["text"].as_str())
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                if text.len() <= max {
+                    return Ok(decision);
+                }
+                let name = exec["name"].as_str().unwrap_or("tool");
+                let Ok(path) = dir.write(name, &text) else {
+                    return Ok(decision);
+                };
+                decision["content"] =
+                    json!([msg::text(&preview(&text, &path.display().to_string(), max))]);
+                Ok(decision)
             }
-            let content = decision
-                .get("content")
-                .cloned()
-                .unwrap_or_else(|| ev.payload["result"]["content"].clone());
-            let text: String = content
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|b| b["text"].as_str())
-                .collect::<Vec<_>>()
-                .join("\n");
-            if text.len() <= max {
-                return Ok(decision);
-            }
-            use std::os::unix::fs::DirBuilderExt;
-            let dir = std::env::temp_dir().join(format!("dsh-spill-{}", std::process::id()));
-            let _ = std::fs::DirBuilder::new()
-                .mode(0o700)
-                .recursive(true)
-                .create(&dir);
-            let name = exec["name"].as_str().unwrap_or("tool");
-            let path = dir.join(format!("{}-{name}.txt", dsh_sdk::new_id()));
-            if std::fs::write(&path, &text).is_err() {
-                return Ok(decision);
-            }
-            decision["content"] =
-                json!([msg::text(&preview(&text, &path.display().to_string(), max))]);
-            Ok(decision)
         });
         Ok(())
     }
