@@ -64,6 +64,7 @@ pub fn start(
     ctx: &Context,
     jobs: &Jobs,
     prepared: Prepared,
+    spill_dir: &std::path::Path,
     owner: String,
     label: String,
 ) -> Result<String> {
@@ -87,7 +88,7 @@ pub fn start(
     })?;
     drop(landlock);
     let pgid = child.id() as i32;
-    let spill = crate::spill_dir().join(format!("{id}-{}.output", dsh_sdk::new_id()));
+    let spill = spill_dir.join(format!("{id}-{}.output", dsh_sdk::new_id()));
     let shared = Arc::new(Mutex::new(Shared {
         output: Capture::new(KEEP_BYTES, spill),
         status: None,

@@ -17,6 +17,7 @@ use capture::Capture;
 use contain::{Fenced, Plan};
 use dsh_sdk::fence::{Fence, Mode};
 use dsh_sdk::prelude::*;
+use dsh_sdk::tempdir::PrivateDir;
 use dsh_sdk::tool::register_tools;
 use dsh_sdk::vocab::msg;
 use exec::{Cancel, Stream};
@@ -25,6 +26,8 @@ use serde::Deserialize;
 const DEFAULT_TIMEOUT_MS: u64 = 120_000;
 const MAX_TIMEOUT_MS: u64 = 600_000;
 const MAX_STREAM_BYTES: usize = 64_000;
+/// Full outputs live in `<temp>/dsh-bash-<pid>-<tag>/`.
+const SPILL_PREFIX: &str = "dsh-bash-";
 
 /// Environment variables that look like credentials are not passed on.
 fn is_credential(name: &str) -> bool {
@@ -67,6 +70,9 @@ struct Bash {
     /// Whether user, PID and mount namespaces can be made here (probed on
     /// first use).
     namespaces: Cell<Option<bool>>,
+    /// This generation's private directory for full outputs (removed when
+    /// the fiber is disposed).
+    spill: PathBuf,
 }
 
 /// Sets the run's cancel flag when dropped: the async side of a run going
@@ -88,23 +94,13 @@ struct Outcome {
     timed_out: bool,
 }
 
-fn spill_dir() -> PathBuf {
-    use std::os::unix::fs::DirBuilderExt;
-    let dir = std::env::temp_dir().join(format!("dsh-bash-{}", std::process::id()));
-    let _ = std::fs::DirBuilder::new()
-        .mode(0o700)
-        .recursive(true)
-        .create(&dir);
-    dir
-}
-
 fn run(
     cmd: &mut Command,
     timeout: Duration,
-    tag: &str,
+    dir: &Path,
     cancel: &Cancel,
 ) -> std::io::Result<Outcome> {
-    let dir = spill_dir();
+    let tag = dsh_sdk::new_id();
     let mut stdout = Capture::new(MAX_STREAM_BYTES, dir.join(format!("{tag}.stdout")));
     let mut stderr = Capture::new(MAX_STREAM_BYTES, dir.join(format!("{tag}.stderr")));
     let child = cmd.spawn()?;
@@ -374,7 +370,7 @@ async fn execute(ctx: Context, bash: Rc<Bash>, jobs: jobs::Jobs, req: Request) -
             .as_str()
             .unwrap_or(&prepared.command)
             .to_owned();
-        let id = jobs::start(&ctx, &jobs, prepared, agent, label)?;
+        let id = jobs::start(&ctx, &jobs, prepared, &bash.spill, agent, label)?;
         return Reply::json(
             json!({"content": [msg::text(&format!("started background job {id}"))], "value": {"jobId": id}}),
         );
@@ -389,13 +385,9 @@ async fn execute(ctx: Context, bash: Rc<Bash>, jobs: jobs::Jobs, req: Request) -
     } = prepared;
     let cancel = Cancel::default();
     let _cancel_on_drop = CancelOnDrop(cancel.clone());
+    let dir = bash.spill.clone();
     let outcome = tokio::task::spawn_blocking(move || {
-        let r = run(
-            &mut cmd,
-            Duration::from_millis(timeout_ms),
-            &dsh_sdk::new_id(),
-            &cancel,
-        );
+        let r = run(&mut cmd, Duration::from_millis(timeout_ms), &dir, &cancel);
         drop(landlock);
         r
     })
@@ -426,10 +418,21 @@ impl Plugin for BashPlugin {
     type Config = Config;
 
     async fn apply(ctx: Context, config: Config) -> Result<()> {
+        // Made first, so its removal is the last effect to run (after the
+        // jobs that write into it are killed). Making it sweeps the ones
+        // dead hosts left.
+        let spill = PrivateDir::new(SPILL_PREFIX).map_err(|e| {
+            Error::new(
+                "BASH_FAILED",
+                format!("cannot make the output directory: {e}"),
+            )
+        })?;
         let bash = Rc::new(Bash {
             config,
             namespaces: Cell::new(None),
+            spill: spill.path().to_owned(),
         });
+        ctx.effect(move || async move { drop(spill) });
         let jobs = jobs::Jobs::default();
         let j = jobs.clone();
         ctx.effect(move || async move { j.kill_all() });
