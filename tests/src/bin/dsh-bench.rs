@@ -253,23 +253,100 @@ async fn bench_one_shot(stage: &Path) -> Result<(f64, f64)> {
             .arg("hi")
             .stdout(std::process::Stdio::null());
         let t = Instant::now();
-        let (status, peak) = tokio::task::spawn_blocking(move || -> Result<_> {
-            let mut child = c.spawn()?;
-            let pid = child.id() as i32;
-            // Peak RSS of exactly this child: wait4 with its rusage.
-            let mut status = 0;
-            // SAFETY: plain wait4 on our own child.
-            let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-            unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-            let _ = child.try_wait();
-            Ok((status, usage.ru_maxrss as f64))
-        })
-        .await??;
-        anyhow::ensure!(status == 0, "dsh-host exited with status {status}");
+        let peak = peak_rss_kib(c).await?;
         walls.push(t.elapsed().as_secs_f64() * 1e3);
         peaks.push(peak);
     }
     Ok((median(walls), median(peaks)))
+}
+
+/// Runs `c` to its end; its peak RSS in KiB (wait4's rusage of exactly
+/// this child). A non-zero exit is an error.
+async fn peak_rss_kib(mut c: std::process::Command) -> Result<f64> {
+    tokio::task::spawn_blocking(move || -> Result<f64> {
+        let mut child = c.spawn()?;
+        let pid = child.id() as i32;
+        let mut status = 0;
+        // SAFETY: a zeroed rusage is a valid out-parameter.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: plain wait4 on our own child.
+        unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        let _ = child.try_wait();
+        anyhow::ensure!(status == 0, "dsh-host exited with status {status}");
+        Ok(usage.ru_maxrss as f64)
+    })
+    .await?
+}
+
+/// The hardening targets: what the fence check and the race-free open add
+/// to a `write`, and the harness's peak RSS while bash prints 1 GB.
+async fn bench_hardening(stage: &Path) -> Result<()> {
+    use dsh_sdk::beneath::open_parent;
+    use dsh_sdk::fence::{resolve, Fence, Mode};
+    let ws = Scratch::new("fence")?;
+    std::fs::create_dir_all(ws.0.join("src/deep/er"))?;
+    let (root, temp) = (ws.0.canonicalize()?, std::env::temp_dir());
+    let protected = [ws.0.join(".dsh-home")];
+    let mut fence_us = Vec::new();
+    let mut write_us = Vec::new();
+    for n in 0..2000 {
+        let t = Instant::now();
+        let fence = Fence::new(Mode::WorkspaceWrite, &root, &temp, &protected);
+        let target = resolve(&root, Path::new("./src/x/../deep/er/file.rs"));
+        fence
+            .check_write("write", &target)
+            .map_err(|r| anyhow::anyhow!(r.message))?;
+        let (dir, name) = open_parent(&root, &target, true)?;
+        fence_us.push(t.elapsed().as_secs_f64() * 1e6);
+        if n % 20 == 0 {
+            let t = Instant::now();
+            dir.write_atomic(&name, b"fn main() {}\n")?;
+            write_us.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    println!(
+        "  fence check + race-free open added to a write .......... {:8.1} us   (target <= 50 us; the atomic write itself, fsync included: {:.0} us)",
+        median(fence_us),
+        median(write_us)
+    );
+    let fake = dsh_testkit::fake_llm::FakeLlm::start().await;
+    let home = Scratch::new("bash-rss")?;
+    let patch = home.0.join("p.toml");
+    std::fs::write(
+        &patch,
+        format!(
+            "[[patch]]\nid = \"llm-deepseek\"\nconfig = {{ baseUrl = \"{}\", apiKeyEnv = \"\" }}\n",
+            fake.base_url
+        ),
+    )?;
+    let mut peaks = Vec::new();
+    for command in ["true", "head -c 1000000000 /dev/zero"] {
+        let mut runs = Vec::new();
+        for _ in 0..3 {
+            fake.push([
+                dsh_testkit::fake_llm::tool_calls(&[(
+                    "bash",
+                    json!({"command": command, "description": "b"}),
+                )]),
+                dsh_testkit::fake_llm::text("done"),
+            ]);
+            let mut c = std::process::Command::new(stage.join("bin/dsh-host"));
+            c.current_dir(&home.0)
+                .env("DSH_HOME", &home.0)
+                .args(["--profile", "headless", "--patch"])
+                .arg(&patch)
+                .arg("go")
+                .stdout(std::process::Stdio::null());
+            runs.push(peak_rss_kib(c).await?);
+        }
+        peaks.push(median(runs) / 1024.0);
+    }
+    println!(
+        "  harness peak RSS, bash printing 1 GB ................... {:8.1} MiB  ({:.1} MiB above a run of `true`; target <= 64 MiB above idle)",
+        peaks[1],
+        peaks[1] - peaks[0]
+    );
+    Ok(())
 }
 
 /// An agent session driven through `steps` read steps; returns the time
@@ -551,6 +628,8 @@ fn main() -> Result<()> {
         println!("  load + prepare-to-resume of a 15,000-event session .... {resume:8.1} ms   (target <= 15 ms)");
         println!("coding tools (release)");
         bench_tools().await.context("tools")?;
+        println!("hardening (release)");
+        bench_hardening(&stage).await.context("hardening")?;
         println!("host soak");
         // In a fresh process (the staged binary), so earlier benches do not
         // blur the RSS figures.
