@@ -35,8 +35,10 @@
 #![deny(missing_docs)]
 
 mod actor;
+pub mod blocking;
 mod context;
 mod error;
+pub mod file;
 mod link;
 mod logging;
 pub mod process;
