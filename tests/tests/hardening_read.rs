@@ -179,6 +179,37 @@ async fn grep_and_glob_skip_a_fifo_and_refuse_one_named_directly() {
     t.shutdown().await;
 }
 
+#[tokio::test]
+async fn grep_never_opens_an_ignore_file_that_is_a_fifo() {
+    let _serial = SERIAL.lock().await;
+    let t = tools_host().await;
+    let ws = TempDir::new("harden-ignore");
+    let sub = ws.path().join("sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    std::fs::write(ws.path().join("a.txt"), "needle\n").unwrap();
+    std::fs::write(sub.join("b.txt"), "needle\n").unwrap();
+    // The walker reads `.ignore` files itself: a directory whose one is a
+    // FIFO is skipped, unentered.
+    let fifo = sub.join(".ignore");
+    mkfifo(&fifo);
+    let grep = json!({"pattern": "needle"});
+    let r = run_bounded(&t, ws.path(), "grep", grep, || release_fifo(&fifo)).await;
+    assert_eq!(
+        text_of(&r),
+        "Found 1 matches\n\na.txt\nLine 1: needle",
+        "{r}"
+    );
+    // At the root it is read before the walk: the search fails, naming it.
+    let at_root = json!({"pattern": "needle", "path": "sub"});
+    let r = run_bounded(&t, ws.path(), "grep", at_root, || release_fifo(&fifo)).await;
+    assert_eq!(code_of(&r), "SEARCH_FAILED", "{r}");
+    assert!(
+        text_of(&r).contains(".ignore is a FIFO (named pipe)"),
+        "{r}"
+    );
+    t.shutdown().await;
+}
+
 /// A 1 GiB file that costs no disk: three lines, a hole, a last line.
 fn sparse_file(path: &Path) {
     let mut f = std::fs::File::create(path).unwrap();

@@ -4,6 +4,7 @@
 
 use std::fs::File;
 use std::io::{self, Read};
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
 use dsh_sdk::blocking::Cancel;
@@ -12,7 +13,7 @@ use dsh_sdk::prelude::*;
 use globset::GlobMatcher;
 use grep_regex::RegexMatcher;
 use grep_searcher::{BinaryDetection, MmapChoice, Searcher, SearcherBuilder, Sink, SinkMatch};
-use ignore::WalkBuilder;
+use ignore::{DirEntry, WalkBuilder};
 
 use crate::{base, glob_matcher, relative, spill, VCS};
 
@@ -32,69 +33,102 @@ const HEAP_LIMIT: usize = 32 * 1024 * 1024;
 
 /// Runs one `grep` call.
 pub fn grep(cwd: &str, args: &Value, cancel: &Cancel) -> Result<String> {
-    let pattern = args["pattern"].as_str().unwrap_or_default();
-    let matcher = RegexMatcher::new(pattern).map_err(|e| {
-        Error::new(
-            "SEARCH_INVALID_PATTERN",
-            format!("invalid pattern `{pattern}`: {e}"),
-        )
-    })?;
-    let include = include_matcher(args["include"].as_str())?;
-    let root = base(cwd, args["path"].as_str());
-    let explicit = explicit_file(&root)?;
-    let display_root = if explicit {
-        PathBuf::from(cwd)
-    } else {
-        root.clone()
-    };
-    let mut matches = Matches::default();
-    let mut searcher = searcher();
-    let walk = WalkBuilder::new(&root)
-        .filter_entry(|e| !VCS.iter().any(|v| e.file_name() == *v))
-        .build();
-    for entry in walk.flatten() {
-        if cancel.is_cancelled() {
-            return Err(Error::new("SEARCH_ABORTED", "grep was cancelled"));
+    let query = Query::parse(cwd, args)?;
+    let matches = query.run(cancel)?;
+    Ok(present(&matches))
+}
+
+/// One call's arguments, checked.
+struct Query {
+    matcher: RegexMatcher,
+    include: Option<GlobMatcher>,
+    root: PathBuf,
+    /// What result paths are relative to: the root, or for one file the
+    /// working directory.
+    display_root: PathBuf,
+    /// Whether `root` names one file rather than a directory.
+    explicit: bool,
+}
+
+impl Query {
+    fn parse(cwd: &str, args: &Value) -> Result<Query> {
+        let pattern = args["pattern"].as_str().unwrap_or_default();
+        let matcher = RegexMatcher::new(pattern).map_err(|e| {
+            Error::new(
+                "SEARCH_INVALID_PATTERN",
+                format!("invalid pattern `{pattern}`: {e}"),
+            )
+        })?;
+        let include = include_matcher(args["include"].as_str())?;
+        let root = base(cwd, args["path"].as_str());
+        let explicit = explicit_file(&root)?;
+        if !explicit {
+            refuse_blocking_ignore_files(&root)?;
         }
-        // Not a regular file (a FIFO, a device, a socket, a symlink): never
-        // opened, so never blocked on.
-        if !entry.file_type().is_some_and(|t| t.is_file()) {
-            continue;
-        }
-        let rel = relative(&display_root, entry.path());
-        if include
-            .as_ref()
-            .is_some_and(|m| !included(m, &rel, entry.path()))
-        {
-            continue;
-        }
-        let searched = search_one(
-            &mut searcher,
-            &matcher,
-            entry.path(),
-            &rel,
-            &mut matches,
-            cancel,
-        );
-        if matches.overflow {
-            return Err(overflow());
-        }
-        if cancel.is_cancelled() {
-            return Err(Error::new("SEARCH_ABORTED", "grep was cancelled"));
-        }
-        // A file of the walk that cannot be searched is skipped, as `rg` skips
-        // it with a warning; the one file asked for says why.
-        match searched {
-            Err(e) if explicit => {
+        let display_root = if explicit {
+            PathBuf::from(cwd)
+        } else {
+            root.clone()
+        };
+        Ok(Query {
+            matcher,
+            include,
+            root,
+            display_root,
+            explicit,
+        })
+    }
+
+    /// Walks and searches, stopping at the output cap or a cancel.
+    fn run(&self, cancel: &Cancel) -> Result<Matches> {
+        let mut matches = Matches::default();
+        let mut searcher = searcher();
+        let walk = WalkBuilder::new(&self.root)
+            .filter_entry(|e| !skipped(e))
+            .build();
+        for entry in walk.flatten() {
+            if cancel.is_cancelled() {
+                return Err(aborted());
+            }
+            let Some(rel) = self.wanted(&entry) else {
+                continue;
+            };
+            let file = SearchedFile {
+                path: entry.path(),
+                rel: &rel,
+            };
+            let searched = file.search(&mut searcher, &self.matcher, &mut matches, cancel);
+            if matches.overflow {
+                return Err(overflow());
+            }
+            if cancel.is_cancelled() {
+                return Err(aborted());
+            }
+            // A file of the walk that cannot be searched is skipped, as `rg`
+            // skips it with a warning; the one file asked for says why.
+            if let (Err(e), true) = (searched, self.explicit) {
                 return Err(Error::new(
                     "SEARCH_FAILED",
-                    format!("cannot search {}: {e}", root.display()),
+                    format!("cannot search {}: {e}", self.root.display()),
                 ));
             }
-            _ => {}
+        }
+        Ok(matches)
+    }
+
+    /// The result path of `entry` if it is to be searched: a regular file
+    /// (a FIFO, a device, a socket or a symlink is never opened, so never
+    /// blocked on) that `include` admits.
+    fn wanted(&self, entry: &DirEntry) -> Option<String> {
+        if !entry.file_type().is_some_and(|t| t.is_file()) {
+            return None;
+        }
+        let rel = relative(&self.display_root, entry.path());
+        match &self.include {
+            Some(m) if !included(m, &rel, entry.path()) => None,
+            _ => Some(rel),
         }
     }
-    Ok(present(&matches))
 }
 
 fn include_matcher(include: Option<&str>) -> Result<Option<GlobMatcher>> {
@@ -140,6 +174,50 @@ fn explicit_file(root: &Path) -> Result<bool> {
     }
 }
 
+/// Whether the walk leaves `entry` out: a VCS directory, or a directory the
+/// walker would block entering.
+fn skipped(entry: &DirEntry) -> bool {
+    let blocking_dir = || {
+        entry.depth() > 0
+            && entry.file_type().is_some_and(|t| t.is_dir())
+            && blocking_ignore_file(entry.path()).is_some()
+    };
+    VCS.iter().any(|v| entry.file_name() == *v) || blocking_dir()
+}
+
+/// The ignore files the walker opens in each directory it enters and in the
+/// root's ancestors (`.gitignore` only in a repository, but checking it
+/// anywhere is cheap).
+const IGNORE_FILES: [&str; 3] = [".ignore", ".gitignore", ".git/info/exclude"];
+
+/// An ignore file of `dir` that the walker would block on (a FIFO) or read
+/// forever (a device), and what it is. The walker opens these itself, so a
+/// directory holding one is skipped, unentered.
+fn blocking_ignore_file(dir: &Path) -> Option<(PathBuf, &'static str)> {
+    IGNORE_FILES.iter().find_map(|name| {
+        let path = dir.join(name);
+        let t = std::fs::metadata(&path).ok()?.file_type();
+        let blocks = t.is_fifo() || t.is_char_device() || t.is_block_device();
+        blocks.then(|| (path, irregular_kind(&t).unwrap_or("not a regular file")))
+    })
+}
+
+/// The root and its ancestors, whose ignore files are read before the walk
+/// starts: one that would block fails the search, saying which.
+fn refuse_blocking_ignore_files(root: &Path) -> Result<()> {
+    let absolute = root.canonicalize().unwrap_or_else(|_| root.to_owned());
+    match absolute.ancestors().find_map(blocking_ignore_file) {
+        None => Ok(()),
+        Some((path, kind)) => Err(Error::new(
+            "SEARCH_FAILED",
+            format!(
+                "{} is {kind}; grep cannot read the ignore rules it holds",
+                path.display()
+            ),
+        )),
+    }
+}
+
 /// The searcher: read in fixed-size chunks (memory maps off, so a file
 /// truncated under it cannot crash the process), a line may not grow the
 /// buffer past `HEAP_LIMIT`, and a file is searched only up to its first NUL
@@ -154,24 +232,35 @@ fn searcher() -> Searcher {
         .build()
 }
 
-/// Searches one walked file, opened only if it is (still) a regular file.
-fn search_one(
-    searcher: &mut Searcher,
-    matcher: &RegexMatcher,
-    path: &Path,
-    rel: &str,
-    matches: &mut Matches,
-    cancel: &Cancel,
-) -> io::Result<()> {
-    let file = match open_regular(path) {
-        Ok(file) => file,
-        Err(OpenError::NotRegular(kind)) => {
-            return Err(io::Error::other(format!("it is {kind}")));
-        }
-        Err(OpenError::Io(e)) => return Err(e),
-    };
-    let reader = Cancellable { file, cancel };
-    searcher.search_reader(matcher, reader, Collect { rel, matches })
+/// One walked file and its result path.
+struct SearchedFile<'a> {
+    path: &'a Path,
+    rel: &'a str,
+}
+
+impl SearchedFile<'_> {
+    /// Searches the file, opened only if it is (still) a regular file.
+    fn search(
+        &self,
+        searcher: &mut Searcher,
+        matcher: &RegexMatcher,
+        matches: &mut Matches,
+        cancel: &Cancel,
+    ) -> io::Result<()> {
+        let file = match open_regular(self.path) {
+            Ok(file) => file,
+            Err(OpenError::NotRegular(kind)) => {
+                return Err(io::Error::other(format!("it is {kind}")));
+            }
+            Err(OpenError::Io(e)) => return Err(e),
+        };
+        let reader = Cancellable { file, cancel };
+        let sink = Collect {
+            rel: self.rel,
+            matches,
+        };
+        searcher.search_reader(matcher, reader, sink)
+    }
 }
 
 /// A file whose reads fail once the call is cancelled.
@@ -308,6 +397,10 @@ fn present(matches: &Matches) -> String {
         matches.render(Some(GREP_CAP)),
         stored.map_or_else(|| "(could not be stored)".into(), |p| p.display().to_string())
     )
+}
+
+fn aborted() -> Error {
+    Error::new("SEARCH_ABORTED", "grep was cancelled")
 }
 
 fn overflow() -> Error {
