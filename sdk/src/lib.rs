@@ -36,9 +36,11 @@
 
 mod actor;
 pub mod beneath;
+pub mod blocking;
 mod context;
 mod error;
 pub mod fence;
+pub mod file;
 mod link;
 mod logging;
 pub mod process;

@@ -1,64 +1,19 @@
 //! `tool-read`: the `read` tool (reference dsh-product §4.1): line-numbered
 //! UTF-8 text with the original's footers and caps (2000 lines, 2000 chars
-//! per line, 51,200 bytes per call).
+//! per line, 51,200 bytes per call), streamed in bounded memory from a file
+//! that must be regular (see README.md).
 
 use std::path::Path;
 
+use dsh_sdk::blocking::cancellable;
+use dsh_sdk::file::{open_regular, OpenError};
 use dsh_sdk::prelude::*;
 use dsh_sdk::tool::{register_tools, resolve, text_reply};
 
-const MAX_LINES: usize = 2000;
-const MAX_LINE_CHARS: usize = 2000;
-const MAX_BYTES: usize = 51_200;
+mod lines;
+mod window;
 
-/// Renders lines `offset..` of `text` in the original's format.
-pub fn render(path: &str, text: &str, offset: usize, limit: usize) -> Result<String> {
-    let lines: Vec<&str> = text.lines().collect();
-    let total = lines.len();
-    if offset > total.max(1) {
-        return Err(Error::new(
-            "FS_NOT_FOUND",
-            format!("offset {offset} is past the end of {path} ({total} lines)"),
-        ));
-    }
-    let mut out = format!("<path>{path}</path>\n<type>file</type>\n<content>\n");
-    let mut bytes = 0;
-    let mut last = offset.saturating_sub(1);
-    let mut capped = false;
-    for (i, line) in lines.iter().enumerate().skip(offset - 1).take(limit) {
-        let shown = if line.chars().count() > MAX_LINE_CHARS {
-            let cut: String = line.chars().take(MAX_LINE_CHARS).collect();
-            format!("{cut}… (line truncated to {MAX_LINE_CHARS} chars)")
-        } else {
-            (*line).to_owned()
-        };
-        let entry = format!("{}: {shown}\n", i + 1);
-        if bytes + entry.len() > MAX_BYTES && last >= offset {
-            capped = true;
-            break;
-        }
-        bytes += entry.len();
-        out.push_str(&entry);
-        last = i + 1;
-    }
-    let footer = if capped {
-        format!(
-            "(Output capped. Showing lines {offset}-{last}. Use offset={} to continue.)",
-            last + 1
-        )
-    } else if last < total {
-        format!(
-            "(Showing lines {offset}-{last} of {total}. Use offset={} to continue.)",
-            last + 1
-        )
-    } else {
-        format!("(End of file - total {total} lines)")
-    };
-    out.push('\n');
-    out.push_str(&footer);
-    out.push_str("\n</content>");
-    Ok(out)
-}
+pub use window::{render, MAX_BYTES, MAX_LINES, MAX_LINE_CHARS};
 
 async fn execute(ctx: Context, req: Request) -> Result<Reply> {
     let args = &req.params["arguments"];
@@ -70,20 +25,12 @@ async fn execute(ctx: Context, req: Request) -> Result<Reply> {
         .map_or(MAX_LINES, |l| (l as usize).clamp(1, MAX_LINES));
     let path = resolve(&cwd, &file);
     let read_path = path.clone();
-    let text = tokio::task::spawn_blocking(move || std::fs::read(&read_path))
-        .await
-        .map_err(|e| Error::msg(e.to_string()))?
-        .map_err(|e| {
-            let code = if e.kind() == std::io::ErrorKind::NotFound {
-                "FS_NOT_FOUND"
-            } else {
-                "FS_ERROR"
-            };
-            Error::new(code, format!("cannot read {file}: {e}"))
-        })?;
-    let text = String::from_utf8(text)
-        .map_err(|_| Error::new("FS_NOT_TEXT", format!("{file} is not UTF-8 text")))?;
-    let rendered = render(&file, &text, offset, limit)?;
+    let shown = file.clone();
+    let rendered = cancellable(move |cancel| {
+        let opened = open_regular(&read_path).map_err(|e| refused(&shown, e))?;
+        render(&shown, opened, offset, limit, cancel)
+    })
+    .await??;
     // Tell the read-before-write policy which version the agent has seen.
     if let Some(version) = version_of(&path) {
         let canonical = path.canonicalize().unwrap_or(path);
@@ -93,6 +40,21 @@ async fn execute(ctx: Context, req: Request) -> Result<Reply> {
         );
     }
     text_reply(&rendered)
+}
+
+/// The error for a file `read` cannot open: missing, not a regular file (a
+/// FIFO would block, a device never ends), or an I/O failure.
+fn refused(file: &str, e: OpenError) -> Error {
+    match e {
+        OpenError::NotRegular(kind) => Error::new(
+            "FS_NOT_REGULAR_FILE",
+            format!("cannot read {file}: it is {kind}; read only reads regular files"),
+        ),
+        OpenError::Io(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Error::new("FS_NOT_FOUND", format!("cannot read {file}: {e}"))
+        }
+        OpenError::Io(e) => Error::new("FS_ERROR", format!("cannot read {file}: {e}")),
+    }
 }
 
 /// `"<len>:<mtime ns>"`: changes whenever the file does.

@@ -3,17 +3,15 @@
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use dsh_sdk::blocking::{cancellable, Cancel};
 use dsh_sdk::prelude::*;
 use dsh_sdk::tool::{register_tools, resolve, text_reply};
 use globset::{GlobBuilder, GlobMatcher};
-use grep_regex::RegexMatcher;
-use grep_searcher::sinks::UTF8;
-use grep_searcher::Searcher;
 use ignore::WalkBuilder;
 
+mod grep;
+
 const GLOB_CAP: usize = 100;
-const GREP_CAP: usize = 250;
-const LINE_BYTES: usize = 2000;
 const VCS: [&str; 6] = [".git", ".svn", ".hg", ".bzr", ".jj", ".sl"];
 
 fn spill(name: &str, text: &str) -> Option<PathBuf> {
@@ -55,7 +53,7 @@ fn relative(root: &Path, p: &Path) -> String {
     p.strip_prefix(root).unwrap_or(p).display().to_string()
 }
 
-fn glob(cwd: &str, args: &Value) -> Result<String> {
+fn glob(cwd: &str, args: &Value, cancel: &Cancel) -> Result<String> {
     let pattern = args["pattern"].as_str().unwrap_or_default();
     let matcher = glob_matcher(pattern)?;
     let root = base(cwd, args["path"].as_str());
@@ -76,6 +74,11 @@ fn glob(cwd: &str, args: &Value) -> Result<String> {
         .filter_entry(|e| !VCS.iter().any(|v| e.file_name() == *v))
         .build();
     for entry in walk.flatten() {
+        if cancel.is_cancelled() {
+            return Err(Error::new("SEARCH_ABORTED", "glob was cancelled"));
+        }
+        // Files only: FIFOs, devices, sockets and symlinks are not listed
+        // (nothing here opens a file, so none can block).
         if !entry.file_type().is_some_and(|t| t.is_file()) {
             continue;
         }
@@ -105,112 +108,6 @@ fn glob(cwd: &str, args: &Value) -> Result<String> {
         stored.map_or_else(|| "(could not be stored)".into(), |p| p.display().to_string())
     ));
     Ok(out)
-}
-
-fn grep(cwd: &str, args: &Value) -> Result<String> {
-    let pattern = args["pattern"].as_str().unwrap_or_default();
-    let matcher = RegexMatcher::new(pattern).map_err(|e| {
-        Error::new(
-            "SEARCH_INVALID_PATTERN",
-            format!("invalid pattern `{pattern}`: {e}"),
-        )
-    })?;
-    let include = match args["include"].as_str() {
-        Some(i) if i.contains(',') || i.starts_with('!') || i.contains('{') && i.contains(',') => {
-            return Err(Error::new(
-                "SEARCH_INVALID_PATTERN",
-                "include takes one positive glob",
-            ));
-        }
-        Some(i) => Some(glob_matcher(i)?),
-        None => None,
-    };
-    let root = base(cwd, args["path"].as_str());
-    if !root.exists() {
-        return Err(Error::new(
-            "SEARCH_FAILED",
-            format!("{} does not exist", root.display()),
-        ));
-    }
-    let display_root = if root.is_file() {
-        PathBuf::from(cwd)
-    } else {
-        root.clone()
-    };
-    let mut groups: Vec<(String, Vec<String>)> = Vec::new();
-    let mut total = 0usize;
-    let walk = WalkBuilder::new(&root)
-        .filter_entry(|e| !VCS.iter().any(|v| e.file_name() == *v))
-        .build();
-    let mut searcher = Searcher::new();
-    for entry in walk.flatten() {
-        if !entry.file_type().is_some_and(|t| t.is_file()) {
-            continue;
-        }
-        let rel = relative(&display_root, entry.path());
-        if let Some(m) = &include {
-            let name = entry
-                .path()
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            if !m.is_match(&rel) && !m.is_match(&name) {
-                continue;
-            }
-        }
-        let mut lines = Vec::new();
-        let _ = searcher.search_path(
-            &matcher,
-            entry.path(),
-            UTF8(|n, line| {
-                let line = line.trim_end_matches(['\n', '\r']);
-                let shown = if line.len() > LINE_BYTES {
-                    let mut cut = LINE_BYTES;
-                    while !line.is_char_boundary(cut) {
-                        cut -= 1;
-                    }
-                    format!("{}… (line truncated to {LINE_BYTES} bytes)", &line[..cut])
-                } else {
-                    line.to_owned()
-                };
-                lines.push(format!("Line {n}: {shown}"));
-                Ok(true)
-            }),
-        );
-        if !lines.is_empty() {
-            total += lines.len();
-            groups.push((rel, lines));
-        }
-    }
-    if total == 0 {
-        return Ok("No matches found".into());
-    }
-    let render = |groups: &[(String, Vec<String>)]| {
-        groups
-            .iter()
-            .map(|(p, lines)| format!("{p}\n{}", lines.join("\n")))
-            .collect::<Vec<_>>()
-            .join("\n\n")
-    };
-    if total <= GREP_CAP {
-        return Ok(format!("Found {total} matches\n\n{}", render(&groups)));
-    }
-    let stored = spill("grep.txt", &render(&groups));
-    let mut shown = Vec::new();
-    let mut left = GREP_CAP;
-    for (p, lines) in &groups {
-        if left == 0 {
-            break;
-        }
-        let take = lines.len().min(left);
-        left -= take;
-        shown.push((p.clone(), lines[..take].to_vec()));
-    }
-    Ok(format!(
-        "Found {GREP_CAP} of {total} matches\n\n{}\n\n(Full grep result stored at: {}. Use read with offset/limit, or grep this path to search within it.)",
-        render(&shown),
-        stored.map_or_else(|| "(could not be stored)".into(), |p| p.display().to_string())
-    ))
 }
 
 struct Search;
@@ -247,15 +144,14 @@ impl Plugin for Search {
             let cwd = req.params["cwd"].as_str().unwrap_or(".").to_owned();
             let args = req.params["arguments"].clone();
             let name = req.params["name"].as_str().unwrap_or_default().to_owned();
-            let out = tokio::task::spawn_blocking(move || {
+            let out = cancellable(move |cancel| {
                 if name == "glob" {
-                    glob(&cwd, &args)
+                    glob(&cwd, &args, cancel)
                 } else {
-                    grep(&cwd, &args)
+                    grep::grep(&cwd, &args, cancel)
                 }
             })
-            .await
-            .map_err(|e| Error::msg(e.to_string()))??;
+            .await??;
             text_reply(&out)
         })
         .await?;
