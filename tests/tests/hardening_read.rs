@@ -13,6 +13,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::Duration;
 
+use dsh_testkit::tools::{run, text_of};
 use dsh_testkit::{TempDir, TestHost};
 use serde_json::{json, Value};
 use tokio::sync::Mutex;
@@ -26,26 +27,7 @@ const RSS_BOUND_KIB: u64 = 256 * 1024;
 const GIB: u64 = 1 << 30;
 
 async fn tools_host() -> TestHost {
-    let t = TestHost::start().await;
-    t.apply(
-        "[[row]]\nid='session'\nplugin='session'\n[[row]]\nid='tools'\nplugin='tools'\n\
-         [[row]]\nid='permission'\nplugin='permission'\nconfig = { mode = 'danger-full-access' }\n\
-         [[row]]\nid='read'\nplugin='tool-read'\n[[row]]\nid='search'\nplugin='tool-search'\n",
-    )
-    .await;
-    for s in t.host.status().await {
-        assert_eq!(format!("{:?}", s.state), "Active", "{s:?}");
-    }
-    t
-}
-
-async fn run(t: &TestHost, ws: &Path, name: &str, args: Value) -> Value {
-    t.call(
-        "tools",
-        "execute",
-        json!({"callId": "c", "name": name, "arguments": args, "agent": "agent-1", "cwd": ws}),
-    )
-    .await
+    dsh_testkit::tools::host("danger-full-access", "").await
 }
 
 /// `run` within `DEADLINE`; past it, `unblock` runs (so a regression fails
@@ -64,13 +46,6 @@ async fn run_bounded(
             panic!("{name} {args} did not answer within {DEADLINE:?}");
         }
     }
-}
-
-fn text_of(result: &Value) -> String {
-    result["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
 }
 
 fn code_of(result: &Value) -> &Value {

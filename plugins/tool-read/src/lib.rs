@@ -57,11 +57,11 @@ fn refused(file: &str, e: OpenError) -> Error {
     }
 }
 
-/// `"<len>:<mtime ns>"`: changes whenever the file does.
+/// The version the read-before-write policy compares (the fence's).
 pub fn version_of(path: &Path) -> Option<String> {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(path).ok()?;
-    Some(format!("{}:{}:{}", m.len(), m.mtime(), m.mtime_nsec()))
+    std::fs::metadata(path)
+        .ok()
+        .map(|m| dsh_sdk::fence::version(&m))
 }
 
 struct Read;
