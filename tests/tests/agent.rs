@@ -655,8 +655,8 @@ async fn wait_for_event(t: &TestHost, agent: &str, kind: &str) {
 #[tokio::test]
 async fn cancel_kills_the_running_call_and_answers_the_unstarted_ones() {
     let (t, fake) = setup().await;
-    let pid_file = std::env::temp_dir().join(format!("dsh-cancel-{}.pid", dsh_sdk::new_id()));
-    let command = format!("echo $$ > {}; exec sleep 30", pid_file.display());
+    let marker = format!("dsh-cancel-{}", dsh_sdk::new_id());
+    let command = format!("exec -a {marker} sleep 30");
     fake.push([tool_calls(&[
         ("bash", json!({"command": command, "description": "wait"})),
         ("read", json!({"file_path": "/etc/hostname"})),
@@ -669,16 +669,11 @@ async fn cancel_kills_the_running_call_and_answers_the_unstarted_ones() {
     )
     .await;
     wait_for_event(&t, &agent, "tool/call").await;
-    let mut pid = String::new();
-    for _ in 0..500 {
-        pid = std::fs::read_to_string(&pid_file).unwrap_or_default();
-        if pid.ends_with('\n') {
-            break;
-        }
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while dsh_testkit::processes_with(&marker).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the command never ran");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let proc_dir = std::path::PathBuf::from(format!("/proc/{}", pid.trim()));
-    assert!(proc_dir.exists(), "the command runs: {pid:?}");
     t.call("agents", "cancel", json!({"agent": agent})).await;
     let reason = t.call("agents", "whenIdle", json!({"agent": agent})).await["reason"].clone();
     assert_eq!(
@@ -686,14 +681,8 @@ async fn cancel_kills_the_running_call_and_answers_the_unstarted_ones() {
         json!({"kind": "aborted", "reason": {"kind": "user"}})
     );
     // The 30 s sleep was killed and reaped, not left to run out.
-    for _ in 0..500 {
-        if !proc_dir.exists() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert!(!proc_dir.exists(), "the cancelled command was killed");
-    let _ = std::fs::remove_file(&pid_file);
+    let left = dsh_testkit::wait_gone(&marker, Duration::from_secs(10));
+    assert!(left.is_empty(), "the cancelled command {left:?} was not killed");
     let ev = events(&t, &agent).await;
     let results: Vec<&Value> = ev.iter().filter(|e| e["type"] == "tool/result").collect();
     assert_eq!(results.len(), 2, "every call is answered");
