@@ -94,15 +94,23 @@ impl Dir {
             Err(_) => {}
         }
         let mut cur = dir;
+        let mut at = root.to_owned();
         for part in parts {
-            cur = cur.child(part, create).map_err(|e| {
-                if e.raw_os_error() == Some(libc::ELOOP) || e.raw_os_error() == Some(libc::ENOTDIR)
-                {
-                    symlink_refused(&root.join(rel))
-                } else {
-                    e
+            at.push(part);
+            cur = match cur.child(part, create) {
+                Ok(next) => next,
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => {
+                    // O_NOFOLLOW|O_DIRECTORY refuses a symlink and a file alike.
+                    return Err(match cur.stat(part) {
+                        Ok(Some(m)) if !m.file_type().is_symlink() => io::Error::new(
+                            io::ErrorKind::NotADirectory,
+                            format!("{} is not a directory", at.display()),
+                        ),
+                        _ => symlink_refused(&root.join(rel)),
+                    });
                 }
-            })?;
+                Err(e) => return Err(e),
+            };
         }
         Ok(cur)
     }
@@ -302,6 +310,15 @@ mod tests {
         assert_eq!(mode & 0o777, 0o640);
         assert_eq!(dir.read(&name).unwrap(), b"two");
         assert_eq!(std::fs::read_dir(root.join("a/b")).unwrap().count(), 1);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_file_in_the_path_is_not_a_directory() {
+        let root = scratch("notdir");
+        std::fs::write(root.join("f"), "x").unwrap();
+        let err = open_parent(&root, &root.join("f/x.txt"), true).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotADirectory, "{err}");
         std::fs::remove_dir_all(&root).unwrap();
     }
 
