@@ -556,12 +556,15 @@ impl Loop {
             if calls.is_empty() {
                 return Ok(Some("completed"));
             }
-            self.run_tool_calls(agent, turn, step, &calls, abort)
+            let concluded = self
+                .run_tool_calls(agent, turn, step, &calls, abort)
                 .await?;
             if abort.is_aborted() {
                 return Err(Stop::Aborted);
             }
-            return Ok(None);
+            // A tool that concluded the turn ends it after this step's
+            // results, unless next-step input (its contexts) is pending.
+            return Ok(concluded.then_some("completed"));
         }
     }
 
@@ -596,6 +599,7 @@ impl Loop {
 
     /// Runs one step's tool calls in groups (parallel-safe siblings
     /// together, exclusive ones alone), committing results in model order.
+    /// True when a result concluded the turn.
     async fn run_tool_calls(
         &self,
         agent: &str,
@@ -603,7 +607,8 @@ impl Loop {
         step: u64,
         calls: &[Value],
         abort: &Abort,
-    ) -> Result<()> {
+    ) -> Result<bool> {
+        let mut concluded = false;
         let cwd = self
             .agents
             .borrow()
@@ -621,7 +626,7 @@ impl Loop {
                     self.commit_result(agent, turn, step, call, seq, &result)
                         .await?;
                 }
-                return Ok(());
+                return Ok(concluded);
             }
             let mode = tools
                 .call("mode", json!({"name": calls[i]["name"], "scope": agent}))
@@ -684,9 +689,43 @@ impl Loop {
                 };
                 self.commit_result(agent, turn, step, &calls[k], seq, &result)
                     .await?;
+                concluded |= result["concludesTurn"] == json!(true);
+                if let Some(contexts) = result["additionalContexts"].as_array() {
+                    for m in contexts {
+                        self.queue_next_step(agent, m.clone()).await?;
+                    }
+                }
             }
             i += group.len();
         }
+        Ok(concluded)
+    }
+
+    /// Appends a tool's additional context to the end of the `next-step`
+    /// inbox (a durable splice, then the live emit), so it becomes a
+    /// `user/message` at the start of the next step, after every result.
+    async fn queue_next_step(&self, agent: &str, message: Value) -> Result<()> {
+        let start = self
+            .agents
+            .borrow()
+            .get(agent)
+            .map_or(0, |a| a.inbox.len("next-step"));
+        self.append(
+            agent,
+            event::INBOX_SPLICED,
+            json!({"target": "next-step", "start": start, "inserted": [message]}),
+            false,
+            None,
+        )
+        .await?;
+        if let Some(a) = self.agents.borrow_mut().get_mut(agent) {
+            a.inbox.push("next-step", message.clone());
+        }
+        self.notify(
+            agent,
+            "agent/inbox/inserted",
+            json!({"agent": agent, "message": message}),
+        );
         Ok(())
     }
 

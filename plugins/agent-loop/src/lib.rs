@@ -41,6 +41,18 @@ impl Default for Config {
 }
 
 impl Config {
+    /// Refuses values the original refuses (`maxParallelToolCalls` is an
+    /// integer >= 1), rather than quietly running with another.
+    pub fn validate(&self) -> Result<()> {
+        if self.max_parallel_tool_calls == 0 {
+            return Err(Error::new(
+                codes::INVALID_PAYLOAD,
+                "maxParallelToolCalls must be an integer >= 1",
+            ));
+        }
+        Ok(())
+    }
+
     /// The step limit in force (never unlimited).
     pub fn max_steps(&self) -> u64 {
         match self.max_steps_per_turn {
@@ -376,6 +388,7 @@ impl Plugin for AgentLoop {
     type Config = Config;
 
     async fn apply(ctx: Context, config: Config) -> Result<()> {
+        config.validate()?;
         let l = Loop {
             ctx: ctx.clone(),
             agents: Rc::default(),
@@ -408,6 +421,19 @@ mod tests {
 
     fn config(v: Value) -> Config {
         serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn the_parallel_cap_defaults_to_ten_and_must_be_positive() {
+        assert_eq!(config(json!({})).max_parallel_tool_calls, 10);
+        assert!(config(json!({})).validate().is_ok());
+        let zero = config(json!({"maxParallelToolCalls": 0})).validate();
+        assert_eq!(
+            zero.map_err(|e| e.code),
+            Err(codes::INVALID_PAYLOAD.to_owned())
+        );
+        assert!(serde_json::from_value::<Config>(json!({"maxParallelToolCalls": -1})).is_err());
+        assert!(serde_json::from_value::<Config>(json!({"maxParallelToolCalls": 1.5})).is_err());
     }
 
     #[test]

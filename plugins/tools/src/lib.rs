@@ -7,7 +7,10 @@
 //! parallel?, scope?}` (a `scope` — an agent id — makes the tool that
 //! agent's alone) and provides `service`, whose `execute` method receives
 //! `{arguments, callId, agent, cwd}` and returns `{content: [blocks]}` (or
-//! an error). Registrations are owned by the registering fiber.
+//! an error), optionally with `value`, `meta` (presentation, logged as
+//! `tool/result.meta`), `additionalContexts` (user messages the loop queues
+//! for the next step) and `concludesTurn: true`. Registrations are owned by
+//! the registering fiber.
 
 mod schema;
 
@@ -72,8 +75,22 @@ async fn run_tool(ctx: &Context, registry: &Registry, exec: &Value) -> Value {
         );
     }
     match ctx.service(service).call("execute", exec.clone()).await {
-        Ok(v) => json!({"isError": false, "value": v.get("value").cloned().unwrap_or(Value::Null),
-                        "content": v.get("content").cloned().unwrap_or_else(|| json!([]))}),
+        Ok(v) => {
+            let mut result = json!({"isError": false, "value": v.get("value").cloned().unwrap_or(Value::Null),
+                                    "content": v.get("content").cloned().unwrap_or_else(|| json!([]))});
+            // What the tool adds beyond its content (reference §5.3 step 7):
+            // presentation meta, messages for the next step, a conclusion.
+            if let Some(meta) = v.get("meta").filter(|m| !m.is_null()) {
+                result["meta"] = meta.clone();
+            }
+            if let Some(contexts) = v.get("additionalContexts").filter(|c| c.is_array()) {
+                result["additionalContexts"] = contexts.clone();
+            }
+            if v.get("concludesTurn") == Some(&json!(true)) {
+                result["concludesTurn"] = json!(true);
+            }
+            result
+        }
         Err(e) => from_error(&e),
     }
 }
