@@ -42,8 +42,11 @@ pub mod event {
     /// Types that carry a `surfaceOp`.
     pub const SURFACE: [&str; 3] = [USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT];
 
-    /// Every type this harness knows (others load only when `ignorable`).
-    pub const KNOWN: [&str; 16] = [
+    /// Every type this harness knows: the core's, and those of the
+    /// original's plugins whose logs we load (reference §2.2). Any other
+    /// type is refused at append, seed and load unless it is marked
+    /// `ignorable` (a plugin's own type that may be dropped by a reader).
+    pub const KNOWN: [&str; 36] = [
         TURN_START,
         TURN_END,
         STEP_START,
@@ -60,7 +63,42 @@ pub mod event {
         INBOX_SPLICED,
         LLM_RETRY,
         "llm/retry-started",
+        "tool/code-dispatch-start",
+        "tool/code-dispatch",
+        "compaction/start",
+        "compaction/summary",
+        "compaction/prune",
+        "compaction/end",
+        "hook/invoked",
+        "hook/result",
+        "approval/asked",
+        "approval/decided",
+        "approval/policy",
+        "sandbox/mode",
+        "permissionPresets/preset",
+        "command/run",
+        "command/done",
+        "goal/change",
+        "session/title",
+        "fs/observed",
+        "fs/write-intent",
+        "fs/edit-intent",
     ];
+
+    /// True for a type of [`KNOWN`].
+    pub fn is_known(kind: &str) -> bool {
+        KNOWN.contains(&kind)
+    }
+
+    /// Why an event of type `kind` may not enter a log, if it may not: an
+    /// unknown type must be marked `ignorable`.
+    pub fn refuse_unknown(kind: &str, ignorable: Option<bool>) -> Option<String> {
+        (!is_known(kind) && ignorable != Some(true)).then(|| {
+            format!(
+                "event type \"{kind}\" is not known to this harness and is not marked ignorable"
+            )
+        })
+    }
 }
 
 /// One durable session event: `{type, seq, time, data}` plus, for surface
