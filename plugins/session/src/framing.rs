@@ -235,7 +235,7 @@ mod tests {
 
     #[test]
     fn a_refused_event_does_not_advance_the_state() {
-        let mut f = Framing::default();
+        let f = Framing::default();
         let bad = ev(event::TURN_START, json!({"turn": 5}));
         assert!(f.check(&bad).is_err());
         assert!(f.check(&ev(event::TURN_START, json!({"turn": 1}))).is_ok());
