@@ -17,7 +17,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use dsh_sdk::prelude::*;
-use dsh_sdk::vocab::{interrupted_turn_closers, SessionEvent, SessionHeader};
+use dsh_sdk::vocab::{event, interrupted_turn_closers, SessionEvent, SessionHeader};
 use format::{encode_segment, project_key, scan, Scan};
 use lock::{LogLock, Refused};
 use serde::Deserialize;
@@ -36,6 +36,11 @@ mod code {
     pub const PERSISTENCE: &str = "PERSISTENCE";
     /// The id cannot name a file.
     pub const INVALID_ID: &str = "INVALID_ID";
+    /// A stored log holds what this harness cannot read (an unknown event
+    /// type not marked ignorable).
+    pub const SESSION_FORMAT_UNSUPPORTED: &str = "SESSION_FORMAT_UNSUPPORTED";
+    /// `load` of a session live in this host whose turn is still open.
+    pub const OPEN_TURN: &str = "OPEN_TURN";
 }
 
 #[derive(Deserialize)]
@@ -78,6 +83,18 @@ struct Store {
 
 type Shared = Rc<Store>;
 
+/// How a stored log is read.
+#[derive(Clone, Copy, PartialEq)]
+enum View {
+    /// Crash repair in memory only (`inspect`).
+    Inspect,
+    /// Crash repair committed to the log (`load` of a stored session).
+    Repair,
+    /// `load` of a session live in this host: its writer is still going,
+    /// so an open turn is refused, never repaired.
+    Live,
+}
+
 fn err(code: &str, e: impl std::fmt::Display) -> Error {
     Error::new(code, e.to_string())
 }
@@ -116,7 +133,7 @@ fn collision(id: &str, path: &Path) -> Error {
         _ => Error::new(
             code::SESSION_ALREADY_EXISTS,
             format!(
-                "session \"{id}\" already has a persisted log on disk; load/resume it instead of creating ({})",
+                "session \"{id}\" already has a persisted log on disk (id collision); load/resume it instead of creating ({})",
                 path.display()
             ),
         ),
@@ -212,15 +229,28 @@ impl Store {
     /// Starts persisting a session that became live (`session/created`).
     /// A log another writer holds refuses it: nothing is written and every
     /// flush of it answers `SESSION_LOCKED`.
-    fn attach(&self, header: SessionHeader, events: Vec<SessionEvent>, stored: u64) -> Result<()> {
+    fn attach(
+        &self,
+        header: SessionHeader,
+        events: Vec<SessionEvent>,
+        stored: u64,
+        resumed: bool,
+    ) -> Result<()> {
         let id = header.id.clone();
         self.refused.borrow_mut().remove(&id);
         // A session resumed from its stored log keeps its file (ours or the
-        // original's layout); the seed is already on disk.
-        let path = if stored > 0 {
+        // original's layout); the seed is already on disk. A new session
+        // whose id already has a log is an id collision: refused, so
+        // nothing of it reaches that log.
+        let path = if resumed || stored > 0 {
             self.find(&id)?
+        } else if let Ok(existing) = self.find(&id) {
+            let e = collision(&id, &existing);
+            self.live.borrow_mut().remove(&id);
+            self.refused.borrow_mut().insert(id, e.clone());
+            return Err(e);
         } else {
-            self.find(&id).or_else(|_| self.path_for(&header))?
+            self.path_for(&header)?
         };
         let lock = match self.lock_for(&id, &path) {
             Ok(lock) => lock,
@@ -316,23 +346,31 @@ impl Store {
     /// session it is about to become, so a log another host is writing is
     /// neither repaired under it nor resumed twice.
     fn load(&self, id: &str, repair: bool) -> Result<(SessionHeader, Vec<SessionEvent>)> {
+        if repair && self.live.borrow().contains_key(id) {
+            return self.load_live(id);
+        }
         let path = self.find(id)?;
         if !repair {
-            return Self::read_view(id, &path, false);
+            return Self::read_view(id, &path, View::Inspect);
         }
         let fresh = self.claim(id, &path)?;
-        let view = Self::read_view(id, &path, true);
+        let view = Self::read_view(id, &path, View::Repair);
         if view.is_err() && fresh {
             self.claimed.borrow_mut().remove(id);
         }
         view
     }
 
-    fn read_view(
-        id: &str,
-        path: &Path,
-        repair: bool,
-    ) -> Result<(SessionHeader, Vec<SessionEvent>)> {
+    /// `load` of a session live in this host: what it has written so far,
+    /// once everything pending is durable, and only while no turn is open
+    /// (repairing it would close a turn its writer is still running).
+    fn load_live(&self, id: &str) -> Result<(SessionHeader, Vec<SessionEvent>)> {
+        self.write(id)?;
+        let path = self.find(id)?;
+        Self::read_view(id, &path, View::Live)
+    }
+
+    fn read_view(id: &str, path: &Path, view: View) -> Result<(SessionHeader, Vec<SessionEvent>)> {
         let log = format::read(path).map_err(|e| err(code::PERSISTENCE, e))?;
         let Scan {
             header,
@@ -347,8 +385,27 @@ impl Store {
                 ),
             )
         })?;
+        if let Some((e, why)) = events
+            .iter()
+            .find_map(|e| Some((e, event::refuse_unknown(&e.kind, e.ignorable)?)))
+        {
+            return Err(err(
+                code::SESSION_FORMAT_UNSUPPORTED,
+                format!(
+                    "stored session \"{id}\" cannot be read: {why} (seq {}) ({})",
+                    e.seq,
+                    path.display()
+                ),
+            ));
+        }
         let closers = interrupted_turn_closers(&events);
-        if repair && (torn_at.is_some() || log.is_torn() || !closers.is_empty()) {
+        if view == View::Live && !closers.is_empty() {
+            return Err(Error::new(
+                code::OPEN_TURN,
+                format!("cannot load session \"{id}\" while its live turn is open; use the live Session or wait for the turn to close"),
+            ));
+        }
+        if view == View::Repair && (torn_at.is_some() || log.is_torn() || !closers.is_empty()) {
             format::repair(path, &log, torn_at, &closers).map_err(|e| err(code::PERSISTENCE, e))?;
         }
         events.extend(closers);
@@ -455,7 +512,8 @@ impl Plugin for Jsonl {
                 let events: Vec<SessionEvent> =
                     serde_json::from_value(ev.payload["events"].clone())?;
                 let stored = ev.payload["stored"].as_u64().unwrap_or(0);
-                s.attach(header, events, stored)?;
+                let resumed = ev.payload["resumed"] == json!(true);
+                s.attach(header, events, stored, resumed)?;
                 Ok(Value::Null)
             }
         });

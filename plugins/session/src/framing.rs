@@ -103,3 +103,158 @@ impl Framing {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    fn ev(kind: &str, data: Value) -> SessionEvent {
+        SessionEvent {
+            kind: kind.to_owned(),
+            seq: 0,
+            time: 0,
+            data,
+            source_event_seqs: None,
+            surface_op: None,
+            ignorable: None,
+        }
+    }
+
+    /// Feeds `events` through check+apply; the index of the first refusal.
+    fn run(f: &mut Framing, events: &[SessionEvent]) -> Result<(), (usize, String)> {
+        for (i, e) in events.iter().enumerate() {
+            f.check(e).map_err(|why| (i, why))?;
+            f.apply(e);
+        }
+        Ok(())
+    }
+
+    fn ts(turn: u64, step: u64) -> Value {
+        json!({"turn": turn, "step": step})
+    }
+
+    fn well_formed(turn: u64) -> Vec<SessionEvent> {
+        vec![
+            ev(event::TURN_START, json!({"turn": turn})),
+            ev(event::REQUEST_HEADER, json!({"turn": turn})),
+            ev(event::STEP_START, ts(turn, 1)),
+            ev(event::ASSISTANT_CHUNK, ts(turn, 1)),
+            ev(event::ASSISTANT_MESSAGE, ts(turn, 1)),
+            ev(event::TOOL_CALL, ts(turn, 1)),
+            ev(event::TOOL_RESULT, ts(turn, 1)),
+            ev(event::STEP_END, ts(turn, 1)),
+            ev(event::STEP_START, ts(turn, 2)),
+            ev(event::STEP_END, ts(turn, 2)),
+            ev(event::TURN_END, json!({"turn": turn})),
+        ]
+    }
+
+    #[test]
+    fn well_formed_turn_step_tool_sequences_pass() {
+        let mut f = Framing::default();
+        let mut log = well_formed(1);
+        log.extend(well_formed(2));
+        assert_eq!(run(&mut f, &log), Ok(()));
+    }
+
+    #[test]
+    fn turn_numbering_and_enclosure_are_enforced() {
+        let mut f = Framing::default();
+        assert!(run(&mut f, &[ev(event::TURN_START, json!({"turn": 2}))]).is_err());
+        let mut f = Framing::default();
+        let twice = [
+            ev(event::TURN_START, json!({"turn": 1})),
+            ev(event::TURN_START, json!({"turn": 2})),
+        ];
+        assert_eq!(run(&mut f, &twice).map_err(|e| e.0), Err(1));
+        let mut f = Framing::default();
+        assert!(run(&mut f, &[ev(event::TURN_END, json!({"turn": 1}))]).is_err());
+        let mut f = Framing::default();
+        let step_open = [
+            ev(event::TURN_START, json!({"turn": 1})),
+            ev(event::STEP_START, ts(1, 1)),
+            ev(event::TURN_END, json!({"turn": 1})),
+        ];
+        assert_eq!(run(&mut f, &step_open).map_err(|e| e.0), Err(2));
+        for kind in [
+            event::TODO_WRITE,
+            event::REQUEST_HEADER,
+            event::REQUEST_CONTEXT,
+            event::TOOL_RESULT,
+        ] {
+            let mut f = Framing::default();
+            assert!(run(&mut f, &[ev(kind, json!({}))]).is_err(), "{kind}");
+        }
+    }
+
+    #[test]
+    fn step_identity_and_numbering_are_enforced() {
+        let open = ev(event::TURN_START, json!({"turn": 1}));
+        for bad in [
+            vec![ev(event::STEP_START, ts(1, 2))],
+            vec![ev(event::STEP_START, ts(2, 1))],
+            vec![
+                ev(event::STEP_START, ts(1, 1)),
+                ev(event::STEP_START, ts(1, 2)),
+            ],
+            vec![
+                ev(event::STEP_START, ts(1, 1)),
+                ev(event::STEP_END, ts(1, 2)),
+            ],
+        ] {
+            let mut f = Framing::default();
+            let mut log = vec![open.clone()];
+            log.extend(bad);
+            assert!(run(&mut f, &log).is_err(), "{log:?}");
+        }
+    }
+
+    #[test]
+    fn step_scoped_events_must_name_the_open_step() {
+        for kind in [
+            event::ASSISTANT_CHUNK,
+            event::ASSISTANT_MESSAGE,
+            event::TOOL_CALL,
+        ] {
+            let mut f = Framing::default();
+            let log = [
+                ev(event::TURN_START, json!({"turn": 1})),
+                ev(event::STEP_START, ts(1, 1)),
+                ev(kind, ts(1, 2)),
+            ];
+            assert_eq!(run(&mut f, &log).map_err(|e| e.0), Err(2), "{kind}");
+            let mut f = Framing::default();
+            let outside = [
+                ev(event::TURN_START, json!({"turn": 1})),
+                ev(kind, ts(1, 1)),
+            ];
+            assert_eq!(run(&mut f, &outside).map_err(|e| e.0), Err(1), "{kind}");
+        }
+    }
+
+    #[test]
+    fn a_refused_event_does_not_advance_the_state() {
+        let f = Framing::default();
+        let bad = ev(event::TURN_START, json!({"turn": 5}));
+        assert!(f.check(&bad).is_err());
+        assert!(f.check(&ev(event::TURN_START, json!({"turn": 1}))).is_ok());
+    }
+
+    #[test]
+    fn seeded_framing_continues_numbering_and_end_seed_is_allowed_anywhere() {
+        let mut f = Framing::default();
+        for e in well_formed(1) {
+            f.apply(&e);
+        }
+        assert!(f.check(&ev(event::SESSION_END_SEED, json!({}))).is_ok());
+        assert!(f.check(&ev(event::TURN_START, json!({"turn": 1}))).is_err());
+        let next = [
+            ev(event::TURN_START, json!({"turn": 2})),
+            ev(event::SESSION_END_SEED, json!({})),
+            ev(event::STEP_START, ts(2, 1)),
+            ev(event::SESSION_END_SEED, json!({})),
+        ];
+        assert_eq!(run(&mut f, &next), Ok(()));
+    }
+}

@@ -31,6 +31,10 @@ struct AppendArgs {
     surface_op: Option<Value>,
     #[serde(default)]
     source_event_seqs: Option<Vec<u64>>,
+    /// Marks a type of the appending plugin's own that readers may drop;
+    /// an unknown type must carry it (reference §2.1).
+    #[serde(default)]
+    ignorable: Option<bool>,
 }
 
 fn invalid(message: String) -> Error {
@@ -50,6 +54,9 @@ fn id_of(req: &Request) -> Result<String> {
 
 impl Session {
     fn append(&mut self, args: AppendArgs) -> Result<SessionEvent> {
+        if let Some(why) = event::refuse_unknown(&args.kind, args.ignorable) {
+            return Err(invalid(why));
+        }
         let surface = event::SURFACE.contains(&args.kind.as_str());
         if surface && args.surface_op.is_none() {
             return Err(invalid(format!("`{}` needs a surfaceOp", args.kind)));
@@ -79,7 +86,7 @@ impl Session {
             data: args.data,
             source_event_seqs: args.source_event_seqs,
             surface_op: args.surface_op,
-            ignorable: None,
+            ignorable: args.ignorable.filter(|i| *i),
         };
         self.framing.check(&ev).map_err(invalid)?;
         self.framing.apply(&ev);
@@ -88,11 +95,39 @@ impl Session {
     }
 }
 
-fn seeded(header: SessionHeader, seed: Vec<SessionEvent>) -> Result<Session> {
+/// A session built from `seed` (replay, fork, resume), each seed event
+/// checked like an append. With a seed (even an empty one) the log ends in
+/// `session/end-seed`, appended unless the seed already ends in one; a
+/// fresh session (`None`) starts empty (reference §2.8).
+fn seeded(header: SessionHeader, seed: Option<Vec<SessionEvent>>) -> Result<Session> {
+    let has_seed = seed.is_some();
+    let seed = seed.unwrap_or_default();
     let mut framing = Framing::default();
     for (i, e) in seed.iter().enumerate() {
         if e.seq != i as u64 {
             return Err(invalid(format!("seed event {i} has seq {}", e.seq)));
+        }
+        if let Some(why) = event::refuse_unknown(&e.kind, e.ignorable) {
+            return Err(invalid(format!("seed event {i}: {why}")));
+        }
+        let surface = event::SURFACE.contains(&e.kind.as_str());
+        if surface && e.surface_op.is_none() {
+            return Err(invalid(format!(
+                "seed event {i}: `{}` needs a surfaceOp",
+                e.kind
+            )));
+        }
+        if !surface && (e.surface_op.is_some() || e.source_event_seqs.is_some()) {
+            return Err(invalid(format!(
+                "seed event {i}: `{}` may not carry surface metadata",
+                e.kind
+            )));
+        }
+        if !lossless(&e.data) {
+            return Err(invalid(format!(
+                "session event \"{}\" carries non-JSON-serializable data",
+                e.kind
+            )));
         }
         framing.apply(e);
     }
@@ -101,9 +136,10 @@ fn seeded(header: SessionHeader, seed: Vec<SessionEvent>) -> Result<Session> {
         events: seed,
         framing,
     };
-    if s.events
-        .last()
-        .is_some_and(|e| e.kind != event::SESSION_END_SEED)
+    if has_seed
+        && s.events
+            .last()
+            .is_none_or(|e| e.kind != event::SESSION_END_SEED)
     {
         let seq = s.events.len() as u64;
         let ev = SessionEvent {
@@ -171,14 +207,15 @@ async fn handle(ctx: Context, store: Store, req: Request) -> Result<Reply> {
                     "session cwd must be absolute",
                 ));
             }
-            let seed: Vec<SessionEvent> = match req.params.get("seed") {
-                Some(s) if !s.is_null() => serde_json::from_value(s.clone())?,
-                _ => Vec::new(),
+            let seed: Option<Vec<SessionEvent>> = match req.params.get("seed") {
+                Some(s) if !s.is_null() => Some(serde_json::from_value(s.clone())?),
+                _ => None,
             };
             // `seedStored`: the seed came from persistence, so only what
             // follows it (the end-seed marker) still needs to be written.
-            let stored = if req.params["seedStored"] == json!(true) {
-                seed.len()
+            let resumed = req.params["seedStored"] == json!(true);
+            let stored = if resumed {
+                seed.as_ref().map_or(0, Vec::len)
             } else {
                 0
             };
@@ -188,7 +225,7 @@ async fn handle(ctx: Context, store: Store, req: Request) -> Result<Reply> {
             store.borrow_mut().insert(id.clone(), session);
             ctx.emit(
                 "session/created",
-                json!({"header": header, "stored": stored, "events": fresh}),
+                json!({"header": header, "stored": stored, "resumed": resumed, "events": fresh}),
             )?;
             Reply::json(json!({"id": id, "header": header, "seq": seq}))
         }
@@ -295,12 +332,12 @@ async fn handle(ctx: Context, store: Store, req: Request) -> Result<Reply> {
                 header.id = id.clone();
                 let seed: Vec<SessionEvent> = serde_json::from_value(stored["events"].clone())?;
                 let stored_len = seed.len();
-                let session = seeded(header.clone(), seed)?;
+                let session = seeded(header.clone(), Some(seed))?;
                 let fresh = session.events[stored_len.min(session.events.len())..].to_vec();
                 store.borrow_mut().insert(id.clone(), session);
                 ctx.emit(
                     "session/created",
-                    json!({"header": header, "stored": stored_len, "events": fresh}),
+                    json!({"header": header, "stored": stored_len, "resumed": true, "events": fresh}),
                 )?;
             }
             let s = store.borrow();
@@ -313,7 +350,7 @@ async fn handle(ctx: Context, store: Store, req: Request) -> Result<Reply> {
                 .as_str()
                 .map(str::to_owned)
                 .unwrap_or_else(|| format!("session-{}", new_id()));
-            let (seed, mut header) = {
+            let (seed, cwd) = {
                 let s = store.borrow();
                 if s.contains_key(&child) {
                     return Err(Error::new(
@@ -323,15 +360,19 @@ async fn handle(ctx: Context, store: Store, req: Request) -> Result<Reply> {
                 }
                 let session = s.get(&id).ok_or_else(|| not_found(&id))?;
                 let len = session.events.len() as u64;
-                let boundary = match req.params.get("boundary").and_then(Value::as_u64) {
-                    Some(b) if b < len => b,
-                    Some(_) => {
-                        return Err(Error::new(
-                            "INVALID_BOUNDARY",
-                            "boundary past the end of the log",
-                        ))
-                    }
+                let boundary = match req.params.get("boundary").filter(|b| !b.is_null()) {
                     None => len.saturating_sub(1),
+                    Some(b) => match b.as_u64() {
+                        Some(b) if b < len && session.events[b as usize].seq == b => b,
+                        _ => {
+                            return Err(Error::new(
+                                "INVALID_BOUNDARY",
+                                format!(
+                                    "fork boundary {b} must be a non-negative safe integer below the log length {len}"
+                                ),
+                            ))
+                        }
+                    },
                 };
                 let seed: Vec<SessionEvent> = if len == 0 {
                     Vec::new()
@@ -345,13 +386,19 @@ async fn handle(ctx: Context, store: Store, req: Request) -> Result<Reply> {
                 if last_frame.is_some_and(|e| e.kind == event::TURN_START) {
                     return Err(Error::new("OPEN_TURN", "cannot fork inside an open turn"));
                 }
-                (seed, session.header.clone())
+                (seed, session.header.cwd.clone())
             };
-            header.id = child.clone();
-            header.created_at = now_ms();
-            header.parent_session = Some(id);
-            header.seed_length = Some(seed.len() as u64);
-            let session = seeded(header.clone(), seed)?;
+            // The child's lineage: the source's cwd, the source as parent,
+            // and the seed's length (nothing else of the source's header).
+            let header = SessionHeader {
+                id: child.clone(),
+                created_at: now_ms(),
+                cwd,
+                parent_session: Some(id),
+                seed_length: Some(seed.len() as u64),
+                ..SessionHeader::default()
+            };
+            let session = seeded(header.clone(), Some(seed))?;
             let events = session.events.clone();
             store.borrow_mut().insert(child.clone(), session);
             ctx.emit(
