@@ -17,14 +17,16 @@
 //! (`target/debug`), so `cargo build` the plugin crates before `cargo test`.
 #![deny(missing_docs)]
 
+pub mod agent;
 pub mod contracts;
 pub mod fake_llm;
 pub mod headless;
 pub mod tools;
 
 use std::path::{Path, PathBuf};
+use std::process::Output;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dsh_host::config::{compose, parse_layer, Tree};
 use dsh_host::report::Report;
@@ -74,6 +76,16 @@ pub fn target_dir() -> PathBuf {
 /// The built library of crate `crate_name` (`lib<crate_name>.so`).
 pub fn library(crate_name: &str) -> PathBuf {
     target_dir().join(format!("lib{}.so", crate_name.replace('-', "_")))
+}
+
+/// A finished process as `(exit code or -1, stdout, stderr)`, the streams
+/// decoded lossily.
+pub fn out(o: &Output) -> (i32, String, String) {
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
 }
 
 /// Rows of the agent core against a model at `base_url` (route `fake`, no
@@ -246,13 +258,24 @@ pub fn processes_with(marker: &str) -> Vec<i32> {
     out
 }
 
+/// Waits (at most a minute) until `ready()` holds, checking every 20 ms;
+/// panics with `what` when it never does (the bound only turns a hang into
+/// a failure).
+pub async fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !ready() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Waits (up to `deadline`) until no process has `marker` in its command
 /// line; returns those still there.
 pub fn wait_gone(marker: &str, deadline: Duration) -> Vec<i32> {
-    let until = std::time::Instant::now() + deadline;
+    let until = Instant::now() + deadline;
     loop {
         let left = processes_with(marker);
-        if left.is_empty() || std::time::Instant::now() >= until {
+        if left.is_empty() || Instant::now() >= until {
             return left;
         }
         std::thread::sleep(Duration::from_millis(20));
