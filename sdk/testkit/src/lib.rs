@@ -24,7 +24,7 @@ pub mod headless;
 pub mod tools;
 
 use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -78,6 +78,14 @@ pub fn library(crate_name: &str) -> PathBuf {
     target_dir().join(format!("lib{}.so", crate_name.replace('-', "_")))
 }
 
+/// The built `dsh-host` binary as a command, with `DSH_LOG` unset and
+/// `NO_COLOR=1` (plain, quiet stderr unless the test asks for a log).
+pub fn dsh_host() -> Command {
+    let mut c = Command::new(target_dir().join("dsh-host"));
+    c.env_remove("DSH_LOG").env("NO_COLOR", "1");
+    c
+}
+
 /// A finished process as `(exit code or -1, stdout, stderr)`, the streams
 /// decoded lossily.
 pub fn out(o: &Output) -> (i32, String, String) {
@@ -86,6 +94,37 @@ pub fn out(o: &Output) -> (i32, String, String) {
         String::from_utf8_lossy(&o.stdout).into_owned(),
         String::from_utf8_lossy(&o.stderr).into_owned(),
     )
+}
+
+/// Runs `c` to its end: [`out`] of its output.
+pub fn output(c: &mut Command) -> (i32, String, String) {
+    out(&c
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {c:?}: {e}")))
+}
+
+/// A fresh `$DSH_HOME` (labelled `label`) whose profile `name` is
+/// `profile` (TOML), for `dsh-host --profile <name>`.
+pub fn home_with_profile(label: &str, name: &str, profile: &str) -> TempDir {
+    let home = TempDir::new(label);
+    let dir = home.path().join("profiles").join(name);
+    std::fs::create_dir_all(&dir)
+        .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+    let file = dir.join("profile.toml");
+    std::fs::write(&file, profile)
+        .unwrap_or_else(|e| panic!("cannot write {}: {e}", file.display()));
+    home
+}
+
+/// Copies the built library of `crate_name` into `$DSH_HOME/plugins` (made
+/// if missing) as `file`: a drop-in the host loads from `home`.
+pub fn drop_in(home: &Path, crate_name: &str, file: &str) {
+    let dir = home.join("plugins");
+    std::fs::create_dir_all(&dir)
+        .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+    let from = library(crate_name);
+    std::fs::copy(&from, dir.join(file))
+        .unwrap_or_else(|e| panic!("cannot copy {} into {}: {e}", from.display(), dir.display()));
 }
 
 /// Rows of the agent core against a model at `base_url` (route `fake`, no
