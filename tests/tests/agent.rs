@@ -4,16 +4,24 @@
 
 use std::time::Duration;
 
+use dsh_testkit::agent::{core_host, events, new_agent, turn};
 use dsh_testkit::fake_llm::{slow_text, text, tool_calls, Answer, FakeLlm};
 use dsh_testkit::{library, TestHost};
 use serde_json::{json, Value};
 
 const KEY_ENV: &str = "DSH_TEST_FAKE_KEY";
 
+/// `rows` with the adapter reading its key from `KEY_ENV`.
+fn with_key(rows: String) -> String {
+    rows.replace("apiKeyEnv = \"\"", &format!("apiKeyEnv = \"{KEY_ENV}\""))
+}
+
 /// The kit's core rows, with the adapter reading its key from `KEY_ENV`.
 fn core_rows(fake: &FakeLlm, home: &std::path::Path) -> String {
-    dsh_testkit::core_rows(&fake.base_url, &home.join("sessions"))
-        .replace("apiKeyEnv = \"\"", &format!("apiKeyEnv = \"{KEY_ENV}\""))
+    with_key(dsh_testkit::core_rows(
+        &fake.base_url,
+        &home.join("sessions"),
+    ))
 }
 
 async fn setup() -> (TestHost, FakeLlm) {
@@ -23,38 +31,7 @@ async fn setup() -> (TestHost, FakeLlm) {
 /// `setup`, with the core rows edited first.
 async fn setup_with(edit: impl FnOnce(String) -> String) -> (TestHost, FakeLlm) {
     std::env::set_var(KEY_ENV, "sk-test-not-a-real-key");
-    let fake = FakeLlm::start().await;
-    let t = TestHost::start().await;
-    t.apply(&edit(core_rows(&fake, t.home.path()))).await;
-    for s in t.host.status().await {
-        assert_eq!(format!("{:?}", s.state), "Active", "{s:?}");
-    }
-    (t, fake)
-}
-
-async fn new_agent(t: &TestHost, cwd: &str) -> String {
-    let v = t
-        .call(
-            "agentLoop",
-            "create",
-            json!({"agentOptions": {"provider": "fake", "model": "m1"}, "meta": {"cwd": cwd}}),
-        )
-        .await;
-    v["agent"].as_str().unwrap().to_owned()
-}
-
-async fn turn(t: &TestHost, agent: &str, prompt: &str) -> Value {
-    t.call(
-        "agents",
-        "followup",
-        json!({"agent": agent, "message": {"text": prompt}}),
-    )
-    .await;
-    t.call("agents", "whenIdle", json!({"agent": agent})).await["reason"].clone()
-}
-
-async fn events(t: &TestHost, agent: &str) -> Vec<Value> {
-    serde_json::from_value(t.call("sessions", "events", json!({"id": agent})).await).unwrap()
+    core_host(|rows| edit(with_key(rows))).await
 }
 
 fn kinds(events: &[Value]) -> Vec<String> {

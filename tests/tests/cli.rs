@@ -8,26 +8,14 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use dsh_testkit::{library, target_dir, TempDir};
+use dsh_testkit::{drop_in, dsh_host, home_with_profile, library, output, target_dir, TempDir};
 use serde_json::Value;
 
-fn dsh_host() -> Command {
-    let mut c = Command::new(target_dir().join("dsh-host"));
-    c.env_remove("DSH_LOG").env("NO_COLOR", "1");
-    c
-}
-
 /// A `$DSH_HOME` with profile `test` = bundle `base` (rows a, b: probes).
-fn home_with_profile() -> TempDir {
-    let home = TempDir::new("cli-home");
+fn home_with_bundle() -> TempDir {
+    let home = home_with_profile("cli-home", "test", "bundles = [\"base\"]\n");
     let p = home.path();
-    std::fs::create_dir_all(p.join("profiles/test")).unwrap();
     std::fs::create_dir_all(p.join("profiles/bundles")).unwrap();
-    std::fs::write(
-        p.join("profiles/test/profile.toml"),
-        "bundles = [\"base\"]\n",
-    )
-    .unwrap();
     std::fs::write(
         p.join("profiles/bundles/base.toml"),
         "[[row]]\nid = \"a\"\nplugin = \"dsh-fixture-probe\"\nconfig = { tag = \"a\" }\n\n\
@@ -37,18 +25,9 @@ fn home_with_profile() -> TempDir {
     home
 }
 
-fn output(c: &mut Command) -> (i32, String, String) {
-    let out = c.output().expect("run dsh-host");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 #[test]
 fn dump_config_shows_layers_and_warns_on_unknown_patch_ids() {
-    let home = home_with_profile();
+    let home = home_with_bundle();
     std::fs::write(
         home.path().join("patch.toml"),
         "[[patch]]\nid = \"b\"\nconfig = { tag = \"b2\" }\n",
@@ -91,7 +70,7 @@ fn dump_config_shows_layers_and_warns_on_unknown_patch_ids() {
 
 #[test]
 fn malformed_toml_and_unknown_profiles_are_clear_errors() {
-    let home = home_with_profile();
+    let home = home_with_bundle();
     let bad = home.path().join("profiles/bundles/base.toml");
     std::fs::write(&bad, "[[row]]\nid = \"a\"\nplugin = \n").unwrap();
     let (code, _, err) = output(
@@ -257,7 +236,7 @@ fn write_atomically(path: &Path, text: &str) {
 
 #[test]
 fn watch_reconciles_patch_edits_by_id_and_keeps_the_last_good_tree() {
-    let home = home_with_profile();
+    let home = home_with_bundle();
     let patch = home.path().join("p.toml");
     std::fs::write(&patch, "[[patch]]\nid = \"b\"\nconfig = { tag = \"b1\" }\n").unwrap();
     let mut c = dsh_host();
@@ -290,14 +269,12 @@ fn watch_reconciles_patch_edits_by_id_and_keeps_the_last_good_tree() {
 
 #[test]
 fn watch_reloads_a_replaced_plugin_and_unloads_a_removed_one_and_sigint_exits_130() {
-    let home = TempDir::new("cli-reload-home");
-    let plugins = TempDir::new("cli-reload-plugins");
-    std::fs::create_dir_all(home.path().join("profiles/c")).unwrap();
-    std::fs::write(
-        home.path().join("profiles/c/profile.toml"),
+    let home = home_with_profile(
+        "cli-reload-home",
+        "c",
         "[[row]]\nid = \"counter\"\nplugin = \"counter\"\n",
-    )
-    .unwrap();
+    );
+    let plugins = TempDir::new("cli-reload-plugins");
     let target = plugins.path().join("counter.so");
     std::fs::copy(library("dsh-fixture-counter-v1"), &target).unwrap();
     let mut c = dsh_host();
@@ -378,16 +355,9 @@ fn eleven_hundred_reloads_do_not_exhaust_pthread_keys() {
 
 #[test]
 fn a_library_dropped_into_the_home_plugins_directory_loads_and_unloads() {
-    let home = TempDir::new("cli-dropin-home");
-    std::fs::create_dir_all(home.path().join("profiles/c")).unwrap();
-    std::fs::create_dir_all(home.path().join("plugins")).unwrap();
-    std::fs::write(home.path().join("profiles/c/profile.toml"), "").unwrap();
+    let home = home_with_profile("cli-dropin-home", "c", "");
     // Present at boot.
-    std::fs::copy(
-        library("dsh-fixture-counter-v1"),
-        home.path().join("plugins/counter.so"),
-    )
-    .unwrap();
+    drop_in(home.path(), "dsh-fixture-counter-v1", "counter.so");
     let mut c = dsh_host();
     c.env("DSH_HOME", home.path())
         .args(["--profile", "c", "--watch"]);
@@ -407,16 +377,14 @@ fn a_library_dropped_into_the_home_plugins_directory_loads_and_unloads() {
 
 #[test]
 fn a_generation_whose_thread_still_runs_is_quarantined_not_closed() {
-    let home = TempDir::new("cli-thread-home");
-    std::fs::create_dir_all(home.path().join("profiles/t")).unwrap();
-    let profile = home.path().join("profiles/t/profile.toml");
     let keep =
         "[[row]]\nid = \"keep\"\nplugin = \"dsh-fixture-probe\"\nconfig = { tag = \"keep\" }\n";
-    std::fs::write(
-        &profile,
-        format!("{keep}[[row]]\nid = \"det\"\nplugin = \"dsh-fixture-probe\"\nconfig = {{ tag = \"det\", thread = \"detached\" }}\n"),
-    )
-    .unwrap();
+    let home = home_with_profile(
+        "cli-thread-home",
+        "t",
+        &format!("{keep}[[row]]\nid = \"det\"\nplugin = \"dsh-fixture-probe\"\nconfig = {{ tag = \"det\", thread = \"detached\" }}\n"),
+    );
+    let profile = home.path().join("profiles/t/profile.toml");
     let mut c = dsh_host();
     c.env("DSH_HOME", home.path())
         .args(["--profile", "t", "--watch", "--plugins-dir"])

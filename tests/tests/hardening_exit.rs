@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use dsh_testkit::fake_llm::{text, tool_calls, FakeLlm};
 use dsh_testkit::headless::Headless;
-use dsh_testkit::{processes_with, wait_gone};
+use dsh_testkit::{processes_with, wait_for, wait_gone};
 use serde_json::json;
 
 fn marker(label: &str) -> String {
@@ -64,14 +64,10 @@ async fn nothing_a_command_started_outlives_kill_9_of_the_harness() {
     let h = Headless::new(&fake, "");
     let host = h.spawn(&["go"]);
     // The foreground command runs: both commands are up.
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while processes_with(&fg).len() < 2 || processes_with(&job).is_empty() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the commands never started"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for("the commands to start", || {
+        processes_with(&fg).len() >= 2 && !processes_with(&job).is_empty()
+    })
+    .await;
     host.kill();
     for m in [&job, &fg] {
         let left = wait_gone(m, Duration::from_secs(10));
@@ -137,14 +133,7 @@ async fn endless_output_under_a_memory_cap_neither_aborts_nor_fills_memory() {
         "peak RSS {peak_kib} KiB: output was held in memory"
     );
     // The model saw the truncation notes.
-    let requests = fake.requests();
-    let results: Vec<String> = requests.last().unwrap()["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
-        .collect();
+    let results = fake.tool_results_of_last_request();
     assert_eq!(results.len(), 2, "{results:?}");
     assert!(
         results[0].contains("[timed out after 3000ms]"),

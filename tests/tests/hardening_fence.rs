@@ -235,14 +235,7 @@ async fn the_agent_cannot_rewrite_the_home_patch_through_the_real_binary() {
         "{}",
         std::fs::read_to_string(&patch).unwrap_or_default()
     );
-    let requests = fake.requests();
-    let tool_results: Vec<String> = requests.last().unwrap()["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
-        .collect();
+    let tool_results = fake.tool_results_of_last_request();
     assert!(
         tool_results[0].contains("harness's own files"),
         "{tool_results:?}"

@@ -10,23 +10,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use dsh_testkit::{library, target_dir, TempDir, TestHost};
+use dsh_testkit::{
+    drop_in, dsh_host, home_with_profile, library, output, target_dir, TempDir, TestHost,
+};
 use serde_json::{json, Value};
-
-fn dsh_host() -> Command {
-    let mut c = Command::new(target_dir().join("dsh-host"));
-    c.env_remove("DSH_LOG").env("NO_COLOR", "1");
-    c
-}
-
-fn output(c: &mut Command) -> (i32, String, String) {
-    let out = c.output().expect("run dsh-host");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 fn mode(path: &Path) -> u32 {
     std::fs::metadata(path)
@@ -201,27 +188,16 @@ impl Running {
     }
 }
 
-fn home_with_profile(label: &str, profile: &str) -> TempDir {
-    let home = TempDir::new(label);
-    std::fs::create_dir_all(home.path().join("profiles/p")).unwrap();
-    std::fs::write(home.path().join("profiles/p/profile.toml"), profile).unwrap();
-    home
-}
-
 #[test]
 fn a_foreign_library_dropped_into_home_plugins_is_refused_and_never_runs() {
-    let home = home_with_profile("hard-dropin-home", "");
+    let home = home_with_profile("hard-dropin-home", "p", "");
     let build = TempDir::new("hard-dropin-build");
     let marker = build.path().join("constructor-ran");
     let lib = library_with_constructor(build.path(), "libforeign.so", &marker);
     std::fs::create_dir_all(home.path().join("plugins")).unwrap();
     std::fs::copy(&lib, home.path().join("plugins/libforeign.so")).unwrap();
     // A well-formed drop-in next to it still loads.
-    std::fs::copy(
-        library("dsh-fixture-counter-v1"),
-        home.path().join("plugins/counter.so"),
-    )
-    .unwrap();
+    drop_in(home.path(), "dsh-fixture-counter-v1", "counter.so");
 
     let mut c = dsh_host();
     c.env("DSH_HOME", home.path())
@@ -312,7 +288,7 @@ const TWO_PROBES: &str = "[[row]]\nid = \"a\"\nplugin = \"dsh-fixture-probe\"\nc
 
 #[test]
 fn the_state_dir_of_a_host_is_removed_at_sigterm_and_sigint_and_stale_ones_at_start() {
-    let home = home_with_profile("hard-state-home", TWO_PROBES);
+    let home = home_with_profile("hard-state-home", "p", TWO_PROBES);
     for (sig, code) in [(libc::SIGTERM, 0), (libc::SIGINT, 130)] {
         // Left by a host that was killed.
         let stale = home.path().join(format!("state/{}", dead_pid()));

@@ -3,12 +3,12 @@
 //! cap, an `error` object inside a 200 stream, and a model that calls tools
 //! forever (the agent loop's step limit, in process and through headless).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
+use dsh_testkit::agent::{core_host, events, new_agent};
 use dsh_testkit::fake_llm::{text, tool_calls, Answer, FakeLlm};
-use dsh_testkit::{target_dir, TempDir, TestHost};
+use dsh_testkit::headless::{lines, Headless};
+use dsh_testkit::{out, TempDir, TestHost};
 use serde_json::{json, Value};
 
 /// The adapter's default cap on one SSE line (`sse::MAX_LINE_BYTES`).
@@ -18,46 +18,12 @@ const MAX_STEPS: usize = 3;
 /// A generous bound for waits that should end at once.
 const DEADLINE: Duration = Duration::from_secs(60);
 
-/// A host with the kit's core rows (edited by `edit`) against a fake model.
-async fn setup_with(edit: impl FnOnce(String) -> String) -> (TestHost, FakeLlm) {
-    let fake = FakeLlm::start().await;
-    let t = TestHost::start().await;
-    let rows = dsh_testkit::core_rows(&fake.base_url, &t.home.path().join("sessions"));
-    t.apply(&edit(rows)).await;
-    for s in t.host.status().await {
-        assert_eq!(format!("{:?}", s.state), "Active", "{s:?}");
-    }
-    (t, fake)
-}
-
-async fn new_agent(t: &TestHost, cwd: &str) -> String {
-    let v = t
-        .call(
-            "agentLoop",
-            "create",
-            json!({"agentOptions": {"provider": "fake", "model": "m1"}, "meta": {"cwd": cwd}}),
-        )
-        .await;
-    v["agent"].as_str().unwrap().to_owned()
-}
-
 /// Runs one turn with `prompt`; returns its end reason.
 async fn turn(t: &TestHost, agent: &str, prompt: &str) -> Value {
-    t.call(
-        "agents",
-        "followup",
-        json!({"agent": agent, "message": {"text": prompt}}),
-    )
-    .await;
-    let idle = t.call("agents", "whenIdle", json!({"agent": agent}));
-    tokio::time::timeout(DEADLINE, idle)
+    let turn = dsh_testkit::agent::turn(t, agent, prompt);
+    tokio::time::timeout(DEADLINE, turn)
         .await
-        .expect("the turn ended")["reason"]
-        .clone()
-}
-
-async fn events(t: &TestHost, agent: &str) -> Vec<Value> {
-    serde_json::from_value(t.call("sessions", "events", json!({"id": agent})).await).unwrap()
+        .expect("the turn ended")
 }
 
 fn count(events: &[Value], kind: &str) -> usize {
@@ -66,7 +32,7 @@ fn count(events: &[Value], kind: &str) -> usize {
 
 /// One turn against `answers` (and `fallback` once they run out).
 async fn one_turn(answers: Vec<Answer>, fallback: Option<Answer>) -> (Value, Vec<Value>, FakeLlm) {
-    let (t, fake) = setup_with(|rows| rows).await;
+    let (t, fake) = core_host(|rows| rows).await;
     fake.push(answers);
     if let Some(f) = fallback {
         fake.set_fallback(f);
@@ -90,7 +56,7 @@ async fn an_sse_line_past_the_cap_fails_malformed_before_the_line_ends() {
     // 64 MiB: four times the cap, so a client that buffers whole lines
     // would read all of it before failing (or not fail at all).
     let line = 4 * SSE_CAP;
-    let (t, fake) = setup_with(|rows| rows).await;
+    let (t, fake) = core_host(|rows| rows).await;
     fake.push([Answer::LongLine(line)]);
     let agent = new_agent(&t, "/tmp").await;
     let reason = turn(&t, &agent, "go").await;
@@ -258,7 +224,7 @@ fn always_reads() -> Answer {
 
 #[tokio::test]
 async fn a_model_that_always_calls_tools_is_stopped_at_max_steps_per_turn() {
-    let (t, fake) = setup_with(|rows| with_max_steps(rows, MAX_STEPS)).await;
+    let (t, fake) = core_host(|rows| with_max_steps(rows, MAX_STEPS)).await;
     let dir = TempDir::new("hardening-steps");
     std::fs::write(dir.path().join("a.txt"), "alpha\n").unwrap();
     fake.set_fallback(always_reads());
@@ -309,71 +275,14 @@ async fn a_model_that_always_calls_tools_is_stopped_at_max_steps_per_turn() {
 // ---------------------------------------------------------------------------
 // Headless reports the step limit.
 
-const KEY: &str = "DSH_HARDENING_MODEL_KEY";
-
-struct Headless {
-    home: TempDir,
-    work: TempDir,
-    patch: PathBuf,
-}
-
-impl Headless {
-    /// A `$DSH_HOME` whose patch points the adapter at `fake`, turns retries
-    /// off and limits turns to `max_steps`.
-    fn new(fake: &FakeLlm, max_steps: usize) -> Headless {
-        let home = TempDir::new("hardening-home");
-        let work = TempDir::new("hardening-work");
-        let patch = home.path().join("test-patch.toml");
-        let text = format!(
-            "[[patch]]\nid = \"llm-deepseek\"\nconfig = {{ baseUrl = \"{}\", apiKeyEnv = \"{KEY}\", streamIdleTimeoutMs = 20000 }}\n\
-             [[patch]]\nid = \"llm-retry\"\nconfig = {{ maxRetries = 0 }}\n\
-             [[patch]]\nid = \"agent-loop\"\nconfig = {{ maxStepsPerTurn = {max_steps} }}\n",
-            fake.base_url
-        );
-        std::fs::write(&patch, text).unwrap();
-        Headless { home, work, patch }
-    }
-
-    async fn run(&self, args: &[&str]) -> (i32, String, String) {
-        let mut c = Command::new(target_dir().join("dsh-host"));
-        c.current_dir(self.work.path())
-            .env("DSH_HOME", self.home.path())
-            .env(KEY, "sk-hardening-test")
-            .env_remove("DSH_LOG")
-            .args(["--profile", "headless", "--patch"])
-            .arg(&self.patch)
-            .args(args)
-            .stdin(Stdio::null());
-        let o: Output = tokio::task::spawn_blocking(move || c.output().expect("run dsh-host"))
-            .await
-            .unwrap();
-        (
-            o.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&o.stdout).into_owned(),
-            String::from_utf8_lossy(&o.stderr).into_owned(),
-        )
-    }
-
-    /// The one stored session log.
-    fn session_file(&self) -> PathBuf {
-        let files: Vec<PathBuf> = std::fs::read_dir(self.home.path().join("sessions"))
-            .unwrap()
-            .flatten()
-            .flat_map(|d| std::fs::read_dir(d.path()).unwrap().flatten())
-            .map(|f| f.path())
-            .collect();
-        assert_eq!(files.len(), 1, "{files:?}");
-        files[0].clone()
-    }
-}
-
-/// The records of a plain JSONL log (the header first).
-fn records(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+/// A `$DSH_HOME` whose patch points the adapter at `fake`, turns retries
+/// off and limits turns to `max_steps`.
+fn headless(fake: &FakeLlm, max_steps: usize) -> Headless {
+    Headless::with_stream_idle(
+        fake,
+        20_000,
+        &format!("[[patch]]\nid = \"agent-loop\"\nconfig = {{ maxStepsPerTurn = {max_steps} }}\n"),
+    )
 }
 
 #[tokio::test]
@@ -381,10 +290,10 @@ async fn headless_exits_1_with_the_step_limit_on_stderr_and_the_log_resumes() {
     let max = 2;
     let fake = FakeLlm::start().await;
     fake.set_fallback(always_reads());
-    let h = Headless::new(&fake, max);
+    let h = headless(&fake, max);
     std::fs::write(h.work.path().join("a.txt"), "alpha\n").unwrap();
 
-    let (code, stdout, stderr) = h.run(&["loop", "forever"]).await;
+    let (code, stdout, stderr) = out(&h.run(&["loop", "forever"]).await);
     assert_eq!(code, 1, "{stderr}");
     assert_eq!(stdout, "");
     assert!(stderr.starts_with("dsh: STEP_LIMIT: "), "{stderr}");
@@ -396,11 +305,11 @@ async fn headless_exits_1_with_the_step_limit_on_stderr_and_the_log_resumes() {
 
     // The stored log is balanced: it resumes without repair and continues.
     fake.push([text("Resumed.")]);
-    let file = h.session_file();
-    let id = records(&file)[0]["id"].as_str().unwrap().to_owned();
-    let (code, stdout, stderr) = h.run(&["--resume", &id, "stop"]).await;
+    let file = h.log_file();
+    let id = lines(&file)[0]["id"].as_str().unwrap().to_owned();
+    let (code, stdout, stderr) = out(&h.run(&["--resume", &id, "stop"]).await);
     assert_eq!((code, stdout.as_str()), (0, "Resumed.\n"), "{stderr}");
-    let ends: Vec<Value> = records(&file)
+    let ends: Vec<Value> = lines(&file)
         .into_iter()
         .filter(|r| r["type"] == "turn/end")
         .map(|r| r["data"]["reason"].clone())

@@ -8,153 +8,28 @@
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use dsh_testkit::fake_llm::{text, tool_calls, Answer, FakeLlm};
-use dsh_testkit::{target_dir, TempDir, TestHost};
+use dsh_testkit::headless::{assert_seqs_contiguous, lines, Headless};
+use dsh_testkit::{out, wait_for, TempDir, TestHost};
 use serde_json::{json, Value};
 
-const KEY: &str = "DSH_HARDENING_TEST_KEY";
-
-struct Env {
-    home: TempDir,
-    work: TempDir,
-    patch: PathBuf,
-}
-
-/// A `$DSH_HOME` and a workspace. The model stream never idles out and
-/// batched writes wait for a flush (a checkpoint), so a host paused inside a
-/// tool call writes nothing until the tool returns.
-fn env(fake: &FakeLlm) -> Env {
-    let home = TempDir::new("hardening-home");
-    let work = TempDir::new("hardening-work");
-    let patch = home.path().join("test-patch.toml");
-    std::fs::write(
-        &patch,
-        format!(
-            "[[patch]]\nid = \"llm-deepseek\"\nconfig = {{ baseUrl = \"{}\", apiKeyEnv = \"{KEY}\", streamIdleTimeoutMs = 600000 }}\n\
-             [[patch]]\nid = \"llm-retry\"\nconfig = {{ maxRetries = 0 }}\n\
-             [[patch]]\nid = \"session-jsonl\"\nconfig = {{ writeBatchMaxDelayMs = 3600000 }}\n",
-            fake.base_url
-        ),
+/// A `$DSH_HOME` and a workspace, tools in danger-full-access. The model
+/// stream never idles out and batched writes wait for a flush (a
+/// checkpoint), so a host paused inside a tool call writes nothing until
+/// the tool returns.
+fn env(fake: &FakeLlm) -> Headless {
+    Headless::with_stream_idle(
+        fake,
+        600_000,
+        "[[patch]]\nid = \"session-jsonl\"\nconfig = { writeBatchMaxDelayMs = 3600000 }\n",
     )
-    .unwrap();
-    Env { home, work, patch }
-}
-
-impl Env {
-    fn command(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(target_dir().join("dsh-host"));
-        c.current_dir(self.work.path())
-            .env("DSH_HOME", self.home.path())
-            .env(KEY, "sk-hardening-test")
-            .env("DSH_PERMISSION_MODE", "danger-full-access")
-            .env_remove("DSH_LOG")
-            .arg("--profile")
-            .arg("headless")
-            .arg("--patch")
-            .arg(&self.patch)
-            .args(args)
-            .stdin(Stdio::null());
-        c
-    }
-
-    async fn run(&self, args: &[&str]) -> Output {
-        let mut c = self.command(args);
-        tokio::task::spawn_blocking(move || c.output().expect("run dsh-host"))
-            .await
-            .unwrap()
-    }
-
-    fn spawn(&self, args: &[&str]) -> Running {
-        let child = self
-            .command(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn dsh-host");
-        Running(Some(child))
-    }
-
-    /// The one session log (`.jsonl`) under `sessions/`.
-    fn log_file(&self) -> PathBuf {
-        let mut logs = Vec::new();
-        for d in std::fs::read_dir(self.home.path().join("sessions"))
-            .unwrap()
-            .flatten()
-        {
-            for f in std::fs::read_dir(d.path()).unwrap().flatten() {
-                if f.path().extension().is_some_and(|e| e == "jsonl") {
-                    logs.push(f.path());
-                }
-            }
-        }
-        assert_eq!(logs.len(), 1, "{logs:?}");
-        logs.remove(0)
-    }
-}
-
-fn lines(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-fn out(o: &Output) -> (i32, String, String) {
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
-
-/// Waits (at most a minute) until `ready()` holds.
-async fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !ready() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// A `dsh-host` running in the background, killed if the test fails first.
-struct Running(Option<Child>);
-
-impl Running {
-    fn pid(&self) -> u32 {
-        self.0.as_ref().map_or(0, Child::id)
-    }
-
-    /// SIGKILL, then reap.
-    fn kill(mut self) {
-        if let Some(mut c) = self.0.take() {
-            c.kill().unwrap();
-            let _ = c.wait();
-        }
-    }
-
-    async fn output(mut self) -> Output {
-        let child = self.0.take().unwrap();
-        tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
-            .await
-            .unwrap()
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Some(c) = self.0.as_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
+    .env("DSH_PERMISSION_MODE", "danger-full-access")
 }
 
 /// Runs a first task to completion; returns the new session's id and log.
-async fn create_session(e: &Env, fake: &FakeLlm) -> (String, PathBuf) {
+async fn create_session(e: &Headless, fake: &FakeLlm) -> (String, PathBuf) {
     fake.push([text("Created.")]);
     let (code, stdout, stderr) = out(&e.run(&["first", "task"]).await);
     assert_eq!((code, stdout.as_str()), (0, "Created.\n"), "{stderr}");
@@ -166,15 +41,7 @@ async fn create_session(e: &Env, fake: &FakeLlm) -> (String, PathBuf) {
 /// The log is whole: contiguous seqs from 0, a header first.
 fn assert_contiguous(log: &[Value]) {
     assert_eq!(log[0]["type"], "session");
-    let seqs: Vec<u64> = log[1..]
-        .iter()
-        .map(|l| l["seq"].as_u64().unwrap())
-        .collect();
-    assert_eq!(
-        seqs,
-        (0..seqs.len() as u64).collect::<Vec<_>>(),
-        "contiguous seqs"
-    );
+    assert_seqs_contiguous(&log[1..]);
 }
 
 fn assert_locked(stderr: &str, id: &str, pid: u32) {

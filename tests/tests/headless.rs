@@ -1,88 +1,17 @@
 //! `dsh-host --profile headless`: exit codes, both output modes, `sessions
 //! list`, `kill -9` then `--resume`, and a log in the original's format.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use dsh_testkit::fake_llm::{text, tool_calls, Answer, FakeLlm};
-use dsh_testkit::{target_dir, TempDir};
+use dsh_testkit::headless::{assert_seqs_contiguous, lines_so_far, Headless, KEY};
+use dsh_testkit::{out, target_dir};
 use serde_json::{json, Value};
 
-const KEY: &str = "DSH_HEADLESS_TEST_KEY";
-
-struct Env {
-    home: TempDir,
-    work: TempDir,
-    patch: PathBuf,
-}
-
-fn env(fake: &FakeLlm) -> Env {
-    let home = TempDir::new("headless-home");
-    let work = TempDir::new("headless-work");
-    let patch = home.path().join("test-patch.toml");
-    std::fs::write(
-        &patch,
-        format!(
-            "[[patch]]\nid = \"llm-deepseek\"\nconfig = {{ baseUrl = \"{}\", apiKeyEnv = \"{KEY}\", streamIdleTimeoutMs = 20000 }}\n\
-             [[patch]]\nid = \"llm-retry\"\nconfig = {{ maxRetries = 0 }}\n",
-            fake.base_url
-        ),
-    )
-    .unwrap();
-    Env { home, work, patch }
-}
-
-impl Env {
-    fn command(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(target_dir().join("dsh-host"));
-        c.current_dir(self.work.path())
-            .env("DSH_HOME", self.home.path())
-            .env(KEY, "sk-headless-test")
-            .env_remove("DSH_LOG")
-            .arg("--profile")
-            .arg("headless")
-            .arg("--patch")
-            .arg(&self.patch)
-            .args(args)
-            .stdin(Stdio::null());
-        c
-    }
-
-    async fn run(&self, args: &[&str]) -> Output {
-        let mut c = self.command(args);
-        tokio::task::spawn_blocking(move || c.output().expect("run dsh-host"))
-            .await
-            .unwrap()
-    }
-
-    fn session_files(&self) -> Vec<PathBuf> {
-        let mut out = Vec::new();
-        if let Ok(dirs) = std::fs::read_dir(self.home.path().join("sessions")) {
-            for d in dirs.flatten() {
-                if let Ok(files) = std::fs::read_dir(d.path()) {
-                    out.extend(files.flatten().map(|f| f.path()));
-                }
-            }
-        }
-        out
-    }
-}
-
-fn lines(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
-}
-
-fn out(o: &Output) -> (i32, String, String) {
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
+/// A home and workspace whose adapter gives up on a stream idle for 20 s.
+fn env(fake: &FakeLlm) -> Headless {
+    Headless::with_stream_idle(fake, 20_000, "")
 }
 
 #[tokio::test]
@@ -114,7 +43,7 @@ async fn prints_the_last_answer_and_exits_0_with_an_empty_stderr() {
     );
     let files = e.session_files();
     assert_eq!(files.len(), 1);
-    let log = lines(&files[0]);
+    let log = lines_so_far(&files[0]);
     assert_eq!(log[0]["type"], "session");
     let cwd = e.work.path().canonicalize().unwrap().display().to_string();
     assert_eq!(log[0]["cwd"], json!(cwd));
@@ -209,7 +138,10 @@ async fn kill_9_mid_turn_then_resume_repairs_the_tail_and_continues() {
     let mut file = None;
     for _ in 0..400 {
         if let Some(f) = e.session_files().first() {
-            if lines(f).iter().any(|l| l["type"] == "assistant/chunk") {
+            if lines_so_far(f)
+                .iter()
+                .any(|l| l["type"] == "assistant/chunk")
+            {
                 file = Some(f.clone());
                 break;
             }
@@ -219,7 +151,7 @@ async fn kill_9_mid_turn_then_resume_repairs_the_tail_and_continues() {
     let file = file.expect("the chunk was persisted");
     child.kill().unwrap(); // SIGKILL
     let _ = child.wait();
-    let id = lines(&file)[0]["id"].as_str().unwrap().to_owned();
+    let id = lines_so_far(&file)[0]["id"].as_str().unwrap().to_owned();
 
     fake.push([text("Resumed and done.")]);
     let (code, stdout, stderr) = out(&e.run(&["--resume", &id, "continue"]).await);
@@ -228,7 +160,7 @@ async fn kill_9_mid_turn_then_resume_repairs_the_tail_and_continues() {
         (0, "Resumed and done.\n"),
         "{stderr}"
     );
-    let log = lines(&file);
+    let log = lines_so_far(&file);
     let kinds: Vec<&str> = log
         .iter()
         .skip(1)
@@ -248,16 +180,7 @@ async fn kill_9_mid_turn_then_resume_repairs_the_tail_and_continues() {
         kinds.iter().filter(|k| **k == "session/end-seed").count(),
         1
     );
-    let seqs: Vec<u64> = log
-        .iter()
-        .skip(1)
-        .map(|l| l["seq"].as_u64().unwrap())
-        .collect();
-    assert_eq!(
-        seqs,
-        (0..seqs.len() as u64).collect::<Vec<_>>(),
-        "contiguous seqs"
-    );
+    assert_seqs_contiguous(&log[1..]);
     // The resumed request carries the first prompt.
     let requests = fake.requests();
     let msgs = &requests.last().unwrap()["messages"];
@@ -305,7 +228,7 @@ async fn a_log_in_the_original_format_loads_and_resumes() {
         ["earlier question", "earlier answer", "and now?"]
     );
     // The packed row stays as written; our events follow, seq 9 on.
-    let stored = lines(&dir.join("orig-1.jsonl"));
+    let stored = lines_so_far(&dir.join("orig-1.jsonl"));
     assert_eq!(stored[4]["type"], "text-chunks");
     assert_eq!(stored[8]["type"], "session/end-seed");
     assert_eq!(stored[8]["seq"], 9);

@@ -138,6 +138,22 @@ impl FakeLlm {
         self.state.lock().unwrap().requests.clone()
     }
 
+    /// The texts of the tool results (`role: "tool"` messages, in order) in
+    /// the last request: what the model was shown of its tool calls. A
+    /// result whose content is not a string counts as `""`; panics when no
+    /// request came or it has no `messages` array.
+    pub fn tool_results_of_last_request(&self) -> Vec<String> {
+        let requests = self.requests();
+        let last = requests.last().expect("the fake model got no request");
+        last["messages"]
+            .as_array()
+            .unwrap_or_else(|| panic!("a request without messages: {last}"))
+            .iter()
+            .filter(|m| m["role"] == "tool")
+            .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+
     /// When each request arrived.
     pub fn request_times(&self) -> Vec<std::time::Instant> {
         self.state.lock().unwrap().times.clone()

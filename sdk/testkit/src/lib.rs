@@ -17,14 +17,16 @@
 //! (`target/debug`), so `cargo build` the plugin crates before `cargo test`.
 #![deny(missing_docs)]
 
+pub mod agent;
 pub mod contracts;
 pub mod fake_llm;
 pub mod headless;
 pub mod tools;
 
 use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dsh_host::config::{compose, parse_layer, Tree};
 use dsh_host::report::Report;
@@ -74,6 +76,55 @@ pub fn target_dir() -> PathBuf {
 /// The built library of crate `crate_name` (`lib<crate_name>.so`).
 pub fn library(crate_name: &str) -> PathBuf {
     target_dir().join(format!("lib{}.so", crate_name.replace('-', "_")))
+}
+
+/// The built `dsh-host` binary as a command, with `DSH_LOG` unset and
+/// `NO_COLOR=1` (plain, quiet stderr unless the test asks for a log).
+pub fn dsh_host() -> Command {
+    let mut c = Command::new(target_dir().join("dsh-host"));
+    c.env_remove("DSH_LOG").env("NO_COLOR", "1");
+    c
+}
+
+/// A finished process as `(exit code or -1, stdout, stderr)`, the streams
+/// decoded lossily.
+pub fn out(o: &Output) -> (i32, String, String) {
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// Runs `c` to its end: [`out`] of its output.
+pub fn output(c: &mut Command) -> (i32, String, String) {
+    out(&c
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {c:?}: {e}")))
+}
+
+/// A fresh `$DSH_HOME` (labelled `label`) whose profile `name` is
+/// `profile` (TOML), for `dsh-host --profile <name>`.
+pub fn home_with_profile(label: &str, name: &str, profile: &str) -> TempDir {
+    let home = TempDir::new(label);
+    let dir = home.path().join("profiles").join(name);
+    std::fs::create_dir_all(&dir)
+        .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+    let file = dir.join("profile.toml");
+    std::fs::write(&file, profile)
+        .unwrap_or_else(|e| panic!("cannot write {}: {e}", file.display()));
+    home
+}
+
+/// Copies the built library of `crate_name` into `$DSH_HOME/plugins` (made
+/// if missing) as `file`: a drop-in the host loads from `home`.
+pub fn drop_in(home: &Path, crate_name: &str, file: &str) {
+    let dir = home.join("plugins");
+    std::fs::create_dir_all(&dir)
+        .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+    let from = library(crate_name);
+    std::fs::copy(&from, dir.join(file))
+        .unwrap_or_else(|e| panic!("cannot copy {} into {}: {e}", from.display(), dir.display()));
 }
 
 /// Rows of the agent core against a model at `base_url` (route `fake`, no
@@ -246,13 +297,24 @@ pub fn processes_with(marker: &str) -> Vec<i32> {
     out
 }
 
+/// Waits (at most a minute) until `ready()` holds, checking every 20 ms;
+/// panics with `what` when it never does (the bound only turns a hang into
+/// a failure).
+pub async fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !ready() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Waits (up to `deadline`) until no process has `marker` in its command
 /// line; returns those still there.
 pub fn wait_gone(marker: &str, deadline: Duration) -> Vec<i32> {
-    let until = std::time::Instant::now() + deadline;
+    let until = Instant::now() + deadline;
     loop {
         let left = processes_with(marker);
-        if left.is_empty() || std::time::Instant::now() >= until {
+        if left.is_empty() || Instant::now() >= until {
             return left;
         }
         std::thread::sleep(Duration::from_millis(20));

@@ -228,30 +228,41 @@ fn ensure(v: Result<Value, dsh_sdk::Error>) -> Result<Value> {
     v.map_err(|e| anyhow::anyhow!("{e}"))
 }
 
+/// Writes `home/p.toml`, a patch pointing the headless profile's adapter
+/// at the fake server at `url` (no key); its path.
+fn headless_patch(home: &Path, url: &str) -> Result<PathBuf> {
+    let patch = home.join("p.toml");
+    std::fs::write(
+        &patch,
+        format!("[[patch]]\nid = \"llm-deepseek\"\nconfig = {{ baseUrl = \"{url}\", apiKeyEnv = \"\" }}\n"),
+    )?;
+    Ok(patch)
+}
+
+/// `dsh-host --profile headless --patch <patch> <task>` of the staged
+/// release tree, in and with `$DSH_HOME` = `home`, stdout discarded.
+fn headless(stage: &Path, home: &Path, patch: &Path, task: &str) -> std::process::Command {
+    let mut c = std::process::Command::new(stage.join("bin/dsh-host"));
+    c.current_dir(home)
+        .env("DSH_HOME", home)
+        .args(["--profile", "headless", "--patch"])
+        .arg(patch)
+        .arg(task)
+        .stdout(std::process::Stdio::null());
+    c
+}
+
 /// Process start to exit of `dsh-host --profile headless "hi"` (staged
 /// release tree), answered at once by the fake server: (wall ms, peak KiB).
 async fn bench_one_shot(stage: &Path) -> Result<(f64, f64)> {
     let fake = dsh_testkit::fake_llm::FakeLlm::start().await;
     fake.set_fallback(dsh_testkit::fake_llm::text("Hi."));
     let home = Scratch::new("oneshot")?;
-    let patch = home.0.join("p.toml");
-    std::fs::write(
-        &patch,
-        format!(
-            "[[patch]]\nid = \"llm-deepseek\"\nconfig = {{ baseUrl = \"{}\", apiKeyEnv = \"\" }}\n",
-            fake.base_url
-        ),
-    )?;
+    let patch = headless_patch(&home.0, &fake.base_url)?;
     let mut walls = Vec::new();
     let mut peaks = Vec::new();
     for _ in 0..10 {
-        let mut c = std::process::Command::new(stage.join("bin/dsh-host"));
-        c.current_dir(&home.0)
-            .env("DSH_HOME", &home.0)
-            .args(["--profile", "headless", "--patch"])
-            .arg(&patch)
-            .arg("hi")
-            .stdout(std::process::Stdio::null());
+        let c = headless(stage, &home.0, &patch, "hi");
         let t = Instant::now();
         let peak = peak_rss_kib(c).await?;
         walls.push(t.elapsed().as_secs_f64() * 1e3);
@@ -311,14 +322,7 @@ async fn bench_hardening(stage: &Path) -> Result<()> {
     );
     let fake = dsh_testkit::fake_llm::FakeLlm::start().await;
     let home = Scratch::new("bash-rss")?;
-    let patch = home.0.join("p.toml");
-    std::fs::write(
-        &patch,
-        format!(
-            "[[patch]]\nid = \"llm-deepseek\"\nconfig = {{ baseUrl = \"{}\", apiKeyEnv = \"\" }}\n",
-            fake.base_url
-        ),
-    )?;
+    let patch = headless_patch(&home.0, &fake.base_url)?;
     let mut peaks = Vec::new();
     for command in ["true", "head -c 1000000000 /dev/zero"] {
         let mut runs = Vec::new();
@@ -330,14 +334,7 @@ async fn bench_hardening(stage: &Path) -> Result<()> {
                 )]),
                 dsh_testkit::fake_llm::text("done"),
             ]);
-            let mut c = std::process::Command::new(stage.join("bin/dsh-host"));
-            c.current_dir(&home.0)
-                .env("DSH_HOME", &home.0)
-                .args(["--profile", "headless", "--patch"])
-                .arg(&patch)
-                .arg("go")
-                .stdout(std::process::Stdio::null());
-            runs.push(peak_rss_kib(c).await?);
+            runs.push(peak_rss_kib(headless(stage, &home.0, &patch, "go")).await?);
         }
         peaks.push(median(runs) / 1024.0);
     }
