@@ -468,6 +468,9 @@ impl Loop {
             }
             request["sessionId"] = json!(agent);
 
+            // A cancel from an `agent/request` listener (or during the
+            // appends above) stops the step before the model is called.
+            self.check(abort)?;
             let mut assembler = BlockAssembler::default();
             let mut chunk_seqs: Vec<u64> = Vec::new();
             let mut stream = self.ctx.service("llm").stream("stream", request);

@@ -259,7 +259,14 @@ impl Loop {
                 return;
             };
             if a.running {
-                a.wake_requested = true;
+                // A live driver claims the work itself (or parks it when its
+                // turn is blocked or fails); only a wake into an aborting
+                // turn is latched and replayed once idle, never a wake into
+                // a disposal (reference §4.3).
+                let cause = a.abort.as_ref().and_then(|x| x.cause.borrow().clone());
+                if cause.is_some_and(|c| c["kind"] != "disposed") {
+                    a.wake_requested = true;
+                }
                 return;
             }
             a.running = true;
@@ -304,6 +311,9 @@ impl Loop {
         let removed = {
             let mut agents = self.agents.borrow_mut();
             let a = agents.get_mut(agent).ok_or_else(|| no_agent(agent))?;
+            if cause["kind"] == "disposed" {
+                a.wake_requested = false;
+            }
             let removed = if keep_inbox {
                 Vec::new()
             } else {
@@ -383,7 +393,9 @@ async fn handle_agents(l: Loop, req: Request) -> Result<Reply> {
             )
         }
         "dispose" => {
-            l.cancel(&agent, json!({"kind": "disposed"}), false).await?;
+            // Disposal parks pending work (a resume restores it) and never
+            // latches a wake (see `wake`).
+            l.cancel(&agent, json!({"kind": "disposed"}), true).await?;
             let _ = l.when_idle(&agent).await;
             l.agents.borrow_mut().remove(&agent);
             l.notify(&agent, "agent/disposed", json!({"agent": agent}));

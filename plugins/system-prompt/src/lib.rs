@@ -7,8 +7,9 @@ use std::rc::Rc;
 use dsh_sdk::prelude::*;
 use serde::Deserialize;
 
+/// The original's config fields, as users write them (`includeHarnessIdentity`).
 #[derive(Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 struct Config {
     persona: String,
     include_harness_identity: bool,
