@@ -51,7 +51,10 @@ fn rows(fake: &FakeLlm, t: &TestHost, prompt: &str, extra: &str) -> String {
     let base = dsh_testkit::core_rows(&fake.base_url, &t.home.path().join("sessions"));
     let persona = "config = { persona = \"You work in {{cwd}} with {{model}}.\" }";
     assert!(base.contains(persona), "the kit's prompt row changed");
-    format!("{}{extra}", base.replace(persona, &format!("config = {prompt}")))
+    format!(
+        "{}{extra}",
+        base.replace(persona, &format!("config = {prompt}"))
+    )
 }
 
 const PERSONA: &str = "{ persona = \"You work in {{cwd}} with {{model}}.\" }";
@@ -138,7 +141,12 @@ fn frames(ev: &[Value]) -> Vec<String> {
 fn user_texts(ev: &[Value]) -> Vec<String> {
     of_type(ev, event::USER_MESSAGE)
         .iter()
-        .map(|e| e["data"]["content"][0]["text"].as_str().unwrap_or("").to_owned())
+        .map(|e| {
+            e["data"]["content"][0]["text"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned()
+        })
         .collect()
 }
 
@@ -208,11 +216,16 @@ fn max_tokens(content: &str) -> Answer {
 // ---------------------------------------------------------------- loop.spec
 
 #[tokio::test]
-async fn invalid_max_tokens_is_rejected_before_publication_and_a_valid_cap_seeds_the_first_request(
-) {
+async fn invalid_max_tokens_is_rejected_before_publication_and_a_valid_cap_seeds_the_first_request()
+{
     let (t, fake) = setup("").await;
     let before = t.call("sessions", "list", json!({})).await;
-    for bad in [json!(0), json!(-1), json!(1.5), json!(9_007_199_254_740_992u64)] {
+    for bad in [
+        json!(0),
+        json!(-1),
+        json!(1.5),
+        json!(9_007_199_254_740_992u64),
+    ] {
         let err = t
             .host
             .call(
@@ -239,8 +252,14 @@ async fn invalid_max_tokens_is_rejected_before_publication_and_a_valid_cap_seeds
     assert_eq!(turn(&t, &agent, "hi").await, json!({"kind": "completed"}));
     let ev = events(&t, &agent).await;
     let header = &of_type(&ev, event::REQUEST_HEADER)[0]["data"]["header"];
-    assert_eq!(header["config"]["maxTokens"], json!(9_007_199_254_740_991u64));
-    assert_eq!(fake.requests()[0]["max_tokens"], json!(9_007_199_254_740_991u64));
+    assert_eq!(
+        header["config"]["maxTokens"],
+        json!(9_007_199_254_740_991u64)
+    );
+    assert_eq!(
+        fake.requests()[0]["max_tokens"],
+        json!(9_007_199_254_740_991u64)
+    );
     t.shutdown().await;
 }
 
@@ -260,7 +279,10 @@ async fn a_simple_turn_derives_user_then_assistant() {
     let derived = derived.as_array().expect("messages");
     assert_eq!(derived.len(), 2);
     assert_eq!(derived[0]["role"], "user");
-    assert_eq!(derived[0]["content"], json!([{"type": "text", "text": "hi"}]));
+    assert_eq!(
+        derived[0]["content"],
+        json!([{"type": "text", "text": "hi"}])
+    );
     assert_eq!(derived[1]["role"], "assistant");
     assert_eq!(
         derived[1]["content"],
@@ -387,7 +409,10 @@ async fn a_throwing_pre_step_fails_the_turn_and_retains_staged_steering_until_a_
     // The steer (a waking send while running) did not start a turn of its
     // own: the staged message waited for this wake.
     fake.push([text("ok")]);
-    assert_eq!(turn(&t, &agent, "second").await, json!({"kind": "completed"}));
+    assert_eq!(
+        turn(&t, &agent, "second").await,
+        json!({"kind": "completed"})
+    );
     let ev = events(&t, &agent).await;
     assert_eq!(of_type(&ev, event::TURN_START).len(), 2);
     assert_eq!(user_texts(&ev), ["staged", "second"]);
@@ -418,7 +443,10 @@ async fn idle_inject_stages_durably_without_a_turn_and_enters_the_next_batch_ver
         "idle"
     );
     fake.push([text("ok")]);
-    assert_eq!(turn(&t, &agent, "prompt").await, json!({"kind": "completed"}));
+    assert_eq!(
+        turn(&t, &agent, "prompt").await,
+        json!({"kind": "completed"})
+    );
     let ev = events(&t, &agent).await;
     let users = of_type(&ev, event::USER_MESSAGE);
     assert_eq!(users[0]["data"], injected);
@@ -442,7 +470,10 @@ async fn inject_during_a_tool_lands_after_the_tool_result() {
         text("done"),
     ]);
     let agent = new_agent(&t).await;
-    assert_eq!(turn(&t, &agent, "read it").await, json!({"kind": "completed"}));
+    assert_eq!(
+        turn(&t, &agent, "read it").await,
+        json!({"kind": "completed"})
+    );
     let ev = events(&t, &agent).await;
     let result = of_type(&ev, event::TOOL_RESULT)[0]["seq"].as_u64();
     let step2 = ev
@@ -451,9 +482,14 @@ async fn inject_during_a_tool_lands_after_the_tool_result() {
         .and_then(|e| e["seq"].as_u64());
     let news = ev
         .iter()
-        .find(|e| e["type"] == event::USER_MESSAGE && e["data"]["content"][0]["text"] == "late news")
+        .find(|e| {
+            e["type"] == event::USER_MESSAGE && e["data"]["content"][0]["text"] == "late news"
+        })
         .and_then(|e| e["seq"].as_u64());
-    assert!(result < step2 && step2 < news, "{result:?} {step2:?} {news:?}");
+    assert!(
+        result < step2 && step2 < news,
+        "{result:?} {step2:?} {news:?}"
+    );
     assert_eq!(news, step2.map(|s| s + 1));
     // The second request sees it after the tool result.
     let texts = request_texts(&fake.requests()[1]);
@@ -475,7 +511,14 @@ async fn a_turn_stopping_listener_can_steer_another_step() {
     let ev = events(&t, &agent).await;
     assert_eq!(
         frames(&ev),
-        ["turn/start", "step/start", "step/end", "step/start", "step/end", "turn/end"]
+        [
+            "turn/start",
+            "step/start",
+            "step/end",
+            "step/start",
+            "step/end",
+            "turn/end"
+        ]
     );
     assert_eq!(user_texts(&ev), ["go", "one more thing"]);
     assert_eq!(fake.requests().len(), 2);
@@ -562,7 +605,10 @@ async fn max_tokens_is_sticky_across_later_steps_not_across_turns() {
     assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "max-tokens"}));
     let ev = events(&t, &agent).await;
     assert_eq!(of_type(&ev, event::STEP_START).len(), 2);
-    assert_eq!(turn(&t, &agent, "again").await, json!({"kind": "completed"}));
+    assert_eq!(
+        turn(&t, &agent, "again").await,
+        json!({"kind": "completed"})
+    );
     t.shutdown().await;
 }
 
@@ -654,9 +700,9 @@ async fn a_send_from_a_session_listener_lands_in_the_following_turn() {
     let second = ev
         .iter()
         .position(|e| e["type"] == event::TURN_START && e["data"]["turn"] == 2);
-    let later = ev
-        .iter()
-        .position(|e| e["type"] == event::USER_MESSAGE && e["data"]["content"][0]["text"] == "later");
+    let later = ev.iter().position(|e| {
+        e["type"] == event::USER_MESSAGE && e["data"]["content"][0]["text"] == "later"
+    });
     assert!(second < later);
     t.shutdown().await;
 }
@@ -694,7 +740,12 @@ async fn agent_created_and_disposed_are_emitted_and_a_failing_listener_is_contai
     let j = journal_len(&t, "c", 4).await;
     let seen: Vec<(String, Value)> = j
         .iter()
-        .map(|e| (e["event"].as_str().unwrap_or("").to_owned(), e["payload"].clone()))
+        .map(|e| {
+            (
+                e["event"].as_str().unwrap_or("").to_owned(),
+                e["payload"].clone(),
+            )
+        })
         .collect();
     for name in ["agent/created", "agent/disposed"] {
         assert!(
@@ -725,7 +776,10 @@ async fn an_idle_cancel_with_nothing_queued_is_a_no_op() {
 /// the agent is resumed, while disposal parks pending work.
 #[tokio::test]
 async fn cancel_clears_the_inbox_durably_so_a_resume_does_not_restore_it() {
-    let hooks = hooks_row("d", json!({"listeners": [{"event": "agent/inbox/discarded"}]}));
+    let hooks = hooks_row(
+        "d",
+        json!({"listeners": [{"event": "agent/inbox/discarded"}]}),
+    );
     let (t, fake) = setup(&hooks).await;
     let agent = new_agent(&t).await;
     send(&t, "inject", &agent, "cancelled work").await;
@@ -760,7 +814,10 @@ async fn cancel_clears_the_inbox_durably_so_a_resume_does_not_restore_it() {
     assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "completed"}));
     assert_eq!(user_texts(&events(&t, &agent).await), ["go"]);
     assert_eq!(turn(&t, &parked, "go").await, json!({"kind": "completed"}));
-    assert_eq!(user_texts(&events(&t, &parked).await), ["parked work", "go"]);
+    assert_eq!(
+        user_texts(&events(&t, &parked).await),
+        ["parked work", "go"]
+    );
     t.shutdown().await;
 }
 
@@ -934,14 +991,20 @@ async fn pre_step_enter_may_rewrite_content_and_add_separately_sourced_messages(
     let (t, fake) = setup(&hooks).await;
     fake.push([text("ok")]);
     let agent = new_agent(&t).await;
-    assert_eq!(turn(&t, &agent, "original").await, json!({"kind": "completed"}));
+    assert_eq!(
+        turn(&t, &agent, "original").await,
+        json!({"kind": "completed"})
+    );
     let ev = events(&t, &agent).await;
     let users: Vec<&Value> = of_type(&ev, event::USER_MESSAGE)
         .iter()
         .map(|e| &e["data"])
         .collect();
     assert_eq!(users, [&rewritten, &added]);
-    assert_eq!(request_texts(&fake.requests()[0])[1..], ["rewritten", "added"]);
+    assert_eq!(
+        request_texts(&fake.requests()[0])[1..],
+        ["rewritten", "added"]
+    );
     t.shutdown().await;
 }
 
@@ -954,7 +1017,10 @@ async fn a_turn_whose_pending_input_is_rewritten_to_empty_opens_no_step() {
     );
     let (t, fake) = setup(&hooks).await;
     let agent = new_agent(&t).await;
-    assert_eq!(turn(&t, &agent, "dropped").await, json!({"kind": "completed"}));
+    assert_eq!(
+        turn(&t, &agent, "dropped").await,
+        json!({"kind": "completed"})
+    );
     let ev = events(&t, &agent).await;
     assert_eq!(frames(&ev), ["turn/start", "turn/end"]);
     assert!(user_texts(&ev).is_empty());
@@ -974,7 +1040,10 @@ async fn a_blocked_prompt_preserves_adjacent_queued_prompts() {
     );
     let (t, fake) = setup(&hooks).await;
     let agent = new_agent(&t).await;
-    assert_eq!(turn(&t, &agent, "blocked").await, json!({"kind": "blocked"}));
+    assert_eq!(
+        turn(&t, &agent, "blocked").await,
+        json!({"kind": "blocked"})
+    );
     let ev = events(&t, &agent).await;
     assert_eq!(frames(&ev), ["turn/start", "turn/end"]);
     assert!(user_texts(&ev).is_empty());
@@ -998,11 +1067,17 @@ async fn session_start_fires_once_with_startup_and_its_inject_reaches_the_first_
     let (t, fake) = setup(&hooks).await;
     let agent = new_agent(&t).await;
     let j = journal_len(&t, "ss", 1).await;
-    assert_eq!(j[0]["payload"], json!({"agent": agent, "source": "startup"}));
+    assert_eq!(
+        j[0]["payload"],
+        json!({"agent": agent, "source": "startup"})
+    );
     assert!(j[0]["results"][0].get("ok").is_some(), "{j:?}");
     fake.push([text("ok")]);
     assert_eq!(turn(&t, &agent, "hi").await, json!({"kind": "completed"}));
-    assert_eq!(request_texts(&fake.requests()[0])[1..], ["project notes", "hi"]);
+    assert_eq!(
+        request_texts(&fake.requests()[0])[1..],
+        ["project notes", "hi"]
+    );
     assert_eq!(journal(&t, "ss").await.len(), 1);
     t.shutdown().await;
 }
@@ -1023,10 +1098,7 @@ async fn a_pre_execute_deny_becomes_an_is_error_result_the_model_sees() {
     assert_eq!(turn(&t, &agent, "read").await, json!({"kind": "completed"}));
     let ev = events(&t, &agent).await;
     let result = &of_type(&ev, event::TOOL_RESULT)[0]["data"];
-    assert_eq!(
-        result["message"]["content"][0]["isError"],
-        json!(true)
-    );
+    assert_eq!(result["message"]["content"][0]["isError"], json!(true));
     assert_eq!(
         result["message"]["content"][0]["content"],
         json!([{"type": "text", "text": "Error: not in this test"}])
@@ -1056,12 +1128,21 @@ async fn a_hook_plugin_on_all_four_seams_blocks_a_prompt_and_leaves_with_its_lis
     );
     let (t, fake) = setup(&hooks).await;
     let agent = new_agent(&t).await;
-    assert_eq!(turn(&t, &agent, "blocked").await, json!({"kind": "blocked"}));
-    assert_eq!(frames(&events(&t, &agent).await), ["turn/start", "turn/end"]);
+    assert_eq!(
+        turn(&t, &agent, "blocked").await,
+        json!({"kind": "blocked"})
+    );
+    assert_eq!(
+        frames(&events(&t, &agent).await),
+        ["turn/start", "turn/end"]
+    );
     assert!(fake.requests().is_empty());
 
     t.apply(&rows(&fake, &t, PERSONA, "")).await;
     fake.push([text("ok")]);
-    assert_eq!(turn(&t, &agent, "allowed").await, json!({"kind": "completed"}));
+    assert_eq!(
+        turn(&t, &agent, "allowed").await,
+        json!({"kind": "completed"})
+    );
     t.shutdown().await;
 }

@@ -59,7 +59,11 @@ impl Inbox {
         } else {
             start.min(len)
         } as usize;
-        let removed = data["removedCount"].as_f64().unwrap_or(0.0).trunc().max(0.0) as usize;
+        let removed = data["removedCount"]
+            .as_f64()
+            .unwrap_or(0.0)
+            .trunc()
+            .max(0.0) as usize;
         let end = start.saturating_add(removed).min(list.len());
         let inserted = data["inserted"].as_array().cloned().unwrap_or_default();
         list.splice(start..end, inserted);
@@ -87,7 +91,9 @@ mod tests {
     fn splice_coordinates_follow_array_splice() {
         // Negative start counts from the end.
         let mut i = inbox_with(&["a", "b", "c"]);
-        i.splice(&json!({"target": "next-turn", "start": -1, "removedCount": 1, "inserted": ["x"]}));
+        i.splice(
+            &json!({"target": "next-turn", "start": -1, "removedCount": 1, "inserted": ["x"]}),
+        );
         assert_eq!(texts(&i.next_turn), ["a", "b", "x"]);
         // A start before the head clamps to 0; past the end clamps to len.
         let mut i = inbox_with(&["a", "b"]);
@@ -96,7 +102,9 @@ mod tests {
         assert_eq!(texts(&i.next_turn), ["x", "a", "b", "y"]);
         // Fractional coordinates truncate toward zero.
         let mut i = inbox_with(&["a", "b", "c"]);
-        i.splice(&json!({"target": "next-turn", "start": 1.7, "removedCount": 1.9, "inserted": []}));
+        i.splice(
+            &json!({"target": "next-turn", "start": 1.7, "removedCount": 1.9, "inserted": []}),
+        );
         assert_eq!(texts(&i.next_turn), ["a", "c"]);
         // A removal past the end removes what is there.
         let mut i = inbox_with(&["a", "b"]);

@@ -137,7 +137,8 @@ async fn handle(ctx: Context, sections: Sections, req: Request) -> Result<Reply>
                 .iter()
                 .map(|s| json!({"name": s.name, "text": s.text}))
                 .collect();
-            let assembly = json!({"sections": raw, "tools": req.params["tools"].clone(), "variables": vars});
+            let assembly =
+                json!({"sections": raw, "tools": req.params["tools"].clone(), "variables": vars});
             let mut d = ctx.dispatch("system-prompt/assemble");
             if let Some(scope) = req.params["scope"].as_str() {
                 d = d.scope(scope);
