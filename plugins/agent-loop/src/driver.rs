@@ -82,14 +82,15 @@ impl Loop {
 
     /// One turn; true when another should follow.
     async fn turn(&self, agent: &str) -> bool {
-        let abort = Rc::new(Abort::default());
-        let turn = {
+        // The abort `wake` installed (or the fresh one a previous turn left),
+        // so a cancel that came before this task ran is not lost.
+        let (abort, turn) = {
             let mut agents = self.agents.borrow_mut();
             let Some(a) = agents.get_mut(agent) else {
                 return false;
             };
-            a.abort = Some(abort.clone());
-            a.last_turn + 1
+            let abort = a.abort.get_or_insert_with(Rc::default).clone();
+            (abort, a.last_turn + 1)
         };
         if let Err(e) = self
             .append(agent, event::TURN_START, json!({"turn": turn}), false, None)
@@ -156,7 +157,11 @@ impl Loop {
         };
         a.last_end = reason.clone();
         let completed = matches!(reason["kind"].as_str(), Some("completed" | "max-tokens"));
-        completed && !abort.is_aborted() && a.inbox.has_pending()
+        let again = completed && !abort.is_aborted() && a.inbox.has_pending();
+        if again {
+            a.abort = Some(Rc::default());
+        }
+        again
     }
 
     /// `deriveMessages()`, incrementally: only surface events appended since
@@ -246,6 +251,11 @@ impl Loop {
             let a = agents.get(agent).ok_or_else(|| Error::msg("agent gone"))?;
             (a.provider.clone(), a.model.clone(), a.cwd.clone())
         };
+        // An unset option is a variable without a value (an error if a
+        // section uses it), unless a `system-prompt/assemble` listener
+        // supplies it.
+        let var = |v: String| if v.is_empty() { Value::Null } else { json!(v) };
+        let (provider, model) = (var(provider), var(model));
         let tools = self
             .ctx
             .service("tools")
@@ -458,6 +468,9 @@ impl Loop {
             }
             request["sessionId"] = json!(agent);
 
+            // A cancel from an `agent/request` listener (or during the
+            // appends above) stops the step before the model is called.
+            self.check(abort)?;
             let mut assembler = BlockAssembler::default();
             let mut chunk_seqs: Vec<u64> = Vec::new();
             let mut stream = self.ctx.service("llm").stream("stream", request);

@@ -21,6 +21,9 @@ pub(crate) const DEFAULT_MAX_STEPS_PER_TURN: u64 = 200;
 pub(crate) const MAX_STEPS_FIELD: &str = "maxStepsPerTurn";
 /// The code of a turn that reached the step limit.
 pub(crate) const STEP_LIMIT: &str = "STEP_LIMIT";
+/// JavaScript's `Number.MAX_SAFE_INTEGER`: the largest `maxTokens` the
+/// original accepts (a "positive safe integer").
+const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
 
 #[derive(Deserialize, Clone)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
@@ -176,7 +179,7 @@ impl Loop {
     async fn create(&self, req: &Request) -> Result<Value> {
         let options = req.params["agentOptions"].clone();
         if let Some(mt) = options.get("maxTokens").filter(|v| !v.is_null()) {
-            if mt.as_u64().is_none_or(|n| n == 0) {
+            if mt.as_u64().is_none_or(|n| n == 0 || n > MAX_SAFE_INTEGER) {
                 return Err(Error::new(
                     codes::INVALID_PAYLOAD,
                     "agent maxTokens must be a positive safe integer",
@@ -268,11 +271,21 @@ impl Loop {
                 return;
             };
             if a.running {
-                a.wake_requested = true;
+                // A live driver claims the work itself (or parks it when its
+                // turn is blocked or fails); only a wake into an aborting
+                // turn is latched and replayed once idle, never a wake into
+                // a disposal (reference §4.3).
+                let cause = a.abort.as_ref().and_then(|x| x.cause.borrow().clone());
+                if cause.is_some_and(|c| c["kind"] != "disposed") {
+                    a.wake_requested = true;
+                }
                 return;
             }
             a.running = true;
             a.wake_requested = false;
+            // Installed now, not when the driver task first runs: a cancel
+            // that arrives in between must close the turn it asked for.
+            a.abort = Some(Rc::new(Abort::default()));
         }
         self.notify(
             agent,
@@ -302,15 +315,51 @@ impl Loop {
         Ok(json!({"reason": reason, "lastTurn": last_turn}))
     }
 
-    fn cancel(&self, agent: &str, cause: Value, keep_inbox: bool) -> Result<()> {
-        let mut agents = self.agents.borrow_mut();
-        let a = agents.get_mut(agent).ok_or_else(|| no_agent(agent))?;
-        if !keep_inbox {
-            a.inbox.clear();
-            a.wake_requested = false;
+    /// `cancel(cause, {keepInbox})` of reference §4.3. Without `keepInbox`
+    /// the inbox is cleared durably: one `canceled` splice per non-empty
+    /// list (next-step first), so a resumed agent does not restore work the
+    /// user cancelled, then one `agent/inbox/discarded` per message.
+    async fn cancel(&self, agent: &str, cause: Value, keep_inbox: bool) -> Result<()> {
+        let removed = {
+            let mut agents = self.agents.borrow_mut();
+            let a = agents.get_mut(agent).ok_or_else(|| no_agent(agent))?;
+            if cause["kind"] == "disposed" {
+                a.wake_requested = false;
+            }
+            let removed = if keep_inbox {
+                Vec::new()
+            } else {
+                a.wake_requested = false;
+                a.inbox.clear()
+            };
+            if let Some(abort) = &a.abort {
+                abort.abort(cause);
+            }
+            removed
+        };
+        if removed.is_empty() {
+            return Ok(());
         }
-        if let Some(abort) = &a.abort {
-            abort.abort(cause);
+        // One batch, so no send can land between the two splices.
+        let events: Vec<Value> = removed
+            .iter()
+            .map(|(target, list)| {
+                json!({"type": event::INBOX_SPLICED, "data": {"target": target, "start": 0,
+                       "removedCount": list.len(), "inserted": [], "outcome": "canceled"}})
+            })
+            .collect();
+        self.ctx
+            .service("sessions")
+            .call("appendMany", json!({"id": agent, "events": events}))
+            .await?;
+        for (_, list) in removed {
+            for message in list {
+                self.notify(
+                    agent,
+                    "agent/inbox/discarded",
+                    json!({"agent": agent, "message": message}),
+                );
+            }
         }
         Ok(())
     }
@@ -343,7 +392,8 @@ async fn handle_agents(l: Loop, req: Request) -> Result<Reply> {
                 Some(c) if !c.is_null() => c.clone(),
                 _ => json!({"kind": "user"}),
             };
-            l.cancel(&agent, cause, req.params["keepInbox"] == json!(true))?;
+            l.cancel(&agent, cause, req.params["keepInbox"] == json!(true))
+                .await?;
             Ok(Value::Null.into())
         }
         "whenIdle" => Ok(l.when_idle(&agent).await?.into()),
@@ -355,7 +405,9 @@ async fn handle_agents(l: Loop, req: Request) -> Result<Reply> {
             )
         }
         "dispose" => {
-            l.cancel(&agent, json!({"kind": "disposed"}), false)?;
+            // Disposal parks pending work (a resume restores it) and never
+            // latches a wake (see `wake`).
+            l.cancel(&agent, json!({"kind": "disposed"}), true).await?;
             let _ = l.when_idle(&agent).await;
             l.agents.borrow_mut().remove(&agent);
             l.notify(&agent, "agent/disposed", json!({"agent": agent}));
@@ -405,7 +457,7 @@ impl Plugin for AgentLoop {
             // log stays balanced across a hot swap.
             let ids: Vec<String> = l4.agents.borrow().keys().cloned().collect();
             for id in ids {
-                let _ = l4.cancel(&id, json!({"kind": "disposed"}), true);
+                let _ = l4.cancel(&id, json!({"kind": "disposed"}), true).await;
                 let _ = l4.when_idle(&id).await;
             }
         });

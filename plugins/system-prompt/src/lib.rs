@@ -7,8 +7,9 @@ use std::rc::Rc;
 use dsh_sdk::prelude::*;
 use serde::Deserialize;
 
+/// The original's config fields, as users write them (`includeHarnessIdentity`).
 #[derive(Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 struct Config {
     persona: String,
     include_harness_identity: bool,
@@ -78,6 +79,24 @@ fn interpolate(section: &str, text: &str, vars: &serde_json::Map<String, Value>)
     Ok(out)
 }
 
+/// `renderPrompt(assembly)`: each section interpolated with the assembly's
+/// variables, empty ones dropped, joined by blank lines.
+fn render(assembly: &Value) -> Result<String> {
+    let vars = assembly["variables"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let mut parts = Vec::new();
+    for s in assembly["sections"].as_array().into_iter().flatten() {
+        let name = s["name"].as_str().unwrap_or_default();
+        let text = interpolate(name, s["text"].as_str().unwrap_or_default(), &vars)?;
+        if !text.trim().is_empty() {
+            parts.push(text);
+        }
+    }
+    Ok(parts.join("\n\n"))
+}
+
 async fn handle(ctx: Context, sections: Sections, req: Request) -> Result<Reply> {
     match req.method.as_str() {
         "section" => {
@@ -114,28 +133,20 @@ async fn handle(ctx: Context, sections: Sections, req: Request) -> Result<Reply>
                 .unwrap_or_default();
             let mut list = sections.borrow().clone();
             list.sort_by(|a, b| a.order.total_cmp(&b.order));
-            let mut rendered = Vec::new();
-            for s in &list {
-                let text = interpolate(&s.name, &s.text, &vars)?;
-                if !text.trim().is_empty() {
-                    rendered.push(json!({"name": s.name, "text": text}));
-                }
-            }
-            let assembly = json!({"sections": rendered, "tools": req.params["tools"].clone(), "variables": vars});
+            let raw: Vec<Value> = list
+                .iter()
+                .map(|s| json!({"name": s.name, "text": s.text}))
+                .collect();
+            let assembly =
+                json!({"sections": raw, "tools": req.params["tools"].clone(), "variables": vars});
             let mut d = ctx.dispatch("system-prompt/assemble");
             if let Some(scope) = req.params["scope"].as_str() {
                 d = d.scope(scope);
             }
+            // The waterfall's result is authoritative, its variables
+            // included: the prompt is rendered from it (reference §6.2–6.3).
             let mut assembly = d.waterfall(assembly, |a| async move { Ok(a) }).await?;
-            let system: Vec<&str> = assembly["sections"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|s| s["text"].as_str())
-                .filter(|t| !t.is_empty())
-                .collect();
-            let system = system.join("\n\n");
-            assembly["system"] = json!(system);
+            assembly["system"] = json!(render(&assembly)?);
             Ok(assembly.into())
         }
         _ => Err(req.unknown_method()),
