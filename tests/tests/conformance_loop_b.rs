@@ -27,6 +27,12 @@ async fn setup(extra: &str) -> (TestHost, FakeLlm) {
     (t, fake)
 }
 
+/// The core rows' persona names `{{model}}`, which has no value for an agent
+/// created without one (a strict render error, as in the original): the
+/// model-less tests use a persona without it, as the original's do.
+const PERSONA_WITHOUT_MODEL: &str =
+    "[[patch]]\nid = 'system-prompt'\nconfig = { persona = 'You work in {{cwd}}.' }\n";
+
 /// A loop-kit row tagged `tag` with `listeners` and `tools` (TOML arrays).
 fn kit(tag: &str, listeners: &str, tools: &str) -> String {
     format!(
@@ -760,7 +766,7 @@ async fn a_duplicate_adapter_is_rejected() {
 /// NO_ADAPTER) and never reaches the model.
 #[tokio::test]
 async fn a_model_less_agent_fails_with_the_clear_message() {
-    let (t, fake) = setup("").await;
+    let (t, fake) = setup(PERSONA_WITHOUT_MODEL).await;
     let agent = create(&t, json!({"meta": {"cwd": "/tmp"}})).await;
     let reason = turn(&t, &agent, "go").await;
     assert_eq!(reason["kind"], "error");
@@ -777,7 +783,7 @@ async fn a_model_less_agent_fails_with_the_clear_message() {
 #[tokio::test]
 async fn agent_request_can_supply_the_model() {
     let listeners = "{ event = 'agent/request', action = 'merge', value = { config = { provider = 'fake', model = 'm-from-hook' } } }";
-    let (t, fake) = setup(&kit("k", listeners, "")).await;
+    let (t, fake) = setup(&format!("{}{PERSONA_WITHOUT_MODEL}", kit("k", listeners, ""))).await;
     fake.push([text("hi")]);
     let agent = create(&t, json!({"meta": {"cwd": "/tmp"}})).await;
     assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "completed"}));
