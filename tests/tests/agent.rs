@@ -671,7 +671,10 @@ async fn cancel_kills_the_running_call_and_answers_the_unstarted_ones() {
     wait_for_event(&t, &agent, "tool/call").await;
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while dsh_testkit::processes_with(&marker).is_empty() {
-        assert!(std::time::Instant::now() < deadline, "the command never ran");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never ran"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     t.call("agents", "cancel", json!({"agent": agent})).await;
@@ -682,7 +685,10 @@ async fn cancel_kills_the_running_call_and_answers_the_unstarted_ones() {
     );
     // The 30 s sleep was killed and reaped, not left to run out.
     let left = dsh_testkit::wait_gone(&marker, Duration::from_secs(10));
-    assert!(left.is_empty(), "the cancelled command {left:?} was not killed");
+    assert!(
+        left.is_empty(),
+        "the cancelled command {left:?} was not killed"
+    );
     let ev = events(&t, &agent).await;
     let results: Vec<&Value> = ev.iter().filter(|e| e["type"] == "tool/result").collect();
     assert_eq!(results.len(), 2, "every call is answered");
