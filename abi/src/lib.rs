@@ -33,6 +33,13 @@ use abi_stable::{
 /// flag changes; abi_stable's layout check covers changes to the types.
 pub const ABI_VERSION: u32 = 1;
 
+/// [`HostHandle::send`] of a [`kind::SCOPE_PARENT`]: the scope already has
+/// a parent (or the rebind came from a fiber that did not make the link).
+pub const SCOPE_ALREADY_BOUND: i32 = -4;
+/// [`HostHandle::send`] of a [`kind::SCOPE_PARENT`]: the link would make the
+/// scope its own ancestor.
+pub const SCOPE_CYCLE: i32 = -5;
+
 /// The root module every plugin library exports (through the SDK's
 /// `export_plugin!`).
 #[repr(C)]
@@ -154,6 +161,10 @@ pub mod kind {
     /// host→plugin: fiber `fiber` was disposed; drop what it registered.
     pub const FIBER_GONE: u32 = 16;
     /// plugin→host: record that scope `target` is a child of scope `method`.
+    /// A scope is linked once; a link that would close a cycle is refused;
+    /// flag [`super::flags::REBIND`] moves a link its own fiber made.
+    /// `send` returns [`crate::SCOPE_ALREADY_BOUND`] or
+    /// [`crate::SCOPE_CYCLE`] when refused.
     pub const SCOPE_PARENT: u32 = 17;
 }
 
@@ -165,6 +176,8 @@ pub mod flags {
     pub const STREAM: u32 = 2;
     /// ON: put the listener before ordinary ones.
     pub const PREPEND: u32 = 4;
+    /// SCOPE_PARENT: move the scope's existing link (made by this fiber).
+    pub const REBIND: u32 = 8;
     /// DISPATCH mode: fire and forget.
     pub const MODE_EMIT: u32 = 0;
     /// DISPATCH mode: listeners awaited one by one; first non-null wins.

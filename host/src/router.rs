@@ -124,7 +124,8 @@ struct State {
     pending: HashMap<u64, Pending>,
     outgoing: HashMap<(FiberId, u64), u64>,
     chains: HashMap<u64, Chain>,
-    scope_parents: HashMap<String, String>,
+    /// child scope → (parent scope, the fiber that linked it).
+    scope_parents: HashMap<String, (String, FiberId)>,
     rejections: HashMap<FiberId, Vec<String>>,
 }
 
@@ -334,7 +335,7 @@ impl State {
                 return true;
             }
             match self.scope_parents.get(key) {
-                Some(parent) => key = parent,
+                Some((parent, _)) => key = parent,
                 None => return false,
             }
             hops += 1;
@@ -588,6 +589,30 @@ impl State {
             list.retain(|l| l.fiber != fiber);
         }
         self.listeners.retain(|_, l| !l.is_empty());
+        self.scope_parents.retain(|_, (_, f)| *f != fiber);
+    }
+
+    /// Links scope `child` under `parent` (reference dsh-core §7
+    /// `bindScopeParent`): once per scope, never into a cycle; only the
+    /// fiber that made a link may move it (`rebind`).
+    fn link_scope(&mut self, fiber: FiberId, child: String, parent: String, rebind: bool) -> i32 {
+        match self.scope_parents.get(&child) {
+            Some((_, owner)) if !rebind || *owner != fiber => return dsh_abi::SCOPE_ALREADY_BOUND,
+            None if rebind => return dsh_abi::SCOPE_ALREADY_BOUND,
+            _ => {}
+        }
+        let mut key = parent.as_str();
+        loop {
+            if key == child {
+                return dsh_abi::SCOPE_CYCLE;
+            }
+            match self.scope_parents.get(key) {
+                Some((up, _)) => key = up,
+                None => break,
+            }
+        }
+        self.scope_parents.insert(child, (parent, fiber));
+        0
     }
 }
 
@@ -970,9 +995,7 @@ impl Router {
             }
             kind::SCOPE_PARENT => {
                 let (child, parent) = (m.target.to_string(), m.method.to_string());
-                if child != parent {
-                    s.scope_parents.insert(child, parent);
-                }
+                return s.link_scope(gen.fiber, child, parent, m.flags & flags::REBIND != 0);
             }
             _ => return -3,
         }

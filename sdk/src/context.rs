@@ -99,6 +99,30 @@ impl Shared {
         self.link.send(msg)
     }
 
+    /// Links scope `child` under `parent` (or moves the link: `rebind`).
+    fn link_scope(&self, child: &str, parent: &str, rebind: bool) -> Result<()> {
+        let mut msg = Msg::new(kind::SCOPE_PARENT);
+        msg.target = child.to_owned();
+        msg.method = parent.to_owned();
+        if rebind {
+            msg.flags = flags::REBIND;
+        }
+        match self.link.send_code(msg) {
+            0 => Ok(()),
+            dsh_abi::SCOPE_ALREADY_BOUND => Err(Error::new(
+                codes::SCOPE_ALREADY_BOUND,
+                format!("scope \"{child}\" already has a parent; only its binding can rebind it"),
+            )),
+            dsh_abi::SCOPE_CYCLE => Err(Error::new(
+                codes::SCOPE_CYCLE,
+                format!(
+                    "scope \"{child}\" cannot descend from \"{parent}\": that would be a cycle"
+                ),
+            )),
+            _ => Err(host_refused()),
+        }
+    }
+
     fn reply(&self, id: u64, result: Result<Value>) {
         let mut msg = Msg::new(kind::REPLY);
         msg.id = id;
@@ -1014,11 +1038,41 @@ impl Context {
     }
 
     /// Declares that scope `child` (an agent id) descends from `parent`, so
-    /// listeners scoped to `parent` hear dispatches for `child`.
-    pub fn scope_parent(&self, child: impl Into<String>, parent: impl Into<String>) {
-        let mut msg = Msg::new(kind::SCOPE_PARENT);
-        msg.target = child.into();
-        msg.method = parent.into();
-        self.shared.send(msg);
+    /// listeners scoped to `parent` hear dispatches for `child` (reference
+    /// dsh-core §7 `bindScopeParent`). A scope is linked once
+    /// (`SCOPE_ALREADY_BOUND`), never into a cycle (`SCOPE_CYCLE`); the
+    /// returned binding alone may move the link. The link ends with this
+    /// fiber.
+    pub fn scope_parent(
+        &self,
+        child: impl Into<String>,
+        parent: impl Into<String>,
+    ) -> Result<ScopeBinding> {
+        let child = child.into();
+        self.shared.link_scope(&child, &parent.into(), false)?;
+        Ok(ScopeBinding {
+            child,
+            shared: Rc::downgrade(&self.shared),
+        })
+    }
+}
+
+/// The link of one scope to its parent, from [`Context::scope_parent`].
+pub struct ScopeBinding {
+    child: String,
+    shared: std::rc::Weak<Shared>,
+}
+
+impl ScopeBinding {
+    /// The linked scope.
+    pub fn child(&self) -> &str {
+        &self.child
+    }
+
+    /// Moves the scope under `parent` (refused with `SCOPE_CYCLE` when
+    /// `parent` descends from it).
+    pub fn rebind(&self, parent: impl Into<String>) -> Result<()> {
+        let shared = self.shared.upgrade().ok_or_else(host_refused)?;
+        shared.link_scope(&self.child, &parent.into(), true)
     }
 }

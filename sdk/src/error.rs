@@ -36,6 +36,10 @@ pub mod codes {
     pub const HOST_REFUSED: &str = "HOST_REFUSED";
     /// Something took longer than its deadline.
     pub const TIMEOUT: &str = "TIMEOUT";
+    /// A scope already has a parent; only its binding can move it.
+    pub const SCOPE_ALREADY_BOUND: &str = "SCOPE_ALREADY_BOUND";
+    /// A scope link that would make a scope its own ancestor.
+    pub const SCOPE_CYCLE: &str = "SCOPE_CYCLE";
     /// Anything else.
     pub const UNKNOWN: &str = "UNKNOWN";
 }

@@ -56,7 +56,7 @@ use serde::{Deserialize, Serialize};
 
 pub use context::{
     CallStream, Context, Dispatch, Event, FiberId, Listener, ListenerBuilder, Reply, ReplySender,
-    Request, Service,
+    Request, ScopeBinding, Service,
 };
 pub use error::{codes, Error, Result};
 pub use serde_json::{json, Value};

@@ -49,6 +49,11 @@ impl HostLink {
 
     /// Sends a message; false when the host refused it.
     pub fn send(&self, msg: Msg) -> bool {
+        self.send_code(msg) == 0
+    }
+
+    /// Sends a message; the host's answer (0: accepted).
+    pub fn send_code(&self, msg: Msg) -> i32 {
         let env = Envelope {
             kind: msg.kind,
             flags: msg.flags,
@@ -59,7 +64,7 @@ impl HostLink {
             method: RString::from(msg.method),
             payload: RString::from(msg.payload),
         };
-        (self.0.send)(self.0.ctx, &env) == 0
+        (self.0.send)(self.0.ctx, &env)
     }
 
     pub fn try_recv(&self) -> Option<Msg> {

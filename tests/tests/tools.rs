@@ -80,9 +80,15 @@ async fn write_and_edit_follow_the_read_before_write_policy() {
     )
     .await;
     assert_eq!(text_of(&r), "The file a.txt has been updated successfully.");
-    // An external change invalidates what we saw.
-    std::thread::sleep(std::time::Duration::from_millis(20));
+    // An external change invalidates what we saw (given an mtime of its
+    // own, so the check cannot depend on the clock's granularity).
     std::fs::write(w.join("a.txt"), "uno\ntwo\ntwo\nthree\n").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(w.join("a.txt"))
+        .unwrap()
+        .set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000))
+        .unwrap();
     let r = run(
         &t,
         w,
@@ -91,6 +97,7 @@ async fn write_and_edit_follow_the_read_before_write_policy() {
     )
     .await;
     assert_eq!(r["isError"], true);
+    assert_eq!(r["error"]["info"]["code"], "FS_NOT_OBSERVED", "{r}");
     assert!(
         text_of(&r).contains("changed since it was last read"),
         "{r}"
@@ -104,6 +111,7 @@ async fn write_and_edit_follow_the_read_before_write_policy() {
         json!({"file_path": "a.txt", "old_string": "two", "new_string": "2"}),
     )
     .await;
+    assert_eq!(r["error"]["info"]["code"], "EDIT_AMBIGUOUS", "{r}");
     assert!(text_of(&r).contains("appears 2 times"), "{r}");
     let r = run(
         &t,
@@ -112,6 +120,7 @@ async fn write_and_edit_follow_the_read_before_write_policy() {
         json!({"file_path": "a.txt", "old_string": "nope", "new_string": "x"}),
     )
     .await;
+    assert_eq!(r["error"]["info"]["code"], "EDIT_NO_MATCH", "{r}");
     assert!(text_of(&r).contains("was not found"), "{r}");
     let r = run(
         &t,
@@ -163,6 +172,8 @@ async fn the_workspace_fence_refuses_escapes() {
     ] {
         let r = run(&t, w, "write", json!({"file_path": path, "content": "no"})).await;
         assert_eq!(r["isError"], true, "{path}: {r}");
+        // A policy denial: no error code (reference §5.3 step 5).
+        assert_eq!(r["error"].get("info"), None, "{r}");
         assert!(text_of(&r).contains("is outside the workspace"), "{r}");
         assert!(
             text_of(&r).contains("DSH_PERMISSION_MODE=danger-full-access"),
@@ -185,6 +196,7 @@ async fn the_workspace_fence_refuses_escapes() {
         json!({"file_path": "z.txt", "content": "no"}),
     )
     .await;
+    assert_eq!(r["error"].get("info"), None, "{r}");
     assert!(text_of(&r).contains("read-only mode"), "{r}");
     t.shutdown().await;
 }
@@ -218,6 +230,7 @@ async fn bash_output_markers_timeouts_and_scrubbed_credentials() {
         json!({"command": "pwd", "description": "d", "workdir": "sub"}),
     )
     .await;
+    assert_eq!(r["error"]["info"]["code"], "BASH_FAILED", "{r}");
     assert!(text_of(&r).contains("cannot run bash"), "{r}");
     std::fs::create_dir(w.join("sub")).unwrap();
     let r = run(
@@ -331,7 +344,8 @@ async fn todo_write_logs_and_counts() {
     assert_eq!(ev[1]["type"], "todo/write");
     assert_eq!(ev[1]["data"]["todos"], todos);
     let r = run(&t, ws.path(), "todo_write", json!({"todos": [{"content": "a", "status": "pending"}, {"content": "a", "status": "pending"}]})).await;
-    assert!(text_of(&r).contains("duplicate todo"), "{r}");
+    assert_eq!(r["error"]["info"]["code"], "INVALID_ARGS", "{r}");
+    assert_eq!(text_of(&r), "Error: duplicate todo: a");
     t.shutdown().await;
 }
 
@@ -406,14 +420,26 @@ async fn glob_and_grep_formats_and_caps() {
     std::fs::create_dir_all(w.join("src/deep")).unwrap();
     std::fs::create_dir_all(w.join(".git")).unwrap();
     std::fs::write(w.join(".git/config"), "needle\n").unwrap();
-    let pause = || std::thread::sleep(std::time::Duration::from_millis(20));
     std::fs::write(w.join(".hidden.rs"), "x\n").unwrap();
-    pause();
     std::fs::write(w.join("src/a.rs"), "fn main() {}\n// needle one\n").unwrap();
-    pause();
     std::fs::write(w.join("src/deep/b.rs"), "needle two\nneedle three\n").unwrap();
+    // Modification times that disagree with the names' order: glob lists
+    // oldest first (`rg --sort=modified`), not by name.
+    let epoch = std::time::UNIX_EPOCH;
+    for (file, secs) in [
+        ("src/deep/b.rs", 1_000_000),
+        (".hidden.rs", 2_000_000),
+        ("src/a.rs", 3_000_000),
+    ] {
+        std::fs::File::options()
+            .write(true)
+            .open(w.join(file))
+            .unwrap()
+            .set_modified(epoch + std::time::Duration::from_secs(secs))
+            .unwrap();
+    }
     let r = run(&t, w, "glob", json!({"pattern": "*.rs"})).await;
-    assert_eq!(text_of(&r), ".hidden.rs\nsrc/a.rs\nsrc/deep/b.rs");
+    assert_eq!(text_of(&r), "src/deep/b.rs\n.hidden.rs\nsrc/a.rs");
     let r = run(&t, w, "glob", json!({"pattern": "*.md"})).await;
     assert_eq!(text_of(&r), "No files found");
     let r = run(&t, w, "grep", json!({"pattern": "needle \\w+"})).await;
@@ -508,10 +534,13 @@ async fn background_jobs_run_report_and_die() {
     let t = tools_host("danger-full-access").await;
     let ws = TempDir::new("jobs-ws");
     let w = ws.path();
-    let r = run(&t, w, "bash", json!({"command": "echo start; sleep 0.3; echo end", "description": "two lines", "run_in_background": true})).await;
+    // The job waits for the test's go-ahead, so it is running when listed
+    // however slow the machine.
+    let r = run(&t, w, "bash", json!({"command": "echo start; while [ ! -e go ]; do sleep 0.05; done; echo end", "description": "two lines", "run_in_background": true})).await;
     assert_eq!(text_of(&r), "started background job bash-1");
     let r = run(&t, w, "job_list", json!({})).await;
     assert_eq!(text_of(&r), "bash-1 [bash] running — two lines");
+    std::fs::write(w.join("go"), "").unwrap();
     let r = run(
         &t,
         w,

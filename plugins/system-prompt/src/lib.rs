@@ -7,7 +7,8 @@ use std::rc::Rc;
 use dsh_sdk::prelude::*;
 use serde::Deserialize;
 
-/// The original's config fields, as users write them (`includeHarnessIdentity`).
+/// The original's config fields, as users write them (`persona`,
+/// `includeHarnessIdentity`).
 #[derive(Deserialize)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 struct Config {
@@ -101,7 +102,8 @@ async fn handle(ctx: Context, sections: Sections, req: Request) -> Result<Reply>
     match req.method.as_str() {
         "section" => {
             let name = req.params["name"].as_str().unwrap_or_default().to_owned();
-            let order = req.params["order"].as_f64().unwrap_or(0.0);
+            // A missing or non-numeric order is refused, not read as 0.
+            let order = req.params["order"].as_f64().unwrap_or(f64::NAN);
             if name.is_empty() || !order.is_finite() {
                 return Err(Error::new(
                     codes::INVALID_PAYLOAD,
@@ -121,8 +123,11 @@ async fn handle(ctx: Context, sections: Sections, req: Request) -> Result<Reply>
                 text: req.params["text"].as_str().unwrap_or_default().to_owned(),
                 owner,
             });
-            let s2 = sections.clone();
-            req.on_caller_gone(move || s2.borrow_mut().retain(|s| s.owner != owner));
+            let (s2, ctx2) = (sections.clone(), ctx.clone());
+            req.on_caller_gone(move || {
+                s2.borrow_mut().retain(|s| s.owner != owner);
+                let _ = ctx2.emit("system-prompt/change", json!({}));
+            });
             ctx.emit("system-prompt/change", json!({}))?;
             Ok(Value::Null.into())
         }
@@ -186,3 +191,71 @@ impl Plugin for SystemPrompt {
 }
 
 dsh_sdk::export_plugin!(SystemPrompt);
+
+#[cfg(test)]
+mod tests {
+    use super::interpolate;
+    use serde_json::{json, Map, Value};
+
+    fn vars(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn variables_are_substituted_and_values_never_rescanned() {
+        let v = vars(json!({"model": "ds", "cwd": "{{model}}"}));
+        assert_eq!(
+            interpolate("s", "m={{model}} at {{cwd}}", &v).unwrap(),
+            "m=ds at {{model}}"
+        );
+    }
+
+    #[test]
+    fn a_lone_opening_brace_pair_is_literal() {
+        let v = vars(json!({"model": "ds"}));
+        assert_eq!(
+            interpolate("s", "{{model}} then {{ open", &v).unwrap(),
+            "ds then {{ open"
+        );
+    }
+
+    #[test]
+    fn a_malformed_reference_is_an_error_naming_the_section() {
+        let e = interpolate("intro", "{{Bad-Name}}", &vars(json!({}))).unwrap_err();
+        assert_eq!(
+            e.message,
+            "malformed prompt variable reference \"{{Bad-Name}}\" in section \"intro\""
+        );
+    }
+
+    #[test]
+    fn an_unknown_variable_lists_the_registered_ones() {
+        let e = interpolate("intro", "{{nope}}", &vars(json!({"b": "1", "a": "2"}))).unwrap_err();
+        assert_eq!(
+            e.message,
+            "unknown prompt variable \"{{nope}}\" in section \"intro\"; registered variables: a, b"
+        );
+        let e = interpolate("intro", "{{nope}}", &vars(json!({}))).unwrap_err();
+        assert!(e.message.ends_with("registered variables: (none)"), "{e}");
+    }
+
+    #[test]
+    fn prototype_names_are_unknown_variables() {
+        let e = interpolate("s", "{{constructor}}", &vars(json!({}))).unwrap_err();
+        assert!(
+            e.message
+                .starts_with("unknown prompt variable \"{{constructor}}\""),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_variable_without_a_value_is_an_error() {
+        let e = interpolate("s", "{{model}}", &vars(json!({"model": null}))).unwrap_err();
+        assert!(
+            e.message
+                .starts_with("prompt variable \"{{model}}\" has no value for this assembly"),
+            "{e}"
+        );
+    }
+}

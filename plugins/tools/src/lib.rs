@@ -114,9 +114,9 @@ async fn approve(ctx: &Context, exec: &Value, decision: &Value) -> std::result::
         )
         .await;
     match asked {
-        Err(e) if e.code == codes::SERVICE_UNAVAILABLE => Err(reason.unwrap_or_else(|| {
-            format!("tool \"{name}\" requires approval, but no approval channel is available")
-        })),
+        // No approval service: denied with the policy's reason.
+        Err(e) if e.code == codes::SERVICE_UNAVAILABLE => Err(reason
+            .unwrap_or_else(|| format!("tool \"{name}\" requires approval (not yet supported)"))),
         Err(e) => Err(format!("approval for tool \"{name}\" failed: {e}")),
         Ok(v) => match v["outcome"].as_str() {
             Some("allowed-once") => Ok(()),
@@ -153,31 +153,38 @@ async fn execute(ctx: Context, registry: Registry, exec: Value) -> Value {
     if let Some(sandbox) = decision.get("sandbox") {
         exec["sandbox"] = sandbox.clone();
     }
-    match decision["kind"].as_str() {
-        Some("allow") | None => {}
+    // A denial skips `tools/execute` but, unlike a failure before the
+    // policy ran, still goes through `tools/post-execute` (§5.3 step 5).
+    let denial = match decision["kind"].as_str() {
+        Some("allow") | None => None,
         Some("ask") => match approve(&ctx, &exec, &decision).await {
             // The user allowed this call beyond the fence: the tool must
             // not refuse it again.
-            Ok(()) => exec["approved"] = json!(true),
-            Err(reason) => return finish(&ctx, &exec, failure(&reason, None)),
+            Ok(()) => {
+                exec["approved"] = json!(true);
+                None
+            }
+            Err(reason) => Some(failure(&reason, None)),
         },
-        Some(_) => {
-            let reason = decision["reason"]
-                .as_str()
-                .unwrap_or("denied by policy")
-                .to_owned();
-            return finish(&ctx, &exec, failure(&reason, None));
+        Some(_) => Some(failure(
+            decision["reason"].as_str().unwrap_or("denied by policy"),
+            None,
+        )),
+    };
+    let mut result = match denial {
+        Some(denied) => denied,
+        None => {
+            let (c, r, x) = (ctx.clone(), registry.clone(), exec.clone());
+            match dispatch("tools/execute")
+                .waterfall(json!({"exec": exec}), move |_| async move {
+                    Ok(run_tool(&c, &r, &x).await)
+                })
+                .await
+            {
+                Ok(r) => r,
+                Err(e) => from_error(&e),
+            }
         }
-    }
-    let (c, r, x) = (ctx.clone(), registry.clone(), exec.clone());
-    let mut result = match dispatch("tools/execute")
-        .waterfall(json!({"exec": exec}), move |_| async move {
-            Ok(run_tool(&c, &r, &x).await)
-        })
-        .await
-    {
-        Ok(r) => r,
-        Err(e) => from_error(&e),
     };
     match dispatch("tools/post-execute")
         .waterfall(json!({"exec": exec, "result": result}), |_| async {
@@ -185,15 +192,7 @@ async fn execute(ctx: Context, registry: Registry, exec: Value) -> Value {
         })
         .await
     {
-        Ok(d) if d["kind"] == "block" => {
-            let feedback = d["feedback"].clone();
-            let text = feedback
-                .as_str()
-                .unwrap_or("tool result blocked by post-execute policy")
-                .to_owned();
-            result =
-                json!({"isError": true, "error": {"message": text}, "content": [msg::text(&text)]});
-        }
+        Ok(d) if d["kind"] == "block" => result = blocked(&d["feedback"]),
         Ok(d) => {
             if let Some(content) = d.get("content").filter(|c| c.is_array()) {
                 result["content"] = content.clone();
@@ -202,6 +201,32 @@ async fn execute(ctx: Context, registry: Registry, exec: Value) -> Value {
         Err(e) => result = from_error(&e),
     }
     finish(&ctx, &exec, result)
+}
+
+/// A result blocked by `tools/post-execute`: the feedback (content blocks,
+/// or a string) is the content; its text is the message (§5.3 step 8).
+fn blocked(feedback: &Value) -> Value {
+    let content = match feedback {
+        Value::String(text) => json!([msg::text(text)]),
+        Value::Array(_) => feedback.clone(),
+        _ => json!([]),
+    };
+    let text: Vec<&str> = content
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|b| b["text"].as_str())
+        .collect();
+    let message = if text.is_empty() {
+        "tool result blocked by post-execute policy".to_owned()
+    } else {
+        text.join("\n")
+    };
+    if content.as_array().is_some_and(Vec::is_empty) {
+        return json!({"isError": true, "error": {"message": message},
+                      "content": [msg::text(&message)]});
+    }
+    json!({"isError": true, "error": {"message": message}, "content": content})
 }
 
 fn finish(ctx: &Context, exec: &Value, result: Value) -> Value {
@@ -253,8 +278,11 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
                     owner,
                 },
             );
-            let r2 = registry.clone();
-            req.on_caller_gone(move || r2.borrow_mut().retain(|_, t| t.owner != owner));
+            let (r2, ctx2) = (registry.clone(), ctx.clone());
+            req.on_caller_gone(move || {
+                r2.borrow_mut().retain(|_, t| t.owner != owner);
+                let _ = ctx2.emit("tools/change", json!({}));
+            });
             ctx.emit("tools/change", json!({}))?;
             Ok(Value::Null.into())
         }

@@ -72,3 +72,71 @@ fn join(path: &str, key: &str) -> String {
         format!("{path}.{key}")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::validate;
+    use serde_json::json;
+
+    fn schema() -> serde_json::Value {
+        json!({"type": "object", "properties": {
+            "path": {"type": "string"},
+            "count": {"type": "integer"},
+            "mode": {"type": "string", "enum": ["a", "b"]},
+            "opts": {"type": "object", "properties": {"deep": {"type": "boolean"}}, "required": ["deep"]},
+            "tags": {"type": "array", "items": {"type": "string"}},
+        }, "required": ["path"]})
+    }
+
+    #[test]
+    fn valid_arguments_have_no_violations_and_extra_keys_are_allowed() {
+        let args = json!({"path": "p", "count": 3, "mode": "a", "opts": {"deep": true},
+                          "tags": ["x"], "extra": {"anything": 1}});
+        assert_eq!(validate(&schema(), &args), Vec::<String>::new());
+    }
+
+    #[test]
+    fn missing_required_keys_are_flagged_and_no_default_is_applied() {
+        let args = json!({});
+        assert_eq!(validate(&schema(), &args), ["path: required"]);
+        assert_eq!(args, json!({}));
+    }
+
+    #[test]
+    fn types_and_enums_are_checked() {
+        let args = json!({"path": 1, "count": 1.5, "mode": "c"});
+        assert_eq!(
+            validate(&schema(), &args),
+            [
+                "path: expected string",
+                "count: expected integer",
+                "mode: must be one of [\"a\",\"b\"]"
+            ]
+        );
+    }
+
+    #[test]
+    fn nested_objects_and_arrays_are_checked_with_their_paths() {
+        let args = json!({"path": "p", "opts": {}, "tags": ["x", 2]});
+        assert_eq!(
+            validate(&schema(), &args),
+            ["opts.deep: required", "tags[1]: expected string"]
+        );
+    }
+
+    #[test]
+    fn validation_is_total_on_any_value() {
+        for v in [
+            json!(null),
+            json!(1),
+            json!("s"),
+            json!([1]),
+            json!({"path": []}),
+        ] {
+            assert!(!validate(&schema(), &v).is_empty(), "{v}");
+        }
+        // A schema outside the subset (raw JSON Schema) never panics.
+        let raw = json!({"oneOf": [{"type": "string"}], "properties": 3});
+        assert_eq!(validate(&raw, &json!({"a": 1})), Vec::<String>::new());
+    }
+}
