@@ -557,3 +557,7 @@ pub fn object(pairs: Vec<(&str, Value)>) -> Value {
     }
     Value::Object(m)
 }
+
+#[cfg(test)]
+#[path = "vocab/assembler_tests.rs"]
+mod assembler_tests;
