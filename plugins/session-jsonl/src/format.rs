@@ -576,6 +576,17 @@ mod tests {
     }
 
     #[test]
+    fn retired_header_fields_are_refused() {
+        for field in ["sandboxMode", "approvalPolicy"] {
+            let head = format!("{{\"type\":\"session\",\"version\":0,\"id\":\"s\",\"createdAt\":1,\"delegationDepth\":0,\"{field}\":\"x\"}}\n");
+            assert_eq!(
+                scan(head.as_bytes()).err(),
+                Some(format!("retired header field `{field}`"))
+            );
+        }
+    }
+
+    #[test]
     fn packed_rows_expand() {
         let head = "{\"type\":\"session\",\"version\":0,\"id\":\"s\",\"createdAt\":1,\"delegationDepth\":0}\n";
         let row = "{\"type\":\"text-chunks\",\"seq0\":0,\"time0\":10,\"data\":{\"turn\":1,\"step\":1,\"index\":0,\"dt\":[1,2],\"texts\":[\"a\",\"b\",\"c\"]}}\n";
