@@ -219,8 +219,7 @@ async fn tool_steps_are_logged_and_every_request_is_what_the_log_derives() {
     // from the log as it stood when that step called the model.
     let requests = fake.requests();
     assert_eq!(requests.len(), 3);
-    let logged: Vec<dsh_sdk::vocab::SessionEvent> =
-        serde_json::from_value(json!(ev)).unwrap();
+    let logged: Vec<dsh_sdk::vocab::SessionEvent> = serde_json::from_value(json!(ev)).unwrap();
     for (i, request) in requests.iter().enumerate() {
         let step = i as u64 + 1;
         let called_at = ev
@@ -238,7 +237,15 @@ async fn tool_steps_are_logged_and_every_request_is_what_the_log_derives() {
     let roles: Vec<&str> = last.iter().map(|m| m["role"].as_str().unwrap()).collect();
     assert_eq!(
         roles,
-        ["system", "user", "assistant", "tool", "assistant", "tool", "tool"]
+        [
+            "system",
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+            "tool",
+            "tool"
+        ]
     );
     let derived: Vec<Value> =
         serde_json::from_value(t.call("sessions", "derive", json!({"id": agent})).await).unwrap();
@@ -374,8 +381,7 @@ async fn wire_faults_become_clear_turn_errors() {
     assert_eq!(code(&r), "CONTEXT_WINDOW_EXCEEDED");
     // A connection reset mid-stream: a transport failure, retried 5 times
     // (each retry logged), then the error.
-    let (r, ev, fake) =
-        failing_turn(vec![Answer::Reset(vec![ok_delta.clone()]); 6]).await;
+    let (r, ev, fake) = failing_turn(vec![Answer::Reset(vec![ok_delta.clone()]); 6]).await;
     assert_eq!(code(&r), "TRANSPORT", "{r}");
     assert_eq!(fake.requests().len(), 6, "the first attempt and 5 retries");
     let retries: Vec<&Value> = ev.iter().filter(|e| e["type"] == "llm/retry").collect();
@@ -389,8 +395,7 @@ async fn wire_faults_become_clear_turn_errors() {
     }
     // A clean close in the middle of an event: the stream ended without
     // [DONE], which is not retryable.
-    let (r, ev, fake) =
-        failing_turn(vec![Answer::Disconnect(vec![ok_delta.clone()]); 6]).await;
+    let (r, ev, fake) = failing_turn(vec![Answer::Disconnect(vec![ok_delta.clone()]); 6]).await;
     assert_eq!(code(&r), "STREAM_CLOSED", "{r}");
     assert_eq!(fake.requests().len(), 1, "STREAM_CLOSED is not retried");
     assert!(!ev.iter().any(|e| e["type"] == "llm/retry"));
@@ -740,7 +745,10 @@ async fn cancel_kills_the_running_call_and_answers_the_unstarted_ones() {
     wait_for_event(&t, &agent, "tool/call").await;
     let deadline = std::time::Instant::now() + DEADLINE;
     while dsh_testkit::processes_with(&marker).is_empty() {
-        assert!(std::time::Instant::now() < deadline, "the command never ran");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never ran"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     t.call("agents", "cancel", json!({"agent": agent})).await;
@@ -751,7 +759,10 @@ async fn cancel_kills_the_running_call_and_answers_the_unstarted_ones() {
     );
     // The 30 s sleep was killed and reaped, not left to run out.
     let left = dsh_testkit::wait_gone(&marker, Duration::from_secs(10));
-    assert!(left.is_empty(), "the cancelled command {left:?} was not killed");
+    assert!(
+        left.is_empty(),
+        "the cancelled command {left:?} was not killed"
+    );
     let ev = events(&t, &agent).await;
     let results: Vec<&Value> = ev.iter().filter(|e| e["type"] == "tool/result").collect();
     assert_eq!(results.len(), 2, "every call is answered");

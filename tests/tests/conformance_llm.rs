@@ -36,7 +36,9 @@ fn stage_probe(t: &TestHost) {
 async fn journal(t: &TestHost) -> Vec<String> {
     let all: Vec<String> =
         serde_json::from_value(t.call("probe:probe", "journal", json!({})).await).unwrap();
-    all.into_iter().filter(|e| e.starts_with("event:")).collect()
+    all.into_iter()
+        .filter(|e| e.starts_with("event:"))
+        .collect()
 }
 
 fn request(provider: &str) -> Value {
@@ -77,8 +79,10 @@ async fn an_unserved_provider_is_one_terminal_no_adapter_finish() {
     let got = chunks(stream(&t, request("nope")).await);
     assert_eq!(
         got,
-        [json!({"type": "finish", "reason": {"kind": "error", "failure": {
-            "message": "no adapter serves provider `nope`", "code": "NO_ADAPTER"}}})]
+        [
+            json!({"type": "finish", "reason": {"kind": "error", "failure": {
+            "message": "no adapter serves provider `nope`", "code": "NO_ADAPTER"}}})
+        ]
     );
     t.shutdown().await;
 }
@@ -90,8 +94,14 @@ async fn empty_and_duplicate_registrations_are_refused() {
     t.apply(&format!("{LLM}{}", adapter(&fake))).await;
     for (params, code) in [
         (json!({"providers": [], "service": "s"}), "INVALID_ADAPTER"),
-        (json!({"providers": [""], "service": "s"}), "INVALID_ADAPTER"),
-        (json!({"providers": ["fake"], "service": "s"}), "DUPLICATE_ADAPTER"),
+        (
+            json!({"providers": [""], "service": "s"}),
+            "INVALID_ADAPTER",
+        ),
+        (
+            json!({"providers": ["fake"], "service": "s"}),
+            "DUPLICATE_ADAPTER",
+        ),
     ] {
         let e = t
             .host
@@ -171,7 +181,7 @@ async fn llm_stream_listeners_wrap_the_request_and_their_failures_stay_errors() 
     .await;
     let items = stream(&t, request("fake")).await;
     assert_eq!(items.len(), 1, "{items:?}");
-    let e = items[0].as_ref().err().expect("an error, not a chunk");
+    let e = items[0].as_ref().expect_err("an error, not a chunk");
     assert_eq!(e.code, "PROBE_FAILED", "{e}");
     assert_eq!(fake.requests().len(), 1, "the adapter was not called");
     t.shutdown().await;
@@ -198,14 +208,19 @@ async fn the_adapter_stream_keeps_the_chunk_grammar_and_attributes_its_requests(
             "text-delta" => assert!(open.contains(&(index.unwrap(), "text".into())), "{c}"),
             "block-end" => {
                 let kind = c["block"]["type"].as_str().unwrap().to_owned();
-                let at = open.iter().position(|o| *o == (index.unwrap(), kind.clone()));
+                let at = open
+                    .iter()
+                    .position(|o| *o == (index.unwrap(), kind.clone()));
                 assert!(at.is_some(), "block-end without its block: {c}");
                 open.retain(|o| *o != (index.unwrap(), kind.clone()));
             }
             _ => {}
         }
     }
-    assert!(open.is_empty(), "a stop finish closes every block: {open:?}");
+    assert!(
+        open.is_empty(),
+        "a stop finish closes every block: {open:?}"
+    );
     let text: String = got
         .iter()
         .filter(|c| c["type"] == "text-delta")
@@ -214,7 +229,10 @@ async fn the_adapter_stream_keeps_the_chunk_grammar_and_attributes_its_requests(
     assert_eq!(text, "Hello there.");
     let head = fake.headers()[0].to_ascii_lowercase();
     assert!(
-        head.contains(&format!("\r\nuser-agent: dsh/{}\r\n", env!("CARGO_PKG_VERSION"))),
+        head.contains(&format!(
+            "\r\nuser-agent: dsh/{}\r\n",
+            env!("CARGO_PKG_VERSION")
+        )),
         "{head}"
     );
     t.shutdown().await;

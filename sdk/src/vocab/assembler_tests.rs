@@ -24,7 +24,8 @@ fn reasoning(index: u64, t: &str) -> Value {
 }
 
 fn call(index: u64, id: &str, name: Option<&str>, args: &str) -> Value {
-    let mut c = json!({"type": "tool-call-delta", "index": index, "id": id, "argumentsDelta": args});
+    let mut c =
+        json!({"type": "tool-call-delta", "index": index, "id": id, "argumentsDelta": args});
     if let Some(n) = name {
         c["name"] = json!(n);
     }
@@ -98,7 +99,12 @@ fn usage_is_absent_until_a_usage_chunk_and_then_the_last_one() {
 
 #[test]
 fn a_duplicate_block_start_is_ignored() {
-    let a = assemble(&[start(0, "text"), text(0, "a"), start(0, "text"), text(0, "b")]);
+    let a = assemble(&[
+        start(0, "text"),
+        text(0, "a"),
+        start(0, "text"),
+        text(0, "b"),
+    ]);
     assert_eq!(a.blocks(), [json!({"type": "text", "text": "ab"})]);
 }
 
@@ -107,7 +113,10 @@ fn deltas_after_a_block_end_are_ignored() {
     let a = assemble(&[
         start(0, "tool-call"),
         call(0, "k", Some("read"), "{}"),
-        end(0, json!({"type": "tool-call", "id": "k", "name": "read", "arguments": "{}"})),
+        end(
+            0,
+            json!({"type": "tool-call", "id": "k", "name": "read", "arguments": "{}"}),
+        ),
         call(0, "other", Some("write"), "junk"),
         text(1, "t"),
         end(1, json!({"type": "text", "text": "t"})),
@@ -149,7 +158,10 @@ fn max_tokens_drops_every_tool_call() {
     let a = assemble(&[
         text(0, "partial"),
         call(1, "k1", Some("read"), "{\"fi"),
-        end(2, json!({"type": "tool-call", "id": "k2", "name": "read", "arguments": "{}"})),
+        end(
+            2,
+            json!({"type": "tool-call", "id": "k2", "name": "read", "arguments": "{}"}),
+        ),
         finish("max-tokens"),
     ]);
     assert_eq!(a.blocks(), [json!({"type": "text", "text": "partial"})]);
@@ -185,7 +197,9 @@ fn finish_is_the_last_finish_chunk_or_stop() {
 /// A small deterministic generator, so the properties run over many
 /// chunk sequences without a dependency.
 fn chunks(seed: u64, n: usize) -> Vec<Value> {
-    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     let mut next = move |m: u64| {
         x ^= x << 13;
         x ^= x >> 7;

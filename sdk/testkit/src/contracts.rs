@@ -122,7 +122,11 @@ impl Suite<'_> {
 
     async fn create(&self, id: &str) {
         self.t
-            .call("sessions", "create", json!({"id": id, "meta": {"cwd": CWD}}))
+            .call(
+                "sessions",
+                "create",
+                json!({"id": id, "meta": {"cwd": CWD}}),
+            )
             .await;
     }
 
@@ -209,7 +213,10 @@ pub async fn persistence(t: &TestHost, backend: &Backend<'_>) {
         .flatten()
         .map(|e| serde_json::to_string(e).unwrap_or_default())
         .collect();
-    assert_eq!(lines, want, "byte-identical lines, in the original's key order");
+    assert_eq!(
+        lines, want,
+        "byte-identical lines, in the original's key order"
+    );
 
     // 2. A fractional createdAt is refused without reserving the id.
     let refused = t
@@ -335,7 +342,9 @@ pub async fn persistence(t: &TestHost, backend: &Backend<'_>) {
     assert_eq!(types(&v["events"])[6..], ["step/end", "turn/end"]);
     t.call("sessions", "resume", json!({"id": "c-unknown"}))
         .await;
-    let derived = t.call("sessions", "derive", json!({"id": "c-unknown"})).await;
+    let derived = t
+        .call("sessions", "derive", json!({"id": "c-unknown"}))
+        .await;
     let roles: Vec<&str> = derived
         .as_array()
         .into_iter()
@@ -386,7 +395,11 @@ pub async fn persistence(t: &TestHost, backend: &Backend<'_>) {
     }
     (backend.write_log)("c-raw", CWD, &log_text("c-raw", &open));
     let raw = s.ok("readFrom", json!({"id": "c-raw", "fromSeq": 5})).await;
-    assert_eq!(seqs(&raw["events"]), [5, 6, 7], "no closers on an open turn");
+    assert_eq!(
+        seqs(&raw["events"]),
+        [5, 6, 7],
+        "no closers on an open turn"
+    );
     let absent = s
         .fails("readFrom", json!({"id": "c-absent", "fromSeq": 0}))
         .await;
@@ -426,7 +439,10 @@ pub async fn persistence(t: &TestHost, backend: &Backend<'_>) {
     let pending = s.append("c-1", "turn/start", json!({"turn": 3})).await;
     assert_eq!(pending["seq"], n);
     let e = s
-        .offer("c-1", ev("step/start", n + 2, json!({"turn": 3, "step": 1})))
+        .offer(
+            "c-1",
+            ev("step/start", n + 2, json!({"turn": 3, "step": 1})),
+        )
         .await
         .err()
         .unwrap_or_else(|| panic!("a seq gap was accepted"));
@@ -442,7 +458,11 @@ pub async fn persistence(t: &TestHost, backend: &Backend<'_>) {
     let e = s
         .offer(
             "c-1",
-            ev("step/start", n + 1, json!({"turn": 3, "step": 1, "x": -0.0})),
+            ev(
+                "step/start",
+                n + 1,
+                json!({"turn": 3, "step": 1, "x": -0.0}),
+            ),
         )
         .await
         .err()
@@ -456,7 +476,11 @@ pub async fn persistence(t: &TestHost, backend: &Backend<'_>) {
     assert_eq!(s.stored_len("c-1").await as u64, n + 1);
     // The live session goes on where it was.
     let next = s
-        .append("c-1", "turn/end", json!({"turn": 3, "reason": {"kind": "completed"}}))
+        .append(
+            "c-1",
+            "turn/end",
+            json!({"turn": 3, "reason": {"kind": "completed"}}),
+        )
         .await;
     assert_eq!(next["seq"], n + 1);
     s.flush("c-1").await;
@@ -545,12 +569,19 @@ pub async fn coordinator(t: &TestHost, backend: &Backend<'_>) {
         0,
         json!({"target": "next-turn", "start": 0, "inserted": []}),
     )];
-    six.extend(turn_one().into_iter().take(5).enumerate().map(|(i, mut e)| {
-        e["seq"] = json!(i + 1);
-        e
-    }));
+    six.extend(
+        turn_one()
+            .into_iter()
+            .take(5)
+            .enumerate()
+            .map(|(i, mut e)| {
+                e["seq"] = json!(i + 1);
+                e
+            }),
+    );
     (backend.write_log)("k-resume", CWD, &log_text("k-resume", &six));
-    t.call("sessions", "resume", json!({"id": "k-resume"})).await;
+    t.call("sessions", "resume", json!({"id": "k-resume"}))
+        .await;
     s.append("k-resume", "turn/start", json!({"turn": 2})).await;
     s.append(
         "k-resume",
