@@ -901,3 +901,7 @@ mod tests {
         assert!(event::refuse_unknown("request/header-delta", None).is_some());
     }
 }
+
+#[cfg(test)]
+#[path = "vocab/assembler_tests.rs"]
+mod assembler_tests;

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use dsh_testkit::agent::{core_host, events, new_agent, turn};
-use dsh_testkit::fake_llm::{slow_text, text, tool_calls, Answer, FakeLlm};
+use dsh_testkit::fake_llm::{text, text_payloads, tool_calls, Answer, FakeLlm, Gate};
 use dsh_testkit::{library, TestHost};
 use serde_json::{json, Value};
 
@@ -192,20 +192,26 @@ async fn tool_steps_are_logged_and_every_request_is_what_the_log_derives() {
             .unwrap()["seq"]
     );
 
-    // Model-visible means logged: each request equals the history derived
-    // from the log up to that request.
-    let derived: Vec<Value> =
-        serde_json::from_value(t.call("sessions", "derive", json!({"id": agent})).await).unwrap();
+    // Model-visible means logged: every request equals the history derived
+    // from the log as it stood when that step called the model.
     let requests = fake.requests();
     assert_eq!(requests.len(), 3);
-    let last = &requests[2]["messages"];
+    let logged: Vec<dsh_sdk::vocab::SessionEvent> = serde_json::from_value(json!(ev)).unwrap();
+    for (i, request) in requests.iter().enumerate() {
+        let step = i as u64 + 1;
+        let called_at = ev
+            .iter()
+            .position(|e| e["type"] == "assistant/chunk" && e["data"]["step"] == step)
+            .unwrap_or_else(|| panic!("step {step} streamed nothing"));
+        let history = dsh_sdk::vocab::derive_messages(&logged[..called_at]);
+        let want: Vec<Value> = history.iter().flat_map(wire_messages).collect();
+        let sent = request["messages"].as_array().unwrap();
+        assert_eq!(sent[0]["role"], "system", "request {i}");
+        assert_eq!(sent[1..], want[..], "request {i} is the derived history");
+    }
     // system + user + (assistant, tool) + (assistant, tool, tool)
-    let roles: Vec<&str> = last
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["role"].as_str().unwrap())
-        .collect();
+    let last = requests[2]["messages"].as_array().unwrap();
+    let roles: Vec<&str> = last.iter().map(|m| m["role"].as_str().unwrap()).collect();
     assert_eq!(
         roles,
         [
@@ -218,6 +224,8 @@ async fn tool_steps_are_logged_and_every_request_is_what_the_log_derives() {
             "tool"
         ]
     );
+    let derived: Vec<Value> =
+        serde_json::from_value(t.call("sessions", "derive", json!({"id": agent})).await).unwrap();
     assert_eq!(
         derived.len(),
         7,
@@ -226,11 +234,48 @@ async fn tool_steps_are_logged_and_every_request_is_what_the_log_derives() {
     assert_eq!(last[2]["reasoning_content"], "I need a tool.");
     assert_eq!(last[2]["content"], "");
     assert_eq!(last[3]["tool_call_id"], "call_0_read");
-    assert_eq!(
-        last[3]["content"],
-        derived[2]["content"][0]["content"][0]["text"]
-    );
     t.shutdown().await;
+}
+
+/// A harness message as the chat-completions messages the adapter sends
+/// for it (the projection the original's DeepSeek adapter makes).
+fn wire_messages(m: &Value) -> Vec<Value> {
+    let blocks = m["content"].as_array().cloned().unwrap_or_default();
+    let join = |bs: &[Value], kind: &str| -> String {
+        bs.iter()
+            .filter(|b| b["type"] == kind)
+            .filter_map(|b| b["text"].as_str())
+            .collect()
+    };
+    if m["role"] == "assistant" {
+        let mut out = json!({"role": "assistant", "content": join(&blocks, "text")});
+        let reasoning = join(&blocks, "reasoning");
+        if !reasoning.is_empty() {
+            out["reasoning_content"] = json!(reasoning);
+        }
+        let calls: Vec<Value> = blocks
+            .iter()
+            .filter(|b| b["type"] == "tool-call")
+            .map(|b| json!({"id": b["id"], "type": "function", "function": {"name": b["name"], "arguments": b["arguments"]}}))
+            .collect();
+        if !calls.is_empty() {
+            out["tool_calls"] = json!(calls);
+        }
+        return vec![out];
+    }
+    let results: Vec<Value> = blocks
+        .iter()
+        .filter(|b| b["type"] == "tool-result")
+        .map(|b| {
+            let inner = b["content"].as_array().cloned().unwrap_or_default();
+            json!({"role": "tool", "tool_call_id": b["toolCallId"], "content": join(&inner, "text")})
+        })
+        .collect();
+    if results.is_empty() {
+        vec![json!({"role": "user", "content": join(&blocks, "text")})]
+    } else {
+        results
+    }
 }
 
 #[tokio::test]
@@ -311,19 +356,26 @@ async fn wire_faults_become_clear_turn_errors() {
     )])
     .await;
     assert_eq!(code(&r), "CONTEXT_WINDOW_EXCEEDED");
-    // Disconnect mid-stream: a transport failure, retried 5 times, then the error.
-    let mut drops = vec![Answer::Disconnect(vec![ok_delta.clone()]); 6];
-    drops.truncate(6);
-    let (r, ev, fake) = failing_turn(drops).await;
-    assert!(
-        ["TRANSPORT", "STREAM_CLOSED"].contains(&code(&r).as_str()),
-        "{r}"
-    );
-    assert_eq!(
-        fake.requests().len(),
-        if code(&r) == "TRANSPORT" { 6 } else { 1 }
-    );
-    let _ = ev;
+    // A connection reset mid-stream: a transport failure, retried 5 times
+    // (each retry logged), then the error.
+    let (r, ev, fake) = failing_turn(vec![Answer::Reset(vec![ok_delta.clone()]); 6]).await;
+    assert_eq!(code(&r), "TRANSPORT", "{r}");
+    assert_eq!(fake.requests().len(), 6, "the first attempt and 5 retries");
+    let retries: Vec<&Value> = ev.iter().filter(|e| e["type"] == "llm/retry").collect();
+    let attempts: Vec<u64> = retries
+        .iter()
+        .map(|e| e["data"]["attempt"].as_u64().unwrap())
+        .collect();
+    assert_eq!(attempts, [1, 2, 3, 4, 5]);
+    for retry in &retries {
+        assert_eq!(retry["data"]["failure"]["code"], "TRANSPORT", "{retry}");
+    }
+    // A clean close in the middle of an event: the stream ended without
+    // [DONE], which is not retryable.
+    let (r, ev, fake) = failing_turn(vec![Answer::Disconnect(vec![ok_delta.clone()]); 6]).await;
+    assert_eq!(code(&r), "STREAM_CLOSED", "{r}");
+    assert_eq!(fake.requests().len(), 1, "STREAM_CLOSED is not retried");
+    assert!(!ev.iter().any(|e| e["type"] == "llm/retry"));
 }
 
 #[tokio::test]
@@ -410,16 +462,7 @@ async fn cancel_mid_stream_keeps_the_interrupted_prefix() {
         json!({"agent": agent, "message": {"text": "go"}}),
     )
     .await;
-    for _ in 0..300 {
-        if events(&t, &agent)
-            .await
-            .iter()
-            .any(|e| e["type"] == "assistant/chunk")
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for_event(&t, &agent, "assistant/chunk").await;
     t.call("agents", "cancel", json!({"agent": agent})).await;
     let reason = t.call("agents", "whenIdle", json!({"agent": agent})).await["reason"].clone();
     assert_eq!(
@@ -491,8 +534,18 @@ async fn hot_swap_of_the_agent_loop_between_turns_keeps_the_history() {
 
 #[tokio::test]
 async fn steering_mid_turn_enters_the_next_step_of_the_same_turn() {
-    let (t, fake) = setup().await;
-    fake.push([slow_text("first part of the answer", 30), text("second")]);
+    // The held stream must not trip the adapter's idle timeout.
+    let (t, fake) = setup_with(|rows| {
+        assert!(rows.contains("streamIdleTimeoutMs = 1500"));
+        rows.replace("streamIdleTimeoutMs = 1500", "streamIdleTimeoutMs = 600000")
+    })
+    .await;
+    // The first answer's stream is held open after its first delta until
+    // the steer is logged, so the steer lands mid-stream on any machine.
+    let gate = Gate::new();
+    let mut payloads = text_payloads("first part of the answer");
+    let rest = payloads.split_off(1);
+    fake.push([Answer::Gated(payloads, gate.clone(), rest), text("second")]);
     let agent = new_agent(&t, "/tmp").await;
     t.call(
         "agents",
@@ -500,22 +553,27 @@ async fn steering_mid_turn_enters_the_next_step_of_the_same_turn() {
         json!({"agent": agent, "message": {"text": "start"}}),
     )
     .await;
-    for _ in 0..300 {
-        if events(&t, &agent)
-            .await
-            .iter()
-            .any(|e| e["type"] == "assistant/chunk")
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_for_event(&t, &agent, "assistant/chunk").await;
     t.call(
         "agents",
         "steer",
         json!({"agent": agent, "message": {"text": "also this"}}),
     )
     .await;
+    wait_until(&t, &agent, "the steer in the next-step inbox", |ev| {
+        ev.iter().any(|e| {
+            e["type"] == "agent/inbox/spliced"
+                && e["data"]["target"] == "next-step"
+                && e["data"]["inserted"][0]["content"][0]["text"] == "also this"
+        })
+    })
+    .await;
+    let before = events(&t, &agent).await;
+    assert!(
+        !before.iter().any(|e| e["type"] == "assistant/message"),
+        "the first step is still streaming when the steer arrives"
+    );
+    gate.open();
     let reason = t.call("agents", "whenIdle", json!({"agent": agent})).await["reason"].clone();
     assert_eq!(reason, json!({"kind": "completed"}));
     let ev = events(&t, &agent).await;
@@ -531,6 +589,15 @@ async fn steering_mid_turn_enters_the_next_step_of_the_same_turn() {
     assert_eq!(
         steered["seq"].as_u64().unwrap(),
         step2["seq"].as_u64().unwrap() + 1
+    );
+    let first = ev
+        .iter()
+        .find(|e| e["type"] == "assistant/message")
+        .unwrap();
+    assert_eq!(
+        first["data"]["message"]["content"],
+        json!([{"type": "text", "text": "first part of the answer"}]),
+        "the first step's answer was not cut by the steer"
     );
     t.shutdown().await;
 }
@@ -593,13 +660,10 @@ async fn a_finished_background_job_wakes_its_agent_with_a_notice() {
         turn(&t, &agent, "build in the background").await,
         json!({"kind": "completed"})
     );
-    for _ in 0..300 {
-        let ev = events(&t, &agent).await;
-        if ev.iter().filter(|e| e["type"] == "turn/end").count() == 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until(&t, &agent, "the second turn's end", |ev| {
+        ev.iter().filter(|e| e["type"] == "turn/end").count() == 2
+    })
+    .await;
     let ev = events(&t, &agent).await;
     let notice = ev
         .iter()
@@ -619,14 +683,24 @@ async fn a_finished_background_job_wakes_its_agent_with_a_notice() {
     t.shutdown().await;
 }
 
-async fn wait_for_event(t: &TestHost, agent: &str, kind: &str) {
-    for _ in 0..500 {
-        if events(t, agent).await.iter().any(|e| e["type"] == kind) {
+/// How long a test waits for something the agent will do; generous, as
+/// the machine may be loaded. Only a failure waits this long.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// Waits (polling the log, up to [`DEADLINE`]) until `ready(log)`.
+async fn wait_until(t: &TestHost, agent: &str, what: &str, ready: impl Fn(&[Value]) -> bool) {
+    let until = std::time::Instant::now() + DEADLINE;
+    loop {
+        if ready(&events(t, agent).await) {
             return;
         }
+        assert!(std::time::Instant::now() < until, "never logged: {what}");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    panic!("no {kind} logged");
+}
+
+async fn wait_for_event(t: &TestHost, agent: &str, kind: &str) {
+    wait_until(t, agent, kind, |ev| ev.iter().any(|e| e["type"] == kind)).await;
 }
 
 #[tokio::test]
@@ -646,7 +720,7 @@ async fn cancel_kills_the_running_call_and_answers_the_unstarted_ones() {
     )
     .await;
     wait_for_event(&t, &agent, "tool/call").await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let deadline = std::time::Instant::now() + DEADLINE;
     while dsh_testkit::processes_with(&marker).is_empty() {
         assert!(
             std::time::Instant::now() < deadline,
@@ -736,8 +810,10 @@ async fn replacing_the_agent_loop_mid_turn_ends_the_turn_and_keeps_the_log_consi
         json!({"kind": "completed"})
     );
     let requests = fake.requests();
-    assert!(requests.last().unwrap()["messages"]
-        .to_string()
-        .contains("Halfway"));
+    let sent = requests.last().unwrap()["messages"].as_array().unwrap();
+    assert!(
+        sent.contains(&json!({"role": "assistant", "content": "Halfway"})),
+        "the interrupted prefix is history: {sent:?}"
+    );
     t.shutdown().await;
 }

@@ -783,7 +783,11 @@ async fn a_model_less_agent_fails_with_the_clear_message() {
 #[tokio::test]
 async fn agent_request_can_supply_the_model() {
     let listeners = "{ event = 'agent/request', action = 'merge', value = { config = { provider = 'fake', model = 'm-from-hook' } } }";
-    let (t, fake) = setup(&format!("{}{PERSONA_WITHOUT_MODEL}", kit("k", listeners, ""))).await;
+    let (t, fake) = setup(&format!(
+        "{}{PERSONA_WITHOUT_MODEL}",
+        kit("k", listeners, "")
+    ))
+    .await;
     fake.push([text("hi")]);
     let agent = create(&t, json!({"meta": {"cwd": "/tmp"}})).await;
     assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "completed"}));

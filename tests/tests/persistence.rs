@@ -1,36 +1,60 @@
-//! The persistence contract, run against the JSONL backend.
+//! The persistence contracts, run against the JSONL backend.
 
-use dsh_testkit::{contracts, TestHost};
-use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+
+use dsh_testkit::contracts::{self, Backend};
+use dsh_testkit::TestHost;
+
+/// Rows of a host persisting into `root` with session-jsonl.
+fn rows(root: &Path) -> String {
+    format!(
+        "[[row]]\nid='session'\nplugin='session'\n[[row]]\nid='jsonl'\nplugin='session-jsonl'\nconfig = {{ root = '{}' }}\n",
+        root.display()
+    )
+}
+
+/// Writes a raw log where session-jsonl reads session `id` of `cwd`.
+fn writer(root: PathBuf) -> impl Fn(&str, &str, &str) {
+    move |id, cwd, text| {
+        let key = cwd.replace('/', "-").trim_start_matches('-').to_owned();
+        let dir = root.join(format!("--{key}--"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("{id}.jsonl")), text).unwrap();
+    }
+}
 
 #[tokio::test]
 async fn session_jsonl_passes_the_persistence_contract() {
     let t = TestHost::start().await;
     let root = t.home.path().join("sessions");
-    t.apply(&format!(
-        "[[row]]\nid='session'\nplugin='session'\n[[row]]\nid='jsonl'\nplugin='session-jsonl'\nconfig = {{ root = '{}' }}\n",
-        root.display()
-    ))
+    let rows = rows(&root);
+    t.apply(&rows).await;
+    let write = writer(root);
+    contracts::persistence(
+        &t,
+        &Backend {
+            rows: &rows,
+            write_log: &write,
+        },
+    )
     .await;
-    let write = |id: &str, cwd: &str, lines: &[Value]| {
-        let key = cwd.replace('/', "-").trim_start_matches('-').to_owned();
-        let dir = root.join(format!("--{key}--"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let header = json!({"type": "session", "version": if id == "c-new" { 1 } else { 0 }, "id": id, "createdAt": 1, "cwd": cwd, "delegationDepth": 0});
-        let mut text = format!("{header}\n");
-        for l in lines {
-            text.push_str(&format!("{l}\n"));
-        }
-        std::fs::write(dir.join(format!("{id}.jsonl")), text).unwrap();
-    };
-    contracts::persistence(&t, &write).await;
-    write("c-new", "/contract/work", &[]);
-    // A log written by a newer harness is refused with the reason.
-    let err = t
-        .host
-        .call("sessionPersistence", "load", json!({"id": "c-new"}))
-        .await
-        .unwrap_err();
-    assert!(err.message.contains("written by a newer harness"), "{err}");
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn session_jsonl_passes_the_coordinator_contract() {
+    let t = TestHost::start().await;
+    let root = t.home.path().join("sessions");
+    let rows = rows(&root);
+    t.apply(&rows).await;
+    let write = writer(root);
+    contracts::coordinator(
+        &t,
+        &Backend {
+            rows: &rows,
+            write_log: &write,
+        },
+    )
+    .await;
     t.shutdown().await;
 }

@@ -256,6 +256,32 @@ dsh_sdk::export_plugin!(DeepSeek);
 mod tests {
     use super::*;
 
+    #[derive(Debug)]
+    struct Chain(&'static str, Option<Box<Chain>>);
+    impl std::fmt::Display for Chain {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+    impl std::error::Error for Chain {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|c| c as _)
+        }
+    }
+
+    #[test]
+    fn an_error_chain_appends_each_cause_unless_already_said() {
+        let e = Chain(
+            "request failed",
+            Some(Box::new(Chain(
+                "connection reset",
+                Some(Box::new(Chain("reset", None))),
+            ))),
+        );
+        assert_eq!(error_chain(&e), "request failed: connection reset");
+        assert_eq!(error_chain(&Chain("alone", None)), "alone");
+    }
+
     #[test]
     fn the_sse_cap_defaults_when_absent_or_zero() {
         let config = |v: Value| serde_json::from_value::<Config>(v).unwrap().sse_cap();

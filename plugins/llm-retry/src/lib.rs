@@ -101,6 +101,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_default_policy_is_the_originals_normal_mode() {
+        let c = Config::default();
+        assert_eq!(
+            (
+                c.max_retries,
+                c.initial_delay_ms,
+                c.max_delay_ms,
+                c.jitter_ratio
+            ),
+            (5, 500, 10_000, 0.1)
+        );
+        assert_eq!(
+            RETRYABLE_CODES,
+            [
+                "EMPTY_RESPONSE",
+                "RATE_LIMIT",
+                "SERVER",
+                "TIMEOUT",
+                "TRANSPORT"
+            ]
+        );
+    }
+
+    #[test]
     fn backoff_grows_caps_and_honors_retry_after() {
         let c = Config {
             jitter_ratio: 0.0,

@@ -79,7 +79,9 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
                 // logged history), so a long session does not ship its
                 // whole transcript through every listener.
                 let mut request = request;
-                let messages = request.get_mut("messages").map(Value::take);
+                let messages = request
+                    .as_object_mut()
+                    .and_then(|o| o.shift_remove("messages"));
                 let mut request = match ctx
                     .waterfall("llm/stream", request, |r| async move { Ok(r) })
                     .await

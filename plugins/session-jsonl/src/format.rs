@@ -146,11 +146,24 @@ pub fn scan(bytes: &[u8]) -> Result<Scan, String> {
     if head["type"] != "session" {
         return Err("the first line is not a session header".into());
     }
-    let version = head["version"].as_u64().unwrap_or(u64::MAX);
-    if version != 0 {
-        return Err(format!(
-            "the log uses format v{version}, but this harness reads only v0: the log was written by a newer harness — upgrade the harness to open it"
-        ));
+    match head["version"].as_i64() {
+        Some(0) => {}
+        Some(v) if v < 0 => {
+            return Err(format!(
+                "the log uses format v{v}, older than the supported v0, and this build ships no upgrade path for it"
+            ))
+        }
+        Some(v) => {
+            return Err(format!(
+                "the log uses format v{v}, but this harness reads only v0: the log was written by a newer harness — upgrade the harness to open it"
+            ))
+        }
+        None => {
+            return Err(format!(
+                "corrupt header: version {} is not an integer",
+                head["version"]
+            ))
+        }
     }
     for retired in ["sandboxMode", "approvalPolicy"] {
         if head.get(retired).is_some() {
@@ -560,6 +573,17 @@ mod tests {
         drop(held);
         assert!(lock::lock_path(&path).is_ok());
         let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn retired_header_fields_are_refused() {
+        for field in ["sandboxMode", "approvalPolicy"] {
+            let head = format!("{{\"type\":\"session\",\"version\":0,\"id\":\"s\",\"createdAt\":1,\"delegationDepth\":0,\"{field}\":\"x\"}}\n");
+            assert_eq!(
+                scan(head.as_bytes()).err(),
+                Some(format!("retired header field `{field}`"))
+            );
+        }
     }
 
     #[test]

@@ -41,6 +41,35 @@ mod code {
     pub const SESSION_FORMAT_UNSUPPORTED: &str = "SESSION_FORMAT_UNSUPPORTED";
     /// `load` of a session live in this host whose turn is still open.
     pub const OPEN_TURN: &str = "OPEN_TURN";
+    /// An event restates a seq already stored or pending.
+    pub const SEQ_RESTATED: &str = "SEQ_RESTATED";
+    /// An event's seq skips past the next one, which would leave a gap.
+    pub const SEQ_GAP: &str = "SEQ_GAP";
+    /// An event's data is not lossless JSON (`-0`, a non-finite number).
+    pub const NOT_LOSSLESS: &str = "NOT_LOSSLESS";
+    /// A session's header (metadata) is invalid.
+    pub const INVALID_META: &str = "INVALID_META";
+}
+
+/// The largest integer JSON (and the original's JavaScript) holds exactly.
+const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+
+/// Checks a new session's metadata as the original's `create` does: the
+/// `createdAt` must be a non-negative safe integer.
+fn check_meta(header: &Value) -> Result<()> {
+    let ok = header["createdAt"]
+        .as_u64()
+        .is_some_and(|t| t <= MAX_SAFE_INTEGER);
+    if ok {
+        return Ok(());
+    }
+    Err(Error::new(
+        code::INVALID_META,
+        format!(
+            "session metadata createdAt must be a non-negative safe integer (got {})",
+            header["createdAt"]
+        ),
+    ))
 }
 
 #[derive(Deserialize)]
@@ -148,6 +177,49 @@ fn is_refusal(e: &Error) -> bool {
     )
 }
 
+impl Live {
+    /// The seq the next event must carry.
+    fn next_seq(&self) -> u64 {
+        self.on_disk + self.pending.len() as u64
+    }
+
+    /// Buffers `event` if it is the next one and lossless JSON; otherwise
+    /// refuses it (nothing is buffered), so the log never holds a restated
+    /// seq, a gap, or data the original could not read back.
+    fn accept(&mut self, id: &str, event: SessionEvent) -> Result<()> {
+        let next = self.next_seq();
+        if event.seq < next {
+            return Err(Error::new(
+                code::SEQ_RESTATED,
+                format!(
+                    "session \"{id}\": event seq {} restates a stored seq (the next is {next})",
+                    event.seq
+                ),
+            ));
+        }
+        if event.seq > next {
+            return Err(Error::new(
+                code::SEQ_GAP,
+                format!(
+                    "session \"{id}\": event seq {} would leave a gap (the next is {next})",
+                    event.seq
+                ),
+            ));
+        }
+        if !dsh_sdk::vocab::lossless(&event.data) {
+            return Err(Error::new(
+                code::NOT_LOSSLESS,
+                format!(
+                    "session \"{id}\": event data of \"{}\" must be losslessly JSON-serializable",
+                    event.kind
+                ),
+            ));
+        }
+        self.pending.push(event);
+        Ok(())
+    }
+}
+
 impl Store {
     fn dir_for(&self, cwd: Option<&str>) -> PathBuf {
         match cwd {
@@ -187,6 +259,42 @@ impl Store {
             code::SESSION_NOT_FOUND,
             format!("stored session \"{id}\" not found"),
         ))
+    }
+
+    /// The stored logs (path and scan) of project `cwd`, or of every
+    /// project; unreadable logs are skipped.
+    fn logs(&self, cwd: Option<&str>) -> Vec<(PathBuf, Scan)> {
+        let dirs: Vec<PathBuf> = match cwd {
+            Some(c) => vec![self.dir_for(Some(c))],
+            None => std::fs::read_dir(&self.root)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|d| d.path())
+                .collect(),
+        };
+        let mut out = Vec::new();
+        for dir in dirs {
+            for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let path = if e.path().is_dir() {
+                    let plain = e.path().join("session.jsonl");
+                    if plain.is_file() {
+                        plain
+                    } else {
+                        e.path().join("session.jsonl.zstd")
+                    }
+                } else {
+                    e.path()
+                };
+                let Ok(log) = format::read(&path) else {
+                    continue;
+                };
+                if let Ok(s) = scan(&log.text) {
+                    out.push((path, s));
+                }
+            }
+        }
+        out
     }
 
     /// Takes the lock this store already holds on `id`'s log, if any.
@@ -263,12 +371,21 @@ impl Store {
         let on_disk = if stored > 0 {
             stored
         } else {
-            match format::read(&path) {
-                Ok(log) => scan(&log.text)
-                    .map(|sc| sc.events.len() as u64)
-                    .unwrap_or(0),
-                Err(_) => 0,
+            let disk = match format::read(&path) {
+                Ok(log) => scan(&log.text).map(|sc| sc.events).unwrap_or_default(),
+                Err(_) => Vec::new(),
+            };
+            // A new session whose id already has a log: only a seed that
+            // restates that log continues it; anything else is another
+            // session under the same id and must not be appended to it.
+            if !events.starts_with(&disk) {
+                drop(lock);
+                let e = collision(&id, &path);
+                self.live.borrow_mut().remove(&id);
+                self.refused.borrow_mut().insert(id, e.clone());
+                return Err(e);
             }
+            disk.len() as u64
         };
         let pending = events.into_iter().filter(|e| e.seq >= on_disk).collect();
         let live = Live {
@@ -370,13 +487,8 @@ impl Store {
         Self::read_view(id, &path, View::Live)
     }
 
-    fn read_view(id: &str, path: &Path, view: View) -> Result<(SessionHeader, Vec<SessionEvent>)> {
-        let log = format::read(path).map_err(|e| err(code::PERSISTENCE, e))?;
-        let Scan {
-            header,
-            mut events,
-            torn_at,
-        } = scan(&log.text).map_err(|e| {
+    fn scan_log(id: &str, path: &Path, log: &format::Log) -> Result<Scan> {
+        scan(&log.text).map_err(|e| {
             err(
                 code::SESSION_CORRUPT,
                 format!(
@@ -384,7 +496,16 @@ impl Store {
                     path.display()
                 ),
             )
-        })?;
+        })
+    }
+
+    fn read_view(id: &str, path: &Path, view: View) -> Result<(SessionHeader, Vec<SessionEvent>)> {
+        let log = format::read(path).map_err(|e| err(code::PERSISTENCE, e))?;
+        let Scan {
+            header,
+            mut events,
+            torn_at,
+        } = Self::scan_log(id, path, &log)?;
         if let Some((e, why)) = events
             .iter()
             .find_map(|e| Some((e, event::refuse_unknown(&e.kind, e.ignorable)?)))
@@ -411,6 +532,22 @@ impl Store {
         events.extend(closers);
         Ok((header, events))
     }
+}
+
+/// A log's revision: device, inode, size and the ns timestamps of its
+/// file, so any write (an append, a repair) changes it and a read does not.
+fn revision(meta: &std::fs::Metadata) -> String {
+    use std::os::unix::fs::MetadataExt;
+    format!(
+        "jsonl:{}:{}:{}:{}.{:09}:{}.{:09}",
+        meta.dev(),
+        meta.ino(),
+        meta.size(),
+        meta.mtime(),
+        meta.mtime_nsec(),
+        meta.ctime(),
+        meta.ctime_nsec()
+    )
 }
 
 async fn handle(store: Shared, req: Request) -> Result<Reply> {
@@ -442,36 +579,30 @@ async fn handle(store: Shared, req: Request) -> Result<Reply> {
             Reply::json(json!({"kind": "jsonl", "path": path}))
         }
         "list" => {
-            let dir = store.dir_for(req.params["cwd"].as_str());
             let mut out = Vec::new();
-            if let Ok(entries) = std::fs::read_dir(&dir) {
-                for e in entries.flatten() {
-                    let path = if e.path().is_dir() {
-                        let plain = e.path().join("session.jsonl");
-                        if plain.is_file() {
-                            plain
-                        } else {
-                            e.path().join("session.jsonl.zstd")
-                        }
-                    } else {
-                        e.path()
-                    };
-                    let Ok(log) = format::read(&path) else {
-                        continue;
-                    };
-                    let Ok(s) = scan(&log.text) else { continue };
-                    let turns = s.events.iter().filter(|e| e.kind == "turn/start").count();
-                    let last_prompt = s
-                        .events
-                        .iter()
-                        .rev()
-                        .find(|e| e.kind == "user/message" && e.data["source"]["kind"] == "user")
-                        .map(|e| dsh_sdk::vocab::msg::joined_text(&e.data))
-                        .unwrap_or_default();
-                    out.push(json!({"id": s.header.id, "createdAt": s.header.created_at, "turns": turns, "lastPrompt": last_prompt}));
-                }
+            for (_, s) in store.logs(req.params["cwd"].as_str()) {
+                let turns = s.events.iter().filter(|e| e.kind == "turn/start").count();
+                let last_prompt = s
+                    .events
+                    .iter()
+                    .rev()
+                    .find(|e| e.kind == "user/message" && e.data["source"]["kind"] == "user")
+                    .map(|e| dsh_sdk::vocab::msg::joined_text(&e.data))
+                    .unwrap_or_default();
+                out.push(json!({"id": s.header.id, "createdAt": s.header.created_at, "turns": turns, "lastPrompt": last_prompt}));
             }
             out.sort_by_key(|v| v["createdAt"].as_u64());
+            Reply::json(out)
+        }
+        "listSnapshots" => {
+            // Every stored session (of `cwd`, when given) with the revision
+            // of its log: equal revisions mean an unchanged log.
+            let mut out = Vec::new();
+            for (path, s) in store.logs(req.params["cwd"].as_str()) {
+                let meta = std::fs::metadata(&path).map_err(|e| err(code::PERSISTENCE, e))?;
+                out.push(json!({"header": s.header, "revision": revision(&meta)}));
+            }
+            out.sort_by_key(|v| v["header"]["createdAt"].as_u64());
             Reply::json(out)
         }
         _ => Err(req.unknown_method()),
@@ -508,6 +639,7 @@ impl Plugin for Jsonl {
         ctx.on("session/created", move |ev| {
             let s = s.clone();
             async move {
+                check_meta(&ev.payload["header"])?;
                 let header: SessionHeader = serde_json::from_value(ev.payload["header"].clone())?;
                 let events: Vec<SessionEvent> =
                     serde_json::from_value(ev.payload["events"].clone())?;
@@ -531,7 +663,7 @@ impl Plugin for Jsonl {
                     let Some(l) = live.get_mut(&id) else {
                         return Ok(Value::Null);
                     };
-                    l.pending.push(event);
+                    l.accept(&id, event)?;
                     !std::mem::replace(&mut l.armed, true)
                 };
                 if arm {

@@ -28,6 +28,46 @@ pub enum Answer {
     /// side of the test holds it; how much of it went out before the client
     /// hung up is recorded ([`FakeLlm::long_lines_written`]).
     LongLine(usize),
+    /// 200, some data payloads, then the connection is reset (a TCP RST,
+    /// not a clean close): the client sees a transport error.
+    Reset(Vec<String>),
+    /// 200, the first payloads, then nothing until the test opens the
+    /// [`Gate`], then the rest: a stream held open for as long as a test
+    /// needs, whatever the machine's speed.
+    Gated(Vec<String>, Gate, Vec<String>),
+}
+
+/// Holds an [`Answer::Gated`] stream until [`Gate::open`] is called.
+#[derive(Debug, Clone, Default)]
+pub struct Gate(Arc<GateState>);
+
+#[derive(Debug, Default)]
+struct GateState {
+    open: std::sync::atomic::AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl Gate {
+    /// A closed gate.
+    pub fn new() -> Gate {
+        Gate::default()
+    }
+
+    /// Lets every stream held by this gate go on.
+    pub fn open(&self) {
+        self.0.open.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.0.notify.notify_waiters();
+    }
+
+    async fn wait(&self) {
+        loop {
+            let notified = self.0.notify.notified();
+            if self.0.open.load(std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
+            notified.await;
+        }
+    }
 }
 
 /// The head of an [`Answer::LongLine`] line; its filler follows.
@@ -47,6 +87,14 @@ pub fn text(answer: &str) -> Answer {
     events.push(Some(json!({"choices": [], "usage": {"prompt_tokens": 20, "completion_tokens": 5, "prompt_cache_hit_tokens": 8}}).to_string()));
     events.push(Some("[DONE]".into()));
     Answer::Sse(events)
+}
+
+/// The `data:` payloads of [`text`] (for [`Answer::Gated`] and friends).
+pub fn text_payloads(answer: &str) -> Vec<String> {
+    match text(answer) {
+        Answer::Sse(events) => events.into_iter().flatten().collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// `text` streamed slowly (`ms` before each event).
@@ -331,6 +379,34 @@ async fn serve(mut sock: TcpStream, state: Arc<Mutex<State>>) {
             resp.push_str("\r\n");
             resp.push_str(&body);
             let _ = sock.write_all(resp.as_bytes()).await;
+        }
+        Answer::Reset(events) => {
+            let _ = sock.write_all(sse_head.as_bytes()).await;
+            for d in events {
+                let _ = sock.write_all(format!("data: {d}\n\n").as_bytes()).await;
+            }
+            let _ = sock.flush().await;
+            // Closing with a zero linger sends RST instead of FIN.
+            let _ = sock.set_zero_linger();
+            return;
+        }
+        Answer::Gated(before, gate, after) => {
+            let _ = sock.write_all(sse_head.as_bytes()).await;
+            for d in before {
+                let _ = sock.write_all(format!("data: {d}\n\n").as_bytes()).await;
+            }
+            let _ = sock.flush().await;
+            gate.wait().await;
+            for d in after {
+                if sock
+                    .write_all(format!("data: {d}\n\n").as_bytes())
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            let _ = sock.flush().await;
         }
         Answer::LongLine(len) => {
             let _ = sock.write_all(sse_head.as_bytes()).await;
