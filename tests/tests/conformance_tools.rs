@@ -744,7 +744,11 @@ async fn identity_and_persona_are_built_in_an_empty_persona_renders_nothing() {
     let t = TestHost::start().await;
     t.apply(&prompt_rows("", "")).await;
     let a = assemble(&t).await;
-    assert_eq!(section_names(&a), ["harness:identity"]);
+    // The empty persona is in the assembly but renders nothing.
+    assert_eq!(
+        section_names(&a),
+        ["harness:identity", "deployment:persona"]
+    );
     assert_eq!(a["system"], IDENTITY);
     t.apply(&prompt_rows("persona = \"Be {{model}}.\"", ""))
         .await;
@@ -809,10 +813,17 @@ async fn sections_sort_by_order_reject_duplicates_and_leave_with_their_fiber() {
     })
     .await;
     let a = assemble(&t).await;
-    // Ordered by `order`; the empty section is dropped.
+    // Ordered by `order`; the assembly keeps the empty section (as the
+    // original's does), the rendered prompt drops it.
     assert_eq!(
         section_names(&a),
-        ["early", "harness:identity", "deployment:persona", "late"]
+        [
+            "early",
+            "harness:identity",
+            "deployment:persona",
+            "empty",
+            "late"
+        ]
     );
     assert_eq!(a["system"], format!("E\n\n{IDENTITY}\n\nP\n\nL"));
     let e = section(&t, "late", json!(1), "again").await.unwrap_err();
