@@ -2,7 +2,7 @@
 //! `cancel.spec.ts`, `interception.spec.ts`): the original's behaviours,
 //! checked against the real plugins in a real host with the fake model
 //! server. Seams are driven by the `hooks` fixture, whose listeners act while
-//! the loop awaits them. Rows: tests/conformance/10.2-10.3a-agent-loop.md.
+//! the loop awaits them. Rows: tests/CONFORMANCE.md (§10.2, §10.3 first half).
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! edges, request recovery and reconstruction, resume, tool-call scheduling,
 //! tool order, the agent handle and its properties — real plugin builds in
 //! the real host, against the fake model server. The rows of
-//! `tests/conformance/10.3b-agent-loop.md` name these tests.
+//! `tests/CONFORMANCE.md` (§10.3, second half) name these tests.
 //!
 //! Orders and overlaps are read from the session log and from the loop-kit
 //! fixture's journal (every listener invocation, every tool start and end, in

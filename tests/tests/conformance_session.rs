@@ -1,7 +1,7 @@
 //! Conformance of the session log (reference dsh-core §10.1, with the
 //! persistence rules of §8.2 the log depends on): the `session` and
 //! `session-jsonl` plugins in a real host, driven through their services.
-//! Rows: `tests/conformance/10.1-session.md`.
+//! Rows: `tests/CONFORMANCE.md` (§10.1).
 //!
 //! No waits here: every call is answered after its effects (a flush is
 //! durable when it returns).

@@ -1,7 +1,7 @@
 //! Conformance with reference dsh-core §10.4 (tools), §10.5 (system prompt)
 //! and §10.6 (scope): real plugin builds in a real host, one test per
 //! behavior of the original's test files (see
-//! `tests/conformance/10.4-10.6-tools-prompt-scope.md`).
+//! `tests/CONFORMANCE.md` (§10.4-10.6)).
 
 use std::time::{Duration, Instant};
 
