@@ -222,7 +222,7 @@ async fn a_detached_child_neither_holds_the_call_nor_outlives_it() {
             &t,
             ws.path(),
             "bash",
-            json!({"command": format!("(exec -a {marker} setsid sleep 60) & echo started"), "description": "d", "timeoutMs": 2000}),
+            json!({"command": format!("(setsid bash -c 'touch up1; exec -a {marker} sleep 60' &); while [ ! -e up1 ]; do sleep 0.01; done; echo started"), "description": "d", "timeoutMs": 20000}),
         );
         let r = tokio::time::timeout(Duration::from_secs(40), call)
             .await
@@ -232,7 +232,7 @@ async fn a_detached_child_neither_holds_the_call_nor_outlives_it() {
         let r = sh(
             &t,
             ws.path(),
-            &format!("(exec -a {marker}-quiet setsid sleep 41 >/dev/null 2>&1 </dev/null &); echo started"),
+            &format!("(setsid bash -c 'touch up2; exec -a {marker}-quiet sleep 41' >/dev/null 2>&1 </dev/null &); while [ ! -e up2 ]; do sleep 0.01; done; echo started"),
         )
         .await;
         assert!(text_of(&r).starts_with("started"), "{sandbox}: {r}");
@@ -252,11 +252,16 @@ async fn a_timeout_kills_a_double_forked_setsid_child() {
             &t,
             ws.path(),
             "bash",
-            json!({"command": format!("( (exec -a {marker} setsid sleep 60 >/dev/null 2>&1 &) & ); sleep 60"), "description": "d", "timeoutMs": 500}),
+            json!({"command": format!("( (setsid bash -c 'touch up; exec -a {marker} sleep 60' >/dev/null 2>&1 &) & ); while [ ! -e up ]; do sleep 0.01; done; echo up; sleep 60"), "description": "d", "timeoutMs": 5000}),
         )
         .await;
+        // The child was up (and so had to be killed) before the timeout.
         assert!(
-            text_of(&r).ends_with("[timed out after 500ms]"),
+            text_of(&r).starts_with("up\n"),
+            "{sandbox}: the child did not start within the timeout: {r}"
+        );
+        assert!(
+            text_of(&r).ends_with("[timed out after 5000ms]"),
             "{sandbox}: {r}"
         );
         let left = wait_gone(&marker, Duration::from_secs(10));

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use dsh_testkit::fake_llm::{text, tool_calls, FakeLlm};
 use dsh_testkit::headless::Headless;
-use dsh_testkit::{processes_with, wait_for, wait_gone};
+use dsh_testkit::{processes_named, wait_for, wait_gone};
 use serde_json::json;
 
 fn marker(label: &str) -> String {
@@ -24,7 +24,7 @@ async fn nothing_a_command_started_outlives_a_clean_exit() {
     let (quiet, job) = (marker("quiet"), marker("job"));
     fake.push([
         tool_calls(&[bash(&format!(
-            "(exec -a {quiet} setsid sleep 41 >/dev/null 2>&1 </dev/null &); echo started"
+            "(setsid bash -c 'touch up; exec -a {quiet} sleep 41' >/dev/null 2>&1 </dev/null &); while [ ! -e up ]; do sleep 0.01; done; echo started"
         ))]),
         tool_calls(&[(
             "bash",
@@ -57,15 +57,19 @@ async fn nothing_a_command_started_outlives_kill_9_of_the_harness() {
         )]),
         tool_calls(&[(
             "bash",
-            json!({"command": format!("(exec -a {fg}-detached setsid sleep 100 &); exec -a {fg} sleep 100"), "description": "d", "timeoutMs": 600000}),
+            json!({"command": format!("(setsid bash -c 'exec -a {fg}-detached sleep 100' &); exec -a {fg} sleep 100"), "description": "d", "timeoutMs": 600000}),
         )]),
         text("never reached"),
     ]);
     let h = Headless::new(&fake, "");
     let host = h.spawn(&["go"]);
-    // The foreground command runs: both commands are up.
+    // Both commands run (the processes themselves, not the shells or
+    // sandboxes whose arguments name them).
+    let detached = format!("{fg}-detached");
     wait_for("the commands to start", || {
-        processes_with(&fg).len() >= 2 && !processes_with(&job).is_empty()
+        [&job, &fg, &detached]
+            .iter()
+            .all(|m| !processes_named(m).is_empty())
     })
     .await;
     host.kill();

@@ -316,18 +316,25 @@ impl Plan {
             return Err(io::Error::last_os_error());
         }
         if pid == 0 {
+            // PID 1 dies with the process in between: armed before anything
+            // else, then the pipe tells whether that process was still
+            // there to arm it for (it holds its end open until it exits).
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
             libc::close(sync[1]);
             let mut go = 0u8;
             let n = libc::read(sync[0], (&mut go as *mut u8).cast(), 1);
+            let mut alive = libc::pollfd {
+                fd: sync[0],
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            libc::poll(&mut alive, 1, 0);
             libc::close(sync[0]);
-            if n != 1 {
+            if n != 1 || alive.revents & libc::POLLHUP != 0 {
                 // The process in between failed or died.
                 libc::_exit(126);
-            }
-            // (The process in between dies only by a signal to the whole
-            // process group, which reaches this one too.)
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                return Err(io::Error::last_os_error());
             }
             return Ok(());
         }
@@ -340,9 +347,14 @@ impl Plan {
             }
         }
         libc::write(sync[1], b"g".as_ptr().cast(), 1);
-        // In between: hold nothing open (no pipe, no error channel), wait,
-        // and leave the way the command did.
-        libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
+        // In between: hold nothing open (no pipe, no error channel) but the
+        // sync pipe's end, whose closing at exit tells PID 1 this process
+        // is gone; wait, and leave the way the command did.
+        let keep = sync[1] as u32;
+        if keep > 0 {
+            libc::syscall(libc::SYS_close_range, 0u32, keep - 1, 0u32);
+        }
+        libc::syscall(libc::SYS_close_range, keep + 1, u32::MAX, 0u32);
         let mut status = 0;
         loop {
             let r = libc::waitpid(pid, &mut status, 0);

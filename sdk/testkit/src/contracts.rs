@@ -498,7 +498,7 @@ pub async fn coordinator(t: &TestHost, backend: &Backend<'_>) {
     s.create("k-live").await;
     s.append("k-live", "turn/start", json!({"turn": 1})).await;
     let e = s.fails("load", json!({"id": "k-live"})).await;
-    assert_eq!(e.code, "SESSION_TURN_OPEN", "{e}");
+    assert_eq!(e.code, "OPEN_TURN", "{e}");
     assert_eq!(
         e.message,
         "cannot load session \"k-live\" while its live turn is open; use the live Session or wait for the turn to close"

@@ -308,6 +308,20 @@ pub async fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
     }
 }
 
+/// Live processes whose `argv[0]` is exactly `name` (as `exec -a NAME`
+/// sets it): the command itself, not a shell or sandbox whose arguments
+/// merely mention it.
+pub fn processes_named(name: &str) -> Vec<i32> {
+    processes_with(name)
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .ok()
+                .is_some_and(|c| c.split(|b| *b == 0).next() == Some(name.as_bytes()))
+        })
+        .collect()
+}
+
 /// Waits (up to `deadline`) until no process has `marker` in its command
 /// line; returns those still there.
 pub fn wait_gone(marker: &str, deadline: Duration) -> Vec<i32> {
