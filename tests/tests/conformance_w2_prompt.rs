@@ -1,0 +1,518 @@
+//! Conformance, §10.5 and the §10.3 rows about the system prompt: runtime
+//! contexts (`context()`, `includeRuntimeContext`), registered variables,
+//! `complete` sections, scoped layers and `toolOrder` — real plugin builds in
+//! the real host. The rows of `tests/CONFORMANCE.md` name these tests; the
+//! pure cores (`order_tools`, `validate_tool_order`, `interpolate`) have unit
+//! tests in `plugins/system-prompt/src/lib.rs`.
+//!
+//! Registrations are made by a probe fiber (`probe:impl`.`call`), so their
+//! removal with that fiber is observable; waterfall listeners are loop-kit
+//! rows. Nothing here sleeps to synchronize.
+
+use dsh_testkit::{library, TestHost};
+use serde_json::{json, Value};
+
+// ---------------------------------------------------------------- helpers
+
+const IDENTITY: &str = "You are an AI agent powered by DeepSeek Harness.";
+const SNAPSHOT_HEAD: &str =
+    "Current runtime context. This snapshot supersedes earlier runtime-context snapshots.";
+
+/// The system-prompt row with `config`, the registering probe `impl`, and
+/// `more` rows.
+fn rows(config: &str, more: &str) -> String {
+    format!(
+        "[[row]]\nid = \"sp\"\nplugin = \"system-prompt\"\nconfig = {{ {config} }}\n\
+         [[row]]\nid = \"impl\"\nplugin = \"probe\"\n[row.config]\ntag = \"impl\"\n{more}"
+    )
+}
+
+/// A loop-kit row tagged `tag` with `listeners` (a TOML array body), and
+/// the tool registry it injects.
+fn kit(tag: &str, listeners: &str) -> String {
+    format!(
+        "[[row]]\nid = 'tools'\nplugin = 'tools'\n\
+         [[row]]\nid = 'kit-{tag}'\nplugin = 'dsh-fixture-loop-kit'\n\
+         config = {{ tag = '{tag}', listeners = [{listeners}] }}\n"
+    )
+}
+
+async fn host(config: &str, more: &str) -> TestHost {
+    let t = TestHost::start().await;
+    std::fs::copy(
+        library("dsh-fixture-probe"),
+        t.plugins.path().join("probe.so"),
+    )
+    .unwrap();
+    t.apply(&rows(config, more)).await;
+    for s in t.host.status().await {
+        assert_eq!(format!("{:?}", s.state), "Active", "{s:?}");
+    }
+    t
+}
+
+/// `systemPrompt.<method>(params)` called by the probe fiber.
+async fn register(t: &TestHost, method: &str, params: Value) -> Result<Value, dsh_sdk::Error> {
+    t.host
+        .call(
+            "probe:impl",
+            "call",
+            json!({"service": "systemPrompt", "method": method, "params": params}),
+        )
+        .await
+}
+
+async fn assemble(t: &TestHost, params: Value) -> Result<Value, dsh_sdk::Error> {
+    t.host.call("systemPrompt", "assemble", params).await
+}
+
+fn names(list: &Value) -> Vec<String> {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn tools(list: &[&str]) -> Value {
+    Value::Array(
+        list.iter()
+            .map(|n| json!({"name": n, "description": format!("tool {n}"), "parameters": {}}))
+            .collect(),
+    )
+}
+
+/// Drops the probe (and its registrations) by re-applying without it.
+async fn without_probe(t: &TestHost, config: &str, more: &str) {
+    t.apply(&format!(
+        "[[row]]\nid = \"sp\"\nplugin = \"system-prompt\"\nconfig = {{ {config} }}\n{more}"
+    ))
+    .await;
+}
+
+// ------------------------------------------------------ runtime contexts
+
+#[tokio::test]
+async fn contexts_render_as_one_ordered_snapshot_and_leave_with_their_fiber() {
+    let t = host("", "").await;
+    register(
+        &t,
+        "context",
+        json!({"name": "late", "order": 20, "text": "B in {{cwd}}"}),
+    )
+    .await
+    .unwrap();
+    register(
+        &t,
+        "context",
+        json!({"name": "early", "order": -5, "text": "A"}),
+    )
+    .await
+    .unwrap();
+    register(
+        &t,
+        "context",
+        json!({"name": "blank", "order": 0, "text": ""}),
+    )
+    .await
+    .unwrap();
+    let a = assemble(&t, json!({"variables": {"cwd": "/w"}}))
+        .await
+        .unwrap();
+    // Ordered by `order`; an empty one is kept in the assembly, not rendered.
+    assert_eq!(names(&a["contexts"]), ["early", "blank", "late"]);
+    assert_eq!(a["context"], format!("{SNAPSHOT_HEAD}\n\nA\n\nB in /w"));
+    assert_eq!(
+        a["contextSections"],
+        json!([{"name": "early", "text": "A"}, {"name": "late", "text": "B in /w"}])
+    );
+    // Contexts never reach the system prompt.
+    assert_eq!(a["system"], IDENTITY);
+    let e = register(
+        &t,
+        "context",
+        json!({"name": "late", "order": 1, "text": "x"}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.code, "DUPLICATE_CONTEXT");
+    assert_eq!(
+        e.message,
+        "prompt context \"late\" is already registered (for a per-agent override, register it with that agent's `scope` instead)"
+    );
+    let e = register(
+        &t,
+        "context",
+        json!({"name": "odd", "order": "high", "text": "x"}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.code, dsh_sdk::codes::INVALID_PAYLOAD);
+    assert_eq!(
+        e.message,
+        "prompt context \"odd\" order must be a finite number"
+    );
+    // An interpolation failure names the context.
+    register(
+        &t,
+        "context",
+        json!({"name": "bad", "order": 1, "text": "{{nope}}"}),
+    )
+    .await
+    .unwrap();
+    let e = assemble(&t, json!({"variables": {"cwd": "/w"}}))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.message,
+        "unknown prompt variable \"{{nope}}\" in context \"bad\"; registered variables: cwd"
+    );
+    without_probe(&t, "", "").await;
+    let a = assemble(&t, json!({})).await.unwrap();
+    assert_eq!(a["contexts"], json!([]));
+    assert_eq!(a["context"], "");
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn suppressed_runtime_context_drops_registered_contexts_and_waterfall_additions() {
+    let add = kit(
+        "w",
+        "{ event = 'system-prompt/assemble', action = 'merge', value = { contexts = [{ name = 'late', text = 'late context' }] } }",
+    );
+    let t = host("includeRuntimeContext = false", &add).await;
+    register(
+        &t,
+        "context",
+        json!({"name": "policy", "order": 0, "text": "policy"}),
+    )
+    .await
+    .unwrap();
+    let a = assemble(&t, json!({})).await.unwrap();
+    assert_eq!(a["contexts"], json!([]));
+    assert_eq!(a["context"], "");
+    // Without the suppression, the same rows show both.
+    let t2 = host("", &add).await;
+    register(
+        &t2,
+        "context",
+        json!({"name": "policy", "order": 0, "text": "policy"}),
+    )
+    .await
+    .unwrap();
+    let a = assemble(&t2, json!({})).await.unwrap();
+    assert_eq!(names(&a["contexts"]), ["late"]);
+    assert_eq!(a["context"], format!("{SNAPSHOT_HEAD}\n\nlate context"));
+    t2.shutdown().await;
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_scoped_suppressor_silences_only_its_scope_and_leaves_with_its_fiber() {
+    let t = host("", "").await;
+    register(
+        &t,
+        "context",
+        json!({"name": "policy", "order": 0, "text": "policy"}),
+    )
+    .await
+    .unwrap();
+    register(&t, "suppressRuntimeContext", json!({"scope": "child"}))
+        .await
+        .unwrap();
+    let child = assemble(&t, json!({"scope": "child"})).await.unwrap();
+    let other = assemble(&t, json!({"scope": "other"})).await.unwrap();
+    assert_eq!(child["context"], "");
+    assert_eq!(other["context"], format!("{SNAPSHOT_HEAD}\n\npolicy"));
+    without_probe(&t, "", "").await;
+    // The context went with the probe too; a fresh one shows the scope is
+    // no longer suppressed.
+    t.apply(&rows("", "")).await;
+    register(
+        &t,
+        "context",
+        json!({"name": "policy", "order": 0, "text": "back"}),
+    )
+    .await
+    .unwrap();
+    let child = assemble(&t, json!({"scope": "child"})).await.unwrap();
+    assert_eq!(child["context"], format!("{SNAPSHOT_HEAD}\n\nback"));
+    t.shutdown().await;
+}
+
+// ------------------------------------------------------------- variables
+
+#[tokio::test]
+async fn registered_variables_render_reject_duplicates_and_invalid_names_and_leave_with_their_fiber(
+) {
+    let t = host("persona = \"You run on {{model}} in {{cwd}}.\"", "").await;
+    register(
+        &t,
+        "variable",
+        json!({"name": "model", "value": "deepseek-v4"}),
+    )
+    .await
+    .unwrap();
+    register(&t, "variable", json!({"name": "cwd", "value": "/work"}))
+        .await
+        .unwrap();
+    let a = assemble(&t, json!({})).await.unwrap();
+    assert_eq!(
+        a["variables"],
+        json!({"model": "deepseek-v4", "cwd": "/work"})
+    );
+    assert_eq!(
+        a["system"],
+        format!("{IDENTITY}\n\nYou run on deepseek-v4 in /work.")
+    );
+    let e = register(&t, "variable", json!({"name": "model", "value": "m2"}))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, "DUPLICATE_VARIABLE");
+    assert_eq!(
+        e.message,
+        "prompt variable \"model\" is already registered (for a per-agent value, register it with that agent's `scope` instead)"
+    );
+    let e = register(&t, "variable", json!({"name": "Not Valid", "value": "x"}))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, "INVALID_VARIABLE_NAME");
+    assert_eq!(
+        e.message,
+        "invalid prompt variable name \"Not Valid\" (must match /^[a-z][a-z0-9_]*$/)"
+    );
+    // Neither failed registration leaked.
+    let a = assemble(&t, json!({})).await.unwrap();
+    assert_eq!(
+        a["variables"],
+        json!({"model": "deepseek-v4", "cwd": "/work"})
+    );
+    // A variable registered without a value is "registered, no value here".
+    register(&t, "variable", json!({"name": "who"}))
+        .await
+        .unwrap();
+    let a = assemble(&t, json!({})).await.unwrap();
+    assert_eq!(a["variables"]["who"], Value::Null);
+    without_probe(&t, "", "").await;
+    let a = assemble(&t, json!({})).await.unwrap();
+    assert_eq!(a["variables"], json!({}));
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_waterfall_listener_adds_or_overrides_variables_before_render() {
+    let over = kit(
+        "w",
+        "{ event = 'system-prompt/assemble', action = 'merge', value = { variables = { extra = 'from-waterfall', model = 'over' } } }",
+    );
+    let t = host("persona = \"{{extra}} {{model}}\"", &over).await;
+    register(
+        &t,
+        "variable",
+        json!({"name": "model", "value": "registered"}),
+    )
+    .await
+    .unwrap();
+    let a = assemble(&t, json!({})).await.unwrap();
+    assert_eq!(a["system"], format!("{IDENTITY}\n\nfrom-waterfall over"));
+    t.shutdown().await;
+}
+
+// ------------------------------------------------------ complete sections
+
+#[tokio::test]
+async fn a_complete_section_is_restored_after_the_waterfall_and_two_are_rejected() {
+    let mutate = kit(
+        "w",
+        "{ event = 'system-prompt/assemble', action = 'merge', value = { sections = [{ name = 'complete', text = 'mutated' }, { name = 'late', text = 'late' }] } }",
+    );
+    let t = host("", &mutate).await;
+    register(
+        &t,
+        "section",
+        json!({"name": "complete", "order": 10, "text": "Exact prompt.", "complete": true}),
+    )
+    .await
+    .unwrap();
+    register(
+        &t,
+        "section",
+        json!({"name": "extra", "order": 20, "text": "extra"}),
+    )
+    .await
+    .unwrap();
+    let a = assemble(&t, json!({})).await.unwrap();
+    assert_eq!(
+        a["sections"],
+        json!([{"name": "complete", "text": "Exact prompt."}])
+    );
+    assert_eq!(a["system"], "Exact prompt.");
+    register(
+        &t,
+        "section",
+        json!({"name": "second", "order": 30, "text": "second", "complete": true}),
+    )
+    .await
+    .unwrap();
+    let e = assemble(&t, json!({})).await.unwrap_err();
+    assert_eq!(e.code, "MULTIPLE_COMPLETE_SECTIONS");
+    assert_eq!(
+        e.message,
+        "multiple complete prompt sections are active: \"complete\", \"second\""
+    );
+    t.shutdown().await;
+}
+
+// --------------------------------------------------------- scoped layers
+
+#[tokio::test]
+async fn scoped_persona_sections_variables_and_contexts_shadow_for_their_scope_and_clean_up() {
+    let t = host("persona = \"You are the deployment.\"", "").await;
+    let scoped = |name: &str, order: i64, text: &str| json!({"scope": "child", "name": name, "order": order, "text": text});
+    register(
+        &t,
+        "section",
+        scoped("deployment:persona", 0, "You run tests for {{who}}."),
+    )
+    .await
+    .unwrap();
+    register(&t, "section", scoped("child:extra", 50, "Extra guidance."))
+        .await
+        .unwrap();
+    register(&t, "variable", json!({"name": "who", "value": "everyone"}))
+        .await
+        .unwrap();
+    register(
+        &t,
+        "variable",
+        json!({"scope": "child", "name": "who", "value": "the child"}),
+    )
+    .await
+    .unwrap();
+    register(
+        &t,
+        "context",
+        json!({"name": "policy", "order": 0, "text": "global policy"}),
+    )
+    .await
+    .unwrap();
+    register(&t, "context", scoped("policy", 0, "child policy"))
+        .await
+        .unwrap();
+    let child = assemble(&t, json!({"scope": "child"})).await.unwrap();
+    assert_eq!(
+        child["system"],
+        format!("{IDENTITY}\n\nYou run tests for the child.\n\nExtra guidance.")
+    );
+    assert_eq!(child["context"], format!("{SNAPSHOT_HEAD}\n\nchild policy"));
+    for global in [
+        assemble(&t, json!({})).await.unwrap(),
+        assemble(&t, json!({"scope": "other"})).await.unwrap(),
+    ] {
+        assert_eq!(
+            global["system"],
+            format!("{IDENTITY}\n\nYou are the deployment.")
+        );
+        assert_eq!(global["variables"]["who"], "everyone");
+        assert_eq!(
+            global["context"],
+            format!("{SNAPSHOT_HEAD}\n\nglobal policy")
+        );
+    }
+    // Duplicates are per layer: the scoped layer names "this scope".
+    let e = register(&t, "section", scoped("child:extra", 1, "again"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, "DUPLICATE_SECTION");
+    assert_eq!(
+        e.message,
+        "prompt section \"child:extra\" is already registered in this scope"
+    );
+    without_probe(&t, "persona = \"You are the deployment.\"", "").await;
+    let child = assemble(&t, json!({"scope": "child"})).await.unwrap();
+    assert_eq!(
+        child["system"],
+        format!("{IDENTITY}\n\nYou are the deployment.")
+    );
+    assert_eq!(child["variables"], json!({}));
+    assert_eq!(child["context"], "");
+    t.shutdown().await;
+}
+
+// -------------------------------------------------------------- toolOrder
+
+#[tokio::test]
+async fn tool_order_places_listed_tools_rest_sorted_before_the_waterfall_and_rejects_unknown_names()
+{
+    let seen = kit(
+        "w",
+        "{ event = 'system-prompt/assemble', action = 'record' }",
+    );
+    let t = host(
+        "toolOrder = [\"read\", \"<unlisted-tools>\", \"bash\"]",
+        &seen,
+    )
+    .await;
+    let all = tools(&["write", "read", "glob", "bash", "edit"]);
+    let a = assemble(&t, json!({"tools": all})).await.unwrap();
+    assert_eq!(
+        names(&a["tools"]),
+        ["read", "edit", "glob", "write", "bash"]
+    );
+    // The waterfall already saw the canonical order.
+    let journal = t.call("loopkit:w", "journal", json!({})).await;
+    assert_eq!(
+        names(&journal[0]["payload"]["tools"]),
+        ["read", "edit", "glob", "write", "bash"]
+    );
+    let e = assemble(&t, json!({"tools": tools(&["write", "read"])}))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, "TOOL_ORDER");
+    assert_eq!(
+        e.message,
+        "toolOrder lists unregistered tool \"bash\"; known tools: read, write"
+    );
+    // Known to the registry but hidden from this scope: a normal absence.
+    let a = assemble(
+        &t,
+        json!({"tools": tools(&["write", "read"]), "knownTools": ["bash", "read", "write"]}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(names(&a["tools"]), ["read", "write"]);
+    // Without a toolOrder: lexicographic, whatever order they came in.
+    let t2 = host("", "").await;
+    let a = assemble(&t2, json!({"tools": all})).await.unwrap();
+    assert_eq!(
+        names(&a["tools"]),
+        ["bash", "edit", "glob", "read", "write"]
+    );
+    t2.shutdown().await;
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_tool_order_without_the_rest_entry_or_with_a_duplicate_fails_the_row() {
+    for (config, message) in [
+        (
+            "toolOrder = [\"bash\"]",
+            "toolOrder must contain the \"<unlisted-tools>\" rest entry (where unlisted tools are inserted)",
+        ),
+        (
+            "toolOrder = [\"bash\", \"<unlisted-tools>\", \"bash\"]",
+            "toolOrder lists \"bash\" more than once",
+        ),
+    ] {
+        let t = TestHost::start().await;
+        t.apply(&format!(
+            "[[row]]\nid = \"sp\"\nplugin = \"system-prompt\"\nconfig = {{ {config} }}\n"
+        ))
+        .await;
+        let s = t.status("sp").await;
+        assert_eq!(format!("{:?}", s.state), "Failed", "{s:?}");
+        let error = s.error.unwrap_or_default();
+        assert!(error.ends_with(message), "{error}");
+        t.shutdown().await;
+    }
+}
