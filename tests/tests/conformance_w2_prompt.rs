@@ -516,3 +516,327 @@ async fn a_tool_order_without_the_rest_entry_or_with_a_duplicate_fails_the_row()
         t.shutdown().await;
     }
 }
+
+// ------------------------------------- §10.3 the loop: runtime context
+
+use dsh_testkit::agent::{events, new_agent, turn};
+use dsh_testkit::fake_llm::{text, FakeLlm};
+
+const SOURCE: &str = "@deepseek-ai/dsh-system-prompt";
+const CLEARED: &str =
+    "Current runtime context: none. Earlier runtime-context snapshots no longer apply.";
+
+/// The probe row that registers contexts (`probe:ctx`).
+const CTX_PROBE: &str =
+    "[[row]]\nid = \"ctx\"\nplugin = \"dsh-fixture-probe\"\n[row.config]\ntag = \"ctx\"\n";
+
+/// The agent core against a fake model answering "ok", and one agent.
+struct Loop {
+    t: TestHost,
+    fake: FakeLlm,
+    /// The core rows; `apply(extra)` reconciles to them plus `extra`.
+    rows: String,
+    agent: String,
+}
+
+impl Loop {
+    async fn start(extra: &str) -> Loop {
+        let fake = FakeLlm::start().await;
+        fake.set_fallback(text("ok"));
+        let t = TestHost::start().await;
+        let rows = dsh_testkit::core_rows(&fake.base_url, &t.home.path().join("sessions"));
+        let l = Loop {
+            t,
+            fake,
+            rows,
+            agent: String::new(),
+        };
+        l.apply(extra).await;
+        let agent = new_agent(&l.t, "/tmp").await;
+        Loop { agent, ..l }
+    }
+
+    async fn apply(&self, extra: &str) {
+        self.t.apply(&format!("{}{extra}", self.rows)).await;
+        for s in self.t.host.status().await {
+            assert_eq!(format!("{:?}", s.state), "Active", "{s:?}");
+        }
+    }
+
+    /// Registers runtime context `policy` with `text` from `probe:ctx`.
+    async fn policy(&self, text: &str) {
+        self.t
+            .call(
+                "probe:ctx",
+                "call",
+                json!({"service": "systemPrompt", "method": "context",
+                       "params": {"name": "policy", "order": 0, "text": text}}),
+            )
+            .await;
+    }
+
+    async fn turn(&self, prompt: &str) {
+        assert_eq!(
+            turn(&self.t, &self.agent, prompt).await,
+            json!({"kind": "completed"})
+        );
+    }
+
+    /// The runtime-context snapshots in the log: `(seq, message)`.
+    async fn snapshots(&self) -> Vec<(u64, Value)> {
+        events(&self.t, &self.agent)
+            .await
+            .into_iter()
+            .filter(|e| e["type"] == "user/message" && e["data"]["source"]["plugin"] == SOURCE)
+            .map(|e| (e["seq"].as_u64().unwrap(), e["data"].clone()))
+            .collect()
+    }
+
+    /// Appends a plugin's one-text user message to the agent's session with
+    /// `surface_op` (and `sources`); its seq.
+    async fn append(
+        &self,
+        plugin: &str,
+        text: &str,
+        surface_op: Value,
+        sources: Option<u64>,
+    ) -> u64 {
+        let mut args = json!({"id": self.agent, "type": "user/message",
+            "data": {"id": dsh_sdk::new_id(), "role": "user",
+                     "content": [{"type": "text", "text": text}],
+                     "source": {"kind": "plugin", "plugin": plugin}},
+            "surfaceOp": surface_op});
+        if let Some(seq) = sources {
+            args["sourceEventSeqs"] = json!([seq]);
+        }
+        self.t.call("sessions", "append", args).await["seq"]
+            .as_u64()
+            .unwrap()
+    }
+
+    /// Whether the `n`th model request carried a message with `text`.
+    fn request_has(&self, n: usize, text: &str) -> bool {
+        self.fake.requests()[n]["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["role"] == "user" && m["content"] == text)
+    }
+}
+
+fn snapshot(body: &str) -> String {
+    format!("{SNAPSHOT_HEAD}\n\n{body}")
+}
+
+fn one_text(text: &str) -> Value {
+    json!([{"type": "text", "text": text}])
+}
+
+#[tokio::test]
+async fn runtime_context_is_appended_at_the_history_tail_only_when_it_changes_and_never_in_the_system_header(
+) {
+    let l = Loop::start(CTX_PROBE).await;
+    l.policy("Mode: read-only.").await;
+    l.turn("first").await;
+    let snaps = l.snapshots().await;
+    assert_eq!(snaps.len(), 1, "{snaps:?}");
+    assert_eq!(
+        snaps[0].1["content"],
+        one_text(&snapshot("Mode: read-only."))
+    );
+    assert_eq!(
+        snaps[0].1["source"],
+        json!({"kind": "plugin", "plugin": SOURCE, "form": "snapshot",
+               "sections": [{"name": "policy", "text": "Mode: read-only."}]})
+    );
+    // At the tail: after the claimed message, the last thing the model reads.
+    let first = l.fake.requests()[0]["messages"].clone();
+    let n = first.as_array().unwrap().len();
+    assert_eq!(first[n - 2], json!({"role": "user", "content": "first"}));
+    assert_eq!(
+        first[n - 1],
+        json!({"role": "user", "content": snapshot("Mode: read-only.")})
+    );
+    l.turn("unchanged").await;
+    assert_eq!(l.snapshots().await.len(), 1);
+    // A changed context: a new snapshot.
+    l.apply("").await;
+    l.apply(CTX_PROBE).await;
+    l.policy("Mode: danger-full-access.").await;
+    l.turn("changed").await;
+    let snaps = l.snapshots().await;
+    assert_eq!(snaps.len(), 2, "{snaps:?}");
+    assert_eq!(
+        snaps[1].1["content"],
+        one_text(&snapshot("Mode: danger-full-access."))
+    );
+    // No context left: the cleared marker, once, without sections.
+    l.apply("").await;
+    l.turn("cleared").await;
+    let snaps = l.snapshots().await;
+    assert_eq!(snaps.len(), 3, "{snaps:?}");
+    assert_eq!(snaps[2].1["content"], one_text(CLEARED));
+    assert_eq!(
+        snaps[2].1["source"],
+        json!({"kind": "plugin", "plugin": SOURCE})
+    );
+    l.turn("still clear").await;
+    assert_eq!(l.snapshots().await.len(), 3);
+    // The system prompt never changed, so one header was logged.
+    let requests = l.fake.requests();
+    assert_eq!(requests.len(), 5);
+    for r in &requests {
+        assert_eq!(r["messages"][0], requests[0]["messages"][0]);
+        assert_eq!(r["messages"][0]["role"], "system");
+    }
+    let headers = events(&l.t, &l.agent)
+        .await
+        .into_iter()
+        .filter(|e| e["type"] == "request/header")
+        .count();
+    assert_eq!(headers, 1);
+    l.t.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_unchanged_runtime_context_is_re_emitted_after_a_replace_removed_its_snapshot() {
+    let l = Loop::start(CTX_PROBE).await;
+    l.policy("Mode: read-only.").await;
+    l.turn("first").await;
+    let seq = l.snapshots().await[0].0;
+    let replace = json!({"op": "replace", "start": seq, "end": seq});
+    l.append("test-compaction", "compacted summary", replace, Some(seq))
+        .await;
+    l.turn("after compaction").await;
+    assert_eq!(l.snapshots().await.len(), 2);
+    assert!(l.request_has(1, &snapshot("Mode: read-only.")));
+    l.t.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_replaced_snapshot_is_cleared_once_its_contexts_are_gone() {
+    let l = Loop::start(CTX_PROBE).await;
+    l.policy("Mode: read-only.").await;
+    l.turn("first").await;
+    let seq = l.snapshots().await[0].0;
+    let replace = json!({"op": "replace", "start": seq, "end": seq});
+    l.append(
+        "test-compaction",
+        "summary retaining old mode: read-only",
+        replace,
+        Some(seq),
+    )
+    .await;
+    l.apply("").await;
+    l.turn("after compaction").await;
+    assert!(l.request_has(1, CLEARED));
+    l.t.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_unrelated_replace_does_not_clear_a_runtime_context_that_never_existed() {
+    let l = Loop::start(CTX_PROBE).await;
+    let old = l
+        .append("test-context", "old context", json!("append"), None)
+        .await;
+    let replace = json!({"op": "replace", "start": old, "end": old});
+    l.append("test-compaction", "compacted summary", replace, Some(old))
+        .await;
+    l.turn("after compaction").await;
+    assert!(l.snapshots().await.is_empty());
+    assert!(!l.request_has(0, CLEARED));
+    // A context appearing later is its first snapshot, not a clearing.
+    l.policy("Mode: read-only.").await;
+    l.turn("now with context").await;
+    let snaps = l.snapshots().await;
+    assert_eq!(snaps.len(), 1, "{snaps:?}");
+    assert_eq!(
+        snaps[0].1["content"],
+        one_text(&snapshot("Mode: read-only."))
+    );
+    l.t.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_malformed_retained_snapshot_is_replaced_by_the_complete_current_one() {
+    let l = Loop::start(CTX_PROBE).await;
+    l.policy("Mode: read-only.").await;
+    let broken = json!({"id": dsh_sdk::new_id(), "role": "user",
+        "content": [{"type": "text", "text": "broken"}, {"type": "text", "text": "snapshot"}],
+        "source": {"kind": "plugin", "plugin": SOURCE}});
+    l.t.call(
+        "sessions",
+        "append",
+        json!({"id": l.agent, "type": "user/message", "data": broken, "surfaceOp": "append"}),
+    )
+    .await;
+    l.turn("repair context").await;
+    let snaps = l.snapshots().await;
+    assert_eq!(snaps.len(), 2, "{snaps:?}");
+    assert_eq!(
+        snaps[1].1["content"],
+        one_text(&snapshot("Mode: read-only."))
+    );
+    l.t.shutdown().await;
+}
+
+// ------------------------------------------------ §10.3 the loop: toolOrder
+
+/// The system prompt row patched with `toolOrder`.
+fn tool_order(order: &str) -> String {
+    format!(
+        "[[patch]]\nid = \"system-prompt\"\nconfig = {{ persona = \"P\", toolOrder = {order} }}\n"
+    )
+}
+
+fn tool_names(tools: &Value) -> Vec<String> {
+    names(tools)
+}
+
+#[tokio::test]
+async fn a_configured_tool_order_is_honored_in_the_logged_header_and_the_request() {
+    // The core rows register `read`, `bash` and bash's job tools.
+    let l = Loop::start(&tool_order("[\"read\", \"<unlisted-tools>\", \"bash\"]")).await;
+    l.turn("go").await;
+    let header = events(&l.t, &l.agent)
+        .await
+        .into_iter()
+        .find(|e| e["type"] == "request/header")
+        .unwrap();
+    assert_eq!(
+        tool_names(&header["data"]["header"]["tools"]),
+        ["read", "job_kill", "job_list", "job_output", "bash"]
+    );
+    let requests = l.fake.requests();
+    let sent: Vec<&str> = requests[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(sent, ["read", "job_kill", "job_list", "job_output", "bash"]);
+    l.t.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_unknown_tool_order_name_closes_a_turn_without_a_step_or_a_model_call() {
+    let l = Loop::start(&tool_order("[\"ghost\", \"<unlisted-tools>\"]")).await;
+    // The core rows know bash (and its job tools) and read.
+    assert_eq!(
+        turn(&l.t, &l.agent, "go").await,
+        json!({"kind": "error", "error": {"code": "TOOL_ORDER",
+            "message": "toolOrder lists unregistered tool \"ghost\"; known tools: bash, job_kill, job_list, job_output, read"}})
+    );
+    let types: Vec<String> = events(&l.t, &l.agent)
+        .await
+        .into_iter()
+        .map(|e| e["type"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(types.contains(&"turn/start".to_owned()), "{types:?}");
+    assert!(types.contains(&"turn/end".to_owned()), "{types:?}");
+    for absent in ["step/start", "step/end", "request/header"] {
+        assert!(!types.contains(&absent.to_owned()), "{types:?}");
+    }
+    assert!(l.fake.requests().is_empty());
+    l.t.shutdown().await;
+}
