@@ -439,6 +439,19 @@ async fn scoped_persona_sections_variables_and_contexts_shadow_for_their_scope_a
     t.shutdown().await;
 }
 
+#[tokio::test]
+async fn a_scoped_assemble_listener_shapes_only_its_scopes_assemblies() {
+    let listener = "[[row.config.listeners]]\nevent = \"system-prompt/assemble\"\naction = \"reply\"\nscope = \"child\"\n\
+                    reply = { sections = [{ name = \"only\", text = \"child prompt\" }], contexts = [], tools = [], variables = {} }\n";
+    let t = host("", listener).await;
+    let child = assemble(&t, json!({"scope": "child"})).await.unwrap();
+    assert_eq!(child["system"], "child prompt");
+    for other in [json!({}), json!({"scope": "other"})] {
+        assert_eq!(assemble(&t, other).await.unwrap()["system"], IDENTITY);
+    }
+    t.shutdown().await;
+}
+
 // -------------------------------------------------------------- toolOrder
 
 #[tokio::test]
