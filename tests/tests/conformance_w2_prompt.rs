@@ -240,6 +240,129 @@ async fn a_scoped_suppressor_silences_only_its_scope_and_leaves_with_its_fiber()
     t.shutdown().await;
 }
 
+// --------------------------------------------------------- text providers
+
+/// The probe's `text` method: answers `text <n>` on its n-th call.
+fn provider() -> Value {
+    json!({"service": "probe:impl", "method": "text"})
+}
+
+/// The provider calls the probe journaled.
+async fn provider_calls(t: &TestHost) -> Vec<String> {
+    let j: Vec<String> =
+        serde_json::from_value(t.call("probe:impl", "journal", json!({})).await).unwrap();
+    j.into_iter().filter(|e| e.starts_with("text:")).collect()
+}
+
+#[tokio::test]
+async fn provider_texts_are_resolved_at_each_assembly_after_shadowing() {
+    let t = host("", "").await;
+    register(
+        &t,
+        "section",
+        json!({"name": "shared", "order": 1, "provider": provider()}),
+    )
+    .await
+    .unwrap();
+    register(
+        &t,
+        "section",
+        json!({"scope": "child", "name": "shared", "order": 1, "text": "scoped text"}),
+    )
+    .await
+    .unwrap();
+    register(
+        &t,
+        "context",
+        json!({"name": "policy", "order": 0, "provider": provider()}),
+    )
+    .await
+    .unwrap();
+    let a = assemble(&t, json!({"variables": {"model": "m"}}))
+        .await
+        .unwrap();
+    assert_eq!(a["system"], format!("{IDENTITY}\n\ntext 1"));
+    assert_eq!(a["context"], format!("{SNAPSHOT_HEAD}\n\ntext 2"));
+    let a = assemble(&t, json!({})).await.unwrap();
+    assert_eq!(a["system"], format!("{IDENTITY}\n\ntext 3"));
+    // The provider hears what it provides, for which scope, in which assembly.
+    let calls = provider_calls(&t).await;
+    let first: Value = serde_json::from_str(calls[0].trim_start_matches("text:")).unwrap();
+    assert_eq!(
+        first,
+        json!({"kind": "section", "name": "shared", "scope": null,
+               "context": {"variables": {"model": "m"}}})
+    );
+    // Shadowed in the child's scope: the global provider is not asked.
+    let a = assemble(&t, json!({"scope": "child"})).await.unwrap();
+    assert_eq!(a["system"], format!("{IDENTITY}\n\nscoped text"));
+    assert_eq!(
+        provider_calls(&t).await.len(),
+        5,
+        "one call for the child's context"
+    );
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_suppressed_context_provider_is_never_asked() {
+    let t = host("includeRuntimeContext = false", "").await;
+    register(
+        &t,
+        "context",
+        json!({"name": "policy", "order": 0, "provider": provider()}),
+    )
+    .await
+    .unwrap();
+    // Sections are not suppressed: their provider is the one call.
+    register(
+        &t,
+        "section",
+        json!({"name": "s", "order": 1, "provider": provider()}),
+    )
+    .await
+    .unwrap();
+    let a = assemble(&t, json!({})).await.unwrap();
+    assert_eq!(a["context"], "");
+    assert_eq!(a["system"], format!("{IDENTITY}\n\ntext 1"));
+    let calls = provider_calls(&t).await;
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    let call: Value = serde_json::from_str(calls[0].trim_start_matches("text:")).unwrap();
+    assert_eq!(call["kind"], "section");
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_failing_or_misdeclared_provider_is_an_error_naming_its_section() {
+    let t = host("", "").await;
+    let e = register(
+        &t,
+        "section",
+        json!({"name": "both", "order": 1, "text": "t", "provider": provider()}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.code, dsh_sdk::codes::INVALID_PAYLOAD);
+    assert_eq!(
+        e.message,
+        "prompt section \"both\" takes a `text` or a `provider`, not both"
+    );
+    register(
+        &t,
+        "section",
+        json!({"name": "broken", "order": 1, "provider": {"service": "probe:impl", "method": "nope"}}),
+    )
+    .await
+    .unwrap();
+    let e = assemble(&t, json!({})).await.unwrap_err();
+    assert_eq!(e.code, dsh_sdk::codes::UNKNOWN_METHOD);
+    assert_eq!(
+        e.message,
+        "the provider of prompt section \"broken\" failed: service `probe:impl` has no method `nope`"
+    );
+    t.shutdown().await;
+}
+
 // ------------------------------------------------------------- variables
 
 #[tokio::test]

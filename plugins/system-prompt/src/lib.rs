@@ -265,8 +265,20 @@ struct Entry<T> {
 struct Section {
     name: String,
     order: f64,
+    /// The text, or (with `provider`) what the provider last answered.
     text: String,
+    /// A service method answering the text at each assembly.
+    provider: Option<Provider>,
     complete: bool,
+}
+
+/// `{service, method}`: called with `{kind, name, scope, context}` (the
+/// assembly's parameters without the tools), answering the text.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Provider {
+    service: String,
+    method: String,
 }
 
 #[derive(Default)]
@@ -375,12 +387,81 @@ fn section_of(req: &Request, what: &str) -> Result<Section> {
             format!("prompt {what} \"{name}\" order must be a finite number"),
         ));
     }
+    let provider = match &p["provider"] {
+        Value::Null => None,
+        v => {
+            let provider: Provider = serde_json::from_value(v.clone())
+                .ok()
+                .filter(|p: &Provider| !p.service.is_empty() && !p.method.is_empty())
+                .ok_or_else(|| {
+                    Error::new(
+                        codes::INVALID_PAYLOAD,
+                        format!("prompt {what} \"{name}\" provider must be {{service, method}}"),
+                    )
+                })?;
+            if !p["text"].is_null() {
+                return Err(Error::new(
+                    codes::INVALID_PAYLOAD,
+                    format!("prompt {what} \"{name}\" takes a `text` or a `provider`, not both"),
+                ));
+            }
+            Some(provider)
+        }
+    };
     Ok(Section {
         name,
         order,
         text: p["text"].as_str().unwrap_or_default().to_owned(),
+        provider,
         complete: p["complete"] == json!(true),
     })
+}
+
+/// Asks each provider of `list` (sections or contexts, `kind`) for its text
+/// in this assembly; a failure names the entry.
+async fn resolve(
+    ctx: &Context,
+    kind: &str,
+    list: &mut [Section],
+    scope: Option<&str>,
+    params: &Value,
+) -> Result<()> {
+    let mut context = params.clone();
+    if let Some(o) = context.as_object_mut() {
+        o.remove("tools");
+    }
+    for s in list.iter_mut() {
+        let Some(p) = &s.provider else { continue };
+        let answer = ctx
+            .service(p.service.as_str())
+            .call(
+                &p.method,
+                json!({"kind": kind, "name": s.name, "scope": scope, "context": context}),
+            )
+            .await
+            .map_err(|e| {
+                Error::new(
+                    e.code.clone(),
+                    format!(
+                        "the provider of prompt {kind} \"{}\" failed: {}",
+                        s.name, e.message
+                    ),
+                )
+            })?;
+        s.text = answer
+            .as_str()
+            .ok_or_else(|| {
+                Error::new(
+                    PROMPT,
+                    format!(
+                        "the provider of prompt {kind} \"{}\" answered {answer}, not a text",
+                        s.name
+                    ),
+                )
+            })?
+            .to_owned();
+    }
+    Ok(())
 }
 
 async fn handle(
@@ -473,7 +554,7 @@ async fn assemble(
     // The caller's variables (the loop's `provider`, `model`, `cwd`),
     // then the registered ones, a scoped value shadowing a global one.
     let mut variables = params["variables"].as_object().cloned().unwrap_or_default();
-    let (sections, complete, contexts, suppressed) = {
+    let (mut sections, complete, mut contexts, suppressed) = {
         let r = reg.borrow();
         for (name, value) in visible(&r.variables, scope, |v| v.0.as_str()) {
             variables.insert(
@@ -501,9 +582,7 @@ async fn assemble(
                 ),
             ));
         }
-        let complete = complete
-            .first()
-            .map(|s| json!([{"name": s.name, "text": s.text}]));
+        let complete = complete.first().map(|s| s.name.clone());
         let mut contexts: Vec<Section> = if suppressed {
             Vec::new()
         } else {
@@ -515,6 +594,14 @@ async fn assemble(
         contexts.sort_by(|a, b| a.order.total_cmp(&b.order));
         (sections, complete, contexts, suppressed)
     };
+    // Shadowing and suppression come first: a shadowed or suppressed
+    // provider is never asked.
+    resolve(ctx, "section", &mut sections, scope, params).await?;
+    resolve(ctx, "context", &mut contexts, scope, params).await?;
+    let complete = complete.and_then(|name| {
+        let s = sections.iter().find(|s| s.name == name)?;
+        Some(json!([{"name": s.name, "text": s.text}]))
+    });
     let tools = params["tools"].as_array().cloned().unwrap_or_default();
     let known: Vec<String> = match params["knownTools"].as_array() {
         Some(names) => names
@@ -572,6 +659,7 @@ impl Plugin for SystemPrompt {
                     name: name.to_owned(),
                     order,
                     text,
+                    provider: None,
                     complete: false,
                 },
             };
