@@ -271,6 +271,34 @@ impl Loop {
             .await
     }
 
+    /// The runtime-context snapshot message this step must append, if the
+    /// assembly's differs from the one the log retains.
+    async fn runtime_context(&self, agent: &str, assembly: &Value) -> Result<Option<Value>> {
+        let from = self
+            .agents
+            .borrow()
+            .get(agent)
+            .map_or(0, |a| a.runtime_context.seen);
+        let events: Vec<dsh_sdk::vocab::SessionEvent> = serde_json::from_value(
+            self.ctx
+                .service("sessions")
+                .call("events", json!({"id": agent, "from": from}))
+                .await?,
+        )?;
+        let mut agents = self.agents.borrow_mut();
+        let a = agents
+            .get_mut(agent)
+            .ok_or_else(|| Error::msg("agent gone"))?;
+        if from == 0 {
+            a.runtime_context.restore(&events);
+        } else {
+            a.runtime_context.follow(&events);
+        }
+        let current = assembly["context"].as_str().unwrap_or_default();
+        Ok(a.runtime_context
+            .project(current, &assembly["contextSections"]))
+    }
+
     async fn turn_body(
         &self,
         agent: &str,
@@ -288,13 +316,20 @@ impl Loop {
             let claimed = self.claim(agent, target, turn).await?;
             let assembly = self.assemble(agent).await?;
             self.check(abort)?;
+            // A changed runtime context joins the step's input, after the
+            // claimed messages, unless a pre-step listener decides otherwise.
+            let context = self.runtime_context(agent, &assembly).await?;
             let decision = self
                 .ctx
                 .dispatch("agent/pre-step")
                 .scope(agent)
                 .waterfall(
                     json!({"agent": agent, "messages": claimed, "turn": turn, "step": next}),
-                    |p| async move { Ok(json!({"kind": "enter", "messages": p["messages"]})) },
+                    |p| async move {
+                        let mut messages = p["messages"].as_array().cloned().unwrap_or_default();
+                        messages.extend(context);
+                        Ok(json!({"kind": "enter", "messages": messages}))
+                    },
                 )
                 .await?;
             self.check(abort)?;

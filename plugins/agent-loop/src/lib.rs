@@ -2,6 +2,7 @@
 
 mod driver;
 mod inbox;
+mod runtime_context;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -101,6 +102,8 @@ pub(crate) struct Agent {
     /// The model history derived so far, and the log length it covers.
     pub history: Vec<Value>,
     pub history_seq: u64,
+    /// The runtime-context snapshot the log retains.
+    pub runtime_context: runtime_context::Projection,
     pub first_request: bool,
     pub wake_requested: bool,
 }
@@ -169,6 +172,7 @@ impl Loop {
             logged_context: None,
             history: Vec::new(),
             history_seq: 0,
+            runtime_context: Default::default(),
             first_request: true,
             wake_requested: false,
         };
