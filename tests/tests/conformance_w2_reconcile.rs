@@ -1,0 +1,542 @@
+//! Conformance, second pass ("reconcile"): rows of `tests/CONFORMANCE.md`
+//! that the first pass left `missing` for want of a test — concluding tool
+//! steps and steering, cancels in the stopping window, during assembly and
+//! mid-stream, the explicit `maxTokens` cap, an inject from `agent/request`,
+//! the exact inbox notifications, `session/created`, and ids reopening.
+//!
+//! Real plugin builds in the real host against the fake model server; the
+//! `loop-kit` fixture supplies listeners (record, steer, inject, cancel) and
+//! tools, all journaled in order. Nothing sleeps to synchronize: waits poll
+//! the log or the journal under a generous deadline.
+
+use std::time::Duration;
+
+use dsh_sdk::vocab::event;
+use dsh_testkit::fake_llm::{text, Answer, FakeLlm};
+use dsh_testkit::TestHost;
+use serde_json::{json, Value};
+
+/// The core rows plus `extra` rows, every row active.
+async fn setup(extra: &str) -> (TestHost, FakeLlm) {
+    let fake = FakeLlm::start().await;
+    let t = TestHost::start().await;
+    let mut rows = dsh_testkit::core_rows(&fake.base_url, &t.home.path().join("sessions"));
+    rows.push_str(extra);
+    t.apply(&rows).await;
+    for s in t.host.status().await {
+        assert_eq!(format!("{:?}", s.state), "Active", "{s:?}");
+    }
+    (t, fake)
+}
+
+/// A loop-kit row tagged `tag` with `listeners` and `tools` (TOML arrays).
+fn kit(tag: &str, listeners: &str, tools: &str) -> String {
+    format!(
+        "[[row]]\nid = 'kit-{tag}'\nplugin = 'dsh-fixture-loop-kit'\n\
+         config = {{ tag = '{tag}', listeners = [{listeners}], tools = [{tools}] }}\n"
+    )
+}
+
+async fn agent_with(t: &TestHost, options: Value) -> String {
+    let v = t
+        .call(
+            "agentLoop",
+            "create",
+            json!({"agentOptions": options, "meta": {"cwd": "/tmp"}}),
+        )
+        .await;
+    v["agent"].as_str().unwrap().to_owned()
+}
+
+async fn new_agent(t: &TestHost) -> String {
+    agent_with(t, json!({"provider": "fake", "model": "m1"})).await
+}
+
+async fn send(t: &TestHost, method: &str, agent: &str, prompt: &str) {
+    t.call(
+        "agents",
+        method,
+        json!({"agent": agent, "message": {"text": prompt}}),
+    )
+    .await;
+}
+
+async fn idle(t: &TestHost, agent: &str) -> Value {
+    t.call("agents", "whenIdle", json!({"agent": agent})).await["reason"].clone()
+}
+
+async fn turn(t: &TestHost, agent: &str, prompt: &str) -> Value {
+    send(t, "followup", agent, prompt).await;
+    idle(t, agent).await
+}
+
+async fn events(t: &TestHost, agent: &str) -> Vec<Value> {
+    serde_json::from_value(t.call("sessions", "events", json!({"id": agent})).await).unwrap()
+}
+
+fn of_type<'a>(ev: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    ev.iter().filter(|e| e["type"] == kind).collect()
+}
+
+async fn journal(t: &TestHost, tag: &str) -> Vec<Value> {
+    serde_json::from_value(
+        t.call(&format!("loopkit:{tag}"), "journal", json!({}))
+            .await,
+    )
+    .unwrap()
+}
+
+/// The journal's payloads of `event`, in order.
+fn heard(j: &[Value], event: &str) -> Vec<Value> {
+    j.iter()
+        .filter(|e| e["event"] == event)
+        .map(|e| e["payload"].clone())
+        .collect()
+}
+
+/// Polls `cond` over the log until it holds (generous deadline).
+async fn wait_log(t: &TestHost, agent: &str, what: &str, cond: impl Fn(&[Value]) -> bool) {
+    for _ in 0..4000 {
+        if cond(&events(t, agent).await) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("never logged: {what}");
+}
+
+/// Polls the kit's journal until `cond` holds (generous deadline).
+async fn wait_journal(t: &TestHost, tag: &str, cond: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    for _ in 0..4000 {
+        let j = journal(t, tag).await;
+        if cond(&j) {
+            return j;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("the journal never got there: {:?}", journal(t, tag).await);
+}
+
+/// One model response calling the kit's tools `(id, name, arguments)`.
+fn calls(list: &[(&str, &str, Value)]) -> Answer {
+    let mut events = Vec::new();
+    for (i, (id, name, args)) in list.iter().enumerate() {
+        events.push(Some(json!({"choices": [{"delta": {"tool_calls": [{"index": i, "id": id, "type": "function", "function": {"name": name, "arguments": args.to_string()}}]}}]}).to_string()));
+    }
+    events.push(Some(
+        json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}).to_string(),
+    ));
+    events.push(Some("[DONE]".into()));
+    Answer::Sse(events)
+}
+
+/// The texts of a request body's user messages (string or block content).
+fn user_texts_of(body: &Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .flat_map(|m| match &m["content"] {
+            Value::String(s) => vec![s.clone()],
+            Value::Array(blocks) => blocks
+                .iter()
+                .filter_map(|b| b["text"].as_str().map(str::to_owned))
+                .collect(),
+            _ => Vec::new(),
+        })
+        .collect()
+}
+
+/// The texts of the log's `user/message` events, in order.
+fn logged_user_texts(ev: &[Value]) -> Vec<String> {
+    of_type(ev, event::USER_MESSAGE)
+        .iter()
+        .map(|e| e["data"]["content"][0]["text"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn aborted_by_user() -> Value {
+    json!({"kind": "aborted", "reason": {"kind": "user"}})
+}
+
+// ---- loop.spec.ts ---------------------------------------------------------
+
+/// Steering that lands while a concluding tool runs still gets its step:
+/// the turn continues (one turn, two model calls) and the second request
+/// carries the steering (loop.spec "continues for steering that arrived
+/// during a concluding tool step").
+#[tokio::test]
+async fn steering_during_a_concluding_step_still_runs() {
+    let listeners =
+        "{ event = 'tools/pre-execute', action = 'steer', value = 'late steering', once = true }";
+    let (t, fake) = setup(&kit("k", listeners, "{ name = 'finalize' }")).await;
+    fake.push([
+        calls(&[("c1", "finalize", json!({"conclude": true}))]),
+        text("next turn reply"),
+    ]);
+    let agent = new_agent(&t).await;
+    assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "completed"}));
+
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2, "the steering ran one more step");
+    assert_eq!(user_texts_of(&requests[1]), ["go", "late steering"]);
+    let ev = events(&t, &agent).await;
+    assert_eq!(of_type(&ev, event::TURN_END).len(), 1);
+    assert_eq!(of_type(&ev, event::STEP_START).len(), 2);
+    assert_eq!(of_type(&ev, event::TOOL_RESULT).len(), 1);
+    t.shutdown().await;
+}
+
+// ---- cancel.spec.ts -------------------------------------------------------
+
+/// A cancel from an `agent/turn-stopping` listener ends the turn aborted
+/// (the user's cause) and runs no further step, although the listener's
+/// window would have allowed one.
+#[tokio::test]
+async fn cancel_during_the_stopping_window_ends_aborted_with_no_further_step() {
+    let listeners = "{ event = 'agent/turn-stopping', action = 'cancel', once = true }";
+    let (t, fake) = setup(&kit("k", listeners, "")).await;
+    fake.push([text("one"), text("two")]);
+    let agent = new_agent(&t).await;
+    assert_eq!(turn(&t, &agent, "go").await, aborted_by_user());
+
+    let ev = events(&t, &agent).await;
+    assert_eq!(of_type(&ev, event::STEP_START).len(), 1);
+    let ends: Vec<Value> = of_type(&ev, event::TURN_END)
+        .iter()
+        .map(|e| e["data"]["reason"].clone())
+        .collect();
+    assert_eq!(ends, [aborted_by_user()]);
+    assert_eq!(fake.requests().len(), 1);
+    t.shutdown().await;
+}
+
+/// A half-streamed tool call is dropped whole by a mid-stream cancel; the
+/// completed text before it is finalized (`interrupted`), and no
+/// `tool/call` is logged (cancel.spec "cancel drops a half-streamed tool
+/// call and keeps the completed text before it").
+#[tokio::test]
+async fn a_mid_stream_cancel_drops_a_half_streamed_tool_call_and_keeps_the_text() {
+    let (t, fake) = setup("").await;
+    fake.push([Answer::Stall(vec![
+        json!({"choices": [{"delta": {"content": "reading the file"}}]}).to_string(),
+        json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "read", "arguments": "{\"pa"}}]}}]}).to_string(),
+    ])]);
+    let agent = new_agent(&t).await;
+    send(&t, "followup", &agent, "go").await;
+    wait_log(&t, &agent, "the tool-call chunk", |ev| {
+        ev.iter().any(|e| {
+            e["type"] == event::ASSISTANT_CHUNK && e["data"]["chunk"]["type"] == "tool-call-delta"
+        })
+    })
+    .await;
+    t.call("agents", "cancel", json!({"agent": agent})).await;
+    assert_eq!(idle(&t, &agent).await, aborted_by_user());
+
+    let ev = events(&t, &agent).await;
+    let messages = of_type(&ev, event::ASSISTANT_MESSAGE);
+    assert_eq!(messages.len(), 1);
+    assert_eq!(
+        messages[0]["data"]["message"]["content"],
+        json!([{"type": "text", "text": "reading the file"}])
+    );
+    assert_eq!(messages[0]["data"]["interrupted"], json!(true));
+    assert!(of_type(&ev, event::TOOL_CALL).is_empty());
+    t.shutdown().await;
+}
+
+/// A cancel before any visible content (only a half-streamed tool call)
+/// finalizes nothing: no `assistant/message` (cancel.spec "cancel before
+/// any visible content finalizes nothing").
+#[tokio::test]
+async fn a_mid_stream_cancel_before_visible_content_finalizes_nothing() {
+    let (t, fake) = setup("").await;
+    fake.push([Answer::Stall(vec![
+        json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "read", "arguments": "{\"pa"}}]}}]}).to_string(),
+    ])]);
+    let agent = new_agent(&t).await;
+    send(&t, "followup", &agent, "go").await;
+    wait_log(&t, &agent, "the tool-call chunk", |ev| {
+        ev.iter().any(|e| {
+            e["type"] == event::ASSISTANT_CHUNK && e["data"]["chunk"]["type"] == "tool-call-delta"
+        })
+    })
+    .await;
+    t.call("agents", "cancel", json!({"agent": agent})).await;
+    assert_eq!(idle(&t, &agent).await, aborted_by_user());
+
+    let ev = events(&t, &agent).await;
+    assert!(of_type(&ev, event::ASSISTANT_MESSAGE).is_empty());
+    assert!(of_type(&ev, event::TOOL_CALL).is_empty());
+    t.shutdown().await;
+}
+
+// ---- contract-regressions.spec.ts ------------------------------------------
+
+/// A cancel while the system prompt is assembled (from a
+/// `system-prompt/assemble` listener) closes the claimed turn without a
+/// step and never calls the model.
+#[tokio::test]
+async fn cancel_during_assembly_closes_a_no_step_turn_and_never_calls_the_model() {
+    let listeners = "{ event = 'system-prompt/assemble', action = 'cancel', once = true }";
+    let (t, fake) = setup(&kit("k", listeners, "")).await;
+    fake.push([text("must not run")]);
+    let agent = new_agent(&t).await;
+    assert_eq!(turn(&t, &agent, "go").await, aborted_by_user());
+
+    let ev = events(&t, &agent).await;
+    let frame: Vec<&str> = ev
+        .iter()
+        .filter_map(|e| e["type"].as_str())
+        .filter(|k| [event::TURN_START, event::STEP_START, event::TURN_END].contains(k))
+        .collect();
+    assert_eq!(frame, [event::TURN_START, event::TURN_END]);
+    assert!(of_type(&ev, event::ASSISTANT_CHUNK).is_empty());
+    assert!(fake.requests().is_empty(), "the model was called");
+    // The loop keeps serving.
+    fake.clear_requests();
+    assert_eq!(
+        turn(&t, &agent, "again").await,
+        json!({"kind": "completed"})
+    );
+    assert_eq!(fake.requests().len(), 1);
+    t.shutdown().await;
+}
+
+// ---- request-reconstruction.spec.ts ----------------------------------------
+
+/// An explicit agent `maxTokens` cap is preserved: every request of the
+/// session sends it, and every logged header's config carries it.
+#[tokio::test]
+async fn an_explicit_max_tokens_cap_is_preserved_in_every_request_and_header() {
+    let listeners = "{ event = 'agent/request', action = 'merge', value = { config = { model = 'm2' } }, when = { turn = 2 } }";
+    let (t, fake) = setup(&kit("k", listeners, "")).await;
+    fake.push([text("first"), text("second")]);
+    let agent = agent_with(
+        &t,
+        json!({"provider": "fake", "model": "m1", "maxTokens": 4096}),
+    )
+    .await;
+    assert_eq!(
+        turn(&t, &agent, "first").await,
+        json!({"kind": "completed"})
+    );
+    assert_eq!(
+        turn(&t, &agent, "second").await,
+        json!({"kind": "completed"})
+    );
+
+    let requests = fake.requests();
+    let caps: Vec<&Value> = requests.iter().map(|r| &r["max_tokens"]).collect();
+    assert_eq!(caps, [&json!(4096), &json!(4096)]);
+    let models: Vec<&Value> = requests.iter().map(|r| &r["model"]).collect();
+    assert_eq!(models, [&json!("m1"), &json!("m2")]);
+    let ev = events(&t, &agent).await;
+    let headers: Vec<&Value> = of_type(&ev, event::REQUEST_HEADER)
+        .iter()
+        .map(|e| &e["data"]["header"]["config"]["maxTokens"])
+        .collect();
+    assert_eq!(headers, [&json!(4096), &json!(4096)]);
+    t.shutdown().await;
+}
+
+/// An inject during the `agent/request` waterfall is not in the request
+/// being built (the step/start boundary has passed) but joins the next one,
+/// at its logged position after the step's assistant message.
+#[tokio::test]
+async fn an_inject_during_agent_request_joins_the_next_request() {
+    let listeners =
+        "{ event = 'agent/request', action = 'inject', value = '[late context]', once = true }";
+    let (t, fake) = setup(&kit("k", listeners, "")).await;
+    fake.push([text("one"), text("two"), text("three")]);
+    let agent = new_agent(&t).await;
+    turn(&t, &agent, "first").await;
+    turn(&t, &agent, "second").await;
+
+    let requests = fake.requests();
+    assert!(requests.len() >= 2, "{requests:?}");
+    assert_eq!(user_texts_of(&requests[0]), ["first"]);
+    assert_eq!(
+        user_texts_of(&requests[1])[..2],
+        ["first", "[late context]"]
+    );
+    let ev = events(&t, &agent).await;
+    let first_answer = ev
+        .iter()
+        .position(|e| e["type"] == event::ASSISTANT_MESSAGE)
+        .unwrap();
+    let late = ev
+        .iter()
+        .position(|e| {
+            e["type"] == event::USER_MESSAGE && e["data"]["content"][0]["text"] == "[late context]"
+        })
+        .unwrap();
+    assert!(first_answer < late, "logged after the step it missed");
+    assert_eq!(logged_user_texts(&ev)[..2], ["first", "[late context]"]);
+    t.shutdown().await;
+}
+
+// ---- agent.spec.ts ----------------------------------------------------------
+
+/// `agent/inbox/inserted`, `agent/inbox/claimed` and `agent/inbox/discarded`
+/// carry the exact messages: an injected context dropped by a cancel is
+/// discarded (and never claimed), the prompt after it is inserted and
+/// claimed for turn 1, after `turn/start`.
+#[tokio::test]
+async fn inbox_notifications_carry_the_exact_inserted_claimed_and_discarded_messages() {
+    let listeners = "{ event = 'agent/inbox/inserted', action = 'record' }, \
+                     { event = 'agent/inbox/claimed', action = 'record' }, \
+                     { event = 'agent/inbox/discarded', action = 'record' }";
+    let (t, fake) = setup(&kit("k", listeners, "")).await;
+    fake.push([text("ok")]);
+    let agent = new_agent(&t).await;
+    let context = json!({"id": "ctx-1", "role": "user",
+                         "content": [{"type": "text", "text": "discard me"}],
+                         "source": {"kind": "plugin", "plugin": "test"}});
+    t.call(
+        "agents",
+        "inject",
+        json!({"agent": agent, "message": context}),
+    )
+    .await;
+    t.call("agents", "cancel", json!({"agent": agent})).await;
+    let prompt = json!({"id": "prompt-1", "role": "user",
+                        "content": [{"type": "text", "text": "run"}],
+                        "source": {"kind": "user"}});
+    t.call(
+        "agents",
+        "followup",
+        json!({"agent": agent, "message": prompt}),
+    )
+    .await;
+    assert_eq!(idle(&t, &agent).await, json!({"kind": "completed"}));
+
+    let j = wait_journal(&t, "k", |j| {
+        j.iter().any(|e| e["event"] == "agent/inbox/claimed")
+            && j.iter().any(|e| e["event"] == "agent/inbox/discarded")
+    })
+    .await;
+    assert_eq!(
+        heard(&j, "agent/inbox/inserted"),
+        [
+            json!({"agent": agent, "message": context}),
+            json!({"agent": agent, "message": prompt})
+        ]
+    );
+    assert_eq!(
+        heard(&j, "agent/inbox/discarded"),
+        [json!({"agent": agent, "message": context})]
+    );
+    assert_eq!(
+        heard(&j, "agent/inbox/claimed"),
+        [json!({"agent": agent, "message": prompt, "turn": 1})]
+    );
+    // The claim follows the turn's start in the log.
+    let ev = events(&t, &agent).await;
+    let start = ev
+        .iter()
+        .position(|e| e["type"] == event::TURN_START)
+        .unwrap();
+    let claim = ev
+        .iter()
+        .position(|e| {
+            e["type"] == event::INBOX_SPLICED
+                && e["data"]["target"] == "next-turn"
+                && e["data"]["removedCount"] == 1
+                && e["data"].get("outcome").is_none()
+        })
+        .unwrap();
+    assert!(start < claim);
+    t.shutdown().await;
+}
+
+// ---- session.spec.ts ----------------------------------------------------------
+
+/// Creating a session emits `session/created` with its header; each append
+/// emits one `session/event` naming the session (session.spec "creates
+/// sessions, emits session/created and session/event").
+#[tokio::test]
+async fn create_emits_session_created_and_each_append_a_session_event() {
+    let listeners = "{ event = 'session/created', action = 'record' }, \
+                     { event = 'session/event', action = 'record' }";
+    let (t, _fake) = setup(&kit("k", listeners, "")).await;
+    let created = t
+        .call("sessions", "create", json!({"meta": {"cwd": "/tmp"}}))
+        .await;
+    let id = created["id"].as_str().unwrap().to_owned();
+    t.call(
+        "sessions",
+        "append",
+        json!({"id": id, "type": event::TURN_START, "data": {"turn": 1}}),
+    )
+    .await;
+    let message = json!({"id": "m1", "role": "user",
+                         "content": [{"type": "text", "text": "x"}], "source": {"kind": "user"}});
+    t.call(
+        "sessions",
+        "append",
+        json!({"id": id, "type": event::USER_MESSAGE, "data": message, "surfaceOp": "append"}),
+    )
+    .await;
+
+    let j = wait_journal(&t, "k", |j| {
+        j.iter().filter(|e| e["event"] == "session/event").count() >= 2
+    })
+    .await;
+    let created_heard = heard(&j, "session/created");
+    assert_eq!(created_heard.len(), 1);
+    assert_eq!(created_heard[0]["header"]["id"], json!(id));
+    assert_eq!(created_heard[0]["header"]["cwd"], json!("/tmp"));
+    assert_eq!(created_heard[0]["resumed"], json!(false));
+    let appended = heard(&j, "session/event");
+    assert_eq!(appended.len(), 2);
+    let seen: Vec<(&Value, &Value)> = appended
+        .iter()
+        .map(|p| (&p["sessionId"], &p["event"]["type"]))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (&json!(id), &json!(event::TURN_START)),
+            (&json!(id), &json!(event::USER_MESSAGE))
+        ]
+    );
+    assert_eq!(appended[1]["event"]["data"], message);
+    t.shutdown().await;
+}
+
+// ---- scope-lifecycle.spec.ts ----------------------------------------------------
+
+/// An agent id reopens once its prior agent is disposed and its session
+/// closed: a fresh agent with the same id starts a new log and runs.
+#[tokio::test]
+async fn an_agent_id_reopens_after_the_prior_agent_quiesces() {
+    let (t, fake) = setup("").await;
+    fake.push([text("one"), text("two")]);
+    let params = json!({"sessionId": "reused-id", "agentOptions": {"provider": "fake", "model": "m1"},
+                        "meta": {"cwd": "/tmp"}});
+    let first = t.call("agentLoop", "create", params.clone()).await;
+    assert_eq!(first["agent"], "reused-id");
+    assert_eq!(
+        turn(&t, "reused-id", "before").await,
+        json!({"kind": "completed"})
+    );
+    t.call("agents", "dispose", json!({"agent": "reused-id"}))
+        .await;
+    t.call("sessions", "close", json!({"id": "reused-id"}))
+        .await;
+    let listed = t.call("agentLoop", "list", json!({})).await;
+    assert_eq!(listed, json!([]));
+
+    let again = t.call("agentLoop", "create", params).await;
+    assert_eq!(again["agent"], "reused-id");
+    assert_eq!(
+        turn(&t, "reused-id", "after").await,
+        json!({"kind": "completed"})
+    );
+    let ev = events(&t, "reused-id").await;
+    assert_eq!(logged_user_texts(&ev), ["after"]);
+    assert_eq!(of_type(&ev, event::TURN_START)[0]["data"]["turn"], 1);
+    t.shutdown().await;
+}
