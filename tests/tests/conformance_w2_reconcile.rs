@@ -540,3 +540,92 @@ async fn an_agent_id_reopens_after_the_prior_agent_quiesces() {
     assert_eq!(of_type(&ev, event::TURN_START)[0]["data"]["turn"], 1);
     t.shutdown().await;
 }
+
+// ---- tools.spec.ts ----------------------------------------------------------
+
+/// A context message as a TOML inline table, from plugin `plugin`.
+fn context_toml(plugin: &str) -> String {
+    format!(
+        "{{ id = 'ctx-{plugin}', role = 'user', content = [{{ type = 'text', text = '{plugin}' }}], \
+         source = {{ kind = 'plugin', plugin = '{plugin}' }} }}"
+    )
+}
+
+/// The texts of the `user/message`s logged in step 2 of turn 1.
+fn step_two_user_texts(ev: &[Value]) -> Vec<String> {
+    let start = ev
+        .iter()
+        .position(|e| e["type"] == event::STEP_START && e["data"]["step"] == 2)
+        .expect("a second step");
+    logged_user_texts(&ev[start..])
+}
+
+/// The tool's own contexts, then an execute wrapper's, then a post-execute
+/// decision's, in that order, all enter the next step (tools.spec
+/// "preserves tool-deferred, execute-wrapper, and post-execute contexts in
+/// order", "post-execute additionalContexts ride on the result").
+#[tokio::test]
+async fn tool_wrapper_and_post_execute_contexts_enter_the_next_step_in_order() {
+    let listeners = format!(
+        "{{ event = 'tools/execute', action = 'append', value = {{ additionalContexts = [{}] }} }}, \
+         {{ event = 'tools/post-execute', action = 'return', value = {{ kind = 'accept', additionalContexts = [{}] }} }}",
+        context_toml("wrapper"),
+        context_toml("post")
+    );
+    let (t, fake) = setup(&kit("k", &listeners, "{ name = 'x' }")).await;
+    fake.push([
+        calls(&[("c1", "x", json!({"contexts": ["tool"]}))]),
+        text("done"),
+    ]);
+    let agent = new_agent(&t).await;
+    assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "completed"}));
+
+    let ev = events(&t, &agent).await;
+    assert_eq!(step_two_user_texts(&ev), ["tool", "wrapper", "post"]);
+    let sources: Vec<&Value> = of_type(&ev, event::USER_MESSAGE)
+        .iter()
+        .skip(2)
+        .map(|e| &e["data"]["source"])
+        .collect();
+    assert_eq!(
+        sources,
+        [
+            &json!({"kind": "plugin", "plugin": "wrapper"}),
+            &json!({"kind": "plugin", "plugin": "post"})
+        ]
+    );
+    assert_eq!(
+        &user_texts_of(&fake.requests()[1])[1..],
+        ["tool", "wrapper", "post"]
+    );
+    t.shutdown().await;
+}
+
+/// A post-execute block may attach contexts too: only its own enter the
+/// next step; those of the blocked result are dropped with it.
+#[tokio::test]
+async fn a_blocking_post_execute_decision_keeps_only_its_own_contexts() {
+    let listeners = format!(
+        "{{ event = 'tools/post-execute', action = 'return', value = {{ kind = 'block', \
+         feedback = [{{ type = 'text', text = 'rejected' }}], additionalContexts = [{}] }} }}",
+        context_toml("blocker")
+    );
+    let (t, fake) = setup(&kit("k", &listeners, "{ name = 'x' }")).await;
+    fake.push([
+        calls(&[("c1", "x", json!({"contexts": ["tool"]}))]),
+        text("done"),
+    ]);
+    let agent = new_agent(&t).await;
+    assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "completed"}));
+
+    let ev = events(&t, &agent).await;
+    let results = of_type(&ev, event::TOOL_RESULT);
+    let block = &results[0]["data"]["message"]["content"][0];
+    assert_eq!(block["isError"], json!(true));
+    assert_eq!(
+        block["content"],
+        json!([{"type": "text", "text": "rejected"}])
+    );
+    assert_eq!(step_two_user_texts(&ev), ["blocker"]);
+    t.shutdown().await;
+}
