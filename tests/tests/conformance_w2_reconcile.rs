@@ -629,3 +629,132 @@ async fn a_blocking_post_execute_decision_keeps_only_its_own_contexts() {
     assert_eq!(step_two_user_texts(&ev), ["blocker"]);
     t.shutdown().await;
 }
+
+/// A later call's cancel ends the batch: the first call's result and the
+/// aborted one are both recorded, the step and turn close, and the first
+/// call's accepted context never becomes a `user/message` (contract
+/// regression "records post-tool context when a later call aborts the
+/// batch").
+#[tokio::test]
+async fn a_later_call_aborting_the_batch_keeps_both_results_and_logs_no_context_message() {
+    let listeners =
+        "{ event = 'tools/pre-execute', action = 'cancel', when = { exec = { callId = 'c2' } } }";
+    let (t, fake) = setup(&kit("k", listeners, "{ name = 'x' }")).await;
+    fake.push([calls(&[
+        (
+            "c1",
+            "x",
+            json!({"contexts": ["accepted after first result"]}),
+        ),
+        ("c2", "x", json!({})),
+    ])]);
+    let agent = new_agent(&t).await;
+    assert_eq!(turn(&t, &agent, "go").await, aborted_by_user());
+
+    let ev = events(&t, &agent).await;
+    let tail: Vec<&str> = ev
+        .iter()
+        .filter_map(|e| e["type"].as_str())
+        .filter(|k| {
+            [
+                event::TOOL_RESULT,
+                event::USER_MESSAGE,
+                event::STEP_END,
+                event::TURN_END,
+            ]
+            .contains(k)
+        })
+        .collect();
+    assert_eq!(
+        tail,
+        [
+            event::USER_MESSAGE,
+            event::TOOL_RESULT,
+            event::TOOL_RESULT,
+            event::STEP_END,
+            event::TURN_END
+        ]
+    );
+    let results = of_type(&ev, event::TOOL_RESULT);
+    assert_eq!(
+        results[0]["data"]["message"]["content"][0]["content"],
+        json!([{"type": "text", "text": "ok c1"}])
+    );
+    assert_eq!(results[1]["data"]["error"]["code"], json!("ABORTED"));
+    assert_eq!(logged_user_texts(&ev), ["go"]);
+    assert_eq!(fake.requests().len(), 1);
+    t.shutdown().await;
+}
+
+// ---- cancel.spec.ts: the abort-to-idle window ---------------------------------
+
+/// Polls until the log holds `n` `turn/end` events.
+async fn wait_turn_ends(t: &TestHost, agent: &str, n: usize) {
+    wait_log(t, agent, "the turn ends", |ev| {
+        of_type(ev, event::TURN_END).len() >= n
+    })
+    .await;
+}
+
+/// A waking send deep in a slow abort convergence is latched and replays
+/// once the aborted turn is idle: here a `agent/turn-stopping` listener
+/// cancels with `keepInbox` and then, still holding the driver in the
+/// abort-to-idle window, sends a followup (cancel.spec "latches a wake
+/// arriving deep into a slow abort convergence").
+#[tokio::test]
+async fn a_wake_deep_in_the_abort_to_idle_window_is_latched_and_replayed() {
+    let listeners = "{ event = 'agent/turn-stopping', action = 'cancel', value = { keepInbox = true }, once = true }, \
+                     { event = 'agent/turn-stopping', action = 'followup', value = 'B', once = true }";
+    let (t, fake) = setup(&kit("k", listeners, "")).await;
+    fake.push([text("A reply"), text("B reply")]);
+    let agent = new_agent(&t).await;
+    send(&t, "followup", &agent, "A").await;
+    wait_turn_ends(&t, &agent, 2).await;
+    assert_eq!(idle(&t, &agent).await, json!({"kind": "completed"}));
+
+    let ev = events(&t, &agent).await;
+    let ends: Vec<&Value> = of_type(&ev, event::TURN_END)
+        .iter()
+        .map(|e| &e["data"]["reason"])
+        .collect();
+    assert_eq!(ends, [&aborted_by_user(), &json!({"kind": "completed"})]);
+    assert_eq!(logged_user_texts(&ev), ["A", "B"]);
+    assert_eq!(fake.requests().len(), 2);
+    t.shutdown().await;
+}
+
+/// A waking send that lands after disposal's cancel began (cause
+/// `disposed`, as `agents.dispose` issues it) is not latched: no turn runs
+/// it, and it stays parked (cancel.spec "does not latch a wake landing
+/// after disposal begins").
+#[tokio::test]
+async fn a_wake_after_the_disposal_cancel_began_is_not_latched() {
+    let listeners = "{ event = 'agent/turn-stopping', action = 'cancel', value = { cause = { kind = 'disposed' }, keepInbox = true }, once = true }, \
+                     { event = 'agent/turn-stopping', action = 'followup', value = 'late wake', once = true }";
+    let (t, fake) = setup(&kit("k", listeners, "")).await;
+    fake.push([text("active reply"), text("late reply")]);
+    let agent = new_agent(&t).await;
+    assert_eq!(
+        turn(&t, &agent, "active").await,
+        json!({"kind": "aborted", "reason": {"kind": "disposed"}})
+    );
+    let status = t.call("agents", "status", json!({"agent": agent})).await;
+    assert_eq!(status["status"], "idle");
+
+    let ev = events(&t, &agent).await;
+    assert_eq!(of_type(&ev, event::TURN_START).len(), 1);
+    assert_eq!(logged_user_texts(&ev), ["active"]);
+    assert_eq!(fake.requests().len(), 1);
+    // Parked, not dropped: the late wake's message is the inbox's only item.
+    let parked: Vec<&Value> = of_type(&ev, event::INBOX_SPLICED)
+        .into_iter()
+        .filter(|e| e["data"]["target"] == "next-turn")
+        .last()
+        .into_iter()
+        .collect();
+    assert_eq!(
+        parked[0]["data"]["inserted"][0]["content"][0]["text"],
+        "late wake"
+    );
+    t.shutdown().await;
+}
