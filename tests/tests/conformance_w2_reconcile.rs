@@ -758,3 +758,120 @@ async fn a_wake_after_the_disposal_cancel_began_is_not_latched() {
     );
     t.shutdown().await;
 }
+
+// ---- contract-regressions.spec.ts: in-band finishes ----------------------------
+
+/// An in-band `finish{aborted}` (here from the scripted adapter, route
+/// `script`) is a turn error coded ABORTED with the failure's message, and no
+/// `assistant/message` is synthesized (contract regression "translates
+/// finish {kind:aborted} into a turn error coded ABORTED").
+#[tokio::test]
+async fn an_in_band_aborted_finish_is_a_turn_error_coded_aborted() {
+    let fake = FakeLlm::start().await;
+    let t = TestHost::start().await;
+    let script = t.home.path().join("script.json");
+    let finish = json!({"type": "finish", "reason": {"kind": "aborted",
+                        "failure": {"message": "model stream aborted", "code": "ABORTED"}}});
+    std::fs::write(
+        &script,
+        json!({"responses": [{"chunks": [finish]}]}).to_string(),
+    )
+    .unwrap();
+    let mut rows = dsh_testkit::core_rows(&fake.base_url, &t.home.path().join("sessions"));
+    rows.push_str(&format!(
+        "[[row]]\nid = 'llm-script'\nplugin = 'llm-script'\nconfig = {{ script = {}, provider = 'script' }}\n",
+        json!(script.to_str().unwrap())
+    ));
+    t.apply(&rows).await;
+    for s in t.host.status().await {
+        assert_eq!(format!("{:?}", s.state), "Active", "{s:?}");
+    }
+    let agent = agent_with(&t, json!({"provider": "script", "model": "s1"})).await;
+    assert_eq!(
+        turn(&t, &agent, "go").await,
+        json!({"kind": "error", "error": {"message": "model stream aborted", "code": "ABORTED"}})
+    );
+    let ev = events(&t, &agent).await;
+    assert!(of_type(&ev, event::ASSISTANT_MESSAGE).is_empty());
+    let ends: Vec<&Value> = of_type(&ev, event::TURN_END)
+        .iter()
+        .map(|e| &e["data"]["reason"]["kind"])
+        .collect();
+    assert_eq!(ends, [&json!("error")]);
+    t.shutdown().await;
+}
+
+// ---- scope-lifecycle.spec.ts / system-prompt scoped.spec.ts ---------------------
+
+async fn agent_named(t: &TestHost, id: &str) -> String {
+    let v = t
+        .call(
+            "agentLoop",
+            "create",
+            json!({"sessionId": id, "agentOptions": {"provider": "fake", "model": "m1"},
+                   "meta": {"cwd": "/tmp"}}),
+        )
+        .await;
+    v["agent"].as_str().unwrap().to_owned()
+}
+
+/// A listener scoped to agent `a` (the port's `agent.ctx` listener) hears
+/// nothing of agent `b`'s turn, and hears `a`'s.
+#[tokio::test]
+async fn listeners_scoped_to_an_agent_hear_only_that_agent() {
+    let listeners = "{ event = 'agent/status', action = 'record', scope = 'a' }, \
+                     { event = 'agent/inbox/inserted', action = 'record', scope = 'a' }";
+    let (t, fake) = setup(&kit("k", listeners, "")).await;
+    fake.push([text("one"), text("two")]);
+    let a = agent_named(&t, "a").await;
+    let b = agent_named(&t, "b").await;
+    assert_eq!(turn(&t, &b, "for b").await, json!({"kind": "completed"}));
+    assert_eq!(
+        journal(&t, "k").await,
+        Vec::<Value>::new(),
+        "b leaked into a's scope"
+    );
+
+    assert_eq!(turn(&t, &a, "for a").await, json!({"kind": "completed"}));
+    let j = wait_journal(&t, "k", |j| {
+        heard(j, "agent/status").len() >= 2 && !heard(j, "agent/inbox/inserted").is_empty()
+    })
+    .await;
+    assert_eq!(
+        heard(&j, "agent/status"),
+        [
+            json!({"agent": "a", "status": "running"}),
+            json!({"agent": "a", "status": "idle"})
+        ]
+    );
+    let inserted = heard(&j, "agent/inbox/inserted");
+    assert_eq!(inserted.len(), 1);
+    assert_eq!(inserted[0]["message"]["content"][0]["text"], "for a");
+    t.shutdown().await;
+}
+
+/// A `system-prompt/assemble` listener scoped to agent `a` shapes only
+/// `a`'s prompt: its added section is rendered into `a`'s system prompt
+/// and absent from `b`'s, which is otherwise identical.
+#[tokio::test]
+async fn a_scoped_assemble_listener_shapes_only_its_agents_prompt() {
+    let listeners = "{ event = 'system-prompt/assemble', action = 'append', scope = 'a', \
+                     value = { sections = [{ name = 'scoped', text = 'Only for a.' }] } }";
+    let (t, fake) = setup(&kit("k", listeners, "")).await;
+    fake.push([text("one"), text("two")]);
+    let a = agent_named(&t, "a").await;
+    let b = agent_named(&t, "b").await;
+    assert_eq!(turn(&t, &a, "x").await, json!({"kind": "completed"}));
+    assert_eq!(turn(&t, &b, "x").await, json!({"kind": "completed"}));
+
+    let requests = fake.requests();
+    let system = |r: &Value| -> String {
+        let m = &r["messages"][0];
+        assert_eq!(m["role"], "system");
+        m["content"].as_str().unwrap().to_owned()
+    };
+    let (sa, sb) = (system(&requests[0]), system(&requests[1]));
+    assert!(!sb.contains("Only for a."), "{sb}");
+    assert_eq!(sa, format!("{sb}\n\nOnly for a."));
+    t.shutdown().await;
+}
