@@ -875,3 +875,112 @@ async fn a_scoped_assemble_listener_shapes_only_its_agents_prompt() {
     assert_eq!(sa, format!("{sb}\n\nOnly for a."));
     t.shutdown().await;
 }
+
+// ---- interception.spec.ts ---------------------------------------------------------
+
+/// A send whose durable append fails throws that failure and leaves the
+/// inbox as it was: nothing logged, no turn, the agent idle, and nothing of
+/// it claimed later. The append is made to fail by closing the agent's
+/// session under it; a session re-created with the same id then runs only
+/// the next prompt.
+#[tokio::test]
+async fn a_send_whose_durable_append_fails_leaves_the_inbox_unchanged() {
+    let (t, fake) = setup("").await;
+    fake.push([text("reply")]);
+    let agent = agent_named(&t, "append-fails").await;
+    t.call("sessions", "close", json!({"id": agent})).await;
+    let failed = t
+        .host
+        .call(
+            "agents",
+            "followup",
+            json!({"agent": agent, "message": {"text": "blocked prompt"}}),
+        )
+        .await;
+    let e = failed.expect_err("the append failed, so the send fails");
+    assert_eq!(e.code, "SESSION_NOT_FOUND", "{e:?}");
+    let status = t.call("agents", "status", json!({"agent": agent})).await;
+    assert_eq!(status["status"], "idle");
+    assert_eq!(status["lastTurn"], 0);
+
+    t.call(
+        "sessions",
+        "create",
+        json!({"id": agent, "meta": {"cwd": "/tmp"}}),
+    )
+    .await;
+    assert_eq!(turn(&t, &agent, "next").await, json!({"kind": "completed"}));
+    let ev = events(&t, &agent).await;
+    assert_eq!(logged_user_texts(&ev), ["next"]);
+    assert_eq!(user_texts_of(&fake.requests()[0]), ["next"]);
+    t.shutdown().await;
+}
+
+// ---- properties.spec.ts ------------------------------------------------------------
+
+/// The turn number of each `user/message` of the log.
+fn turns_of_user_messages(ev: &[Value]) -> Vec<u64> {
+    let mut turn = 0;
+    let mut out = Vec::new();
+    for e in ev {
+        if e["type"] == event::TURN_START {
+            turn = e["data"]["turn"].as_u64().unwrap();
+        }
+        if e["type"] == event::USER_MESSAGE {
+            out.push(turn);
+        }
+    }
+    out
+}
+
+/// Mixed settled and same-tick sends keep one turn per message: over
+/// schedules drawn from a fixed-seed generator (each send optionally waits
+/// for idle before the next), no message is lost or reordered, turns are
+/// numbered 1..n with one `turn/end` each, and each turn holds exactly its
+/// message (properties.spec "mixed settled and same-tick sends preserve one
+/// turn per message").
+#[tokio::test]
+async fn mixed_settled_and_same_tick_sends_keep_one_turn_per_message() {
+    let (t, fake) = setup("").await;
+    fake.set_fallback(text("ok"));
+    // A small linear congruential generator: the same schedules every run.
+    let mut seed: u64 = 0x5eed;
+    let mut draw = move |n: u64| {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (seed >> 33) % n
+    };
+    for run in 0..12 {
+        let len = 1 + draw(6) as usize;
+        let schedule: Vec<(String, bool)> = (0..len)
+            .map(|i| (format!("m{run}-{i}"), draw(2) == 1))
+            .collect();
+        let agent = new_agent(&t).await;
+        for (text, settle) in &schedule {
+            send(&t, "followup", &agent, text).await;
+            if *settle {
+                idle(&t, &agent).await;
+            }
+        }
+        wait_turn_ends(&t, &agent, len).await;
+        idle(&t, &agent).await;
+
+        let ev = events(&t, &agent).await;
+        let texts: Vec<&str> = schedule.iter().map(|(s, _)| s.as_str()).collect();
+        assert_eq!(logged_user_texts(&ev), texts, "{schedule:?}");
+        let numbers: Vec<u64> = (1..=len as u64).collect();
+        let starts: Vec<u64> = of_type(&ev, event::TURN_START)
+            .iter()
+            .map(|e| e["data"]["turn"].as_u64().unwrap())
+            .collect();
+        let ends: Vec<u64> = of_type(&ev, event::TURN_END)
+            .iter()
+            .map(|e| e["data"]["turn"].as_u64().unwrap())
+            .collect();
+        assert_eq!(starts, numbers, "{schedule:?}");
+        assert_eq!(ends, numbers, "{schedule:?}");
+        assert_eq!(turns_of_user_messages(&ev), numbers, "{schedule:?}");
+    }
+    t.shutdown().await;
+}

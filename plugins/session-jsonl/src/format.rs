@@ -508,7 +508,10 @@ mod tests {
             sync_fails: false,
         };
         let failed = write_or_roll_back(&mut log, line);
-        assert_eq!(failed.map_err(|e| e.to_string()), Err("no space left".into()));
+        assert_eq!(
+            failed.map_err(|e| e.to_string()),
+            Err("no space left".into())
+        );
         assert_eq!(log.data, prior);
         // The whole line was written but could not be made durable.
         let mut log = FailingLog {
