@@ -746,14 +746,12 @@ async fn a_wake_after_the_disposal_cancel_began_is_not_latched() {
     assert_eq!(logged_user_texts(&ev), ["active"]);
     assert_eq!(fake.requests().len(), 1);
     // Parked, not dropped: the late wake's message is the inbox's only item.
-    let parked: Vec<&Value> = of_type(&ev, event::INBOX_SPLICED)
+    let parked = of_type(&ev, event::INBOX_SPLICED)
         .into_iter()
-        .filter(|e| e["data"]["target"] == "next-turn")
-        .last()
-        .into_iter()
-        .collect();
+        .rfind(|e| e["data"]["target"] == "next-turn")
+        .expect("a next-turn splice");
     assert_eq!(
-        parked[0]["data"]["inserted"][0]["content"][0]["text"],
+        parked["data"]["inserted"][0]["content"][0]["text"],
         "late wake"
     );
     t.shutdown().await;
