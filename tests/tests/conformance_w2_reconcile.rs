@@ -982,3 +982,42 @@ async fn mixed_settled_and_same_tick_sends_keep_one_turn_per_message() {
     }
     t.shutdown().await;
 }
+
+/// A `tools/execute` wrapper that answers without the tool keeps the
+/// contexts of its answer: they enter the next step (tools.spec "preserves
+/// additionalContexts supplied by an around-dispatch result").
+#[tokio::test]
+async fn a_short_circuiting_execute_wrapper_keeps_its_contexts() {
+    let listeners = format!(
+        "{{ event = 'tools/execute', action = 'return', value = {{ isError = false, \
+         content = [{{ type = 'text', text = 'short-circuited with context' }}], \
+         additionalContexts = [{}] }} }}",
+        context_toml("around")
+    );
+    let (t, fake) = setup(&kit("k", &listeners, "{ name = 'x' }")).await;
+    fake.push([calls(&[("c1", "x", json!({}))]), text("done")]);
+    let agent = new_agent(&t).await;
+    assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "completed"}));
+
+    let j = journal(&t, "k").await;
+    assert!(
+        !j.iter().any(|e| e["event"] == "tool:start"),
+        "the tool ran: {j:?}"
+    );
+    let ev = events(&t, &agent).await;
+    let result = &of_type(&ev, event::TOOL_RESULT)[0]["data"]["message"]["content"][0];
+    assert_eq!(
+        result["content"],
+        json!([{"type": "text", "text": "short-circuited with context"}])
+    );
+    assert_eq!(step_two_user_texts(&ev), ["around"]);
+    let around = of_type(&ev, event::USER_MESSAGE)
+        .into_iter()
+        .rfind(|e| e["data"]["id"] == "ctx-around")
+        .expect("the context is logged");
+    assert_eq!(
+        around["data"]["source"],
+        json!({"kind": "plugin", "plugin": "around"})
+    );
+    t.shutdown().await;
+}
