@@ -29,6 +29,26 @@ async fn setup(extra: &str) -> (TestHost, FakeLlm) {
     (t, fake)
 }
 
+/// Like [`setup`], for tests that hold a model stream open until they act:
+/// the adapter's idle timeout is lifted so that it never ends the stream
+/// first, however slow the machine.
+async fn setup_held(extra: &str) -> (TestHost, FakeLlm) {
+    let fake = FakeLlm::start().await;
+    let t = TestHost::start().await;
+    let rows = dsh_testkit::core_rows(&fake.base_url, &t.home.path().join("sessions"));
+    assert!(
+        rows.contains("streamIdleTimeoutMs = 1500"),
+        "the kit's adapter row changed"
+    );
+    let mut rows = rows.replace("streamIdleTimeoutMs = 1500", "streamIdleTimeoutMs = 600000");
+    rows.push_str(extra);
+    t.apply(&rows).await;
+    for s in t.host.status().await {
+        assert_eq!(format!("{:?}", s.state), "Active", "{s:?}");
+    }
+    (t, fake)
+}
+
 /// A loop-kit row tagged `tag` with `listeners` and `tools` (TOML arrays).
 fn kit(tag: &str, listeners: &str, tools: &str) -> String {
     format!(
@@ -218,7 +238,7 @@ async fn cancel_during_the_stopping_window_ends_aborted_with_no_further_step() {
 /// call and keeps the completed text before it").
 #[tokio::test]
 async fn a_mid_stream_cancel_drops_a_half_streamed_tool_call_and_keeps_the_text() {
-    let (t, fake) = setup("").await;
+    let (t, fake) = setup_held("").await;
     fake.push([Answer::Stall(vec![
         json!({"choices": [{"delta": {"content": "reading the file"}}]}).to_string(),
         json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "read", "arguments": "{\"pa"}}]}}]}).to_string(),
@@ -251,7 +271,7 @@ async fn a_mid_stream_cancel_drops_a_half_streamed_tool_call_and_keeps_the_text(
 /// any visible content finalizes nothing").
 #[tokio::test]
 async fn a_mid_stream_cancel_before_visible_content_finalizes_nothing() {
-    let (t, fake) = setup("").await;
+    let (t, fake) = setup_held("").await;
     fake.push([Answer::Stall(vec![
         json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "read", "arguments": "{\"pa"}}]}}]}).to_string(),
     ])]);
@@ -1019,5 +1039,46 @@ async fn a_short_circuiting_execute_wrapper_keeps_its_contexts() {
         around["data"]["source"],
         json!({"kind": "plugin", "plugin": "around"})
     );
+    t.shutdown().await;
+}
+
+/// Disposing an agent mid-turn ends the active turn `aborted{disposed}`
+/// and never starts the followup queued behind it: one turn, one request,
+/// one running and one idle transition (contract regression "disposing the
+/// fiber ends the active turn and never starts its queued tail").
+#[tokio::test]
+async fn disposal_ends_the_active_turn_and_never_starts_its_queued_tail() {
+    let listeners = "{ event = 'agent/status', action = 'record' }";
+    let (t, fake) = setup_held(&kit("k", listeners, "")).await;
+    fake.push([
+        Answer::Stall(vec![
+            json!({"choices": [{"delta": {"content": "partial"}}]}).to_string(),
+        ]),
+        text("must not run"),
+    ]);
+    let agent = new_agent(&t).await;
+    send(&t, "followup", &agent, "go").await;
+    wait_log(&t, &agent, "a chunk", |ev| {
+        !of_type(ev, event::ASSISTANT_CHUNK).is_empty()
+    })
+    .await;
+    send(&t, "followup", &agent, "queued tail").await;
+    t.call("agents", "dispose", json!({"agent": agent})).await;
+
+    let ev = events(&t, &agent).await;
+    let ends: Vec<&Value> = of_type(&ev, event::TURN_END)
+        .iter()
+        .map(|e| &e["data"]["reason"])
+        .collect();
+    assert_eq!(
+        ends,
+        [&json!({"kind": "aborted", "reason": {"kind": "disposed"}})]
+    );
+    assert_eq!(of_type(&ev, event::TURN_START).len(), 1);
+    assert_eq!(logged_user_texts(&ev), ["go"]);
+    assert_eq!(fake.requests().len(), 1);
+    let j = wait_journal(&t, "k", |j| heard(j, "agent/status").len() >= 2).await;
+    let statuses: Vec<&Value> = j.iter().map(|e| &e["payload"]["status"]).collect();
+    assert_eq!(statuses, [&json!("running"), &json!("idle")]);
     t.shutdown().await;
 }
