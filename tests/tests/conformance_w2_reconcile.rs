@@ -1082,3 +1082,36 @@ async fn disposal_ends_the_active_turn_and_never_starts_its_queued_tail() {
     assert_eq!(statuses, [&json!("running"), &json!("idle")]);
     t.shutdown().await;
 }
+
+/// A cancel during reasoning-only streaming finalizes the reasoning prefix
+/// (cancel.spec "cancel during reasoning-only streaming finalizes the
+/// reasoning prefix"; the DeepSeek adapter reports usage only at `[DONE]`,
+/// so no usage can precede the cancel here).
+#[tokio::test]
+async fn a_mid_stream_cancel_finalizes_a_reasoning_prefix() {
+    let (t, fake) = setup_held("").await;
+    fake.push([Answer::Stall(vec![json!(
+        {"choices": [{"delta": {"reasoning_content": "thinking about it"}}]}
+    )
+    .to_string()])]);
+    let agent = new_agent(&t).await;
+    send(&t, "followup", &agent, "go").await;
+    wait_log(&t, &agent, "the reasoning chunk", |ev| {
+        ev.iter().any(|e| {
+            e["type"] == event::ASSISTANT_CHUNK && e["data"]["chunk"]["type"] == "reasoning-delta"
+        })
+    })
+    .await;
+    t.call("agents", "cancel", json!({"agent": agent})).await;
+    assert_eq!(idle(&t, &agent).await, aborted_by_user());
+
+    let ev = events(&t, &agent).await;
+    let messages = of_type(&ev, event::ASSISTANT_MESSAGE);
+    assert_eq!(messages.len(), 1);
+    assert_eq!(
+        messages[0]["data"]["message"]["content"],
+        json!([{"type": "reasoning", "text": "thinking about it"}])
+    );
+    assert_eq!(messages[0]["data"]["interrupted"], json!(true));
+    t.shutdown().await;
+}
