@@ -1115,3 +1115,31 @@ async fn a_mid_stream_cancel_finalizes_a_reasoning_prefix() {
     assert_eq!(messages[0]["data"]["interrupted"], json!(true));
     t.shutdown().await;
 }
+
+/// A cancel while a failed attempt is offered to recovery
+/// (`agent/request-error`) ends the turn aborted and never finalizes the
+/// failed stream's prefix: no `assistant/message` (cancel.spec "cancel
+/// during error recovery does not finalize the failed stream").
+#[tokio::test]
+async fn a_cancel_during_error_recovery_does_not_finalize_the_failed_stream() {
+    let listeners =
+        "{ event = 'agent/request-error', action = 'cancel', prepend = true, once = true }";
+    let (t, fake) = setup(&kit("k", listeners, "")).await;
+    fake.push([Answer::Disconnect(vec![json!(
+        {"choices": [{"delta": {"content": "doomed partial"}}]}
+    )
+    .to_string()])]);
+    let agent = new_agent(&t).await;
+    assert_eq!(turn(&t, &agent, "go").await, aborted_by_user());
+
+    let ev = events(&t, &agent).await;
+    assert!(
+        ev.iter()
+            .any(|e| e["type"] == event::ASSISTANT_CHUNK
+                && e["data"]["chunk"]["type"] == "text-delta"),
+        "the failed attempt streamed its prefix"
+    );
+    assert!(of_type(&ev, event::ASSISTANT_MESSAGE).is_empty());
+    assert_eq!(fake.requests().len(), 1, "no retry after the cancel");
+    t.shutdown().await;
+}
