@@ -1143,3 +1143,49 @@ async fn a_cancel_during_error_recovery_does_not_finalize_the_failed_stream() {
     assert_eq!(fake.requests().len(), 1, "no retry after the cancel");
     t.shutdown().await;
 }
+
+/// A throwing `agent/status` listener cannot break disposal or leak the
+/// agent: a mid-turn dispose still balances the turn `aborted{disposed}`
+/// and removes the agent (contract regression "a throwing agent/status
+/// listener cannot break disposal or leak the registry entry").
+#[tokio::test]
+async fn a_throwing_status_listener_cannot_break_disposal_or_leak_the_agent() {
+    let listeners = "{ event = 'agent/status', action = 'fail' }";
+    let (t, fake) = setup_held(&kit("k", listeners, "")).await;
+    fake.push([Answer::Stall(vec![json!(
+        {"choices": [{"delta": {"content": "partial"}}]}
+    )
+    .to_string()])]);
+    let agent = new_agent(&t).await;
+    send(&t, "followup", &agent, "go").await;
+    wait_log(&t, &agent, "a chunk", |ev| {
+        !of_type(ev, event::ASSISTANT_CHUNK).is_empty()
+    })
+    .await;
+    t.call("agents", "dispose", json!({"agent": agent})).await;
+
+    assert_eq!(t.call("agentLoop", "list", json!({})).await, json!([]));
+    let ev = events(&t, &agent).await;
+    let ends: Vec<&Value> = of_type(&ev, event::TURN_END)
+        .iter()
+        .map(|e| &e["data"]["reason"])
+        .collect();
+    assert_eq!(
+        ends,
+        [&json!({"kind": "aborted", "reason": {"kind": "disposed"}})]
+    );
+    let j = wait_journal(&t, "k", |j| heard(j, "agent/status").len() >= 2).await;
+    let statuses: Vec<&Value> = j.iter().map(|e| &e["payload"]["status"]).collect();
+    assert_eq!(
+        statuses,
+        [&json!("running"), &json!("idle")],
+        "both transitions reached the listener"
+    );
+    let status = t
+        .host
+        .call("agents", "status", json!({"agent": agent}))
+        .await
+        .expect_err("the agent is gone");
+    assert_eq!(status.code, "AGENT_NOT_FOUND");
+    t.shutdown().await;
+}
