@@ -1,13 +1,18 @@
 //! Conformance, second pass ("reconcile"): rows of `tests/CONFORMANCE.md`
-//! that the first pass left `missing` for want of a test — concluding tool
-//! steps and steering, cancels in the stopping window, during assembly and
-//! mid-stream, the explicit `maxTokens` cap, an inject from `agent/request`,
-//! the exact inbox notifications, `session/created`, and ids reopening.
+//! that the first pass left `missing` for want of a test, or whose reason
+//! went stale when another part fixed the behaviour — concluding steps and
+//! steering; cancels in the stopping window, during assembly, during error
+//! recovery and mid-stream; the abort-to-idle latch; disposal; the explicit
+//! `maxTokens` cap; an inject from `agent/request`; tool, wrapper and
+//! post-execute contexts; the exact inbox notifications; agent-scoped
+//! listeners; `session/created`; a failed durable append; reopened ids.
 //!
 //! Real plugin builds in the real host against the fake model server; the
-//! `loop-kit` fixture supplies listeners (record, steer, inject, cancel) and
-//! tools, all journaled in order. Nothing sleeps to synchronize: waits poll
-//! the log or the journal under a generous deadline.
+//! `loop-kit` fixture supplies listeners (record, return, append, steer,
+//! inject, followup, cancel, fail) and tools, all journaled in order.
+//! Nothing sleeps to synchronize: waits poll the log or the journal under a
+//! generous deadline, and a stream a test holds open has the adapter's idle
+//! timeout lifted.
 
 use std::time::Duration;
 
