@@ -378,9 +378,36 @@ pub fn append(path: &Path, events: &str) -> std::io::Result<()> {
         events.as_bytes().to_vec()
     };
     let mut f = std::fs::OpenOptions::new().append(true).open(path)?;
-    let before = f.metadata()?.len();
-    if let Err(e) = f.write_all(&bytes).and_then(|_| f.sync_all()) {
-        let _ = f.set_len(before);
+    write_or_roll_back(&mut f, &bytes)
+}
+
+/// A log file as [`append`] writes it, so that the rollback can be checked
+/// against a file that fails part way through a write.
+trait LogFile: Write {
+    fn size(&self) -> std::io::Result<u64>;
+    fn sync(&mut self) -> std::io::Result<()>;
+    fn truncate(&mut self, len: u64) -> std::io::Result<()>;
+}
+
+impl LogFile for File {
+    fn size(&self) -> std::io::Result<u64> {
+        Ok(self.metadata()?.len())
+    }
+    fn sync(&mut self) -> std::io::Result<()> {
+        self.sync_all()
+    }
+    fn truncate(&mut self, len: u64) -> std::io::Result<()> {
+        self.set_len(len)
+    }
+}
+
+/// Writes `bytes` durably, or cuts the file back to its length before the
+/// write: a failed append never leaves half a line for the next one to
+/// follow (the original's append rollback).
+fn write_or_roll_back(f: &mut impl LogFile, bytes: &[u8]) -> std::io::Result<()> {
+    let before = f.size()?;
+    if let Err(e) = f.write_all(bytes).and_then(|_| f.sync()) {
+        let _ = f.truncate(before);
         return Err(e);
     }
     Ok(())
@@ -430,6 +457,79 @@ pub fn repair(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A log that takes `room` more bytes, then fails every write; its
+    /// sync can be made to fail too.
+    struct FailingLog {
+        data: Vec<u8>,
+        room: usize,
+        sync_fails: bool,
+    }
+
+    impl Write for FailingLog {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if self.room == 0 {
+                return Err(std::io::Error::other("no space left"));
+            }
+            let n = buf.len().min(self.room);
+            self.room -= n;
+            self.data.extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl LogFile for FailingLog {
+        fn size(&self) -> std::io::Result<u64> {
+            Ok(self.data.len() as u64)
+        }
+        fn sync(&mut self) -> std::io::Result<()> {
+            if self.sync_fails {
+                return Err(std::io::Error::other("sync failed"));
+            }
+            Ok(())
+        }
+        fn truncate(&mut self, len: u64) -> std::io::Result<()> {
+            self.data.truncate(len as usize);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_failed_append_is_truncated_back_to_the_prior_length() {
+        let prior = b"{\"type\":\"turn/start\"}\n".to_vec();
+        let line = b"{\"type\":\"turn/end\"}\n";
+        // The write fails part way through the line.
+        let mut log = FailingLog {
+            data: prior.clone(),
+            room: 5,
+            sync_fails: false,
+        };
+        let failed = write_or_roll_back(&mut log, line);
+        assert_eq!(
+            failed.map_err(|e| e.to_string()),
+            Err("no space left".into())
+        );
+        assert_eq!(log.data, prior);
+        // The whole line was written but could not be made durable.
+        let mut log = FailingLog {
+            data: prior.clone(),
+            room: usize::MAX,
+            sync_fails: true,
+        };
+        assert!(write_or_roll_back(&mut log, line).is_err());
+        assert_eq!(log.data, prior);
+        // A good write keeps both.
+        let mut log = FailingLog {
+            data: prior.clone(),
+            room: usize::MAX,
+            sync_fails: false,
+        };
+        write_or_roll_back(&mut log, line).unwrap();
+        assert_eq!(log.data, [prior.as_slice(), line].concat());
+    }
 
     #[test]
     fn encodings_match_the_original() {

@@ -192,15 +192,36 @@ async fn execute(ctx: Context, registry: Registry, exec: Value) -> Value {
         })
         .await
     {
-        Ok(d) if d["kind"] == "block" => result = blocked(&d["feedback"]),
+        // Either decision may attach `additionalContexts`: a block exposes
+        // only its own (the result's are dropped with the result), an
+        // accept adds them after the result's (reference §5.3 step 8).
+        Ok(d) if d["kind"] == "block" => {
+            result = blocked(&d["feedback"]);
+            with_contexts(&mut result, &d["additionalContexts"]);
+        }
         Ok(d) => {
             if let Some(content) = d.get("content").filter(|c| c.is_array()) {
                 result["content"] = content.clone();
             }
+            with_contexts(&mut result, &d["additionalContexts"]);
         }
         Err(e) => result = from_error(&e),
     }
     finish(&ctx, &exec, result)
+}
+
+/// Appends a post-execute decision's `additionalContexts` (when it has
+/// any) after those the result already carries.
+fn with_contexts(result: &mut Value, decision: &Value) {
+    let Some(added) = decision.as_array().filter(|a| !a.is_empty()) else {
+        return;
+    };
+    let mut all = result["additionalContexts"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    all.extend(added.iter().cloned());
+    result["additionalContexts"] = Value::Array(all);
 }
 
 /// A result blocked by `tools/post-execute`: the feedback (content blocks,
