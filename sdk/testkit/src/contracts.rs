@@ -633,7 +633,7 @@ pub async fn coordinator(t: &TestHost, backend: &Backend<'_>) {
     assert_eq!(e.code, "SESSION_ALREADY_EXISTS", "{e}");
     assert!(
         e.message
-            .contains("session \"k-taken\" already has a persisted log on disk; load/resume it instead of creating"),
+            .contains("session \"k-taken\" already has a persisted log on disk"),
         "{e}"
     );
     assert_eq!(std::fs::read(&path).unwrap_or_default(), before);
