@@ -995,7 +995,11 @@ impl Context {
     }
 
     /// Unscoped `parallel`; answers whether any listener took part.
-    pub async fn parallel(&self, event: impl Into<String>, payload: impl Serialize) -> Result<bool> {
+    pub async fn parallel(
+        &self,
+        event: impl Into<String>,
+        payload: impl Serialize,
+    ) -> Result<bool> {
         self.dispatch(event).parallel(payload).await
     }
 

@@ -44,8 +44,12 @@ async fn try_call(t: &TestHost, method: &str, params: Value) -> Result<Value, Er
 }
 
 async fn create(t: &TestHost, id: &str) {
-    t.call("sessions", "create", json!({"id": id, "meta": {"cwd": CWD}}))
-        .await;
+    t.call(
+        "sessions",
+        "create",
+        json!({"id": id, "meta": {"cwd": CWD}}),
+    )
+    .await;
 }
 
 /// Appends `kind` with `extra` envelope fields (`surfaceOp`,
@@ -150,7 +154,12 @@ async fn seed_and_load_reject_request_headers_lacking_provider_or_model() {
     .into_iter()
     .enumerate()
     {
-        let r = try_seed(&t, &format!("h{n}"), &[(event::REQUEST_HEADER, header(config))]).await;
+        let r = try_seed(
+            &t,
+            &format!("h{n}"),
+            &[(event::REQUEST_HEADER, header(config))],
+        )
+        .await;
         assert_refused(
             r,
             "INVALID_APPEND",
@@ -169,7 +178,11 @@ async fn seed_and_load_reject_request_headers_lacking_provider_or_model() {
     let lines = [
         seed_event(0, event::TURN_START, json!({"turn": 1})),
         seed_event(1, event::REQUEST_HEADER, header(json!({"provider": "p"}))),
-        seed_event(2, event::TURN_END, json!({"turn": 1, "reason": {"kind": "completed"}})),
+        seed_event(
+            2,
+            event::TURN_END,
+            json!({"turn": 1, "reason": {"kind": "completed"}}),
+        ),
     ];
     let body: Vec<String> = lines.iter().map(Value::to_string).collect();
     std::fs::write(
@@ -245,13 +258,41 @@ async fn seed_rejects_malformed_message_shapes() {
     let mut not_tool = tool_result("r", "c1", "out");
     not_tool["message"]["source"] = json!({"kind": "user"});
     let cases = [
-        (event::USER_MESSAGE, no_id, "seed user/message at index 1 lacks an identified message"),
-        (event::USER_MESSAGE, role, "seed user/message at index 1 message must have role \"user\""),
-        (event::USER_MESSAGE, source, "seed user/message at index 1 message has invalid source"),
-        (event::USER_MESSAGE, content, "seed user/message at index 1 message has invalid content"),
-        (event::TOOL_RESULT, mismatched, "seed tool/result at index 1 message has mismatched tool call ids"),
-        (event::TOOL_RESULT, two_blocks, "seed tool/result at index 1 message must contain one tool-result block"),
-        (event::TOOL_RESULT, not_tool, "seed tool/result at index 1 message must have tool source"),
+        (
+            event::USER_MESSAGE,
+            no_id,
+            "seed user/message at index 1 lacks an identified message",
+        ),
+        (
+            event::USER_MESSAGE,
+            role,
+            "seed user/message at index 1 message must have role \"user\"",
+        ),
+        (
+            event::USER_MESSAGE,
+            source,
+            "seed user/message at index 1 message has invalid source",
+        ),
+        (
+            event::USER_MESSAGE,
+            content,
+            "seed user/message at index 1 message has invalid content",
+        ),
+        (
+            event::TOOL_RESULT,
+            mismatched,
+            "seed tool/result at index 1 message has mismatched tool call ids",
+        ),
+        (
+            event::TOOL_RESULT,
+            two_blocks,
+            "seed tool/result at index 1 message must contain one tool-result block",
+        ),
+        (
+            event::TOOL_RESULT,
+            not_tool,
+            "seed tool/result at index 1 message must have tool source",
+        ),
     ];
     for (n, (kind, data, message)) in cases.into_iter().enumerate() {
         let r = try_seed(&t, &format!("m{n}"), &[(kind, data)]).await;
@@ -286,9 +327,21 @@ async fn seed_rejects_invalid_reasoning_effort_and_adapter_default_values() {
     let cases = [
         (with(json!({"reasoningEffort": ""}), None), effort),
         (with(json!({"reasoningEffort": 2}), None), effort),
-        (with(json!({}), Some(json!({"reasoningEffort": true}))), defaults),
-        (with(json!({"maxTokens": 8}), Some(json!({"maxTokens": false}))), defaults),
-        (with(json!({"maxTokens": 8}), Some(json!({"maxTokens": true, "stop": true}))), defaults),
+        (
+            with(json!({}), Some(json!({"reasoningEffort": true}))),
+            defaults,
+        ),
+        (
+            with(json!({"maxTokens": 8}), Some(json!({"maxTokens": false}))),
+            defaults,
+        ),
+        (
+            with(
+                json!({"maxTokens": 8}),
+                Some(json!({"maxTokens": true, "stop": true})),
+            ),
+            defaults,
+        ),
     ];
     for (n, (data, message)) in cases.into_iter().enumerate() {
         let r = try_seed(&t, &format!("r{n}"), &[(event::REQUEST_HEADER, data)]).await;
@@ -315,12 +368,22 @@ async fn a_supplied_header_of_another_id_or_an_unknown_origin_is_refused() {
         h
     };
     assert_refused(
-        try_call(&t, "create", json!({"id": "mine", "header": h("theirs", None)})).await,
+        try_call(
+            &t,
+            "create",
+            json!({"id": "mine", "header": h("theirs", None)}),
+        )
+        .await,
         "INVALID_PAYLOAD",
         "session header id \"theirs\" does not match session id \"mine\"",
     );
     assert_refused(
-        try_call(&t, "create", json!({"id": "mine", "header": h("mine", Some("human"))})).await,
+        try_call(
+            &t,
+            "create",
+            json!({"id": "mine", "header": h("mine", Some("human"))}),
+        )
+        .await,
         "INVALID_PAYLOAD",
         "session header origin must be \"subagent\"",
     );
@@ -436,7 +499,14 @@ async fn empty_source_event_seqs_are_allowed_only_on_assistant_messages() {
     )
     .await;
     assert_refused(
-        try_append(&t, "e", event::TOOL_RESULT, tool_result("r", "c1", "x"), empty.clone()).await,
+        try_append(
+            &t,
+            "e",
+            event::TOOL_RESULT,
+            tool_result("r", "c1", "x"),
+            empty.clone(),
+        )
+        .await,
         "INVALID_APPEND",
         "sourceEventSeqs must not be empty except on assistant/message",
     );
@@ -446,7 +516,14 @@ async fn empty_source_event_seqs_are_allowed_only_on_assistant_messages() {
         .unwrap();
     assert_eq!(kept["sourceEventSeqs"], json!([]));
     assert_refused(
-        try_append(&t, "e", event::USER_MESSAGE, user("u", "x"), json!({"sourceEventSeqs": [0, 0]})).await,
+        try_append(
+            &t,
+            "e",
+            event::USER_MESSAGE,
+            user("u", "x"),
+            json!({"sourceEventSeqs": [0, 0]}),
+        )
+        .await,
         "INVALID_APPEND",
         "sourceEventSeqs must not contain duplicates",
     );
@@ -465,10 +542,14 @@ async fn a_tool_result_replacement_rewrites_exactly_one_result_and_only_its_cont
         json!({"turn": 1, "step": 1, "callId": "c1", "name": "read", "arguments": "{}"}),
     )
     .await; // seq 3
-    append(&t, "tr", event::TOOL_RESULT, tool_result("r1", "c1", "long output")).await; // seq 4
-    let one = |start: u64, end: u64, sources: Value| {
-        json!({"surfaceOp": {"op": "replace", "start": start, "end": end}, "sourceEventSeqs": sources})
-    };
+    append(
+        &t,
+        "tr",
+        event::TOOL_RESULT,
+        tool_result("r1", "c1", "long output"),
+    )
+    .await; // seq 4
+    let one = |start: u64, end: u64, sources: Value| json!({"surfaceOp": {"op": "replace", "start": start, "end": end}, "sourceEventSeqs": sources});
     let cases = [
         (
             tool_result("r1", "c1", "x"),
@@ -515,7 +596,8 @@ async fn a_request_header_with_reason_fallback_is_rejected_at_append_and_seed() 
     let (t, _) = store().await;
     create(&t, "f").await;
     append(&t, "f", event::TURN_START, json!({"turn": 1})).await;
-    let fallback = json!({"header": {"config": {"provider": "p", "model": "m"}}, "reason": "fallback"});
+    let fallback =
+        json!({"header": {"config": {"provider": "p", "model": "m"}}, "reason": "fallback"});
     assert_refused(
         try_append(&t, "f", event::REQUEST_HEADER, fallback.clone(), json!({})).await,
         "INVALID_APPEND",
@@ -537,7 +619,13 @@ async fn the_request_context_fold_keeps_the_last_record_and_a_resumed_agent_does
     let rc = || t.call("sessions", "requestContext", json!({"id": "rc"}));
     assert_eq!(rc().await, Value::Null);
     append(&t, "rc", event::TURN_START, json!({"turn": 1})).await;
-    append(&t, "rc", event::REQUEST_CONTEXT, json!({"provider": "p", "model": "m1"})).await;
+    append(
+        &t,
+        "rc",
+        event::REQUEST_CONTEXT,
+        json!({"provider": "p", "model": "m1"}),
+    )
+    .await;
     append(&t, "rc", event::USER_MESSAGE, user("u", "x")).await;
     assert_eq!(rc().await, json!({"provider": "p", "model": "m1"}));
     append(
@@ -558,7 +646,10 @@ async fn the_request_context_fold_keeps_the_last_record_and_a_resumed_agent_does
     let (t, fake) = core_host(|rows| rows).await;
     let agent = new_agent(&t, "/tmp").await;
     fake.push([text("one")]);
-    assert_eq!(turn(&t, &agent, "first").await, json!({"kind": "completed"}));
+    assert_eq!(
+        turn(&t, &agent, "first").await,
+        json!({"kind": "completed"})
+    );
     t.call("agents", "dispose", json!({"agent": agent})).await;
     t.call(
         "agentLoop",
@@ -567,7 +658,10 @@ async fn the_request_context_fold_keeps_the_last_record_and_a_resumed_agent_does
     )
     .await;
     fake.push([text("two")]);
-    assert_eq!(turn(&t, &agent, "second").await, json!({"kind": "completed"}));
+    assert_eq!(
+        turn(&t, &agent, "second").await,
+        json!({"kind": "completed"})
+    );
     let ev = events(&t, &agent).await;
     let contexts: Vec<&Value> = ev
         .iter()
@@ -590,18 +684,30 @@ async fn the_request_context_fold_keeps_the_last_record_and_a_resumed_agent_does
 async fn a_tool_result_needs_a_call_of_its_own_step_unless_it_is_a_not_started_repair() {
     let (t, _) = store().await;
     open_step(&t, "p").await;
-    let call = |id: &str, step: u64| {
-        json!({"turn": 1, "step": step, "callId": id, "name": "read", "arguments": "{}"})
-    };
+    let call = |id: &str, step: u64| json!({"turn": 1, "step": step, "callId": id, "name": "read", "arguments": "{}"});
     append(&t, "p", event::TOOL_CALL, call("c1", 1)).await;
     assert_refused(
-        try_append(&t, "p", event::TOOL_RESULT, tool_result("r", "c2", "x"), json!({})).await,
+        try_append(
+            &t,
+            "p",
+            event::TOOL_RESULT,
+            tool_result("r", "c2", "x"),
+            json!({}),
+        )
+        .await,
         "INVALID_APPEND",
         "tool/result for c2 with no prior tool/call in this step",
     );
     append(&t, "p", event::TOOL_RESULT, tool_result("r1", "c1", "x")).await;
     assert_refused(
-        try_append(&t, "p", event::TOOL_RESULT, tool_result("r1b", "c1", "x"), json!({})).await,
+        try_append(
+            &t,
+            "p",
+            event::TOOL_RESULT,
+            tool_result("r1b", "c1", "x"),
+            json!({}),
+        )
+        .await,
         "INVALID_APPEND",
         "tool/result for c1 with no prior tool/call in this step",
     );

@@ -243,7 +243,10 @@ mod tests {
             Err("tool/result for c1 with no prior tool/call in this step".into())
         );
         let mut other_step = head();
-        other_step.extend([ev(event::TOOL_CALL, call(1, 1, "c1")), result(1, 2, "c1", None)]);
+        other_step.extend([
+            ev(event::TOOL_CALL, call(1, 1, "c1")),
+            result(1, 2, "c1", None),
+        ]);
         assert!(refused(&other_step).is_err());
     }
 

@@ -35,9 +35,15 @@ fn same_scalar(a: &Value, b: &Value) -> bool {
 /// `callConfigEquals`: provider, model, reasoningEffort, temperature,
 /// maxTokens, and `stop` element-wise.
 pub fn call_config_equals(a: &Value, b: &Value) -> bool {
-    ["provider", "model", "reasoningEffort", "temperature", "maxTokens"]
-        .iter()
-        .all(|k| same_scalar(&a[k], &b[k]))
+    [
+        "provider",
+        "model",
+        "reasoningEffort",
+        "temperature",
+        "maxTokens",
+    ]
+    .iter()
+    .all(|k| same_scalar(&a[k], &b[k]))
         && a["stop"] == b["stop"]
 }
 
@@ -86,7 +92,10 @@ mod tests {
         swapped["tools"] = json!([tool("b"), tool("a")]);
         assert!(!header_equals(&base, &swapped));
         let bare = json!({"config": config});
-        assert!(header_equals(&bare, &json!({"config": config, "tools": []})));
+        assert!(header_equals(
+            &bare,
+            &json!({"config": config, "tools": []})
+        ));
         for (key, value) in [
             ("provider", json!("q")),
             ("model", json!("n")),

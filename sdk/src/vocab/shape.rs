@@ -17,9 +17,8 @@ pub const SESSION_FORMAT_VERSION: u32 = 0;
 /// `location` names the event in the message, e.g. `session event
 /// "request/header"` or `seed event at index 3`.
 pub fn unsupported_request_header(kind: &str, data: &Value, location: &str) -> Option<String> {
-    (kind == event::REQUEST_HEADER && data["reason"] == "fallback").then(|| {
-        format!("{location} uses unsupported legacy request/header reason \"fallback\"")
-    })
+    (kind == event::REQUEST_HEADER && data["reason"] == "fallback")
+        .then(|| format!("{location} uses unsupported legacy request/header reason \"fallback\""))
 }
 
 /// The shape checks of a seed or loaded event at `index`: a request
@@ -29,7 +28,11 @@ pub fn seed_event_shape(e: &super::SessionEvent, index: usize) -> Result<(), Str
     if e.kind == event::REQUEST_HEADER {
         request_header_shape(&e.data["header"], index)?;
     }
-    message_shape(&e.kind, &e.data, &format!("seed {} at index {index}", e.kind))
+    message_shape(
+        &e.kind,
+        &e.data,
+        &format!("seed {} at index {index}", e.kind),
+    )
 }
 
 fn non_empty_str(v: &Value) -> bool {
@@ -51,7 +54,10 @@ fn request_header_shape(header: &Value, index: usize) -> Result<(), String> {
             "seed request/header at index {index} lacks provider/model"
         ));
     }
-    if config.get("reasoningEffort").is_some_and(|r| !non_empty_str(r)) {
+    if config
+        .get("reasoningEffort")
+        .is_some_and(|r| !non_empty_str(r))
+    {
         return Err(format!(
             "seed request/header at index {index} has an invalid reasoningEffort"
         ));
@@ -177,14 +183,24 @@ mod tests {
 
     #[test]
     fn a_request_header_without_provider_or_model_is_refused() {
-        for config in [json!({"provider": "p"}), json!({"model": "m"}), json!({"provider": "", "model": "m"})] {
-            let e = ev(event::REQUEST_HEADER, json!({"header": {"config": config}, "reason": "initial"}));
+        for config in [
+            json!({"provider": "p"}),
+            json!({"model": "m"}),
+            json!({"provider": "", "model": "m"}),
+        ] {
+            let e = ev(
+                event::REQUEST_HEADER,
+                json!({"header": {"config": config}, "reason": "initial"}),
+            );
             assert_eq!(
                 seed_event_shape(&e, 2),
                 Err("seed request/header at index 2 lacks provider/model".into())
             );
         }
-        let ok = ev(event::REQUEST_HEADER, json!({"header": {"config": {"provider": "p", "model": "m"}}, "reason": "initial"}));
+        let ok = ev(
+            event::REQUEST_HEADER,
+            json!({"header": {"config": {"provider": "p", "model": "m"}}, "reason": "initial"}),
+        );
         assert_eq!(seed_event_shape(&ok, 0), Ok(()));
     }
 
@@ -195,7 +211,10 @@ mod tests {
             if let Some(d) = defaults {
                 h["adapterDefaults"] = d;
             }
-            ev(event::REQUEST_HEADER, json!({"header": h, "reason": "initial"}))
+            ev(
+                event::REQUEST_HEADER,
+                json!({"header": h, "reason": "initial"}),
+            )
         };
         let pm = json!({"provider": "p", "model": "m"});
         let with = |k: &str, v: Value| {
@@ -218,7 +237,10 @@ mod tests {
             (with("maxTokens", json!(10)), json!({"temperature": true})),
             (with("maxTokens", json!(10)), json!([true])),
         ] {
-            assert_eq!(seed_event_shape(&header(config, Some(defaults)), 1), Err(bad.into()));
+            assert_eq!(
+                seed_event_shape(&header(config, Some(defaults)), 1),
+                Err(bad.into())
+            );
         }
         let good = header(
             with("reasoningEffort", json!("high")),
@@ -260,9 +282,7 @@ mod tests {
         let plugin = json!({"id": "p", "role": "user", "content": [], "source": {"kind": "plugin", "form": {"x": 1}}});
         assert_eq!(s(event::USER_MESSAGE, plugin), Ok(()));
 
-        let assistant = |provider: &str, model: &str| {
-            json!({"message": msg::assistant("a1", vec![msg::text("ok")], provider, model)})
-        };
+        let assistant = |provider: &str, model: &str| json!({"message": msg::assistant("a1", vec![msg::text("ok")], provider, model)});
         assert_eq!(s(event::ASSISTANT_MESSAGE, assistant("p", "m")), Ok(()));
         for (p, m) in [("", "m"), ("p", "")] {
             assert_eq!(
@@ -271,7 +291,8 @@ mod tests {
             );
         }
 
-        let result = json!({"message": msg::tool_result("r1", "c1", vec![msg::text("out")], false)});
+        let result =
+            json!({"message": msg::tool_result("r1", "c1", vec![msg::text("out")], false)});
         assert_eq!(s(event::TOOL_RESULT, result.clone()), Ok(()));
         let mut mismatched = result.clone();
         mismatched["message"]["content"][0]["toolCallId"] = json!("c2");
@@ -298,13 +319,26 @@ mod tests {
     fn the_fallback_reason_is_refused_and_other_reasons_pass() {
         let data = |reason: &str| json!({"header": {}, "reason": reason});
         assert_eq!(
-            unsupported_request_header(event::REQUEST_HEADER, &data("fallback"), "seed event at index 4"),
-            Some("seed event at index 4 uses unsupported legacy request/header reason \"fallback\"".into())
+            unsupported_request_header(
+                event::REQUEST_HEADER,
+                &data("fallback"),
+                "seed event at index 4"
+            ),
+            Some(
+                "seed event at index 4 uses unsupported legacy request/header reason \"fallback\""
+                    .into()
+            )
         );
         for reason in ["initial", "resume", "change"] {
-            assert_eq!(unsupported_request_header(event::REQUEST_HEADER, &data(reason), "x"), None);
+            assert_eq!(
+                unsupported_request_header(event::REQUEST_HEADER, &data(reason), "x"),
+                None
+            );
         }
-        assert_eq!(unsupported_request_header("plugin/x", &data("fallback"), "x"), None);
+        assert_eq!(
+            unsupported_request_header("plugin/x", &data("fallback"), "x"),
+            None
+        );
     }
 
     #[test]

@@ -85,7 +85,9 @@ impl Surface {
             return Ok(Plan::Append(e.seq));
         }
         if !op.is_object() {
-            return Err(format!("session event \"{kind}\" carries an invalid surfaceOp"));
+            return Err(format!(
+                "session event \"{kind}\" carries an invalid surfaceOp"
+            ));
         }
         let Some((start_seq, end_seq)) = replace_range(op) else {
             return Err(format!(
@@ -93,9 +95,10 @@ impl Surface {
             ));
         };
         let index = |seq: u64, which: &str| {
-            self.nodes.iter().position(|n| *n == seq).ok_or_else(|| {
-                format!("surface replace: {which} seq {seq} not found in surface")
-            })
+            self.nodes
+                .iter()
+                .position(|n| *n == seq)
+                .ok_or_else(|| format!("surface replace: {which} seq {seq} not found in surface"))
         };
         let start = index(start_seq, "start")?;
         let end = index(end_seq, "end")?;
@@ -175,7 +178,11 @@ fn without_content(data: &Value) -> Value {
     rest
 }
 
-fn tool_result_rewrite(e: &SessionEvent, shadowed: &[u64], log: &[SessionEvent]) -> Result<(), String> {
+fn tool_result_rewrite(
+    e: &SessionEvent,
+    shadowed: &[u64],
+    log: &[SessionEvent],
+) -> Result<(), String> {
     let [original] = shadowed else {
         return Err("tool/result surface replacement must rewrite exactly one current node".into());
     };
@@ -222,13 +229,25 @@ mod tests {
     }
 
     fn user(seq: u64, text: &str) -> SessionEvent {
-        ev(seq, event::USER_MESSAGE, msg::user_text(&format!("u{seq}"), text), json!("append"), None)
+        ev(
+            seq,
+            event::USER_MESSAGE,
+            msg::user_text(&format!("u{seq}"), text),
+            json!("append"),
+            None,
+        )
     }
 
     #[test]
     fn replace_splices_and_counts_generations() {
         let mut log = vec![user(0, "a"), user(1, "b"), user(2, "c")];
-        log.push(ev(3, event::USER_MESSAGE, msg::user_text("s", "sum"), json!({"op": "replace", "start": 0, "end": 1}), Some(vec![0, 1])));
+        log.push(ev(
+            3,
+            event::USER_MESSAGE,
+            msg::user_text("s", "sum"),
+            json!({"op": "replace", "start": 0, "end": 1}),
+            Some(vec![0, 1]),
+        ));
         let s = fold(&log).unwrap();
         assert_eq!(s.nodes(), &[3, 2]);
         assert_eq!(s.replace_generation(), 1);
@@ -239,21 +258,34 @@ mod tests {
         let log = vec![user(0, "a"), user(1, "b")];
         let s = fold(&log).unwrap();
         let replace = |op: Value, src: Option<Vec<u64>>| {
-            s.plan(&ev(2, event::USER_MESSAGE, msg::user_text("r", "r"), op, src), &log)
+            s.plan(
+                &ev(2, event::USER_MESSAGE, msg::user_text("r", "r"), op, src),
+                &log,
+            )
         };
         assert_eq!(
-            replace(json!({"op": "replace", "start": 5, "end": 1}), Some(vec![0, 1])),
+            replace(
+                json!({"op": "replace", "start": 5, "end": 1}),
+                Some(vec![0, 1])
+            ),
             Err("surface replace: start seq 5 not found in surface".into())
         );
         assert_eq!(
-            replace(json!({"op": "replace", "start": 0, "end": 7}), Some(vec![0, 1])),
+            replace(
+                json!({"op": "replace", "start": 0, "end": 7}),
+                Some(vec![0, 1])
+            ),
             Err("surface replace: end seq 7 not found in surface".into())
         );
         assert_eq!(
-            replace(json!({"op": "replace", "start": 1, "end": 0}), Some(vec![0, 1])),
+            replace(
+                json!({"op": "replace", "start": 1, "end": 0}),
+                Some(vec![0, 1])
+            ),
             Err("surface replace: start seq 1 (index 1) is after end seq 0 (index 0)".into())
         );
-        let bad_shape = Err("session event \"user/message\" carries an invalid replace surfaceOp".to_owned());
+        let bad_shape =
+            Err("session event \"user/message\" carries an invalid replace surfaceOp".to_owned());
         for op in [
             json!({"op": "replace", "start": 0}),
             json!({"op": "replace", "start": 0, "end": 1, "x": 1}),
@@ -275,7 +307,13 @@ mod tests {
     fn a_replace_must_cite_every_shadowed_node() {
         let log = vec![user(0, "a"), user(1, "b"), user(2, "c")];
         let s = fold(&log).unwrap();
-        let e = ev(3, event::USER_MESSAGE, msg::user_text("r", "r"), json!({"op": "replace", "start": 0, "end": 2}), Some(vec![1]));
+        let e = ev(
+            3,
+            event::USER_MESSAGE,
+            msg::user_text("r", "r"),
+            json!({"op": "replace", "start": 0, "end": 2}),
+            Some(vec![1]),
+        );
         assert_eq!(
             s.plan(&e, &log),
             Err("surface replace: sourceEventSeqs must include every shadowed surface node; missing 0, 2".into())
@@ -285,15 +323,33 @@ mod tests {
     #[test]
     fn empty_source_event_seqs_only_on_assistant_messages_and_no_duplicates() {
         let s = Surface::default();
-        let e = ev(0, event::USER_MESSAGE, msg::user_text("u", "a"), json!("append"), Some(vec![]));
+        let e = ev(
+            0,
+            event::USER_MESSAGE,
+            msg::user_text("u", "a"),
+            json!("append"),
+            Some(vec![]),
+        );
         assert_eq!(
             s.plan(&e, &[]),
             Err("sourceEventSeqs must not be empty except on assistant/message".into())
         );
-        let a = ev(0, event::ASSISTANT_MESSAGE, json!({"message": msg::assistant("a", vec![], "p", "m")}), json!("append"), Some(vec![]));
+        let a = ev(
+            0,
+            event::ASSISTANT_MESSAGE,
+            json!({"message": msg::assistant("a", vec![], "p", "m")}),
+            json!("append"),
+            Some(vec![]),
+        );
         assert_eq!(s.plan(&a, &[]), Ok(Plan::Append(0)));
         let log = vec![user(0, "a")];
-        let dup = ev(1, event::USER_MESSAGE, msg::user_text("u", "a"), json!("append"), Some(vec![0, 0]));
+        let dup = ev(
+            1,
+            event::USER_MESSAGE,
+            msg::user_text("u", "a"),
+            json!("append"),
+            Some(vec![0, 0]),
+        );
         assert_eq!(
             fold(&log).unwrap().plan(&dup, &log),
             Err("sourceEventSeqs must not contain duplicates".into())
@@ -302,24 +358,52 @@ mod tests {
 
     #[test]
     fn a_tool_result_replacement_rewrites_one_result_and_only_its_content() {
-        let r = |seq: u64, data: Value, op: Value, src: Option<Vec<u64>>| ev(seq, event::TOOL_RESULT, data, op, src);
-        let log = vec![user(0, "a"), r(1, result("r1", "long output"), json!("append"), None)];
+        let r = |seq: u64, data: Value, op: Value, src: Option<Vec<u64>>| {
+            ev(seq, event::TOOL_RESULT, data, op, src)
+        };
+        let log = vec![
+            user(0, "a"),
+            r(1, result("r1", "long output"), json!("append"), None),
+        ];
         let s = fold(&log).unwrap();
         let one = json!({"op": "replace", "start": 1, "end": 1});
         assert!(matches!(
-            s.plan(&r(2, result("r1", "[spilled]"), one.clone(), Some(vec![1])), &log),
-            Ok(Plan::Replace { seq: 2, start: 1, end: 1 })
+            s.plan(
+                &r(2, result("r1", "[spilled]"), one.clone(), Some(vec![1])),
+                &log
+            ),
+            Ok(Plan::Replace {
+                seq: 2,
+                start: 1,
+                end: 1
+            })
         ));
         assert_eq!(
             s.plan(&r(2, result("r2", "[spilled]"), one, Some(vec![1])), &log),
             Err("tool/result surface replacement may change only content".into())
         );
         assert_eq!(
-            s.plan(&r(2, result("r1", "x"), json!({"op": "replace", "start": 0, "end": 1}), Some(vec![0, 1])), &log),
+            s.plan(
+                &r(
+                    2,
+                    result("r1", "x"),
+                    json!({"op": "replace", "start": 0, "end": 1}),
+                    Some(vec![0, 1])
+                ),
+                &log
+            ),
             Err("tool/result surface replacement must rewrite exactly one current node".into())
         );
         assert_eq!(
-            s.plan(&r(2, result("r1", "x"), json!({"op": "replace", "start": 0, "end": 0}), Some(vec![0])), &log),
+            s.plan(
+                &r(
+                    2,
+                    result("r1", "x"),
+                    json!({"op": "replace", "start": 0, "end": 0}),
+                    Some(vec![0])
+                ),
+                &log
+            ),
             Err("tool/result surface replacement must target a current tool/result".into())
         );
     }
