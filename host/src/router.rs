@@ -300,7 +300,10 @@ impl State {
                         return;
                     };
                     if chain.errors.is_empty() {
-                        self.route_reply(chain.origin, 0, "null".into());
+                        // A parallel dispatch answers `true` when listeners
+                        // took part (none answers `null`, below in
+                        // `dispatch`), so `flush` can tell.
+                        self.route_reply(chain.origin, 0, "true".into());
                     } else {
                         let message = chain
                             .errors

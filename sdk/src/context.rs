@@ -881,9 +881,11 @@ impl Dispatch {
     }
 
     /// All listeners concurrently; waits for all; fails if any failed.
-    pub async fn parallel(self, payload: impl Serialize) -> Result<()> {
+    /// Answers whether any listener took part.
+    pub async fn parallel(self, payload: impl Serialize) -> Result<bool> {
         let msg = self.msg(flags::MODE_PARALLEL, to_value(payload)?);
-        self.ctx.shared.request(msg).wait().await.map(|_| ())
+        let reply = self.ctx.shared.request(msg).wait().await?;
+        Ok(reply == Value::Bool(true))
     }
 
     /// Around-middleware: the first listener is outermost; each may call
@@ -992,8 +994,12 @@ impl Context {
         self.dispatch(event).serial(payload).await
     }
 
-    /// Unscoped `parallel`.
-    pub async fn parallel(&self, event: impl Into<String>, payload: impl Serialize) -> Result<()> {
+    /// Unscoped `parallel`; answers whether any listener took part.
+    pub async fn parallel(
+        &self,
+        event: impl Into<String>,
+        payload: impl Serialize,
+    ) -> Result<bool> {
         self.dispatch(event).parallel(payload).await
     }
 

@@ -6,6 +6,12 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+pub mod request_header;
+pub mod shape;
+pub mod surface;
+
+pub use request_header::{canonical_header, header_equals};
+
 /// Session event types of the core log (§2.2).
 pub mod event {
     /// A turn opens.

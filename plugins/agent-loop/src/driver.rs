@@ -5,7 +5,7 @@ use std::rc::Rc;
 
 use dsh_sdk::new_id;
 use dsh_sdk::prelude::*;
-use dsh_sdk::vocab::{event, msg, BlockAssembler};
+use dsh_sdk::vocab::{event, header_equals, msg, BlockAssembler};
 
 use crate::{Abort, Loop, MAX_STEPS_FIELD, STEP_LIMIT};
 
@@ -460,7 +460,7 @@ impl Loop {
                 .borrow()
                 .get(agent)
                 .and_then(|a| a.logged_header.clone());
-            if first || logged.as_ref() != Some(&header) {
+            if first || !logged.as_ref().is_some_and(|l| header_equals(l, &header)) {
                 let reason = if !first {
                     "change"
                 } else if logged.is_some() {

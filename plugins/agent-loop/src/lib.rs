@@ -169,7 +169,9 @@ impl Loop {
             abort: None,
             idle: Vec::new(),
             logged_header: Some(summary["requestHeader"].clone()).filter(|h| !h.is_null()),
-            logged_context: None,
+            // The route in force (`session.requestContext()`), so a
+            // resumed agent logs `request/context` only when it changes.
+            logged_context: Some(summary["requestContext"].clone()).filter(|c| !c.is_null()),
             history: Vec::new(),
             history_seq: 0,
             runtime_context: Default::default(),

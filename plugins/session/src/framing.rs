@@ -1,14 +1,35 @@
 //! Turn/step framing of a session log (reference dsh-core §2.10).
 
-use dsh_sdk::vocab::{event, SessionEvent};
+use std::collections::HashSet;
 
-/// The open turn and step, and the numbers the next ones must carry.
+use dsh_sdk::vocab::{event, SessionEvent};
+use serde_json::Value;
+
+/// The code of a crash-repair result for a call that never started
+/// (reference §2.11); such a result needs no `tool/call`.
+const TOOL_NOT_STARTED: &str = "TOOL_NOT_STARTED";
+
+/// The open turn and step, the numbers the next ones must carry, and the
+/// calls of the open step still owed a result.
 #[derive(Debug, Default)]
 pub struct Framing {
     open_turn: Option<u64>,
     open_step: Option<u64>,
     last_turn: u64,
     last_step: u64,
+    pending_calls: HashSet<String>,
+}
+
+/// A `tool/result` that answers a call (a replacement rewrites one instead).
+fn appends_result(e: &SessionEvent) -> bool {
+    e.surface_op.as_ref().is_some_and(|op| op == "append")
+}
+
+/// The call a `tool/result` answers.
+fn result_call_id(e: &SessionEvent) -> &str {
+    e.data["message"]["source"]["callId"]
+        .as_str()
+        .unwrap_or_default()
 }
 
 impl Framing {
@@ -68,6 +89,26 @@ impl Framing {
                     self.open_turn, self.open_step
                 ));
             }
+            event::TOOL_RESULT if appends_result(e) => {
+                if self.open_turn.is_none()
+                    || turn != self.open_turn
+                    || step != self.open_step
+                    || step.is_none()
+                {
+                    return Err(format!(
+                        "`{kind}` must name the open turn/step ({:?}/{:?}), got {turn:?}/{step:?}",
+                        self.open_turn, self.open_step
+                    ));
+                }
+                let call_id = result_call_id(e);
+                let not_started = e.data["message"]["content"][0]["isError"] == Value::Bool(true)
+                    && e.data["error"]["code"] == TOOL_NOT_STARTED;
+                if !self.pending_calls.contains(call_id) && !not_started {
+                    return Err(format!(
+                        "tool/result for {call_id} with no prior tool/call in this step"
+                    ));
+                }
+            }
             event::TOOL_RESULT
             | event::TODO_WRITE
             | event::REQUEST_HEADER
@@ -98,7 +139,18 @@ impl Framing {
                 self.open_step = e.data["step"].as_u64();
                 self.last_step = self.open_step.unwrap_or(self.last_step);
             }
-            event::STEP_END => self.open_step = None,
+            event::STEP_END => {
+                self.open_step = None;
+                self.pending_calls.clear();
+            }
+            event::TOOL_CALL => {
+                if let Some(id) = e.data["callId"].as_str() {
+                    self.pending_calls.insert(id.to_owned());
+                }
+            }
+            event::TOOL_RESULT if appends_result(e) => {
+                self.pending_calls.remove(result_call_id(e));
+            }
             _ => {}
         }
     }
@@ -134,6 +186,92 @@ mod tests {
         json!({"turn": turn, "step": step})
     }
 
+    fn call(turn: u64, step: u64, id: &str) -> Value {
+        json!({"turn": turn, "step": step, "callId": id, "name": "read", "arguments": "{}"})
+    }
+
+    /// An appended `tool/result` answering `id`; `code` makes it an error
+    /// result with that code.
+    fn result(turn: u64, step: u64, id: &str, code: Option<&str>) -> SessionEvent {
+        let mut data = json!({"turn": turn, "step": step,
+            "message": dsh_sdk::vocab::msg::tool_result("r", id, vec![], code.is_some())});
+        if let Some(code) = code {
+            data["error"] = json!({"name": "ToolNotStartedError", "code": code});
+        }
+        SessionEvent {
+            surface_op: Some(json!("append")),
+            ..ev(event::TOOL_RESULT, data)
+        }
+    }
+
+    #[test]
+    fn a_result_pairs_with_a_call_of_its_own_step() {
+        let head = || {
+            vec![
+                ev(event::TURN_START, json!({"turn": 1})),
+                ev(event::STEP_START, ts(1, 1)),
+            ]
+        };
+        let refused = |log: &[SessionEvent]| {
+            let mut f = Framing::default();
+            run(&mut f, log).map_err(|e| e.1)
+        };
+        let mut unknown = head();
+        unknown.push(ev(event::TOOL_CALL, call(1, 1, "c1")));
+        unknown.push(result(1, 1, "c2", None));
+        assert_eq!(
+            refused(&unknown),
+            Err("tool/result for c2 with no prior tool/call in this step".into())
+        );
+        let mut twice = head();
+        twice.push(ev(event::TOOL_CALL, call(1, 1, "c1")));
+        twice.push(result(1, 1, "c1", None));
+        twice.push(result(1, 1, "c1", None));
+        assert_eq!(
+            refused(&twice),
+            Err("tool/result for c1 with no prior tool/call in this step".into())
+        );
+        let mut earlier_step = head();
+        earlier_step.extend([
+            ev(event::TOOL_CALL, call(1, 1, "c1")),
+            ev(event::STEP_END, ts(1, 1)),
+            ev(event::STEP_START, ts(1, 2)),
+            result(1, 2, "c1", None),
+        ]);
+        assert_eq!(
+            refused(&earlier_step),
+            Err("tool/result for c1 with no prior tool/call in this step".into())
+        );
+        let mut other_step = head();
+        other_step.extend([
+            ev(event::TOOL_CALL, call(1, 1, "c1")),
+            result(1, 2, "c1", None),
+        ]);
+        assert!(refused(&other_step).is_err());
+    }
+
+    #[test]
+    fn not_started_repair_results_and_unresolved_calls_at_step_end_are_allowed() {
+        let log = [
+            ev(event::TURN_START, json!({"turn": 1})),
+            ev(event::STEP_START, ts(1, 1)),
+            result(1, 1, "never-recorded", Some(TOOL_NOT_STARTED)),
+            ev(event::TOOL_CALL, call(1, 1, "c1")),
+            ev(event::STEP_END, ts(1, 1)),
+            ev(event::TURN_END, json!({"turn": 1})),
+        ];
+        assert_eq!(run(&mut Framing::default(), &log), Ok(()));
+        let other_code = [
+            ev(event::TURN_START, json!({"turn": 1})),
+            ev(event::STEP_START, ts(1, 1)),
+            result(1, 1, "never-recorded", Some("TOOL_OUTCOME_UNKNOWN")),
+        ];
+        assert_eq!(
+            run(&mut Framing::default(), &other_code).map_err(|e| e.0),
+            Err(2)
+        );
+    }
+
     fn well_formed(turn: u64) -> Vec<SessionEvent> {
         vec![
             ev(event::TURN_START, json!({"turn": turn})),
@@ -141,8 +279,8 @@ mod tests {
             ev(event::STEP_START, ts(turn, 1)),
             ev(event::ASSISTANT_CHUNK, ts(turn, 1)),
             ev(event::ASSISTANT_MESSAGE, ts(turn, 1)),
-            ev(event::TOOL_CALL, ts(turn, 1)),
-            ev(event::TOOL_RESULT, ts(turn, 1)),
+            ev(event::TOOL_CALL, call(turn, 1, "c1")),
+            result(turn, 1, "c1", None),
             ev(event::STEP_END, ts(turn, 1)),
             ev(event::STEP_START, ts(turn, 2)),
             ev(event::STEP_END, ts(turn, 2)),

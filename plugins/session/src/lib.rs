@@ -7,7 +7,10 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use dsh_sdk::prelude::*;
-use dsh_sdk::vocab::{derive_messages, event, lossless, SessionEvent, SessionHeader};
+use dsh_sdk::vocab::surface::Surface;
+use dsh_sdk::vocab::{
+    canonical_header, derive_messages, event, lossless, shape, SessionEvent, SessionHeader,
+};
 use dsh_sdk::{new_id, now_ms};
 use framing::Framing;
 use serde::Deserialize;
@@ -16,6 +19,10 @@ struct Session {
     header: SessionHeader,
     events: Vec<SessionEvent>,
     framing: Framing,
+    surface: Surface,
+    /// The latest `request/context` record (`session.requestContext()`),
+    /// folded as each event enters the log.
+    request_context: Option<Value>,
 }
 
 type Store = Rc<RefCell<HashMap<String, Session>>>;
@@ -73,6 +80,10 @@ impl Session {
                 args.kind
             )));
         }
+        let location = format!("session event \"{}\"", args.kind);
+        if let Some(why) = shape::unsupported_request_header(&args.kind, &args.data, &location) {
+            return Err(invalid(why));
+        }
         let seq = self.events.len() as u64;
         if let Some(src) = &args.source_event_seqs {
             if src.iter().any(|s| *s >= seq) {
@@ -88,10 +99,20 @@ impl Session {
             surface_op: args.surface_op,
             ignorable: args.ignorable.filter(|i| *i),
         };
+        let plan = self.surface.plan(&ev, &self.events).map_err(invalid)?;
         self.framing.check(&ev).map_err(invalid)?;
-        self.framing.apply(&ev);
-        self.events.push(ev.clone());
+        self.commit(ev.clone(), plan);
         Ok(ev)
+    }
+
+    /// Takes a checked event into the log and every fold over it.
+    fn commit(&mut self, ev: SessionEvent, plan: dsh_sdk::vocab::surface::Plan) {
+        self.framing.apply(&ev);
+        self.surface.apply(plan);
+        if ev.kind == event::REQUEST_CONTEXT {
+            self.request_context = Some(ev.data.clone());
+        }
+        self.events.push(ev);
     }
 }
 
@@ -101,9 +122,14 @@ impl Session {
 /// fresh session (`None`) starts empty (reference §2.8).
 fn seeded(header: SessionHeader, seed: Option<Vec<SessionEvent>>) -> Result<Session> {
     let has_seed = seed.is_some();
-    let seed = seed.unwrap_or_default();
-    let mut framing = Framing::default();
-    for (i, e) in seed.iter().enumerate() {
+    let mut s = Session {
+        header,
+        events: Vec::new(),
+        framing: Framing::default(),
+        surface: Surface::default(),
+        request_context: None,
+    };
+    for (i, e) in seed.unwrap_or_default().into_iter().enumerate() {
         if e.seq != i as u64 {
             return Err(invalid(format!("seed event {i} has seq {}", e.seq)));
         }
@@ -129,13 +155,17 @@ fn seeded(header: SessionHeader, seed: Option<Vec<SessionEvent>>) -> Result<Sess
                 e.kind
             )));
         }
-        framing.apply(e);
+        let location = format!("seed event at index {i}");
+        if let Some(why) = shape::unsupported_request_header(&e.kind, &e.data, &location) {
+            return Err(invalid(why));
+        }
+        shape::seed_event_shape(&e, i).map_err(invalid)?;
+        let plan = s
+            .surface
+            .plan(&e, &s.events)
+            .map_err(|why| invalid(format!("invalid seed event at index {i}: {why}")))?;
+        s.commit(e, plan);
     }
-    let mut s = Session {
-        header,
-        events: seed,
-        framing,
-    };
     if has_seed
         && s.events
             .last()
@@ -172,7 +202,8 @@ fn resume_summary(session: &Session) -> Value {
         "seq": events.len(),
         "lastTurn": last(event::TURN_START).map_or(json!(0), |e| e.data["turn"].clone()),
         "lastEnd": last(event::TURN_END).map_or(Value::Null, |e| e.data["reason"].clone()),
-        "requestHeader": last(event::REQUEST_HEADER).map_or(Value::Null, |e| e.data["header"].clone()),
+        "requestHeader": last(event::REQUEST_HEADER).map_or(Value::Null, |e| canonical_header(&e.data["header"])),
+        "requestContext": session.request_context,
         "splices": splices,
     })
 }
@@ -191,10 +222,17 @@ async fn handle(ctx: Context, store: Store, req: Request) -> Result<Reply> {
                 ));
             }
             let mut header: SessionHeader = match req.params.get("header") {
-                Some(h) if !h.is_null() => serde_json::from_value(h.clone())?,
-                _ => SessionHeader::default(),
+                Some(h) if !h.is_null() => {
+                    let header = serde_json::from_value(h.clone())?;
+                    shape::session_header(&id, &header)
+                        .map_err(|why| Error::new(codes::INVALID_PAYLOAD, why))?;
+                    header
+                }
+                _ => SessionHeader {
+                    id: id.clone(),
+                    ..SessionHeader::default()
+                },
             };
-            header.id = id.clone();
             if header.created_at == 0 {
                 header.created_at = now_ms();
             }
@@ -287,6 +325,12 @@ async fn handle(ctx: Context, store: Store, req: Request) -> Result<Reply> {
                 json!({"events": surface, "replaced": replaced, "seq": session.events.len()}),
             )
         }
+        "requestContext" => {
+            let id = id_of(&req)?;
+            let s = store.borrow();
+            let session = s.get(&id).ok_or_else(|| not_found(&id))?;
+            Reply::json(&session.request_context)
+        }
         "header" => {
             let id = id_of(&req)?;
             let s = store.borrow();
@@ -304,9 +348,11 @@ async fn handle(ctx: Context, store: Store, req: Request) -> Result<Reply> {
             if !store.borrow().contains_key(&id) {
                 return Err(not_found(&id));
             }
-            ctx.parallel("session/flush", json!({"sessionId": id}))
+            // Whether any listener (a persistence backend) took part.
+            let participated = ctx
+                .parallel("session/flush", json!({"sessionId": id}))
                 .await?;
-            Ok(Value::Null.into())
+            Reply::json(participated)
         }
         "resume" => {
             // Makes a stored session live (loading it from persistence here,
@@ -328,8 +374,9 @@ async fn handle(ctx: Context, store: Store, req: Request) -> Result<Reply> {
                             e
                         }
                     })?;
-                let mut header: SessionHeader = serde_json::from_value(stored["header"].clone())?;
-                header.id = id.clone();
+                let header: SessionHeader = serde_json::from_value(stored["header"].clone())?;
+                shape::session_header(&id, &header)
+                    .map_err(|why| Error::new("SESSION_CORRUPT", why))?;
                 let seed: Vec<SessionEvent> = serde_json::from_value(stored["events"].clone())?;
                 let stored_len = seed.len();
                 let session = seeded(header.clone(), Some(seed))?;
