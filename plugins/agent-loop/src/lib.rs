@@ -11,9 +11,9 @@ use dsh_sdk::new_id;
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::event;
 use serde::Deserialize;
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::{oneshot, Mutex, Notify};
 
-pub(crate) use inbox::Inbox;
+pub(crate) use inbox::{Inbox, NEXT_STEP, NEXT_TURN};
 
 /// The default of [`Config::max_steps_per_turn`].
 pub(crate) const DEFAULT_MAX_STEPS_PER_TURN: u64 = 200;
@@ -89,8 +89,14 @@ pub(crate) struct Agent {
     pub provider: String,
     pub model: String,
     pub max_tokens: Option<u64>,
-    pub cwd: String,
+    /// The session's working directory; none when it was created without
+    /// one (the original leaves the header's `cwd` undefined then).
+    pub cwd: Option<String>,
     pub inbox: Inbox,
+    /// Held from computing an inbox splice until it is applied, so the
+    /// lists change in the order their splices are logged (the original's
+    /// mutations are synchronous; here the append is awaited).
+    pub inbox_lock: Rc<Mutex<()>>,
     pub running: bool,
     pub last_turn: u64,
     pub last_end: Value,
@@ -140,6 +146,13 @@ impl Loop {
         Ok(ev["seq"].as_u64().unwrap_or(0))
     }
 
+    /// The lock that orders `agent`'s inbox mutations (see `Agent::inbox_lock`).
+    pub fn inbox_lock(&self, agent: &str) -> Result<Rc<Mutex<()>>> {
+        let agents = self.agents.borrow();
+        let a = agents.get(agent).ok_or_else(|| no_agent(agent))?;
+        Ok(a.inbox_lock.clone())
+    }
+
     fn agent_id(req: &Request) -> Result<String> {
         req.params["agent"]
             .as_str()
@@ -148,18 +161,28 @@ impl Loop {
     }
 
     /// Adds an agent for session `id`; `summary` is what `sessions.resume`
-    /// returns (null for a new session).
-    fn register(&self, id: &str, options: &Value, cwd: String, summary: &Value) {
-        let mut inbox = Inbox::default();
-        for splice in summary["splices"].as_array().into_iter().flatten() {
-            inbox.splice(splice);
-        }
+    /// returns (null for a new session). Fails, adding nothing, when a
+    /// logged inbox splice does not replay.
+    fn register(
+        &self,
+        id: &str,
+        options: &Value,
+        cwd: Option<String>,
+        summary: &Value,
+    ) -> Result<()> {
+        let seqs = summary["spliceSeqs"].as_array();
+        let splices = summary["splices"].as_array().into_iter().flatten();
+        let inbox = Inbox::replay(splices.enumerate().map(|(i, splice)| {
+            let seq = seqs.and_then(|s| s.get(i)).and_then(Value::as_u64);
+            (seq.unwrap_or(0), splice)
+        }))?;
         let agent = Agent {
             provider: options["provider"].as_str().unwrap_or_default().to_owned(),
             model: options["model"].as_str().unwrap_or_default().to_owned(),
             max_tokens: options["maxTokens"].as_u64(),
             cwd,
             inbox,
+            inbox_lock: Rc::default(),
             running: false,
             last_turn: summary["lastTurn"].as_u64().unwrap_or(0),
             last_end: summary["lastEnd"].clone(),
@@ -174,6 +197,7 @@ impl Loop {
         };
         self.agents.borrow_mut().insert(id.to_owned(), agent);
         self.notify(id, "agent/created", json!({"agent": id}));
+        Ok(())
     }
 
     async fn create(&self, req: &Request) -> Result<Value> {
@@ -186,14 +210,18 @@ impl Loop {
                 ));
             }
         }
-        let cwd = req.params["meta"]["cwd"].as_str().unwrap_or("/").to_owned();
-        let mut args = json!({"meta": {"cwd": cwd}});
+        // Without `meta.cwd` the session has no cwd (not `/`).
+        let cwd = req.params["meta"]["cwd"].as_str().map(str::to_owned);
+        let mut args = json!({"meta": {}});
+        if let Some(cwd) = &cwd {
+            args["meta"]["cwd"] = json!(cwd);
+        }
         if let Some(id) = req.params["sessionId"].as_str() {
             args["id"] = json!(id);
         }
         let created = self.ctx.service("sessions").call("create", args).await?;
         let id = created["id"].as_str().unwrap_or_default().to_owned();
-        self.register(&id, &options, cwd, &Value::Null);
+        self.register(&id, &options, cwd, &Value::Null)?;
         self.notify(
             &id,
             "agent/session-start",
@@ -215,9 +243,17 @@ impl Loop {
             .service("sessions")
             .call("resume", json!({"id": id}))
             .await?;
-        let cwd = summary["header"]["cwd"].as_str().unwrap_or("/").to_owned();
+        let cwd = summary["header"]["cwd"].as_str().map(str::to_owned);
         let options = req.params["agentOptions"].clone();
-        self.register(&id, &options, cwd, &summary);
+        if let Err(e) = self.register(&id, &options, cwd, &summary) {
+            // No agent: release the session the resume made live.
+            let _ = self
+                .ctx
+                .service("sessions")
+                .call("close", json!({"id": id}))
+                .await;
+            return Err(e);
+        }
         self.notify(
             &id,
             "agent/session-start",
@@ -227,40 +263,120 @@ impl Loop {
     }
 
     /// `send(m, target, wakeup)` of reference §4.3.
-    async fn send(&self, agent: &str, message: Value, target: &str, wakeup: bool) -> Result<Value> {
+    async fn send(
+        &self,
+        agent: &str,
+        message: Value,
+        target: &'static str,
+        wakeup: bool,
+    ) -> Result<Value> {
         let message = normalize_message(message)?;
-        let (target, start) = {
-            let agents = self.agents.borrow();
-            let a = agents.get(agent).ok_or_else(|| no_agent(agent))?;
+        let id = message["id"].clone();
+        // Whether this wake lands in an aborting turn is decided just
+        // before the insertion (reference §4.3 step 1).
+        self.splice_inbox(agent, |a| {
             let waking_after_abort =
                 wakeup && a.running && a.abort.as_ref().is_some_and(|x| x.is_aborted());
             let target = if waking_after_abort {
-                "next-turn"
+                NEXT_TURN
             } else {
                 target
             };
-            (target.to_owned(), a.inbox.len(target))
-        };
-        self.append(
-            agent,
-            event::INBOX_SPLICED,
-            json!({"target": target, "start": start, "inserted": [message]}),
-            false,
-            None,
-        )
+            Some((target, f64::INFINITY, 0.0, vec![message]))
+        })
         .await?;
-        if let Some(a) = self.agents.borrow_mut().get_mut(agent) {
-            a.inbox.push(&target, message.clone());
-        }
-        self.notify(
-            agent,
-            "agent/inbox/inserted",
-            json!({"agent": agent, "message": message}),
-        );
         if wakeup {
             self.wake(agent);
         }
-        Ok(json!({"messageId": message["id"]}))
+        Ok(json!({"messageId": id}))
+    }
+
+    /// One live inbox mutation (reference §4.2). `plan` picks the splice
+    /// from the current lists, under the inbox lock: `(target, start,
+    /// deleteCount, inserted)` in `Array.splice` coordinates, or `None` to
+    /// do nothing. The splice is normalized, validated (in range, no id
+    /// pending twice), logged as `agent/inbox/spliced` first, then applied,
+    /// then `agent/inbox/discarded` is emitted per removed message (a
+    /// removal here is a cancellation, `outcome: "canceled"`) and
+    /// `agent/inbox/inserted` per inserted one. A no-op logs nothing.
+    /// Returns the removed messages, or `None` when `plan` declined.
+    pub async fn splice_inbox(
+        &self,
+        agent: &str,
+        plan: impl FnOnce(&Agent) -> Option<(&'static str, f64, f64, Vec<Value>)>,
+    ) -> Result<Option<Vec<Value>>> {
+        let lock = self.inbox_lock(agent)?;
+        let _ordered = lock.lock().await;
+        let splice = {
+            let agents = self.agents.borrow();
+            let a = agents.get(agent).ok_or_else(|| no_agent(agent))?;
+            let Some((target, start, delete_count, inserted)) = plan(a) else {
+                return Ok(None);
+            };
+            let Some(mut splice) = a.inbox.normalize(target, start, delete_count, inserted) else {
+                return Ok(Some(Vec::new()));
+            };
+            a.inbox.validate(&splice)?;
+            if splice.get("removedCount").is_some() {
+                splice["outcome"] = json!("canceled");
+            }
+            splice
+        };
+        self.append(agent, event::INBOX_SPLICED, splice.clone(), false, None)
+            .await?;
+        let removed = match self.agents.borrow_mut().get_mut(agent) {
+            Some(a) => a.inbox.apply(&splice)?,
+            None => return Err(no_agent(agent)),
+        };
+        for message in &removed {
+            self.notify(
+                agent,
+                "agent/inbox/discarded",
+                json!({"agent": agent, "message": message}),
+            );
+        }
+        for message in splice["inserted"].as_array().into_iter().flatten() {
+            self.notify(
+                agent,
+                "agent/inbox/inserted",
+                json!({"agent": agent, "message": message}),
+            );
+        }
+        Ok(Some(removed))
+    }
+
+    /// Appends one message at the end of `target`.
+    pub async fn append_inbox(&self, agent: &str, target: &'static str, m: Value) -> Result<()> {
+        self.splice_inbox(agent, |_| Some((target, f64::INFINITY, 0.0, vec![m])))
+            .await?;
+        Ok(())
+    }
+
+    /// `inbox.replace(messageId, message)`: the pending message with that id,
+    /// in either list, is replaced in place (discarded, the new one
+    /// inserted). False when no such message is pending; an error when the
+    /// replacement's id is already pending elsewhere.
+    async fn replace(&self, agent: &str, message_id: &str, message: Value) -> Result<bool> {
+        let message = normalize_message(message)?;
+        let replaced = self
+            .splice_inbox(agent, |a| {
+                let (target, i) = a.inbox.locate(message_id)?;
+                Some((target, i as f64, 1.0, vec![message]))
+            })
+            .await?;
+        Ok(replaced.is_some())
+    }
+
+    /// `inbox.remove(messageId)`: cancels one pending message durably. False
+    /// when no such message is pending.
+    async fn remove(&self, agent: &str, message_id: &str) -> Result<bool> {
+        let removed = self
+            .splice_inbox(agent, |a| {
+                let (target, i) = a.inbox.locate(message_id)?;
+                Some((target, i as f64, 1.0, Vec::new()))
+            })
+            .await?;
+        Ok(removed.is_some())
     }
 
     /// Starts the driver if the agent is idle; latches a wake otherwise.
@@ -320,22 +436,25 @@ impl Loop {
     /// list (next-step first), so a resumed agent does not restore work the
     /// user cancelled, then one `agent/inbox/discarded` per message.
     async fn cancel(&self, agent: &str, cause: Value, keep_inbox: bool) -> Result<()> {
-        let removed = {
+        {
             let mut agents = self.agents.borrow_mut();
             let a = agents.get_mut(agent).ok_or_else(|| no_agent(agent))?;
-            if cause["kind"] == "disposed" {
+            if cause["kind"] == "disposed" || !keep_inbox {
                 a.wake_requested = false;
             }
-            let removed = if keep_inbox {
-                Vec::new()
-            } else {
-                a.wake_requested = false;
-                a.inbox.clear()
-            };
             if let Some(abort) = &a.abort {
                 abort.abort(cause);
             }
-            removed
+        }
+        if keep_inbox {
+            return Ok(());
+        }
+        // After any inbox mutation in flight, so the clear removes it too.
+        let lock = self.inbox_lock(agent)?;
+        let _ordered = lock.lock().await;
+        let removed = match self.agents.borrow_mut().get_mut(agent) {
+            Some(a) => a.inbox.clear(),
+            None => return Err(no_agent(agent)),
         };
         if removed.is_empty() {
             return Ok(());
@@ -369,6 +488,13 @@ fn no_agent(id: &str) -> Error {
     Error::new("AGENT_NOT_FOUND", format!("no agent `{id}`"))
 }
 
+fn message_id(req: &Request) -> Result<String> {
+    req.params["messageId"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| Error::new(codes::INVALID_PAYLOAD, "missing `messageId`"))
+}
+
 /// Accepts a full user message or `{text}` shorthand.
 fn normalize_message(m: Value) -> Result<Value> {
     if m.get("role").is_some() {
@@ -384,9 +510,16 @@ async fn handle_agents(l: Loop, req: Request) -> Result<Reply> {
     let agent = Loop::agent_id(&req)?;
     let message = req.params["message"].clone();
     match req.method.as_str() {
-        "followup" => Ok(l.send(&agent, message, "next-turn", true).await?.into()),
-        "steer" => Ok(l.send(&agent, message, "next-step", true).await?.into()),
-        "inject" => Ok(l.send(&agent, message, "next-step", false).await?.into()),
+        "followup" => Ok(l.send(&agent, message, NEXT_TURN, true).await?.into()),
+        "steer" => Ok(l.send(&agent, message, NEXT_STEP, true).await?.into()),
+        "inject" => Ok(l.send(&agent, message, NEXT_STEP, false).await?.into()),
+        "replace" => Reply::json(l.replace(&agent, &message_id(&req)?, message).await?),
+        "remove" => Reply::json(l.remove(&agent, &message_id(&req)?).await?),
+        "pending" => {
+            let agents = l.agents.borrow();
+            let a = agents.get(&agent).ok_or_else(|| no_agent(&agent))?;
+            Reply::json(json!({"nextTurn": a.inbox.next_turn, "nextStep": a.inbox.next_step}))
+        }
         "cancel" => {
             let cause = match req.params.get("cause") {
                 Some(c) if !c.is_null() => c.clone(),
