@@ -382,3 +382,255 @@ async fn an_agent_created_without_a_cwd_has_none_and_resumes_without_one() {
     assert_eq!(header.get("cwd"), None, "{header}");
     t.shutdown().await;
 }
+
+/// The kit's rows with `agent-loop` configured by `config` (a TOML inline
+/// table), the persona without `{{cwd}}`, and `extra`.
+fn rows_with_loop(fake: &FakeLlm, t: &TestHost, config: &str, extra: &str) -> String {
+    let base = dsh_testkit::core_rows(&fake.base_url, &t.home.path().join("sessions"));
+    let loop_row = "id = \"agent-loop\"\nplugin = \"agent-loop\"\n";
+    assert!(base.ends_with(loop_row), "the kit's agent-loop row changed");
+    format!(
+        "{}config = {config}\n{extra}",
+        base.replace(KIT_PERSONA, NO_CWD_PERSONA)
+    )
+}
+
+/// Starts a host whose `agent-loop` row has `config`.
+async fn setup_loop(config: &str, extra: &str) -> (TestHost, FakeLlm) {
+    let fake = FakeLlm::start().await;
+    let t = TestHost::start().await;
+    std::fs::copy(
+        library("dsh-fixture-hooks"),
+        t.plugins.path().join("hooks.so"),
+    )
+    .expect("the hooks fixture is built");
+    t.apply(&rows_with_loop(&fake, &t, config, extra)).await;
+    (t, fake)
+}
+
+/// The live agents, once there are `n` (sorted).
+async fn agents_when(t: &TestHost, n: usize) -> Vec<String> {
+    let until = Instant::now() + DEADLINE;
+    loop {
+        let mut ids: Vec<String> =
+            serde_json::from_value(t.call("agentLoop", "list", json!({})).await).expect("ids");
+        if ids.len() >= n {
+            assert_eq!(ids.len(), n, "{ids:?}");
+            ids.sort();
+            return ids;
+        }
+        assert!(Instant::now() < until, "agents: {ids:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn header(t: &TestHost, id: &str) -> Value {
+    t.call("sessions", "header", json!({"id": id})).await["header"].clone()
+}
+
+/// `<prefix>-session-<uuid>`, the uuid in its 36-character hex form.
+fn is_fresh_id(id: &str, prefix: &str) -> bool {
+    id.strip_prefix(&format!("{prefix}-session-"))
+        .is_some_and(|u| {
+            u.len() == 36
+                && u.chars()
+                    .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase() || c == '-')
+        })
+}
+
+/// loop.spec "config agents are created at startup" and "attaches config
+/// agent cwd to the fresh session header"; config-session-id.spec "config
+/// create uses a fresh `${id}-session-<uuid>` per run": every entry without
+/// an exact id gets a fresh session, with the entry's options and cwd, and
+/// runs turns.
+#[tokio::test]
+async fn configured_agents_start_in_fresh_sessions_with_their_cwd() {
+    let config = r#"{ agents = [
+        { id = "cfg", provider = "fake", model = "m1", cwd = "/tmp" },
+        { id = "plain", provider = "fake", model = "m1" } ] }"#;
+    let (t, fake) = setup_loop(config, "").await;
+    let ids = agents_when(&t, 2).await;
+    assert!(is_fresh_id(&ids[0], "cfg"), "{ids:?}");
+    assert!(is_fresh_id(&ids[1], "plain"), "{ids:?}");
+    assert_eq!(header(&t, &ids[0]).await["cwd"], "/tmp");
+    assert_eq!(header(&t, &ids[1]).await.get("cwd"), None);
+
+    fake.push([text("hi")]);
+    send(&t, "followup", &ids[0], json!({"text": "hello"})).await;
+    let end = t.call("agents", "whenIdle", json!({"agent": ids[0]})).await;
+    assert_eq!(end["reason"], json!({"kind": "completed"}));
+    assert_eq!(fake.requests()[0]["model"], "m1");
+    t.shutdown().await;
+
+    // Another run of the same config: other sessions.
+    let (t, _fake) = setup_loop(config, "").await;
+    let again = agents_when(&t, 2).await;
+    assert!(is_fresh_id(&again[0], "cfg"), "{again:?}");
+    assert_ne!(again[0], ids[0]);
+    assert_ne!(again[1], ids[1]);
+    t.shutdown().await;
+}
+
+/// config-session-id.spec "accepts one exact fresh id" and "restores a
+/// materialized exact id across an AgentLoop-only reload": a `sessionId`
+/// not yet stored is created under that id; once it exists a reload of the
+/// agent loop resumes it (its history and turn numbers continue).
+#[tokio::test]
+async fn an_exact_configured_id_is_created_once_then_restored_across_a_reload() {
+    let config = r#"{ agents = [{ id = "main", sessionId = "config-exact", provider = "fake", model = "m1" }] }"#;
+    let (t, fake) = setup_loop(config, "").await;
+    assert_eq!(agents_when(&t, 1).await, ["config-exact"]);
+    fake.push([text("one"), text("two")]);
+    send(
+        &t,
+        "followup",
+        "config-exact",
+        json!({"text": "remember me"}),
+    )
+    .await;
+    t.call("agents", "whenIdle", json!({"agent": "config-exact"}))
+        .await;
+
+    // Only the agent loop's config changes: it alone reloads.
+    let reloaded = r#"{ maxStepsPerTurn = 50, agents = [{ id = "main", sessionId = "config-exact", provider = "fake", model = "m1" }] }"#;
+    let before = t.status("agent-loop").await;
+    t.apply(&rows_with_loop(&fake, &t, reloaded, "")).await;
+    assert_ne!(
+        format!("{:?}", t.status("agent-loop").await.fiber),
+        format!("{:?}", before.fiber),
+        "the agent loop reloaded"
+    );
+    assert_eq!(agents_when(&t, 1).await, ["config-exact"]);
+    send(&t, "followup", "config-exact", json!({"text": "and now?"})).await;
+    let end = t
+        .call("agents", "whenIdle", json!({"agent": "config-exact"}))
+        .await;
+    assert_eq!(end["lastTurn"], 2);
+    let texts: Vec<String> = events(&t, "config-exact")
+        .await
+        .iter()
+        .filter(|e| e["type"] == event::USER_MESSAGE)
+        .map(|e| {
+            e["data"]["content"][0]["text"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(texts, ["remember me", "and now?"]);
+    t.shutdown().await;
+}
+
+/// config-session-id.spec "config-driven resumeSessionId continues a
+/// persisted session": the live agent is the stored session itself (not a
+/// fresh id), with its history.
+#[tokio::test]
+async fn a_configured_resume_session_id_continues_the_stored_session() {
+    let (t, fake) = setup_loop("{}", "").await;
+    let agent = create(
+        &t,
+        json!({"sessionId": "sticky-1", "agentOptions": {"provider": "fake", "model": "m1"}}),
+    )
+    .await;
+    fake.push([text("first"), text("second")]);
+    send(&t, "followup", &agent, json!({"text": "remember me"})).await;
+    t.call("agents", "whenIdle", json!({"agent": agent})).await;
+    t.call("agents", "dispose", json!({"agent": agent})).await;
+    t.call("sessions", "close", json!({"id": agent})).await;
+    assert_eq!(agents_when(&t, 0).await, Vec::<String>::new());
+
+    let config = r#"{ agents = [{ id = "main", provider = "fake", model = "m1", resumeSessionId = "sticky-1" }] }"#;
+    t.apply(&rows_with_loop(&fake, &t, config, "")).await;
+    assert_eq!(agents_when(&t, 1).await, ["sticky-1"]);
+    send(&t, "followup", "sticky-1", json!({"text": "again"})).await;
+    t.call("agents", "whenIdle", json!({"agent": "sticky-1"}))
+        .await;
+    let last = fake.requests().pop().expect("a request");
+    let said: Vec<&str> = last["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["role"] == "user")
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    assert_eq!(said, ["remember me", "again"]);
+    t.shutdown().await;
+}
+
+/// config-session-id.spec "config-driven resume of a missing session is
+/// contained": no agent for it, `agent-loop/config-start-failed` names the
+/// session, the plugin stays up and the other entries still start.
+#[tokio::test]
+async fn a_configured_resume_of_a_missing_session_is_contained() {
+    let hooks = hooks_row(
+        "f",
+        json!({"listeners": [{"event": "agent-loop/config-start-failed"}]}),
+    );
+    let config = r#"{ agents = [
+        { id = "main", provider = "fake", model = "m1", resumeSessionId = "does-not-exist" },
+        { id = "other", provider = "fake", model = "m1" } ] }"#;
+    let (t, _fake) = setup_loop(config, &hooks).await;
+    let j = heard_all(&t, "f", 1).await;
+    assert_eq!(j[0]["payload"]["sessionId"], "does-not-exist");
+    assert_eq!(j[0]["payload"]["error"]["code"], "SESSION_NOT_FOUND");
+    let ids = agents_when(&t, 1).await;
+    assert!(is_fresh_id(&ids[0], "other"), "{ids:?}");
+    assert_eq!(
+        format!("{:?}", t.status("agent-loop").await.state),
+        "Active"
+    );
+    t.shutdown().await;
+}
+
+/// The whole journal of `tag`, once it holds `n` entries.
+async fn heard_all(t: &TestHost, tag: &str, n: usize) -> Vec<Value> {
+    let until = Instant::now() + DEADLINE;
+    loop {
+        let j: Vec<Value> =
+            serde_json::from_value(t.call(&format!("hooks:{tag}"), "journal", json!({})).await)
+                .expect("journal");
+        if j.len() >= n {
+            assert_eq!(j.len(), n, "journal {tag}: {j:?}");
+            return j;
+        }
+        assert!(Instant::now() < until, "journal {tag}: {j:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// config-session-id.spec "rejects an empty exact id", "… rejects it
+/// alongside a resume id" and "rejects duplicate exact ids before
+/// asynchronous configured startup": the row fails with the original's
+/// message and no agent starts.
+#[tokio::test]
+async fn configured_identities_that_conflict_are_refused_before_any_agent_starts() {
+    for (config, message) in [
+        (
+            r#"{ agents = [{ id = "main", sessionId = "" }] }"#,
+            "agent \"main\": sessionId: expected string length >= 1",
+        ),
+        (
+            r#"{ agents = [{ id = "main", sessionId = "fresh", resumeSessionId = "persisted" }] }"#,
+            "agent \"main\": sessionId and resumeSessionId are mutually exclusive",
+        ),
+        (
+            r#"{ agents = [{ id = "first", sessionId = "shared" }, { id = "second", resumeSessionId = "shared" }] }"#,
+            "agents \"first\" and \"second\" use duplicate exact session identity \"shared\"",
+        ),
+    ] {
+        let (t, _fake) = setup_loop(config, "").await;
+        assert_eq!(
+            format!("{:?}", t.status("agent-loop").await.state),
+            "Failed"
+        );
+        assert_eq!(
+            t.reports_with(&format!("INVALID_CONFIG: {message}")).len(),
+            1,
+            "{:?}",
+            t.host.reports()
+        );
+        let live = t.call("sessions", "list", json!({})).await;
+        assert_eq!(live, json!([]), "no session was created");
+        t.shutdown().await;
+    }
+}

@@ -32,13 +32,59 @@ pub(crate) struct Config {
     /// The most steps (model calls) one turn may run; a turn that would go
     /// further ends `error` with code `STEP_LIMIT`. 0 means the default.
     pub max_steps_per_turn: u64,
+    /// Agents created (or resumed) when the plugin starts.
+    pub agents: Vec<ConfigAgent>,
 }
+
+/// One entry of `agents[]` (reference §4.7).
+#[derive(Deserialize, Clone, Debug)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct ConfigAgent {
+    /// A label for reports, and the prefix of a fresh session id.
+    pub id: String,
+    /// An exact session id: resumed when it is stored, created otherwise.
+    pub session_id: Option<String>,
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    pub max_tokens: Option<Value>,
+    /// The working directory of a fresh session.
+    pub cwd: Option<String>,
+    /// A stored session to resume instead of creating one.
+    pub resume_session_id: Option<String>,
+}
+
+impl ConfigAgent {
+    fn resume_id(&self) -> Option<&str> {
+        self.resume_session_id
+            .as_deref()
+            .filter(|id| !id.is_empty())
+    }
+
+    fn agent_options(&self) -> Value {
+        let mut options = json!({});
+        for (key, value) in [
+            ("provider", self.provider.clone().map(Value::from)),
+            ("model", self.model.clone().map(Value::from)),
+            ("maxTokens", self.max_tokens.clone()),
+        ] {
+            if let Some(v) = value {
+                options[key] = v;
+            }
+        }
+        options
+    }
+}
+
+/// Emitted when a configured agent could not be started (its failure is
+/// contained: a warning, this event, no agent).
+pub(crate) const CONFIG_START_FAILED: &str = "agent-loop/config-start-failed";
 
 impl Default for Config {
     fn default() -> Self {
         Config {
             max_parallel_tool_calls: 10,
             max_steps_per_turn: DEFAULT_MAX_STEPS_PER_TURN,
+            agents: Vec::new(),
         }
     }
 }
@@ -52,6 +98,39 @@ impl Config {
                 codes::INVALID_PAYLOAD,
                 "maxParallelToolCalls must be an integer >= 1",
             ));
+        }
+        self.validate_agents()
+    }
+
+    /// The identity rules of `agents[]`, checked before any agent starts:
+    /// no empty `sessionId`, not both `sessionId` and `resumeSessionId`, no
+    /// exact id used twice (the original's messages).
+    fn validate_agents(&self) -> Result<()> {
+        let invalid = |m: String| Error::new(codes::INVALID_CONFIG, m);
+        let mut exact: Vec<(&str, &str)> = Vec::new();
+        for a in &self.agents {
+            if a.session_id.as_deref() == Some("") {
+                return Err(invalid(format!(
+                    "agent \"{}\": sessionId: expected string length >= 1",
+                    a.id
+                )));
+            }
+            if a.session_id.is_some() && a.resume_id().is_some() {
+                return Err(invalid(format!(
+                    "agent \"{}\": sessionId and resumeSessionId are mutually exclusive",
+                    a.id
+                )));
+            }
+            let Some(identity) = a.resume_id().or(a.session_id.as_deref()) else {
+                continue;
+            };
+            if let Some((first, _)) = exact.iter().find(|(_, x)| *x == identity) {
+                return Err(invalid(format!(
+                    "agents \"{first}\" and \"{}\" use duplicate exact session identity \"{identity}\"",
+                    a.id
+                )));
+            }
+            exact.push((&a.id, identity));
         }
         Ok(())
     }
@@ -200,8 +279,8 @@ impl Loop {
         Ok(())
     }
 
-    async fn create(&self, req: &Request) -> Result<Value> {
-        let options = req.params["agentOptions"].clone();
+    async fn create(&self, params: &Value) -> Result<Value> {
+        let options = params["agentOptions"].clone();
         if let Some(mt) = options.get("maxTokens").filter(|v| !v.is_null()) {
             if mt.as_u64().is_none_or(|n| n == 0 || n > MAX_SAFE_INTEGER) {
                 return Err(Error::new(
@@ -211,12 +290,12 @@ impl Loop {
             }
         }
         // Without `meta.cwd` the session has no cwd (not `/`).
-        let cwd = req.params["meta"]["cwd"].as_str().map(str::to_owned);
+        let cwd = params["meta"]["cwd"].as_str().map(str::to_owned);
         let mut args = json!({"meta": {}});
         if let Some(cwd) = &cwd {
             args["meta"]["cwd"] = json!(cwd);
         }
-        if let Some(id) = req.params["sessionId"].as_str() {
+        if let Some(id) = params["sessionId"].as_str() {
             args["id"] = json!(id);
         }
         let created = self.ctx.service("sessions").call("create", args).await?;
@@ -230,8 +309,8 @@ impl Loop {
         Ok(json!({"agent": id}))
     }
 
-    async fn resume(&self, req: &Request) -> Result<Value> {
-        let id = req.params["sessionId"]
+    async fn resume(&self, params: &Value) -> Result<Value> {
+        let id = params["sessionId"]
             .as_str()
             .ok_or_else(|| Error::new(codes::INVALID_PAYLOAD, "missing `sessionId`"))?
             .to_owned();
@@ -244,7 +323,7 @@ impl Loop {
             .call("resume", json!({"id": id}))
             .await?;
         let cwd = summary["header"]["cwd"].as_str().map(str::to_owned);
-        let options = req.params["agentOptions"].clone();
+        let options = params["agentOptions"].clone();
         if let Err(e) = self.register(&id, &options, cwd, &summary) {
             // No agent: release the session the resume made live.
             let _ = self
@@ -260,6 +339,77 @@ impl Loop {
             json!({"agent": id, "source": "resume"}),
         );
         Ok(json!({"agent": id}))
+    }
+
+    /// Starts the configured `agents[]` (reference §4.7), in order. Without
+    /// an exact id an agent gets a fresh session `<id>-session-<uuid>`; with
+    /// `sessionId` the stored session of that id is resumed, or created when
+    /// none is stored; with `resumeSessionId` the stored session is resumed.
+    /// A failure is contained: a warning and `agent-loop/config-start-failed
+    /// {sessionId, error}`, no agent, the others still start.
+    async fn start_configured(&self) {
+        for a in self.config.agents.clone() {
+            let options = a.agent_options();
+            let (action, session_id, outcome) = match a.resume_id() {
+                Some(resume_id) => {
+                    let params = json!({"sessionId": resume_id, "agentOptions": options});
+                    ("resume", resume_id.to_owned(), self.resume(&params).await)
+                }
+                None => {
+                    let id = a
+                        .session_id
+                        .clone()
+                        .unwrap_or_else(|| format!("{}-session-{}", a.id, new_id()));
+                    let mut create = json!({"sessionId": id, "agentOptions": options});
+                    if let Some(cwd) = &a.cwd {
+                        create["meta"] = json!({"cwd": cwd});
+                    }
+                    let outcome = match &a.session_id {
+                        Some(_) => self.restore_or_create(&id, &options, &create).await,
+                        None => self.create(&create).await,
+                    };
+                    ("restore", id, outcome)
+                }
+            };
+            if let Err(e) = outcome {
+                dsh_sdk::tracing::warn!(
+                    "agent \"{}\": config-driven {action} of \"{session_id}\" failed: {e}",
+                    a.id
+                );
+                let _ = self.ctx.emit(
+                    CONFIG_START_FAILED,
+                    json!({"sessionId": session_id, "error": {"code": e.code, "message": e.message}}),
+                );
+            }
+        }
+    }
+
+    /// An exact configured id: resumed when stored, created when absent;
+    /// a stored session that does not resume (corrupt, unreadable) fails.
+    async fn restore_or_create(&self, id: &str, options: &Value, create: &Value) -> Result<Value> {
+        let resumed = self
+            .resume(&json!({"sessionId": id, "agentOptions": options}))
+            .await;
+        let Err(error) = resumed else {
+            return resumed;
+        };
+        let stored = match self
+            .ctx
+            .service("sessionPersistence")
+            .call("list", json!({}))
+            .await
+        {
+            Ok(list) => list
+                .as_array()
+                .is_some_and(|l| l.iter().any(|h| h["id"] == id)),
+            // No persistence: nothing is stored, so this is a first use.
+            Err(e) if e.code == codes::SERVICE_UNAVAILABLE => false,
+            Err(e) => return Err(e),
+        };
+        if stored {
+            return Err(error);
+        }
+        self.create(create).await
     }
 
     /// `send(m, target, wakeup)` of reference §4.3.
@@ -552,8 +702,8 @@ async fn handle_agents(l: Loop, req: Request) -> Result<Reply> {
 
 async fn handle_loop(l: Loop, req: Request) -> Result<Reply> {
     match req.method.as_str() {
-        "create" => Ok(l.create(&req).await?.into()),
-        "resume" => Ok(l.resume(&req).await?.into()),
+        "create" => Ok(l.create(&req.params).await?.into()),
+        "resume" => Ok(l.resume(&req.params).await?.into()),
         "list" => {
             let ids: Vec<String> = l.agents.borrow().keys().cloned().collect();
             Reply::json(ids)
@@ -583,6 +733,10 @@ impl Plugin for AgentLoop {
         ctx.provide("agents", move |req| handle_agents(l2.clone(), req));
         let l3 = l.clone();
         ctx.provide("agentLoop", move |req| handle_loop(l3.clone(), req));
+        if !l.config.agents.is_empty() {
+            let starter = l.clone();
+            ctx.spawn(async move { starter.start_configured().await });
+        }
         let l4 = l.clone();
         ctx.effect(move || async move {
             // A running turn ends `aborted{disposed}` and the driver closes it
