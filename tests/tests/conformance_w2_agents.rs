@@ -634,3 +634,217 @@ async fn configured_identities_that_conflict_are_refused_before_any_agent_starts
         t.shutdown().await;
     }
 }
+
+/// A log built the way the loop and the inbox write one (consumed-work.spec).
+#[derive(Default)]
+struct Log(Vec<dsh_sdk::vocab::SessionEvent>);
+
+impl Log {
+    fn push(&mut self, kind: &str, data: Value) -> &mut Self {
+        let seq = self.0.len() as u64;
+        self.0.push(
+            serde_json::from_value(json!({"type": kind, "seq": seq, "time": 0, "data": data}))
+                .expect("an event"),
+        );
+        self
+    }
+    /// An accepted message, as `send` logs it.
+    fn accept(&mut self, text: &str) -> &mut Self {
+        self.push(
+            event::INBOX_SPLICED,
+            json!({"target": "next-turn", "start": 0, "inserted": [msg::user_text(text, text)]}),
+        )
+    }
+    /// The step-boundary read of one pending message.
+    fn claim(&mut self) -> &mut Self {
+        self.push(
+            event::INBOX_SPLICED,
+            json!({"target": "next-turn", "start": 0, "removedCount": 1, "inserted": []}),
+        )
+    }
+    /// A cancellation of one pending message.
+    fn cancel_pending(&mut self) -> &mut Self {
+        self.push(
+            event::INBOX_SPLICED,
+            json!({"target": "next-turn", "start": 0, "removedCount": 1, "inserted": [], "outcome": "canceled"}),
+        )
+    }
+    fn start(&mut self, turn: u64) -> &mut Self {
+        self.push(event::TURN_START, json!({"turn": turn}))
+    }
+    fn end(&mut self, turn: u64, reason: Value) -> &mut Self {
+        self.push(event::TURN_END, json!({"turn": turn, "reason": reason}))
+    }
+    /// One whole turn that reached a model step.
+    fn stepped(&mut self, turn: u64, reason: Value) -> &mut Self {
+        self.start(turn)
+            .claim()
+            .push(event::STEP_START, json!({"turn": turn, "step": 1}))
+            .push(event::STEP_END, json!({"turn": turn, "step": 1}))
+            .end(turn, reason)
+    }
+    fn fold(&self) -> dsh_sdk::vocab::ConsumedWork {
+        dsh_sdk::vocab::fold_consumed_work(&self.0)
+    }
+    /// The turn of the accounting `turn/end`, if any.
+    fn accounted_turn(&self) -> Option<u64> {
+        self.fold().end.and_then(|e| e.data["turn"].as_u64())
+    }
+}
+
+fn completed() -> Value {
+    json!({"kind": "completed"})
+}
+
+/// consumed-work.spec "reports nothing for a log that consumed no work" and
+/// "reports the latest turn that entered a model step".
+#[test]
+fn fold_consumed_work_reports_the_latest_stepped_turn_or_nothing() {
+    let mut log = Log::default();
+    log.accept("queued");
+    assert_eq!(log.fold(), dsh_sdk::vocab::ConsumedWork::default());
+    let mut log = Log::default();
+    log.stepped(1, completed())
+        .stepped(2, json!({"kind": "max-tokens"}));
+    let end = log.fold().end.expect("an accounting turn");
+    assert_eq!(
+        end.data,
+        json!({"turn": 2, "reason": {"kind": "max-tokens"}})
+    );
+}
+
+/// consumed-work.spec: a turn that claimed its input counts when it then
+/// failed, was stopped or was rejected before any step; not when its own
+/// claim was emptied (`completed`), nor when it took no input at all.
+#[test]
+fn fold_consumed_work_counts_claimed_turns_that_failed_stopped_or_were_rejected() {
+    for reason in [
+        json!({"kind": "error", "error": {"message": "ENOSPC", "code": "UNKNOWN"}}),
+        json!({"kind": "aborted", "reason": {"kind": "user"}}),
+        json!({"kind": "blocked"}),
+    ] {
+        let mut log = Log::default();
+        log.stepped(1, completed())
+            .start(2)
+            .claim()
+            .end(2, reason.clone());
+        assert_eq!(log.accounted_turn(), Some(2), "{reason}");
+    }
+    // An emptied claim ran nothing and dropped nothing.
+    let mut log = Log::default();
+    log.stepped(1, completed())
+        .start(2)
+        .claim()
+        .end(2, completed());
+    assert_eq!(log.accounted_turn(), Some(1));
+    // Turns that took no input describe no work.
+    let mut log = Log::default();
+    log.stepped(1, completed())
+        .start(2)
+        .end(2, json!({"kind": "aborted", "reason": {"kind": "parent"}}))
+        .start(3)
+        .end(
+            3,
+            json!({"kind": "error", "error": {"message": "x", "code": "UNKNOWN"}}),
+        )
+        .start(4)
+        .end(4, json!({"kind": "blocked"}));
+    assert_eq!(log.accounted_turn(), Some(1));
+    // A suffix can begin inside a turn: a claim with no open turn counts
+    // for none.
+    let mut log = Log::default();
+    log.stepped(1, completed())
+        .claim()
+        .end(2, json!({"kind": "aborted", "reason": {"kind": "user"}}));
+    assert_eq!(log.accounted_turn(), Some(1));
+}
+
+/// consumed-work.spec "reports work cancelled out of the inbox after the
+/// last accounting turn", "keeps a replacement pending" and "lets a later
+/// accounting turn absorb an earlier drop".
+#[test]
+fn fold_consumed_work_reports_unrun_drops_but_not_replacements_or_absorbed_ones() {
+    let mut log = Log::default();
+    log.stepped(1, completed())
+        .accept("never runs")
+        .cancel_pending();
+    let folded = log.fold();
+    assert!(folded.dropped_unrun);
+    assert_eq!(
+        folded.end.as_ref(),
+        log.0.iter().find(|e| e.kind == event::TURN_END)
+    );
+
+    let mut log = Log::default();
+    log.stepped(1, completed()).push(
+        event::INBOX_SPLICED,
+        json!({"target": "next-turn", "start": 0, "removedCount": 1,
+               "inserted": [msg::user_text("rewritten", "rewritten")], "outcome": "canceled"}),
+    );
+    assert!(!log.fold().dropped_unrun);
+
+    let mut log = Log::default();
+    log.stepped(1, completed())
+        .cancel_pending()
+        .stepped(2, completed());
+    let folded = log.fold();
+    assert!(!folded.dropped_unrun);
+    assert_eq!(folded.end.as_ref(), log.0.last());
+}
+
+/// agent.spec "… unregisters on owner disposal" and "stale/idempotent
+/// detach cannot remove a replacement": an agent belongs to the plugin that
+/// created (or resumed) it and is disposed when that plugin goes; an agent
+/// that later reopened the same id under another owner stays, and so does
+/// one the host created.
+#[tokio::test]
+async fn an_agent_is_disposed_with_the_plugin_that_created_it() {
+    let fake = FakeLlm::start().await;
+    let t = TestHost::start().await;
+    for (lib, file) in [
+        ("dsh-fixture-hooks", "hooks.so"),
+        ("dsh-fixture-probe", "probe.so"),
+    ] {
+        std::fs::copy(library(lib), t.plugins.path().join(file)).expect("the fixture is built");
+    }
+    let hooks = hooks_row("d", json!({"listeners": [{"event": "agent/disposed"}]}));
+    let owner = "[[row]]\nid = \"owner\"\nplugin = \"probe\"\nconfig = { tag = \"o\" }\n";
+    let without = rows_with_loop(&fake, &t, "{}", &hooks);
+    t.apply(&format!("{without}{owner}")).await;
+    let by_owner =
+        |params: Value| json!({"service": "agentLoop", "method": "create", "params": params});
+    let options = json!({"provider": "fake", "model": "m1"});
+    let owned = t
+        .call(
+            "probe:o",
+            "call",
+            by_owner(json!({"sessionId": "owned", "agentOptions": options})),
+        )
+        .await;
+    assert_eq!(owned["agent"], "owned");
+    // The owner's first `reopened` is disposed; the host reopens the id.
+    t.call(
+        "probe:o",
+        "call",
+        by_owner(json!({"sessionId": "reopened", "agentOptions": options})),
+    )
+    .await;
+    t.call("agents", "dispose", json!({"agent": "reopened"}))
+        .await;
+    t.call("sessions", "close", json!({"id": "reopened"})).await;
+    create(
+        &t,
+        json!({"sessionId": "reopened", "agentOptions": options}),
+    )
+    .await;
+    create(&t, json!({"sessionId": "hosts", "agentOptions": options})).await;
+    assert_eq!(agents_when(&t, 3).await, ["hosts", "owned", "reopened"]);
+
+    // The owner goes: its live agent goes with it, and only that one.
+    t.apply(&without).await;
+    let disposed = heard_all(&t, "d", 2).await;
+    assert_eq!(disposed[0]["payload"]["agent"], "reopened");
+    assert_eq!(disposed[1]["payload"]["agent"], "owned");
+    assert_eq!(agents_when(&t, 2).await, ["hosts", "reopened"]);
+    t.shutdown().await;
+}

@@ -176,6 +176,9 @@ pub(crate) struct Agent {
     /// lists change in the order their splices are logged (the original's
     /// mutations are synchronous; here the append is awaited).
     pub inbox_lock: Rc<Mutex<()>>,
+    /// This registration of the id: an owner's cleanup disposes the agent
+    /// only while it is still the one that owner created.
+    pub registration: String,
     pub running: bool,
     pub last_turn: u64,
     pub last_end: Value,
@@ -262,6 +265,7 @@ impl Loop {
             cwd,
             inbox,
             inbox_lock: Rc::default(),
+            registration: new_id(),
             running: false,
             last_turn: summary["lastTurn"].as_u64().unwrap_or(0),
             last_end: summary["lastEnd"].clone(),
@@ -410,6 +414,50 @@ impl Loop {
             return Err(error);
         }
         self.create(create).await
+    }
+
+    /// Disposal: parks pending work (a resume restores it), never latches a
+    /// wake (see `wake`), ends the running turn, then removes the agent and
+    /// emits `agent/disposed`.
+    async fn dispose(&self, agent: &str) {
+        if self
+            .cancel(agent, json!({"kind": "disposed"}), true)
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let _ = self.when_idle(agent).await;
+        if self.agents.borrow_mut().remove(agent).is_some() {
+            self.notify(agent, "agent/disposed", json!({"agent": agent}));
+        }
+    }
+
+    /// Ties the agent `reply` names to the plugin that asked for it: when
+    /// that plugin is disposed (unloaded, reloaded), so is the agent, as the
+    /// original's registry unregisters an agent with its owner. A later
+    /// agent under the same id (the first disposed, the id reopened) is not
+    /// that owner's and stays.
+    fn own(&self, req: &Request, reply: &Value) {
+        let Some(id) = reply["agent"].as_str().map(str::to_owned) else {
+            return;
+        };
+        let Some(registration) = self
+            .agents
+            .borrow()
+            .get(&id)
+            .map(|a| a.registration.clone())
+        else {
+            return;
+        };
+        let l = self.clone();
+        req.on_caller_gone(move || {
+            let current = l.agents.borrow().get(&id).map(|a| a.registration.clone());
+            if current.as_deref() == Some(registration.as_str()) {
+                let l2 = l.clone();
+                l.ctx.spawn(async move { l2.dispose(&id).await });
+            }
+        });
     }
 
     /// `send(m, target, wakeup)` of reference §4.3.
@@ -688,12 +736,10 @@ async fn handle_agents(l: Loop, req: Request) -> Result<Reply> {
             )
         }
         "dispose" => {
-            // Disposal parks pending work (a resume restores it) and never
-            // latches a wake (see `wake`).
-            l.cancel(&agent, json!({"kind": "disposed"}), true).await?;
-            let _ = l.when_idle(&agent).await;
-            l.agents.borrow_mut().remove(&agent);
-            l.notify(&agent, "agent/disposed", json!({"agent": agent}));
+            if !l.agents.borrow().contains_key(&agent) {
+                return Err(no_agent(&agent));
+            }
+            l.dispose(&agent).await;
             Ok(Value::Null.into())
         }
         _ => Err(req.unknown_method()),
@@ -702,8 +748,22 @@ async fn handle_agents(l: Loop, req: Request) -> Result<Reply> {
 
 async fn handle_loop(l: Loop, req: Request) -> Result<Reply> {
     match req.method.as_str() {
-        "create" => Ok(l.create(&req.params).await?.into()),
-        "resume" => Ok(l.resume(&req.params).await?.into()),
+        "create" => {
+            let created = l.create(&req.params).await?;
+            l.own(&req, &created);
+            Ok(created.into())
+        }
+        "resume" => {
+            let live = req.params["sessionId"]
+                .as_str()
+                .is_some_and(|id| l.agents.borrow().contains_key(id));
+            let resumed = l.resume(&req.params).await?;
+            // A live agent keeps the owner that created it.
+            if !live {
+                l.own(&req, &resumed);
+            }
+            Ok(resumed.into())
+        }
         "list" => {
             let ids: Vec<String> = l.agents.borrow().keys().cloned().collect();
             Reply::json(ids)
