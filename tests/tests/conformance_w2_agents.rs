@@ -848,3 +848,179 @@ async fn an_agent_is_disposed_with_the_plugin_that_created_it() {
     assert_eq!(agents_when(&t, 2).await, ["hosts", "reopened"]);
     t.shutdown().await;
 }
+
+/// Two agents: `held`, whose turn is stuck in the model stream until it is
+/// cancelled, and `a`, idle. `a`'s maintenance task is `agents.whenIdle
+/// {held}`: it runs until `held` is cancelled, or until the task is aborted.
+async fn maintenance_setup(t: &TestHost, fake: &FakeLlm, answers: Vec<Answer>) -> (String, String) {
+    let mut queue = vec![stall()];
+    queue.extend(answers);
+    fake.push(queue);
+    let held = new_agent(t).await;
+    send(t, "followup", &held, json!({"text": "hold"})).await;
+    logged(t, &held, event::ASSISTANT_CHUNK).await;
+    (held, new_agent(t).await)
+}
+
+fn maintenance_task(agent: &str, held: &str) -> Value {
+    json!({"agent": agent, "task": {"service": "agents", "method": "whenIdle", "params": {"agent": held}}})
+}
+
+/// Waits until `agent` reports a maintenance task running.
+async fn in_maintenance(t: &TestHost, agent: &str) {
+    let until = Instant::now() + DEADLINE;
+    loop {
+        let status = t.call("agents", "status", json!({"agent": agent})).await;
+        if status["maintenance"] == json!(true) {
+            // Maintenance keeps the agent's status idle.
+            assert_eq!(status["status"], "idle");
+            return;
+        }
+        assert!(Instant::now() < until, "no maintenance: {status}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn user_texts(ev: &[Value]) -> Vec<String> {
+    ev.iter()
+        .filter(|e| e["type"] == event::USER_MESSAGE)
+        .map(|e| {
+            e["data"]["content"][0]["text"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned()
+        })
+        .collect()
+}
+
+/// loop.spec "cancels queued wakeup work together with an active
+/// maintenance task": the cancel drops the queued wake and its latch and
+/// aborts the task; a wake sent after it is latched again and replays when
+/// the task has ended. Maintenance runs from idle only.
+#[tokio::test]
+async fn a_cancel_drops_the_queued_wake_and_aborts_the_maintenance_task() {
+    let (t, fake) = setup("").await;
+    let (held, a) = maintenance_setup(&t, &fake, vec![text("park reply")]).await;
+    let busy = t
+        .host
+        .call("agents", "runMaintenance", maintenance_task(&held, &a))
+        .await
+        .expect_err("a running agent has active work");
+    assert_eq!(busy.code, "AGENT_BUSY");
+    assert_eq!(
+        busy.message,
+        format!("agent \"{held}\" already has active work")
+    );
+
+    let maintenance = t
+        .host
+        .call("agents", "runMaintenance", maintenance_task(&a, &held));
+    let steps = async {
+        in_maintenance(&t, &a).await;
+        send(&t, "followup", &a, json!({"text": "discard this wakeup"})).await;
+        t.call("agents", "cancel", json!({"agent": a})).await;
+        send(
+            &t,
+            "followup",
+            &a,
+            json!({"text": "park after cancellation"}),
+        )
+        .await;
+    };
+    let (outcome, ()) = tokio::join!(maintenance, steps);
+    let err = outcome.expect_err("the task was aborted");
+    assert_eq!(
+        (err.code.as_str(), err.message.as_str()),
+        ("ABORTED", "maintenance aborted")
+    );
+    let end = t.call("agents", "whenIdle", json!({"agent": a})).await;
+    assert_eq!(end["reason"], json!({"kind": "completed"}));
+    assert_eq!(
+        user_texts(&events(&t, &a).await),
+        ["park after cancellation"]
+    );
+    assert_eq!(
+        pending(&t, &a).await,
+        json!({"nextTurn": [], "nextStep": []})
+    );
+    // The aborted task did not touch `held`: its turn still runs.
+    let status = t.call("agents", "status", json!({"agent": held})).await;
+    assert_eq!(status["status"], "running");
+    t.call("agents", "cancel", json!({"agent": held})).await;
+    t.shutdown().await;
+}
+
+/// loop.spec "replays a wake latched behind maintenance at convergence":
+/// no turn opens while the task runs; when it ends, the wake runs.
+#[tokio::test]
+async fn a_wake_latched_behind_maintenance_replays_when_it_ends() {
+    let (t, fake) = setup("").await;
+    let (held, a) = maintenance_setup(&t, &fake, vec![text("wake reply")]).await;
+    let maintenance = t
+        .host
+        .call("agents", "runMaintenance", maintenance_task(&a, &held));
+    let steps = async {
+        in_maintenance(&t, &a).await;
+        send(
+            &t,
+            "followup",
+            &a,
+            json!({"text": "wake behind maintenance"}),
+        )
+        .await;
+        let ev = events(&t, &a).await;
+        assert!(!ev.iter().any(|e| e["type"] == event::TURN_START), "{ev:?}");
+        // The task ends: `held` goes idle.
+        t.call("agents", "cancel", json!({"agent": held})).await;
+    };
+    let (outcome, ()) = tokio::join!(maintenance, steps);
+    let reply = outcome.expect("the task's own reply");
+    assert_eq!(
+        reply["reason"],
+        json!({"kind": "aborted", "reason": {"kind": "user"}})
+    );
+    let end = t.call("agents", "whenIdle", json!({"agent": a})).await;
+    assert_eq!(end["reason"], json!({"kind": "completed"}));
+    assert_eq!(
+        user_texts(&events(&t, &a).await),
+        ["wake behind maintenance"]
+    );
+    assert_eq!(fake.requests().len(), 2, "held's request and a's");
+    t.shutdown().await;
+}
+
+/// loop.spec "suppresses the replay when a latched maintenance wake is
+/// removed": the latch replays only work still pending.
+#[tokio::test]
+async fn removing_a_wake_latched_behind_maintenance_suppresses_its_replay() {
+    let (t, fake) = setup("").await;
+    let (held, a) = maintenance_setup(&t, &fake, Vec::new()).await;
+    let maintenance = t
+        .host
+        .call("agents", "runMaintenance", maintenance_task(&a, &held));
+    let steps = async {
+        in_maintenance(&t, &a).await;
+        let wake = msg::user_text("removed-wake", "removed wake");
+        send(&t, "followup", &a, wake).await;
+        let removed = t
+            .call(
+                "agents",
+                "remove",
+                json!({"agent": a, "messageId": "removed-wake"}),
+            )
+            .await;
+        assert_eq!(removed, json!(true));
+        t.call("agents", "cancel", json!({"agent": held})).await;
+    };
+    let (outcome, ()) = tokio::join!(maintenance, steps);
+    outcome.expect("the task's own reply");
+    let status = t.call("agents", "status", json!({"agent": a})).await;
+    assert_eq!(
+        (status["status"].clone(), status["lastTurn"].clone()),
+        (json!("idle"), json!(0))
+    );
+    let ev = events(&t, &a).await;
+    assert!(!ev.iter().any(|e| e["type"] == event::TURN_START), "{ev:?}");
+    assert_eq!(fake.requests().len(), 1, "only held's request");
+    t.shutdown().await;
+}

@@ -78,6 +78,10 @@ impl ConfigAgent {
 /// Emitted when a configured agent could not be started (its failure is
 /// contained: a warning, this event, no agent).
 pub(crate) const CONFIG_START_FAILED: &str = "agent-loop/config-start-failed";
+/// `runMaintenance` on an agent that is running or already in maintenance.
+pub(crate) const AGENT_BUSY: &str = "AGENT_BUSY";
+/// The code of work a cancel stopped.
+pub(crate) const ABORTED: &str = "ABORTED";
 
 impl Default for Config {
     fn default() -> Self {
@@ -180,6 +184,9 @@ pub(crate) struct Agent {
     /// only while it is still the one that owner created.
     pub registration: String,
     pub running: bool,
+    /// A `runMaintenance` task is running (status stays idle; waking sends
+    /// are latched and replayed when it ends).
+    pub maintenance: bool,
     pub last_turn: u64,
     pub last_end: Value,
     pub abort: Option<Rc<Abort>>,
@@ -267,6 +274,7 @@ impl Loop {
             inbox_lock: Rc::default(),
             registration: new_id(),
             running: false,
+            maintenance: false,
             last_turn: summary["lastTurn"].as_u64().unwrap_or(0),
             last_end: summary["lastEnd"].clone(),
             abort: None,
@@ -416,6 +424,66 @@ impl Loop {
         self.create(create).await
     }
 
+    /// `runMaintenance(task)` of reference §4.3: from idle only, runs
+    /// `task` (`{service, method, params}`, a call) while the agent stays
+    /// idle; a cancel aborts it (the call is dropped, which stops it in its
+    /// plugin) and the reply is `ABORTED`. Waking sends meanwhile are
+    /// latched and replayed when the task ends, if work is still pending.
+    async fn run_maintenance(&self, agent: &str, task: &Value) -> Result<Value> {
+        let (Some(service), Some(method)) = (task["service"].as_str(), task["method"].as_str())
+        else {
+            return Err(Error::new(
+                codes::INVALID_PAYLOAD,
+                "maintenance needs `task.service` and `task.method`",
+            ));
+        };
+        let abort = {
+            let mut agents = self.agents.borrow_mut();
+            let a = agents.get_mut(agent).ok_or_else(|| no_agent(agent))?;
+            if a.running || a.maintenance {
+                return Err(Error::new(
+                    AGENT_BUSY,
+                    format!("agent \"{agent}\" already has active work"),
+                ));
+            }
+            a.maintenance = true;
+            a.wake_requested = false;
+            let abort = Rc::new(Abort::default());
+            a.abort = Some(abort.clone());
+            abort
+        };
+        let outcome = {
+            let aborted = abort.notify.notified();
+            tokio::pin!(aborted);
+            aborted.as_mut().enable();
+            let callee = self.ctx.service(service);
+            let call = callee.call(method, task["params"].clone());
+            tokio::select! {
+                biased;
+                _ = aborted => Err(Error::new(ABORTED, "maintenance aborted")),
+                r = call => r,
+            }
+        };
+        let (waiters, end, again) = {
+            let mut agents = self.agents.borrow_mut();
+            let Some(a) = agents.get_mut(agent) else {
+                return outcome;
+            };
+            a.maintenance = false;
+            a.abort = None;
+            let again = a.wake_requested && a.inbox.has_pending();
+            a.wake_requested = false;
+            (std::mem::take(&mut a.idle), a.last_end.clone(), again)
+        };
+        for w in waiters {
+            let _ = w.send(end.clone());
+        }
+        if again {
+            self.wake(agent);
+        }
+        outcome
+    }
+
     /// Disposal: parks pending work (a resume restores it), never latches a
     /// wake (see `wake`), ends the running turn, then removes the agent and
     /// emits `agent/disposed`.
@@ -473,8 +541,9 @@ impl Loop {
         // Whether this wake lands in an aborting turn is decided just
         // before the insertion (reference §4.3 step 1).
         self.splice_inbox(agent, |a| {
+            let busy = a.running || a.maintenance;
             let waking_after_abort =
-                wakeup && a.running && a.abort.as_ref().is_some_and(|x| x.is_aborted());
+                wakeup && busy && a.abort.as_ref().is_some_and(|x| x.is_aborted());
             let target = if waking_after_abort {
                 NEXT_TURN
             } else {
@@ -584,6 +653,15 @@ impl Loop {
             let Some(a) = agents.get_mut(agent) else {
                 return;
             };
+            if a.maintenance {
+                // Maintenance cannot deliver a wake: latch it for replay
+                // when the task ends, unless the agent is being disposed.
+                let cause = a.abort.as_ref().and_then(|x| x.cause.borrow().clone());
+                if cause.is_none_or(|c| c["kind"] != "disposed") {
+                    a.wake_requested = true;
+                }
+                return;
+            }
             if a.running {
                 // A live driver claims the work itself (or parks it when its
                 // turn is blocked or fails); only a wake into an aborting
@@ -615,7 +693,7 @@ impl Loop {
         let rx = {
             let mut agents = self.agents.borrow_mut();
             let a = agents.get_mut(agent).ok_or_else(|| no_agent(agent))?;
-            if !a.running {
+            if !a.running && !a.maintenance {
                 return Ok(json!({"reason": a.last_end, "lastTurn": a.last_turn}));
             }
             let (tx, rx) = oneshot::channel();
@@ -728,11 +806,12 @@ async fn handle_agents(l: Loop, req: Request) -> Result<Reply> {
             Ok(Value::Null.into())
         }
         "whenIdle" => Ok(l.when_idle(&agent).await?.into()),
+        "runMaintenance" => Ok(l.run_maintenance(&agent, &req.params["task"]).await?.into()),
         "status" => {
             let agents = l.agents.borrow();
             let a = agents.get(&agent).ok_or_else(|| no_agent(&agent))?;
             Reply::json(
-                json!({"status": if a.running { "running" } else { "idle" }, "lastTurn": a.last_turn, "lastEnd": a.last_end}),
+                json!({"status": if a.running { "running" } else { "idle" }, "maintenance": a.maintenance, "lastTurn": a.last_turn, "lastEnd": a.last_end}),
             )
         }
         "dispose" => {
