@@ -1024,3 +1024,29 @@ async fn removing_a_wake_latched_behind_maintenance_suppresses_its_replay() {
     assert_eq!(fake.requests().len(), 1, "only held's request");
     t.shutdown().await;
 }
+
+/// agent.spec "registers exact entries …": the registry lists exactly the
+/// live agents by id (their session ids), and a second agent under a live
+/// id is refused, leaving the first in place.
+#[tokio::test]
+async fn the_registry_lists_each_live_agent_once_and_refuses_a_live_id() {
+    let (t, _fake) = setup("").await;
+    assert_eq!(t.call("agentLoop", "list", json!({})).await, json!([]));
+    let options = json!({"provider": "fake", "model": "m1"});
+    create(&t, json!({"sessionId": "a1", "agentOptions": options})).await;
+    let err = t
+        .host
+        .call(
+            "agentLoop",
+            "create",
+            json!({"sessionId": "a1", "agentOptions": options}),
+        )
+        .await
+        .expect_err("a live id is refused");
+    assert_eq!(err.code, "SESSION_ALREADY_EXISTS");
+    assert_eq!(err.message, "session `a1` is already live");
+    assert_eq!(t.call("agentLoop", "list", json!({})).await, json!(["a1"]));
+    t.call("agents", "dispose", json!({"agent": "a1"})).await;
+    assert_eq!(t.call("agentLoop", "list", json!({})).await, json!([]));
+    t.shutdown().await;
+}
