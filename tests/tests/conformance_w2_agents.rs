@@ -1050,3 +1050,59 @@ async fn the_registry_lists_each_live_agent_once_and_refuses_a_live_id() {
     assert_eq!(t.call("agentLoop", "list", json!({})).await, json!([]));
     t.shutdown().await;
 }
+
+/// model-selection.spec "snapshots prompt variables and request routing
+/// together, then disposes both": a model selected while a step's prompt is
+/// being assembled takes the next step, for the prompt and the request
+/// together; clearing the selection restores the agent's own model in both.
+#[tokio::test]
+async fn a_model_selection_switches_the_prompt_and_the_request_together() {
+    let select = json!({"service": "agents", "method": "selectModel",
+                        "params": {"agent": "$agent", "provider": "fake", "model": "m2"}});
+    let hooks = hooks_row(
+        "s",
+        json!({"listeners": [{"event": "system-prompt/assemble", "once": true, "calls": [select]}]}),
+    );
+    let (t, fake) = setup(&hooks).await;
+    let agent = new_agent(&t).await;
+    fake.push([text("one"), text("two"), text("three")]);
+    let run = |prompt: &'static str| {
+        let t = &t;
+        let agent = agent.clone();
+        async move {
+            send(t, "followup", &agent, json!({"text": prompt})).await;
+            let end = t.call("agents", "whenIdle", json!({"agent": agent})).await;
+            assert_eq!(end["reason"], json!({"kind": "completed"}));
+        }
+    };
+    run("first").await;
+    run("second").await;
+    t.call("agents", "selectModel", json!({"agent": agent}))
+        .await;
+    run("third").await;
+    let routes: Vec<(String, String)> = fake
+        .requests()
+        .iter()
+        .map(|r| {
+            let system = r["messages"][0]["content"].as_str().unwrap_or_default();
+            let said = system.rsplit("You work with ").next().unwrap_or_default();
+            (
+                said.to_owned(),
+                r["model"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    let route = |m: &str| (format!("{m}."), m.to_owned());
+    assert_eq!(routes, [route("m1"), route("m2"), route("m1")]);
+    let err = t
+        .host
+        .call(
+            "agents",
+            "selectModel",
+            json!({"agent": agent, "model": "m3"}),
+        )
+        .await
+        .expect_err("half a route is refused");
+    assert_eq!(err.code, "INVALID_PAYLOAD");
+    t.shutdown().await;
+}

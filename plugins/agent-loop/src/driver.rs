@@ -248,10 +248,19 @@ impl Loop {
     }
 
     async fn assemble(&self, agent: &str) -> Result<Value> {
+        // The route selected now is this step's, for the prompt and the
+        // request alike: a switch from here on takes the next step.
         let (provider, model, cwd) = {
-            let agents = self.agents.borrow();
-            let a = agents.get(agent).ok_or_else(|| Error::msg("agent gone"))?;
-            (a.provider.clone(), a.model.clone(), a.cwd.clone())
+            let mut agents = self.agents.borrow_mut();
+            let a = agents
+                .get_mut(agent)
+                .ok_or_else(|| Error::msg("agent gone"))?;
+            let route = a
+                .selection
+                .clone()
+                .unwrap_or_else(|| (a.provider.clone(), a.model.clone()));
+            a.assembled = Some(route.clone());
+            (route.0, route.1, a.cwd.clone())
         };
         // An unset option is a variable without a value (an error if a
         // section uses it), unless a `system-prompt/assemble` listener
@@ -393,7 +402,11 @@ impl Loop {
             let (seed, first) = {
                 let agents = self.agents.borrow();
                 let a = agents.get(agent).ok_or_else(|| Error::msg("agent gone"))?;
-                let mut seed = json!({"provider": a.provider, "model": a.model});
+                let (provider, model) = a
+                    .assembled
+                    .clone()
+                    .unwrap_or_else(|| (a.provider.clone(), a.model.clone()));
+                let mut seed = json!({"provider": provider, "model": model});
                 if let Some(mt) = a.max_tokens {
                     seed["maxTokens"] = json!(mt);
                 }

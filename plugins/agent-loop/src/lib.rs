@@ -172,6 +172,11 @@ pub(crate) struct Agent {
     pub provider: String,
     pub model: String,
     pub max_tokens: Option<u64>,
+    /// A route chosen with `agents.selectModel`, over the options' one.
+    pub selection: Option<(String, String)>,
+    /// The route the current step's prompt was assembled for, which its
+    /// requests use too.
+    pub assembled: Option<(String, String)>,
     /// The session's working directory; none when it was created without
     /// one (the original leaves the header's `cwd` undefined then).
     pub cwd: Option<String>,
@@ -269,6 +274,8 @@ impl Loop {
             provider: options["provider"].as_str().unwrap_or_default().to_owned(),
             model: options["model"].as_str().unwrap_or_default().to_owned(),
             max_tokens: options["maxTokens"].as_u64(),
+            selection: None,
+            assembled: None,
             cwd,
             inbox,
             inbox_lock: Rc::default(),
@@ -806,6 +813,28 @@ async fn handle_agents(l: Loop, req: Request) -> Result<Reply> {
             Ok(Value::Null.into())
         }
         "whenIdle" => Ok(l.when_idle(&agent).await?.into()),
+        "selectModel" => {
+            // `{provider, model}` selects a route from the next step's
+            // assembly on; neither clears the selection (the agent's own
+            // options again).
+            let selection = match (
+                req.params["provider"].as_str(),
+                req.params["model"].as_str(),
+            ) {
+                (Some(p), Some(m)) => Some((p.to_owned(), m.to_owned())),
+                (None, None) => None,
+                _ => {
+                    return Err(Error::new(
+                        codes::INVALID_PAYLOAD,
+                        "selectModel needs both `provider` and `model`, or neither",
+                    ))
+                }
+            };
+            let mut agents = l.agents.borrow_mut();
+            let a = agents.get_mut(&agent).ok_or_else(|| no_agent(&agent))?;
+            a.selection = selection;
+            Ok(Value::Null.into())
+        }
         "runMaintenance" => Ok(l.run_maintenance(&agent, &req.params["task"]).await?.into()),
         "status" => {
             let agents = l.agents.borrow();
