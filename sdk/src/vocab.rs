@@ -908,6 +908,10 @@ mod tests {
     }
 }
 
+#[path = "vocab/consumed_work.rs"]
+mod consumed_work;
+pub use consumed_work::{fold_consumed_work, ConsumedWork};
+
 #[cfg(test)]
 #[path = "vocab/assembler_tests.rs"]
 mod assembler_tests;

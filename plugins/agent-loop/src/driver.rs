@@ -7,7 +7,7 @@ use dsh_sdk::new_id;
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::{event, header_equals, msg, BlockAssembler};
 
-use crate::{Abort, Loop, MAX_STEPS_FIELD, STEP_LIMIT};
+use crate::{Abort, Loop, MAX_STEPS_FIELD, NEXT_STEP, STEP_LIMIT};
 
 /// How a step ended: `Some(kind)` ends the turn unless more input is
 /// pending; `None` means tool results owe the model a response.
@@ -198,6 +198,8 @@ impl Loop {
     }
 
     async fn claim(&self, agent: &str, target: &str, turn: u64) -> Result<Vec<Value>> {
+        let lock = self.inbox_lock(agent)?;
+        let _ordered = lock.lock().await;
         let (steps, turns) = {
             let agents = self.agents.borrow();
             let a = agents.get(agent).ok_or_else(|| Error::msg("agent gone"))?;
@@ -246,10 +248,19 @@ impl Loop {
     }
 
     async fn assemble(&self, agent: &str) -> Result<Value> {
+        // The route selected now is this step's, for the prompt and the
+        // request alike: a switch from here on takes the next step.
         let (provider, model, cwd) = {
-            let agents = self.agents.borrow();
-            let a = agents.get(agent).ok_or_else(|| Error::msg("agent gone"))?;
-            (a.provider.clone(), a.model.clone(), a.cwd.clone())
+            let mut agents = self.agents.borrow_mut();
+            let a = agents
+                .get_mut(agent)
+                .ok_or_else(|| Error::msg("agent gone"))?;
+            let route = a
+                .selection
+                .clone()
+                .unwrap_or_else(|| (a.provider.clone(), a.model.clone()));
+            a.assembled = Some(route.clone());
+            (route.0, route.1, a.cwd.clone())
         };
         // An unset option is a variable without a value (an error if a
         // section uses it), unless a `system-prompt/assemble` listener
@@ -426,7 +437,11 @@ impl Loop {
             let (seed, first) = {
                 let agents = self.agents.borrow();
                 let a = agents.get(agent).ok_or_else(|| Error::msg("agent gone"))?;
-                let mut seed = json!({"provider": a.provider, "model": a.model});
+                let (provider, model) = a
+                    .assembled
+                    .clone()
+                    .unwrap_or_else(|| (a.provider.clone(), a.model.clone()));
+                let mut seed = json!({"provider": provider, "model": model});
                 if let Some(mt) = a.max_tokens {
                     seed["maxTokens"] = json!(mt);
                 }
@@ -753,28 +768,7 @@ impl Loop {
     /// inbox (a durable splice, then the live emit), so it becomes a
     /// `user/message` at the start of the next step, after every result.
     async fn queue_next_step(&self, agent: &str, message: Value) -> Result<()> {
-        let start = self
-            .agents
-            .borrow()
-            .get(agent)
-            .map_or(0, |a| a.inbox.len("next-step"));
-        self.append(
-            agent,
-            event::INBOX_SPLICED,
-            json!({"target": "next-step", "start": start, "inserted": [message]}),
-            false,
-            None,
-        )
-        .await?;
-        if let Some(a) = self.agents.borrow_mut().get_mut(agent) {
-            a.inbox.push("next-step", message.clone());
-        }
-        self.notify(
-            agent,
-            "agent/inbox/inserted",
-            json!({"agent": agent, "message": message}),
-        );
-        Ok(())
+        self.append_inbox(agent, NEXT_STEP, message).await
     }
 
     async fn log_call(&self, agent: &str, turn: u64, step: u64, call: &Value) -> Result<u64> {

@@ -187,16 +187,18 @@ fn seeded(header: SessionHeader, seed: Option<Vec<SessionEvent>>) -> Result<Sess
 }
 
 /// What an agent needs to continue a session: the last turn and its end,
-/// the request header in force, and the inbox splices after the seed.
+/// the request header in force, and the inbox splices after the seed (with
+/// their seqs, `spliceSeqs`, so a bad one can be named).
 fn resume_summary(session: &Session) -> Value {
     let events = &session.events;
     let last = |kind: &str| events.iter().rev().find(|e| e.kind == kind);
     let seed_len = session.header.seed_length.unwrap_or(0);
-    let splices: Vec<&Value> = events
+    let logged: Vec<&SessionEvent> = events
         .iter()
         .filter(|e| e.seq >= seed_len && e.kind == event::INBOX_SPLICED)
-        .map(|e| &e.data)
         .collect();
+    let splices: Vec<&Value> = logged.iter().map(|e| &e.data).collect();
+    let splice_seqs: Vec<u64> = logged.iter().map(|e| e.seq).collect();
     json!({
         "header": session.header,
         "seq": events.len(),
@@ -205,6 +207,7 @@ fn resume_summary(session: &Session) -> Value {
         "requestHeader": last(event::REQUEST_HEADER).map_or(Value::Null, |e| canonical_header(&e.data["header"])),
         "requestContext": session.request_context,
         "splices": splices,
+        "spliceSeqs": splice_seqs,
     })
 }
 
