@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use dsh_sdk::prelude::*;
+use dsh_sdk::Dispatch;
 use dsh_sdk::vocab::msg;
 
 struct Tool {
@@ -129,35 +130,39 @@ async fn approve(ctx: &Context, exec: &Value, decision: &Value) -> std::result::
     }
 }
 
-async fn execute(ctx: Context, registry: Registry, exec: Value) -> Value {
-    let scope = exec["agent"].as_str().unwrap_or_default().to_owned();
-    let dispatch = |event: &str| {
-        let d = ctx.dispatch(event);
-        if scope.is_empty() {
-            d
-        } else {
-            d.scope(scope.clone())
-        }
-    };
-    let decision = match dispatch("tools/pre-execute")
+/// A stage's dispatcher for `exec`'s agent: scope-filtered when it has one.
+fn dispatcher(ctx: &Context, exec: &Value, event: &str) -> Dispatch {
+    let d = ctx.dispatch(event);
+    match exec["agent"].as_str().filter(|a| !a.is_empty()) {
+        Some(scope) => d.scope(scope),
+        None => d,
+    }
+}
+
+/// The scheduler's first stage (reference: the registry's `prepare`): the
+/// `tools/pre-execute` waterfall and the approval seam, in the caller's
+/// order. Answers `{kind, exec, result?}`: `dispatch` (run the call with
+/// this `exec`), `post-result` (a denial: no dispatch, but post-execute
+/// still sees it, §5.3 step 5) or `final-result` (a failing listener: only
+/// the `tools/result` emit is left).
+async fn prepare(ctx: &Context, exec: Value) -> Value {
+    let decision = match dispatcher(ctx, &exec, "tools/pre-execute")
         .waterfall(json!({"exec": exec}), |_| async {
             Ok(json!({"kind": "allow"}))
         })
         .await
     {
         Ok(d) => d,
-        Err(e) => return from_error(&e),
+        Err(e) => return stage("final-result", exec, Some(from_error(&e))),
     };
     // A policy may hand the tool its sandbox (mode and workspace root).
     let mut exec = exec;
     if let Some(sandbox) = decision.get("sandbox") {
         exec["sandbox"] = sandbox.clone();
     }
-    // A denial skips `tools/execute` but, unlike a failure before the
-    // policy ran, still goes through `tools/post-execute` (§5.3 step 5).
     let denial = match decision["kind"].as_str() {
         Some("allow") | None => None,
-        Some("ask") => match approve(&ctx, &exec, &decision).await {
+        Some("ask") => match approve(ctx, &exec, &decision).await {
             // The user allowed this call beyond the fence: the tool must
             // not refuse it again.
             Ok(()) => {
@@ -171,22 +176,32 @@ async fn execute(ctx: Context, registry: Registry, exec: Value) -> Value {
             None,
         )),
     };
-    let mut result = match denial {
-        Some(denied) => denied,
-        None => {
-            let (c, r, x) = (ctx.clone(), registry.clone(), exec.clone());
-            match dispatch("tools/execute")
-                .waterfall(json!({"exec": exec}), move |_| async move {
-                    Ok(run_tool(&c, &r, &x).await)
-                })
-                .await
-            {
-                Ok(r) => r,
-                Err(e) => from_error(&e),
-            }
-        }
-    };
-    match dispatch("tools/post-execute")
+    match denial {
+        Some(denied) => stage("post-result", exec, Some(denied)),
+        None => stage("dispatch", exec, None),
+    }
+}
+
+/// The second stage: the `tools/execute` waterfall around the tool body.
+/// Calls of one step may overlap here. Answers `{kind, result}`:
+/// `post-result`, or `final-result` when a wrapper failed.
+async fn dispatch(ctx: &Context, registry: &Registry, exec: &Value) -> Value {
+    let (c, r, x) = (ctx.clone(), registry.clone(), exec.clone());
+    match dispatcher(ctx, exec, "tools/execute")
+        .waterfall(json!({"exec": exec}), move |_| async move {
+            Ok(run_tool(&c, &r, &x).await)
+        })
+        .await
+    {
+        Ok(result) => json!({"kind": "post-result", "result": result}),
+        Err(e) => json!({"kind": "final-result", "result": from_error(&e)}),
+    }
+}
+
+/// The third stage, in the caller's order: the `tools/post-execute`
+/// waterfall, then [`finish`].
+async fn finalize(ctx: &Context, exec: &Value, mut result: Value) -> Value {
+    match dispatcher(ctx, exec, "tools/post-execute")
         .waterfall(json!({"exec": exec, "result": result}), |_| async {
             Ok(json!({"kind": "accept"}))
         })
@@ -200,7 +215,33 @@ async fn execute(ctx: Context, registry: Registry, exec: Value) -> Value {
         }
         Err(e) => result = from_error(&e),
     }
-    finish(&ctx, &exec, result)
+    finish(ctx, exec, result)
+}
+
+fn stage(kind: &str, exec: Value, result: Option<Value>) -> Value {
+    let mut out = json!({"kind": kind, "exec": exec});
+    if let Some(result) = result {
+        out["result"] = result;
+    }
+    out
+}
+
+/// The whole pipeline for one call: the stages in a row.
+async fn execute(ctx: Context, registry: Registry, exec: Value) -> Value {
+    let prepared = prepare(&ctx, exec).await;
+    let exec = prepared["exec"].clone();
+    let (kind, result) = match prepared["kind"].as_str() {
+        Some("dispatch") => {
+            let d = dispatch(&ctx, &registry, &exec).await;
+            (d["kind"].clone(), d["result"].clone())
+        }
+        _ => (prepared["kind"].clone(), prepared["result"].clone()),
+    };
+    if kind == "post-result" {
+        finalize(&ctx, &exec, result).await
+    } else {
+        finish(&ctx, &exec, result)
+    }
 }
 
 /// A result blocked by `tools/post-execute`: the feedback (content blocks,
@@ -229,13 +270,9 @@ fn blocked(feedback: &Value) -> Value {
     json!({"isError": true, "error": {"message": message}, "content": content})
 }
 
+/// The last stage: the `tools/result` emit; answers the final result.
 fn finish(ctx: &Context, exec: &Value, result: Value) -> Value {
-    let scope = exec["agent"].as_str().unwrap_or_default();
-    let mut d = ctx.dispatch("tools/result");
-    if !scope.is_empty() {
-        d = d.scope(scope);
-    }
-    let _ = d.emit(json!({"exec": exec, "result": result}));
+    let _ = dispatcher(ctx, exec, "tools/result").emit(json!({"exec": exec, "result": result}));
     result
 }
 
@@ -310,6 +347,18 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
             Reply::json(if parallel { "parallel" } else { "exclusive" })
         }
         "execute" => Ok(execute(ctx, registry, req.params.clone()).await.into()),
+        // The stages, for a scheduler that orders policy and results while
+        // dispatches overlap (the agent loop).
+        "prepare" => Ok(prepare(&ctx, req.params.clone()).await.into()),
+        "dispatch" => Ok(dispatch(&ctx, &registry, &req.params).await.into()),
+        "finalize" => {
+            let (exec, result) = (&req.params["exec"], req.params["result"].clone());
+            Ok(finalize(&ctx, exec, result).await.into())
+        }
+        "finish" => {
+            let (exec, result) = (&req.params["exec"], req.params["result"].clone());
+            Ok(finish(&ctx, exec, result).into())
+        }
         _ => Err(req.unknown_method()),
     }
 }
