@@ -26,7 +26,72 @@ struct Tool {
     schema: Value,
     service: String,
     parallel: bool,
+    output: Option<Output>,
     owner: u64,
+}
+
+/// A tool's output contract (reference: `output: {schema, render,
+/// presentationMeta}`): the JSON Schema its canonical `value` must satisfy,
+/// and whether its service answers `render` (`{arguments, value, ...}` →
+/// `{content, meta?}`), the projection of a value into the content the
+/// model sees and the presentation meta.
+#[derive(Clone)]
+struct Output {
+    schema: Value,
+    render: bool,
+}
+
+/// The failure of a value that breaks its tool's output contract.
+fn invalid_output(name: &str, violations: &[String]) -> Value {
+    failure(
+        &format!(
+            "tool \"{name}\" returned invalid output: {}",
+            violations.join("; ")
+        ),
+        Some(("ToolOutputError", "INVALID_TOOL_OUTPUT")),
+    )
+}
+
+/// A successful result for `value` under `output` (validated, then
+/// rendered by the tool's service when it declares `render`; otherwise the
+/// body's `content` and `meta` stand). `Err` is the failed call.
+async fn project(
+    ctx: &Context,
+    service: &str,
+    output: &Output,
+    exec: &Value,
+    value: Value,
+    content: Value,
+    meta: Option<Value>,
+) -> std::result::Result<Value, Value> {
+    let name = exec["name"].as_str().unwrap_or_default();
+    let violations = schema::validate_output(&output.schema, &value);
+    if !violations.is_empty() {
+        return Err(invalid_output(name, &violations));
+    }
+    let (content, meta) = if output.render {
+        let mut params = exec.clone();
+        params["value"] = value.clone();
+        let rendered = ctx
+            .service(service.to_owned())
+            .call("render", params)
+            .await
+            .map_err(|e| invalid_output(name, &[format!("output.render failed: {}", e.message)]))?;
+        let Some(content) = rendered.get("content").filter(|c| c.is_array()) else {
+            return Err(invalid_output(
+                name,
+                &["output.render returned no content blocks".to_owned()],
+            ));
+        };
+        (content.clone(), rendered.get("meta").filter(|m| !m.is_null()).cloned())
+    } else {
+        (content, meta)
+    };
+    let mut result = json!({"isError": false, "value": value, "content": content});
+    if let Some(meta) = meta {
+        result["meta"] = meta;
+    }
+    Ok(result)
 }
 
 /// Tools by (scope, name); scope `""` is global, otherwise an agent id whose
@@ -60,8 +125,8 @@ fn from_error(e: &Error) -> Value {
 async fn run_tool(ctx: &Context, registry: &Registry, exec: &Value) -> Value {
     let name = exec["name"].as_str().unwrap_or_default();
     let scope = exec["agent"].as_str().unwrap_or_default();
-    let Some((service, schema)) =
-        visible(&registry.borrow(), scope, name).map(|t| (t.service.clone(), t.schema.clone()))
+    let Some((service, schema, output)) = visible(&registry.borrow(), scope, name)
+        .map(|t| (t.service.clone(), t.schema.clone(), t.output.clone()))
     else {
         return failure(
             &format!("unknown tool \"{name}\""),
@@ -75,15 +140,31 @@ async fn run_tool(ctx: &Context, registry: &Registry, exec: &Value) -> Value {
             Some(("ToolArgsError", "INVALID_ARGS")),
         );
     }
-    match ctx.service(service).call("execute", exec.clone()).await {
+    match ctx.service(service.clone()).call("execute", exec.clone()).await {
         Ok(v) => {
-            let mut result = json!({"isError": false, "value": v.get("value").cloned().unwrap_or(Value::Null),
-                                    "content": v.get("content").cloned().unwrap_or_else(|| json!([]))});
-            // What the tool adds beyond its content (reference §5.3 step 7):
-            // presentation meta, messages for the next step, a conclusion.
-            if let Some(meta) = v.get("meta").filter(|m| !m.is_null()) {
-                result["meta"] = meta.clone();
-            }
+            let value = v.get("value").cloned().unwrap_or(Value::Null);
+            let content = v.get("content").cloned().unwrap_or_else(|| json!([]));
+            let meta = v.get("meta").filter(|m| !m.is_null()).cloned();
+            // The output contract, before any wrapper or post-execute sees
+            // the result: a value that breaks it is a failed call.
+            let mut result = match &output {
+                Some(output) => {
+                    match project(ctx, &service, output, exec, value, content, meta).await {
+                        Ok(result) => result,
+                        Err(failed) => return failed,
+                    }
+                }
+                None => {
+                    let mut result = json!({"isError": false, "value": value, "content": content});
+                    // Presentation meta (reference §5.3 step 7).
+                    if let Some(meta) = meta {
+                        result["meta"] = meta;
+                    }
+                    result
+                }
+            };
+            // What the tool adds beyond its content: messages for the next
+            // step, a conclusion.
             if let Some(contexts) = v.get("additionalContexts").filter(|c| c.is_array()) {
                 result["additionalContexts"] = contexts.clone();
             }
@@ -199,23 +280,94 @@ async fn dispatch(ctx: &Context, registry: &Registry, exec: &Value) -> Value {
 }
 
 /// The third stage, in the caller's order: the `tools/post-execute`
-/// waterfall, then [`finish`].
-async fn finalize(ctx: &Context, exec: &Value, mut result: Value) -> Value {
-    match dispatcher(ctx, exec, "tools/post-execute")
+/// waterfall and its decision (accept, replace the content or the value,
+/// add contexts, block), then [`finish`].
+async fn finalize(ctx: &Context, registry: &Registry, exec: &Value, result: Value) -> Value {
+    let result = match dispatcher(ctx, exec, "tools/post-execute")
         .waterfall(json!({"exec": exec, "result": result}), |_| async {
             Ok(json!({"kind": "accept"}))
         })
         .await
     {
-        Ok(d) if d["kind"] == "block" => result = blocked(&d["feedback"]),
-        Ok(d) => {
-            if let Some(content) = d.get("content").filter(|c| c.is_array()) {
-                result["content"] = content.clone();
-            }
-        }
-        Err(e) => result = from_error(&e),
-    }
+        Ok(decision) => decide(ctx, registry, exec, result, &decision).await,
+        Err(e) => from_error(&e),
+    };
     finish(ctx, exec, result)
+}
+
+/// `result` after a post-execute `decision` (reference §5.3 step 8). A
+/// block keeps only the decision's contexts; an accept appends them to the
+/// result's. A new value is validated and rendered again.
+async fn decide(
+    ctx: &Context,
+    registry: &Registry,
+    exec: &Value,
+    result: Value,
+    decision: &Value,
+) -> Value {
+    let added = decision["additionalContexts"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let with_contexts = |mut r: Value, mut contexts: Vec<Value>| {
+        contexts.extend(added.iter().cloned());
+        if !contexts.is_empty() {
+            r["additionalContexts"] = Value::Array(contexts);
+        }
+        r
+    };
+    if decision["kind"] == "block" {
+        return with_contexts(blocked(&decision["feedback"]), Vec::new());
+    }
+    let own = result["additionalContexts"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let (content, value) = (decision.get("content"), decision.get("value"));
+    if content.is_some() && value.is_some() {
+        return failure(
+            "tools/post-execute accept decision cannot replace both value and content",
+            None,
+        );
+    }
+    if let Some(value) = value {
+        if result["isError"] == json!(true) {
+            return failure(
+                "tools/post-execute cannot replace the value of a failed result",
+                None,
+            );
+        }
+        let name = exec["name"].as_str().unwrap_or_default();
+        let scope = exec["agent"].as_str().unwrap_or_default();
+        let Some((service, output)) = visible(&registry.borrow(), scope, name)
+            .map(|t| (t.service.clone(), t.output.clone()))
+        else {
+            return failure(
+                &format!("unknown tool \"{name}\""),
+                Some(("ToolNotFoundError", "UNKNOWN_TOOL")),
+            );
+        };
+        let Some(output) = output.filter(|o| o.render) else {
+            return invalid_output(name, &["output.render is not declared".to_owned()]);
+        };
+        let mut replaced =
+            match project(ctx, &service, &output, exec, value.clone(), json!([]), None).await {
+                Ok(r) => r,
+                Err(failed) => return failed,
+            };
+        if result["concludesTurn"] == json!(true) {
+            replaced["concludesTurn"] = json!(true);
+        }
+        return with_contexts(replaced, own);
+    }
+    let mut result = result;
+    if let Some(content) = content.filter(|c| c.is_array()) {
+        result["content"] = content.clone();
+    }
+    if let Some(map) = result.as_object_mut() {
+        map.remove("additionalContexts");
+    }
+    with_contexts(result, own)
 }
 
 fn stage(kind: &str, exec: Value, result: Option<Value>) -> Value {
@@ -238,7 +390,7 @@ async fn execute(ctx: Context, registry: Registry, exec: Value) -> Value {
         _ => (prepared["kind"].clone(), prepared["result"].clone()),
     };
     if kind == "post-result" {
-        finalize(&ctx, &exec, result).await
+        finalize(&ctx, &registry, &exec, result).await
     } else {
         finish(&ctx, &exec, result)
     }
@@ -305,6 +457,19 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
                 "description": req.params["description"].as_str().unwrap_or_default(),
                 "parameters": req.params["parameters"].clone(),
             });
+            let output = match &req.params["output"] {
+                Value::Null => None,
+                Value::Object(o) => Some(Output {
+                    schema: o.get("schema").cloned().unwrap_or(Value::Null),
+                    render: o.get("render") == Some(&json!(true)),
+                }),
+                _ => {
+                    return Err(Error::new(
+                        codes::INVALID_PAYLOAD,
+                        format!("tool \"{name}\": output must be {{schema, render?}}"),
+                    ))
+                }
+            };
             let owner = req.caller;
             registry.borrow_mut().insert(
                 (scope, name.clone()),
@@ -312,6 +477,7 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
                     schema,
                     service,
                     parallel: req.params["parallel"] == json!(true),
+                    output,
                     owner,
                 },
             );
@@ -353,7 +519,7 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
         "dispatch" => Ok(dispatch(&ctx, &registry, &req.params).await.into()),
         "finalize" => {
             let (exec, result) = (&req.params["exec"], req.params["result"].clone());
-            Ok(finalize(&ctx, exec, result).await.into())
+            Ok(finalize(&ctx, &registry, exec, result).await.into())
         }
         "finish" => {
             let (exec, result) = (&req.params["exec"], req.params["result"].clone());

@@ -1,0 +1,367 @@
+//! Conformance, §10.4 (second pass): the tool pipeline's output contracts
+//! (validation, render, presentation meta), post-execute decisions (value
+//! replacement, contexts, invalid decisions) and the staged pipeline the
+//! agent loop drives (a cancel during pre-execute) — real plugin builds in
+//! a real host. The rows of `tests/CONFORMANCE.md` (§10.4) name these tests.
+//! Nothing here sleeps to synchronize or asserts a duration.
+
+use dsh_sdk::codes;
+use dsh_testkit::fake_llm::{text, Answer, FakeLlm};
+use dsh_testkit::{library, TestHost};
+use serde_json::{json, Value};
+
+// ------------------------------------------------ the registry, with a probe
+
+/// Rows: the registry, and a probe `impl` providing the tool service
+/// `impl-svc` (its `render` answers `render:<value>` and meta
+/// `{projected: value}`), with probe `listeners` (TOML).
+fn tool_rows(listeners: &str) -> String {
+    format!(
+        "[[row]]\nid = \"tools\"\nplugin = \"tools\"\n\
+         [[row]]\nid = \"impl\"\nplugin = \"probe\"\n[row.config]\ntag = \"impl\"\n\
+         provides = [\"impl-svc\"]\nlisteners = [{listeners}]\n"
+    )
+}
+
+/// A host with the registry and tool `t` (service `impl-svc`) registered
+/// with the registration fields `more`.
+async fn tools_with(listeners: &str, more: Value) -> TestHost {
+    let t = TestHost::start().await;
+    std::fs::copy(
+        library("dsh-fixture-probe"),
+        t.plugins.path().join("probe.so"),
+    )
+    .unwrap();
+    t.apply(&tool_rows(listeners)).await;
+    register(&t, more).await.unwrap();
+    t
+}
+
+async fn register(t: &TestHost, more: Value) -> Result<Value, dsh_sdk::Error> {
+    let mut params = json!({"name": "t", "description": "the t tool",
+        "service": "impl-svc", "parameters": {"type": "object", "properties": {}}});
+    for (k, v) in more.as_object().into_iter().flatten() {
+        params[k] = v.clone();
+    }
+    t.host
+        .call(
+            "probe:impl",
+            "call",
+            json!({"service": "tools", "method": "register", "params": params}),
+        )
+        .await
+}
+
+async fn exec(t: &TestHost, args: Value) -> Value {
+    t.call(
+        "tools",
+        "execute",
+        json!({"callId": "c1", "name": "t", "arguments": args, "agent": "a1", "cwd": "/"}),
+    )
+    .await
+}
+
+/// A probe listener on `event` answering `reply` (no `next`).
+fn reply(event: &str, reply: &Value) -> String {
+    format!(
+        "{{ event = \"{event}\", action = \"reply\", reply = {} }}",
+        toml_of(reply)
+    )
+}
+
+/// A JSON value as an inline TOML value.
+fn toml_of(v: &Value) -> String {
+    match v {
+        Value::Object(m) => format!(
+            "{{ {} }}",
+            m.iter()
+                .map(|(k, v)| format!("{k} = {}", toml_of(v)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Value::Array(a) => format!("[{}]", a.iter().map(toml_of).collect::<Vec<_>>().join(", ")),
+        other => other.to_string(),
+    }
+}
+
+/// The payloads of `event` the probe heard, in order.
+async fn heard(t: &TestHost, event: &str) -> Vec<Value> {
+    let journal: Vec<String> =
+        serde_json::from_value(t.call("probe:impl", "journal", json!({})).await).unwrap();
+    let prefix = format!("event:{event}:");
+    journal
+        .iter()
+        .filter_map(|e| e.strip_prefix(&prefix))
+        .map(|p| serde_json::from_str(p).unwrap())
+        .collect()
+}
+
+fn user(id: &str, text: &str) -> Value {
+    json!({"id": id, "role": "user", "content": [{"type": "text", "text": text}]})
+}
+
+const STRING_OUTPUT: &str = r#"{"schema": {"type": "string"}, "render": true}"#;
+
+fn string_output() -> Value {
+    json!({"output": serde_json::from_str::<Value>(STRING_OUTPUT).unwrap()})
+}
+
+/// A value that breaks the output schema is the original's
+/// `INVALID_TOOL_OUTPUT` failure, and post-execute already sees the failure.
+#[tokio::test]
+async fn a_value_breaking_the_output_schema_is_invalid_tool_output_before_post_execute() {
+    let t = tools_with(
+        "{ event = \"tools/post-execute\", action = \"record\" }",
+        json!({"output": {"schema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}}),
+    )
+    .await;
+    let failed = json!({"isError": true,
+        "error": {"message": "tool \"t\" returned invalid output: value.text: expected string",
+                  "info": {"name": "ToolOutputError", "code": "INVALID_TOOL_OUTPUT"}},
+        "content": [{"type": "text", "text": "Error: tool \"t\" returned invalid output: value.text: expected string"}]});
+    assert_eq!(exec(&t, json!({"value": {"text": 5}})).await, failed);
+    let post = heard(&t, "tools/post-execute").await;
+    assert_eq!(post.len(), 1);
+    assert_eq!(post[0]["result"], failed);
+    // A value that keeps the contract passes, with the body's own content
+    // (no `render` declared).
+    assert_eq!(
+        exec(&t, json!({"value": {"text": "ok"}, "content": [{"type": "text", "text": "body"}]})).await,
+        json!({"isError": false, "value": {"text": "ok"}, "content": [{"type": "text", "text": "body"}]})
+    );
+    t.shutdown().await;
+}
+
+/// With `output.render`, the content and the presentation meta are the
+/// tool's projections of its value, not what the body answered.
+#[tokio::test]
+async fn render_projects_the_value_into_the_content_and_the_meta() {
+    let t = tools_with("", string_output()).await;
+    assert_eq!(
+        exec(&t, json!({"value": "hi", "content": [{"type": "text", "text": "body"}]})).await,
+        json!({"isError": false, "value": "hi",
+               "content": [{"type": "text", "text": "render:hi"}], "meta": {"projected": "hi"}})
+    );
+    t.shutdown().await;
+}
+
+/// A failing `render` is one failed call (`INVALID_TOOL_OUTPUT`, no value).
+#[tokio::test]
+async fn a_failing_render_is_one_failed_call() {
+    let t = tools_with("", string_output()).await;
+    let r = exec(&t, json!({"value": "hi", "failRender": true})).await;
+    assert_eq!(
+        r,
+        json!({"isError": true,
+               "error": {"message": "tool \"t\" returned invalid output: output.render failed: renderer exploded",
+                         "info": {"name": "ToolOutputError", "code": "INVALID_TOOL_OUTPUT"}},
+               "content": [{"type": "text", "text": "Error: tool \"t\" returned invalid output: output.render failed: renderer exploded"}]})
+    );
+    t.shutdown().await;
+}
+
+/// Content replacement keeps the value and the meta; value replacement
+/// renders both projections again, and its contexts follow.
+#[tokio::test]
+async fn content_replacement_keeps_the_meta_and_value_replacement_renders_again() {
+    let content = reply(
+        "tools/post-execute",
+        &json!({"kind": "accept", "content": [{"type": "text", "text": "policy content"}]}),
+    );
+    let t = tools_with(&content, string_output()).await;
+    assert_eq!(
+        exec(&t, json!({"value": "body"})).await,
+        json!({"isError": false, "value": "body",
+               "content": [{"type": "text", "text": "policy content"}], "meta": {"projected": "body"}})
+    );
+    t.shutdown().await;
+
+    let value = reply(
+        "tools/post-execute",
+        &json!({"kind": "accept", "value": "policy value",
+                "additionalContexts": [user("u1", "value context")]}),
+    );
+    let t = tools_with(&value, string_output()).await;
+    assert_eq!(
+        exec(&t, json!({"value": "body"})).await,
+        json!({"isError": false, "value": "policy value",
+               "content": [{"type": "text", "text": "render:policy value"}],
+               "meta": {"projected": "policy value"},
+               "additionalContexts": [user("u1", "value context")]})
+    );
+    t.shutdown().await;
+}
+
+/// A decision replacing both projections, a value on a failed result, a
+/// value breaking the contract, and a value for a tool that cannot render
+/// it: each fails the call.
+#[tokio::test]
+async fn invalid_post_execute_decisions_fail_the_call() {
+    let cases = [
+        (
+            json!({"kind": "accept", "value": "v", "content": [{"type": "text", "text": "c"}]}),
+            json!({"value": "body"}),
+            string_output(),
+            json!({"message": "tools/post-execute accept decision cannot replace both value and content"}),
+        ),
+        (
+            json!({"kind": "accept", "value": "v"}),
+            json!({"fail": "BODY_FAILED"}),
+            string_output(),
+            json!({"message": "tools/post-execute cannot replace the value of a failed result"}),
+        ),
+        (
+            json!({"kind": "accept", "value": 1}),
+            json!({"value": "body"}),
+            string_output(),
+            json!({"message": "tool \"t\" returned invalid output: value: expected string",
+                   "info": {"name": "ToolOutputError", "code": "INVALID_TOOL_OUTPUT"}}),
+        ),
+        (
+            json!({"kind": "accept", "value": "v"}),
+            json!({"value": "body"}),
+            json!({}),
+            json!({"message": "tool \"t\" returned invalid output: output.render is not declared",
+                   "info": {"name": "ToolOutputError", "code": "INVALID_TOOL_OUTPUT"}}),
+        ),
+    ];
+    for (decision, args, registration, error) in cases {
+        let t = tools_with(&reply("tools/post-execute", &decision), registration).await;
+        let r = exec(&t, args).await;
+        assert_eq!(r["isError"], json!(true), "{decision}");
+        assert_eq!(r["error"], error, "{decision}");
+        assert_eq!(r.get("value"), None, "{decision}");
+        t.shutdown().await;
+    }
+}
+
+/// Post-execute contexts follow the tool's own; a block keeps only its own.
+#[tokio::test]
+async fn post_execute_contexts_follow_the_tools_and_a_block_keeps_only_its_own() {
+    let tool = json!({"value": 1, "content": [{"type": "text", "text": "c"}],
+                      "additionalContexts": [user("u1", "tool context")]});
+    let accept = reply(
+        "tools/post-execute",
+        &json!({"kind": "accept", "additionalContexts": [user("u2", "post context")]}),
+    );
+    let t = tools_with(&accept, json!({})).await;
+    assert_eq!(
+        exec(&t, tool.clone()).await["additionalContexts"],
+        json!([user("u1", "tool context"), user("u2", "post context")])
+    );
+    t.shutdown().await;
+
+    let block = reply(
+        "tools/post-execute",
+        &json!({"kind": "block", "feedback": [{"type": "text", "text": "no"}],
+                "additionalContexts": [user("u2", "post context")]}),
+    );
+    let t = tools_with(&block, json!({})).await;
+    assert_eq!(
+        exec(&t, tool).await,
+        json!({"isError": true, "error": {"message": "no"},
+               "content": [{"type": "text", "text": "no"}],
+               "additionalContexts": [user("u2", "post context")]})
+    );
+    t.shutdown().await;
+}
+
+/// An output contract is an object.
+#[tokio::test]
+async fn an_output_contract_that_is_not_an_object_is_refused() {
+    let t = tools_with("", json!({})).await;
+    let e = t
+        .host
+        .call(
+            "probe:impl",
+            "call",
+            json!({"service": "tools", "method": "register",
+                   "params": {"name": "u", "service": "impl-svc", "output": "string"}}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, codes::INVALID_PAYLOAD);
+    assert_eq!(e.message, "tool \"u\": output must be {schema, render?}");
+    t.shutdown().await;
+}
+
+// ------------------------------------------------- the loop drives the stages
+
+async fn loop_setup(extra: &str) -> (TestHost, FakeLlm) {
+    let fake = FakeLlm::start().await;
+    let t = TestHost::start().await;
+    let mut rows = dsh_testkit::core_rows(&fake.base_url, &t.home.path().join("sessions"));
+    rows.push_str(extra);
+    t.apply(&rows).await;
+    (t, fake)
+}
+
+fn kit(listeners: &str) -> String {
+    format!(
+        "[[row]]\nid = 'kit-k'\nplugin = 'dsh-fixture-loop-kit'\n\
+         config = {{ tag = 'k', listeners = [{listeners}], tools = [{{ name = 'p', parallel = true }}] }}\n"
+    )
+}
+
+fn one_call(id: &str) -> Answer {
+    Answer::Sse(vec![
+        Some(json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": id, "type": "function", "function": {"name": "p", "arguments": "{}"}}]}}]}).to_string()),
+        Some(json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}).to_string()),
+        Some("[DONE]".into()),
+    ])
+}
+
+/// A cancel while pre-execute runs skips the dispatch: the tool never
+/// starts, post-execute sees `ABORTED_BEFORE_DISPATCH`, and that is the
+/// logged result.
+#[tokio::test]
+async fn a_cancel_during_pre_execute_skips_the_dispatch_and_post_execute_sees_it() {
+    let listeners = "{ event = 'tools/pre-execute', action = 'cancel' }, \
+                     { event = 'tools/post-execute', action = 'record' }";
+    let (t, fake) = loop_setup(&kit(listeners)).await;
+    fake.push([one_call("c0"), text("never")]);
+    let agent = t
+        .call(
+            "agentLoop",
+            "create",
+            json!({"agentOptions": {"provider": "fake", "model": "m1"}, "meta": {"cwd": "/tmp"}}),
+        )
+        .await["agent"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    t.call(
+        "agents",
+        "followup",
+        json!({"agent": agent, "message": {"text": "go"}}),
+    )
+    .await;
+    let end = t.call("agents", "whenIdle", json!({"agent": agent})).await;
+    assert_eq!(
+        end["reason"],
+        json!({"kind": "aborted", "reason": {"kind": "user"}})
+    );
+    let journal: Vec<Value> =
+        serde_json::from_value(t.call("loopkit:k", "journal", json!({})).await).unwrap();
+    assert!(
+        !journal.iter().any(|e| e["event"] == "tool:start"),
+        "{journal:?}"
+    );
+    let aborted = json!({"name": "AbortError", "code": "ABORTED_BEFORE_DISPATCH"});
+    let post: Vec<&Value> = journal
+        .iter()
+        .filter(|e| e["event"] == "tools/post-execute")
+        .collect();
+    assert_eq!(post.len(), 1, "{journal:?}");
+    assert_eq!(post[0]["payload"]["result"]["error"]["info"], aborted);
+    let events: Vec<Value> =
+        serde_json::from_value(t.call("sessions", "events", json!({"id": agent})).await).unwrap();
+    let results: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "tool/result")
+        .collect();
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0]["data"]["error"], aborted);
+    assert_eq!(fake.requests().len(), 1);
+    t.shutdown().await;
+}
