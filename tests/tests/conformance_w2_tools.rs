@@ -38,7 +38,11 @@ async fn tools_with(listeners: &str, more: Value) -> TestHost {
 }
 
 async fn register(t: &TestHost, more: Value) -> Result<Value, dsh_sdk::Error> {
-    let mut params = json!({"name": "t", "description": "the t tool",
+    register_named(t, "t", more).await
+}
+
+async fn register_named(t: &TestHost, name: &str, more: Value) -> Result<Value, dsh_sdk::Error> {
+    let mut params = json!({"name": name, "description": format!("the {name} tool"),
         "service": "impl-svc", "parameters": {"type": "object", "properties": {}}});
     for (k, v) in more.as_object().into_iter().flatten() {
         params[k] = v.clone();
@@ -282,6 +286,104 @@ async fn an_output_contract_that_is_not_an_object_is_refused() {
         .unwrap_err();
     assert_eq!(e.code, codes::INVALID_PAYLOAD);
     assert_eq!(e.message, "tool \"u\": output must be {schema, render?}");
+    t.shutdown().await;
+}
+
+/// Calls `tools.<method>` as the probe (so its fiber owns what it makes).
+async fn as_probe(t: &TestHost, method: &str, params: Value) -> Result<Value, dsh_sdk::Error> {
+    t.host
+        .call(
+            "probe:impl",
+            "call",
+            json!({"service": "tools", "method": method, "params": params}),
+        )
+        .await
+}
+
+/// The tool names agent `scope` is offered.
+async fn offered(t: &TestHost, scope: &str) -> Vec<String> {
+    let schemas = t.call("tools", "schemas", json!({"scope": scope})).await;
+    schemas
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// A restriction masks the global tools of its agent alone (offered,
+/// classified and executed alike); the agent's own tools are exempt; two
+/// restrictions intersect.
+#[tokio::test]
+async fn restrict_masks_globals_for_its_agent_exempts_its_own_and_intersects() {
+    let t = tools_with("", json!({"parallel": true})).await;
+    for name in ["a", "b", "c"] {
+        register_named(&t, name, json!({})).await.unwrap();
+    }
+    register_named(&t, "mine", json!({"scope": "a1"}))
+        .await
+        .unwrap();
+    as_probe(&t, "restrict", json!({"scope": "a1", "deny": ["t", "c"]}))
+        .await
+        .unwrap();
+    assert_eq!(offered(&t, "a1").await, ["a", "b", "mine"]);
+    assert_eq!(offered(&t, "a2").await, ["a", "b", "c", "t"]);
+    assert_eq!(
+        t.call("tools", "mode", json!({"name": "t", "scope": "a1"})).await,
+        json!("exclusive")
+    );
+    assert_eq!(
+        t.call("tools", "mode", json!({"name": "t", "scope": "a2"})).await,
+        json!("parallel")
+    );
+    let r = exec(&t, json!({"value": 1})).await;
+    assert_eq!(r["error"]["info"]["code"], json!("UNKNOWN_TOOL"));
+    // Restrictions intersect: only what every one admits stays.
+    as_probe(&t, "restrict", json!({"scope": "a1", "allow": ["a", "b"]}))
+        .await
+        .unwrap();
+    as_probe(&t, "restrict", json!({"scope": "a1", "allow": ["b", "c"]}))
+        .await
+        .unwrap();
+    assert_eq!(offered(&t, "a1").await, ["b", "mine"]);
+    t.shutdown().await;
+}
+
+/// A restriction without a scope, an empty one, and one naming a tool that
+/// is not global are refused with what to do instead.
+#[tokio::test]
+async fn restrict_fails_loud_on_unscoped_empty_and_unknown() {
+    let t = tools_with("", json!({})).await;
+    register_named(&t, "mine", json!({"scope": "a1"}))
+        .await
+        .unwrap();
+    let cases = [
+        (
+            json!({"deny": ["t"]}),
+            "INVALID_RESTRICTION",
+            "tools.restrict() requires a scope (an agent id): a global restriction would mask every agent — deny the tool for the intended agent instead",
+        ),
+        (
+            json!({"scope": "a1"}),
+            "INVALID_RESTRICTION",
+            "tools.restrict({}) is a no-op: pass `allow` and/or `deny` (an empty filter is almost always a materialized-empty-config bug)",
+        ),
+        (
+            json!({"scope": "a1", "allow": ["t", "nope", "mine"]}),
+            "UNKNOWN_TOOL",
+            "tools.restrict() names unknown global tools \"mine\", \"nope\"; known global tools: t",
+        ),
+        (
+            json!({"scope": "a1", "deny": ["nope"]}),
+            "UNKNOWN_TOOL",
+            "tools.restrict() names unknown global tool \"nope\"; known global tools: t",
+        ),
+    ];
+    for (params, code, message) in cases {
+        let e = as_probe(&t, "restrict", params.clone()).await.unwrap_err();
+        assert_eq!((e.code.as_str(), e.message.as_str()), (code, message), "{params}");
+    }
+    assert_eq!(offered(&t, "a1").await, ["mine", "t"]);
     t.shutdown().await;
 }
 

@@ -15,7 +15,7 @@
 mod schema;
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
 use dsh_sdk::prelude::*;
@@ -94,19 +94,108 @@ async fn project(
     Ok(result)
 }
 
-/// Tools by (scope, name); scope `""` is global, otherwise an agent id whose
-/// calls alone see the tool (and for whom it shadows a global one).
-type Registry = Rc<RefCell<BTreeMap<(String, String), Tool>>>;
+/// A mask of the global tools one agent sees (reference `tools.restrict`):
+/// `allow` keeps only those names, `deny` removes those.
+struct Restriction {
+    scope: String,
+    allow: Option<BTreeSet<String>>,
+    deny: Option<BTreeSet<String>>,
+    owner: u64,
+}
 
-/// The tool `name` as agent `scope` sees it.
-fn visible<'a>(
-    tools: &'a BTreeMap<(String, String), Tool>,
-    scope: &str,
-    name: &str,
-) -> Option<&'a Tool> {
-    tools
-        .get(&(scope.to_owned(), name.to_owned()))
-        .or_else(|| tools.get(&(String::new(), name.to_owned())))
+impl Restriction {
+    fn admits(&self, name: &str) -> bool {
+        self.allow.as_ref().is_none_or(|a| a.contains(name))
+            && self.deny.as_ref().is_none_or(|d| !d.contains(name))
+    }
+}
+
+#[derive(Default)]
+struct State {
+    /// Tools by (scope, name); scope `""` is global, otherwise an agent id
+    /// whose calls alone see the tool (and for whom it shadows a global one).
+    tools: BTreeMap<(String, String), Tool>,
+    restrictions: Vec<Restriction>,
+}
+
+impl State {
+    /// The tool `name` as agent `scope` sees it: its own, else a global one
+    /// that every restriction of the scope admits (they intersect; the
+    /// scope's own tools are exempt).
+    fn visible(&self, scope: &str, name: &str) -> Option<&Tool> {
+        if let Some(own) = self.tools.get(&(scope.to_owned(), name.to_owned())) {
+            return Some(own);
+        }
+        self.tools
+            .get(&(String::new(), name.to_owned()))
+            .filter(|_| {
+                self.restrictions
+                    .iter()
+                    .filter(|r| !scope.is_empty() && r.scope == scope)
+                    .all(|r| r.admits(name))
+            })
+    }
+}
+
+type Registry = Rc<RefCell<State>>;
+
+/// `tools.restrict {scope, allow?, deny?}`: fails loud on a global (no
+/// scope) or empty filter and on names that are not global tools.
+fn restriction(state: &State, params: &Value, owner: u64) -> Result<Restriction> {
+    let invalid = |message: String| Error::new("INVALID_RESTRICTION", message);
+    let scope = params["scope"].as_str().filter(|s| !s.is_empty()).ok_or_else(|| {
+        invalid("tools.restrict() requires a scope (an agent id): a global restriction would mask every agent — deny the tool for the intended agent instead".to_owned())
+    })?;
+    let names = |key: &str| -> Result<Option<BTreeSet<String>>> {
+        match &params[key] {
+            Value::Null => Ok(None),
+            Value::Array(a) => a
+                .iter()
+                .map(|n| {
+                    n.as_str()
+                        .map(str::to_owned)
+                        .ok_or_else(|| invalid(format!("tools.restrict() {key} must list tool names")))
+                })
+                .collect::<Result<BTreeSet<String>>>()
+                .map(Some),
+            _ => Err(invalid(format!("tools.restrict() {key} must list tool names"))),
+        }
+    };
+    let (allow, deny) = (names("allow")?, names("deny")?);
+    if allow.is_none() && deny.is_none() {
+        return Err(invalid("tools.restrict({}) is a no-op: pass `allow` and/or `deny` (an empty filter is almost always a materialized-empty-config bug)".to_owned()));
+    }
+    let known: BTreeSet<&str> = state
+        .tools
+        .keys()
+        .filter(|(s, _)| s.is_empty())
+        .map(|(_, n)| n.as_str())
+        .collect();
+    let unknown: Vec<String> = allow
+        .iter()
+        .chain(deny.iter())
+        .flatten()
+        .filter(|n| !known.contains(n.as_str()))
+        .map(|n| format!("\"{n}\""))
+        .collect();
+    if !unknown.is_empty() {
+        let listed: Vec<&str> = known.into_iter().collect();
+        return Err(Error::new(
+            "UNKNOWN_TOOL",
+            format!(
+                "tools.restrict() names unknown global tool{} {}; known global tools: {}",
+                if unknown.len() > 1 { "s" } else { "" },
+                unknown.join(", "),
+                if listed.is_empty() { "(none)".to_owned() } else { listed.join(", ") }
+            ),
+        ));
+    }
+    Ok(Restriction {
+        scope: scope.to_owned(),
+        allow,
+        deny,
+        owner,
+    })
 }
 
 /// An error result in the pipeline's format.
@@ -125,7 +214,7 @@ fn from_error(e: &Error) -> Value {
 async fn run_tool(ctx: &Context, registry: &Registry, exec: &Value) -> Value {
     let name = exec["name"].as_str().unwrap_or_default();
     let scope = exec["agent"].as_str().unwrap_or_default();
-    let Some((service, schema, output)) = visible(&registry.borrow(), scope, name)
+    let Some((service, schema, output)) = registry.borrow().visible(scope, name)
         .map(|t| (t.service.clone(), t.schema.clone(), t.output.clone()))
     else {
         return failure(
@@ -339,7 +428,7 @@ async fn decide(
         }
         let name = exec["name"].as_str().unwrap_or_default();
         let scope = exec["agent"].as_str().unwrap_or_default();
-        let Some((service, output)) = visible(&registry.borrow(), scope, name)
+        let Some((service, output)) = registry.borrow().visible(scope, name)
             .map(|t| (t.service.clone(), t.output.clone()))
         else {
             return failure(
@@ -445,6 +534,7 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
             let scope = req.params["scope"].as_str().unwrap_or_default().to_owned();
             if registry
                 .borrow()
+                .tools
                 .contains_key(&(scope.clone(), name.clone()))
             {
                 return Err(Error::new(
@@ -471,7 +561,7 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
                 }
             };
             let owner = req.caller;
-            registry.borrow_mut().insert(
+            registry.borrow_mut().tools.insert(
                 (scope, name.clone()),
                 Tool {
                     schema,
@@ -483,7 +573,7 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
             );
             let (r2, ctx2) = (registry.clone(), ctx.clone());
             req.on_caller_gone(move || {
-                r2.borrow_mut().retain(|_, t| t.owner != owner);
+                r2.borrow_mut().tools.retain(|_, t| t.owner != owner);
                 let _ = ctx2.emit("tools/change", json!({}));
             });
             ctx.emit("tools/change", json!({}))?;
@@ -492,8 +582,9 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
         "schemas" => {
             // Global tools, shadowed by and joined with the scope's own.
             let scope = req.params["scope"].as_str().unwrap_or_default();
-            let tools = registry.borrow();
-            let mut names: Vec<&String> = tools
+            let state = registry.borrow();
+            let mut names: Vec<&String> = state
+                .tools
                 .keys()
                 .filter(|(s, _)| s.is_empty() || s == scope)
                 .map(|(_, n)| n)
@@ -502,15 +593,27 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
             names.dedup();
             let schemas: Vec<Value> = names
                 .into_iter()
-                .filter_map(|n| visible(&tools, scope, n).map(|t| t.schema.clone()))
+                .filter_map(|n| state.visible(scope, n).map(|t| t.schema.clone()))
                 .collect();
             Reply::json(schemas)
         }
         "mode" => {
             let name = req.params["name"].as_str().unwrap_or_default();
             let scope = req.params["scope"].as_str().unwrap_or_default();
-            let parallel = visible(&registry.borrow(), scope, name).is_some_and(|t| t.parallel);
+            let parallel = registry.borrow().visible(scope, name).is_some_and(|t| t.parallel);
             Reply::json(if parallel { "parallel" } else { "exclusive" })
+        }
+        "restrict" => {
+            let owner = req.caller;
+            let r = restriction(&registry.borrow(), &req.params, owner)?;
+            registry.borrow_mut().restrictions.push(r);
+            let (r2, ctx2) = (registry.clone(), ctx.clone());
+            req.on_caller_gone(move || {
+                r2.borrow_mut().restrictions.retain(|r| r.owner != owner);
+                let _ = ctx2.emit("tools/change", json!({}));
+            });
+            ctx.emit("tools/change", json!({}))?;
+            Ok(Value::Null.into())
         }
         "execute" => Ok(execute(ctx, registry, req.params.clone()).await.into()),
         // The stages, for a scheduler that orders policy and results while
