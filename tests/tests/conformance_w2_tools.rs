@@ -14,12 +14,14 @@ use serde_json::{json, Value};
 
 /// Rows: the registry, and a probe `impl` providing the tool service
 /// `impl-svc` (its `render` answers `render:<value>` and meta
-/// `{projected: value}`), with probe `listeners` (TOML).
+/// `{projected: value}`) and the guard services `g1`, `g2` (their `check`
+/// denies with the call's `arguments.deny.<service>`), with probe
+/// `listeners` (TOML).
 fn tool_rows(listeners: &str) -> String {
     format!(
         "[[row]]\nid = \"tools\"\nplugin = \"tools\"\n\
          [[row]]\nid = \"impl\"\nplugin = \"probe\"\n[row.config]\ntag = \"impl\"\n\
-         provides = [\"impl-svc\"]\nlisteners = [{listeners}]\n"
+         provides = [\"impl-svc\", \"g1\", \"g2\"]\nlisteners = [{listeners}]\n"
     )
 }
 
@@ -57,10 +59,14 @@ async fn register_named(t: &TestHost, name: &str, more: Value) -> Result<Value, 
 }
 
 async fn exec(t: &TestHost, args: Value) -> Value {
+    exec_as(t, "a1", args).await
+}
+
+async fn exec_as(t: &TestHost, agent: &str, args: Value) -> Value {
     t.call(
         "tools",
         "execute",
-        json!({"callId": "c1", "name": "t", "arguments": args, "agent": "a1", "cwd": "/"}),
+        json!({"callId": "c1", "name": "t", "arguments": args, "agent": agent, "cwd": "/"}),
     )
     .await
 }
@@ -384,6 +390,35 @@ async fn restrict_fails_loud_on_unscoped_empty_and_unknown() {
         assert_eq!((e.code.as_str(), e.message.as_str()), (code, message), "{params}");
     }
     assert_eq!(offered(&t, "a1").await, ["mine", "t"]);
+    t.shutdown().await;
+}
+
+/// Guards run after pre-execute and deny even what a listener allowed
+/// without `next`; the global ones first, then the agent's; a scoped guard
+/// sees only its agent's calls; a denial still reaches post-execute.
+#[tokio::test]
+async fn guards_deny_after_pre_execute_monotonically_global_first_and_scoped_to_their_agent() {
+    let listeners = format!(
+        "{}, {{ event = \"tools/post-execute\", action = \"record\" }}",
+        reply("tools/pre-execute", &json!({"kind": "allow"}))
+    );
+    let t = tools_with(&listeners, json!({})).await;
+    as_probe(&t, "guard", json!({"service": "g2", "scope": "a1"}))
+        .await
+        .unwrap();
+    as_probe(&t, "guard", json!({"service": "g1"})).await.unwrap();
+    let denied = |reason: &str| {
+        json!({"isError": true, "error": {"message": reason},
+               "content": [{"type": "text", "text": format!("Error: {reason}")}]})
+    };
+    let only_g2 = json!({"value": 1, "deny": {"g2": "g2 says no"}});
+    assert_eq!(exec_as(&t, "a1", only_g2.clone()).await, denied("g2 says no"));
+    assert_eq!(exec_as(&t, "a2", only_g2).await["value"], json!(1));
+    let both = json!({"value": 1, "deny": {"g1": "g1 says no", "g2": "g2 says no"}});
+    assert_eq!(exec_as(&t, "a1", both).await, denied("g1 says no"));
+    assert_eq!(exec_as(&t, "a1", json!({"value": 1})).await["value"], json!(1));
+    let post = heard(&t, "tools/post-execute").await;
+    assert_eq!(post[0]["result"], denied("g2 says no"));
     t.shutdown().await;
 }
 

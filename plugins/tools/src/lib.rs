@@ -116,6 +116,16 @@ struct State {
     /// whose calls alone see the tool (and for whom it shadows a global one).
     tools: BTreeMap<(String, String), Tool>,
     restrictions: Vec<Restriction>,
+    guards: Vec<Guard>,
+}
+
+/// A monotonic check after `tools/pre-execute` (reference `tools.guard`):
+/// its service's `check` answers a denial reason or null; it cannot allow.
+/// Scope `""` guards every call, otherwise that agent's.
+struct Guard {
+    scope: String,
+    service: String,
+    owner: u64,
 }
 
 impl State {
@@ -315,7 +325,7 @@ fn dispatcher(ctx: &Context, exec: &Value, event: &str) -> Dispatch {
 /// this `exec`), `post-result` (a denial: no dispatch, but post-execute
 /// still sees it, §5.3 step 5) or `final-result` (a failing listener: only
 /// the `tools/result` emit is left).
-async fn prepare(ctx: &Context, exec: Value) -> Value {
+async fn prepare(ctx: &Context, registry: &Registry, exec: Value) -> Value {
     let decision = match dispatcher(ctx, &exec, "tools/pre-execute")
         .waterfall(json!({"exec": exec}), |_| async {
             Ok(json!({"kind": "allow"}))
@@ -346,10 +356,39 @@ async fn prepare(ctx: &Context, exec: Value) -> Value {
             None,
         )),
     };
-    match denial {
-        Some(denied) => stage("post-result", exec, Some(denied)),
-        None => stage("dispatch", exec, None),
+    if let Some(denied) = denial {
+        return stage("post-result", exec, Some(denied));
     }
+    match guard_reason(ctx, registry, &exec).await {
+        Ok(Some(reason)) => stage("post-result", exec, Some(failure(&reason, None))),
+        Ok(None) => stage("dispatch", exec, None),
+        Err(e) => stage("final-result", exec, Some(from_error(&e))),
+    }
+}
+
+/// The first denial of the guards that see `exec`: the global ones, then
+/// its agent's, each in registration order.
+async fn guard_reason(ctx: &Context, registry: &Registry, exec: &Value) -> Result<Option<String>> {
+    let scope = exec["agent"].as_str().unwrap_or_default();
+    let services: Vec<String> = {
+        let state = registry.borrow();
+        let global = state.guards.iter().filter(|g| g.scope.is_empty());
+        let scoped = state
+            .guards
+            .iter()
+            .filter(|g| !scope.is_empty() && g.scope == scope);
+        global.chain(scoped).map(|g| g.service.clone()).collect()
+    };
+    for service in services {
+        let answer = ctx
+            .service(service)
+            .call("check", json!({"exec": exec}))
+            .await?;
+        if let Some(reason) = answer.as_str() {
+            return Ok(Some(reason.to_owned()));
+        }
+    }
+    Ok(None)
 }
 
 /// The second stage: the `tools/execute` waterfall around the tool body.
@@ -469,7 +508,7 @@ fn stage(kind: &str, exec: Value, result: Option<Value>) -> Value {
 
 /// The whole pipeline for one call: the stages in a row.
 async fn execute(ctx: Context, registry: Registry, exec: Value) -> Value {
-    let prepared = prepare(&ctx, exec).await;
+    let prepared = prepare(&ctx, &registry, exec).await;
     let exec = prepared["exec"].clone();
     let (kind, result) = match prepared["kind"].as_str() {
         Some("dispatch") => {
@@ -615,10 +654,27 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
             ctx.emit("tools/change", json!({}))?;
             Ok(Value::Null.into())
         }
+        "guard" => {
+            let Some(service) = req.params["service"].as_str().filter(|s| !s.is_empty()) else {
+                return Err(Error::new(
+                    codes::INVALID_PAYLOAD,
+                    "a guard needs a service (whose `check` answers a denial reason or null)",
+                ));
+            };
+            let owner = req.caller;
+            registry.borrow_mut().guards.push(Guard {
+                scope: req.params["scope"].as_str().unwrap_or_default().to_owned(),
+                service: service.to_owned(),
+                owner,
+            });
+            let r2 = registry.clone();
+            req.on_caller_gone(move || r2.borrow_mut().guards.retain(|g| g.owner != owner));
+            Ok(Value::Null.into())
+        }
         "execute" => Ok(execute(ctx, registry, req.params.clone()).await.into()),
         // The stages, for a scheduler that orders policy and results while
         // dispatches overlap (the agent loop).
-        "prepare" => Ok(prepare(&ctx, req.params.clone()).await.into()),
+        "prepare" => Ok(prepare(&ctx, &registry, req.params.clone()).await.into()),
         "dispatch" => Ok(dispatch(&ctx, &registry, &req.params).await.into()),
         "finalize" => {
             let (exec, result) = (&req.params["exec"], req.params["result"].clone());
