@@ -422,6 +422,60 @@ async fn guards_deny_after_pre_execute_monotonically_global_first_and_scoped_to_
     t.shutdown().await;
 }
 
+/// Contexts in the original's order: the ones the tool deferred while it
+/// ran, then the result's own (here a `tools/execute` wrapper's), then
+/// post-execute's; a failing body keeps its deferred contexts; a block
+/// keeps only its own.
+#[tokio::test]
+async fn deferred_contexts_lead_then_the_wrappers_then_post_executes() {
+    let t = TestHost::start().await;
+    for (lib, file) in [("dsh-fixture-probe", "probe.so"), ("dsh-fixture-hooks", "hooks.so")] {
+        std::fs::copy(library(lib), t.plugins.path().join(file)).unwrap();
+    }
+    let post = reply(
+        "tools/post-execute",
+        &json!({"kind": "accept", "additionalContexts": [user("p", "post")]}),
+    );
+    let wrapper = "[[row]]\nid = \"hooks-w\"\nplugin = \"hooks\"\n\
+        config = { tag = \"w\", listeners = [{ event = \"tools/execute\", \
+        merge = { additionalContexts = [{ id = \"w\", role = \"user\", \
+        content = [{ type = \"text\", text = \"wrapper\" }] }] } }] }\n";
+    // The hooks fixture needs the system prompt service.
+    let prompt = "[[row]]\nid = \"system-prompt\"\nplugin = \"system-prompt\"\n";
+    t.apply(&format!("{}{wrapper}{prompt}", tool_rows(&post))).await;
+    for s in t.host.status().await {
+        assert_eq!(format!("{:?}", s.state), "Active", "{s:?}");
+    }
+    register(&t, json!({})).await.unwrap();
+    let r = exec(&t, json!({"value": 1, "defer": [user("d", "deferred")]})).await;
+    assert_eq!(
+        r["additionalContexts"],
+        json!([user("d", "deferred"), user("w", "wrapper"), user("p", "post")])
+    );
+    // Outside a dispatch there is nothing to defer to.
+    let e = as_probe(&t, "deferContext", json!({"agent": "a1", "callId": "c1", "context": user("d", "late")}))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, "NOT_DISPATCHING");
+    t.shutdown().await;
+
+    let t = tools_with("", json!({})).await;
+    let r = exec(&t, json!({"defer": [user("d", "deferred")], "fail": "BOOM"})).await;
+    assert_eq!(r["error"]["info"]["code"], json!("BOOM"));
+    assert_eq!(r["additionalContexts"], json!([user("d", "deferred")]));
+    t.shutdown().await;
+
+    let block = reply(
+        "tools/post-execute",
+        &json!({"kind": "block", "feedback": [{"type": "text", "text": "no"}]}),
+    );
+    let t = tools_with(&block, json!({})).await;
+    let r = exec(&t, json!({"value": 1, "defer": [user("d", "deferred")]})).await;
+    assert_eq!(r["error"], json!({"message": "no"}));
+    assert_eq!(r.get("additionalContexts"), None);
+    t.shutdown().await;
+}
+
 // ------------------------------------------------- the loop drives the stages
 
 async fn loop_setup(extra: &str) -> (TestHost, FakeLlm) {

@@ -117,6 +117,17 @@ struct State {
     tools: BTreeMap<(String, String), Tool>,
     restrictions: Vec<Restriction>,
     guards: Vec<Guard>,
+    /// Contexts deferred by calls dispatching now, by (agent, callId)
+    /// (reference `exec.deferContext`): they lead the result's own.
+    deferred: BTreeMap<(String, String), Vec<Value>>,
+}
+
+/// The key of `exec` among the dispatching calls.
+fn call_key(exec: &Value) -> (String, String) {
+    (
+        exec["agent"].as_str().unwrap_or_default().to_owned(),
+        exec["callId"].as_str().unwrap_or_default().to_owned(),
+    )
 }
 
 /// A monotonic check after `tools/pre-execute` (reference `tools.guard`):
@@ -395,14 +406,45 @@ async fn guard_reason(ctx: &Context, registry: &Registry, exec: &Value) -> Resul
 /// Calls of one step may overlap here. Answers `{kind, result}`:
 /// `post-result`, or `final-result` when a wrapper failed.
 async fn dispatch(ctx: &Context, registry: &Registry, exec: &Value) -> Value {
+    /// Ends the call's deferral window however the dispatch ends.
+    struct Window(Registry, (String, String));
+    impl Drop for Window {
+        fn drop(&mut self) {
+            self.0.borrow_mut().deferred.remove(&self.1);
+        }
+    }
+    let key = call_key(exec);
+    registry
+        .borrow_mut()
+        .deferred
+        .insert(key.clone(), Vec::new());
+    let window = Window(registry.clone(), key);
     let (c, r, x) = (ctx.clone(), registry.clone(), exec.clone());
-    match dispatcher(ctx, exec, "tools/execute")
+    let outcome = dispatcher(ctx, exec, "tools/execute")
         .waterfall(json!({"exec": exec}), move |_| async move {
             Ok(run_tool(&c, &r, &x).await)
         })
-        .await
-    {
-        Ok(result) => json!({"kind": "post-result", "result": result}),
+        .await;
+    let deferred = registry
+        .borrow_mut()
+        .deferred
+        .remove(&window.1)
+        .unwrap_or_default();
+    drop(window);
+    match outcome {
+        Ok(mut result) => {
+            // Deferred contexts first, then the result's own (a wrapper's
+            // or the tool's); a failed body keeps them too.
+            if !deferred.is_empty() {
+                let own = result["additionalContexts"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                result["additionalContexts"] =
+                    Value::Array(deferred.into_iter().chain(own).collect());
+            }
+            json!({"kind": "post-result", "result": result})
+        }
         Err(e) => json!({"kind": "final-result", "result": from_error(&e)}),
     }
 }
@@ -669,6 +711,27 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
             });
             let r2 = registry.clone();
             req.on_caller_gone(move || r2.borrow_mut().guards.retain(|g| g.owner != owner));
+            Ok(Value::Null.into())
+        }
+        "deferContext" => {
+            // A tool (or a wrapper) defers a context of the call it runs.
+            let key = call_key(&req.params);
+            let context = req.params["context"].clone();
+            match registry.borrow_mut().deferred.get_mut(&key) {
+                Some(list) if context.is_object() => list.push(context),
+                Some(_) => {
+                    return Err(Error::new(
+                        codes::INVALID_PAYLOAD,
+                        "deferContext needs a context (a user message)",
+                    ))
+                }
+                None => {
+                    return Err(Error::new(
+                        "NOT_DISPATCHING",
+                        format!("tool call \"{}\" is not dispatching", key.1),
+                    ))
+                }
+            }
             Ok(Value::Null.into())
         }
         "execute" => Ok(execute(ctx, registry, req.params.clone()).await.into()),
