@@ -136,7 +136,11 @@ async fn a_value_breaking_the_output_schema_is_invalid_tool_output_before_post_e
     // A value that keeps the contract passes, with the body's own content
     // (no `render` declared).
     assert_eq!(
-        exec(&t, json!({"value": {"text": "ok"}, "content": [{"type": "text", "text": "body"}]})).await,
+        exec(
+            &t,
+            json!({"value": {"text": "ok"}, "content": [{"type": "text", "text": "body"}]})
+        )
+        .await,
         json!({"isError": false, "value": {"text": "ok"}, "content": [{"type": "text", "text": "body"}]})
     );
     t.shutdown().await;
@@ -148,7 +152,11 @@ async fn a_value_breaking_the_output_schema_is_invalid_tool_output_before_post_e
 async fn render_projects_the_value_into_the_content_and_the_meta() {
     let t = tools_with("", string_output()).await;
     assert_eq!(
-        exec(&t, json!({"value": "hi", "content": [{"type": "text", "text": "body"}]})).await,
+        exec(
+            &t,
+            json!({"value": "hi", "content": [{"type": "text", "text": "body"}]})
+        )
+        .await,
         json!({"isError": false, "value": "hi",
                "content": [{"type": "text", "text": "render:hi"}], "meta": {"projected": "hi"}})
     );
@@ -335,11 +343,13 @@ async fn restrict_masks_globals_for_its_agent_exempts_its_own_and_intersects() {
     assert_eq!(offered(&t, "a1").await, ["a", "b", "mine"]);
     assert_eq!(offered(&t, "a2").await, ["a", "b", "c", "t"]);
     assert_eq!(
-        t.call("tools", "mode", json!({"name": "t", "scope": "a1"})).await,
+        t.call("tools", "mode", json!({"name": "t", "scope": "a1"}))
+            .await,
         json!("exclusive")
     );
     assert_eq!(
-        t.call("tools", "mode", json!({"name": "t", "scope": "a2"})).await,
+        t.call("tools", "mode", json!({"name": "t", "scope": "a2"}))
+            .await,
         json!("parallel")
     );
     let r = exec(&t, json!({"value": 1})).await;
@@ -387,7 +397,11 @@ async fn restrict_fails_loud_on_unscoped_empty_and_unknown() {
     ];
     for (params, code, message) in cases {
         let e = as_probe(&t, "restrict", params.clone()).await.unwrap_err();
-        assert_eq!((e.code.as_str(), e.message.as_str()), (code, message), "{params}");
+        assert_eq!(
+            (e.code.as_str(), e.message.as_str()),
+            (code, message),
+            "{params}"
+        );
     }
     assert_eq!(offered(&t, "a1").await, ["mine", "t"]);
     t.shutdown().await;
@@ -406,17 +420,25 @@ async fn guards_deny_after_pre_execute_monotonically_global_first_and_scoped_to_
     as_probe(&t, "guard", json!({"service": "g2", "scope": "a1"}))
         .await
         .unwrap();
-    as_probe(&t, "guard", json!({"service": "g1"})).await.unwrap();
+    as_probe(&t, "guard", json!({"service": "g1"}))
+        .await
+        .unwrap();
     let denied = |reason: &str| {
         json!({"isError": true, "error": {"message": reason},
                "content": [{"type": "text", "text": format!("Error: {reason}")}]})
     };
     let only_g2 = json!({"value": 1, "deny": {"g2": "g2 says no"}});
-    assert_eq!(exec_as(&t, "a1", only_g2.clone()).await, denied("g2 says no"));
+    assert_eq!(
+        exec_as(&t, "a1", only_g2.clone()).await,
+        denied("g2 says no")
+    );
     assert_eq!(exec_as(&t, "a2", only_g2).await["value"], json!(1));
     let both = json!({"value": 1, "deny": {"g1": "g1 says no", "g2": "g2 says no"}});
     assert_eq!(exec_as(&t, "a1", both).await, denied("g1 says no"));
-    assert_eq!(exec_as(&t, "a1", json!({"value": 1})).await["value"], json!(1));
+    assert_eq!(
+        exec_as(&t, "a1", json!({"value": 1})).await["value"],
+        json!(1)
+    );
     let post = heard(&t, "tools/post-execute").await;
     assert_eq!(post[0]["result"], denied("g2 says no"));
     t.shutdown().await;
@@ -429,7 +451,10 @@ async fn guards_deny_after_pre_execute_monotonically_global_first_and_scoped_to_
 #[tokio::test]
 async fn deferred_contexts_lead_then_the_wrappers_then_post_executes() {
     let t = TestHost::start().await;
-    for (lib, file) in [("dsh-fixture-probe", "probe.so"), ("dsh-fixture-hooks", "hooks.so")] {
+    for (lib, file) in [
+        ("dsh-fixture-probe", "probe.so"),
+        ("dsh-fixture-hooks", "hooks.so"),
+    ] {
         std::fs::copy(library(lib), t.plugins.path().join(file)).unwrap();
     }
     let post = reply(
@@ -442,7 +467,8 @@ async fn deferred_contexts_lead_then_the_wrappers_then_post_executes() {
         content = [{ type = \"text\", text = \"wrapper\" }] }] } }] }\n";
     // The hooks fixture needs the system prompt service.
     let prompt = "[[row]]\nid = \"system-prompt\"\nplugin = \"system-prompt\"\n";
-    t.apply(&format!("{}{wrapper}{prompt}", tool_rows(&post))).await;
+    t.apply(&format!("{}{wrapper}{prompt}", tool_rows(&post)))
+        .await;
     for s in t.host.status().await {
         assert_eq!(format!("{:?}", s.state), "Active", "{s:?}");
     }
@@ -450,17 +476,29 @@ async fn deferred_contexts_lead_then_the_wrappers_then_post_executes() {
     let r = exec(&t, json!({"value": 1, "defer": [user("d", "deferred")]})).await;
     assert_eq!(
         r["additionalContexts"],
-        json!([user("d", "deferred"), user("w", "wrapper"), user("p", "post")])
+        json!([
+            user("d", "deferred"),
+            user("w", "wrapper"),
+            user("p", "post")
+        ])
     );
     // Outside a dispatch there is nothing to defer to.
-    let e = as_probe(&t, "deferContext", json!({"agent": "a1", "callId": "c1", "context": user("d", "late")}))
-        .await
-        .unwrap_err();
+    let e = as_probe(
+        &t,
+        "deferContext",
+        json!({"agent": "a1", "callId": "c1", "context": user("d", "late")}),
+    )
+    .await
+    .unwrap_err();
     assert_eq!(e.code, "NOT_DISPATCHING");
     t.shutdown().await;
 
     let t = tools_with("", json!({})).await;
-    let r = exec(&t, json!({"defer": [user("d", "deferred")], "fail": "BOOM"})).await;
+    let r = exec(
+        &t,
+        json!({"defer": [user("d", "deferred")], "fail": "BOOM"}),
+    )
+    .await;
     assert_eq!(r["error"]["info"]["code"], json!("BOOM"));
     assert_eq!(r["additionalContexts"], json!([user("d", "deferred")]));
     t.shutdown().await;
@@ -473,6 +511,199 @@ async fn deferred_contexts_lead_then_the_wrappers_then_post_executes() {
     let r = exec(&t, json!({"value": 1, "defer": [user("d", "deferred")]})).await;
     assert_eq!(r["error"], json!({"message": "no"}));
     assert_eq!(r.get("additionalContexts"), None);
+    t.shutdown().await;
+}
+
+// ------------------------------------------------ the caller's signal
+
+/// A host with the registry, tool `t`, a probe recording every pipeline
+/// event (and answering approvals with `approval`), and hooks `hooks`
+/// (JSON listeners of the hooks fixture, which act inside a stage).
+async fn signal_host(hooks: Value, approval: Option<&str>) -> TestHost {
+    let t = TestHost::start().await;
+    for (lib, file) in [
+        ("dsh-fixture-probe", "probe.so"),
+        ("dsh-fixture-hooks", "hooks.so"),
+    ] {
+        std::fs::copy(library(lib), t.plugins.path().join(file)).unwrap();
+    }
+    let record: Vec<String> = [
+        "tools/pre-execute",
+        "tools/execute",
+        "tools/post-execute",
+        "tools/result",
+    ]
+    .iter()
+    .map(|e| format!("{{ event = \"{e}\", action = \"record\" }}"))
+    .collect();
+    let mut rows = tool_rows(&record.join(", "));
+    if let Some(outcome) = approval {
+        rows.push_str(&format!("approval_outcome = \"{outcome}\"\n"));
+    }
+    rows.push_str(&format!(
+        "[[row]]\nid = \"hooks-h\"\nplugin = \"hooks\"\nconfig = {{ tag = \"h\", listeners = {} }}\n\
+         [[row]]\nid = \"system-prompt\"\nplugin = \"system-prompt\"\n",
+        toml_of(&hooks)
+    ));
+    t.apply(&rows).await;
+    for s in t.host.status().await {
+        assert_eq!(format!("{:?}", s.state), "Active", "{s:?}");
+    }
+    register(&t, json!({})).await.unwrap();
+    t
+}
+
+/// A hooks listener on `event` that cancels call `c1` of its agent first.
+fn cancel_in(event: &str, result: Option<Value>) -> Value {
+    let mut hook = json!({"event": event, "calls": [{"service": "tools", "method": "cancel",
+                          "params": {"agent": "$agent", "callId": "c1"}}]});
+    if let Some(r) = result {
+        hook["result"] = r;
+    }
+    hook
+}
+
+fn aborted_before_dispatch() -> Value {
+    json!({"isError": true,
+           "error": {"message": "tool call aborted before dispatch",
+                     "info": {"name": "AbortError", "code": "ABORTED_BEFORE_DISPATCH"}},
+           "content": [{"type": "text", "text": "Error: tool call aborted before dispatch"}]})
+}
+
+/// Waits (bounded) until the probe heard `tools/result`, which is emitted.
+async fn results(t: &TestHost) -> Vec<Value> {
+    for _ in 0..2000 {
+        let heard = heard(t, "tools/result").await;
+        if !heard.is_empty() {
+            return heard;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    panic!("tools/result never emitted");
+}
+
+/// A call whose caller signal is already aborted publishes one result and
+/// enters no stage.
+#[tokio::test]
+async fn a_pre_aborted_call_publishes_one_result_without_phases() {
+    let t = signal_host(json!([]), None).await;
+    let r = t
+        .call(
+            "tools",
+            "execute",
+            json!({"callId": "c1", "name": "t", "arguments": {"value": 1}, "agent": "a1", "cwd": "/", "cancelled": true}),
+        )
+        .await;
+    assert_eq!(r, aborted_before_dispatch());
+    let published = results(&t).await;
+    assert_eq!(published.len(), 1);
+    assert_eq!(published[0]["result"], r);
+    for stage in ["tools/pre-execute", "tools/execute", "tools/post-execute"] {
+        assert_eq!(heard(&t, stage).await, Vec::<Value>::new(), "{stage}");
+    }
+    t.shutdown().await;
+}
+
+/// A cancel while pre-execute runs skips the dispatch; post-execute sees
+/// `ABORTED_BEFORE_DISPATCH`. A denial that settles after the cancel stands.
+#[tokio::test]
+async fn a_cancel_during_pre_execute_skips_the_dispatch_and_a_late_denial_stands() {
+    let t = signal_host(json!([cancel_in("tools/pre-execute", None)]), None).await;
+    let r = exec(&t, json!({"value": 1})).await;
+    assert_eq!(r, aborted_before_dispatch());
+    assert_eq!(heard(&t, "tools/execute").await, Vec::<Value>::new());
+    let post = heard(&t, "tools/post-execute").await;
+    assert_eq!(post.len(), 1);
+    assert_eq!(post[0]["result"], aborted_before_dispatch());
+    t.shutdown().await;
+
+    let deny = json!({"kind": "deny", "reason": "not now"});
+    let t = signal_host(json!([cancel_in("tools/pre-execute", Some(deny))]), None).await;
+    assert_eq!(
+        exec(&t, json!({"value": 1})).await,
+        json!({"isError": true, "error": {"message": "not now"},
+               "content": [{"type": "text", "text": "Error: not now"}]})
+    );
+    t.shutdown().await;
+}
+
+/// A caller cancellation that overtakes an approval the channel cancelled
+/// is `ABORTED_BEFORE_DISPATCH`; a rejection stands; an approval the
+/// cancel overtook does not dispatch.
+#[tokio::test]
+async fn cancellation_overtaking_approval_is_aborted_before_dispatch() {
+    let ask = || json!([cancel_in("tools/pre-execute", Some(json!({"kind": "ask"})))]);
+    for (outcome, expected) in [
+        ("cancelled", aborted_before_dispatch()),
+        (
+            "rejected",
+            json!({"isError": true, "error": {"message": "the user rejected tool \"t\""},
+                   "content": [{"type": "text", "text": "Error: the user rejected tool \"t\""}]}),
+        ),
+        ("allowed-once", aborted_before_dispatch()),
+    ] {
+        let t = signal_host(ask(), Some(outcome)).await;
+        assert_eq!(exec(&t, json!({"value": 1})).await, expected, "{outcome}");
+        assert_eq!(
+            heard(&t, "tools/execute").await,
+            Vec::<Value>::new(),
+            "{outcome}"
+        );
+        t.shutdown().await;
+    }
+}
+
+/// A cancel inside the `tools/execute` wrapper is rechecked before the
+/// body, which never runs; a wrapper's short-circuit it overtook becomes
+/// `ABORTED_BEFORE_DISPATCH` keeping the wrapper's contexts.
+#[tokio::test]
+async fn a_cancel_inside_the_wrapper_skips_the_body_and_keeps_a_short_circuits_contexts() {
+    let t = signal_host(json!([cancel_in("tools/execute", None)]), None).await;
+    // The body would defer a context if it ran.
+    let r = exec(&t, json!({"value": 1, "defer": [user("d", "deferred")]})).await;
+    assert_eq!(r, aborted_before_dispatch());
+    t.shutdown().await;
+
+    let short = json!({"isError": false, "value": 1, "content": [{"type": "text", "text": "wrapper"}],
+                       "additionalContexts": [user("w", "wrapper context")]});
+    let t = signal_host(json!([cancel_in("tools/execute", Some(short))]), None).await;
+    let mut expected = aborted_before_dispatch();
+    expected["additionalContexts"] = json!([user("w", "wrapper context")]);
+    assert_eq!(exec(&t, json!({"value": 1})).await, expected);
+    t.shutdown().await;
+}
+
+/// A success the cancel overtakes after the body ran is `ABORTED`, keeping
+/// its contexts; a failure stands.
+#[tokio::test]
+async fn a_late_success_is_aborted_with_its_contexts_and_a_failure_stands() {
+    let t = signal_host(json!([cancel_in("tools/post-execute", None)]), None).await;
+    let r = exec(&t, json!({"value": 1, "defer": [user("d", "deferred")]})).await;
+    assert_eq!(
+        r,
+        json!({"isError": true,
+               "error": {"message": "tool call aborted", "info": {"name": "AbortError", "code": "ABORTED"}},
+               "content": [{"type": "text", "text": "Error: tool call aborted"}],
+               "additionalContexts": [user("d", "deferred")]})
+    );
+    let r = exec(&t, json!({"fail": "TOOL_FAILED"})).await;
+    assert_eq!(r["error"]["info"]["code"], json!("TOOL_FAILED"));
+    t.shutdown().await;
+}
+
+/// Only a running `execute` call can be cancelled.
+#[tokio::test]
+async fn cancelling_a_call_that_is_not_running_is_refused() {
+    let t = tools_with("", json!({})).await;
+    let e = t
+        .host
+        .call("tools", "cancel", json!({"agent": "a1", "callId": "c9"}))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.code.as_str(), e.message.as_str()),
+        ("NOT_RUNNING", "tool call \"c9\" is not running")
+    );
     t.shutdown().await;
 }
 

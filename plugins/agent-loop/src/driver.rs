@@ -694,9 +694,10 @@ impl Loop {
                             Some("dispatch") => {
                                 let t = tools.clone();
                                 let x = exec.clone();
-                                let handle = tokio::task::spawn_local(async move {
-                                    t.call("dispatch", x).await
-                                });
+                                let handle =
+                                    tokio::task::spawn_local(
+                                        async move { t.call("dispatch", x).await },
+                                    );
                                 Slot::Running(exec, handle)
                             }
                             Some("post-result") => Slot::Settled(Tail::Post(exec), result),

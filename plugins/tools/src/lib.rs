@@ -14,13 +14,13 @@
 
 mod schema;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
 use dsh_sdk::prelude::*;
-use dsh_sdk::Dispatch;
 use dsh_sdk::vocab::msg;
+use dsh_sdk::Dispatch;
 
 struct Tool {
     schema: Value,
@@ -83,7 +83,10 @@ async fn project(
                 &["output.render returned no content blocks".to_owned()],
             ));
         };
-        (content.clone(), rendered.get("meta").filter(|m| !m.is_null()).cloned())
+        (
+            content.clone(),
+            rendered.get("meta").filter(|m| !m.is_null()).cloned(),
+        )
     } else {
         (content, meta)
     };
@@ -120,6 +123,59 @@ struct State {
     /// Contexts deferred by calls dispatching now, by (agent, callId)
     /// (reference `exec.deferContext`): they lead the result's own.
     deferred: BTreeMap<(String, String), Vec<Value>>,
+    /// The caller signals of the `execute` calls running now, by (agent,
+    /// callId); `cancel` aborts one.
+    signals: BTreeMap<(String, String), Rc<CallSignal>>,
+}
+
+/// A caller's cancellation of one `execute` call (reference: the caller
+/// `signal`). The pipeline checks it between stages; a running body is
+/// cancelled by dropping its call (bash kills its process group).
+#[derive(Default)]
+struct CallSignal {
+    aborted: Cell<bool>,
+    body_invoked: Cell<bool>,
+    notify: tokio::sync::Notify,
+}
+
+/// `None` for the staged API, whose caller checks its own signal.
+type Signal = Option<Rc<CallSignal>>;
+
+fn aborted(signal: &Signal) -> bool {
+    signal.as_ref().is_some_and(|s| s.aborted.get())
+}
+
+/// The original's result for a call cancelled before its body ran
+/// (`ABORTED_BEFORE_DISPATCH`) or while or after it ran (`ABORTED`),
+/// keeping the contexts of `prior`.
+fn cancelled(signal: &Signal, prior: Option<&Value>) -> Value {
+    let started = signal.as_ref().is_some_and(|s| s.body_invoked.get());
+    let (message, code) = if started {
+        ("tool call aborted", "ABORTED")
+    } else {
+        (
+            "tool call aborted before dispatch",
+            "ABORTED_BEFORE_DISPATCH",
+        )
+    };
+    let mut result = failure(message, Some(("AbortError", code)));
+    if let Some(contexts) = prior
+        .and_then(|p| p["additionalContexts"].as_array())
+        .filter(|c| !c.is_empty())
+    {
+        result["additionalContexts"] = Value::Array(contexts.clone());
+    }
+    result
+}
+
+/// A success the caller's cancellation overtook becomes the cancellation
+/// result; failures (denials, tool errors) are kept.
+fn unless_cancelled(signal: &Signal, result: Value) -> Value {
+    if aborted(signal) && result["isError"] != json!(true) {
+        cancelled(signal, Some(&result))
+    } else {
+        result
+    }
 }
 
 /// The key of `exec` among the dispatching calls.
@@ -173,13 +229,15 @@ fn restriction(state: &State, params: &Value, owner: u64) -> Result<Restriction>
             Value::Array(a) => a
                 .iter()
                 .map(|n| {
-                    n.as_str()
-                        .map(str::to_owned)
-                        .ok_or_else(|| invalid(format!("tools.restrict() {key} must list tool names")))
+                    n.as_str().map(str::to_owned).ok_or_else(|| {
+                        invalid(format!("tools.restrict() {key} must list tool names"))
+                    })
                 })
                 .collect::<Result<BTreeSet<String>>>()
                 .map(Some),
-            _ => Err(invalid(format!("tools.restrict() {key} must list tool names"))),
+            _ => Err(invalid(format!(
+                "tools.restrict() {key} must list tool names"
+            ))),
         }
     };
     let (allow, deny) = (names("allow")?, names("deny")?);
@@ -207,7 +265,11 @@ fn restriction(state: &State, params: &Value, owner: u64) -> Result<Restriction>
                 "tools.restrict() names unknown global tool{} {}; known global tools: {}",
                 if unknown.len() > 1 { "s" } else { "" },
                 unknown.join(", "),
-                if listed.is_empty() { "(none)".to_owned() } else { listed.join(", ") }
+                if listed.is_empty() {
+                    "(none)".to_owned()
+                } else {
+                    listed.join(", ")
+                }
             ),
         ));
     }
@@ -232,10 +294,12 @@ fn from_error(e: &Error) -> Value {
     failure(&e.message, Some(("ToolError", &e.code)))
 }
 
-async fn run_tool(ctx: &Context, registry: &Registry, exec: &Value) -> Value {
+async fn run_tool(ctx: &Context, registry: &Registry, exec: &Value, signal: &Signal) -> Value {
     let name = exec["name"].as_str().unwrap_or_default();
     let scope = exec["agent"].as_str().unwrap_or_default();
-    let Some((service, schema, output)) = registry.borrow().visible(scope, name)
+    let Some((service, schema, output)) = registry
+        .borrow()
+        .visible(scope, name)
         .map(|t| (t.service.clone(), t.schema.clone(), t.output.clone()))
     else {
         return failure(
@@ -250,7 +314,24 @@ async fn run_tool(ctx: &Context, registry: &Registry, exec: &Value) -> Value {
             Some(("ToolArgsError", "INVALID_ARGS")),
         );
     }
-    match ctx.service(service.clone()).call("execute", exec.clone()).await {
+    // Cancelled while a wrapper ran: the body never starts.
+    if aborted(signal) {
+        return cancelled(signal, None);
+    }
+    let tool = ctx.service(service.clone());
+    let body = tool.call("execute", exec.clone());
+    let answer = match signal {
+        None => body.await,
+        Some(s) => {
+            s.body_invoked.set(true);
+            tokio::select! {
+                biased;
+                () = s.notify.notified() => return cancelled(signal, None),
+                answer = body => answer,
+            }
+        }
+    };
+    match answer {
         Ok(v) => {
             let value = v.get("value").cloned().unwrap_or(Value::Null);
             let content = v.get("content").cloned().unwrap_or_else(|| json!([]));
@@ -290,13 +371,22 @@ async fn run_tool(ctx: &Context, registry: &Registry, exec: &Value) -> Value {
 /// The approval seam (reference dsh-core §5.3): an `ask` decision goes to
 /// the optional `approval` service; without one (headless) the call is
 /// denied with the policy's reason, which says how to change the mode.
-async fn approve(ctx: &Context, exec: &Value, decision: &Value) -> std::result::Result<(), String> {
+/// Denied, it answers the reason and whether the approval channel reported
+/// a cancellation.
+async fn approve(
+    ctx: &Context,
+    exec: &Value,
+    decision: &Value,
+) -> std::result::Result<(), (String, bool)> {
     let name = exec["name"].as_str().unwrap_or_default();
     let reason = decision["reason"].as_str().map(str::to_owned);
     let Some(agent) = exec["agent"].as_str().filter(|a| !a.is_empty()) else {
-        return Err(reason.unwrap_or_else(|| {
-            format!("tool \"{name}\" requires approval, but no agent asked for it")
-        }));
+        return Err((
+            reason.unwrap_or_else(|| {
+                format!("tool \"{name}\" requires approval, but no agent asked for it")
+            }),
+            false,
+        ));
     };
     let asked = ctx
         .service("approval")
@@ -307,15 +397,20 @@ async fn approve(ctx: &Context, exec: &Value, decision: &Value) -> std::result::
         .await;
     match asked {
         // No approval service: denied with the policy's reason.
-        Err(e) if e.code == codes::SERVICE_UNAVAILABLE => Err(reason
-            .unwrap_or_else(|| format!("tool \"{name}\" requires approval (not yet supported)"))),
-        Err(e) => Err(format!("approval for tool \"{name}\" failed: {e}")),
+        Err(e) if e.code == codes::SERVICE_UNAVAILABLE => Err((
+            reason.unwrap_or_else(|| {
+                format!("tool \"{name}\" requires approval (not yet supported)")
+            }),
+            false,
+        )),
+        Err(e) => Err((format!("approval for tool \"{name}\" failed: {e}"), false)),
         Ok(v) => match v["outcome"].as_str() {
             Some("allowed-once") => Ok(()),
-            Some("rejected") => Err(format!("the user rejected tool \"{name}\"")),
-            Some("cancelled") => Err(format!("approval for tool \"{name}\" was cancelled")),
-            _ => Err(format!(
-                "tool \"{name}\" requires approval, but no approval channel is available"
+            Some("rejected") => Err((format!("the user rejected tool \"{name}\""), false)),
+            Some("cancelled") => Err((format!("approval for tool \"{name}\" was cancelled"), true)),
+            _ => Err((
+                format!("tool \"{name}\" requires approval, but no approval channel is available"),
+                false,
             )),
         },
     }
@@ -336,7 +431,11 @@ fn dispatcher(ctx: &Context, exec: &Value, event: &str) -> Dispatch {
 /// this `exec`), `post-result` (a denial: no dispatch, but post-execute
 /// still sees it, §5.3 step 5) or `final-result` (a failing listener: only
 /// the `tools/result` emit is left).
-async fn prepare(ctx: &Context, registry: &Registry, exec: Value) -> Value {
+async fn prepare(ctx: &Context, registry: &Registry, exec: Value, signal: &Signal) -> Value {
+    // A call cancelled before it started publishes its result alone.
+    if aborted(signal) {
+        return stage("final-result", exec, Some(cancelled(signal, None)));
+    }
     let decision = match dispatcher(ctx, &exec, "tools/pre-execute")
         .waterfall(json!({"exec": exec}), |_| async {
             Ok(json!({"kind": "allow"}))
@@ -360,7 +459,12 @@ async fn prepare(ctx: &Context, registry: &Registry, exec: Value) -> Value {
                 exec["approved"] = json!(true);
                 None
             }
-            Err(reason) => Some(failure(&reason, None)),
+            // Cancelled by the caller and by the approval channel alike:
+            // the caller's cancellation overtook the approval.
+            Err((_, true)) if aborted(signal) => {
+                return stage("post-result", exec, Some(cancelled(signal, None)));
+            }
+            Err((reason, _)) => Some(failure(&reason, None)),
         },
         Some(_) => Some(failure(
             decision["reason"].as_str().unwrap_or("denied by policy"),
@@ -372,6 +476,9 @@ async fn prepare(ctx: &Context, registry: &Registry, exec: Value) -> Value {
     }
     match guard_reason(ctx, registry, &exec).await {
         Ok(Some(reason)) => stage("post-result", exec, Some(failure(&reason, None))),
+        // Cancelled while the policy ran: no dispatch; a denial above
+        // stands.
+        Ok(None) if aborted(signal) => stage("post-result", exec, Some(cancelled(signal, None))),
         Ok(None) => stage("dispatch", exec, None),
         Err(e) => stage("final-result", exec, Some(from_error(&e))),
     }
@@ -405,7 +512,7 @@ async fn guard_reason(ctx: &Context, registry: &Registry, exec: &Value) -> Resul
 /// The second stage: the `tools/execute` waterfall around the tool body.
 /// Calls of one step may overlap here. Answers `{kind, result}`:
 /// `post-result`, or `final-result` when a wrapper failed.
-async fn dispatch(ctx: &Context, registry: &Registry, exec: &Value) -> Value {
+async fn dispatch(ctx: &Context, registry: &Registry, exec: &Value, signal: &Signal) -> Value {
     /// Ends the call's deferral window however the dispatch ends.
     struct Window(Registry, (String, String));
     impl Drop for Window {
@@ -419,10 +526,10 @@ async fn dispatch(ctx: &Context, registry: &Registry, exec: &Value) -> Value {
         .deferred
         .insert(key.clone(), Vec::new());
     let window = Window(registry.clone(), key);
-    let (c, r, x) = (ctx.clone(), registry.clone(), exec.clone());
+    let (c, r, x, sig) = (ctx.clone(), registry.clone(), exec.clone(), signal.clone());
     let outcome = dispatcher(ctx, exec, "tools/execute")
         .waterfall(json!({"exec": exec}), move |_| async move {
-            Ok(run_tool(&c, &r, &x).await)
+            Ok(run_tool(&c, &r, &x, &sig).await)
         })
         .await;
     let deferred = registry
@@ -443,7 +550,7 @@ async fn dispatch(ctx: &Context, registry: &Registry, exec: &Value) -> Value {
                 result["additionalContexts"] =
                     Value::Array(deferred.into_iter().chain(own).collect());
             }
-            json!({"kind": "post-result", "result": result})
+            json!({"kind": "post-result", "result": unless_cancelled(signal, result)})
         }
         Err(e) => json!({"kind": "final-result", "result": from_error(&e)}),
     }
@@ -452,14 +559,22 @@ async fn dispatch(ctx: &Context, registry: &Registry, exec: &Value) -> Value {
 /// The third stage, in the caller's order: the `tools/post-execute`
 /// waterfall and its decision (accept, replace the content or the value,
 /// add contexts, block), then [`finish`].
-async fn finalize(ctx: &Context, registry: &Registry, exec: &Value, result: Value) -> Value {
+async fn finalize(
+    ctx: &Context,
+    registry: &Registry,
+    exec: &Value,
+    result: Value,
+    signal: &Signal,
+) -> Value {
     let result = match dispatcher(ctx, exec, "tools/post-execute")
         .waterfall(json!({"exec": exec, "result": result}), |_| async {
             Ok(json!({"kind": "accept"}))
         })
         .await
     {
-        Ok(decision) => decide(ctx, registry, exec, result, &decision).await,
+        Ok(decision) => {
+            unless_cancelled(signal, decide(ctx, registry, exec, result, &decision).await)
+        }
         Err(e) => from_error(&e),
     };
     finish(ctx, exec, result)
@@ -509,7 +624,9 @@ async fn decide(
         }
         let name = exec["name"].as_str().unwrap_or_default();
         let scope = exec["agent"].as_str().unwrap_or_default();
-        let Some((service, output)) = registry.borrow().visible(scope, name)
+        let Some((service, output)) = registry
+            .borrow()
+            .visible(scope, name)
             .map(|t| (t.service.clone(), t.output.clone()))
         else {
             return failure(
@@ -548,19 +665,37 @@ fn stage(kind: &str, exec: Value, result: Option<Value>) -> Value {
     out
 }
 
-/// The whole pipeline for one call: the stages in a row.
+/// The whole pipeline for one call: the stages in a row, under the
+/// caller's signal (`exec.cancelled: true` when it is already aborted;
+/// `cancel {agent, callId}` aborts it on the way).
 async fn execute(ctx: Context, registry: Registry, exec: Value) -> Value {
-    let prepared = prepare(&ctx, &registry, exec).await;
+    /// Forgets the call's signal however the call ends.
+    struct Tracked(Registry, (String, String));
+    impl Drop for Tracked {
+        fn drop(&mut self) {
+            self.0.borrow_mut().signals.remove(&self.1);
+        }
+    }
+    let state = Rc::new(CallSignal::default());
+    state.aborted.set(exec["cancelled"] == json!(true));
+    let key = call_key(&exec);
+    registry
+        .borrow_mut()
+        .signals
+        .insert(key.clone(), state.clone());
+    let _tracked = Tracked(registry.clone(), key);
+    let signal = Some(state);
+    let prepared = prepare(&ctx, &registry, exec, &signal).await;
     let exec = prepared["exec"].clone();
     let (kind, result) = match prepared["kind"].as_str() {
         Some("dispatch") => {
-            let d = dispatch(&ctx, &registry, &exec).await;
+            let d = dispatch(&ctx, &registry, &exec, &signal).await;
             (d["kind"].clone(), d["result"].clone())
         }
         _ => (prepared["kind"].clone(), prepared["result"].clone()),
     };
     if kind == "post-result" {
-        finalize(&ctx, &registry, &exec, result).await
+        finalize(&ctx, &registry, &exec, result, &signal).await
     } else {
         finish(&ctx, &exec, result)
     }
@@ -681,7 +816,10 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
         "mode" => {
             let name = req.params["name"].as_str().unwrap_or_default();
             let scope = req.params["scope"].as_str().unwrap_or_default();
-            let parallel = registry.borrow().visible(scope, name).is_some_and(|t| t.parallel);
+            let parallel = registry
+                .borrow()
+                .visible(scope, name)
+                .is_some_and(|t| t.parallel);
             Reply::json(if parallel { "parallel" } else { "exclusive" })
         }
         "restrict" => {
@@ -737,11 +875,33 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
         "execute" => Ok(execute(ctx, registry, req.params.clone()).await.into()),
         // The stages, for a scheduler that orders policy and results while
         // dispatches overlap (the agent loop).
-        "prepare" => Ok(prepare(&ctx, &registry, req.params.clone()).await.into()),
-        "dispatch" => Ok(dispatch(&ctx, &registry, &req.params).await.into()),
+        "prepare" => Ok(prepare(&ctx, &registry, req.params.clone(), &None)
+            .await
+            .into()),
+        "dispatch" => Ok(dispatch(&ctx, &registry, &req.params, &None).await.into()),
         "finalize" => {
             let (exec, result) = (&req.params["exec"], req.params["result"].clone());
-            Ok(finalize(&ctx, &registry, exec, result).await.into())
+            Ok(finalize(&ctx, &registry, exec, result, &None).await.into())
+        }
+        "cancel" => {
+            // The caller's signal of a running `execute` call.
+            let signal = registry
+                .borrow()
+                .signals
+                .get(&call_key(&req.params))
+                .cloned();
+            let Some(signal) = signal else {
+                return Err(Error::new(
+                    "NOT_RUNNING",
+                    format!(
+                        "tool call \"{}\" is not running",
+                        req.params["callId"].as_str().unwrap_or_default()
+                    ),
+                ));
+            };
+            signal.aborted.set(true);
+            signal.notify.notify_one();
+            Ok(Value::Null.into())
         }
         "finish" => {
             let (exec, result) = (&req.params["exec"], req.params["result"].clone());

@@ -151,9 +151,21 @@ mod tests {
     #[test]
     fn output_violations_are_rooted_at_value() {
         let schema = json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]});
-        assert_eq!(validate_output(&schema, &json!({"text": "x"})), Vec::<String>::new());
-        assert_eq!(validate_output(&schema, &json!({"text": 1})), ["value.text: expected string"]);
-        assert_eq!(validate_output(&schema, &json!({})), ["value.text: required"]);
-        assert_eq!(validate_output(&json!({"type": "string"}), &json!(5)), ["value: expected string"]);
+        assert_eq!(
+            validate_output(&schema, &json!({"text": "x"})),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            validate_output(&schema, &json!({"text": 1})),
+            ["value.text: expected string"]
+        );
+        assert_eq!(
+            validate_output(&schema, &json!({})),
+            ["value.text: required"]
+        );
+        assert_eq!(
+            validate_output(&json!({"type": "string"}), &json!(5)),
+            ["value: expected string"]
+        );
     }
 }
