@@ -1,7 +1,11 @@
 //! `tools`: the tool registry and the execution pipeline (reference
 //! dsh-core §5): `tools/pre-execute` → `tools/execute` → `tools/post-execute`
 //! (waterfalls), then `tools/result` (emit). A failing tool is an error
-//! result the model sees, never a crashed turn.
+//! result the model sees, never a crashed turn. The stages are also served
+//! one by one (`prepare`, `dispatch`, `finalize`, `finish`) for the agent
+//! loop, which keeps policy and results in model order; output contracts,
+//! restrictions, guards, deferred contexts and the caller's signal are in
+//! the README.
 //!
 //! A tool plugin registers `{name, description, parameters, service,
 //! parallel?, scope?}` (a `scope` — an agent id — makes the tool that
