@@ -514,6 +514,54 @@ async fn deferred_contexts_lead_then_the_wrappers_then_post_executes() {
     t.shutdown().await;
 }
 
+/// `finalizeContent` has the last word on the content of every outcome:
+/// after post-execute, and on a failure that bypassed it; null keeps the
+/// content; observers see the finalized result; a failing finalizer fails
+/// the call.
+#[tokio::test]
+async fn finalize_content_runs_last_on_every_outcome_and_null_keeps_the_content() {
+    let listeners = format!(
+        "{}, {{ event = \"tools/result\", action = \"record\" }}",
+        reply(
+            "tools/post-execute",
+            &json!({"kind": "accept", "content": [{"type": "text", "text": "policy"}]})
+        )
+    );
+    let t = tools_with(&listeners, json!({"finalizeContent": true})).await;
+    let r = exec(&t, json!({"value": 1})).await;
+    assert_eq!(
+        r,
+        json!({"isError": false, "value": 1, "content": [{"type": "text", "text": "final:policy"}]})
+    );
+    let published = results(&t).await;
+    assert_eq!(published[0]["result"], r);
+    assert_eq!(
+        exec(&t, json!({"value": 1, "keepContent": true})).await["content"],
+        json!([{"type": "text", "text": "policy"}])
+    );
+    let failed = exec(&t, json!({"value": 1, "failFinalize": true})).await;
+    assert_eq!(
+        failed["error"],
+        json!({"message": "finalizer exploded", "info": {"name": "ToolError", "code": "FINALIZE_FAILED"}})
+    );
+    t.shutdown().await;
+
+    // A failing pre-execute listener skips post-execute; the finalizer
+    // still runs.
+    let t = tools_with(
+        "{ event = \"tools/pre-execute\", action = \"fail\" }",
+        json!({"finalizeContent": true}),
+    )
+    .await;
+    let r = exec(&t, json!({"value": 1})).await;
+    assert_eq!(r["error"]["info"]["code"], json!("PROBE_FAILED"));
+    assert_eq!(
+        r["content"],
+        json!([{"type": "text", "text": "final:Error: listener impl failed on purpose"}])
+    );
+    t.shutdown().await;
+}
+
 // ------------------------------------------------ the caller's signal
 
 /// A host with the registry, tool `t`, a probe recording every pipeline

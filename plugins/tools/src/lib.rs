@@ -31,6 +31,8 @@ struct Tool {
     service: String,
     parallel: bool,
     output: Option<Output>,
+    /// Its service answers `finalizeContent`.
+    finalize_content: bool,
     owner: u64,
 }
 
@@ -581,7 +583,7 @@ async fn finalize(
         }
         Err(e) => from_error(&e),
     };
-    finish(ctx, exec, result)
+    finish(ctx, registry, exec, result).await
 }
 
 /// `result` after a post-execute `decision` (reference §5.3 step 8). A
@@ -701,7 +703,7 @@ async fn execute(ctx: Context, registry: Registry, exec: Value) -> Value {
     if kind == "post-result" {
         finalize(&ctx, &registry, &exec, result, &signal).await
     } else {
-        finish(&ctx, &exec, result)
+        finish(&ctx, &registry, &exec, result).await
     }
 }
 
@@ -731,10 +733,50 @@ fn blocked(feedback: &Value) -> Value {
     json!({"isError": true, "error": {"message": message}, "content": content})
 }
 
-/// The last stage: the `tools/result` emit; answers the final result.
-fn finish(ctx: &Context, exec: &Value, result: Value) -> Value {
+/// The last stage: the tool's `finalizeContent` (when it declares one),
+/// then the `tools/result` emit; answers the final result.
+async fn finish(ctx: &Context, registry: &Registry, exec: &Value, result: Value) -> Value {
+    let result = finalize_content(ctx, registry, exec, result).await;
     let _ = dispatcher(ctx, exec, "tools/result").emit(json!({"exec": exec, "result": result}));
     result
+}
+
+/// The tool's last word on the model-facing content of every outcome
+/// (reference `finalizeContent`): its service's `finalizeContent`
+/// (`{exec, result}`) answers content blocks, or null to keep them. A
+/// failing finalizer fails the call.
+async fn finalize_content(
+    ctx: &Context,
+    registry: &Registry,
+    exec: &Value,
+    mut result: Value,
+) -> Value {
+    let name = exec["name"].as_str().unwrap_or_default();
+    let scope = exec["agent"].as_str().unwrap_or_default();
+    let Some(service) = registry
+        .borrow()
+        .visible(scope, name)
+        .filter(|t| t.finalize_content)
+        .map(|t| t.service.clone())
+    else {
+        return result;
+    };
+    match ctx
+        .service(service)
+        .call("finalizeContent", json!({"exec": exec, "result": result}))
+        .await
+    {
+        Ok(Value::Null) => result,
+        Ok(content @ Value::Array(_)) => {
+            result["content"] = content;
+            result
+        }
+        Ok(_) => failure(
+            &format!("tool \"{name}\": finalizeContent must answer content blocks or null"),
+            Some(("ToolError", codes::INVALID_PAYLOAD)),
+        ),
+        Err(e) => from_error(&e),
+    }
 }
 
 async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply> {
@@ -788,6 +830,7 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
                     service,
                     parallel: req.params["parallel"] == json!(true),
                     output,
+                    finalize_content: req.params["finalizeContent"] == json!(true),
                     owner,
                 },
             );
@@ -909,7 +952,7 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
         }
         "finish" => {
             let (exec, result) = (&req.params["exec"], req.params["result"].clone());
-            Ok(finish(&ctx, exec, result).into())
+            Ok(finish(&ctx, &registry, exec, result).await.into())
         }
         _ => Err(req.unknown_method()),
     }
