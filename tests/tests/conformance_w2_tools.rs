@@ -562,6 +562,46 @@ async fn finalize_content_runs_last_on_every_outcome_and_null_keeps_the_content(
     t.shutdown().await;
 }
 
+/// A success a `tools/execute` wrapper authors (a cached result of another
+/// dispatch, say) goes through the tool's output contract: a value breaking
+/// it fails; a valid one is rendered again; a tool without a contract takes
+/// it as it is.
+#[tokio::test]
+async fn a_wrapper_authored_success_is_revalidated_and_rendered_again() {
+    let authored = |value: Value| {
+        reply(
+            "tools/execute",
+            &json!({"isError": false, "value": value, "content": [{"type": "text", "text": "cached"}],
+                    "additionalContexts": [user("w", "wrapper")]}),
+        )
+    };
+    let t = tools_with(&authored(json!(5)), string_output()).await;
+    let r = exec(&t, json!({"value": "body"})).await;
+    assert_eq!(r["error"]["info"]["code"], json!("INVALID_TOOL_OUTPUT"));
+    assert_eq!(
+        r["error"]["message"],
+        json!("tool \"t\" returned invalid output: value: expected string")
+    );
+    t.shutdown().await;
+
+    let t = tools_with(&authored(json!("other")), string_output()).await;
+    assert_eq!(
+        exec(&t, json!({"value": "body"})).await,
+        json!({"isError": false, "value": "other",
+               "content": [{"type": "text", "text": "render:other"}], "meta": {"projected": "other"},
+               "additionalContexts": [user("w", "wrapper")]})
+    );
+    t.shutdown().await;
+
+    let t = tools_with(&authored(json!(5)), json!({})).await;
+    assert_eq!(
+        exec(&t, json!({"value": "body"})).await,
+        json!({"isError": false, "value": 5, "content": [{"type": "text", "text": "cached"}],
+               "additionalContexts": [user("w", "wrapper")]})
+    );
+    t.shutdown().await;
+}
+
 // ------------------------------------------------ the caller's signal
 
 /// A host with the registry, tool `t`, a probe recording every pipeline

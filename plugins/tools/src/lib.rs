@@ -532,12 +532,29 @@ async fn dispatch(ctx: &Context, registry: &Registry, exec: &Value, signal: &Sig
         .deferred
         .insert(key.clone(), Vec::new());
     let window = Window(registry.clone(), key);
-    let (c, r, x, sig) = (ctx.clone(), registry.clone(), exec.clone(), signal.clone());
+    // What this dispatch's body produced, to tell it from a result a
+    // wrapper authored (or brought from another dispatch).
+    let canonical: Rc<RefCell<Option<Value>>> = Rc::default();
+    let (c, r, x, sig, slot) = (
+        ctx.clone(),
+        registry.clone(),
+        exec.clone(),
+        signal.clone(),
+        canonical.clone(),
+    );
     let outcome = dispatcher(ctx, exec, "tools/execute")
         .waterfall(json!({"exec": exec}), move |_| async move {
-            Ok(run_tool(&c, &r, &x, &sig).await)
+            let result = run_tool(&c, &r, &x, &sig).await;
+            *slot.borrow_mut() = Some(result.clone());
+            Ok(result)
         })
         .await;
+    let outcome = match outcome {
+        Ok(result) if canonical.borrow().as_ref() != Some(&result) => {
+            Ok(normalize(ctx, registry, exec, result).await)
+        }
+        other => other,
+    };
     let deferred = registry
         .borrow_mut()
         .deferred
@@ -559,6 +576,39 @@ async fn dispatch(ctx: &Context, registry: &Registry, exec: &Value, signal: &Sig
             json!({"kind": "post-result", "result": unless_cancelled(signal, result)})
         }
         Err(e) => json!({"kind": "final-result", "result": from_error(&e)}),
+    }
+}
+
+/// A success a `tools/execute` wrapper authored goes through the tool's
+/// output contract like the body's own (validated, rendered again); its
+/// contexts and conclusion stay. Failures and tools without a contract are
+/// taken as they are.
+async fn normalize(ctx: &Context, registry: &Registry, exec: &Value, result: Value) -> Value {
+    if result["isError"] == json!(true) {
+        return result;
+    }
+    let name = exec["name"].as_str().unwrap_or_default();
+    let scope = exec["agent"].as_str().unwrap_or_default();
+    let Some((service, Some(output))) = registry
+        .borrow()
+        .visible(scope, name)
+        .map(|t| (t.service.clone(), t.output.clone()))
+    else {
+        return result;
+    };
+    let value = result.get("value").cloned().unwrap_or(Value::Null);
+    let content = result.get("content").cloned().unwrap_or_else(|| json!([]));
+    let meta = result.get("meta").filter(|m| !m.is_null()).cloned();
+    match project(ctx, &service, &output, exec, value, content, meta).await {
+        Ok(mut normalized) => {
+            for key in ["additionalContexts", "concludesTurn"] {
+                if let Some(v) = result.get(key) {
+                    normalized[key] = v.clone();
+                }
+            }
+            normalized
+        }
+        Err(failed) => failed,
     }
 }
 
