@@ -602,6 +602,67 @@ async fn a_wrapper_authored_success_is_revalidated_and_rendered_again() {
     t.shutdown().await;
 }
 
+/// Every stage of one execution sees one token and the same arguments; a
+/// second execution has its own token.
+#[tokio::test]
+async fn one_token_and_one_argument_value_across_the_pipeline() {
+    let record: Vec<String> = [
+        "tools/pre-execute",
+        "tools/execute",
+        "tools/post-execute",
+        "tools/result",
+    ]
+    .iter()
+    .map(|e| format!("{{ event = \"{e}\", action = \"record\" }}"))
+    .collect();
+    let t = tools_with(&record.join(", "), json!({})).await;
+    as_probe(&t, "guard", json!({"service": "g1"}))
+        .await
+        .unwrap();
+    let denied = exec(&t, json!({"deny": {"g1": "no"}})).await;
+    assert_eq!(denied["error"]["message"], json!("no"));
+    let args = json!({"value": 1, "nested": {"deep": [1, 2]}});
+    assert_eq!(exec(&t, args.clone()).await["value"], json!(1));
+    let mut execs = Vec::new();
+    for _ in 0..2000 {
+        execs.clear();
+        for stage in [
+            "tools/pre-execute",
+            "tools/execute",
+            "tools/post-execute",
+            "tools/result",
+        ] {
+            execs.extend(
+                heard(&t, stage)
+                    .await
+                    .into_iter()
+                    .map(|p| p["exec"].clone()),
+            );
+        }
+        if execs.len() == 7 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    // The denied call: pre, post, result; the other: all four stages.
+    assert_eq!(execs.len(), 7, "{execs:?}");
+    let token_of = |args: &Value| -> Vec<Value> {
+        let mut tokens: Vec<Value> = execs
+            .iter()
+            .filter(|e| &e["arguments"] == args)
+            .map(|e| e["token"].clone())
+            .collect();
+        tokens.dedup();
+        tokens
+    };
+    let (first, second) = (token_of(&json!({"deny": {"g1": "no"}})), token_of(&args));
+    assert_eq!((first.len(), second.len()), (1, 1), "{execs:?}");
+    assert!(first[0].as_str().is_some_and(|t| !t.is_empty()));
+    assert_ne!(first, second);
+    assert_eq!(execs.iter().filter(|e| e["arguments"] == args).count(), 4);
+    t.shutdown().await;
+}
+
 // ------------------------------------------------ the caller's signal
 
 /// A host with the registry, tool `t`, a probe recording every pipeline

@@ -437,7 +437,10 @@ fn dispatcher(ctx: &Context, exec: &Value, event: &str) -> Dispatch {
 /// this `exec`), `post-result` (a denial: no dispatch, but post-execute
 /// still sees it, §5.3 step 5) or `final-result` (a failing listener: only
 /// the `tools/result` emit is left).
-async fn prepare(ctx: &Context, registry: &Registry, exec: Value, signal: &Signal) -> Value {
+async fn prepare(ctx: &Context, registry: &Registry, mut exec: Value, signal: &Signal) -> Value {
+    // One token for this execution, the same in every stage's `exec`
+    // (reference `exec.token`); the caller cannot choose it.
+    exec["token"] = json!(dsh_sdk::new_id());
     // A call cancelled before it started publishes its result alone.
     if aborted(signal) {
         return stage("final-result", exec, Some(cancelled(signal, None)));
