@@ -294,8 +294,6 @@ async fn results_are_committed_and_derived_in_model_order() {
 /// `tools/pre-execute` runs for each call in model order, and
 /// `tools/post-execute` too, even when a later sibling finishes first.
 #[tokio::test]
-#[ignore = "known divergence: post-execute runs inside each call's tools.execute, at its completion; \
-            model order needs a stage-wise tools API (prepare / dispatch / finish)"]
 async fn pre_and_post_execute_observe_model_order() {
     let listeners = "{ event = 'tools/pre-execute', action = 'record' }, \
                      { event = 'tools/post-execute', action = 'record' }";

@@ -684,8 +684,7 @@ impl Loop {
             if abort.is_aborted() {
                 for call in &calls[i..] {
                     let seq = self.log_call(agent, turn, step, call).await?;
-                    let result = json!({"isError": true, "error": {"message": "tool call aborted before dispatch", "info": {"name": "AbortError", "code": "ABORTED_BEFORE_DISPATCH"}},
-                                        "content": [msg::text("Error: tool call aborted before dispatch")]});
+                    let result = aborted_before_dispatch();
                     self.commit_result(agent, turn, step, call, seq, &result)
                         .await?;
                 }
@@ -711,8 +710,17 @@ impl Loop {
                     group.push(i + group.len());
                 }
             }
+            // Pre-execute (policy, approval) runs call by call in model
+            // order; only the dispatches overlap; post-execute and the
+            // commits follow in model order again (the original's staged
+            // scheduler: prepare, dispatch, finalize).
             let mut started = Vec::new();
             for &k in &group {
+                // A cancel stops the starts; the unstarted calls are
+                // skipped at the top of the next round.
+                if abort.is_aborted() {
+                    break;
+                }
                 let call = &calls[k];
                 let seq = self.log_call(agent, turn, step, call).await?;
                 let raw = call["arguments"].as_str().unwrap_or_default();
@@ -722,33 +730,77 @@ impl Loop {
                     serde_json::from_str(raw).unwrap_or_else(|_| json!(raw))
                 };
                 let exec = json!({"callId": call["id"], "name": call["name"], "arguments": arguments, "agent": agent, "cwd": cwd});
-                let t = tools.clone();
-                let handle = tokio::task::spawn_local(async move { t.call("execute", exec).await });
-                started.push((k, seq, handle));
-            }
-            for (k, seq, mut handle) in started {
-                // A cancel stops the calls still running: dropping the call
-                // cancels it in the tool's plugin (bash kills its process
-                // group), and the result is the original's ABORTED. A call
-                // that finished before the cancel keeps its result.
-                let outcome = if handle.is_finished() {
-                    Some((&mut handle).await)
-                } else {
-                    self.unless_aborted(abort, &mut handle).await.ok()
+                let slot = match tools.call("prepare", exec).await {
+                    Err(e) => Slot::Settled(Tail::None, transport_failure(&e)),
+                    Ok(prepared) => {
+                        let exec = prepared["exec"].clone();
+                        let result = prepared["result"].clone();
+                        match prepared["kind"].as_str() {
+                            // Cancelled while pre-execute ran: no dispatch,
+                            // but post-execute still sees the outcome.
+                            Some("dispatch") if abort.is_aborted() => {
+                                Slot::Settled(Tail::Post(exec), aborted_before_dispatch())
+                            }
+                            Some("dispatch") => {
+                                let t = tools.clone();
+                                let x = exec.clone();
+                                let handle =
+                                    tokio::task::spawn_local(
+                                        async move { t.call("dispatch", x).await },
+                                    );
+                                Slot::Running(exec, handle)
+                            }
+                            Some("post-result") => Slot::Settled(Tail::Post(exec), result),
+                            _ => Slot::Settled(Tail::Finish(exec), result),
+                        }
+                    }
                 };
-                let result = match outcome {
-                    None => {
-                        handle.abort();
-                        json!({"isError": true, "error": {"message": "tool call aborted", "info": {"name": "AbortError", "code": "ABORTED"}},
-                               "content": [msg::text("Error: tool call aborted")]})
+                started.push((k, seq, slot));
+            }
+            let count = started.len();
+            for (k, seq, slot) in started {
+                let (tail, result) = match slot {
+                    Slot::Settled(tail, result) => (tail, result),
+                    Slot::Running(exec, mut handle) => {
+                        // A cancel stops the calls still running: dropping
+                        // the call cancels it in the tool's plugin (bash
+                        // kills its process group), and the result is the
+                        // original's ABORTED. A call that finished before
+                        // the cancel keeps its result.
+                        let outcome = if handle.is_finished() {
+                            Some((&mut handle).await)
+                        } else {
+                            self.unless_aborted(abort, &mut handle).await.ok()
+                        };
+                        match outcome {
+                            None => {
+                                handle.abort();
+                                let aborted = json!({"isError": true, "error": {"message": "tool call aborted", "info": {"name": "AbortError", "code": "ABORTED"}},
+                                                     "content": [msg::text("Error: tool call aborted")]});
+                                (Tail::Post(exec), aborted)
+                            }
+                            Some(Ok(Ok(d))) if d["kind"] == "post-result" => {
+                                (Tail::Post(exec), d["result"].clone())
+                            }
+                            Some(Ok(Ok(d))) => (Tail::Finish(exec), d["result"].clone()),
+                            Some(Ok(Err(e))) => (Tail::None, transport_failure(&e)),
+                            Some(Err(e)) => {
+                                let failed = json!({"isError": true, "error": {"message": e.to_string()}, "content": [msg::text("Error: the tool task failed")]});
+                                (Tail::None, failed)
+                            }
+                        }
                     }
-                    Some(Ok(Ok(r))) => r,
-                    Some(Ok(Err(e))) => {
-                        json!({"isError": true, "error": {"message": e.message}, "content": [msg::text(&format!("Error: {}", e.message))]})
-                    }
-                    Some(Err(e)) => {
-                        json!({"isError": true, "error": {"message": e.to_string()}, "content": [msg::text("Error: the tool task failed")]})
-                    }
+                };
+                let result = match tail {
+                    Tail::Post(exec) => tools
+                        .call("finalize", json!({"exec": exec, "result": result}))
+                        .await
+                        .unwrap_or_else(|e| transport_failure(&e)),
+                    Tail::Finish(exec) => tools
+                        .call("finish", json!({"exec": exec, "result": result}))
+                        .await
+                        .unwrap_or_else(|e| transport_failure(&e)),
+                    Tail::None => result,
                 };
                 self.commit_result(agent, turn, step, &calls[k], seq, &result)
                     .await?;
@@ -759,7 +811,7 @@ impl Loop {
                     }
                 }
             }
-            i += group.len();
+            i += count;
         }
         Ok(concluded)
     }
@@ -805,4 +857,33 @@ impl Loop {
         self.append(agent, event::TOOL_RESULT, data, true, Some(vec![call_seq]))
             .await
     }
+}
+
+/// One started call of a group: settled (with the stage still owed), or
+/// dispatching.
+enum Slot {
+    Settled(Tail, Value),
+    Running(
+        Value,
+        tokio::task::JoinHandle<std::result::Result<Value, Error>>,
+    ),
+}
+
+/// What a settled result still owes the registry: post-execute (and the
+/// result emit), only the emit, or nothing (the registry itself failed).
+enum Tail {
+    Post(Value),
+    Finish(Value),
+    None,
+}
+
+/// The original's result for a call that never reached its tool.
+fn aborted_before_dispatch() -> Value {
+    json!({"isError": true, "error": {"message": "tool call aborted before dispatch", "info": {"name": "AbortError", "code": "ABORTED_BEFORE_DISPATCH"}},
+           "content": [msg::text("Error: tool call aborted before dispatch")]})
+}
+
+/// The registry itself failed to answer for a call.
+fn transport_failure(e: &Error) -> Value {
+    json!({"isError": true, "error": {"message": e.message}, "content": [msg::text(&format!("Error: {}", e.message))]})
 }

@@ -1,7 +1,11 @@
 //! `tools`: the tool registry and the execution pipeline (reference
 //! dsh-core §5): `tools/pre-execute` → `tools/execute` → `tools/post-execute`
 //! (waterfalls), then `tools/result` (emit). A failing tool is an error
-//! result the model sees, never a crashed turn.
+//! result the model sees, never a crashed turn. The stages are also served
+//! one by one (`prepare`, `dispatch`, `finalize`, `finish`) for the agent
+//! loop, which keeps policy and results in model order; output contracts,
+//! restrictions, guards, deferred contexts and the caller's signal are in
+//! the README.
 //!
 //! A tool plugin registers `{name, description, parameters, service,
 //! parallel?, scope?}` (a `scope` — an agent id — makes the tool that
@@ -14,33 +18,273 @@
 
 mod schema;
 
-use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::msg;
+use dsh_sdk::Dispatch;
 
 struct Tool {
     schema: Value,
     service: String,
     parallel: bool,
+    output: Option<Output>,
+    /// Its service answers `finalizeContent`.
+    finalize_content: bool,
     owner: u64,
 }
 
-/// Tools by (scope, name); scope `""` is global, otherwise an agent id whose
-/// calls alone see the tool (and for whom it shadows a global one).
-type Registry = Rc<RefCell<BTreeMap<(String, String), Tool>>>;
+/// A tool's output contract (reference: `output: {schema, render,
+/// presentationMeta}`): the JSON Schema its canonical `value` must satisfy,
+/// and whether its service answers `render` (`{arguments, value, ...}` →
+/// `{content, meta?}`), the projection of a value into the content the
+/// model sees and the presentation meta.
+#[derive(Clone)]
+struct Output {
+    schema: Value,
+    render: bool,
+}
 
-/// The tool `name` as agent `scope` sees it.
-fn visible<'a>(
-    tools: &'a BTreeMap<(String, String), Tool>,
-    scope: &str,
-    name: &str,
-) -> Option<&'a Tool> {
-    tools
-        .get(&(scope.to_owned(), name.to_owned()))
-        .or_else(|| tools.get(&(String::new(), name.to_owned())))
+/// The failure of a value that breaks its tool's output contract.
+fn invalid_output(name: &str, violations: &[String]) -> Value {
+    failure(
+        &format!(
+            "tool \"{name}\" returned invalid output: {}",
+            violations.join("; ")
+        ),
+        Some(("ToolOutputError", "INVALID_TOOL_OUTPUT")),
+    )
+}
+
+/// A successful result for `value` under `output` (validated, then
+/// rendered by the tool's service when it declares `render`; otherwise the
+/// body's `content` and `meta` stand). `Err` is the failed call.
+async fn project(
+    ctx: &Context,
+    service: &str,
+    output: &Output,
+    exec: &Value,
+    value: Value,
+    content: Value,
+    meta: Option<Value>,
+) -> std::result::Result<Value, Value> {
+    let name = exec["name"].as_str().unwrap_or_default();
+    let violations = schema::validate_output(&output.schema, &value);
+    if !violations.is_empty() {
+        return Err(invalid_output(name, &violations));
+    }
+    let (content, meta) = if output.render {
+        let mut params = exec.clone();
+        params["value"] = value.clone();
+        let rendered = ctx
+            .service(service.to_owned())
+            .call("render", params)
+            .await
+            .map_err(|e| invalid_output(name, &[format!("output.render failed: {}", e.message)]))?;
+        let Some(content) = rendered.get("content").filter(|c| c.is_array()) else {
+            return Err(invalid_output(
+                name,
+                &["output.render returned no content blocks".to_owned()],
+            ));
+        };
+        (
+            content.clone(),
+            rendered.get("meta").filter(|m| !m.is_null()).cloned(),
+        )
+    } else {
+        (content, meta)
+    };
+    let mut result = json!({"isError": false, "value": value, "content": content});
+    if let Some(meta) = meta {
+        result["meta"] = meta;
+    }
+    Ok(result)
+}
+
+/// A mask of the global tools one agent sees (reference `tools.restrict`):
+/// `allow` keeps only those names, `deny` removes those.
+struct Restriction {
+    scope: String,
+    allow: Option<BTreeSet<String>>,
+    deny: Option<BTreeSet<String>>,
+    owner: u64,
+}
+
+impl Restriction {
+    fn admits(&self, name: &str) -> bool {
+        self.allow.as_ref().is_none_or(|a| a.contains(name))
+            && self.deny.as_ref().is_none_or(|d| !d.contains(name))
+    }
+}
+
+#[derive(Default)]
+struct State {
+    /// Tools by (scope, name); scope `""` is global, otherwise an agent id
+    /// whose calls alone see the tool (and for whom it shadows a global one).
+    tools: BTreeMap<(String, String), Tool>,
+    restrictions: Vec<Restriction>,
+    guards: Vec<Guard>,
+    /// Contexts deferred by calls dispatching now, by (agent, callId)
+    /// (reference `exec.deferContext`): they lead the result's own.
+    deferred: BTreeMap<(String, String), Vec<Value>>,
+    /// The caller signals of the `execute` calls running now, by (agent,
+    /// callId); `cancel` aborts one.
+    signals: BTreeMap<(String, String), Rc<CallSignal>>,
+}
+
+/// A caller's cancellation of one `execute` call (reference: the caller
+/// `signal`). The pipeline checks it between stages; a running body is
+/// cancelled by dropping its call (bash kills its process group).
+#[derive(Default)]
+struct CallSignal {
+    aborted: Cell<bool>,
+    body_invoked: Cell<bool>,
+    notify: tokio::sync::Notify,
+}
+
+/// `None` for the staged API, whose caller checks its own signal.
+type Signal = Option<Rc<CallSignal>>;
+
+fn aborted(signal: &Signal) -> bool {
+    signal.as_ref().is_some_and(|s| s.aborted.get())
+}
+
+/// The original's result for a call cancelled before its body ran
+/// (`ABORTED_BEFORE_DISPATCH`) or while or after it ran (`ABORTED`),
+/// keeping the contexts of `prior`.
+fn cancelled(signal: &Signal, prior: Option<&Value>) -> Value {
+    let started = signal.as_ref().is_some_and(|s| s.body_invoked.get());
+    let (message, code) = if started {
+        ("tool call aborted", "ABORTED")
+    } else {
+        (
+            "tool call aborted before dispatch",
+            "ABORTED_BEFORE_DISPATCH",
+        )
+    };
+    let mut result = failure(message, Some(("AbortError", code)));
+    if let Some(contexts) = prior
+        .and_then(|p| p["additionalContexts"].as_array())
+        .filter(|c| !c.is_empty())
+    {
+        result["additionalContexts"] = Value::Array(contexts.clone());
+    }
+    result
+}
+
+/// A success the caller's cancellation overtook becomes the cancellation
+/// result; failures (denials, tool errors) are kept.
+fn unless_cancelled(signal: &Signal, result: Value) -> Value {
+    if aborted(signal) && result["isError"] != json!(true) {
+        cancelled(signal, Some(&result))
+    } else {
+        result
+    }
+}
+
+/// The key of `exec` among the dispatching calls.
+fn call_key(exec: &Value) -> (String, String) {
+    (
+        exec["agent"].as_str().unwrap_or_default().to_owned(),
+        exec["callId"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+/// A monotonic check after `tools/pre-execute` (reference `tools.guard`):
+/// its service's `check` answers a denial reason or null; it cannot allow.
+/// Scope `""` guards every call, otherwise that agent's.
+struct Guard {
+    scope: String,
+    service: String,
+    owner: u64,
+}
+
+impl State {
+    /// The tool `name` as agent `scope` sees it: its own, else a global one
+    /// that every restriction of the scope admits (they intersect; the
+    /// scope's own tools are exempt).
+    fn visible(&self, scope: &str, name: &str) -> Option<&Tool> {
+        if let Some(own) = self.tools.get(&(scope.to_owned(), name.to_owned())) {
+            return Some(own);
+        }
+        self.tools
+            .get(&(String::new(), name.to_owned()))
+            .filter(|_| {
+                self.restrictions
+                    .iter()
+                    .filter(|r| !scope.is_empty() && r.scope == scope)
+                    .all(|r| r.admits(name))
+            })
+    }
+}
+
+type Registry = Rc<RefCell<State>>;
+
+/// `tools.restrict {scope, allow?, deny?}`: fails loud on a global (no
+/// scope) or empty filter and on names that are not global tools.
+fn restriction(state: &State, params: &Value, owner: u64) -> Result<Restriction> {
+    let invalid = |message: String| Error::new("INVALID_RESTRICTION", message);
+    let scope = params["scope"].as_str().filter(|s| !s.is_empty()).ok_or_else(|| {
+        invalid("tools.restrict() requires a scope (an agent id): a global restriction would mask every agent — deny the tool for the intended agent instead".to_owned())
+    })?;
+    let names = |key: &str| -> Result<Option<BTreeSet<String>>> {
+        match &params[key] {
+            Value::Null => Ok(None),
+            Value::Array(a) => a
+                .iter()
+                .map(|n| {
+                    n.as_str().map(str::to_owned).ok_or_else(|| {
+                        invalid(format!("tools.restrict() {key} must list tool names"))
+                    })
+                })
+                .collect::<Result<BTreeSet<String>>>()
+                .map(Some),
+            _ => Err(invalid(format!(
+                "tools.restrict() {key} must list tool names"
+            ))),
+        }
+    };
+    let (allow, deny) = (names("allow")?, names("deny")?);
+    if allow.is_none() && deny.is_none() {
+        return Err(invalid("tools.restrict({}) is a no-op: pass `allow` and/or `deny` (an empty filter is almost always a materialized-empty-config bug)".to_owned()));
+    }
+    let known: BTreeSet<&str> = state
+        .tools
+        .keys()
+        .filter(|(s, _)| s.is_empty())
+        .map(|(_, n)| n.as_str())
+        .collect();
+    let unknown: Vec<String> = allow
+        .iter()
+        .chain(deny.iter())
+        .flatten()
+        .filter(|n| !known.contains(n.as_str()))
+        .map(|n| format!("\"{n}\""))
+        .collect();
+    if !unknown.is_empty() {
+        let listed: Vec<&str> = known.into_iter().collect();
+        return Err(Error::new(
+            "UNKNOWN_TOOL",
+            format!(
+                "tools.restrict() names unknown global tool{} {}; known global tools: {}",
+                if unknown.len() > 1 { "s" } else { "" },
+                unknown.join(", "),
+                if listed.is_empty() {
+                    "(none)".to_owned()
+                } else {
+                    listed.join(", ")
+                }
+            ),
+        ));
+    }
+    Ok(Restriction {
+        scope: scope.to_owned(),
+        allow,
+        deny,
+        owner,
+    })
 }
 
 /// An error result in the pipeline's format.
@@ -56,11 +300,13 @@ fn from_error(e: &Error) -> Value {
     failure(&e.message, Some(("ToolError", &e.code)))
 }
 
-async fn run_tool(ctx: &Context, registry: &Registry, exec: &Value) -> Value {
+async fn run_tool(ctx: &Context, registry: &Registry, exec: &Value, signal: &Signal) -> Value {
     let name = exec["name"].as_str().unwrap_or_default();
     let scope = exec["agent"].as_str().unwrap_or_default();
-    let Some((service, schema)) =
-        visible(&registry.borrow(), scope, name).map(|t| (t.service.clone(), t.schema.clone()))
+    let Some((service, schema, output)) = registry
+        .borrow()
+        .visible(scope, name)
+        .map(|t| (t.service.clone(), t.schema.clone(), t.output.clone()))
     else {
         return failure(
             &format!("unknown tool \"{name}\""),
@@ -74,15 +320,48 @@ async fn run_tool(ctx: &Context, registry: &Registry, exec: &Value) -> Value {
             Some(("ToolArgsError", "INVALID_ARGS")),
         );
     }
-    match ctx.service(service).call("execute", exec.clone()).await {
-        Ok(v) => {
-            let mut result = json!({"isError": false, "value": v.get("value").cloned().unwrap_or(Value::Null),
-                                    "content": v.get("content").cloned().unwrap_or_else(|| json!([]))});
-            // What the tool adds beyond its content (reference §5.3 step 7):
-            // presentation meta, messages for the next step, a conclusion.
-            if let Some(meta) = v.get("meta").filter(|m| !m.is_null()) {
-                result["meta"] = meta.clone();
+    // Cancelled while a wrapper ran: the body never starts.
+    if aborted(signal) {
+        return cancelled(signal, None);
+    }
+    let tool = ctx.service(service.clone());
+    let body = tool.call("execute", exec.clone());
+    let answer = match signal {
+        None => body.await,
+        Some(s) => {
+            s.body_invoked.set(true);
+            tokio::select! {
+                biased;
+                () = s.notify.notified() => return cancelled(signal, None),
+                answer = body => answer,
             }
+        }
+    };
+    match answer {
+        Ok(v) => {
+            let value = v.get("value").cloned().unwrap_or(Value::Null);
+            let content = v.get("content").cloned().unwrap_or_else(|| json!([]));
+            let meta = v.get("meta").filter(|m| !m.is_null()).cloned();
+            // The output contract, before any wrapper or post-execute sees
+            // the result: a value that breaks it is a failed call.
+            let mut result = match &output {
+                Some(output) => {
+                    match project(ctx, &service, output, exec, value, content, meta).await {
+                        Ok(result) => result,
+                        Err(failed) => return failed,
+                    }
+                }
+                None => {
+                    let mut result = json!({"isError": false, "value": value, "content": content});
+                    // Presentation meta (reference §5.3 step 7).
+                    if let Some(meta) = meta {
+                        result["meta"] = meta;
+                    }
+                    result
+                }
+            };
+            // What the tool adds beyond its content: messages for the next
+            // step, a conclusion.
             if let Some(contexts) = v.get("additionalContexts").filter(|c| c.is_array()) {
                 result["additionalContexts"] = contexts.clone();
             }
@@ -98,13 +377,22 @@ async fn run_tool(ctx: &Context, registry: &Registry, exec: &Value) -> Value {
 /// The approval seam (reference dsh-core §5.3): an `ask` decision goes to
 /// the optional `approval` service; without one (headless) the call is
 /// denied with the policy's reason, which says how to change the mode.
-async fn approve(ctx: &Context, exec: &Value, decision: &Value) -> std::result::Result<(), String> {
+/// Denied, it answers the reason and whether the approval channel reported
+/// a cancellation.
+async fn approve(
+    ctx: &Context,
+    exec: &Value,
+    decision: &Value,
+) -> std::result::Result<(), (String, bool)> {
     let name = exec["name"].as_str().unwrap_or_default();
     let reason = decision["reason"].as_str().map(str::to_owned);
     let Some(agent) = exec["agent"].as_str().filter(|a| !a.is_empty()) else {
-        return Err(reason.unwrap_or_else(|| {
-            format!("tool \"{name}\" requires approval, but no agent asked for it")
-        }));
+        return Err((
+            reason.unwrap_or_else(|| {
+                format!("tool \"{name}\" requires approval, but no agent asked for it")
+            }),
+            false,
+        ));
     };
     let asked = ctx
         .service("approval")
@@ -115,113 +403,361 @@ async fn approve(ctx: &Context, exec: &Value, decision: &Value) -> std::result::
         .await;
     match asked {
         // No approval service: denied with the policy's reason.
-        Err(e) if e.code == codes::SERVICE_UNAVAILABLE => Err(reason
-            .unwrap_or_else(|| format!("tool \"{name}\" requires approval (not yet supported)"))),
-        Err(e) => Err(format!("approval for tool \"{name}\" failed: {e}")),
+        Err(e) if e.code == codes::SERVICE_UNAVAILABLE => Err((
+            reason.unwrap_or_else(|| {
+                format!("tool \"{name}\" requires approval (not yet supported)")
+            }),
+            false,
+        )),
+        Err(e) => Err((format!("approval for tool \"{name}\" failed: {e}"), false)),
         Ok(v) => match v["outcome"].as_str() {
             Some("allowed-once") => Ok(()),
-            Some("rejected") => Err(format!("the user rejected tool \"{name}\"")),
-            Some("cancelled") => Err(format!("approval for tool \"{name}\" was cancelled")),
-            _ => Err(format!(
-                "tool \"{name}\" requires approval, but no approval channel is available"
+            Some("rejected") => Err((format!("the user rejected tool \"{name}\""), false)),
+            Some("cancelled") => Err((format!("approval for tool \"{name}\" was cancelled"), true)),
+            _ => Err((
+                format!("tool \"{name}\" requires approval, but no approval channel is available"),
+                false,
             )),
         },
     }
 }
 
-async fn execute(ctx: Context, registry: Registry, exec: Value) -> Value {
-    let scope = exec["agent"].as_str().unwrap_or_default().to_owned();
-    let dispatch = |event: &str| {
-        let d = ctx.dispatch(event);
-        if scope.is_empty() {
-            d
-        } else {
-            d.scope(scope.clone())
-        }
-    };
-    let decision = match dispatch("tools/pre-execute")
+/// A stage's dispatcher for `exec`'s agent: scope-filtered when it has one.
+fn dispatcher(ctx: &Context, exec: &Value, event: &str) -> Dispatch {
+    let d = ctx.dispatch(event);
+    match exec["agent"].as_str().filter(|a| !a.is_empty()) {
+        Some(scope) => d.scope(scope),
+        None => d,
+    }
+}
+
+/// The scheduler's first stage (reference: the registry's `prepare`): the
+/// `tools/pre-execute` waterfall and the approval seam, in the caller's
+/// order. Answers `{kind, exec, result?}`: `dispatch` (run the call with
+/// this `exec`), `post-result` (a denial: no dispatch, but post-execute
+/// still sees it, §5.3 step 5) or `final-result` (a failing listener: only
+/// the `tools/result` emit is left).
+async fn prepare(ctx: &Context, registry: &Registry, mut exec: Value, signal: &Signal) -> Value {
+    // One token for this execution, the same in every stage's `exec`
+    // (reference `exec.token`); the caller cannot choose it.
+    exec["token"] = json!(dsh_sdk::new_id());
+    // A call cancelled before it started publishes its result alone.
+    if aborted(signal) {
+        return stage("final-result", exec, Some(cancelled(signal, None)));
+    }
+    let decision = match dispatcher(ctx, &exec, "tools/pre-execute")
         .waterfall(json!({"exec": exec}), |_| async {
             Ok(json!({"kind": "allow"}))
         })
         .await
     {
         Ok(d) => d,
-        Err(e) => return from_error(&e),
+        Err(e) => return stage("final-result", exec, Some(from_error(&e))),
     };
     // A policy may hand the tool its sandbox (mode and workspace root).
     let mut exec = exec;
     if let Some(sandbox) = decision.get("sandbox") {
         exec["sandbox"] = sandbox.clone();
     }
-    // A denial skips `tools/execute` but, unlike a failure before the
-    // policy ran, still goes through `tools/post-execute` (§5.3 step 5).
     let denial = match decision["kind"].as_str() {
         Some("allow") | None => None,
-        Some("ask") => match approve(&ctx, &exec, &decision).await {
+        Some("ask") => match approve(ctx, &exec, &decision).await {
             // The user allowed this call beyond the fence: the tool must
             // not refuse it again.
             Ok(()) => {
                 exec["approved"] = json!(true);
                 None
             }
-            Err(reason) => Some(failure(&reason, None)),
+            // Cancelled by the caller and by the approval channel alike:
+            // the caller's cancellation overtook the approval.
+            Err((_, true)) if aborted(signal) => {
+                return stage("post-result", exec, Some(cancelled(signal, None)));
+            }
+            Err((reason, _)) => Some(failure(&reason, None)),
         },
         Some(_) => Some(failure(
             decision["reason"].as_str().unwrap_or("denied by policy"),
             None,
         )),
     };
-    let mut result = match denial {
-        Some(denied) => denied,
-        None => {
-            let (c, r, x) = (ctx.clone(), registry.clone(), exec.clone());
-            match dispatch("tools/execute")
-                .waterfall(json!({"exec": exec}), move |_| async move {
-                    Ok(run_tool(&c, &r, &x).await)
-                })
-                .await
-            {
-                Ok(r) => r,
-                Err(e) => from_error(&e),
-            }
-        }
+    if let Some(denied) = denial {
+        return stage("post-result", exec, Some(denied));
+    }
+    match guard_reason(ctx, registry, &exec).await {
+        Ok(Some(reason)) => stage("post-result", exec, Some(failure(&reason, None))),
+        // Cancelled while the policy ran: no dispatch; a denial above
+        // stands.
+        Ok(None) if aborted(signal) => stage("post-result", exec, Some(cancelled(signal, None))),
+        Ok(None) => stage("dispatch", exec, None),
+        Err(e) => stage("final-result", exec, Some(from_error(&e))),
+    }
+}
+
+/// The first denial of the guards that see `exec`: the global ones, then
+/// its agent's, each in registration order.
+async fn guard_reason(ctx: &Context, registry: &Registry, exec: &Value) -> Result<Option<String>> {
+    let scope = exec["agent"].as_str().unwrap_or_default();
+    let services: Vec<String> = {
+        let state = registry.borrow();
+        let global = state.guards.iter().filter(|g| g.scope.is_empty());
+        let scoped = state
+            .guards
+            .iter()
+            .filter(|g| !scope.is_empty() && g.scope == scope);
+        global.chain(scoped).map(|g| g.service.clone()).collect()
     };
-    match dispatch("tools/post-execute")
+    for service in services {
+        let answer = ctx
+            .service(service)
+            .call("check", json!({"exec": exec}))
+            .await?;
+        if let Some(reason) = answer.as_str() {
+            return Ok(Some(reason.to_owned()));
+        }
+    }
+    Ok(None)
+}
+
+/// The second stage: the `tools/execute` waterfall around the tool body.
+/// Calls of one step may overlap here. Answers `{kind, result}`:
+/// `post-result`, or `final-result` when a wrapper failed.
+async fn dispatch(ctx: &Context, registry: &Registry, exec: &Value, signal: &Signal) -> Value {
+    /// Ends the call's deferral window however the dispatch ends.
+    struct Window(Registry, (String, String));
+    impl Drop for Window {
+        fn drop(&mut self) {
+            self.0.borrow_mut().deferred.remove(&self.1);
+        }
+    }
+    let key = call_key(exec);
+    registry
+        .borrow_mut()
+        .deferred
+        .insert(key.clone(), Vec::new());
+    let window = Window(registry.clone(), key);
+    // What this dispatch's body produced, to tell it from a result a
+    // wrapper authored (or brought from another dispatch).
+    let canonical: Rc<RefCell<Option<Value>>> = Rc::default();
+    let (c, r, x, sig, slot) = (
+        ctx.clone(),
+        registry.clone(),
+        exec.clone(),
+        signal.clone(),
+        canonical.clone(),
+    );
+    let outcome = dispatcher(ctx, exec, "tools/execute")
+        .waterfall(json!({"exec": exec}), move |_| async move {
+            let result = run_tool(&c, &r, &x, &sig).await;
+            *slot.borrow_mut() = Some(result.clone());
+            Ok(result)
+        })
+        .await;
+    let outcome = match outcome {
+        Ok(result) if canonical.borrow().as_ref() != Some(&result) => {
+            Ok(normalize(ctx, registry, exec, result).await)
+        }
+        other => other,
+    };
+    let deferred = registry
+        .borrow_mut()
+        .deferred
+        .remove(&window.1)
+        .unwrap_or_default();
+    drop(window);
+    match outcome {
+        Ok(mut result) => {
+            // Deferred contexts first, then the result's own (a wrapper's
+            // or the tool's); a failed body keeps them too.
+            if !deferred.is_empty() {
+                let own = result["additionalContexts"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                result["additionalContexts"] =
+                    Value::Array(deferred.into_iter().chain(own).collect());
+            }
+            json!({"kind": "post-result", "result": unless_cancelled(signal, result)})
+        }
+        Err(e) => json!({"kind": "final-result", "result": from_error(&e)}),
+    }
+}
+
+/// A success a `tools/execute` wrapper authored goes through the tool's
+/// output contract like the body's own (validated, rendered again); its
+/// contexts and conclusion stay. Failures and tools without a contract are
+/// taken as they are.
+async fn normalize(ctx: &Context, registry: &Registry, exec: &Value, result: Value) -> Value {
+    if result["isError"] == json!(true) {
+        return result;
+    }
+    let name = exec["name"].as_str().unwrap_or_default();
+    let scope = exec["agent"].as_str().unwrap_or_default();
+    let Some((service, Some(output))) = registry
+        .borrow()
+        .visible(scope, name)
+        .map(|t| (t.service.clone(), t.output.clone()))
+    else {
+        return result;
+    };
+    let value = result.get("value").cloned().unwrap_or(Value::Null);
+    let content = result.get("content").cloned().unwrap_or_else(|| json!([]));
+    let meta = result.get("meta").filter(|m| !m.is_null()).cloned();
+    match project(ctx, &service, &output, exec, value, content, meta).await {
+        Ok(mut normalized) => {
+            for key in ["additionalContexts", "concludesTurn"] {
+                if let Some(v) = result.get(key) {
+                    normalized[key] = v.clone();
+                }
+            }
+            normalized
+        }
+        Err(failed) => failed,
+    }
+}
+
+/// The third stage, in the caller's order: the `tools/post-execute`
+/// waterfall and its decision (accept, replace the content or the value,
+/// add contexts, block), then [`finish`].
+async fn finalize(
+    ctx: &Context,
+    registry: &Registry,
+    exec: &Value,
+    result: Value,
+    signal: &Signal,
+) -> Value {
+    let result = match dispatcher(ctx, exec, "tools/post-execute")
         .waterfall(json!({"exec": exec, "result": result}), |_| async {
             Ok(json!({"kind": "accept"}))
         })
         .await
     {
-        // Either decision may attach `additionalContexts`: a block exposes
-        // only its own (the result's are dropped with the result), an
-        // accept adds them after the result's (reference §5.3 step 8).
-        Ok(d) if d["kind"] == "block" => {
-            result = blocked(&d["feedback"]);
-            with_contexts(&mut result, &d["additionalContexts"]);
+        Ok(decision) => {
+            unless_cancelled(signal, decide(ctx, registry, exec, result, &decision).await)
         }
-        Ok(d) => {
-            if let Some(content) = d.get("content").filter(|c| c.is_array()) {
-                result["content"] = content.clone();
-            }
-            with_contexts(&mut result, &d["additionalContexts"]);
-        }
-        Err(e) => result = from_error(&e),
-    }
-    finish(&ctx, &exec, result)
+        Err(e) => from_error(&e),
+    };
+    finish(ctx, registry, exec, result).await
 }
 
-/// Appends a post-execute decision's `additionalContexts` (when it has
-/// any) after those the result already carries.
-fn with_contexts(result: &mut Value, decision: &Value) {
-    let Some(added) = decision.as_array().filter(|a| !a.is_empty()) else {
-        return;
-    };
-    let mut all = result["additionalContexts"]
+/// `result` after a post-execute `decision` (reference §5.3 step 8). A
+/// block keeps only the decision's contexts; an accept appends them to the
+/// result's. A new value is validated and rendered again.
+async fn decide(
+    ctx: &Context,
+    registry: &Registry,
+    exec: &Value,
+    result: Value,
+    decision: &Value,
+) -> Value {
+    let added = decision["additionalContexts"]
         .as_array()
         .cloned()
         .unwrap_or_default();
-    all.extend(added.iter().cloned());
-    result["additionalContexts"] = Value::Array(all);
+    let with_contexts = |mut r: Value, mut contexts: Vec<Value>| {
+        contexts.extend(added.iter().cloned());
+        if !contexts.is_empty() {
+            r["additionalContexts"] = Value::Array(contexts);
+        }
+        r
+    };
+    if decision["kind"] == "block" {
+        return with_contexts(blocked(&decision["feedback"]), Vec::new());
+    }
+    let own = result["additionalContexts"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let (content, value) = (decision.get("content"), decision.get("value"));
+    if content.is_some() && value.is_some() {
+        return failure(
+            "tools/post-execute accept decision cannot replace both value and content",
+            None,
+        );
+    }
+    if let Some(value) = value {
+        if result["isError"] == json!(true) {
+            return failure(
+                "tools/post-execute cannot replace the value of a failed result",
+                None,
+            );
+        }
+        let name = exec["name"].as_str().unwrap_or_default();
+        let scope = exec["agent"].as_str().unwrap_or_default();
+        let Some((service, output)) = registry
+            .borrow()
+            .visible(scope, name)
+            .map(|t| (t.service.clone(), t.output.clone()))
+        else {
+            return failure(
+                &format!("unknown tool \"{name}\""),
+                Some(("ToolNotFoundError", "UNKNOWN_TOOL")),
+            );
+        };
+        let Some(output) = output.filter(|o| o.render) else {
+            return invalid_output(name, &["output.render is not declared".to_owned()]);
+        };
+        let mut replaced =
+            match project(ctx, &service, &output, exec, value.clone(), json!([]), None).await {
+                Ok(r) => r,
+                Err(failed) => return failed,
+            };
+        if result["concludesTurn"] == json!(true) {
+            replaced["concludesTurn"] = json!(true);
+        }
+        return with_contexts(replaced, own);
+    }
+    let mut result = result;
+    if let Some(content) = content.filter(|c| c.is_array()) {
+        result["content"] = content.clone();
+    }
+    if let Some(map) = result.as_object_mut() {
+        map.remove("additionalContexts");
+    }
+    with_contexts(result, own)
+}
+
+fn stage(kind: &str, exec: Value, result: Option<Value>) -> Value {
+    let mut out = json!({"kind": kind, "exec": exec});
+    if let Some(result) = result {
+        out["result"] = result;
+    }
+    out
+}
+
+/// The whole pipeline for one call: the stages in a row, under the
+/// caller's signal (`exec.cancelled: true` when it is already aborted;
+/// `cancel {agent, callId}` aborts it on the way).
+async fn execute(ctx: Context, registry: Registry, exec: Value) -> Value {
+    /// Forgets the call's signal however the call ends.
+    struct Tracked(Registry, (String, String));
+    impl Drop for Tracked {
+        fn drop(&mut self) {
+            self.0.borrow_mut().signals.remove(&self.1);
+        }
+    }
+    let state = Rc::new(CallSignal::default());
+    state.aborted.set(exec["cancelled"] == json!(true));
+    let key = call_key(&exec);
+    registry
+        .borrow_mut()
+        .signals
+        .insert(key.clone(), state.clone());
+    let _tracked = Tracked(registry.clone(), key);
+    let signal = Some(state);
+    let prepared = prepare(&ctx, &registry, exec, &signal).await;
+    let exec = prepared["exec"].clone();
+    let (kind, result) = match prepared["kind"].as_str() {
+        Some("dispatch") => {
+            let d = dispatch(&ctx, &registry, &exec, &signal).await;
+            (d["kind"].clone(), d["result"].clone())
+        }
+        _ => (prepared["kind"].clone(), prepared["result"].clone()),
+    };
+    if kind == "post-result" {
+        finalize(&ctx, &registry, &exec, result, &signal).await
+    } else {
+        finish(&ctx, &registry, &exec, result).await
+    }
 }
 
 /// A result blocked by `tools/post-execute`: the feedback (content blocks,
@@ -250,14 +786,50 @@ fn blocked(feedback: &Value) -> Value {
     json!({"isError": true, "error": {"message": message}, "content": content})
 }
 
-fn finish(ctx: &Context, exec: &Value, result: Value) -> Value {
-    let scope = exec["agent"].as_str().unwrap_or_default();
-    let mut d = ctx.dispatch("tools/result");
-    if !scope.is_empty() {
-        d = d.scope(scope);
-    }
-    let _ = d.emit(json!({"exec": exec, "result": result}));
+/// The last stage: the tool's `finalizeContent` (when it declares one),
+/// then the `tools/result` emit; answers the final result.
+async fn finish(ctx: &Context, registry: &Registry, exec: &Value, result: Value) -> Value {
+    let result = finalize_content(ctx, registry, exec, result).await;
+    let _ = dispatcher(ctx, exec, "tools/result").emit(json!({"exec": exec, "result": result}));
     result
+}
+
+/// The tool's last word on the model-facing content of every outcome
+/// (reference `finalizeContent`): its service's `finalizeContent`
+/// (`{exec, result}`) answers content blocks, or null to keep them. A
+/// failing finalizer fails the call.
+async fn finalize_content(
+    ctx: &Context,
+    registry: &Registry,
+    exec: &Value,
+    mut result: Value,
+) -> Value {
+    let name = exec["name"].as_str().unwrap_or_default();
+    let scope = exec["agent"].as_str().unwrap_or_default();
+    let Some(service) = registry
+        .borrow()
+        .visible(scope, name)
+        .filter(|t| t.finalize_content)
+        .map(|t| t.service.clone())
+    else {
+        return result;
+    };
+    match ctx
+        .service(service)
+        .call("finalizeContent", json!({"exec": exec, "result": result}))
+        .await
+    {
+        Ok(Value::Null) => result,
+        Ok(content @ Value::Array(_)) => {
+            result["content"] = content;
+            result
+        }
+        Ok(_) => failure(
+            &format!("tool \"{name}\": finalizeContent must answer content blocks or null"),
+            Some(("ToolError", codes::INVALID_PAYLOAD)),
+        ),
+        Err(e) => from_error(&e),
+    }
 }
 
 async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply> {
@@ -277,6 +849,7 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
             let scope = req.params["scope"].as_str().unwrap_or_default().to_owned();
             if registry
                 .borrow()
+                .tools
                 .contains_key(&(scope.clone(), name.clone()))
             {
                 return Err(Error::new(
@@ -289,19 +862,34 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
                 "description": req.params["description"].as_str().unwrap_or_default(),
                 "parameters": req.params["parameters"].clone(),
             });
+            let output = match &req.params["output"] {
+                Value::Null => None,
+                Value::Object(o) => Some(Output {
+                    schema: o.get("schema").cloned().unwrap_or(Value::Null),
+                    render: o.get("render") == Some(&json!(true)),
+                }),
+                _ => {
+                    return Err(Error::new(
+                        codes::INVALID_PAYLOAD,
+                        format!("tool \"{name}\": output must be {{schema, render?}}"),
+                    ))
+                }
+            };
             let owner = req.caller;
-            registry.borrow_mut().insert(
+            registry.borrow_mut().tools.insert(
                 (scope, name.clone()),
                 Tool {
                     schema,
                     service,
                     parallel: req.params["parallel"] == json!(true),
+                    output,
+                    finalize_content: req.params["finalizeContent"] == json!(true),
                     owner,
                 },
             );
             let (r2, ctx2) = (registry.clone(), ctx.clone());
             req.on_caller_gone(move || {
-                r2.borrow_mut().retain(|_, t| t.owner != owner);
+                r2.borrow_mut().tools.retain(|_, t| t.owner != owner);
                 let _ = ctx2.emit("tools/change", json!({}));
             });
             ctx.emit("tools/change", json!({}))?;
@@ -310,8 +898,9 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
         "schemas" => {
             // Global tools, shadowed by and joined with the scope's own.
             let scope = req.params["scope"].as_str().unwrap_or_default();
-            let tools = registry.borrow();
-            let mut names: Vec<&String> = tools
+            let state = registry.borrow();
+            let mut names: Vec<&String> = state
+                .tools
                 .keys()
                 .filter(|(s, _)| s.is_empty() || s == scope)
                 .map(|(_, n)| n)
@@ -320,17 +909,104 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
             names.dedup();
             let schemas: Vec<Value> = names
                 .into_iter()
-                .filter_map(|n| visible(&tools, scope, n).map(|t| t.schema.clone()))
+                .filter_map(|n| state.visible(scope, n).map(|t| t.schema.clone()))
                 .collect();
             Reply::json(schemas)
         }
         "mode" => {
             let name = req.params["name"].as_str().unwrap_or_default();
             let scope = req.params["scope"].as_str().unwrap_or_default();
-            let parallel = visible(&registry.borrow(), scope, name).is_some_and(|t| t.parallel);
+            let parallel = registry
+                .borrow()
+                .visible(scope, name)
+                .is_some_and(|t| t.parallel);
             Reply::json(if parallel { "parallel" } else { "exclusive" })
         }
+        "restrict" => {
+            let owner = req.caller;
+            let r = restriction(&registry.borrow(), &req.params, owner)?;
+            registry.borrow_mut().restrictions.push(r);
+            let (r2, ctx2) = (registry.clone(), ctx.clone());
+            req.on_caller_gone(move || {
+                r2.borrow_mut().restrictions.retain(|r| r.owner != owner);
+                let _ = ctx2.emit("tools/change", json!({}));
+            });
+            ctx.emit("tools/change", json!({}))?;
+            Ok(Value::Null.into())
+        }
+        "guard" => {
+            let Some(service) = req.params["service"].as_str().filter(|s| !s.is_empty()) else {
+                return Err(Error::new(
+                    codes::INVALID_PAYLOAD,
+                    "a guard needs a service (whose `check` answers a denial reason or null)",
+                ));
+            };
+            let owner = req.caller;
+            registry.borrow_mut().guards.push(Guard {
+                scope: req.params["scope"].as_str().unwrap_or_default().to_owned(),
+                service: service.to_owned(),
+                owner,
+            });
+            let r2 = registry.clone();
+            req.on_caller_gone(move || r2.borrow_mut().guards.retain(|g| g.owner != owner));
+            Ok(Value::Null.into())
+        }
+        "deferContext" => {
+            // A tool (or a wrapper) defers a context of the call it runs.
+            let key = call_key(&req.params);
+            let context = req.params["context"].clone();
+            match registry.borrow_mut().deferred.get_mut(&key) {
+                Some(list) if context.is_object() => list.push(context),
+                Some(_) => {
+                    return Err(Error::new(
+                        codes::INVALID_PAYLOAD,
+                        "deferContext needs a context (a user message)",
+                    ))
+                }
+                None => {
+                    return Err(Error::new(
+                        "NOT_DISPATCHING",
+                        format!("tool call \"{}\" is not dispatching", key.1),
+                    ))
+                }
+            }
+            Ok(Value::Null.into())
+        }
         "execute" => Ok(execute(ctx, registry, req.params.clone()).await.into()),
+        // The stages, for a scheduler that orders policy and results while
+        // dispatches overlap (the agent loop).
+        "prepare" => Ok(prepare(&ctx, &registry, req.params.clone(), &None)
+            .await
+            .into()),
+        "dispatch" => Ok(dispatch(&ctx, &registry, &req.params, &None).await.into()),
+        "finalize" => {
+            let (exec, result) = (&req.params["exec"], req.params["result"].clone());
+            Ok(finalize(&ctx, &registry, exec, result, &None).await.into())
+        }
+        "cancel" => {
+            // The caller's signal of a running `execute` call.
+            let signal = registry
+                .borrow()
+                .signals
+                .get(&call_key(&req.params))
+                .cloned();
+            let Some(signal) = signal else {
+                return Err(Error::new(
+                    "NOT_RUNNING",
+                    format!(
+                        "tool call \"{}\" is not running",
+                        req.params["callId"].as_str().unwrap_or_default()
+                    ),
+                ));
+            };
+            signal.aborted.set(true);
+            signal.notify.notify_one();
+            Ok(Value::Null.into())
+        }
+        "finish" => {
+            let (exec, result) = (&req.params["exec"], req.params["result"].clone());
+            Ok(finish(&ctx, &registry, exec, result).await.into())
+        }
         _ => Err(req.unknown_method()),
     }
 }

@@ -11,6 +11,14 @@ pub fn validate(schema: &Value, value: &Value) -> Vec<String> {
     out
 }
 
+/// Every violation of an output contract's `schema` by a tool's `value`,
+/// as `value.path: problem`.
+pub fn validate_output(schema: &Value, value: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    check(schema, value, "value", &mut out);
+    out
+}
+
 fn type_ok(t: &str, v: &Value) -> bool {
     match t {
         "object" => v.is_object(),
@@ -75,7 +83,7 @@ fn join(path: &str, key: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::validate;
+    use super::{validate, validate_output};
     use serde_json::json;
 
     fn schema() -> serde_json::Value {
@@ -138,5 +146,26 @@ mod tests {
         // A schema outside the subset (raw JSON Schema) never panics.
         let raw = json!({"oneOf": [{"type": "string"}], "properties": 3});
         assert_eq!(validate(&raw, &json!({"a": 1})), Vec::<String>::new());
+    }
+
+    #[test]
+    fn output_violations_are_rooted_at_value() {
+        let schema = json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]});
+        assert_eq!(
+            validate_output(&schema, &json!({"text": "x"})),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            validate_output(&schema, &json!({"text": 1})),
+            ["value.text: expected string"]
+        );
+        assert_eq!(
+            validate_output(&schema, &json!({})),
+            ["value.text: required"]
+        );
+        assert_eq!(
+            validate_output(&json!({"type": "string"}), &json!(5)),
+            ["value: expected string"]
+        );
     }
 }
