@@ -705,7 +705,11 @@ async fn a_later_call_aborting_the_batch_keeps_both_results_and_logs_no_context_
         results[0]["data"]["message"]["content"][0]["content"],
         json!([{"type": "text", "text": "ok c1"}])
     );
-    assert_eq!(results[1]["data"]["error"]["code"], json!("ABORTED"));
+    // Cancelled in its pre-execute, the later call never dispatched.
+    assert_eq!(
+        results[1]["data"]["error"]["code"],
+        json!("ABORTED_BEFORE_DISPATCH")
+    );
     assert_eq!(logged_user_texts(&ev), ["go"]);
     assert_eq!(fake.requests().len(), 1);
     t.shutdown().await;

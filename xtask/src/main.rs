@@ -193,7 +193,14 @@ fn test() -> Result<()> {
     run(c)?;
     check()?;
     let mut c = cargo();
-    c.args(["test", "--workspace", "--", "--test-threads=2"]);
+    // Every test binary runs, so one failure does not hide the others.
+    c.args([
+        "test",
+        "--workspace",
+        "--no-fail-fast",
+        "--",
+        "--test-threads=2",
+    ]);
     run(c)
 }
 
