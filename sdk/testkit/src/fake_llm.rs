@@ -126,6 +126,39 @@ pub fn tool_calls(calls: &[(&str, Value)]) -> Answer {
     Answer::Sse(events)
 }
 
+/// One bare response calling `(id, name, raw arguments)` in order: each
+/// call in one chunk, then `finish_reason: tool_calls` and `[DONE]` (no
+/// reasoning, no usage; the arguments are sent as given, JSON or not).
+pub fn raw_calls(calls: &[(&str, &str, &str)]) -> Answer {
+    let mut events = Vec::new();
+    for (i, (id, name, args)) in calls.iter().enumerate() {
+        events.push(Some(json!({"choices": [{"delta": {"tool_calls": [{"index": i, "id": id, "type": "function", "function": {"name": name, "arguments": args}}]}}]}).to_string()));
+    }
+    events.push(Some(
+        json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}).to_string(),
+    ));
+    events.push(Some("[DONE]".into()));
+    Answer::Sse(events)
+}
+
+/// [`raw_calls`] with the arguments given as JSON `(id, name, arguments)`.
+pub fn calls(list: &[(&str, &str, Value)]) -> Answer {
+    let args: Vec<String> = list.iter().map(|(_, _, a)| a.to_string()).collect();
+    let raw: Vec<(&str, &str, &str)> = list
+        .iter()
+        .zip(&args)
+        .map(|((id, name, _), a)| (*id, *name, a.as_str()))
+        .collect();
+    raw_calls(&raw)
+}
+
+/// An answer that streams the text `prefix` and then never finishes.
+pub fn stall_after(prefix: &str) -> Answer {
+    Answer::Stall(vec![
+        json!({"choices": [{"delta": {"content": prefix}}]}).to_string()
+    ])
+}
+
 #[derive(Default)]
 struct State {
     answers: VecDeque<Answer>,

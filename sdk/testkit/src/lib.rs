@@ -20,7 +20,9 @@
 pub mod agent;
 pub mod contracts;
 pub mod fake_llm;
+pub mod fixtures;
 pub mod headless;
+pub mod session;
 pub mod tools;
 
 use std::path::{Path, PathBuf};
@@ -232,6 +234,21 @@ impl TestHost {
         self.host.apply(Self::tree(toml)).await;
     }
 
+    /// Copies the built library of `crate_name` into this host's own plugin
+    /// directory as `file` (a fixture the rows name by `file`'s stem).
+    pub fn stage(&self, crate_name: &str, file: &str) {
+        let from = library(crate_name);
+        std::fs::copy(&from, self.plugins.path().join(file))
+            .unwrap_or_else(|e| panic!("cannot stage {} (is it built?): {e}", from.display()));
+    }
+
+    /// Panics unless every row is active.
+    pub async fn assert_all_active(&self) {
+        for s in self.host.status().await {
+            assert_eq!(format!("{:?}", s.state), "Active", "{s:?}");
+        }
+    }
+
     /// The status of row `id`.
     pub async fn status(&self, id: &str) -> FiberStatus {
         self.host
@@ -305,6 +322,20 @@ pub async fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
     while !ready() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Polls the future `check()` every 10 ms until it answers `true`; panics
+/// with `what` after a minute (the bound only turns a hang into a failure).
+pub async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
