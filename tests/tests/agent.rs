@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
-use dsh_testkit::agent::{core_host, events, new_agent, turn};
+use dsh_testkit::agent::{core_host, events, kinds, logged, new_agent, turn, wait_log};
 use dsh_testkit::fake_llm::{text, text_payloads, tool_calls, Answer, FakeLlm, Gate};
+use dsh_testkit::fixtures::stage_probe;
 use dsh_testkit::{library, TestHost};
 use serde_json::{json, Value};
 
@@ -32,22 +33,6 @@ async fn setup() -> (TestHost, FakeLlm) {
 async fn setup_with(edit: impl FnOnce(String) -> String) -> (TestHost, FakeLlm) {
     std::env::set_var(KEY_ENV, "sk-test-not-a-real-key");
     core_host(|rows| edit(with_key(rows))).await
-}
-
-fn kinds(events: &[Value]) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for e in events {
-        let k = e["type"].as_str().unwrap().to_owned();
-        if k == "assistant/chunk" && out.last().is_some_and(|l| l == "assistant/chunk*") {
-            continue;
-        }
-        out.push(if k == "assistant/chunk" {
-            "assistant/chunk*".into()
-        } else {
-            k
-        });
-    }
-    out
 }
 
 #[tokio::test]
@@ -426,7 +411,7 @@ async fn cancel_during_a_retry_wait_ends_the_turn_without_waiting_it_out() {
         json!({"agent": agent, "message": {"text": "go"}}),
     )
     .await;
-    wait_for_event(&t, &agent, "llm/retry").await;
+    logged(&t, &agent, "llm/retry").await;
     t.call("agents", "cancel", json!({"agent": agent})).await;
     // The retry waits 30 s (Retry-After); the cancel must not sit through it.
     let idle = t.call("agents", "whenIdle", json!({"agent": agent}));
@@ -462,7 +447,7 @@ async fn cancel_mid_stream_keeps_the_interrupted_prefix() {
         json!({"agent": agent, "message": {"text": "go"}}),
     )
     .await;
-    wait_for_event(&t, &agent, "assistant/chunk").await;
+    logged(&t, &agent, "assistant/chunk").await;
     t.call("agents", "cancel", json!({"agent": agent})).await;
     let reason = t.call("agents", "whenIdle", json!({"agent": agent})).await["reason"].clone();
     assert_eq!(
@@ -553,14 +538,14 @@ async fn steering_mid_turn_enters_the_next_step_of_the_same_turn() {
         json!({"agent": agent, "message": {"text": "start"}}),
     )
     .await;
-    wait_for_event(&t, &agent, "assistant/chunk").await;
+    logged(&t, &agent, "assistant/chunk").await;
     t.call(
         "agents",
         "steer",
         json!({"agent": agent, "message": {"text": "also this"}}),
     )
     .await;
-    wait_until(&t, &agent, "the steer in the next-step inbox", |ev| {
+    wait_log(&t, &agent, "the steer in the next-step inbox", |ev| {
         ev.iter().any(|e| {
             e["type"] == "agent/inbox/spliced"
                 && e["data"]["target"] == "next-step"
@@ -605,11 +590,7 @@ async fn steering_mid_turn_enters_the_next_step_of_the_same_turn() {
 #[tokio::test]
 async fn a_blocked_pre_step_and_a_throwing_listener_end_the_turn_but_not_the_loop() {
     let (t, fake) = setup().await;
-    std::fs::copy(
-        library("dsh-fixture-probe"),
-        t.plugins.path().join("probe.so"),
-    )
-    .unwrap();
+    stage_probe(&t);
     let mut rows = core_rows(&fake, t.home.path());
     rows.push_str("[[row]]\nid = 'gate'\nplugin = 'probe'\nconfig = { tag = 'gate', listeners = [{ event = 'agent/pre-step', action = 'reject' }] }\n");
     t.apply(&rows).await;
@@ -660,7 +641,7 @@ async fn a_finished_background_job_wakes_its_agent_with_a_notice() {
         turn(&t, &agent, "build in the background").await,
         json!({"kind": "completed"})
     );
-    wait_until(&t, &agent, "the second turn's end", |ev| {
+    wait_log(&t, &agent, "the second turn's end", |ev| {
         ev.iter().filter(|e| e["type"] == "turn/end").count() == 2
     })
     .await;
@@ -687,22 +668,6 @@ async fn a_finished_background_job_wakes_its_agent_with_a_notice() {
 /// the machine may be loaded. Only a failure waits this long.
 const DEADLINE: Duration = Duration::from_secs(60);
 
-/// Waits (polling the log, up to [`DEADLINE`]) until `ready(log)`.
-async fn wait_until(t: &TestHost, agent: &str, what: &str, ready: impl Fn(&[Value]) -> bool) {
-    let until = std::time::Instant::now() + DEADLINE;
-    loop {
-        if ready(&events(t, agent).await) {
-            return;
-        }
-        assert!(std::time::Instant::now() < until, "never logged: {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-async fn wait_for_event(t: &TestHost, agent: &str, kind: &str) {
-    wait_until(t, agent, kind, |ev| ev.iter().any(|e| e["type"] == kind)).await;
-}
-
 #[tokio::test]
 async fn cancel_kills_the_running_call_and_answers_the_unstarted_ones() {
     let (t, fake) = setup().await;
@@ -719,7 +684,7 @@ async fn cancel_kills_the_running_call_and_answers_the_unstarted_ones() {
         json!({"agent": agent, "message": {"text": "go"}}),
     )
     .await;
-    wait_for_event(&t, &agent, "tool/call").await;
+    logged(&t, &agent, "tool/call").await;
     let deadline = std::time::Instant::now() + DEADLINE;
     while dsh_testkit::processes_with(&marker).is_empty() {
         assert!(
@@ -777,7 +742,7 @@ async fn replacing_the_agent_loop_mid_turn_ends_the_turn_and_keeps_the_log_consi
         json!({"agent": agent, "message": {"text": "go"}}),
     )
     .await;
-    wait_for_event(&t, &agent, "assistant/chunk").await;
+    logged(&t, &agent, "assistant/chunk").await;
     let tmp = t.plugins.path().join("agent-loop.so.tmp");
     std::fs::copy(library("dsh-plugin-agent-loop"), &tmp).unwrap();
     std::fs::rename(&tmp, &target).unwrap();

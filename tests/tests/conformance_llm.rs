@@ -5,7 +5,8 @@
 use std::time::{Duration, Instant};
 
 use dsh_testkit::fake_llm::{text, Answer, FakeLlm};
-use dsh_testkit::{library, TestHost};
+use dsh_testkit::fixtures::stage_probe;
+use dsh_testkit::TestHost;
 use serde_json::{json, Value};
 
 /// Generous: only a failing test waits this long.
@@ -22,14 +23,6 @@ fn adapter(fake: &FakeLlm) -> String {
 
 fn probe(listeners: &str) -> String {
     format!("[[row]]\nid = 'probe'\nplugin = 'probe'\nconfig = {{ tag = 'probe', listeners = [{listeners}] }}\n")
-}
-
-fn stage_probe(t: &TestHost) {
-    std::fs::copy(
-        library("dsh-fixture-probe"),
-        t.plugins.path().join("probe.so"),
-    )
-    .unwrap();
 }
 
 /// The events the probe's listeners received.

@@ -7,39 +7,17 @@
 use std::time::{Duration, Instant};
 
 use dsh_sdk::vocab::event;
-use dsh_testkit::fake_llm::{text, tool_calls, Answer, FakeLlm};
-use dsh_testkit::{library, TestHost};
+use dsh_testkit::agent::{
+    agent_with, core_host_staged, events, idle, logged, new_agent, of_type, send, turn, user_texts,
+    with_prompt_config,
+};
+use dsh_testkit::fake_llm::{stall_after, text, tool_calls, Answer, FakeLlm};
+use dsh_testkit::fixtures::{hooks_journal, hooks_row, HOOKS};
+use dsh_testkit::TestHost;
 use serde_json::{json, Value};
 
 const IDENTITY: &str = "You are an AI agent powered by DeepSeek Harness.";
 const DEADLINE: Duration = Duration::from_secs(20);
-
-/// A JSON value as one line of TOML (inline tables and arrays).
-fn toml_value(v: &Value) -> String {
-    match v {
-        Value::Object(o) => {
-            let pairs: Vec<String> = o
-                .iter()
-                .map(|(k, x)| format!("{} = {}", json!(k), toml_value(x)))
-                .collect();
-            format!("{{ {} }}", pairs.join(", "))
-        }
-        Value::Array(a) => {
-            let items: Vec<String> = a.iter().map(toml_value).collect();
-            format!("[{}]", items.join(", "))
-        }
-        other => other.to_string(),
-    }
-}
-
-/// A row of the hooks fixture with service `hooks:<tag>`.
-fn hooks_row(tag: &str, mut config: Value) -> String {
-    config["tag"] = json!(tag);
-    format!(
-        "[[row]]\nid = \"hooks-{tag}\"\nplugin = \"hooks\"\nconfig = {}\n",
-        toml_value(&config)
-    )
-}
 
 /// `service.method(params)` as the hooks fixture calls it.
 fn call(service: &str, method: &str, params: Value) -> Value {
@@ -49,12 +27,7 @@ fn call(service: &str, method: &str, params: Value) -> Value {
 /// The kit's core rows, with `system-prompt`'s config replaced by `prompt`.
 fn rows(fake: &FakeLlm, t: &TestHost, prompt: &str, extra: &str) -> String {
     let base = dsh_testkit::core_rows(&fake.base_url, &t.home.path().join("sessions"));
-    let persona = "config = { persona = \"You work in {{cwd}} with {{model}}.\" }";
-    assert!(base.contains(persona), "the kit's prompt row changed");
-    format!(
-        "{}{extra}",
-        base.replace(persona, &format!("config = {prompt}"))
-    )
+    with_prompt_config(&base, prompt) + extra
 }
 
 const PERSONA: &str = "{ persona = \"You work in {{cwd}} with {{model}}.\" }";
@@ -64,60 +37,7 @@ async fn setup(extra: &str) -> (TestHost, FakeLlm) {
 }
 
 async fn setup_prompt(prompt: &str, extra: &str) -> (TestHost, FakeLlm) {
-    let fake = FakeLlm::start().await;
-    let t = TestHost::start().await;
-    std::fs::copy(
-        library("dsh-fixture-hooks"),
-        t.plugins.path().join("hooks.so"),
-    )
-    .expect("the hooks fixture is built");
-    t.apply(&rows(&fake, &t, prompt, extra)).await;
-    for s in t.host.status().await {
-        assert_eq!(format!("{:?}", s.state), "Active", "{s:?}");
-    }
-    (t, fake)
-}
-
-async fn agent_with(t: &TestHost, options: Value) -> String {
-    let v = t
-        .call(
-            "agentLoop",
-            "create",
-            json!({"agentOptions": options, "meta": {"cwd": "/tmp"}}),
-        )
-        .await;
-    v["agent"].as_str().expect("an agent id").to_owned()
-}
-
-async fn new_agent(t: &TestHost) -> String {
-    agent_with(t, json!({"provider": "fake", "model": "m1"})).await
-}
-
-async fn send(t: &TestHost, method: &str, agent: &str, text: &str) {
-    t.call(
-        "agents",
-        method,
-        json!({"agent": agent, "message": {"text": text}}),
-    )
-    .await;
-}
-
-async fn idle(t: &TestHost, agent: &str) -> Value {
-    t.call("agents", "whenIdle", json!({"agent": agent})).await["reason"].clone()
-}
-
-async fn turn(t: &TestHost, agent: &str, prompt: &str) -> Value {
-    send(t, "followup", agent, prompt).await;
-    idle(t, agent).await
-}
-
-async fn events(t: &TestHost, agent: &str) -> Vec<Value> {
-    serde_json::from_value(t.call("sessions", "events", json!({"id": agent})).await)
-        .expect("events")
-}
-
-fn of_type<'a>(ev: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    ev.iter().filter(|e| e["type"] == kind).collect()
+    core_host_staged(&[HOOKS], |rows| with_prompt_config(&rows, prompt) + extra).await
 }
 
 /// The turn and step boundaries, in order.
@@ -137,19 +57,6 @@ fn frames(ev: &[Value]) -> Vec<String> {
         .collect()
 }
 
-/// The first text of each `user/message`, in log order.
-fn user_texts(ev: &[Value]) -> Vec<String> {
-    of_type(ev, event::USER_MESSAGE)
-        .iter()
-        .map(|e| {
-            e["data"]["content"][0]["text"]
-                .as_str()
-                .unwrap_or("")
-                .to_owned()
-        })
-        .collect()
-}
-
 /// The text contents of the messages of a DeepSeek request body.
 fn request_texts(body: &Value) -> Vec<String> {
     body["messages"]
@@ -161,38 +68,17 @@ fn request_texts(body: &Value) -> Vec<String> {
         .collect()
 }
 
-async fn journal(t: &TestHost, tag: &str) -> Vec<Value> {
-    serde_json::from_value(t.call(&format!("hooks:{tag}"), "journal", json!({})).await)
-        .expect("journal")
-}
-
 /// Waits until the journal of `tag` has `n` entries.
 async fn journal_len(t: &TestHost, tag: &str, n: usize) -> Vec<Value> {
     let until = Instant::now() + DEADLINE;
     loop {
-        let j = journal(t, tag).await;
+        let j = hooks_journal(t, tag).await;
         if j.len() >= n || Instant::now() >= until {
             assert!(j.len() >= n, "journal {tag}: {j:?}");
             return j;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-}
-
-/// Waits until the log of `agent` holds an event of `kind`.
-async fn logged(t: &TestHost, agent: &str, kind: &str) {
-    let until = Instant::now() + DEADLINE;
-    while !events(t, agent).await.iter().any(|e| e["type"] == kind) {
-        assert!(Instant::now() < until, "no {kind} logged");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-/// An answer that streams a little text and then never finishes.
-fn stall() -> Answer {
-    Answer::Stall(vec![
-        json!({"choices": [{"delta": {"content": "Half"}}]}).to_string()
-    ])
 }
 
 /// A finish with `length` after `content` (empty: no content at all).
@@ -267,7 +153,7 @@ async fn invalid_max_tokens_is_rejected_before_publication_and_a_valid_cap_seeds
 async fn a_simple_turn_derives_user_then_assistant() {
     let (t, fake) = setup("").await;
     fake.push([text("Hello.")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "hi").await, json!({"kind": "completed"}));
     let ev = events(&t, &agent).await;
     assert_eq!(ev[0]["type"], event::INBOX_SPLICED);
@@ -299,7 +185,7 @@ async fn the_system_prompt_is_identity_persona_and_tool_guidance_joined_by_blank
     );
     let (t, fake) = setup(&guidance).await;
     fake.push([text("ok")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "hi").await, json!({"kind": "completed"}));
     let expected =
         format!("{IDENTITY}\n\nYou work in /tmp with m1.\n\nRead before you edit in /tmp.");
@@ -322,7 +208,7 @@ async fn a_strict_variable_render_failure_errors_the_turn_and_the_loop_keeps_ser
         json!({"sections": [{"name": "typo", "order": 5, "text": "Hi {{modle}}."}]}),
     );
     let (t, fake) = setup(&bad).await;
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     let reason = turn(&t, &agent, "hi").await;
     assert_eq!(reason["kind"], "error");
     assert_eq!(
@@ -369,7 +255,7 @@ async fn a_model_supplied_via_agent_request_renders_through_the_assemble_waterfa
 async fn an_empty_assembly_omits_system() {
     let (t, fake) = setup_prompt("{ includeHarnessIdentity = false }", "").await;
     fake.push([text("ok")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "hi").await, json!({"kind": "completed"}));
     let ev = events(&t, &agent).await;
     let header = &of_type(&ev, event::REQUEST_HEADER)[0]["data"]["header"];
@@ -394,7 +280,7 @@ async fn a_throwing_pre_step_fails_the_turn_and_retains_staged_steering_until_a_
         ]}),
     );
     let (t, fake) = setup(&hooks).await;
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     let reason = turn(&t, &agent, "first").await;
     assert_eq!(reason["kind"], "error");
     assert_eq!(reason["error"]["code"], "HOOK_FAILED");
@@ -422,7 +308,7 @@ async fn a_throwing_pre_step_fails_the_turn_and_retains_staged_steering_until_a_
 #[tokio::test]
 async fn idle_inject_stages_durably_without_a_turn_and_enters_the_next_batch_verbatim() {
     let (t, fake) = setup("").await;
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     let injected = json!({"id": "inj-1", "role": "user",
         "content": [{"type": "text", "text": "context"}],
         "source": {"kind": "plugin", "plugin": "conformance"}});
@@ -469,7 +355,7 @@ async fn inject_during_a_tool_lands_after_the_tool_result() {
         tool_calls(&[("read", json!({"file_path": file.display().to_string()}))]),
         text("done"),
     ]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(
         turn(&t, &agent, "read it").await,
         json!({"kind": "completed"})
@@ -506,7 +392,7 @@ async fn a_turn_stopping_listener_can_steer_another_step() {
     );
     let (t, fake) = setup(&hooks).await;
     fake.push([text("first"), text("second")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "completed"}));
     let ev = events(&t, &agent).await;
     assert_eq!(
@@ -533,7 +419,7 @@ async fn agent_request_replacement_switches_the_model_and_logs_a_change_header()
     );
     let (t, fake) = setup(&hooks).await;
     fake.push([text("one"), text("two")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "a").await, json!({"kind": "completed"}));
     assert_eq!(turn(&t, &agent, "b").await, json!({"kind": "completed"}));
     let ev = events(&t, &agent).await;
@@ -565,9 +451,9 @@ async fn pre_step_fires_once_per_step_before_step_start_and_before_the_request()
         tool_calls(&[("read", json!({"file_path": file.display().to_string()}))]),
         text("done"),
     ]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "completed"}));
-    let j = journal(&t, "o").await;
+    let j = hooks_journal(&t, "o").await;
     assert_eq!(j.len(), 2, "{j:?}");
     let count = |log: &Value, kind: &str| {
         log.as_array()
@@ -601,7 +487,7 @@ async fn max_tokens_is_sticky_across_later_steps_not_across_turns() {
     );
     let (t, fake) = setup(&hooks).await;
     fake.push([max_tokens("cut"), text("rest"), text("next turn")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "max-tokens"}));
     let ev = events(&t, &agent).await;
     assert_eq!(of_type(&ev, event::STEP_START).len(), 2);
@@ -616,7 +502,7 @@ async fn max_tokens_is_sticky_across_later_steps_not_across_turns() {
 async fn an_empty_max_tokens_completion_is_an_anchor_that_derivation_skips() {
     let (t, fake) = setup("").await;
     fake.push([max_tokens("")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "max-tokens"}));
     let ev = events(&t, &agent).await;
     let anchors = of_type(&ev, event::ASSISTANT_MESSAGE);
@@ -640,7 +526,7 @@ async fn a_failing_step_end_observer_does_not_change_the_outcome() {
     );
     let (t, fake) = setup(&hooks).await;
     fake.push([text("ok"), text("ok again")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "one").await, json!({"kind": "completed"}));
     assert_eq!(turn(&t, &agent, "two").await, json!({"kind": "completed"}));
     assert!(!journal_len(&t, "f", 2).await.is_empty());
@@ -651,7 +537,7 @@ async fn a_failing_step_end_observer_does_not_change_the_outcome() {
 async fn adjacent_sends_get_separate_turns_with_increasing_numbers() {
     let (t, fake) = setup("").await;
     fake.push([text("1"), text("2"), text("3")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     for p in ["a", "b", "c"] {
         send(&t, "followup", &agent, p).await;
     }
@@ -690,7 +576,7 @@ async fn a_send_from_a_session_listener_lands_in_the_following_turn() {
     );
     let (t, fake) = setup(&hooks).await;
     fake.push([text("first"), text("second")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     send(&t, "followup", &agent, "now").await;
     journal_len(&t, "l", 1).await;
     assert_eq!(idle(&t, &agent).await, json!({"kind": "completed"}));
@@ -712,7 +598,7 @@ async fn agent_status_alternates_running_and_idle_once_per_turn() {
     let hooks = hooks_row("st", json!({"listeners": [{"event": "agent/status"}]}));
     let (t, fake) = setup(&hooks).await;
     fake.push([text("1"), text("2")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     turn(&t, &agent, "a").await;
     turn(&t, &agent, "b").await;
     let j = journal_len(&t, "st", 4).await;
@@ -733,7 +619,7 @@ async fn agent_created_and_disposed_are_emitted_and_a_failing_listener_is_contai
         ]}),
     );
     let (t, fake) = setup(&hooks).await;
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     fake.push([text("ok")]);
     assert_eq!(turn(&t, &agent, "hi").await, json!({"kind": "completed"}));
     t.call("agents", "dispose", json!({"agent": agent})).await;
@@ -763,7 +649,7 @@ async fn agent_created_and_disposed_are_emitted_and_a_failing_listener_is_contai
 #[tokio::test]
 async fn an_idle_cancel_with_nothing_queued_is_a_no_op() {
     let (t, fake) = setup("").await;
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     t.call("agents", "cancel", json!({"agent": agent})).await;
     assert!(events(&t, &agent).await.is_empty());
     fake.push([text("ok")]);
@@ -781,7 +667,7 @@ async fn cancel_clears_the_inbox_durably_so_a_resume_does_not_restore_it() {
         json!({"listeners": [{"event": "agent/inbox/discarded"}]}),
     );
     let (t, fake) = setup(&hooks).await;
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     send(&t, "inject", &agent, "cancelled work").await;
     send(&t, "inject", &agent, "more cancelled work").await;
     t.call("agents", "cancel", json!({"agent": agent})).await;
@@ -798,7 +684,7 @@ async fn cancel_clears_the_inbox_durably_so_a_resume_does_not_restore_it() {
     );
 
     // A second agent whose pending work is only disposed keeps it.
-    let parked = new_agent(&t).await;
+    let parked = new_agent(&t, "/tmp").await;
     send(&t, "inject", &parked, "parked work").await;
 
     for id in [&agent, &parked] {
@@ -824,7 +710,7 @@ async fn cancel_clears_the_inbox_durably_so_a_resume_does_not_restore_it() {
 #[tokio::test]
 async fn cancel_right_after_a_waking_send_closes_the_opened_turn_without_a_step() {
     let (t, fake) = setup("").await;
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     send(&t, "followup", &agent, "never mind").await;
     t.call("agents", "cancel", json!({"agent": agent})).await;
     assert_eq!(
@@ -843,8 +729,8 @@ async fn cancel_right_after_a_waking_send_closes_the_opened_turn_without_a_step(
 #[tokio::test]
 async fn keep_inbox_cancel_parks_queued_work_until_the_next_wake() {
     let (t, fake) = setup("").await;
-    fake.push([stall()]);
-    let agent = new_agent(&t).await;
+    fake.push([stall_after("Half")]);
+    let agent = new_agent(&t, "/tmp").await;
     send(&t, "followup", &agent, "running").await;
     logged(&t, &agent, event::ASSISTANT_CHUNK).await;
     send(&t, "followup", &agent, "queued").await;
@@ -880,8 +766,8 @@ async fn keep_inbox_cancel_parks_queued_work_until_the_next_wake() {
 #[tokio::test]
 async fn mid_step_cancel_aborts_and_drops_every_queued_item_and_steering() {
     let (t, fake) = setup("").await;
-    fake.push([stall()]);
-    let agent = new_agent(&t).await;
+    fake.push([stall_after("Half")]);
+    let agent = new_agent(&t, "/tmp").await;
     send(&t, "followup", &agent, "running").await;
     logged(&t, &agent, event::ASSISTANT_CHUNK).await;
     send(&t, "followup", &agent, "queued").await;
@@ -915,8 +801,8 @@ async fn mid_step_cancel_aborts_and_drops_every_queued_item_and_steering() {
 #[tokio::test]
 async fn when_idle_waiters_registered_before_cancel_resolve_with_the_abort() {
     let (t, fake) = setup("").await;
-    fake.push([stall()]);
-    let agent = new_agent(&t).await;
+    fake.push([stall_after("Half")]);
+    let agent = new_agent(&t, "/tmp").await;
     send(&t, "followup", &agent, "running").await;
     logged(&t, &agent, event::ASSISTANT_CHUNK).await;
     let (waited, _) = tokio::join!(idle(&t, &agent), async {
@@ -932,8 +818,8 @@ async fn when_idle_waiters_registered_before_cancel_resolve_with_the_abort() {
 #[tokio::test]
 async fn the_first_typed_cancel_cause_wins() {
     let (t, fake) = setup("").await;
-    fake.push([stall()]);
-    let agent = new_agent(&t).await;
+    fake.push([stall_after("Half")]);
+    let agent = new_agent(&t, "/tmp").await;
     send(&t, "followup", &agent, "running").await;
     logged(&t, &agent, event::ASSISTANT_CHUNK).await;
     t.call(
@@ -962,7 +848,7 @@ async fn a_cancel_from_an_awaited_seam_drops_the_step_before_adapter_dispatch() 
             "calls": [call("agents", "cancel", json!({"agent": "$agent"}))]}]}),
     );
     let (t, fake) = setup(&hooks).await;
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(
         turn(&t, &agent, "go").await,
         json!({"kind": "aborted", "reason": {"kind": "user"}})
@@ -990,7 +876,7 @@ async fn pre_step_enter_may_rewrite_content_and_add_separately_sourced_messages(
     );
     let (t, fake) = setup(&hooks).await;
     fake.push([text("ok")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(
         turn(&t, &agent, "original").await,
         json!({"kind": "completed"})
@@ -1016,7 +902,7 @@ async fn a_turn_whose_pending_input_is_rewritten_to_empty_opens_no_step() {
             "result": {"kind": "enter", "messages": []}}]}),
     );
     let (t, fake) = setup(&hooks).await;
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(
         turn(&t, &agent, "dropped").await,
         json!({"kind": "completed"})
@@ -1039,7 +925,7 @@ async fn a_blocked_prompt_preserves_adjacent_queued_prompts() {
             "result": {"kind": "reject"}}]}),
     );
     let (t, fake) = setup(&hooks).await;
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(
         turn(&t, &agent, "blocked").await,
         json!({"kind": "blocked"})
@@ -1065,7 +951,7 @@ async fn session_start_fires_once_with_startup_and_its_inject_reaches_the_first_
             "calls": [call("agents", "inject", json!({"agent": "$agent", "message": {"text": "project notes"}}))]}]}),
     );
     let (t, fake) = setup(&hooks).await;
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     let j = journal_len(&t, "ss", 1).await;
     assert_eq!(
         j[0]["payload"],
@@ -1078,7 +964,7 @@ async fn session_start_fires_once_with_startup_and_its_inject_reaches_the_first_
         request_texts(&fake.requests()[0])[1..],
         ["project notes", "hi"]
     );
-    assert_eq!(journal(&t, "ss").await.len(), 1);
+    assert_eq!(hooks_journal(&t, "ss").await.len(), 1);
     t.shutdown().await;
 }
 
@@ -1094,7 +980,7 @@ async fn a_pre_execute_deny_becomes_an_is_error_result_the_model_sees() {
         tool_calls(&[("read", json!({"file_path": "/etc/hostname"}))]),
         text("understood"),
     ]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "read").await, json!({"kind": "completed"}));
     let ev = events(&t, &agent).await;
     let result = &of_type(&ev, event::TOOL_RESULT)[0]["data"];
@@ -1127,7 +1013,7 @@ async fn a_hook_plugin_on_all_four_seams_blocks_a_prompt_and_leaves_with_its_lis
         ]}),
     );
     let (t, fake) = setup(&hooks).await;
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(
         turn(&t, &agent, "blocked").await,
         json!({"kind": "blocked"})

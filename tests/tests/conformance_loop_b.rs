@@ -8,23 +8,17 @@
 //! fixture's journal (every listener invocation, every tool start and end, in
 //! order); nothing here sleeps to synchronize or asserts a duration.
 
-use std::time::Duration;
-
-use dsh_testkit::fake_llm::{text, Answer, FakeLlm};
+use dsh_testkit::agent::{
+    core_host, create, events, idle, kinds, new_agent, of_type, send, turn, wait_log,
+};
+use dsh_testkit::fake_llm::{calls, raw_calls, text, Answer, FakeLlm};
+use dsh_testkit::fixtures::{kit_journal, kit_row, wait_kit_journal};
 use dsh_testkit::TestHost;
 use serde_json::{json, Value};
 
 /// The core rows plus `extra` rows, every row active.
 async fn setup(extra: &str) -> (TestHost, FakeLlm) {
-    let fake = FakeLlm::start().await;
-    let t = TestHost::start().await;
-    let mut rows = dsh_testkit::core_rows(&fake.base_url, &t.home.path().join("sessions"));
-    rows.push_str(extra);
-    t.apply(&rows).await;
-    for s in t.host.status().await {
-        assert_eq!(format!("{:?}", s.state), "Active", "{s:?}");
-    }
-    (t, fake)
+    core_host(|rows| rows + extra).await
 }
 
 /// The core rows' persona names `{{model}}`, which has no value for an agent
@@ -33,81 +27,9 @@ async fn setup(extra: &str) -> (TestHost, FakeLlm) {
 const PERSONA_WITHOUT_MODEL: &str =
     "[[patch]]\nid = 'system-prompt'\nconfig = { persona = 'You work in {{cwd}}.' }\n";
 
-/// A loop-kit row tagged `tag` with `listeners` and `tools` (TOML arrays).
-fn kit(tag: &str, listeners: &str, tools: &str) -> String {
-    format!(
-        "[[row]]\nid = 'kit-{tag}'\nplugin = 'dsh-fixture-loop-kit'\n\
-         config = {{ tag = '{tag}', listeners = [{listeners}], tools = [{tools}] }}\n"
-    )
-}
-
 /// The agent-loop row with `config` (replaces the kit's default row).
 fn with_loop_config(rows_extra: &str, config: &str) -> String {
     format!("{rows_extra}[[patch]]\nid = 'agent-loop'\nconfig = {{ {config} }}\n")
-}
-
-async fn new_agent(t: &TestHost) -> String {
-    create(
-        t,
-        json!({"agentOptions": {"provider": "fake", "model": "m1"}, "meta": {"cwd": "/tmp"}}),
-    )
-    .await
-}
-
-async fn create(t: &TestHost, params: Value) -> String {
-    let v = t.call("agentLoop", "create", params).await;
-    v["agent"].as_str().unwrap().to_owned()
-}
-
-async fn send(t: &TestHost, method: &str, agent: &str, prompt: &str) {
-    t.call(
-        "agents",
-        method,
-        json!({"agent": agent, "message": {"text": prompt}}),
-    )
-    .await;
-}
-
-async fn idle(t: &TestHost, agent: &str) -> Value {
-    t.call("agents", "whenIdle", json!({"agent": agent})).await["reason"].clone()
-}
-
-async fn turn(t: &TestHost, agent: &str, prompt: &str) -> Value {
-    send(t, "followup", agent, prompt).await;
-    idle(t, agent).await
-}
-
-async fn events(t: &TestHost, agent: &str) -> Vec<Value> {
-    serde_json::from_value(t.call("sessions", "events", json!({"id": agent})).await).unwrap()
-}
-
-fn of_type<'a>(ev: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    ev.iter().filter(|e| e["type"] == kind).collect()
-}
-
-/// The log's event types, runs of chunks folded into one `assistant/chunk*`.
-fn kinds(events: &[Value]) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for e in events {
-        let k = e["type"].as_str().unwrap().to_owned();
-        if k == "assistant/chunk" && out.last().is_some_and(|l| l == "assistant/chunk*") {
-            continue;
-        }
-        out.push(if k == "assistant/chunk" {
-            "assistant/chunk*".into()
-        } else {
-            k
-        });
-    }
-    out
-}
-
-async fn journal(t: &TestHost, tag: &str) -> Vec<Value> {
-    serde_json::from_value(
-        t.call(&format!("loopkit:{tag}"), "journal", json!({}))
-            .await,
-    )
-    .unwrap()
 }
 
 /// The journal's entries for `event`, as `(event, callId)` strings.
@@ -122,55 +44,6 @@ fn tool_trace(j: &[Value]) -> Vec<String> {
             )
         })
         .collect()
-}
-
-/// One model response calling `(id, name, raw arguments)`.
-fn raw_calls(calls: &[(&str, &str, &str)]) -> Answer {
-    let mut events = Vec::new();
-    for (i, (id, name, args)) in calls.iter().enumerate() {
-        events.push(Some(json!({"choices": [{"delta": {"tool_calls": [{"index": i, "id": id, "type": "function", "function": {"name": name, "arguments": args}}]}}]}).to_string()));
-    }
-    events.push(Some(
-        json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}).to_string(),
-    ));
-    events.push(Some("[DONE]".into()));
-    Answer::Sse(events)
-}
-
-/// One model response calling the kit's tools `(id, name, arguments)`.
-fn calls(list: &[(&str, &str, Value)]) -> Answer {
-    let raw: Vec<(String, String, String)> = list
-        .iter()
-        .map(|(id, name, a)| (id.to_string(), name.to_string(), a.to_string()))
-        .collect();
-    let refs: Vec<(&str, &str, &str)> = raw
-        .iter()
-        .map(|(a, b, c)| (a.as_str(), b.as_str(), c.as_str()))
-        .collect();
-    raw_calls(&refs)
-}
-
-/// Polls `cond` over the log until it holds (generous deadline).
-async fn wait_log(t: &TestHost, agent: &str, what: &str, cond: impl Fn(&[Value]) -> bool) {
-    for _ in 0..2000 {
-        if cond(&events(t, agent).await) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("never logged: {what}");
-}
-
-/// Polls the kit's journal until `cond` holds (generous deadline).
-async fn wait_journal(t: &TestHost, tag: &str, cond: impl Fn(&[Value]) -> bool) -> Vec<Value> {
-    for _ in 0..2000 {
-        let j = journal(t, tag).await;
-        if cond(&j) {
-            return j;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("the journal never got there: {:?}", journal(t, tag).await);
 }
 
 /// The position of the first journal entry `entry` (`"tool:start c1"`).
@@ -189,7 +62,7 @@ const KIT_TOOLS: &str = "{ name = 'p', parallel = true }, { name = 'x' }";
 /// call is a barrier; the call after it is classified afresh: three groups.
 #[tokio::test]
 async fn parallel_siblings_start_together_and_an_exclusive_call_is_a_barrier() {
-    let (t, fake) = setup(&kit("k", "", KIT_TOOLS)).await;
+    let (t, fake) = setup(&kit_row("k", "", KIT_TOOLS)).await;
     fake.push([
         calls(&[
             ("c0", "p", json!({"awaitStart": "c1"})),
@@ -199,9 +72,9 @@ async fn parallel_siblings_start_together_and_an_exclusive_call_is_a_barrier() {
         ]),
         text("done"),
     ]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "completed"}));
-    let tr = tool_trace(&journal(&t, "k").await);
+    let tr = tool_trace(&kit_journal(&t, "k").await);
     // c0 met c1: both in flight together.
     assert!(at(&tr, "tool:start c1") < at(&tr, "tool:end c0"), "{tr:?}");
     // The exclusive c2 starts only after the whole first group ended, and c3
@@ -243,7 +116,7 @@ async fn parallel_siblings_start_together_and_an_exclusive_call_is_a_barrier() {
 /// them in model order.
 #[tokio::test]
 async fn results_are_committed_and_derived_in_model_order() {
-    let (t, fake) = setup(&kit("k", "", KIT_TOOLS)).await;
+    let (t, fake) = setup(&kit_row("k", "", KIT_TOOLS)).await;
     fake.push([
         calls(&[
             ("c0", "p", json!({"awaitEnd": "c1", "text": "zero"})),
@@ -251,9 +124,9 @@ async fn results_are_committed_and_derived_in_model_order() {
         ]),
         text("done"),
     ]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "completed"}));
-    let tr = tool_trace(&journal(&t, "k").await);
+    let tr = tool_trace(&kit_journal(&t, "k").await);
     assert!(at(&tr, "tool:end c1") < at(&tr, "tool:end c0"), "{tr:?}");
     let ev = events(&t, &agent).await;
     let results = of_type(&ev, "tool/result");
@@ -297,7 +170,7 @@ async fn results_are_committed_and_derived_in_model_order() {
 async fn pre_and_post_execute_observe_model_order() {
     let listeners = "{ event = 'tools/pre-execute', action = 'record' }, \
                      { event = 'tools/post-execute', action = 'record' }";
-    let (t, fake) = setup(&kit("k", listeners, KIT_TOOLS)).await;
+    let (t, fake) = setup(&kit_row("k", listeners, KIT_TOOLS)).await;
     fake.push([
         calls(&[
             ("c0", "p", json!({"awaitEnd": "c1"})),
@@ -305,9 +178,9 @@ async fn pre_and_post_execute_observe_model_order() {
         ]),
         text("done"),
     ]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "completed"}));
-    let j = journal(&t, "k").await;
+    let j = kit_journal(&t, "k").await;
     let order = |event: &str| -> Vec<String> {
         j.iter()
             .filter(|e| e["event"] == event)
@@ -322,7 +195,7 @@ async fn pre_and_post_execute_observe_model_order() {
 /// With `maxParallelToolCalls = 2`, never more than two calls in flight.
 #[tokio::test]
 async fn at_most_cap_calls_are_in_flight() {
-    let extra = with_loop_config(&kit("k", "", KIT_TOOLS), "maxParallelToolCalls = 2");
+    let extra = with_loop_config(&kit_row("k", "", KIT_TOOLS), "maxParallelToolCalls = 2");
     let (t, fake) = setup(&extra).await;
     fake.push([
         calls(&[
@@ -333,9 +206,9 @@ async fn at_most_cap_calls_are_in_flight() {
         ]),
         text("done"),
     ]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "completed"}));
-    let tr = tool_trace(&journal(&t, "k").await);
+    let tr = tool_trace(&kit_journal(&t, "k").await);
     let (mut now, mut most) = (0i32, 0i32);
     for e in &tr {
         now += if e.starts_with("tool:start") { 1 } else { -1 };
@@ -349,7 +222,7 @@ async fn at_most_cap_calls_are_in_flight() {
 /// `maxParallelToolCalls = 1` runs parallel-safe calls strictly one by one.
 #[tokio::test]
 async fn a_cap_of_one_is_serial() {
-    let extra = with_loop_config(&kit("k", "", KIT_TOOLS), "maxParallelToolCalls = 1");
+    let extra = with_loop_config(&kit_row("k", "", KIT_TOOLS), "maxParallelToolCalls = 1");
     let (t, fake) = setup(&extra).await;
     fake.push([
         calls(&[
@@ -359,10 +232,10 @@ async fn a_cap_of_one_is_serial() {
         ]),
         text("done"),
     ]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "completed"}));
     assert_eq!(
-        tool_trace(&journal(&t, "k").await),
+        tool_trace(&kit_journal(&t, "k").await),
         [
             "tool:start c0",
             "tool:end c0",
@@ -379,7 +252,7 @@ async fn a_cap_of_one_is_serial() {
 /// eleventh waits for a free slot.
 #[tokio::test]
 async fn the_default_cap_is_ten() {
-    let (t, fake) = setup(&kit("k", "", KIT_TOOLS)).await;
+    let (t, fake) = setup(&kit_row("k", "", KIT_TOOLS)).await;
     let ids: Vec<String> = (0..11).map(|i| format!("c{i}")).collect();
     let list: Vec<(&str, &str, Value)> = ids
         .iter()
@@ -395,9 +268,9 @@ async fn the_default_cap_is_ten() {
         })
         .collect();
     fake.push([calls(&list), text("done")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "completed"}));
-    let tr = tool_trace(&journal(&t, "k").await);
+    let tr = tool_trace(&kit_journal(&t, "k").await);
     let (mut now, mut most) = (0i32, 0i32);
     for e in &tr {
         now += if e.starts_with("tool:start") { 1 } else { -1 };
@@ -434,7 +307,7 @@ async fn a_zero_cap_is_rejected() {
 #[tokio::test]
 async fn denials_are_ordered_results_without_dispatch() {
     let listeners = "{ event = 'tools/pre-execute', action = 'return', value = { kind = 'deny', reason = 'not now' } }";
-    let (t, fake) = setup(&kit("k", listeners, KIT_TOOLS)).await;
+    let (t, fake) = setup(&kit_row("k", listeners, KIT_TOOLS)).await;
     fake.push([
         calls(&[
             ("c0", "p", json!({})),
@@ -443,9 +316,9 @@ async fn denials_are_ordered_results_without_dispatch() {
         ]),
         text("done"),
     ]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "completed"}));
-    assert!(tool_trace(&journal(&t, "k").await).is_empty());
+    assert!(tool_trace(&kit_journal(&t, "k").await).is_empty());
     let ev = events(&t, &agent).await;
     let results: Vec<(&str, &Value)> = of_type(&ev, "tool/result")
         .into_iter()
@@ -475,19 +348,19 @@ async fn denials_are_ordered_results_without_dispatch() {
 #[tokio::test]
 async fn abort_before_a_group_starts_none_of_it() {
     let listeners = "{ event = 'tools/pre-execute', action = 'cancel', once = true }";
-    let (t, fake) = setup(&kit("k", listeners, KIT_TOOLS)).await;
+    let (t, fake) = setup(&kit_row("k", listeners, KIT_TOOLS)).await;
     fake.push([calls(&[
         ("c0", "x", json!({})),
         ("c1", "p", json!({})),
         ("c2", "p", json!({})),
     ])]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     let reason = turn(&t, &agent, "go").await;
     assert_eq!(
         reason,
         json!({"kind": "aborted", "reason": {"kind": "user"}})
     );
-    let tr = tool_trace(&journal(&t, "k").await);
+    let tr = tool_trace(&kit_journal(&t, "k").await);
     assert!(
         !tr.iter().any(|e| e.ends_with("c1") || e.ends_with("c2")),
         "{tr:?}"
@@ -518,7 +391,7 @@ async fn abort_before_a_group_starts_none_of_it() {
 /// of its tool/results, in model order.
 #[tokio::test]
 async fn additional_contexts_follow_all_results_in_model_order() {
-    let (t, fake) = setup(&kit("k", "", KIT_TOOLS)).await;
+    let (t, fake) = setup(&kit_row("k", "", KIT_TOOLS)).await;
     fake.push([
         calls(&[
             (
@@ -530,7 +403,7 @@ async fn additional_contexts_follow_all_results_in_model_order() {
         ]),
         text("done"),
     ]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "completed"}));
     let ev = events(&t, &agent).await;
     let k = kinds(&ev);
@@ -568,14 +441,14 @@ async fn additional_contexts_follow_all_results_in_model_order() {
 #[tokio::test]
 async fn tool_arguments_non_json_pass_through_and_empty_become_an_object() {
     let listeners = "{ event = 'tools/pre-execute', action = 'record' }";
-    let (t, fake) = setup(&kit("k", listeners, KIT_TOOLS)).await;
+    let (t, fake) = setup(&kit_row("k", listeners, KIT_TOOLS)).await;
     fake.push([
         raw_calls(&[("c0", "x", "not json {"), ("c1", "x", "")]),
         text("done"),
     ]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "completed"}));
-    let j = journal(&t, "k").await;
+    let j = kit_journal(&t, "k").await;
     let args: Vec<&Value> = j
         .iter()
         .filter(|e| e["event"] == "tools/pre-execute")
@@ -595,12 +468,12 @@ async fn tool_arguments_non_json_pass_through_and_empty_become_an_object() {
 /// and the model sees `Error: <message>`; the turn goes on.
 #[tokio::test]
 async fn a_coded_tool_failure_is_forwarded_to_the_result_error() {
-    let (t, fake) = setup(&kit("k", "", KIT_TOOLS)).await;
+    let (t, fake) = setup(&kit_row("k", "", KIT_TOOLS)).await;
     fake.push([
         calls(&[("c0", "x", json!({"fail": "DISK_FULL"}))]),
         text("done"),
     ]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "completed"}));
     let ev = events(&t, &agent).await;
     let r = of_type(&ev, "tool/result")[0];
@@ -625,12 +498,12 @@ async fn a_coded_tool_failure_is_forwarded_to_the_result_error() {
 /// A tool's presentation meta is recorded as tool/result.meta.
 #[tokio::test]
 async fn presentation_meta_is_recorded_on_the_result() {
-    let (t, fake) = setup(&kit("k", "", KIT_TOOLS)).await;
+    let (t, fake) = setup(&kit_row("k", "", KIT_TOOLS)).await;
     fake.push([
         calls(&[("c0", "x", json!({"meta": {"lines": 3, "path": "a.txt"}}))]),
         text("done"),
     ]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "completed"}));
     let ev = events(&t, &agent).await;
     assert_eq!(
@@ -645,8 +518,8 @@ async fn presentation_meta_is_recorded_on_the_result() {
 #[tokio::test]
 async fn a_coded_plugin_error_is_rendered_on_turn_end() {
     let listeners = "{ event = 'agent/pre-step', action = 'fail' }";
-    let (t, fake) = setup(&kit("k", listeners, "")).await;
-    let agent = new_agent(&t).await;
+    let (t, fake) = setup(&kit_row("k", listeners, "")).await;
+    let agent = new_agent(&t, "/tmp").await;
     let reason = turn(&t, &agent, "go").await;
     assert_eq!(
         reason,
@@ -666,7 +539,7 @@ async fn dispose_during_streaming_ends_the_turn_disposed() {
     fake.push([Answer::Stall(vec![
         json!({"choices": [{"delta": {"content": "partial "}}]}).to_string(),
     ])]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     send(&t, "followup", &agent, "go").await;
     wait_log(&t, &agent, "a chunk", |ev| {
         ev.iter().any(|e| e["type"] == "assistant/chunk")
@@ -689,12 +562,12 @@ async fn dispose_during_streaming_ends_the_turn_disposed() {
 async fn a_retry_action_after_abort_is_ignored() {
     // The kit cancels (prepended, so before llm-retry answers `retry`).
     let listeners = "{ event = 'agent/request-error', action = 'cancel', prepend = true }";
-    let (t, fake) = setup(&kit("k", listeners, "")).await;
+    let (t, fake) = setup(&kit_row("k", listeners, "")).await;
     fake.push([
         Answer::Status(500, vec![], "{\"error\":{\"message\":\"boom\"}}".into()),
         text("never"),
     ]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(
         turn(&t, &agent, "go").await,
         json!({"kind": "aborted", "reason": {"kind": "user"}})
@@ -714,7 +587,7 @@ async fn recovery_with_no_action_stays_terminal_with_one_step_end() {
         vec![],
         "{\"error\":{\"message\":\"bad request\"}}".into(),
     )]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     let reason = turn(&t, &agent, "go").await;
     assert_eq!(reason["kind"], "error");
     let ev = events(&t, &agent).await;
@@ -731,9 +604,9 @@ async fn recovery_with_no_action_stays_terminal_with_one_step_end() {
 #[tokio::test]
 async fn a_rejected_continuation_ends_the_turn_blocked() {
     let listeners = "{ event = 'agent/pre-step', action = 'return', value = { kind = 'reject' }, when = { step = 2 } }";
-    let (t, fake) = setup(&kit("k", listeners, KIT_TOOLS)).await;
+    let (t, fake) = setup(&kit_row("k", listeners, KIT_TOOLS)).await;
     fake.push([calls(&[("c0", "x", json!({}))]), text("never")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "blocked"}));
     let ev = events(&t, &agent).await;
     assert_eq!(of_type(&ev, "step/start").len(), 1);
@@ -783,7 +656,7 @@ async fn agent_request_can_supply_the_model() {
     let listeners = "{ event = 'agent/request', action = 'merge', value = { config = { provider = 'fake', model = 'm-from-hook' } } }";
     let (t, fake) = setup(&format!(
         "{}{PERSONA_WITHOUT_MODEL}",
-        kit("k", listeners, "")
+        kit_row("k", listeners, "")
     ))
     .await;
     fake.push([text("hi")]);
@@ -803,7 +676,7 @@ async fn agent_request_can_supply_the_model() {
 #[tokio::test]
 async fn inbox_splices_carry_exact_messages_and_targets() {
     let (t, _fake) = setup("").await;
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     let m = json!({"id": "m-inject", "role": "user", "content": [{"type": "text", "text": "ctx"}], "source": {"kind": "plugin", "plugin": ""}});
     t.call("agents", "inject", json!({"agent": agent, "message": m}))
         .await;
@@ -830,7 +703,7 @@ async fn inbox_splices_carry_exact_messages_and_targets() {
 async fn a_forked_agent_continues_turn_numbers() {
     let (t, fake) = setup("").await;
     fake.push([text("one"), text("two"), text("three")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     turn(&t, &agent, "a").await;
     turn(&t, &agent, "b").await;
     let child = t.call("sessions", "fork", json!({"id": agent})).await["id"]
@@ -865,7 +738,7 @@ async fn an_in_band_finish_error_is_a_turn_error() {
         vec![],
         "{\"error\":{\"message\":\"bad\"}}".into(),
     )]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     let reason = turn(&t, &agent, "go").await;
     assert_eq!(reason["kind"], "error");
     let ev = events(&t, &agent).await;
@@ -886,12 +759,12 @@ async fn an_in_band_finish_error_is_a_turn_error() {
 #[tokio::test]
 async fn boundary_observers_see_the_log_and_their_throws_change_nothing() {
     let listeners = "{ event = 'session/event', action = 'fail' }";
-    let (t, fake) = setup(&kit("k", listeners, "")).await;
+    let (t, fake) = setup(&kit_row("k", listeners, "")).await;
     fake.push([text("fine")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "completed"}));
     let ev = events(&t, &agent).await;
-    let j = wait_journal(&t, "k", |j| j.len() >= ev.len()).await;
+    let j = wait_kit_journal(&t, "k", |j| j.len() >= ev.len()).await;
     let step_start = j
         .iter()
         .find(|e| e["payload"]["event"]["type"] == "step/start")
@@ -908,9 +781,9 @@ async fn boundary_observers_see_the_log_and_their_throws_change_nothing() {
 #[tokio::test]
 async fn tool_result_keeps_the_model_call_id_through_post_execute_replacement() {
     let listeners = "{ event = 'tools/post-execute', action = 'return', value = { kind = 'accept', content = [{ type = 'text', text = 'replaced' }] } }";
-    let (t, fake) = setup(&kit("k", listeners, KIT_TOOLS)).await;
+    let (t, fake) = setup(&kit_row("k", listeners, KIT_TOOLS)).await;
     fake.push([calls(&[("call-model-7", "x", json!({}))]), text("done")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "completed"}));
     let ev = events(&t, &agent).await;
     let r = of_type(&ev, "tool/result")[0];
@@ -930,8 +803,8 @@ async fn tool_result_keeps_the_model_call_id_through_post_execute_replacement() 
 #[tokio::test]
 async fn cancel_during_pre_step_closes_a_no_step_turn() {
     let listeners = "{ event = 'agent/pre-step', action = 'cancel' }";
-    let (t, fake) = setup(&kit("k", listeners, "")).await;
-    let agent = new_agent(&t).await;
+    let (t, fake) = setup(&kit_row("k", listeners, "")).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(
         turn(&t, &agent, "go").await,
         json!({"kind": "aborted", "reason": {"kind": "user"}})
@@ -947,9 +820,9 @@ async fn cancel_during_pre_step_closes_a_no_step_turn() {
 #[tokio::test]
 async fn a_throwing_turn_stopping_listener_errors_the_turn_not_the_loop() {
     let listeners = "{ event = 'agent/turn-stopping', action = 'fail', once = true }";
-    let (t, fake) = setup(&kit("k", listeners, "")).await;
+    let (t, fake) = setup(&kit_row("k", listeners, "")).await;
     fake.push([text("one"), text("two")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     let r = turn(&t, &agent, "a").await;
     assert_eq!(r["error"]["code"], "LOOPKIT_FAILED");
     assert_eq!(turn(&t, &agent, "b").await, json!({"kind": "completed"}));
@@ -960,9 +833,9 @@ async fn a_throwing_turn_stopping_listener_errors_the_turn_not_the_loop() {
 #[tokio::test]
 async fn a_turn_stopping_steer_continues_the_same_turn() {
     let listeners = "{ event = 'agent/turn-stopping', action = 'steer', value = 'one more thing', once = true }";
-    let (t, fake) = setup(&kit("k", listeners, "")).await;
+    let (t, fake) = setup(&kit_row("k", listeners, "")).await;
     fake.push([text("one"), text("two")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "a").await, json!({"kind": "completed"}));
     let ev = events(&t, &agent).await;
     assert_eq!(of_type(&ev, "turn/start").len(), 1);
@@ -982,12 +855,12 @@ async fn a_turn_stopping_steer_continues_the_same_turn() {
 #[tokio::test]
 async fn each_failed_attempt_retries_in_the_same_turn_and_step() {
     let listeners = "{ event = 'agent/request-error', action = 'record', prepend = true }, { event = 'agent/status', action = 'record' }";
-    let (t, fake) = setup(&kit("k", listeners, "")).await;
+    let (t, fake) = setup(&kit_row("k", listeners, "")).await;
     let boom = || Answer::Status(500, vec![], "{\"error\":{\"message\":\"boom\"}}".into());
     fake.push([boom(), boom(), text("ok")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "completed"}));
-    let j = journal(&t, "k").await;
+    let j = kit_journal(&t, "k").await;
     let offers: Vec<&Value> = j
         .iter()
         .filter(|e| e["event"] == "agent/request-error")
@@ -1024,11 +897,11 @@ async fn each_failed_attempt_retries_in_the_same_turn_and_step() {
 #[tokio::test]
 async fn middleware_failures_are_not_offered_to_recovery() {
     let listeners = "{ event = 'llm/stream', action = 'fail' }, { event = 'agent/request-error', action = 'record', prepend = true }";
-    let (t, fake) = setup(&kit("k", listeners, "")).await;
-    let agent = new_agent(&t).await;
+    let (t, fake) = setup(&kit_row("k", listeners, "")).await;
+    let agent = new_agent(&t, "/tmp").await;
     let reason = turn(&t, &agent, "go").await;
     assert_eq!(reason["error"]["code"], "LOOPKIT_FAILED");
-    let j = journal(&t, "k").await;
+    let j = kit_journal(&t, "k").await;
     assert!(!j.iter().any(|e| e["event"] == "agent/request-error"));
     assert!(fake.requests().is_empty());
     assert!(of_type(&events(&t, &agent).await, "assistant/message").is_empty());
@@ -1039,9 +912,9 @@ async fn middleware_failures_are_not_offered_to_recovery() {
 #[tokio::test]
 async fn a_throwing_recovery_listener_means_no_retry() {
     let listeners = "{ event = 'agent/request-error', action = 'fail', prepend = true }";
-    let (t, fake) = setup(&kit("k", listeners, "")).await;
+    let (t, fake) = setup(&kit_row("k", listeners, "")).await;
     fake.push([Answer::Status(500, vec![], "{}".into()), text("never")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     let reason = turn(&t, &agent, "go").await;
     assert_eq!(reason["error"]["code"], "LOOPKIT_FAILED");
     assert_eq!(fake.requests().len(), 1);
@@ -1055,9 +928,9 @@ async fn a_throwing_recovery_listener_means_no_retry() {
 #[tokio::test]
 async fn an_idle_inject_stages_durably_and_rides_the_next_claim() {
     let listeners = "{ event = 'agent/inbox/inserted', action = 'record' }, { event = 'agent/inbox/claimed', action = 'record' }";
-    let (t, fake) = setup(&kit("k", listeners, "")).await;
+    let (t, fake) = setup(&kit_row("k", listeners, "")).await;
     fake.push([text("ok")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     send(&t, "inject", &agent, "context first").await;
     assert_eq!(kinds(&events(&t, &agent).await), ["agent/inbox/spliced"]);
     assert_eq!(
@@ -1074,7 +947,7 @@ async fn an_idle_inject_stages_durably_and_rides_the_next_claim() {
         .map(|e| e["data"]["content"][0]["text"].as_str().unwrap())
         .collect();
     assert_eq!(users, ["context first", "the prompt"]);
-    let j = wait_journal(&t, "k", |j| j.len() >= 4).await;
+    let j = wait_kit_journal(&t, "k", |j| j.len() >= 4).await;
     let trace: Vec<(String, String)> = j
         .iter()
         .map(|e| {
@@ -1108,7 +981,7 @@ async fn an_idle_inject_stages_durably_and_rides_the_next_claim() {
 #[tokio::test]
 async fn an_invalid_inject_throws_and_logs_nothing() {
     let (t, _fake) = setup("").await;
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     let err = t
         .host
         .call(
@@ -1128,7 +1001,7 @@ async fn an_invalid_inject_throws_and_logs_nothing() {
 async fn an_idle_steer_is_a_woken_turn() {
     let (t, fake) = setup("").await;
     fake.push([text("ok")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     send(&t, "steer", &agent, "steered").await;
     assert_eq!(idle(&t, &agent).await, json!({"kind": "completed"}));
     let ev = events(&t, &agent).await;
@@ -1145,12 +1018,12 @@ async fn an_idle_steer_is_a_woken_turn() {
 #[tokio::test]
 async fn one_running_and_one_idle_transition_per_turn_and_status_throws_are_contained() {
     let listeners = "{ event = 'agent/status', action = 'fail' }";
-    let (t, fake) = setup(&kit("k", listeners, "")).await;
+    let (t, fake) = setup(&kit_row("k", listeners, "")).await;
     fake.push([text("one"), text("two")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "a").await, json!({"kind": "completed"}));
     assert_eq!(turn(&t, &agent, "b").await, json!({"kind": "completed"}));
-    let j = wait_journal(&t, "k", |j| j.len() >= 4).await;
+    let j = wait_kit_journal(&t, "k", |j| j.len() >= 4).await;
     let statuses: Vec<&Value> = j.iter().map(|e| &e["payload"]["status"]).collect();
     assert_eq!(
         statuses,
@@ -1170,7 +1043,7 @@ async fn one_running_and_one_idle_transition_per_turn_and_status_throws_are_cont
 async fn when_idle_answers_idle_at_once_and_running_at_the_end() {
     let (t, fake) = setup("").await;
     fake.push([text("one")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     let first = t.call("agents", "whenIdle", json!({"agent": agent})).await;
     assert_eq!(first, json!({"reason": null, "lastTurn": 0}));
     send(&t, "followup", &agent, "a").await;
@@ -1191,7 +1064,7 @@ async fn a_burst_of_followups_gets_one_turn_per_message() {
     let (t, fake) = setup("").await;
     let n = 6;
     fake.push((0..n).map(|i| text(&format!("answer {i}"))));
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     let sends = (0..n).map(|i| {
         t.host.call(
             "agents",
@@ -1267,9 +1140,9 @@ async fn futures_join<F: std::future::Future>(futs: impl IntoIterator<Item = F>)
 async fn request_header_tools_are_in_canonical_order() {
     // `zeta` registers before `alpha`, both after the core's tools.
     let tools = "{ name = 'zeta' }, { name = 'alpha' }";
-    let (t, fake) = setup(&kit("k", "", tools)).await;
+    let (t, fake) = setup(&kit_row("k", "", tools)).await;
     fake.push([text("ok")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     turn(&t, &agent, "go").await;
     let ev = events(&t, &agent).await;
     let names: Vec<&str> = of_type(&ev, "request/header")[0]["data"]["header"]["tools"]
@@ -1299,14 +1172,14 @@ async fn request_header_tools_are_in_canonical_order() {
 #[tokio::test]
 async fn requests_append_extend_and_a_switch_logs_a_change_header() {
     let listeners = "{ event = 'agent/request', action = 'merge', value = { config = { model = 'm2' } }, when = { turn = 3 } }";
-    let (t, fake) = setup(&kit("k", listeners, KIT_TOOLS)).await;
+    let (t, fake) = setup(&kit_row("k", listeners, KIT_TOOLS)).await;
     fake.push([
         calls(&[("c0", "x", json!({}))]),
         text("one"),
         text("two"),
         text("three"),
     ]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     turn(&t, &agent, "a").await;
     turn(&t, &agent, "b").await;
     turn(&t, &agent, "c").await;
@@ -1348,7 +1221,7 @@ async fn requests_append_extend_and_a_switch_logs_a_change_header() {
 async fn a_resumed_session_anchors_with_a_resume_header() {
     let (t, fake) = setup("").await;
     fake.push([text("one"), text("two")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     turn(&t, &agent, "a").await;
     t.call("sessions", "flush", json!({"id": agent})).await;
     t.call("agents", "dispose", json!({"agent": agent})).await;
@@ -1392,7 +1265,7 @@ async fn a_resumed_session_anchors_with_a_resume_header() {
 async fn a_pending_idle_inject_survives_persist_and_resume() {
     let (t, fake) = setup("").await;
     fake.push([text("ok")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     send(&t, "inject", &agent, "remember this").await;
     t.call("sessions", "flush", json!({"id": agent})).await;
     t.call("agents", "dispose", json!({"agent": agent})).await;
@@ -1421,9 +1294,9 @@ async fn a_pending_idle_inject_survives_persist_and_resume() {
 #[tokio::test]
 async fn session_start_says_startup_or_resume() {
     let listeners = "{ event = 'agent/session-start', action = 'record' }";
-    let (t, fake) = setup(&kit("k", listeners, "")).await;
+    let (t, fake) = setup(&kit_row("k", listeners, "")).await;
     fake.push([text("ok")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     turn(&t, &agent, "a").await;
     t.call("sessions", "flush", json!({"id": agent})).await;
     t.call("agents", "dispose", json!({"agent": agent})).await;
@@ -1434,7 +1307,7 @@ async fn session_start_says_startup_or_resume() {
         json!({"sessionId": agent, "agentOptions": {"provider": "fake", "model": "m1"}}),
     )
     .await;
-    let j = wait_journal(&t, "k", |j| j.len() >= 2).await;
+    let j = wait_kit_journal(&t, "k", |j| j.len() >= 2).await;
     let sources: Vec<&Value> = j.iter().map(|e| &e["payload"]["source"]).collect();
     assert_eq!(sources, [&json!("startup"), &json!("resume")]);
     t.shutdown().await;
@@ -1492,7 +1365,7 @@ async fn resume_without_persistence_is_rejected() {
 /// one model call. With contexts pending, another step runs first.
 #[tokio::test]
 async fn a_concluding_tool_ends_the_turn_unless_next_step_input_is_pending() {
-    let (t, fake) = setup(&kit("k", "", KIT_TOOLS)).await;
+    let (t, fake) = setup(&kit_row("k", "", KIT_TOOLS)).await;
     fake.push([
         calls(&[("c0", "x", json!({"conclude": true}))]),
         calls(&[(
@@ -1502,7 +1375,7 @@ async fn a_concluding_tool_ends_the_turn_unless_next_step_input_is_pending() {
         )]),
         text("after the context"),
     ]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "a").await, json!({"kind": "completed"}));
     assert_eq!(
         fake.requests().len(),

@@ -6,26 +6,14 @@
 //! No waits here: every call is answered after its effects (a flush is
 //! durable when it returns).
 
-use std::path::PathBuf;
-
 use dsh_sdk::vocab::event;
 use dsh_sdk::Error;
+use dsh_testkit::agent::events;
+use dsh_testkit::session::store;
 use dsh_testkit::TestHost;
 use serde_json::{json, Value};
 
 const CWD: &str = "/conformance/session";
-
-/// A host with the session log and JSONL persistence under its home.
-async fn store() -> (TestHost, PathBuf) {
-    let t = TestHost::start().await;
-    let root = t.home.path().join("sessions");
-    t.apply(&format!(
-        "[[row]]\nid='session'\nplugin='session'\n[[row]]\nid='jsonl'\nplugin='session-jsonl'\nconfig = {{ root = '{}', writeBatchMaxDelayMs = 3600000 }}\n",
-        root.display()
-    ))
-    .await;
-    (t, root)
-}
 
 async fn try_call(
     t: &TestHost,
@@ -57,10 +45,6 @@ async fn append(t: &TestHost, id: &str, kind: &str, data: Value) -> Value {
     try_append(t, id, kind, data)
         .await
         .unwrap_or_else(|e| panic!("append {kind}: {e}"))
-}
-
-async fn events(t: &TestHost, id: &str) -> Vec<Value> {
-    serde_json::from_value(t.call("sessions", "events", json!({"id": id})).await).unwrap()
 }
 
 async fn derive(t: &TestHost, id: &str) -> Vec<Value> {

@@ -3,55 +3,23 @@
 //! behavior of the original's test files (see
 //! `tests/CONFORMANCE.md` (§10.4-10.6)).
 
-use std::time::{Duration, Instant};
-
 use dsh_sdk::codes;
+use dsh_testkit::fixtures::{
+    probe_call, probe_journal, probe_row, register_tool, stage_probe, toml_value,
+};
 use dsh_testkit::tools::text_of;
-use dsh_testkit::{library, TestHost};
+use dsh_testkit::{eventually, TestHost};
 use serde_json::{json, Value};
 
 // ---------------------------------------------------------------- helpers
 
-fn probe_row(id: &str, extra: &str) -> String {
-    format!("[[row]]\nid = \"{id}\"\nplugin = \"probe\"\n[row.config]\ntag = \"{id}\"\n{extra}\n")
-}
-
-fn stage_probe(t: &TestHost) {
-    std::fs::copy(
-        library("dsh-fixture-probe"),
-        t.plugins.path().join("probe.so"),
-    )
-    .unwrap();
-}
-
-async fn journal(t: &TestHost, tag: &str) -> Vec<String> {
-    let v = t.call(&format!("probe:{tag}"), "journal", json!({})).await;
-    serde_json::from_value(v).unwrap()
-}
-
 /// The events probe `tag` heard, in order.
 async fn heard(t: &TestHost, tag: &str) -> Vec<String> {
-    journal(t, tag)
+    probe_journal(t, tag)
         .await
         .into_iter()
         .filter(|e| e.starts_with("event:"))
         .collect()
-}
-
-/// Polls `check` until it holds, failing after a generous deadline.
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("timed out waiting for: {what}");
 }
 
 async fn link(t: &TestHost, tag: &str, child: &str, parent: &str) -> Result<Value, dsh_sdk::Error> {
@@ -226,28 +194,11 @@ fn tool_rows(extra: &str, more: &str) -> String {
     )
 }
 
-/// Registers tool `name` (service `impl-svc`) through the probe, so the
-/// probe's fiber owns it; `more` adds registration fields.
-async fn register(t: &TestHost, name: &str, more: Value) -> Result<Value, dsh_sdk::Error> {
-    let mut params = json!({"name": name, "description": format!("the {name} tool"),
-        "service": "impl-svc", "parameters": {"type": "object", "properties": {}}});
-    for (k, v) in more.as_object().into_iter().flatten() {
-        params[k] = v.clone();
-    }
-    t.host
-        .call(
-            "probe:impl",
-            "call",
-            json!({"service": "tools", "method": "register", "params": params}),
-        )
-        .await
-}
-
 async fn tools_with(extra: &str, more: &str) -> TestHost {
     let t = TestHost::start().await;
     stage_probe(&t);
     t.apply(&tool_rows(extra, more)).await;
-    register(&t, "t", json!({})).await.unwrap();
+    register_tool(&t, "t", json!({})).await.unwrap();
     t
 }
 
@@ -264,24 +215,9 @@ fn listener(event: &str, action: &str, reply: Option<Value>) -> String {
     match reply {
         Some(r) => format!(
             "{{ event = \"{event}\", action = \"{action}\", reply = {} }}",
-            toml_of(&r)
+            toml_value(&r)
         ),
         None => format!("{{ event = \"{event}\", action = \"{action}\" }}"),
-    }
-}
-
-/// A JSON value as an inline TOML value.
-fn toml_of(v: &Value) -> String {
-    match v {
-        Value::Object(m) => format!(
-            "{{ {} }}",
-            m.iter()
-                .map(|(k, v)| format!("{k} = {}", toml_of(v)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        Value::Array(a) => format!("[{}]", a.iter().map(toml_of).collect::<Vec<_>>().join(", ")),
-        other => other.to_string(),
     }
 }
 
@@ -344,7 +280,7 @@ async fn invalid_arguments_are_an_invalid_args_error_listing_every_violation() {
     let t = tools_with("", "").await;
     let params = json!({"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}},
                         "required": ["a", "b"]});
-    register(&t, "strict", json!({"parameters": params}))
+    register_tool(&t, "strict", json!({"parameters": params}))
         .await
         .unwrap();
     let r = exec(&t, "strict", json!({"a": 1, "value": "ran"})).await;
@@ -404,7 +340,7 @@ async fn an_ask_without_an_approval_service_is_denied_with_its_reason() {
         "",
     ))
     .await;
-    register(&t, "t", json!({})).await.unwrap();
+    register_tool(&t, "t", json!({})).await.unwrap();
     let r = exec(&t, "t", json!({"value": "ran"})).await;
     assert_eq!(text_of(&r), "Error: needs a human");
     t.shutdown().await;
@@ -436,7 +372,7 @@ async fn approval_outcomes_cancelled_unavailable_and_rogue_deny_the_call() {
             "",
         ))
         .await;
-        register(&t, "t", json!({})).await.unwrap();
+        register_tool(&t, "t", json!({})).await.unwrap();
         let r = exec(&t, "t", json!({"value": "ran"})).await;
         assert_eq!(r["isError"], true, "{outcome}: {r}");
         assert_eq!(text_of(&r), text, "{outcome}");
@@ -446,7 +382,7 @@ async fn approval_outcomes_cancelled_unavailable_and_rogue_deny_the_call() {
         "",
     ))
     .await;
-    register(&t, "t", json!({})).await.unwrap();
+    register_tool(&t, "t", json!({})).await.unwrap();
     let r = exec(&t, "t", json!({"value": "ran"})).await;
     assert_eq!(r["value"], "ran", "{r}");
     // Without an agent there is nobody to ask: denied, the tool not run.
@@ -534,7 +470,7 @@ async fn a_throwing_listener_in_any_stage_is_an_error_result_keeping_its_code() 
             "",
         ))
         .await;
-        register(&t, "t", json!({})).await.unwrap();
+        register_tool(&t, "t", json!({})).await.unwrap();
         let r = exec(&t, "t", json!({"value": "ran"})).await;
         assert_eq!(r["isError"], true, "{stage}: {r}");
         assert_eq!(r["error"]["info"]["code"], "PROBE_FAILED", "{stage}: {r}");
@@ -580,17 +516,21 @@ async fn registration_rejects_duplicates_per_layer_and_announces_changes() {
     let t = TestHost::start().await;
     stage_probe(&t);
     t.apply(&tool_rows("", &obs)).await;
-    register(&t, "t", json!({})).await.unwrap();
+    register_tool(&t, "t", json!({})).await.unwrap();
     eventually("tools/change on register", || async {
         heard(&t, "obs").await.len() == 1
     })
     .await;
-    let e = register(&t, "t", json!({})).await.unwrap_err();
+    let e = register_tool(&t, "t", json!({})).await.unwrap_err();
     assert_eq!(e.code, "DUPLICATE_TOOL");
     assert_eq!(e.message, "tool \"t\" is already registered");
     // Another layer (a scope) may hold the same name.
-    register(&t, "t", json!({"scope": "a1"})).await.unwrap();
-    let e = register(&t, "t", json!({"scope": "a1"})).await.unwrap_err();
+    register_tool(&t, "t", json!({"scope": "a1"}))
+        .await
+        .unwrap();
+    let e = register_tool(&t, "t", json!({"scope": "a1"}))
+        .await
+        .unwrap_err();
     assert_eq!(e.code, "DUPLICATE_TOOL");
     // Disposing the registering fiber unregisters and announces it.
     let before = heard(&t, "obs").await.len();
@@ -612,7 +552,7 @@ async fn registration_rejects_duplicates_per_layer_and_announces_changes() {
 #[tokio::test]
 async fn schemas_project_name_description_and_parameters_only() {
     let t = tools_with("", "").await;
-    register(
+    register_tool(
         &t,
         "rich",
         json!({"parallel": true, "timeoutMs": 500, "presentCall": "x", "output": {"schema": {}}}),
@@ -639,7 +579,7 @@ async fn execution_mode_is_parallel_only_for_exact_true() {
         ("one", json!(1)),
         ("no", json!(false)),
     ] {
-        register(&t, name, json!({"parallel": parallel}))
+        register_tool(&t, name, json!({"parallel": parallel}))
             .await
             .unwrap();
     }
@@ -664,14 +604,14 @@ async fn execution_mode_is_parallel_only_for_exact_true() {
 async fn a_scoped_tool_shadows_the_global_one_in_either_order() {
     let t = tools_with("", "").await;
     // Global first, then scoped.
-    register(&t, "t", json!({"scope": "a1", "description": "a1's t"}))
+    register_tool(&t, "t", json!({"scope": "a1", "description": "a1's t"}))
         .await
         .unwrap();
     // Scoped first, then global.
-    register(&t, "u", json!({"scope": "a1", "description": "a1's u"}))
+    register_tool(&t, "u", json!({"scope": "a1", "description": "a1's u"}))
         .await
         .unwrap();
-    register(&t, "u", json!({})).await.unwrap();
+    register_tool(&t, "u", json!({})).await.unwrap();
     let descriptions = |v: Value| -> Vec<String> {
         v.as_array()
             .unwrap()
@@ -782,14 +722,14 @@ async fn section(
     order: Value,
     text: &str,
 ) -> Result<Value, dsh_sdk::Error> {
-    t.host
-        .call(
-            "probe:impl",
-            "call",
-            json!({"service": "systemPrompt", "method": "section",
-                   "params": {"name": name, "order": order, "text": text}}),
-        )
-        .await
+    probe_call(
+        t,
+        "impl",
+        "systemPrompt",
+        "section",
+        json!({"name": name, "order": order, "text": text}),
+    )
+    .await
 }
 
 #[tokio::test]

@@ -6,90 +6,26 @@
 use std::time::{Duration, Instant};
 
 use dsh_sdk::vocab::{event, msg};
-use dsh_testkit::fake_llm::{text, Answer, FakeLlm};
-use dsh_testkit::{library, TestHost};
+use dsh_testkit::agent::{
+    core_host_staged, create, events, logged, new_agent, send_message, user_texts,
+    with_prompt_config,
+};
+use dsh_testkit::fake_llm::{stall_after, text, Answer, FakeLlm};
+use dsh_testkit::fixtures::{hooks_journal, hooks_row, HOOKS, PROBE};
+use dsh_testkit::TestHost;
 use serde_json::{json, Value};
 
 const DEADLINE: Duration = Duration::from_secs(20);
-/// The kit's persona, and one without `{{cwd}}` (which has no value for an
-/// agent created without a cwd: a strict render error).
-const KIT_PERSONA: &str = "config = { persona = \"You work in {{cwd}} with {{model}}.\" }";
-const NO_CWD_PERSONA: &str = "config = { persona = \"You work with {{model}}.\" }";
-
-/// A JSON value as one line of TOML (inline tables and arrays).
-fn toml_value(v: &Value) -> String {
-    match v {
-        Value::Object(o) => {
-            let pairs: Vec<String> = o
-                .iter()
-                .map(|(k, x)| format!("{} = {}", json!(k), toml_value(x)))
-                .collect();
-            format!("{{ {} }}", pairs.join(", "))
-        }
-        Value::Array(a) => {
-            let items: Vec<String> = a.iter().map(toml_value).collect();
-            format!("[{}]", items.join(", "))
-        }
-        other => other.to_string(),
-    }
-}
-
-/// A row of the hooks fixture with service `hooks:<tag>`.
-fn hooks_row(tag: &str, mut config: Value) -> String {
-    config["tag"] = json!(tag);
-    format!(
-        "[[row]]\nid = \"hooks-{tag}\"\nplugin = \"hooks\"\nconfig = {}\n",
-        toml_value(&config)
-    )
-}
+/// A persona without `{{cwd}}` (which has no value for an agent created
+/// without a cwd: a strict render error).
+const NO_CWD_PERSONA: &str = "{ persona = \"You work with {{model}}.\" }";
 
 /// A host with the kit's core rows (persona without `{{cwd}}`) and `extra`.
 async fn setup(extra: &str) -> (TestHost, FakeLlm) {
-    let fake = FakeLlm::start().await;
-    let t = TestHost::start().await;
-    std::fs::copy(
-        library("dsh-fixture-hooks"),
-        t.plugins.path().join("hooks.so"),
-    )
-    .expect("the hooks fixture is built");
-    let base = dsh_testkit::core_rows(&fake.base_url, &t.home.path().join("sessions"));
-    assert!(base.contains(KIT_PERSONA), "the kit's prompt row changed");
-    t.apply(&format!(
-        "{}{extra}",
-        base.replace(KIT_PERSONA, NO_CWD_PERSONA)
-    ))
-    .await;
-    for s in t.host.status().await {
-        assert_eq!(format!("{:?}", s.state), "Active", "{s:?}");
-    }
-    (t, fake)
-}
-
-async fn create(t: &TestHost, params: Value) -> String {
-    let v = t.call("agentLoop", "create", params).await;
-    v["agent"].as_str().expect("an agent id").to_owned()
-}
-
-async fn new_agent(t: &TestHost) -> String {
-    create(
-        t,
-        json!({"agentOptions": {"provider": "fake", "model": "m1"}, "meta": {"cwd": "/tmp"}}),
-    )
+    core_host_staged(&[HOOKS], |rows| {
+        with_prompt_config(&rows, NO_CWD_PERSONA) + extra
+    })
     .await
-}
-
-async fn send(t: &TestHost, method: &str, agent: &str, message: Value) -> Value {
-    t.call(
-        "agents",
-        method,
-        json!({"agent": agent, "message": message}),
-    )
-    .await
-}
-
-async fn events(t: &TestHost, agent: &str) -> Vec<Value> {
-    serde_json::from_value(t.call("sessions", "events", json!({"id": agent})).await)
-        .expect("events")
 }
 
 fn splices(ev: &[Value]) -> Vec<Value> {
@@ -99,55 +35,29 @@ fn splices(ev: &[Value]) -> Vec<Value> {
         .collect()
 }
 
-/// Waits until the log of `agent` holds an event of `kind`.
-async fn logged(t: &TestHost, agent: &str, kind: &str) {
-    let until = Instant::now() + DEADLINE;
-    while !events(t, agent).await.iter().any(|e| e["type"] == kind) {
-        assert!(Instant::now() < until, "no {kind} logged");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
 /// The messages the hooks fixture `tag` heard on `name`, once it heard
 /// `n` events in all.
 async fn heard(t: &TestHost, tag: &str, n: usize, name: &str) -> Vec<Value> {
-    let until = Instant::now() + DEADLINE;
-    loop {
-        let j: Vec<Value> =
-            serde_json::from_value(t.call(&format!("hooks:{tag}"), "journal", json!({})).await)
-                .expect("journal");
-        if j.len() >= n {
-            assert_eq!(j.len(), n, "journal {tag}: {j:?}");
-            return j
-                .iter()
-                .filter(|e| e["event"] == name)
-                .map(|e| e["payload"]["message"].clone())
-                .collect();
-        }
-        assert!(Instant::now() < until, "journal {tag}: {j:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-/// An answer that streams a little text and then never finishes.
-fn stall() -> Answer {
-    Answer::Stall(vec![
-        json!({"choices": [{"delta": {"content": "Half"}}]}).to_string()
-    ])
+    heard_all(t, tag, n)
+        .await
+        .iter()
+        .filter(|e| e["event"] == name)
+        .map(|e| e["payload"]["message"].clone())
+        .collect()
 }
 
 /// An agent whose first turn is stuck in the model stream, so what is sent
 /// now stays pending: `original` queued for the next turn, `step` for the
 /// next step.
 async fn agent_with_pending(t: &TestHost, fake: &FakeLlm) -> (String, Value, Value) {
-    fake.push([stall()]);
-    let agent = new_agent(t).await;
-    send(t, "followup", &agent, msg::user_text("running", "running")).await;
+    fake.push([stall_after("Half")]);
+    let agent = new_agent(t, "/tmp").await;
+    send_message(t, "followup", &agent, msg::user_text("running", "running")).await;
     logged(t, &agent, event::ASSISTANT_CHUNK).await;
     let original = msg::user_text("original", "original");
     let step = msg::user_text("step", "step");
-    send(t, "followup", &agent, original.clone()).await;
-    send(t, "inject", &agent, step.clone()).await;
+    send_message(t, "followup", &agent, original.clone()).await;
+    send_message(t, "inject", &agent, step.clone()).await;
     (agent, original, step)
 }
 
@@ -356,7 +266,7 @@ async fn an_agent_created_without_a_cwd_has_none_and_resumes_without_one() {
     assert_eq!(header["id"], "nocwd-sess");
     assert_eq!(header.get("cwd"), None, "{header}");
     fake.push([text("hi")]);
-    send(&t, "followup", &agent, json!({"text": "hello"})).await;
+    send_message(&t, "followup", &agent, json!({"text": "hello"})).await;
     let end = t.call("agents", "whenIdle", json!({"agent": agent})).await;
     assert_eq!(end["reason"], json!({"kind": "completed"}));
     let system = &fake.requests()[0]["messages"][0]["content"];
@@ -391,7 +301,7 @@ fn rows_with_loop(fake: &FakeLlm, t: &TestHost, config: &str, extra: &str) -> St
     assert!(base.ends_with(loop_row), "the kit's agent-loop row changed");
     format!(
         "{}config = {config}\n{extra}",
-        base.replace(KIT_PERSONA, NO_CWD_PERSONA)
+        with_prompt_config(&base, NO_CWD_PERSONA)
     )
 }
 
@@ -399,11 +309,7 @@ fn rows_with_loop(fake: &FakeLlm, t: &TestHost, config: &str, extra: &str) -> St
 async fn setup_loop(config: &str, extra: &str) -> (TestHost, FakeLlm) {
     let fake = FakeLlm::start().await;
     let t = TestHost::start().await;
-    std::fs::copy(
-        library("dsh-fixture-hooks"),
-        t.plugins.path().join("hooks.so"),
-    )
-    .expect("the hooks fixture is built");
+    t.stage(HOOKS.0, HOOKS.1);
     t.apply(&rows_with_loop(&fake, &t, config, extra)).await;
     (t, fake)
 }
@@ -456,7 +362,7 @@ async fn configured_agents_start_in_fresh_sessions_with_their_cwd() {
     assert_eq!(header(&t, &ids[1]).await.get("cwd"), None);
 
     fake.push([text("hi")]);
-    send(&t, "followup", &ids[0], json!({"text": "hello"})).await;
+    send_message(&t, "followup", &ids[0], json!({"text": "hello"})).await;
     let end = t.call("agents", "whenIdle", json!({"agent": ids[0]})).await;
     assert_eq!(end["reason"], json!({"kind": "completed"}));
     assert_eq!(fake.requests()[0]["model"], "m1");
@@ -481,7 +387,7 @@ async fn an_exact_configured_id_is_created_once_then_restored_across_a_reload() 
     let (t, fake) = setup_loop(config, "").await;
     assert_eq!(agents_when(&t, 1).await, ["config-exact"]);
     fake.push([text("one"), text("two")]);
-    send(
+    send_message(
         &t,
         "followup",
         "config-exact",
@@ -501,7 +407,7 @@ async fn an_exact_configured_id_is_created_once_then_restored_across_a_reload() 
         "the agent loop reloaded"
     );
     assert_eq!(agents_when(&t, 1).await, ["config-exact"]);
-    send(&t, "followup", "config-exact", json!({"text": "and now?"})).await;
+    send_message(&t, "followup", "config-exact", json!({"text": "and now?"})).await;
     let end = t
         .call("agents", "whenIdle", json!({"agent": "config-exact"}))
         .await;
@@ -533,7 +439,7 @@ async fn a_configured_resume_session_id_continues_the_stored_session() {
     )
     .await;
     fake.push([text("first"), text("second")]);
-    send(&t, "followup", &agent, json!({"text": "remember me"})).await;
+    send_message(&t, "followup", &agent, json!({"text": "remember me"})).await;
     t.call("agents", "whenIdle", json!({"agent": agent})).await;
     t.call("agents", "dispose", json!({"agent": agent})).await;
     t.call("sessions", "close", json!({"id": agent})).await;
@@ -542,7 +448,7 @@ async fn a_configured_resume_session_id_continues_the_stored_session() {
     let config = r#"{ agents = [{ id = "main", provider = "fake", model = "m1", resumeSessionId = "sticky-1" }] }"#;
     t.apply(&rows_with_loop(&fake, &t, config, "")).await;
     assert_eq!(agents_when(&t, 1).await, ["sticky-1"]);
-    send(&t, "followup", "sticky-1", json!({"text": "again"})).await;
+    send_message(&t, "followup", "sticky-1", json!({"text": "again"})).await;
     t.call("agents", "whenIdle", json!({"agent": "sticky-1"}))
         .await;
     let last = fake.requests().pop().expect("a request");
@@ -586,9 +492,7 @@ async fn a_configured_resume_of_a_missing_session_is_contained() {
 async fn heard_all(t: &TestHost, tag: &str, n: usize) -> Vec<Value> {
     let until = Instant::now() + DEADLINE;
     loop {
-        let j: Vec<Value> =
-            serde_json::from_value(t.call(&format!("hooks:{tag}"), "journal", json!({})).await)
-                .expect("journal");
+        let j = hooks_journal(t, tag).await;
         if j.len() >= n {
             assert_eq!(j.len(), n, "journal {tag}: {j:?}");
             return j;
@@ -801,11 +705,8 @@ fn fold_consumed_work_reports_unrun_drops_but_not_replacements_or_absorbed_ones(
 async fn an_agent_is_disposed_with_the_plugin_that_created_it() {
     let fake = FakeLlm::start().await;
     let t = TestHost::start().await;
-    for (lib, file) in [
-        ("dsh-fixture-hooks", "hooks.so"),
-        ("dsh-fixture-probe", "probe.so"),
-    ] {
-        std::fs::copy(library(lib), t.plugins.path().join(file)).expect("the fixture is built");
+    for (lib, file) in [HOOKS, PROBE] {
+        t.stage(lib, file);
     }
     let hooks = hooks_row("d", json!({"listeners": [{"event": "agent/disposed"}]}));
     let owner = "[[row]]\nid = \"owner\"\nplugin = \"probe\"\nconfig = { tag = \"o\" }\n";
@@ -853,13 +754,13 @@ async fn an_agent_is_disposed_with_the_plugin_that_created_it() {
 /// cancelled, and `a`, idle. `a`'s maintenance task is `agents.whenIdle
 /// {held}`: it runs until `held` is cancelled, or until the task is aborted.
 async fn maintenance_setup(t: &TestHost, fake: &FakeLlm, answers: Vec<Answer>) -> (String, String) {
-    let mut queue = vec![stall()];
+    let mut queue = vec![stall_after("Half")];
     queue.extend(answers);
     fake.push(queue);
-    let held = new_agent(t).await;
-    send(t, "followup", &held, json!({"text": "hold"})).await;
+    let held = new_agent(t, "/tmp").await;
+    send_message(t, "followup", &held, json!({"text": "hold"})).await;
     logged(t, &held, event::ASSISTANT_CHUNK).await;
-    (held, new_agent(t).await)
+    (held, new_agent(t, "/tmp").await)
 }
 
 fn maintenance_task(agent: &str, held: &str) -> Value {
@@ -879,18 +780,6 @@ async fn in_maintenance(t: &TestHost, agent: &str) {
         assert!(Instant::now() < until, "no maintenance: {status}");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-}
-
-fn user_texts(ev: &[Value]) -> Vec<String> {
-    ev.iter()
-        .filter(|e| e["type"] == event::USER_MESSAGE)
-        .map(|e| {
-            e["data"]["content"][0]["text"]
-                .as_str()
-                .unwrap_or("")
-                .to_owned()
-        })
-        .collect()
 }
 
 /// loop.spec "cancels queued wakeup work together with an active
@@ -917,9 +806,9 @@ async fn a_cancel_drops_the_queued_wake_and_aborts_the_maintenance_task() {
         .call("agents", "runMaintenance", maintenance_task(&a, &held));
     let steps = async {
         in_maintenance(&t, &a).await;
-        send(&t, "followup", &a, json!({"text": "discard this wakeup"})).await;
+        send_message(&t, "followup", &a, json!({"text": "discard this wakeup"})).await;
         t.call("agents", "cancel", json!({"agent": a})).await;
-        send(
+        send_message(
             &t,
             "followup",
             &a,
@@ -961,7 +850,7 @@ async fn a_wake_latched_behind_maintenance_replays_when_it_ends() {
         .call("agents", "runMaintenance", maintenance_task(&a, &held));
     let steps = async {
         in_maintenance(&t, &a).await;
-        send(
+        send_message(
             &t,
             "followup",
             &a,
@@ -1001,7 +890,7 @@ async fn removing_a_wake_latched_behind_maintenance_suppresses_its_replay() {
     let steps = async {
         in_maintenance(&t, &a).await;
         let wake = msg::user_text("removed-wake", "removed wake");
-        send(&t, "followup", &a, wake).await;
+        send_message(&t, "followup", &a, wake).await;
         let removed = t
             .call(
                 "agents",
@@ -1064,13 +953,13 @@ async fn a_model_selection_switches_the_prompt_and_the_request_together() {
         json!({"listeners": [{"event": "system-prompt/assemble", "once": true, "calls": [select]}]}),
     );
     let (t, fake) = setup(&hooks).await;
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     fake.push([text("one"), text("two"), text("three")]);
     let run = |prompt: &'static str| {
         let t = &t;
         let agent = agent.clone();
         async move {
-            send(t, "followup", &agent, json!({"text": prompt})).await;
+            send_message(t, "followup", &agent, json!({"text": prompt})).await;
             let end = t.call("agents", "whenIdle", json!({"agent": agent})).await;
             assert_eq!(end["reason"], json!({"kind": "completed"}));
         }

@@ -9,7 +9,8 @@
 //! removal with that fiber is observable; waterfall listeners are loop-kit
 //! rows. Nothing here sleeps to synchronize.
 
-use dsh_testkit::{library, TestHost};
+use dsh_testkit::fixtures::{kit_row, probe_call, stage_probe};
+use dsh_testkit::TestHost;
 use serde_json::{json, Value};
 
 // ---------------------------------------------------------------- helpers
@@ -31,35 +32,22 @@ fn rows(config: &str, more: &str) -> String {
 /// the tool registry it injects.
 fn kit(tag: &str, listeners: &str) -> String {
     format!(
-        "[[row]]\nid = 'tools'\nplugin = 'tools'\n\
-         [[row]]\nid = 'kit-{tag}'\nplugin = 'dsh-fixture-loop-kit'\n\
-         config = {{ tag = '{tag}', listeners = [{listeners}] }}\n"
+        "[[row]]\nid = 'tools'\nplugin = 'tools'\n{}",
+        kit_row(tag, listeners, "")
     )
 }
 
 async fn host(config: &str, more: &str) -> TestHost {
     let t = TestHost::start().await;
-    std::fs::copy(
-        library("dsh-fixture-probe"),
-        t.plugins.path().join("probe.so"),
-    )
-    .unwrap();
+    stage_probe(&t);
     t.apply(&rows(config, more)).await;
-    for s in t.host.status().await {
-        assert_eq!(format!("{:?}", s.state), "Active", "{s:?}");
-    }
+    t.assert_all_active().await;
     t
 }
 
 /// `systemPrompt.<method>(params)` called by the probe fiber.
 async fn register(t: &TestHost, method: &str, params: Value) -> Result<Value, dsh_sdk::Error> {
-    t.host
-        .call(
-            "probe:impl",
-            "call",
-            json!({"service": "systemPrompt", "method": method, "params": params}),
-        )
-        .await
+    probe_call(t, "impl", "systemPrompt", method, params).await
 }
 
 async fn assemble(t: &TestHost, params: Value) -> Result<Value, dsh_sdk::Error> {

@@ -14,101 +14,51 @@
 //! generous deadline, and a stream a test holds open has the adapter's idle
 //! timeout lifted.
 
-use std::time::Duration;
-
 use dsh_sdk::vocab::event;
-use dsh_testkit::fake_llm::{text, Answer, FakeLlm};
+use dsh_testkit::agent::{
+    agent_with, core_host, events, idle, new_agent, of_type, send, turn, wait_log,
+};
+use dsh_testkit::fake_llm::{calls, text, Answer, FakeLlm};
+use dsh_testkit::fixtures::{kit_journal, kit_row, wait_kit_journal};
 use dsh_testkit::TestHost;
 use serde_json::{json, Value};
 
 /// The core rows plus `extra` rows, every row active.
 async fn setup(extra: &str) -> (TestHost, FakeLlm) {
-    let fake = FakeLlm::start().await;
-    let t = TestHost::start().await;
-    let mut rows = dsh_testkit::core_rows(&fake.base_url, &t.home.path().join("sessions"));
-    rows.push_str(extra);
-    t.apply(&rows).await;
-    for s in t.host.status().await {
-        assert_eq!(format!("{:?}", s.state), "Active", "{s:?}");
-    }
-    (t, fake)
+    core_host(|rows| rows + extra).await
 }
 
 /// Like [`setup`], for tests that hold a model stream open until they act:
 /// the adapter's idle timeout is lifted so that it never ends the stream
 /// first, however slow the machine.
 async fn setup_held(extra: &str) -> (TestHost, FakeLlm) {
-    let fake = FakeLlm::start().await;
-    let t = TestHost::start().await;
-    let rows = dsh_testkit::core_rows(&fake.base_url, &t.home.path().join("sessions"));
-    assert!(
-        rows.contains("streamIdleTimeoutMs = 1500"),
-        "the kit's adapter row changed"
-    );
-    let mut rows = rows.replace("streamIdleTimeoutMs = 1500", "streamIdleTimeoutMs = 600000");
-    rows.push_str(extra);
-    t.apply(&rows).await;
-    for s in t.host.status().await {
-        assert_eq!(format!("{:?}", s.state), "Active", "{s:?}");
-    }
-    (t, fake)
+    core_host(|rows| {
+        assert!(
+            rows.contains("streamIdleTimeoutMs = 1500"),
+            "the kit's adapter row changed"
+        );
+        rows.replace("streamIdleTimeoutMs = 1500", "streamIdleTimeoutMs = 600000") + extra
+    })
+    .await
 }
 
-/// A loop-kit row tagged `tag` with `listeners` and `tools` (TOML arrays).
-fn kit(tag: &str, listeners: &str, tools: &str) -> String {
-    format!(
-        "[[row]]\nid = 'kit-{tag}'\nplugin = 'dsh-fixture-loop-kit'\n\
-         config = {{ tag = '{tag}', listeners = [{listeners}], tools = [{tools}] }}\n"
-    )
-}
-
-async fn agent_with(t: &TestHost, options: Value) -> String {
-    let v = t
-        .call(
-            "agentLoop",
-            "create",
-            json!({"agentOptions": options, "meta": {"cwd": "/tmp"}}),
-        )
-        .await;
-    v["agent"].as_str().unwrap().to_owned()
-}
-
-async fn new_agent(t: &TestHost) -> String {
-    agent_with(t, json!({"provider": "fake", "model": "m1"})).await
-}
-
-async fn send(t: &TestHost, method: &str, agent: &str, prompt: &str) {
-    t.call(
-        "agents",
-        method,
-        json!({"agent": agent, "message": {"text": prompt}}),
-    )
+/// A turn whose model stream stalls after `stall`'s chunks, cancelled once
+/// the log holds an `assistant/chunk` of type `chunk`: the host (held
+/// stream) and the log, after checking the turn ended aborted by the user.
+async fn cancelled_mid_stream(stall: Answer, chunk: &str) -> (TestHost, Vec<Value>) {
+    let (t, fake) = setup_held("").await;
+    fake.push([stall]);
+    let agent = new_agent(&t, "/tmp").await;
+    send(&t, "followup", &agent, "go").await;
+    wait_log(&t, &agent, &format!("the {chunk} chunk"), |ev| {
+        ev.iter()
+            .any(|e| e["type"] == event::ASSISTANT_CHUNK && e["data"]["chunk"]["type"] == chunk)
+    })
     .await;
-}
-
-async fn idle(t: &TestHost, agent: &str) -> Value {
-    t.call("agents", "whenIdle", json!({"agent": agent})).await["reason"].clone()
-}
-
-async fn turn(t: &TestHost, agent: &str, prompt: &str) -> Value {
-    send(t, "followup", agent, prompt).await;
-    idle(t, agent).await
-}
-
-async fn events(t: &TestHost, agent: &str) -> Vec<Value> {
-    serde_json::from_value(t.call("sessions", "events", json!({"id": agent})).await).unwrap()
-}
-
-fn of_type<'a>(ev: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    ev.iter().filter(|e| e["type"] == kind).collect()
-}
-
-async fn journal(t: &TestHost, tag: &str) -> Vec<Value> {
-    serde_json::from_value(
-        t.call(&format!("loopkit:{tag}"), "journal", json!({}))
-            .await,
-    )
-    .unwrap()
+    t.call("agents", "cancel", json!({"agent": agent})).await;
+    assert_eq!(idle(&t, &agent).await, aborted_by_user());
+    let ev = events(&t, &agent).await;
+    (t, ev)
 }
 
 /// The journal's payloads of `event`, in order.
@@ -117,42 +67,6 @@ fn heard(j: &[Value], event: &str) -> Vec<Value> {
         .filter(|e| e["event"] == event)
         .map(|e| e["payload"].clone())
         .collect()
-}
-
-/// Polls `cond` over the log until it holds (generous deadline).
-async fn wait_log(t: &TestHost, agent: &str, what: &str, cond: impl Fn(&[Value]) -> bool) {
-    for _ in 0..4000 {
-        if cond(&events(t, agent).await) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("never logged: {what}");
-}
-
-/// Polls the kit's journal until `cond` holds (generous deadline).
-async fn wait_journal(t: &TestHost, tag: &str, cond: impl Fn(&[Value]) -> bool) -> Vec<Value> {
-    for _ in 0..4000 {
-        let j = journal(t, tag).await;
-        if cond(&j) {
-            return j;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("the journal never got there: {:?}", journal(t, tag).await);
-}
-
-/// One model response calling the kit's tools `(id, name, arguments)`.
-fn calls(list: &[(&str, &str, Value)]) -> Answer {
-    let mut events = Vec::new();
-    for (i, (id, name, args)) in list.iter().enumerate() {
-        events.push(Some(json!({"choices": [{"delta": {"tool_calls": [{"index": i, "id": id, "type": "function", "function": {"name": name, "arguments": args.to_string()}}]}}]}).to_string()));
-    }
-    events.push(Some(
-        json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}).to_string(),
-    ));
-    events.push(Some("[DONE]".into()));
-    Answer::Sse(events)
 }
 
 /// The texts of a request body's user messages (string or block content).
@@ -195,12 +109,12 @@ fn aborted_by_user() -> Value {
 async fn steering_during_a_concluding_step_still_runs() {
     let listeners =
         "{ event = 'tools/pre-execute', action = 'steer', value = 'late steering', once = true }";
-    let (t, fake) = setup(&kit("k", listeners, "{ name = 'finalize' }")).await;
+    let (t, fake) = setup(&kit_row("k", listeners, "{ name = 'finalize' }")).await;
     fake.push([
         calls(&[("c1", "finalize", json!({"conclude": true}))]),
         text("next turn reply"),
     ]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "completed"}));
 
     let requests = fake.requests();
@@ -221,9 +135,9 @@ async fn steering_during_a_concluding_step_still_runs() {
 #[tokio::test]
 async fn cancel_during_the_stopping_window_ends_aborted_with_no_further_step() {
     let listeners = "{ event = 'agent/turn-stopping', action = 'cancel', once = true }";
-    let (t, fake) = setup(&kit("k", listeners, "")).await;
+    let (t, fake) = setup(&kit_row("k", listeners, "")).await;
     fake.push([text("one"), text("two")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "go").await, aborted_by_user());
 
     let ev = events(&t, &agent).await;
@@ -243,23 +157,11 @@ async fn cancel_during_the_stopping_window_ends_aborted_with_no_further_step() {
 /// call and keeps the completed text before it").
 #[tokio::test]
 async fn a_mid_stream_cancel_drops_a_half_streamed_tool_call_and_keeps_the_text() {
-    let (t, fake) = setup_held("").await;
-    fake.push([Answer::Stall(vec![
+    let stall = Answer::Stall(vec![
         json!({"choices": [{"delta": {"content": "reading the file"}}]}).to_string(),
         json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "read", "arguments": "{\"pa"}}]}}]}).to_string(),
-    ])]);
-    let agent = new_agent(&t).await;
-    send(&t, "followup", &agent, "go").await;
-    wait_log(&t, &agent, "the tool-call chunk", |ev| {
-        ev.iter().any(|e| {
-            e["type"] == event::ASSISTANT_CHUNK && e["data"]["chunk"]["type"] == "tool-call-delta"
-        })
-    })
-    .await;
-    t.call("agents", "cancel", json!({"agent": agent})).await;
-    assert_eq!(idle(&t, &agent).await, aborted_by_user());
-
-    let ev = events(&t, &agent).await;
+    ]);
+    let (t, ev) = cancelled_mid_stream(stall, "tool-call-delta").await;
     let messages = of_type(&ev, event::ASSISTANT_MESSAGE);
     assert_eq!(messages.len(), 1);
     assert_eq!(
@@ -276,22 +178,10 @@ async fn a_mid_stream_cancel_drops_a_half_streamed_tool_call_and_keeps_the_text(
 /// any visible content finalizes nothing").
 #[tokio::test]
 async fn a_mid_stream_cancel_before_visible_content_finalizes_nothing() {
-    let (t, fake) = setup_held("").await;
-    fake.push([Answer::Stall(vec![
+    let stall = Answer::Stall(vec![
         json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "read", "arguments": "{\"pa"}}]}}]}).to_string(),
-    ])]);
-    let agent = new_agent(&t).await;
-    send(&t, "followup", &agent, "go").await;
-    wait_log(&t, &agent, "the tool-call chunk", |ev| {
-        ev.iter().any(|e| {
-            e["type"] == event::ASSISTANT_CHUNK && e["data"]["chunk"]["type"] == "tool-call-delta"
-        })
-    })
-    .await;
-    t.call("agents", "cancel", json!({"agent": agent})).await;
-    assert_eq!(idle(&t, &agent).await, aborted_by_user());
-
-    let ev = events(&t, &agent).await;
+    ]);
+    let (t, ev) = cancelled_mid_stream(stall, "tool-call-delta").await;
     assert!(of_type(&ev, event::ASSISTANT_MESSAGE).is_empty());
     assert!(of_type(&ev, event::TOOL_CALL).is_empty());
     t.shutdown().await;
@@ -305,9 +195,9 @@ async fn a_mid_stream_cancel_before_visible_content_finalizes_nothing() {
 #[tokio::test]
 async fn cancel_during_assembly_closes_a_no_step_turn_and_never_calls_the_model() {
     let listeners = "{ event = 'system-prompt/assemble', action = 'cancel', once = true }";
-    let (t, fake) = setup(&kit("k", listeners, "")).await;
+    let (t, fake) = setup(&kit_row("k", listeners, "")).await;
     fake.push([text("must not run")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "go").await, aborted_by_user());
 
     let ev = events(&t, &agent).await;
@@ -336,7 +226,7 @@ async fn cancel_during_assembly_closes_a_no_step_turn_and_never_calls_the_model(
 #[tokio::test]
 async fn an_explicit_max_tokens_cap_is_preserved_in_every_request_and_header() {
     let listeners = "{ event = 'agent/request', action = 'merge', value = { config = { model = 'm2' } }, when = { turn = 2 } }";
-    let (t, fake) = setup(&kit("k", listeners, "")).await;
+    let (t, fake) = setup(&kit_row("k", listeners, "")).await;
     fake.push([text("first"), text("second")]);
     let agent = agent_with(
         &t,
@@ -373,9 +263,9 @@ async fn an_explicit_max_tokens_cap_is_preserved_in_every_request_and_header() {
 async fn an_inject_during_agent_request_joins_the_next_request() {
     let listeners =
         "{ event = 'agent/request', action = 'inject', value = '[late context]', once = true }";
-    let (t, fake) = setup(&kit("k", listeners, "")).await;
+    let (t, fake) = setup(&kit_row("k", listeners, "")).await;
     fake.push([text("one"), text("two"), text("three")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     turn(&t, &agent, "first").await;
     turn(&t, &agent, "second").await;
 
@@ -413,9 +303,9 @@ async fn inbox_notifications_carry_the_exact_inserted_claimed_and_discarded_mess
     let listeners = "{ event = 'agent/inbox/inserted', action = 'record' }, \
                      { event = 'agent/inbox/claimed', action = 'record' }, \
                      { event = 'agent/inbox/discarded', action = 'record' }";
-    let (t, fake) = setup(&kit("k", listeners, "")).await;
+    let (t, fake) = setup(&kit_row("k", listeners, "")).await;
     fake.push([text("ok")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     let context = json!({"id": "ctx-1", "role": "user",
                          "content": [{"type": "text", "text": "discard me"}],
                          "source": {"kind": "plugin", "plugin": "test"}});
@@ -437,7 +327,7 @@ async fn inbox_notifications_carry_the_exact_inserted_claimed_and_discarded_mess
     .await;
     assert_eq!(idle(&t, &agent).await, json!({"kind": "completed"}));
 
-    let j = wait_journal(&t, "k", |j| {
+    let j = wait_kit_journal(&t, "k", |j| {
         j.iter().any(|e| e["event"] == "agent/inbox/claimed")
             && j.iter().any(|e| e["event"] == "agent/inbox/discarded")
     })
@@ -485,7 +375,7 @@ async fn inbox_notifications_carry_the_exact_inserted_claimed_and_discarded_mess
 async fn create_emits_session_created_and_each_append_a_session_event() {
     let listeners = "{ event = 'session/created', action = 'record' }, \
                      { event = 'session/event', action = 'record' }";
-    let (t, _fake) = setup(&kit("k", listeners, "")).await;
+    let (t, _fake) = setup(&kit_row("k", listeners, "")).await;
     let created = t
         .call("sessions", "create", json!({"meta": {"cwd": "/tmp"}}))
         .await;
@@ -505,7 +395,7 @@ async fn create_emits_session_created_and_each_append_a_session_event() {
     )
     .await;
 
-    let j = wait_journal(&t, "k", |j| {
+    let j = wait_kit_journal(&t, "k", |j| {
         j.iter().filter(|e| e["event"] == "session/event").count() >= 2
     })
     .await;
@@ -597,12 +487,12 @@ async fn tool_wrapper_and_post_execute_contexts_enter_the_next_step_in_order() {
         context_toml("wrapper"),
         context_toml("post")
     );
-    let (t, fake) = setup(&kit("k", &listeners, "{ name = 'x' }")).await;
+    let (t, fake) = setup(&kit_row("k", &listeners, "{ name = 'x' }")).await;
     fake.push([
         calls(&[("c1", "x", json!({"contexts": ["tool"]}))]),
         text("done"),
     ]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "completed"}));
 
     let ev = events(&t, &agent).await;
@@ -635,12 +525,12 @@ async fn a_blocking_post_execute_decision_keeps_only_its_own_contexts() {
          feedback = [{{ type = 'text', text = 'rejected' }}], additionalContexts = [{}] }} }}",
         context_toml("blocker")
     );
-    let (t, fake) = setup(&kit("k", &listeners, "{ name = 'x' }")).await;
+    let (t, fake) = setup(&kit_row("k", &listeners, "{ name = 'x' }")).await;
     fake.push([
         calls(&[("c1", "x", json!({"contexts": ["tool"]}))]),
         text("done"),
     ]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "completed"}));
 
     let ev = events(&t, &agent).await;
@@ -664,7 +554,7 @@ async fn a_blocking_post_execute_decision_keeps_only_its_own_contexts() {
 async fn a_later_call_aborting_the_batch_keeps_both_results_and_logs_no_context_message() {
     let listeners =
         "{ event = 'tools/pre-execute', action = 'cancel', when = { exec = { callId = 'c2' } } }";
-    let (t, fake) = setup(&kit("k", listeners, "{ name = 'x' }")).await;
+    let (t, fake) = setup(&kit_row("k", listeners, "{ name = 'x' }")).await;
     fake.push([calls(&[
         (
             "c1",
@@ -673,7 +563,7 @@ async fn a_later_call_aborting_the_batch_keeps_both_results_and_logs_no_context_
         ),
         ("c2", "x", json!({})),
     ])]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "go").await, aborted_by_user());
 
     let ev = events(&t, &agent).await;
@@ -734,9 +624,9 @@ async fn wait_turn_ends(t: &TestHost, agent: &str, n: usize) {
 async fn a_wake_deep_in_the_abort_to_idle_window_is_latched_and_replayed() {
     let listeners = "{ event = 'agent/turn-stopping', action = 'cancel', value = { keepInbox = true }, once = true }, \
                      { event = 'agent/turn-stopping', action = 'followup', value = 'B', once = true }";
-    let (t, fake) = setup(&kit("k", listeners, "")).await;
+    let (t, fake) = setup(&kit_row("k", listeners, "")).await;
     fake.push([text("A reply"), text("B reply")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     send(&t, "followup", &agent, "A").await;
     wait_turn_ends(&t, &agent, 2).await;
     assert_eq!(idle(&t, &agent).await, json!({"kind": "completed"}));
@@ -760,9 +650,9 @@ async fn a_wake_deep_in_the_abort_to_idle_window_is_latched_and_replayed() {
 async fn a_wake_after_the_disposal_cancel_began_is_not_latched() {
     let listeners = "{ event = 'agent/turn-stopping', action = 'cancel', value = { cause = { kind = 'disposed' }, keepInbox = true }, once = true }, \
                      { event = 'agent/turn-stopping', action = 'followup', value = 'late wake', once = true }";
-    let (t, fake) = setup(&kit("k", listeners, "")).await;
+    let (t, fake) = setup(&kit_row("k", listeners, "")).await;
     fake.push([text("active reply"), text("late reply")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(
         turn(&t, &agent, "active").await,
         json!({"kind": "aborted", "reason": {"kind": "disposed"}})
@@ -848,19 +738,19 @@ async fn agent_named(t: &TestHost, id: &str) -> String {
 async fn listeners_scoped_to_an_agent_hear_only_that_agent() {
     let listeners = "{ event = 'agent/status', action = 'record', scope = 'a' }, \
                      { event = 'agent/inbox/inserted', action = 'record', scope = 'a' }";
-    let (t, fake) = setup(&kit("k", listeners, "")).await;
+    let (t, fake) = setup(&kit_row("k", listeners, "")).await;
     fake.push([text("one"), text("two")]);
     let a = agent_named(&t, "a").await;
     let b = agent_named(&t, "b").await;
     assert_eq!(turn(&t, &b, "for b").await, json!({"kind": "completed"}));
     assert_eq!(
-        journal(&t, "k").await,
+        kit_journal(&t, "k").await,
         Vec::<Value>::new(),
         "b leaked into a's scope"
     );
 
     assert_eq!(turn(&t, &a, "for a").await, json!({"kind": "completed"}));
-    let j = wait_journal(&t, "k", |j| {
+    let j = wait_kit_journal(&t, "k", |j| {
         heard(j, "agent/status").len() >= 2 && !heard(j, "agent/inbox/inserted").is_empty()
     })
     .await;
@@ -884,7 +774,7 @@ async fn listeners_scoped_to_an_agent_hear_only_that_agent() {
 async fn a_scoped_assemble_listener_shapes_only_its_agents_prompt() {
     let listeners = "{ event = 'system-prompt/assemble', action = 'append', scope = 'a', \
                      value = { sections = [{ name = 'scoped', text = 'Only for a.' }] } }";
-    let (t, fake) = setup(&kit("k", listeners, "")).await;
+    let (t, fake) = setup(&kit_row("k", listeners, "")).await;
     fake.push([text("one"), text("two")]);
     let a = agent_named(&t, "a").await;
     let b = agent_named(&t, "b").await;
@@ -983,7 +873,7 @@ async fn mixed_settled_and_same_tick_sends_keep_one_turn_per_message() {
         let schedule: Vec<(String, bool)> = (0..len)
             .map(|i| (format!("m{run}-{i}"), draw(2) == 1))
             .collect();
-        let agent = new_agent(&t).await;
+        let agent = new_agent(&t, "/tmp").await;
         for (text, settle) in &schedule {
             send(&t, "followup", &agent, text).await;
             if *settle {
@@ -1023,12 +913,12 @@ async fn a_short_circuiting_execute_wrapper_keeps_its_contexts() {
          additionalContexts = [{}] }} }}",
         context_toml("around")
     );
-    let (t, fake) = setup(&kit("k", &listeners, "{ name = 'x' }")).await;
+    let (t, fake) = setup(&kit_row("k", &listeners, "{ name = 'x' }")).await;
     fake.push([calls(&[("c1", "x", json!({}))]), text("done")]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "completed"}));
 
-    let j = journal(&t, "k").await;
+    let j = kit_journal(&t, "k").await;
     assert!(
         !j.iter().any(|e| e["event"] == "tool:start"),
         "the tool ran: {j:?}"
@@ -1058,14 +948,14 @@ async fn a_short_circuiting_execute_wrapper_keeps_its_contexts() {
 #[tokio::test]
 async fn disposal_ends_the_active_turn_and_never_starts_its_queued_tail() {
     let listeners = "{ event = 'agent/status', action = 'record' }";
-    let (t, fake) = setup_held(&kit("k", listeners, "")).await;
+    let (t, fake) = setup_held(&kit_row("k", listeners, "")).await;
     fake.push([
         Answer::Stall(vec![
             json!({"choices": [{"delta": {"content": "partial"}}]}).to_string(),
         ]),
         text("must not run"),
     ]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     send(&t, "followup", &agent, "go").await;
     wait_log(&t, &agent, "a chunk", |ev| {
         !of_type(ev, event::ASSISTANT_CHUNK).is_empty()
@@ -1086,7 +976,7 @@ async fn disposal_ends_the_active_turn_and_never_starts_its_queued_tail() {
     assert_eq!(of_type(&ev, event::TURN_START).len(), 1);
     assert_eq!(logged_user_texts(&ev), ["go"]);
     assert_eq!(fake.requests().len(), 1);
-    let j = wait_journal(&t, "k", |j| heard(j, "agent/status").len() >= 2).await;
+    let j = wait_kit_journal(&t, "k", |j| heard(j, "agent/status").len() >= 2).await;
     let statuses: Vec<&Value> = j.iter().map(|e| &e["payload"]["status"]).collect();
     assert_eq!(statuses, [&json!("running"), &json!("idle")]);
     t.shutdown().await;
@@ -1098,23 +988,11 @@ async fn disposal_ends_the_active_turn_and_never_starts_its_queued_tail() {
 /// so no usage can precede the cancel here).
 #[tokio::test]
 async fn a_mid_stream_cancel_finalizes_a_reasoning_prefix() {
-    let (t, fake) = setup_held("").await;
-    fake.push([Answer::Stall(vec![json!(
+    let stall = Answer::Stall(vec![json!(
         {"choices": [{"delta": {"reasoning_content": "thinking about it"}}]}
     )
-    .to_string()])]);
-    let agent = new_agent(&t).await;
-    send(&t, "followup", &agent, "go").await;
-    wait_log(&t, &agent, "the reasoning chunk", |ev| {
-        ev.iter().any(|e| {
-            e["type"] == event::ASSISTANT_CHUNK && e["data"]["chunk"]["type"] == "reasoning-delta"
-        })
-    })
-    .await;
-    t.call("agents", "cancel", json!({"agent": agent})).await;
-    assert_eq!(idle(&t, &agent).await, aborted_by_user());
-
-    let ev = events(&t, &agent).await;
+    .to_string()]);
+    let (t, ev) = cancelled_mid_stream(stall, "reasoning-delta").await;
     let messages = of_type(&ev, event::ASSISTANT_MESSAGE);
     assert_eq!(messages.len(), 1);
     assert_eq!(
@@ -1133,12 +1011,12 @@ async fn a_mid_stream_cancel_finalizes_a_reasoning_prefix() {
 async fn a_cancel_during_error_recovery_does_not_finalize_the_failed_stream() {
     let listeners =
         "{ event = 'agent/request-error', action = 'cancel', prepend = true, once = true }";
-    let (t, fake) = setup(&kit("k", listeners, "")).await;
+    let (t, fake) = setup(&kit_row("k", listeners, "")).await;
     fake.push([Answer::Disconnect(vec![json!(
         {"choices": [{"delta": {"content": "doomed partial"}}]}
     )
     .to_string()])]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "go").await, aborted_by_user());
 
     let ev = events(&t, &agent).await;
@@ -1160,12 +1038,12 @@ async fn a_cancel_during_error_recovery_does_not_finalize_the_failed_stream() {
 #[tokio::test]
 async fn a_throwing_status_listener_cannot_break_disposal_or_leak_the_agent() {
     let listeners = "{ event = 'agent/status', action = 'fail' }";
-    let (t, fake) = setup_held(&kit("k", listeners, "")).await;
+    let (t, fake) = setup_held(&kit_row("k", listeners, "")).await;
     fake.push([Answer::Stall(vec![json!(
         {"choices": [{"delta": {"content": "partial"}}]}
     )
     .to_string()])]);
-    let agent = new_agent(&t).await;
+    let agent = new_agent(&t, "/tmp").await;
     send(&t, "followup", &agent, "go").await;
     wait_log(&t, &agent, "a chunk", |ev| {
         !of_type(ev, event::ASSISTANT_CHUNK).is_empty()
@@ -1183,7 +1061,7 @@ async fn a_throwing_status_listener_cannot_break_disposal_or_leak_the_agent() {
         ends,
         [&json!({"kind": "aborted", "reason": {"kind": "disposed"}})]
     );
-    let j = wait_journal(&t, "k", |j| heard(j, "agent/status").len() >= 2).await;
+    let j = wait_kit_journal(&t, "k", |j| heard(j, "agent/status").len() >= 2).await;
     let statuses: Vec<&Value> = j.iter().map(|e| &e["payload"]["status"]).collect();
     assert_eq!(
         statuses,

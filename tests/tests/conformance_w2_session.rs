@@ -9,28 +9,15 @@
 //!
 //! No waits here: every call is answered after its effects.
 
-use std::path::PathBuf;
-
 use dsh_sdk::vocab::event;
 use dsh_sdk::Error;
-use dsh_testkit::agent::{core_host, new_agent, turn};
+use dsh_testkit::agent::{core_host, events, new_agent, turn};
 use dsh_testkit::fake_llm::text;
+use dsh_testkit::session::store;
 use dsh_testkit::TestHost;
 use serde_json::{json, Value};
 
 const CWD: &str = "/conformance/w2-session";
-
-/// A host with the session log and JSONL persistence under its home.
-async fn store() -> (TestHost, PathBuf) {
-    let t = TestHost::start().await;
-    let root = t.home.path().join("sessions");
-    t.apply(&format!(
-        "[[row]]\nid='session'\nplugin='session'\n[[row]]\nid='jsonl'\nplugin='session-jsonl'\nconfig = {{ root = '{}', writeBatchMaxDelayMs = 3600000 }}\n",
-        root.display()
-    ))
-    .await;
-    (t, root)
-}
 
 /// A host with the session log alone: nothing listens to `session/flush`.
 async fn bare() -> TestHost {
@@ -75,10 +62,6 @@ async fn append(t: &TestHost, id: &str, kind: &str, data: Value) -> Value {
     try_append(t, id, kind, data, json!({}))
         .await
         .unwrap_or_else(|e| panic!("append {kind}: {e}"))
-}
-
-async fn events(t: &TestHost, id: &str) -> Vec<Value> {
-    serde_json::from_value(t.call("sessions", "events", json!({"id": id})).await).unwrap()
 }
 
 fn refused(r: Result<Value, Error>) -> Error {

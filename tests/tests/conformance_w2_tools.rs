@@ -6,8 +6,12 @@
 //! Nothing here sleeps to synchronize or asserts a duration.
 
 use dsh_sdk::codes;
-use dsh_testkit::fake_llm::{text, Answer, FakeLlm};
-use dsh_testkit::{library, TestHost};
+use dsh_testkit::agent::core_host_applied;
+use dsh_testkit::fake_llm::{raw_calls, text, Answer, FakeLlm};
+use dsh_testkit::fixtures::{
+    kit_row, probe_call, register_tool, stage_probe, toml_value, HOOKS, PROBE,
+};
+use dsh_testkit::TestHost;
 use serde_json::{json, Value};
 
 // ------------------------------------------------ the registry, with a probe
@@ -29,33 +33,14 @@ fn tool_rows(listeners: &str) -> String {
 /// with the registration fields `more`.
 async fn tools_with(listeners: &str, more: Value) -> TestHost {
     let t = TestHost::start().await;
-    std::fs::copy(
-        library("dsh-fixture-probe"),
-        t.plugins.path().join("probe.so"),
-    )
-    .unwrap();
+    stage_probe(&t);
     t.apply(&tool_rows(listeners)).await;
     register(&t, more).await.unwrap();
     t
 }
 
 async fn register(t: &TestHost, more: Value) -> Result<Value, dsh_sdk::Error> {
-    register_named(t, "t", more).await
-}
-
-async fn register_named(t: &TestHost, name: &str, more: Value) -> Result<Value, dsh_sdk::Error> {
-    let mut params = json!({"name": name, "description": format!("the {name} tool"),
-        "service": "impl-svc", "parameters": {"type": "object", "properties": {}}});
-    for (k, v) in more.as_object().into_iter().flatten() {
-        params[k] = v.clone();
-    }
-    t.host
-        .call(
-            "probe:impl",
-            "call",
-            json!({"service": "tools", "method": "register", "params": params}),
-        )
-        .await
+    register_tool(t, "t", more).await
 }
 
 async fn exec(t: &TestHost, args: Value) -> Value {
@@ -71,27 +56,27 @@ async fn exec_as(t: &TestHost, agent: &str, args: Value) -> Value {
     .await
 }
 
+/// Probe listeners recording every stage of an execution (pre-execute,
+/// execute, post-execute, result), as a TOML array body.
+fn record_every_stage() -> String {
+    [
+        "tools/pre-execute",
+        "tools/execute",
+        "tools/post-execute",
+        "tools/result",
+    ]
+    .iter()
+    .map(|e| format!("{{ event = \"{e}\", action = \"record\" }}"))
+    .collect::<Vec<_>>()
+    .join(", ")
+}
+
 /// A probe listener on `event` answering `reply` (no `next`).
 fn reply(event: &str, reply: &Value) -> String {
     format!(
         "{{ event = \"{event}\", action = \"reply\", reply = {} }}",
-        toml_of(reply)
+        toml_value(reply)
     )
-}
-
-/// A JSON value as an inline TOML value.
-fn toml_of(v: &Value) -> String {
-    match v {
-        Value::Object(m) => format!(
-            "{{ {} }}",
-            m.iter()
-                .map(|(k, v)| format!("{k} = {}", toml_of(v)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        Value::Array(a) => format!("[{}]", a.iter().map(toml_of).collect::<Vec<_>>().join(", ")),
-        other => other.to_string(),
-    }
 }
 
 /// The payloads of `event` the probe heard, in order.
@@ -288,16 +273,13 @@ async fn post_execute_contexts_follow_the_tools_and_a_block_keeps_only_its_own()
 #[tokio::test]
 async fn an_output_contract_that_is_not_an_object_is_refused() {
     let t = tools_with("", json!({})).await;
-    let e = t
-        .host
-        .call(
-            "probe:impl",
-            "call",
-            json!({"service": "tools", "method": "register",
-                   "params": {"name": "u", "service": "impl-svc", "output": "string"}}),
-        )
-        .await
-        .unwrap_err();
+    let e = as_probe(
+        &t,
+        "register",
+        json!({"name": "u", "service": "impl-svc", "output": "string"}),
+    )
+    .await
+    .unwrap_err();
     assert_eq!(e.code, codes::INVALID_PAYLOAD);
     assert_eq!(e.message, "tool \"u\": output must be {schema, render?}");
     t.shutdown().await;
@@ -305,13 +287,7 @@ async fn an_output_contract_that_is_not_an_object_is_refused() {
 
 /// Calls `tools.<method>` as the probe (so its fiber owns what it makes).
 async fn as_probe(t: &TestHost, method: &str, params: Value) -> Result<Value, dsh_sdk::Error> {
-    t.host
-        .call(
-            "probe:impl",
-            "call",
-            json!({"service": "tools", "method": method, "params": params}),
-        )
-        .await
+    probe_call(t, "impl", "tools", method, params).await
 }
 
 /// The tool names agent `scope` is offered.
@@ -332,9 +308,9 @@ async fn offered(t: &TestHost, scope: &str) -> Vec<String> {
 async fn restrict_masks_globals_for_its_agent_exempts_its_own_and_intersects() {
     let t = tools_with("", json!({"parallel": true})).await;
     for name in ["a", "b", "c"] {
-        register_named(&t, name, json!({})).await.unwrap();
+        register_tool(&t, name, json!({})).await.unwrap();
     }
-    register_named(&t, "mine", json!({"scope": "a1"}))
+    register_tool(&t, "mine", json!({"scope": "a1"}))
         .await
         .unwrap();
     as_probe(&t, "restrict", json!({"scope": "a1", "deny": ["t", "c"]}))
@@ -370,7 +346,7 @@ async fn restrict_masks_globals_for_its_agent_exempts_its_own_and_intersects() {
 #[tokio::test]
 async fn restrict_fails_loud_on_unscoped_empty_and_unknown() {
     let t = tools_with("", json!({})).await;
-    register_named(&t, "mine", json!({"scope": "a1"}))
+    register_tool(&t, "mine", json!({"scope": "a1"}))
         .await
         .unwrap();
     let cases = [
@@ -451,11 +427,8 @@ async fn guards_deny_after_pre_execute_monotonically_global_first_and_scoped_to_
 #[tokio::test]
 async fn deferred_contexts_lead_then_the_wrappers_then_post_executes() {
     let t = TestHost::start().await;
-    for (lib, file) in [
-        ("dsh-fixture-probe", "probe.so"),
-        ("dsh-fixture-hooks", "hooks.so"),
-    ] {
-        std::fs::copy(library(lib), t.plugins.path().join(file)).unwrap();
+    for (lib, file) in [PROBE, HOOKS] {
+        t.stage(lib, file);
     }
     let post = reply(
         "tools/post-execute",
@@ -469,9 +442,7 @@ async fn deferred_contexts_lead_then_the_wrappers_then_post_executes() {
     let prompt = "[[row]]\nid = \"system-prompt\"\nplugin = \"system-prompt\"\n";
     t.apply(&format!("{}{wrapper}{prompt}", tool_rows(&post)))
         .await;
-    for s in t.host.status().await {
-        assert_eq!(format!("{:?}", s.state), "Active", "{s:?}");
-    }
+    t.assert_all_active().await;
     register(&t, json!({})).await.unwrap();
     let r = exec(&t, json!({"value": 1, "defer": [user("d", "deferred")]})).await;
     assert_eq!(
@@ -606,16 +577,8 @@ async fn a_wrapper_authored_success_is_revalidated_and_rendered_again() {
 /// second execution has its own token.
 #[tokio::test]
 async fn one_token_and_one_argument_value_across_the_pipeline() {
-    let record: Vec<String> = [
-        "tools/pre-execute",
-        "tools/execute",
-        "tools/post-execute",
-        "tools/result",
-    ]
-    .iter()
-    .map(|e| format!("{{ event = \"{e}\", action = \"record\" }}"))
-    .collect();
-    let t = tools_with(&record.join(", "), json!({})).await;
+    let record = record_every_stage();
+    let t = tools_with(&record, json!({})).await;
     as_probe(&t, "guard", json!({"service": "g1"}))
         .await
         .unwrap();
@@ -670,34 +633,21 @@ async fn one_token_and_one_argument_value_across_the_pipeline() {
 /// (JSON listeners of the hooks fixture, which act inside a stage).
 async fn signal_host(hooks: Value, approval: Option<&str>) -> TestHost {
     let t = TestHost::start().await;
-    for (lib, file) in [
-        ("dsh-fixture-probe", "probe.so"),
-        ("dsh-fixture-hooks", "hooks.so"),
-    ] {
-        std::fs::copy(library(lib), t.plugins.path().join(file)).unwrap();
+    for (lib, file) in [PROBE, HOOKS] {
+        t.stage(lib, file);
     }
-    let record: Vec<String> = [
-        "tools/pre-execute",
-        "tools/execute",
-        "tools/post-execute",
-        "tools/result",
-    ]
-    .iter()
-    .map(|e| format!("{{ event = \"{e}\", action = \"record\" }}"))
-    .collect();
-    let mut rows = tool_rows(&record.join(", "));
+    let record = record_every_stage();
+    let mut rows = tool_rows(&record);
     if let Some(outcome) = approval {
         rows.push_str(&format!("approval_outcome = \"{outcome}\"\n"));
     }
     rows.push_str(&format!(
         "[[row]]\nid = \"hooks-h\"\nplugin = \"hooks\"\nconfig = {{ tag = \"h\", listeners = {} }}\n\
          [[row]]\nid = \"system-prompt\"\nplugin = \"system-prompt\"\n",
-        toml_of(&hooks)
+        toml_value(&hooks)
     ));
     t.apply(&rows).await;
-    for s in t.host.status().await {
-        assert_eq!(format!("{:?}", s.state), "Active", "{s:?}");
-    }
+    t.assert_all_active().await;
     register(&t, json!({})).await.unwrap();
     t
 }
@@ -859,27 +809,15 @@ async fn cancelling_a_call_that_is_not_running_is_refused() {
 // ------------------------------------------------- the loop drives the stages
 
 async fn loop_setup(extra: &str) -> (TestHost, FakeLlm) {
-    let fake = FakeLlm::start().await;
-    let t = TestHost::start().await;
-    let mut rows = dsh_testkit::core_rows(&fake.base_url, &t.home.path().join("sessions"));
-    rows.push_str(extra);
-    t.apply(&rows).await;
-    (t, fake)
+    core_host_applied(&[], |rows| rows + extra).await
 }
 
 fn kit(listeners: &str) -> String {
-    format!(
-        "[[row]]\nid = 'kit-k'\nplugin = 'dsh-fixture-loop-kit'\n\
-         config = {{ tag = 'k', listeners = [{listeners}], tools = [{{ name = 'p', parallel = true }}] }}\n"
-    )
+    kit_row("k", listeners, "{ name = 'p', parallel = true }")
 }
 
 fn one_call(id: &str) -> Answer {
-    Answer::Sse(vec![
-        Some(json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": id, "type": "function", "function": {"name": "p", "arguments": "{}"}}]}}]}).to_string()),
-        Some(json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}).to_string()),
-        Some("[DONE]".into()),
-    ])
+    raw_calls(&[(id, "p", "{}")])
 }
 
 /// A cancel while pre-execute runs skips the dispatch: the tool never

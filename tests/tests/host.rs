@@ -2,47 +2,10 @@
 //! hot reload and bad inputs. Every plugin here is a real cdylib loaded into
 //! a real host; the probe fixture's row config selects its behavior.
 
-use std::time::Duration;
-
 use dsh_host::supervisor::FiberState;
-use dsh_testkit::{library, TestHost};
+use dsh_testkit::fixtures::{probe_journal, probe_row, stage_probe};
+use dsh_testkit::{eventually, library, TestHost};
 use serde_json::{json, Value};
-
-fn probe_row(id: &str, extra: &str) -> String {
-    format!("[[row]]\nid = \"{id}\"\nplugin = \"probe\"\n[row.config]\ntag = \"{id}\"\n{extra}\n")
-}
-
-fn stage_probe(t: &TestHost) {
-    std::fs::copy(
-        library("dsh-fixture-probe"),
-        t.plugins.path().join("probe.so"),
-    )
-    .unwrap();
-}
-
-async fn journal(t: &TestHost, tag: &str) -> Vec<String> {
-    let v = t
-        .host
-        .call(&format!("probe:{tag}"), "journal", json!({}))
-        .await
-        .unwrap_or_else(|e| panic!("journal of {tag}: {e}"));
-    serde_json::from_value(v).unwrap()
-}
-
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while std::time::Instant::now() < deadline {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("timed out waiting for: {what}");
-}
 
 #[tokio::test]
 async fn load_call_unload_unwinds_every_effect() {
@@ -73,7 +36,7 @@ async fn load_call_unload_unwinds_every_effect() {
     );
     t.host.emit("ping", "", json!({"n": 7}));
     eventually("wb hears ping", || async {
-        journal(&t, "wb")
+        probe_journal(&t, "wb")
             .await
             .contains(&"event:ping:{\"n\":7}".to_string())
     })
@@ -93,7 +56,7 @@ async fn load_call_unload_unwinds_every_effect() {
     .await;
     let disposed = "event:probe/lifecycle:{\"tag\":\"wb\",\"what\":\"disposed\"}".to_string();
     eventually("effect ran", || async {
-        journal(&t, "obs").await.contains(&disposed)
+        probe_journal(&t, "obs").await.contains(&disposed)
     })
     .await;
     assert!(
@@ -126,7 +89,7 @@ async fn inject_waits_and_dependents_follow_their_provider() {
     // The provider leaves: the dependent is disposed first, and waits again.
     t.apply(&format!("{obs}{dep}")).await;
     assert_eq!(t.status("dep").await.state, FiberState::Pending);
-    let j = journal(&t, "obs").await;
+    let j = probe_journal(&t, "obs").await;
     let dep_gone = j
         .iter()
         .position(|e| e.contains("\"tag\":\"dep\",\"what\":\"disposed\""));
@@ -138,7 +101,7 @@ async fn inject_waits_and_dependents_follow_their_provider() {
     // A provider returns: the dependent restarts.
     t.apply(&format!("{obs}{dep}{prov}")).await;
     assert_eq!(t.status("dep").await.state, FiberState::Active);
-    let applied = journal(&t, "obs")
+    let applied = probe_journal(&t, "obs")
         .await
         .iter()
         .filter(|e| e.contains("\"tag\":\"dep\",\"what\":\"applied\""))
@@ -192,7 +155,7 @@ async fn a_dispatcher_that_stops_waiting_cancels_the_running_listeners() {
             .unwrap();
         assert_eq!(out, json!("gave up"));
         eventually(&format!("the {mode} listener is cancelled"), || async {
-            journal(&t, listener)
+            probe_journal(&t, listener)
                 .await
                 .contains(&format!("dropped:{listener}"))
         })
@@ -276,7 +239,7 @@ async fn serial_and_parallel_semantics() {
     t.apply(&rows).await;
     let out = t.host.serial("s", "", json!({"trace": []})).await.unwrap();
     assert_eq!(out, json!({"answer": "b"}));
-    assert!(journal(&t, "c")
+    assert!(probe_journal(&t, "c")
         .await
         .iter()
         .all(|e| !e.starts_with("event:")));
@@ -294,7 +257,7 @@ async fn serial_and_parallel_semantics() {
         .await
         .unwrap_err();
     assert_eq!(err.code, "PROBE_FAILED");
-    assert!(journal(&t, "b2")
+    assert!(probe_journal(&t, "b2")
         .await
         .iter()
         .all(|e| !e.starts_with("event:")));
@@ -315,7 +278,7 @@ async fn serial_and_parallel_semantics() {
     assert_eq!(err.code, "PROBE_FAILED");
     for tag in ["a3", "b3", "c3"] {
         assert!(
-            journal(&t, tag)
+            probe_journal(&t, tag)
                 .await
                 .iter()
                 .any(|e| e.starts_with("event:p:")),
@@ -337,7 +300,9 @@ async fn failing_emit_listener_is_contained_and_logged() {
     t.apply(&rows).await;
     t.host.emit("e", "", json!(1));
     eventually("good hears e", || async {
-        journal(&t, "good").await.contains(&"event:e:1".to_string())
+        probe_journal(&t, "good")
+            .await
+            .contains(&"event:e:1".to_string())
     })
     .await;
     eventually("failure logged", || async {
@@ -372,12 +337,12 @@ async fn scoped_listeners_hear_their_agent_and_its_descendants() {
     // earlier ones is still on its way.
     t.host.emit("agent/x", "agent-1", json!("last"));
     eventually("the last emit is heard", || async {
-        journal(&t, "s")
+        probe_journal(&t, "s")
             .await
             .contains(&"event:agent/x:\"last\"".to_owned())
     })
     .await;
-    let j = journal(&t, "s").await;
+    let j = probe_journal(&t, "s").await;
     let events: Vec<&String> = j.iter().filter(|e| e.starts_with("event:")).collect();
     assert_eq!(
         events,
