@@ -404,6 +404,11 @@ async fn setup_loop(config: &str, extra: &str) -> (TestHost, FakeLlm) {
         t.plugins.path().join("hooks.so"),
     )
     .expect("the hooks fixture is built");
+    if !extra.is_empty() {
+        // Listeners first: the loop emits as it starts its configured
+        // agents, and an emit reaches only the listeners already there.
+        t.apply(extra).await;
+    }
     t.apply(&rows_with_loop(&fake, &t, config, extra)).await;
     (t, fake)
 }
