@@ -631,8 +631,17 @@ async fn a_blocked_pre_step_and_a_throwing_listener_end_the_turn_but_not_the_loo
 #[tokio::test]
 async fn a_finished_background_job_wakes_its_agent_with_a_notice() {
     let (t, fake) = setup().await;
+    // The job ends only once the first turn has: its notice wakes a second.
+    let gate = std::env::temp_dir().join(format!("dsh-job-gate-{}", dsh_sdk::new_id()));
+    let command = format!(
+        "while [ ! -e {g} ]; do sleep 0.01; done; echo built",
+        g = gate.display()
+    );
     fake.push([
-        tool_calls(&[("bash", json!({"command": "sleep 0.2; echo built", "description": "build it", "run_in_background": true}))]),
+        tool_calls(&[(
+            "bash",
+            json!({"command": command, "description": "build it", "run_in_background": true}),
+        )]),
         text("Started the build."),
         text("The build finished."),
     ]);
@@ -641,6 +650,7 @@ async fn a_finished_background_job_wakes_its_agent_with_a_notice() {
         turn(&t, &agent, "build in the background").await,
         json!({"kind": "completed"})
     );
+    std::fs::write(&gate, "").unwrap();
     wait_log(&t, &agent, "the second turn's end", |ev| {
         ev.iter().filter(|e| e["type"] == "turn/end").count() == 2
     })
@@ -661,6 +671,7 @@ async fn a_finished_background_job_wakes_its_agent_with_a_notice() {
         "background job bash-1 (bash: build it) finished [status: exited (code 0)]. Read its output with job_output."
     );
     assert_eq!(ev.iter().filter(|e| e["type"] == "turn/end").count(), 2);
+    let _ = std::fs::remove_file(&gate);
     t.shutdown().await;
 }
 

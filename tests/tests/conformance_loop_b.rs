@@ -257,10 +257,11 @@ async fn the_default_cap_is_ten() {
     let list: Vec<(&str, &str, Value)> = ids
         .iter()
         .map(|id| {
-            // c0..c8 each wait for c9: all ten are in flight at once.
+            // c0..c9 each wait until ten calls have started: all ten are in
+            // flight at once, and none ends before the tenth starts.
             let n: usize = id[1..].parse().unwrap();
-            let args = if n < 9 {
-                json!({"awaitStart": "c9"})
+            let args = if n < 10 {
+                json!({"awaitStarted": 10})
             } else {
                 json!({})
             };

@@ -310,6 +310,11 @@ async fn setup_loop(config: &str, extra: &str) -> (TestHost, FakeLlm) {
     let fake = FakeLlm::start().await;
     let t = TestHost::start().await;
     t.stage(HOOKS.0, HOOKS.1);
+    if !extra.is_empty() {
+        // Listeners first: the loop emits as it starts its configured
+        // agents, and an emit reaches only the listeners already there.
+        t.apply(extra).await;
+    }
     t.apply(&rows_with_loop(&fake, &t, config, extra)).await;
     (t, fake)
 }
