@@ -312,8 +312,12 @@ async fn setup_loop(config: &str, extra: &str) -> (TestHost, FakeLlm) {
     t.stage(HOOKS.0, HOOKS.1);
     if !extra.is_empty() {
         // Listeners first: the loop emits as it starts its configured
-        // agents, and an emit reaches only the listeners already there.
-        t.apply(extra).await;
+        // agents, and an emit reaches only the listeners already there. The
+        // extra rows may wait for services of the core rows (the hooks
+        // fixture injects `systemPrompt`), so the whole tree comes up first
+        // with a loop that starts no agent, then the loop gets its config.
+        t.apply(&rows_with_loop(&fake, &t, "{}", extra)).await;
+        t.assert_all_active().await;
     }
     t.apply(&rows_with_loop(&fake, &t, config, extra)).await;
     (t, fake)
