@@ -353,8 +353,13 @@ async fn bench_steps(steps: usize) -> Result<Vec<f64>> {
     let home = Scratch::new("steps")?;
     std::fs::write(home.0.join("f.txt"), "one line\n")?;
     let h = host(&home.0, vec![libs()])?;
-    h.apply(tree(&core_rows(&fake.base_url, &home.0.join("sessions")))?)
-        .await;
+    // One turn of `steps` steps: past the loop's default step limit.
+    let rows = format!(
+        "{}[[patch]]\nid = 'agent-loop'\nconfig = {{ maxStepsPerTurn = {} }}\n",
+        core_rows(&fake.base_url, &home.0.join("sessions")),
+        steps + 1
+    );
+    h.apply(tree(&rows)?).await;
     let call = dsh_testkit::fake_llm::tool_calls(&[("read", json!({"file_path": "f.txt"}))]);
     fake.push(std::iter::repeat_n(call, steps));
     fake.push([dsh_testkit::fake_llm::text("done")]);
