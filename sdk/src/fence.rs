@@ -125,6 +125,14 @@ impl Fence {
         }
     }
 
+    /// The fence a policy handed this call (`exec.sandbox`), if any.
+    pub fn of_exec(exec: &serde_json::Value) -> serde_json::Result<Option<Fence>> {
+        match exec.get("sandbox") {
+            Some(s) if !s.is_null() => serde_json::from_value(s.clone()).map(Some),
+            _ => Ok(None),
+        }
+    }
+
     /// Whether tool `tool` may change `target` (a path from [`resolve`]).
     pub fn check_write(&self, tool: &str, target: &Path) -> Result<(), Refusal> {
         let shown = target.display();

@@ -278,10 +278,7 @@ impl Bash {
             .as_u64()
             .unwrap_or(DEFAULT_TIMEOUT_MS)
             .clamp(1, MAX_TIMEOUT_MS);
-        let fence: Option<Fence> = match params.get("sandbox") {
-            Some(s) if !s.is_null() => Some(serde_json::from_value(s.clone())?),
-            _ => None,
-        };
+        let fence = Fence::of_exec(params)?;
         let mode = fence.as_ref().map(|f| f.mode);
         let mut landlock = None;
         let (mut cmd, plan) = match fence.as_ref().filter(|f| f.mode != Mode::DangerFullAccess) {

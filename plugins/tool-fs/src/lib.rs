@@ -45,10 +45,7 @@ impl Target {
     fn open(req: &Request, tool: &str, file: &str) -> Result<Target> {
         let cwd = req.params["cwd"].as_str().unwrap_or(".");
         let path = resolve(Path::new(cwd), Path::new(file));
-        let fence: Option<Fence> = match req.params.get("sandbox") {
-            Some(s) if !s.is_null() => Some(serde_json::from_value(s.clone())?),
-            _ => None,
-        };
+        let fence = Fence::of_exec(&req.params)?;
         let approved = req.params["approved"] == json!(true);
         if let Some(f) = fence.as_ref().filter(|_| !approved) {
             f.check_write(tool, &path)
