@@ -31,12 +31,12 @@ async fn execute(ctx: Context, req: Request) -> Result<Reply> {
         render(&shown, opened, offset, limit, cancel)
     })
     .await??;
-    // Tell the read-before-write policy which version the agent has seen.
+    // Tell the read-before-write policy which version the agent has seen
+    // (`path` is already resolved as the fence resolves it).
     if let Some(version) = version_of(&path) {
-        let canonical = path.canonicalize().unwrap_or(path);
         let _ = ctx.emit(
             "fs/observed",
-            json!({"agent": req.params["agent"], "path": canonical, "version": version}),
+            json!({"agent": req.params["agent"], "path": path, "version": version}),
         );
     }
     text_reply(&rendered)
