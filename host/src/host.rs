@@ -5,8 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use dsh_abi::flags;
-use dsh_sdk::{codes, Error};
+use dsh_wire::{codes, Error, Mode};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
@@ -247,7 +246,7 @@ impl Host {
     pub fn emit(&self, event: &str, scope: &str, payload: Value) {
         drop(
             self.router
-                .host_dispatch(flags::MODE_EMIT, event, scope, &payload, None),
+                .host_dispatch(Mode::Emit, event, scope, &payload, None),
         );
     }
 
@@ -255,7 +254,7 @@ impl Host {
     pub async fn serial(&self, event: &str, scope: &str, payload: Value) -> Result<Value, Error> {
         final_reply(
             self.router
-                .host_dispatch(flags::MODE_SERIAL, event, scope, &payload, None),
+                .host_dispatch(Mode::Serial, event, scope, &payload, None),
         )
         .await
     }
@@ -264,7 +263,7 @@ impl Host {
     pub async fn parallel(&self, event: &str, scope: &str, payload: Value) -> Result<(), Error> {
         final_reply(
             self.router
-                .host_dispatch(flags::MODE_PARALLEL, event, scope, &payload, None),
+                .host_dispatch(Mode::Parallel, event, scope, &payload, None),
         )
         .await
         .map(|_| ())
@@ -278,13 +277,10 @@ impl Host {
         payload: Value,
         inner: HostInner,
     ) -> Result<Value, Error> {
-        final_reply(self.router.host_dispatch(
-            flags::MODE_WATERFALL,
-            event,
-            scope,
-            &payload,
-            Some(inner),
-        ))
+        final_reply(
+            self.router
+                .host_dispatch(Mode::Waterfall, event, scope, &payload, Some(inner)),
+        )
         .await
     }
 }

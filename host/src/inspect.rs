@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use dsh_abi::Envelope;
-use dsh_sdk::Manifest;
+use dsh_wire::Manifest;
 use serde_json::{json, Value};
 
 use crate::config::{ComposedRow, Row, Tree};

@@ -26,7 +26,7 @@ use abi_stable::library::{AbiHeaderRef, RootModule, ROOT_MODULE_LOADER_NAME_WITH
 use abi_stable::std_types::{ROption, RStr};
 use abi_stable::StableAbi;
 use dsh_abi::{Envelope, HostHandle, PluginModRef, ABI_VERSION};
-use dsh_sdk::Manifest;
+use dsh_wire::Manifest;
 use libloading::os::unix::Library;
 
 use crate::inbox::Inbox;

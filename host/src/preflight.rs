@@ -5,7 +5,7 @@
 //! an ELF shared object (`ET_DYN`, and not a position-independent
 //! executable) of this host's class, byte order and machine whose dynamic
 //! symbol table exports abi_stable's root-module symbol — the static that
-//! `dsh_sdk::export_plugin!` emits through `#[export_root_module]`.
+//! the SDK's `export_plugin!` emits through `#[export_root_module]`.
 //!
 //! Only the ELF header, the program and section header tables, the dynamic
 //! segment and the dynamic symbol and string tables are read, with

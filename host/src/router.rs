@@ -10,9 +10,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use abi_stable::std_types::RString;
-use dsh_abi::{flags, kind, Envelope};
-use dsh_sdk::{codes, Error};
+use dsh_abi::Envelope;
+use dsh_wire::{codes, Cow, Error, Mode, ReplyKind, ToHost, ToPlugin};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
@@ -26,8 +25,8 @@ pub type FiberId = u64;
 /// A reply delivered to the host.
 #[derive(Debug, Clone)]
 pub struct HostReply {
-    /// Envelope flags (`ERROR`, `STREAM`).
-    pub flags: u32,
+    /// Item, final result or final error.
+    pub kind: ReplyKind,
     /// JSON text.
     pub payload: String,
 }
@@ -35,12 +34,12 @@ pub struct HostReply {
 impl HostReply {
     /// True for the last reply of a call.
     pub fn is_final(&self) -> bool {
-        self.flags & flags::STREAM == 0
+        self.kind.is_final()
     }
 
     /// The reply as a result.
     pub fn result(&self) -> Result<Value, Error> {
-        if self.flags & flags::ERROR != 0 {
+        if self.kind == ReplyKind::Err {
             Err(Error::from_payload(&self.payload))
         } else if self.payload.is_empty() {
             Ok(Value::Null)
@@ -96,7 +95,7 @@ enum Inner {
 }
 
 struct Chain {
-    mode: u32,
+    mode: Mode,
     event: String,
     scope: String,
     payload: String,
@@ -149,12 +148,16 @@ pub struct Router {
     events: mpsc::UnboundedSender<RouterEvent>,
 }
 
-fn envelope(kind: u32, id: u64) -> Envelope {
-    Envelope {
-        kind,
-        id,
-        ..Envelope::default()
-    }
+/// What the host asks of a generation's lifecycle.
+pub enum Lifecycle {
+    /// Apply the fiber with this config (JSON text).
+    Apply(String),
+    /// Run every effect in reverse.
+    Dispose,
+}
+
+fn cancel(id: u64) -> Envelope {
+    ToPlugin::Cancel { id }.encode()
 }
 
 fn error_payload(code: &str, message: impl Into<String>) -> String {
@@ -178,8 +181,8 @@ impl State {
     }
 
     /// Delivers a (possibly final) reply to its destination.
-    fn route_reply(&mut self, to: ReplyTo, flags_: u32, payload: String) {
-        let is_final = flags_ & flags::STREAM == 0;
+    fn route_reply(&mut self, to: ReplyTo, kind: ReplyKind, payload: String) {
+        let is_final = kind.is_final();
         match to {
             ReplyTo::Plugin {
                 fiber,
@@ -189,20 +192,21 @@ impl State {
                 if is_final {
                     self.outgoing.remove(&(fiber, local_id));
                 }
-                let mut env = envelope(kind::REPLY, local_id);
-                env.flags = flags_;
-                env.payload = RString::from(payload);
-                inbox.push(env);
+                inbox.push(
+                    ToPlugin::Reply {
+                        id: local_id,
+                        kind,
+                        payload: Cow::Owned(payload),
+                    }
+                    .encode(),
+                );
             }
             ReplyTo::Host(tx) => {
-                let _ = tx.send(HostReply {
-                    flags: flags_,
-                    payload,
-                });
+                let _ = tx.send(HostReply { kind, payload });
             }
             ReplyTo::Chain { chain, index } => {
                 if is_final {
-                    self.chain_step(chain, index, flags_, payload);
+                    self.chain_step(chain, index, kind, payload);
                 }
             }
         }
@@ -218,17 +222,19 @@ impl State {
         reply_to: ReplyTo,
         waterfall: bool,
     ) {
+        let id = self.fresh_id();
         let Some(chain) = self.chains.get(&chain_id) else {
             return;
         };
-        let mut env = envelope(kind::EVENT, 0);
-        env.ref_id = listener.id;
-        env.flags = chain.mode;
-        env.target = RString::from(chain.event.as_str());
-        env.method = RString::from(chain.scope.as_str());
-        let id = self.fresh_id();
-        env.id = id;
-        env.payload = RString::from(payload);
+        let env = ToPlugin::Event {
+            invocation: id,
+            listener: listener.id,
+            mode: chain.mode,
+            event: Cow::Borrowed(&chain.event),
+            scope: Cow::Borrowed(&chain.scope),
+            payload: Cow::Owned(payload),
+        }
+        .encode();
         self.pending.insert(
             id,
             Pending {
@@ -243,7 +249,7 @@ impl State {
             self.finish_hop(
                 reply_to,
                 waterfall.then_some((chain_id, index)),
-                flags::ERROR,
+                ReplyKind::Err,
                 error_payload(codes::DISPOSED, format!("the listener in `{name}` is gone")),
             );
         }
@@ -254,27 +260,32 @@ impl State {
         &mut self,
         to: ReplyTo,
         waterfall: Option<(u64, usize)>,
-        flags_: u32,
+        kind: ReplyKind,
         payload: String,
     ) {
-        self.route_reply(to, flags_, payload);
+        self.route_reply(to, kind, payload);
         if let Some((chain, 0)) = waterfall {
             self.chains.remove(&chain);
         }
     }
 
     /// Serial and parallel bookkeeping after listener `index` answered.
-    fn chain_step(&mut self, chain_id: u64, index: usize, flags_: u32, payload: String) {
+    fn chain_step(&mut self, chain_id: u64, index: usize, kind: ReplyKind, payload: String) {
         let Some(chain) = self.chains.get_mut(&chain_id) else {
             return;
         };
-        let failed = flags_ & flags::ERROR != 0;
+        let failed = kind == ReplyKind::Err;
         match chain.mode {
-            flags::MODE_SERIAL => {
+            Mode::Serial => {
                 if failed || (payload != "null" && !payload.is_empty()) {
                     let origin = chain.origin.clone();
                     self.chains.remove(&chain_id);
-                    return self.route_reply(origin, flags_ & flags::ERROR, payload);
+                    let kind = if failed {
+                        ReplyKind::Err
+                    } else {
+                        ReplyKind::Ok
+                    };
+                    return self.route_reply(origin, kind, payload);
                 }
                 let next = index + 1;
                 if let Some(listener) = chain.listeners.get(next).cloned() {
@@ -287,7 +298,7 @@ impl State {
                 } else {
                     let origin = chain.origin.clone();
                     self.chains.remove(&chain_id);
-                    self.route_reply(origin, 0, "null".into());
+                    self.route_reply(origin, ReplyKind::Ok, "null".into());
                 }
             }
             _ => {
@@ -303,7 +314,7 @@ impl State {
                         // A parallel dispatch answers `true` when listeners
                         // took part (none answers `null`, below in
                         // `dispatch`), so `flush` can tell.
-                        self.route_reply(chain.origin, 0, "true".into());
+                        self.route_reply(chain.origin, ReplyKind::Ok, "true".into());
                     } else {
                         let message = chain
                             .errors
@@ -318,7 +329,7 @@ impl State {
                         };
                         self.route_reply(
                             chain.origin,
-                            flags::ERROR,
+                            ReplyKind::Err,
                             error_payload(&code, format!("`{}`: {message}", chain.event)),
                         );
                     }
@@ -363,7 +374,7 @@ impl State {
     /// emit); `inner` is the waterfall default.
     fn dispatch(
         &mut self,
-        mode: u32,
+        mode: Mode,
         event: String,
         scope: String,
         payload: String,
@@ -371,13 +382,17 @@ impl State {
         inner: Inner,
     ) {
         let listeners = self.matching_listeners(&event, &scope);
-        if mode == flags::MODE_EMIT {
+        if mode == Mode::Emit {
             for l in &listeners {
-                let mut env = envelope(kind::EVENT, 0);
-                env.ref_id = l.id;
-                env.target = RString::from(event.as_str());
-                env.method = RString::from(scope.as_str());
-                env.payload = RString::from(payload.as_str());
+                let env = ToPlugin::Event {
+                    invocation: 0,
+                    listener: l.id,
+                    mode,
+                    event: Cow::Borrowed(&event),
+                    scope: Cow::Borrowed(&scope),
+                    payload: Cow::Borrowed(&payload),
+                }
+                .encode();
                 l.inbox.push(env);
             }
             return;
@@ -400,21 +415,21 @@ impl State {
             },
         );
         match mode {
-            flags::MODE_WATERFALL => {
+            Mode::Waterfall => {
                 if let Some(first) = listeners.first() {
                     self.invoke(first, chain_id, 0, payload, origin, true);
                 } else {
                     self.run_inner(chain_id, 0, payload, origin);
                 }
             }
-            flags::MODE_SERIAL if n > 0 => {
+            Mode::Serial if n > 0 => {
                 let to = ReplyTo::Chain {
                     chain: chain_id,
                     index: 0,
                 };
                 self.invoke(&listeners[0], chain_id, 0, payload, to, false);
             }
-            flags::MODE_PARALLEL if n > 0 => {
+            Mode::Parallel if n > 0 => {
                 for (i, l) in listeners.iter().enumerate() {
                     let to = ReplyTo::Chain {
                         chain: chain_id,
@@ -425,7 +440,7 @@ impl State {
             }
             _ => {
                 self.chains.remove(&chain_id);
-                self.route_reply(origin, 0, "null".into());
+                self.route_reply(origin, ReplyKind::Ok, "null".into());
             }
         }
     }
@@ -456,7 +471,55 @@ impl State {
                 continue;
             };
             if let Some(f) = self.fibers.get(&p.target) {
-                f.inbox.push(envelope(kind::CANCEL, id));
+                f.inbox.push(cancel(id));
+            }
+        }
+    }
+
+    /// A plugin's reply to something the router sent it (`id` is the
+    /// router's). Only the fiber that was asked may answer.
+    fn reply(&mut self, gen: &GenCtx, id: u64, kind: ReplyKind, payload: Cow<'_, str>) -> i32 {
+        let Some(p) = self.pending.get(&id) else {
+            return 0;
+        };
+        if p.target != gen.fiber {
+            return -1;
+        }
+        if kind.is_final() {
+            if let Some(p) = self.pending.remove(&id) {
+                self.finish_hop(p.reply_to, p.waterfall, kind, payload.into_owned());
+            }
+        } else {
+            let to = p.reply_to.clone();
+            self.route_reply(to, kind, payload.into_owned());
+        }
+        0
+    }
+
+    /// `fiber` stopped waiting for its call or dispatch `local_id`.
+    fn cancel(&mut self, fiber: FiberId, local_id: u64) {
+        if let Some(id) = self.outgoing.remove(&(fiber, local_id)) {
+            if let Some(p) = self.pending.remove(&id) {
+                if let Some(f) = self.fibers.get(&p.target) {
+                    f.inbox.push(cancel(id));
+                }
+            }
+        } else {
+            self.cancel_dispatch(fiber, local_id);
+        }
+    }
+
+    /// `fiber` provides `name`, unless another fiber already does (that
+    /// is recorded as a rejection the supervisor reports).
+    fn provide(&mut self, fiber: FiberId, name: String) {
+        match self.services.get(&name).copied() {
+            Some(other) if other != fiber => {
+                let owner = self.plugin_name(other);
+                let msg = format!("service `{name}` is already provided by `{owner}`");
+                self.rejections.entry(fiber).or_default().push(msg);
+            }
+            _ => {
+                self.services.insert(name, fiber);
             }
         }
     }
@@ -474,9 +537,12 @@ impl State {
             } => {
                 let (fiber, inbox, dispatch_id) = (*fiber, inbox.clone(), *dispatch_id);
                 let id = self.fresh_id();
-                let mut env = envelope(kind::INNER, id);
-                env.ref_id = dispatch_id;
-                env.payload = RString::from(payload);
+                let env = ToPlugin::Inner {
+                    id,
+                    dispatch: dispatch_id,
+                    payload: Cow::Owned(payload),
+                }
+                .encode();
                 self.pending.insert(
                     id,
                     Pending {
@@ -490,7 +556,7 @@ impl State {
                     self.finish_hop(
                         reply_to,
                         Some((chain_id, index)),
-                        flags::ERROR,
+                        ReplyKind::Err,
                         error_payload(codes::DISPOSED, "the dispatcher is gone"),
                     );
                 }
@@ -502,8 +568,8 @@ impl State {
                     (_, Err(e)) => Err(Error::from(e)),
                 };
                 let (fl, text) = match result {
-                    Ok(v) => (0, v.to_string()),
-                    Err(e) => (flags::ERROR, e.to_payload()),
+                    Ok(v) => (ReplyKind::Ok, v.to_string()),
+                    Err(e) => (ReplyKind::Err, e.to_payload()),
                 };
                 self.finish_hop(reply_to, Some((chain_id, index)), fl, text);
             }
@@ -527,7 +593,7 @@ impl State {
         let Some(chain) = self.chains.get_mut(&chain_id) else {
             return self.route_reply(
                 to,
-                flags::ERROR,
+                ReplyKind::Err,
                 error_payload(codes::DISPOSED, "the waterfall already finished"),
             );
         };
@@ -535,7 +601,7 @@ impl State {
             let event = chain.event.clone();
             return self.route_reply(
                 to,
-                flags::ERROR,
+                ReplyKind::Err,
                 error_payload(
                     codes::NEXT_CALLED_TWICE,
                     format!("a listener of `{event}` called next twice"),
@@ -570,7 +636,7 @@ impl State {
             if caller_gone {
                 if p.target != fiber {
                     if let Some(target) = self.fibers.get(&p.target) {
-                        target.inbox.push(envelope(kind::CANCEL, id));
+                        target.inbox.push(cancel(id));
                     }
                 }
                 continue;
@@ -579,7 +645,7 @@ impl State {
             self.finish_hop(
                 p.reply_to,
                 p.waterfall,
-                flags::ERROR,
+                ReplyKind::Err,
                 error_payload(
                     codes::DISPOSED,
                     format!("`{name}` {reason} before answering"),
@@ -705,9 +771,7 @@ impl Router {
         s.forget_fiber(fiber, reason);
         for (id, f) in &s.fibers {
             if *id != fiber {
-                let mut env = envelope(kind::FIBER_GONE, 0);
-                env.fiber = fiber;
-                f.inbox.push(env);
+                f.inbox.push(ToPlugin::FiberGone { fiber }.encode());
             }
         }
     }
@@ -720,25 +784,26 @@ impl Router {
     }
 
     /// Sends a lifecycle request (APPLY, DISPOSE) to `fiber`.
-    pub fn request(
-        &self,
-        fiber: FiberId,
-        kind_: u32,
-        payload: String,
-    ) -> mpsc::UnboundedReceiver<HostReply> {
+    pub fn request(&self, fiber: FiberId, what: Lifecycle) -> mpsc::UnboundedReceiver<HostReply> {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut s = self.lock();
         let id = s.fresh_id();
         let Some(inbox) = s.fibers.get(&fiber).map(|f| f.inbox.clone()) else {
             let _ = tx.send(HostReply {
-                flags: flags::ERROR,
+                kind: ReplyKind::Err,
                 payload: error_payload(codes::DISPOSED, "no such generation"),
             });
             return rx;
         };
-        let mut env = envelope(kind_, id);
-        env.fiber = fiber;
-        env.payload = RString::from(payload);
+        let env = match what {
+            Lifecycle::Apply(config) => ToPlugin::Apply {
+                id,
+                fiber,
+                config: Cow::Owned(config),
+            },
+            Lifecycle::Dispose => ToPlugin::Dispose { id, fiber },
+        }
+        .encode();
         s.pending.insert(
             id,
             Pending {
@@ -750,7 +815,7 @@ impl Router {
         if !inbox.push(env) {
             s.pending.remove(&id);
             let _ = tx.send(HostReply {
-                flags: flags::ERROR,
+                kind: ReplyKind::Err,
                 payload: error_payload(codes::DISPOSED, "the generation is closed"),
             });
         }
@@ -762,7 +827,7 @@ impl Router {
         let s = self.lock();
         if let Some(f) = s.fibers.get(&fiber) {
             f.stopping.store(true, Ordering::Release);
-            f.inbox.push(envelope(kind::STOP, 0));
+            f.inbox.push(ToPlugin::Stop.encode());
         }
     }
 
@@ -777,11 +842,11 @@ impl Router {
         if let Some(builtin) = self.builtins.get(service) {
             let reply = match builtin(method, params.clone(), 0) {
                 Ok(v) => HostReply {
-                    flags: 0,
+                    kind: ReplyKind::Ok,
                     payload: v.to_string(),
                 },
                 Err(e) => HostReply {
-                    flags: flags::ERROR,
+                    kind: ReplyKind::Err,
                     payload: e.to_payload(),
                 },
             };
@@ -792,7 +857,7 @@ impl Router {
         let provider = s.services.get(service).copied().filter(|f| s.is_active(*f));
         let Some(provider) = provider else {
             let _ = tx.send(HostReply {
-                flags: flags::ERROR,
+                kind: ReplyKind::Err,
                 payload: error_payload(
                     codes::SERVICE_UNAVAILABLE,
                     format!("no active provider for service `{service}`"),
@@ -809,10 +874,14 @@ impl Router {
                 waterfall: None,
             },
         );
-        let mut env = envelope(kind::CALL, id);
-        env.target = RString::from(service);
-        env.method = RString::from(method);
-        env.payload = RString::from(params.to_string());
+        let env = ToPlugin::Call {
+            id,
+            caller: 0,
+            service: Cow::Borrowed(service),
+            method: Cow::Borrowed(method),
+            params: Cow::Owned(params.to_string()),
+        }
+        .encode();
         if let Some(f) = s.fibers.get(&provider) {
             f.inbox.push(env);
         }
@@ -822,7 +891,7 @@ impl Router {
     /// A dispatch from the host. `inner` is the waterfall default.
     pub fn host_dispatch(
         &self,
-        mode: u32,
+        mode: Mode,
         event: &str,
         scope: &str,
         payload: &Value,
@@ -841,7 +910,16 @@ impl Router {
         rx
     }
 
+    /// One message from a generation, routed on the sender's thread. The
+    /// answer is `send`'s return value: 0, or negative when refused.
     fn handle(&self, gen: &GenCtx, m: &Envelope) -> i32 {
+        let message = match ToHost::decode(m) {
+            Ok(message) => message,
+            Err(e) => {
+                tracing::warn!(plugin = gen.plugin.as_str(), "refused a message: {e}");
+                return -3;
+            }
+        };
         let mut s = self.lock();
         let Some(route) = s.fibers.get(&gen.fiber) else {
             return -1;
@@ -849,160 +927,155 @@ impl Router {
         if !route.inbox.is_open() {
             return -1;
         }
-        let caller = ReplyTo::Plugin {
+        let from = |local_id: u64| ReplyTo::Plugin {
             fiber: gen.fiber,
             inbox: gen.inbox.clone(),
-            local_id: m.id,
+            local_id,
         };
-        match m.kind {
-            kind::READY => {}
-            kind::REPLY => {
-                let is_final = m.flags & flags::STREAM == 0;
-                let Some(p) = s.pending.get(&m.id) else {
-                    return 0;
-                };
-                if p.target != gen.fiber {
-                    return -1;
-                }
-                if is_final {
-                    if let Some(p) = s.pending.remove(&m.id) {
-                        s.finish_hop(p.reply_to, p.waterfall, m.flags, m.payload.to_string());
-                    }
-                } else {
-                    let to = p.reply_to.clone();
-                    s.route_reply(to, m.flags, m.payload.to_string());
-                }
-            }
-            kind::CALL => {
-                let service = m.target.as_str();
-                if let Some(builtin) = self.builtins.get(service) {
-                    let params = serde_json::from_str(m.payload.as_str()).unwrap_or(Value::Null);
-                    let (fl, text) = match builtin(m.method.as_str(), params, gen.fiber) {
-                        Ok(v) => (0, v.to_string()),
-                        Err(e) => (flags::ERROR, e.to_payload()),
-                    };
-                    s.route_reply(caller, fl, text);
-                    return 0;
-                }
-                let provider = s.services.get(service).copied().filter(|f| s.is_active(*f));
-                let Some(provider) = provider else {
-                    s.route_reply(
-                        caller,
-                        flags::ERROR,
-                        error_payload(
-                            codes::SERVICE_UNAVAILABLE,
-                            format!("no active provider for service `{service}`"),
-                        ),
-                    );
-                    return 0;
-                };
-                let id = s.fresh_id();
-                s.outgoing.insert((gen.fiber, m.id), id);
-                s.pending.insert(
-                    id,
-                    Pending {
-                        reply_to: caller,
-                        target: provider,
-                        waterfall: None,
-                    },
-                );
-                let mut env = envelope(kind::CALL, id);
-                env.fiber = gen.fiber;
-                env.target = m.target.clone();
-                env.method = m.method.clone();
-                env.payload = m.payload.clone();
-                if let Some(f) = s.fibers.get(&provider) {
-                    f.inbox.push(env);
-                }
-            }
-            kind::CANCEL => {
-                if let Some(id) = s.outgoing.remove(&(gen.fiber, m.id)) {
-                    if let Some(p) = s.pending.remove(&id) {
-                        if let Some(f) = s.fibers.get(&p.target) {
-                            f.inbox.push(envelope(kind::CANCEL, id));
-                        }
-                    }
-                } else {
-                    s.cancel_dispatch(gen.fiber, m.id);
-                }
-            }
-            kind::DISPATCH => {
+        match message {
+            ToHost::Ready => {}
+            ToHost::Reply { id, kind, payload } => return s.reply(gen, id, kind, payload),
+            ToHost::Call {
+                id,
+                service,
+                method,
+                params,
+            } => self.call(&mut s, gen, from(id), &service, &method, params),
+            ToHost::Cancel { id } => s.cancel(gen.fiber, id),
+            ToHost::Dispatch {
+                id,
+                event,
+                scope,
+                mode,
+                payload,
+            } => {
                 let inner = Inner::Plugin {
                     fiber: gen.fiber,
                     inbox: gen.inbox.clone(),
-                    dispatch_id: m.id,
+                    dispatch_id: id,
                 };
                 s.dispatch(
-                    m.flags & flags::MODE_MASK,
-                    m.target.to_string(),
-                    m.method.to_string(),
-                    m.payload.to_string(),
-                    caller,
+                    mode,
+                    event.into_owned(),
+                    scope.into_owned(),
+                    payload.into_owned(),
+                    from(id),
                     inner,
                 );
             }
-            kind::NEXT => {
+            ToHost::Next {
+                id,
+                invocation,
+                payload,
+            } => {
                 let hop = s
                     .pending
-                    .get(&m.ref_id)
+                    .get(&invocation)
                     .filter(|p| p.target == gen.fiber)
                     .and_then(|p| p.waterfall);
                 match hop {
-                    Some((chain, index)) => {
-                        s.next(gen, m.id, chain, index, m.payload.to_string());
-                    }
+                    Some((chain, index)) => s.next(gen, id, chain, index, payload.into_owned()),
                     None => s.route_reply(
-                        caller,
-                        flags::ERROR,
+                        from(id),
+                        ReplyKind::Err,
                         error_payload(codes::DISPOSED, "`next` called after the listener returned"),
                     ),
                 }
             }
-            kind::PROVIDE => {
-                let name = m.target.to_string();
-                match s.services.get(&name).copied() {
-                    Some(other) if other != gen.fiber => {
-                        let owner = s.plugin_name(other);
-                        let msg = format!("service `{name}` is already provided by `{owner}`");
-                        s.rejections.entry(gen.fiber).or_default().push(msg);
-                    }
-                    _ => {
-                        s.services.insert(name, gen.fiber);
-                    }
+            ToHost::Provide { service } => s.provide(gen.fiber, service.into_owned()),
+            ToHost::Withdraw { service } => {
+                if s.services.get(service.as_ref()) == Some(&gen.fiber) {
+                    s.services.remove(service.as_ref());
                 }
             }
-            kind::WITHDRAW => {
-                let name = m.target.as_str();
-                if s.services.get(name) == Some(&gen.fiber) {
-                    s.services.remove(name);
-                }
-            }
-            kind::ON => {
+            ToHost::On {
+                listener,
+                event,
+                scope,
+                prepend,
+            } => {
                 let route = ListenerRoute {
                     fiber: gen.fiber,
-                    id: m.id,
-                    scope: (!m.method.is_empty()).then(|| m.method.to_string()),
+                    id: listener,
+                    scope: scope.map(Cow::into_owned),
                     inbox: gen.inbox.clone(),
                 };
-                let list = s.listeners.entry(m.target.to_string()).or_default();
-                if m.flags & flags::PREPEND != 0 {
+                let list = s.listeners.entry(event.into_owned()).or_default();
+                if prepend {
                     list.insert(0, route);
                 } else {
                     list.push(route);
                 }
             }
-            kind::OFF => {
+            ToHost::Off { listener } => {
                 for list in s.listeners.values_mut() {
-                    list.retain(|l| !(l.fiber == gen.fiber && l.id == m.id));
+                    list.retain(|l| !(l.fiber == gen.fiber && l.id == listener));
                 }
             }
-            kind::SCOPE_PARENT => {
-                let (child, parent) = (m.target.to_string(), m.method.to_string());
-                return s.link_scope(gen.fiber, child, parent, m.flags & flags::REBIND != 0);
+            ToHost::ScopeParent {
+                child,
+                parent,
+                rebind,
+            } => {
+                return s.link_scope(gen.fiber, child.into_owned(), parent.into_owned(), rebind);
             }
-            _ => return -3,
         }
         0
+    }
+
+    /// A call from a plugin: a builtin answers at once; otherwise the call
+    /// goes to the active provider, or fails `SERVICE_UNAVAILABLE`.
+    fn call(
+        &self,
+        s: &mut State,
+        gen: &GenCtx,
+        caller: ReplyTo,
+        service: &str,
+        method: &str,
+        params: Cow<'_, str>,
+    ) {
+        if let Some(builtin) = self.builtins.get(service) {
+            let params = serde_json::from_str(&params).unwrap_or(Value::Null);
+            let (kind, text) = match builtin(method, params, gen.fiber) {
+                Ok(v) => (ReplyKind::Ok, v.to_string()),
+                Err(e) => (ReplyKind::Err, e.to_payload()),
+            };
+            return s.route_reply(caller, kind, text);
+        }
+        let provider = s.services.get(service).copied().filter(|f| s.is_active(*f));
+        let Some(provider) = provider else {
+            return s.route_reply(
+                caller,
+                ReplyKind::Err,
+                error_payload(
+                    codes::SERVICE_UNAVAILABLE,
+                    format!("no active provider for service `{service}`"),
+                ),
+            );
+        };
+        let id = s.fresh_id();
+        if let ReplyTo::Plugin { local_id, .. } = &caller {
+            s.outgoing.insert((gen.fiber, *local_id), id);
+        }
+        s.pending.insert(
+            id,
+            Pending {
+                reply_to: caller,
+                target: provider,
+                waterfall: None,
+            },
+        );
+        let env = ToPlugin::Call {
+            id,
+            caller: gen.fiber,
+            service: Cow::Borrowed(service),
+            method: Cow::Borrowed(method),
+            params,
+        }
+        .encode();
+        if let Some(f) = s.fibers.get(&provider) {
+            f.inbox.push(env);
+        }
     }
 
     /// Called on a generation thread after its actor returned.

@@ -6,14 +6,14 @@
 //! `state/` and `state/<pid>/` are 0700. `state/<pid>/` is removed when the
 //! [`Staging`] is dropped (the supervisor's end: a clean exit, SIGINT or
 //! SIGTERM); directories of processes that are gone are removed when the
-//! next host starts ([`dsh_sdk::tempdir::sweep`], which also tells a reused
+//! next host starts ([`dsh_tempdir::sweep`], which also tells a reused
 //! pid from its first owner).
 
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use dsh_sdk::tempdir::PrivateDir;
+use dsh_tempdir::PrivateDir;
 
 use crate::loader::FileId;
 

@@ -10,15 +10,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dsh_abi::kind;
-use dsh_sdk::Manifest;
+use dsh_wire::Manifest;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::{inject_cycles, interpolate_env, Row, Tree};
 use crate::loader::{FileId, Generation, LoadError, LoadSpec, Unloaded};
 use crate::report::{Level, Reports};
-use crate::router::{FiberId, HostReply, Router, RouterEvent};
+use crate::router::{FiberId, HostReply, Lifecycle, Router, RouterEvent};
 use crate::staging::Staging;
 
 /// The lifecycle state of a row's fiber.
@@ -470,7 +469,9 @@ impl Supervisor {
         let fiber = self.slots[i].fiber;
         self.slots[i].state = FiberState::Loading;
         let config = interpolate_env(&self.slots[i].row.config);
-        let rx = self.router.request(fiber, kind::APPLY, config.to_string());
+        let rx = self
+            .router
+            .request(fiber, Lifecycle::Apply(config.to_string()));
         let mut result = first_reply(rx, self.timeouts.apply).await;
         let rejected = self.router.take_rejections(fiber);
         if result.is_ok() && !rejected.is_empty() {
@@ -488,7 +489,7 @@ impl Supervisor {
             }
             Err(e) => {
                 // Roll back what the apply registered.
-                let rx = self.router.request(fiber, kind::DISPOSE, String::new());
+                let rx = self.router.request(fiber, Lifecycle::Dispose);
                 let _ = first_reply(rx, self.timeouts.dispose).await;
                 self.router.forget_fiber(fiber, "failed to apply");
                 let plugin = self.slots[i].row.plugin.clone();
@@ -519,7 +520,7 @@ impl Supervisor {
             Box::pin(self.deactivate(j, &why)).await;
         }
         self.router.set_active(fiber, false);
-        let rx = self.router.request(fiber, kind::DISPOSE, String::new());
+        let rx = self.router.request(fiber, Lifecycle::Dispose);
         if let Err(e) = first_reply(rx, self.timeouts.dispose).await {
             let id = self.slots[i].row.id.clone();
             self.reports.push(

@@ -6,14 +6,15 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::rc::Rc;
 
-use dsh_abi::{kind, HostHandle};
+use dsh_abi::HostHandle;
+use dsh_wire::{Cow, ReplyKind, ToHost, ToPlugin};
 use serde_json::Value;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
-use crate::context::{Context, Shared};
+use crate::context::{Context, EventMsg, Shared};
 use crate::error::{codes, Error};
-use crate::link::{level, HostLink, Msg};
+use crate::link::{level, HostLink};
 use crate::logging;
 use crate::unwind::{catch, panic_error};
 use crate::Plugin;
@@ -89,7 +90,7 @@ async fn actor<P: Plugin>(link: HostLink) -> i32 {
             return exit::RUNTIME;
         }
     };
-    link.send(Msg::new(kind::READY));
+    link.send(ToHost::Ready);
     loop {
         let mut guard = match fd.readable().await {
             Ok(g) => g,
@@ -111,49 +112,81 @@ async fn actor<P: Plugin>(link: HostLink) -> i32 {
 
 /// Handles every waiting message; true when told to stop.
 fn drain<P: Plugin>(shared: &Rc<Shared>, link: HostLink) -> bool {
-    while let Some(msg) = link.try_recv() {
-        if msg.kind == kind::STOP {
-            shared.shutdown();
-            return true;
+    while let Some(message) = link.try_recv() {
+        match message {
+            Ok(ToPlugin::Stop) => {
+                shared.shutdown();
+                return true;
+            }
+            Ok(message) => handle::<P>(shared, message),
+            Err(e) => tracing::warn!("ignoring a message from the host: {e}"),
         }
-        handle::<P>(shared, msg);
     }
     false
 }
 
-fn handle<P: Plugin>(shared: &Rc<Shared>, msg: Msg) {
-    match msg.kind {
-        kind::APPLY => apply::<P>(shared, msg),
-        kind::DISPOSE => {
+fn handle<P: Plugin>(shared: &Rc<Shared>, message: ToPlugin<'static>) {
+    match message {
+        ToPlugin::Apply { id, fiber, config } => apply::<P>(shared, id, fiber, &config),
+        ToPlugin::Dispose { id, .. } => {
             let shared2 = shared.clone();
             tokio::task::spawn_local(async move {
                 shared2.dispose().await;
-                reply_ok(&shared2, msg.id);
+                reply(&shared2, id, Ok(()));
             });
         }
-        kind::CALL => shared.on_call(msg),
-        kind::REPLY => shared.on_reply(msg),
-        kind::CANCEL => shared.on_cancel(msg),
-        kind::EVENT => shared.on_event(msg),
-        kind::INNER => shared.on_inner(msg),
-        kind::FIBER_GONE => shared.on_fiber_gone(msg.fiber),
-        other => tracing::warn!("ignoring unknown message kind {other}"),
+        ToPlugin::Stop => shared.shutdown(),
+        ToPlugin::Call {
+            id,
+            caller,
+            service,
+            method,
+            params,
+        } => shared.on_call(
+            id,
+            caller,
+            service.into_owned(),
+            method.into_owned(),
+            &params,
+        ),
+        ToPlugin::Reply { id, kind, payload } => shared.on_reply(id, kind, &payload),
+        ToPlugin::Cancel { id } => shared.on_cancel(id),
+        ToPlugin::Event {
+            invocation,
+            listener,
+            mode,
+            event,
+            scope,
+            payload,
+        } => shared.on_event(
+            invocation,
+            listener,
+            EventMsg {
+                mode,
+                name: event.into_owned(),
+                scope: scope.into_owned(),
+                payload: payload.into_owned(),
+            },
+        ),
+        ToPlugin::Inner {
+            id,
+            dispatch,
+            payload,
+        } => shared.on_inner(id, dispatch, &payload),
+        ToPlugin::FiberGone { fiber } => shared.on_fiber_gone(fiber),
     }
 }
 
-fn reply_ok(shared: &Shared, id: u64) {
-    let mut reply = Msg::new(kind::REPLY);
-    reply.id = id;
-    reply.payload = "null".into();
-    shared.send(reply);
-}
-
-fn reply_err(shared: &Shared, id: u64, e: &Error) {
-    let mut reply = Msg::new(kind::REPLY);
-    reply.id = id;
-    reply.flags = dsh_abi::flags::ERROR;
-    reply.payload = e.to_payload();
-    shared.send(reply);
+fn reply(shared: &Shared, id: u64, result: Result<(), Error>) {
+    let (kind, payload) = match result {
+        Ok(()) => (ReplyKind::Ok, "null".to_owned()),
+        Err(e) => (ReplyKind::Err, e.to_payload()),
+    };
+    shared.send(ToHost::Reply {
+        id,
+        kind,
+        payload: Cow::Owned(payload),
+    });
 }
 
 /// Parses a row's config; `null` and `{}` are interchangeable so that both
@@ -177,19 +210,18 @@ pub(crate) fn parse_config<T: serde::de::DeserializeOwned>(text: &str) -> Result
     }
 }
 
-fn apply<P: Plugin>(shared: &Rc<Shared>, msg: Msg) {
-    shared.set_fiber(msg.fiber);
-    let id = msg.id;
-    let config = match parse_config::<P::Config>(&msg.payload) {
+fn apply<P: Plugin>(shared: &Rc<Shared>, id: u64, fiber: u64, config: &str) {
+    shared.set_fiber(fiber);
+    let config = match parse_config::<P::Config>(config) {
         Ok(c) => c,
-        Err(e) => return reply_err(shared, id, &e),
+        Err(e) => return reply(shared, id, Err(e)),
     };
     let ctx = Context::new(shared.clone());
     let shared2 = shared.clone();
     let task = tokio::task::spawn_local(async move {
         match catch(P::apply(ctx, config)).await {
-            Ok(Ok(())) => reply_ok(&shared2, id),
-            Ok(Err(e)) | Err(e) => reply_err(&shared2, id, &e),
+            Ok(Ok(())) => reply(&shared2, id, Ok(())),
+            Ok(Err(e)) | Err(e) => reply(&shared2, id, Err(e)),
         }
     });
     shared.set_lifecycle(task.abort_handle());

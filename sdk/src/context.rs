@@ -9,7 +9,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 
-use dsh_abi::{flags, kind};
+use dsh_wire::{Cow, Mode, ReplyKind, ToHost};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::AbortHandle;
 
 use crate::error::{codes, Error, Result};
-use crate::link::{HostLink, Msg};
+use crate::link::HostLink;
 use crate::unwind::catch;
 
 pub(crate) type LocalBoxFuture<T> = Pin<Box<dyn Future<Output = T>>>;
@@ -95,19 +95,18 @@ impl Shared {
         id
     }
 
-    pub(crate) fn send(&self, msg: Msg) -> bool {
-        self.link.send(msg)
+    pub(crate) fn send(&self, message: ToHost<'_>) -> bool {
+        self.link.send(message)
     }
 
     /// Links scope `child` under `parent` (or moves the link: `rebind`).
     fn link_scope(&self, child: &str, parent: &str, rebind: bool) -> Result<()> {
-        let mut msg = Msg::new(kind::SCOPE_PARENT);
-        msg.target = child.to_owned();
-        msg.method = parent.to_owned();
-        if rebind {
-            msg.flags = flags::REBIND;
-        }
-        match self.link.send_code(msg) {
+        let link = ToHost::ScopeParent {
+            child: Cow::Borrowed(child),
+            parent: Cow::Borrowed(parent),
+            rebind,
+        };
+        match self.link.send_code(link) {
             0 => Ok(()),
             dsh_abi::SCOPE_ALREADY_BOUND => Err(Error::new(
                 codes::SCOPE_ALREADY_BOUND,
@@ -124,24 +123,23 @@ impl Shared {
     }
 
     fn reply(&self, id: u64, result: Result<Value>) {
-        let mut msg = Msg::new(kind::REPLY);
-        msg.id = id;
-        match result {
-            Ok(v) => msg.payload = v.to_string(),
-            Err(e) => {
-                msg.flags = flags::ERROR;
-                msg.payload = e.to_payload();
-            }
-        }
-        self.send(msg);
+        let (kind, payload) = match result {
+            Ok(v) => (ReplyKind::Ok, v.to_string()),
+            Err(e) => (ReplyKind::Err, e.to_payload()),
+        };
+        self.send(ToHost::Reply {
+            id,
+            kind,
+            payload: Cow::Owned(payload),
+        });
     }
 
     fn reply_item(&self, id: u64, item: Value) {
-        let mut msg = Msg::new(kind::REPLY);
-        msg.id = id;
-        msg.flags = flags::STREAM;
-        msg.payload = item.to_string();
-        self.send(msg);
+        self.send(ToHost::Reply {
+            id,
+            kind: ReplyKind::Item,
+            payload: Cow::Owned(item.to_string()),
+        });
     }
 
     pub(crate) fn set_fiber(&self, fiber: FiberId) {
@@ -156,11 +154,14 @@ impl Shared {
     }
 
     /// Handles a REPLY for one of our outgoing calls.
-    pub(crate) fn on_reply(&self, msg: Msg) {
-        let result = parse_result(&msg);
-        let stream_item = msg.flags & flags::STREAM != 0;
+    pub(crate) fn on_reply(&self, id: u64, kind: ReplyKind, payload: &str) {
+        let result = match kind {
+            ReplyKind::Err => Err(Error::from_payload(payload)),
+            ReplyKind::Ok | ReplyKind::Item => parse_payload(payload),
+        };
+        let stream_item = !kind.is_final();
         let mut pending = self.pending.borrow_mut();
-        match pending.get_mut(&msg.id) {
+        match pending.get_mut(&id) {
             None => {}
             Some(Pending::Call { items, .. }) if stream_item => {
                 if let Ok(v) = result {
@@ -170,7 +171,7 @@ impl Shared {
             Some(Pending::Stream(tx)) if stream_item => {
                 let _ = tx.send(result);
             }
-            Some(_) => match pending.remove(&msg.id) {
+            Some(_) => match pending.remove(&id) {
                 Some(Pending::Call { tx, items }) => {
                     let result = if items.is_empty() {
                         result
@@ -190,28 +191,34 @@ impl Shared {
     }
 
     /// Handles an incoming service CALL.
-    pub(crate) fn on_call(self: &Rc<Self>, msg: Msg) {
-        let id = msg.id;
-        let handler = self.services.borrow().get(&msg.target).cloned();
+    pub(crate) fn on_call(
+        self: &Rc<Self>,
+        id: u64,
+        caller: FiberId,
+        service: String,
+        method: String,
+        params: &str,
+    ) {
+        let handler = self.services.borrow().get(&service).cloned();
         let Some(handler) = handler else {
             self.reply(
                 id,
                 Err(Error::new(
                     codes::SERVICE_UNAVAILABLE,
-                    format!("plugin `{}` does not provide `{}`", self.name, msg.target),
+                    format!("plugin `{}` does not provide `{service}`", self.name),
                 )),
             );
             return;
         };
-        let params = match parse_payload(&msg.payload) {
+        let params = match parse_payload(params) {
             Ok(v) => v,
             Err(e) => return self.reply(id, Err(e)),
         };
         let request = Request {
-            service: msg.target,
-            method: msg.method,
+            service,
+            method,
             params,
-            caller: msg.fiber,
+            caller,
             shared: Rc::downgrade(self),
         };
         let fut = handler(request);
@@ -261,16 +268,21 @@ impl Shared {
     }
 
     /// The caller of an incoming call went away.
-    pub(crate) fn on_cancel(&self, msg: Msg) {
-        if let Some(task) = self.incoming.borrow_mut().remove(&msg.id) {
+    pub(crate) fn on_cancel(&self, id: u64) {
+        if let Some(task) = self.incoming.borrow_mut().remove(&id) {
             task.abort();
         }
     }
 
     /// Handles an EVENT: one listener invocation.
-    pub(crate) fn on_event(self: &Rc<Self>, msg: Msg) {
-        let invocation = msg.id;
-        let listener = self.listeners.borrow().get(&msg.ref_id).cloned();
+    pub(crate) fn on_event(self: &Rc<Self>, invocation: u64, listener: u64, event: EventMsg) {
+        let EventMsg {
+            mode,
+            name,
+            scope,
+            payload,
+        } = event;
+        let listener = self.listeners.borrow().get(&listener).cloned();
         let Some(listener) = listener else {
             if invocation != 0 {
                 self.reply(
@@ -280,7 +292,7 @@ impl Shared {
             }
             return;
         };
-        let payload = match parse_payload(&msg.payload) {
+        let payload = match parse_payload(&payload) {
             Ok(v) => v,
             Err(e) => {
                 if invocation != 0 {
@@ -290,17 +302,16 @@ impl Shared {
             }
         };
         let event = Event {
-            name: msg.target.clone(),
+            name: name.clone(),
             payload,
-            scope: (!msg.method.is_empty()).then(|| msg.method.clone()),
+            scope: (!scope.is_empty()).then_some(scope),
             invocation,
-            waterfall: msg.flags & flags::MODE_MASK == flags::MODE_WATERFALL,
+            waterfall: mode == Mode::Waterfall,
             next_used: Cell::new(false),
             shared: Rc::downgrade(self),
         };
         let fut = listener(event);
         let shared = self.clone();
-        let name = msg.target;
         self.run_or_spawn(
             (invocation != 0).then_some(invocation),
             Box::pin(async move {
@@ -318,20 +329,19 @@ impl Shared {
     }
 
     /// Runs the innermost default of one of our waterfalls.
-    pub(crate) fn on_inner(self: &Rc<Self>, msg: Msg) {
-        let inner = self.inners.borrow_mut().remove(&msg.ref_id);
+    pub(crate) fn on_inner(self: &Rc<Self>, id: u64, waterfall: u64, payload: &str) {
+        let inner = self.inners.borrow_mut().remove(&waterfall);
         let Some(inner) = inner else {
             return self.reply(
-                msg.id,
+                id,
                 Err(Error::new(codes::DISPOSED, "the waterfall is gone")),
             );
         };
-        let payload = match parse_payload(&msg.payload) {
+        let payload = match parse_payload(payload) {
             Ok(v) => v,
-            Err(e) => return self.reply(msg.id, Err(e)),
+            Err(e) => return self.reply(id, Err(e)),
         };
         let shared = self.clone();
-        let (id, waterfall) = (msg.id, msg.ref_id);
         let task = tokio::task::spawn_local(async move {
             let result = catch(inner(payload)).await.and_then(|r| r);
             shared.running_inners.borrow_mut().remove(&waterfall);
@@ -416,15 +426,20 @@ impl Shared {
         }
     }
 
-    /// Sends `msg` with a fresh id and registers a one-shot reply slot.
-    fn request(&self, msg: Msg) -> OutgoingCall {
-        self.request_with(msg, |_| {})
+    /// Sends the message `build` makes from a fresh id and registers a
+    /// one-shot reply slot for it.
+    fn request(&self, build: impl FnOnce(u64) -> ToHost<'static>) -> OutgoingCall {
+        self.request_with(build, |_| {})
     }
 
     /// Like `request`, running `prepare(id)` before the message leaves.
-    fn request_with(&self, mut msg: Msg, prepare: impl FnOnce(u64)) -> OutgoingCall {
+    fn request_with(
+        &self,
+        build: impl FnOnce(u64) -> ToHost<'static>,
+        prepare: impl FnOnce(u64),
+    ) -> OutgoingCall {
         let id = self.next_id();
-        msg.id = id;
+        let msg = build(id);
         prepare(id);
         let (tx, rx) = oneshot::channel();
         self.pending.borrow_mut().insert(
@@ -447,19 +462,19 @@ impl Shared {
     }
 }
 
+/// A listener invocation's event, as the host sent it.
+pub(crate) struct EventMsg {
+    pub mode: Mode,
+    pub name: String,
+    pub scope: String,
+    pub payload: String,
+}
+
 fn parse_payload(text: &str) -> Result<Value> {
     if text.is_empty() {
         return Ok(Value::Null);
     }
     Ok(serde_json::from_str(text)?)
-}
-
-fn parse_result(msg: &Msg) -> Result<Value> {
-    if msg.flags & flags::ERROR != 0 {
-        Err(Error::from_payload(&msg.payload))
-    } else {
-        parse_payload(&msg.payload)
-    }
 }
 
 fn to_value(v: impl Serialize) -> Result<Value> {
@@ -500,9 +515,7 @@ impl Drop for OutgoingCall {
     fn drop(&mut self) {
         if !self.done {
             if let Some(link) = self.link {
-                let mut msg = Msg::new(kind::CANCEL);
-                msg.id = self.id;
-                link.send(msg);
+                link.send(ToHost::Cancel { id: self.id });
             }
         }
     }
@@ -654,10 +667,16 @@ impl Event {
             .shared
             .upgrade()
             .ok_or_else(|| Error::new(codes::DISPOSED, "the plugin is disposed"))?;
-        let mut msg = Msg::new(kind::NEXT);
-        msg.ref_id = self.invocation;
-        msg.payload = to_value(payload)?.to_string();
-        shared.request(msg).wait().await
+        let payload = to_value(payload)?.to_string();
+        let invocation = self.invocation;
+        shared
+            .request(|id| ToHost::Next {
+                id,
+                invocation,
+                payload: Cow::Owned(payload),
+            })
+            .wait()
+            .await
     }
 }
 
@@ -674,19 +693,24 @@ impl Service {
         &self.name
     }
 
-    fn call_msg(&self, method: &str, params: Value) -> Msg {
-        let mut msg = Msg::new(kind::CALL);
-        msg.target = self.name.clone();
-        msg.method = method.to_owned();
-        msg.payload = params.to_string();
-        msg
+    fn call_msg(&self, id: u64, method: &str, params: &Value) -> ToHost<'static> {
+        ToHost::Call {
+            id,
+            service: Cow::Owned(self.name.clone()),
+            method: Cow::Owned(method.to_owned()),
+            params: Cow::Owned(params.to_string()),
+        }
     }
 
     /// Calls `method` and returns its JSON result. If the provider streams,
     /// the items are collected into an array.
     pub async fn call(&self, method: &str, params: impl Serialize) -> Result<Value> {
-        let msg = self.call_msg(method, to_value(params)?);
-        self.ctx.shared.request(msg).wait().await
+        let params = to_value(params)?;
+        self.ctx
+            .shared
+            .request(|id| self.call_msg(id, method, &params))
+            .wait()
+            .await
     }
 
     /// Calls `method` and deserializes the result.
@@ -719,9 +743,8 @@ impl Service {
                 };
             }
         };
-        let mut msg = self.call_msg(method, params);
         let id = shared.next_id();
-        msg.id = id;
+        let msg = self.call_msg(id, method, &params);
         shared
             .pending
             .borrow_mut()
@@ -767,9 +790,7 @@ impl CallStream {
 impl Drop for CallStream {
     fn drop(&mut self) {
         if let Some(link) = self.link.take() {
-            let mut msg = Msg::new(kind::CANCEL);
-            msg.id = self.id;
-            link.send(msg);
+            link.send(ToHost::Cancel { id: self.id });
         }
     }
 }
@@ -785,9 +806,7 @@ impl Listener {
     pub fn off(self) {
         if let Some(shared) = self.shared.upgrade() {
             shared.listeners.borrow_mut().remove(&self.id);
-            let mut msg = Msg::new(kind::OFF);
-            msg.id = self.id;
-            shared.send(msg);
+            shared.send(ToHost::Off { listener: self.id });
         }
     }
 }
@@ -824,14 +843,12 @@ impl ListenerBuilder {
         let id = shared.next_id();
         let f: ListenerFn = Rc::new(move |ev| Box::pin(listener(ev)));
         shared.listeners.borrow_mut().insert(id, f);
-        let mut msg = Msg::new(kind::ON);
-        msg.id = id;
-        msg.target = self.event;
-        msg.method = self.scope.unwrap_or_default();
-        if self.prepend {
-            msg.flags = flags::PREPEND;
-        }
-        shared.send(msg);
+        shared.send(ToHost::On {
+            listener: id,
+            event: Cow::Owned(self.event),
+            scope: self.scope.map(Cow::Owned),
+            prepend: self.prepend,
+        });
         Listener {
             id,
             shared: Rc::downgrade(shared),
@@ -854,18 +871,19 @@ impl Dispatch {
         self
     }
 
-    fn msg(&self, mode: u32, payload: Value) -> Msg {
-        let mut msg = Msg::new(kind::DISPATCH);
-        msg.flags = mode;
-        msg.target = self.event.clone();
-        msg.method = self.scope.clone().unwrap_or_default();
-        msg.payload = payload.to_string();
-        msg
+    fn msg(&self, id: u64, mode: Mode, payload: &Value) -> ToHost<'static> {
+        ToHost::Dispatch {
+            id,
+            event: Cow::Owned(self.event.clone()),
+            scope: Cow::Owned(self.scope.clone().unwrap_or_default()),
+            mode,
+            payload: Cow::Owned(payload.to_string()),
+        }
     }
 
     /// Fire and forget. Listener failures are contained and logged.
     pub fn emit(self, payload: impl Serialize) -> Result<()> {
-        let msg = self.msg(flags::MODE_EMIT, to_value(payload)?);
+        let msg = self.msg(0, Mode::Emit, &to_value(payload)?);
         if self.ctx.shared.send(msg) {
             Ok(())
         } else {
@@ -876,15 +894,23 @@ impl Dispatch {
     /// Listeners one by one; returns the first non-null result. The first
     /// failure stops the dispatch and is returned.
     pub async fn serial(self, payload: impl Serialize) -> Result<Value> {
-        let msg = self.msg(flags::MODE_SERIAL, to_value(payload)?);
-        self.ctx.shared.request(msg).wait().await
+        let payload = to_value(payload)?;
+        let call = self
+            .ctx
+            .shared
+            .request(|id| self.msg(id, Mode::Serial, &payload));
+        call.wait().await
     }
 
     /// All listeners concurrently; waits for all; fails if any failed.
     /// Answers whether any listener took part.
     pub async fn parallel(self, payload: impl Serialize) -> Result<bool> {
-        let msg = self.msg(flags::MODE_PARALLEL, to_value(payload)?);
-        let reply = self.ctx.shared.request(msg).wait().await?;
+        let payload = to_value(payload)?;
+        let call = self
+            .ctx
+            .shared
+            .request(|id| self.msg(id, Mode::Parallel, &payload));
+        let reply = call.wait().await?;
         Ok(reply == Value::Bool(true))
     }
 
@@ -896,9 +922,10 @@ impl Dispatch {
         Fut: Future<Output = Result<Value>> + 'static,
     {
         let shared = self.ctx.shared.clone();
-        let msg = self.msg(flags::MODE_WATERFALL, to_value(payload)?);
+        let payload = to_value(payload)?;
         let mut waterfall_id = 0;
-        let call = shared.request_with(msg, |id| {
+        let build = |id| self.msg(id, Mode::Waterfall, &payload);
+        let call = shared.request_with(build, |id| {
             waterfall_id = id;
             shared
                 .inners
@@ -943,9 +970,9 @@ impl Context {
         let name = name.into();
         let f: ServiceFn = Rc::new(move |req| Box::pin(handler(req)));
         self.shared.services.borrow_mut().insert(name.clone(), f);
-        let mut msg = Msg::new(kind::PROVIDE);
-        msg.target = name;
-        self.shared.send(msg);
+        self.shared.send(ToHost::Provide {
+            service: Cow::Owned(name),
+        });
     }
 
     /// A client for service `name`.

@@ -44,7 +44,6 @@ pub mod file;
 mod link;
 mod logging;
 pub mod process;
-pub mod tempdir;
 pub mod tool;
 mod unwind;
 pub mod vocab;
@@ -52,12 +51,13 @@ pub mod vocab;
 use std::future::Future;
 
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
 
 pub use context::{
     CallStream, Context, Dispatch, Event, FiberId, Listener, ListenerBuilder, Reply, ReplySender,
     Request, ScopeBinding, Service,
 };
+pub use dsh_tempdir as tempdir;
+pub use dsh_wire::Manifest;
 pub use error::{codes, Error, Result};
 pub use serde_json::{json, Value};
 pub use tracing;
@@ -81,30 +81,6 @@ pub mod prelude {
         codes, json, Context, Error, Event, Plugin, Reply, ReplySender, Request, Result, Service,
         Value,
     };
-}
-
-/// What a plugin library declares about itself. Read by the host before the
-/// plugin runs (`dsh-host plugins check` prints it).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Manifest {
-    /// The plugin name rows refer to.
-    pub name: String,
-    /// The plugin crate's version.
-    pub version: String,
-    /// The message-protocol version it was built against.
-    pub abi_version: u32,
-    /// One line about what it does.
-    #[serde(default)]
-    pub description: String,
-    /// Services it provides.
-    #[serde(default)]
-    pub provides: Vec<String>,
-    /// Services that must be active before it is applied.
-    #[serde(default)]
-    pub inject: Vec<String>,
-    /// JSON Schema of its config, when it publishes one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub config_schema: Option<serde_json::Value>,
 }
 
 /// A plugin. Implement it on a unit struct and export it with

@@ -1,7 +1,8 @@
-//! The plugin's view of the host handle, and the owned form of an envelope.
+//! The plugin's view of the host handle: typed messages in, typed messages out.
 
-use abi_stable::std_types::{RStr, RString};
-use dsh_abi::{Envelope, HostHandle};
+use abi_stable::std_types::RStr;
+use dsh_abi::HostHandle;
+use dsh_wire::{DecodeError, ToHost, ToPlugin};
 
 /// A copyable wrapper around the host handle of this generation.
 #[derive(Clone, Copy)]
@@ -16,28 +17,6 @@ pub(crate) mod level {
     pub const TRACE: u8 = 5;
 }
 
-/// An envelope whose strings are owned by the plugin.
-#[derive(Debug, Default, Clone)]
-pub(crate) struct Msg {
-    pub kind: u32,
-    pub flags: u32,
-    pub id: u64,
-    pub ref_id: u64,
-    pub fiber: u64,
-    pub target: String,
-    pub method: String,
-    pub payload: String,
-}
-
-impl Msg {
-    pub fn new(kind: u32) -> Self {
-        Msg {
-            kind,
-            ..Msg::default()
-        }
-    }
-}
-
 impl HostLink {
     pub fn new(handle: HostHandle) -> Self {
         HostLink(handle)
@@ -48,37 +27,21 @@ impl HostLink {
     }
 
     /// Sends a message; false when the host refused it.
-    pub fn send(&self, msg: Msg) -> bool {
-        self.send_code(msg) == 0
+    pub fn send(&self, message: ToHost<'_>) -> bool {
+        self.send_code(message) == 0
     }
 
     /// Sends a message; the host's answer (0: accepted).
-    pub fn send_code(&self, msg: Msg) -> i32 {
-        let env = Envelope {
-            kind: msg.kind,
-            flags: msg.flags,
-            id: msg.id,
-            ref_id: msg.ref_id,
-            fiber: msg.fiber,
-            target: RString::from(msg.target),
-            method: RString::from(msg.method),
-            payload: RString::from(msg.payload),
-        };
+    pub fn send_code(&self, message: ToHost<'_>) -> i32 {
+        let env = message.encode();
         (self.0.send)(self.0.ctx, &env)
     }
 
-    pub fn try_recv(&self) -> Option<Msg> {
+    /// The next message from the host, if one is waiting; an envelope that
+    /// is not a host message is an error.
+    pub fn try_recv(&self) -> Option<Result<ToPlugin<'static>, DecodeError>> {
         let env = (self.0.try_recv)(self.0.ctx).into_option()?;
-        Some(Msg {
-            kind: env.kind,
-            flags: env.flags,
-            id: env.id,
-            ref_id: env.ref_id,
-            fiber: env.fiber,
-            target: env.target.into_string(),
-            method: env.method.into_string(),
-            payload: env.payload.into_string(),
-        })
+        Some(ToPlugin::decode(&env).map(ToPlugin::into_owned))
     }
 
     pub fn log(&self, level: u8, target: &str, message: &str) {

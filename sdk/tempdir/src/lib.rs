@@ -199,7 +199,7 @@ impl PrivateDir {
         let pid = std::process::id();
         let mut last = None;
         for _ in 0..8 {
-            let tag = &crate::new_id()[..8];
+            let tag = &uuid::Uuid::new_v4().to_string()[..8];
             let path = base.join(format!("{prefix}{pid}-{tag}"));
             match PrivateDir::create(path) {
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
