@@ -584,8 +584,9 @@ fn signal_handler_inside(ranges: &[(usize, usize)]) -> Option<i32> {
         if sig == libc::SIGKILL || sig == libc::SIGSTOP {
             continue;
         }
-        // SAFETY: querying only (null new action).
+        // SAFETY: `sigaction` is plain data; all-zero is a valid value.
         let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: querying only (null new action) into a local we own.
         let rc = unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) };
         if rc != 0 {
             continue;

@@ -116,6 +116,7 @@ mod tests {
         let path = std::env::temp_dir().join(format!("dsh-sdk-fifo-{}", std::process::id()));
         let _ = std::fs::remove_file(&path);
         let c = std::ffi::CString::new(path.to_string_lossy().as_bytes()).unwrap();
+        // SAFETY: `c` is a NUL-terminated path that outlives the call.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         let refused = kind(&path.to_string_lossy());
         let _ = std::fs::remove_file(&path);
