@@ -1,0 +1,97 @@
+//! Conformance, third pass: the loop/llm rows of `tests/CONFORMANCE.md`
+//! (§10.3 loop, §10.5 invariant.spec, §10.7 service and retry-policy, resume,
+//! contract-regressions) that were still `missing`.
+//!
+//! Real plugin builds in the real host against the fake model server.
+//! Nothing sleeps to synchronize: a stream a test holds open is an
+//! `Answer::Gated` (with the adapter's idle timeout lifted), and waits poll
+//! the log under a generous deadline.
+
+use dsh_sdk::vocab::event;
+use dsh_testkit::agent::{core_host, events, idle, new_agent, of_type, send, user_texts};
+use dsh_testkit::fake_llm::{text, text_payloads, Answer, FakeLlm, Gate};
+use dsh_testkit::TestHost;
+use serde_json::Value;
+
+/// The adapter's idle timeout in the kit's rows, and the one a test that
+/// holds a stream open runs with.
+const KIT_IDLE_TIMEOUT: &str = "streamIdleTimeoutMs = 1500";
+const HELD_IDLE_TIMEOUT: &str = "streamIdleTimeoutMs = 600000";
+
+/// The core rows plus `extra`, the adapter's idle timeout lifted, every row
+/// active.
+async fn setup_holding(extra: &str) -> (TestHost, FakeLlm) {
+    core_host(|rows| {
+        assert!(
+            rows.contains(KIT_IDLE_TIMEOUT),
+            "the kit's adapter row changed"
+        );
+        rows.replace(KIT_IDLE_TIMEOUT, HELD_IDLE_TIMEOUT) + extra
+    })
+    .await
+}
+
+/// An answer `answer` whose stream is held after its first delta until
+/// `gate` opens.
+fn held_text(answer: &str, gate: &Gate) -> Answer {
+    let mut payloads = text_payloads(answer);
+    let rest = payloads.split_off(1);
+    Answer::Gated(payloads, gate.clone(), rest)
+}
+
+/// The `user/message` texts of the DeepSeek request body `body`.
+fn request_texts(body: &Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["role"] == "user")
+        .filter_map(|m| m["content"].as_str())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `loop.spec`: "starts idle steering synchronously and enters later
+/// steering at the next step". The steer that wakes an idle agent has its
+/// turn open and its message claimed when it replies, so a second steer
+/// right after it is the next step's input, not this one's.
+#[tokio::test]
+async fn an_idle_steer_opens_its_turn_before_replying_and_a_second_steer_enters_step_two() {
+    let (t, fake) = setup_holding("").await;
+    let gate = Gate::new();
+    fake.push([held_text("first", &gate), text("second")]);
+    let agent = new_agent(&t, "/tmp").await;
+
+    send(&t, "steer", &agent, "first idle steer").await;
+    let opened = events(&t, &agent).await;
+    assert_eq!(of_type(&opened, event::TURN_START).len(), 1, "{opened:?}");
+    let claims: Vec<&Value> = of_type(&opened, event::INBOX_SPLICED)
+        .into_iter()
+        .filter(|e| e["data"]["removedCount"] == 1 && e["data"].get("outcome").is_none())
+        .collect();
+    assert_eq!(claims.len(), 1, "the first steer is claimed: {opened:?}");
+
+    send(&t, "steer", &agent, "second idle steer").await;
+    gate.open();
+    assert_eq!(idle(&t, &agent).await["kind"], "completed");
+
+    let ev = events(&t, &agent).await;
+    assert_eq!(of_type(&ev, event::TURN_START).len(), 1);
+    assert_eq!(
+        user_texts(&ev),
+        vec![
+            "first idle steer".to_owned(),
+            "second idle steer".to_owned()
+        ]
+    );
+    let steps: Vec<&Value> = of_type(&ev, event::STEP_START);
+    assert_eq!(steps.len(), 2);
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(request_texts(&requests[0]), vec!["first idle steer"]);
+    assert_eq!(
+        request_texts(&requests[1]),
+        vec!["first idle steer", "second idle steer"]
+    );
+    t.shutdown().await;
+}
