@@ -11,7 +11,10 @@ use dsh_sdk::vocab::event;
 use dsh_testkit::agent::{core_host, events, idle, new_agent, of_type, send, user_texts};
 use dsh_testkit::fake_llm::{text, text_payloads, Answer, FakeLlm, Gate};
 use dsh_testkit::TestHost;
-use serde_json::Value;
+use serde_json::{json, Value};
+
+/// Generous: only a failing test waits this long.
+const DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The adapter's idle timeout in the kit's rows, and the one a test that
 /// holds a stream open runs with.
@@ -93,5 +96,65 @@ async fn an_idle_steer_opens_its_turn_before_replying_and_a_second_steer_enters_
         request_texts(&requests[1]),
         vec!["first idle steer", "second idle steer"]
     );
+    t.shutdown().await;
+}
+
+/// The `llm` router and the DeepSeek adapter, no agent core.
+fn llm_rows(fake: &FakeLlm) -> String {
+    format!(
+        "[[row]]\nid = 'llm'\nplugin = 'llm'\n\
+         [[row]]\nid = 'llm-deepseek'\nplugin = 'llm-deepseek'\n\
+         config = {{ provider = 'fake', baseUrl = '{}', apiKeyEnv = '', {HELD_IDLE_TIMEOUT} }}\n",
+        fake.base_url
+    )
+}
+
+/// The next item of `stream`, within the deadline.
+async fn next_item(
+    stream: &mut dsh_host::host::HostStream,
+) -> Option<Result<Value, dsh_sdk::Error>> {
+    tokio::time::timeout(DEADLINE, stream.next())
+        .await
+        .expect("the stream stalled")
+}
+
+/// `service.spec`: "maps adapter failure to aborted when the request signal
+/// is aborted". A caller that cancels its request (`llm.cancel` of the
+/// request's `signal`) gets a terminal `finish{aborted}`, code `ABORTED`,
+/// not `finish{error}`; a cancel of no streaming request is refused.
+#[tokio::test]
+async fn a_cancelled_request_ends_with_an_aborted_finish_not_an_error() {
+    let fake = FakeLlm::start().await;
+    let t = TestHost::start().await;
+    t.apply(&llm_rows(&fake)).await;
+    t.assert_all_active().await;
+    let gate = Gate::new();
+    fake.push([held_text("never finished", &gate)]);
+    let request = json!({"provider": "fake", "model": "m1", "signal": "req-1", "messages": [
+        {"id": "u1", "role": "user", "content": [{"type": "text", "text": "hi"}], "source": {"kind": "user"}}
+    ]});
+    let mut stream = t.host.call_stream("llm", "stream", request);
+    let first = next_item(&mut stream).await.expect("a first chunk");
+    assert_ne!(first.expect("a chunk")["type"], "finish");
+
+    t.call("llm", "cancel", json!({"signal": "req-1"})).await;
+    let mut last = None;
+    while let Some(item) = next_item(&mut stream).await {
+        last = Some(item.expect("a chunk"));
+    }
+    let last = last.expect("a terminal chunk");
+    assert_eq!(last["type"], "finish");
+    assert_eq!(last["reason"]["kind"], "aborted");
+    assert_eq!(last["reason"]["failure"]["code"], "ABORTED");
+    // The adapter never saw the signal.
+    assert!(fake.requests()[0].get("signal").is_none());
+
+    let gone = t
+        .host
+        .call("llm", "cancel", json!({"signal": "req-1"}))
+        .await
+        .expect_err("no request streams under that signal now");
+    assert_eq!(gone.code, "NOT_STREAMING");
+    gate.open();
     t.shutdown().await;
 }
