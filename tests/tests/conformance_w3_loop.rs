@@ -158,3 +158,61 @@ async fn a_cancelled_request_ends_with_an_aborted_finish_not_an_error() {
     gate.open();
     t.shutdown().await;
 }
+
+/// The kit's `llm-retry` row, and the same row in the original's `always`
+/// mode with a 1 ms backoff.
+const KIT_RETRY: &str = "config = { initialDelayMs = 10, maxDelayMs = 3000 }";
+const ALWAYS_RETRY: &str =
+    "config = { mode = \"always\", maxRetries = 1, initialDelayMs = 1, maxDelayMs = 1, jitterRatio = 0.0 }";
+
+/// `retry-policy.spec` "always mode": failures the normal policy never
+/// retries (an `INVALID_REQUEST`, an `AUTH`) are retried, past the inactive
+/// `maxRetries`, each retry logged with the mode and no limit, until the
+/// request succeeds.
+#[tokio::test]
+async fn always_mode_retries_every_failure_past_max_retries_until_success() {
+    let (t, fake) = core_host(|rows| {
+        assert!(rows.contains(KIT_RETRY), "the kit's retry row changed");
+        rows.replace(KIT_RETRY, ALWAYS_RETRY)
+    })
+    .await;
+    let bad = |status: u16, message: &str| {
+        Answer::Status(
+            status,
+            vec![],
+            format!("{{\"error\":{{\"message\":\"{message}\"}}}}"),
+        )
+    };
+    fake.push([
+        bad(400, "bad field"),
+        bad(401, "bad key"),
+        bad(400, "bad field again"),
+        text("recovered"),
+    ]);
+    let agent = new_agent(&t, "/tmp").await;
+    send(&t, "followup", &agent, "go").await;
+    assert_eq!(idle(&t, &agent).await["kind"], "completed");
+
+    let ev = events(&t, &agent).await;
+    let retries: Vec<(String, Value, Value)> = of_type(&ev, "llm/retry")
+        .iter()
+        .map(|e| {
+            let d = &e["data"];
+            let code = d["failure"]["code"].as_str().unwrap_or_default().to_owned();
+            (code, d["mode"].clone(), d["attempt"].clone())
+        })
+        .collect();
+    assert_eq!(
+        retries,
+        vec![
+            ("INVALID_REQUEST".to_owned(), json!("always"), json!(1)),
+            ("AUTH".to_owned(), json!("always"), json!(2)),
+            ("INVALID_REQUEST".to_owned(), json!("always"), json!(3)),
+        ]
+    );
+    assert!(of_type(&ev, "llm/retry")
+        .iter()
+        .all(|e| e["data"].get("maxRetries").is_none()));
+    assert_eq!(fake.requests().len(), 4);
+    t.shutdown().await;
+}
