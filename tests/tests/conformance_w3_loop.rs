@@ -10,6 +10,7 @@
 use dsh_sdk::vocab::event;
 use dsh_testkit::agent::{core_host, events, idle, new_agent, of_type, send, user_texts};
 use dsh_testkit::fake_llm::{text, text_payloads, Answer, FakeLlm, Gate};
+use dsh_testkit::fixtures::{kit_row, toml_value};
 use dsh_testkit::TestHost;
 use serde_json::{json, Value};
 
@@ -214,5 +215,34 @@ async fn always_mode_retries_every_failure_past_max_retries_until_success() {
         .iter()
         .all(|e| e["data"].get("maxRetries").is_none()));
     assert_eq!(fake.requests().len(), 4);
+    t.shutdown().await;
+}
+
+/// `invariant.spec` (system-prompt): the waterfall's result is
+/// authoritative, so it is validated like the original's companion does; a
+/// listener returning an assembly with a duplicated section name fails the
+/// turn with `INVARIANT`, the violated contract attributed to the package,
+/// before any model call.
+#[tokio::test]
+async fn a_listener_returning_a_malformed_assembly_fails_the_turn_with_invariant() {
+    let bad = json!({
+        "sections": [{"name": "x", "text": "a"}, {"name": "x", "text": "b"}],
+        "contexts": [], "tools": [], "variables": {}
+    });
+    let listener = format!(
+        "{{ event = 'system-prompt/assemble', action = 'return', value = {} }}",
+        toml_value(&bad)
+    );
+    let (t, fake) = core_host(|rows| rows + &kit_row("k", &listener, "")).await;
+    let agent = new_agent(&t, "/tmp").await;
+    send(&t, "followup", &agent, "go").await;
+    let reason = idle(&t, &agent).await;
+    assert_eq!(reason["kind"], "error");
+    assert_eq!(reason["error"]["code"], "INVARIANT");
+    assert_eq!(
+        reason["error"]["message"],
+        "invariant violated by \"@deepseek-ai/dsh-system-prompt\": assembled section name \"x\" is duplicated"
+    );
+    assert!(fake.requests().is_empty());
     t.shutdown().await;
 }
