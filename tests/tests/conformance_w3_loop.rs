@@ -8,7 +8,7 @@
 //! the log under a generous deadline.
 
 use dsh_sdk::vocab::event;
-use dsh_testkit::agent::{core_host, events, idle, new_agent, of_type, send, user_texts};
+use dsh_testkit::agent::{core_host, events, idle, logged, new_agent, of_type, send, user_texts};
 use dsh_testkit::fake_llm::{text, text_payloads, Answer, FakeLlm, Gate};
 use dsh_testkit::fixtures::{kit_row, toml_value};
 use dsh_testkit::TestHost;
@@ -244,5 +244,42 @@ async fn a_listener_returning_a_malformed_assembly_fails_the_turn_with_invariant
         "invariant violated by \"@deepseek-ai/dsh-system-prompt\": assembled section name \"x\" is duplicated"
     );
     assert!(fake.requests().is_empty());
+    t.shutdown().await;
+}
+
+/// `resume.spec` "resume cannot crash-repair a turn owned by a live agent":
+/// resuming the id of an agent that is mid-turn (its stream held open)
+/// answers the live agent and leaves its open turn alone — no closing
+/// `step/end`/`turn/end{interrupted}` is appended — and the turn then ends
+/// once, `completed`, as the live driver closes it.
+#[tokio::test]
+async fn resuming_a_live_agent_mid_turn_returns_it_and_does_not_repair_its_turn() {
+    let (t, fake) = setup_holding("").await;
+    let gate = Gate::new();
+    fake.push([held_text("still streaming", &gate)]);
+    let agent = new_agent(&t, "/tmp").await;
+    send(&t, "followup", &agent, "go").await;
+    logged(&t, &agent, event::ASSISTANT_CHUNK).await;
+
+    let resumed = t
+        .call("agentLoop", "resume", json!({"sessionId": agent}))
+        .await;
+    assert_eq!(resumed, json!({"agent": agent}));
+    let mid = events(&t, &agent).await;
+    assert_eq!(of_type(&mid, event::TURN_START).len(), 1);
+    assert!(of_type(&mid, event::STEP_END).is_empty(), "{mid:?}");
+    assert!(of_type(&mid, event::TURN_END).is_empty(), "{mid:?}");
+
+    gate.open();
+    assert_eq!(idle(&t, &agent).await["kind"], "completed");
+    let ev = events(&t, &agent).await;
+    let ends: Vec<Value> = of_type(&ev, event::TURN_END)
+        .iter()
+        .map(|e| e["data"]["reason"].clone())
+        .collect();
+    assert_eq!(ends, vec![json!({"kind": "completed"})]);
+    assert_eq!(of_type(&ev, event::STEP_END).len(), 1);
+    let list = t.call("agentLoop", "list", json!({})).await;
+    assert_eq!(list, json!([agent]));
     t.shutdown().await;
 }
