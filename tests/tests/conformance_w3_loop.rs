@@ -283,3 +283,31 @@ async fn resuming_a_live_agent_mid_turn_returns_it_and_does_not_repair_its_turn(
     assert_eq!(list, json!([agent]));
     t.shutdown().await;
 }
+
+/// `contract-regressions.spec` "closes an empty admitted batch as a turn
+/// without a step": a pre-step listener admits the claimed prompt as an
+/// empty batch; the turn closes `completed` with no step and no model call,
+/// and the prompt it claimed is not left pending.
+#[tokio::test]
+async fn an_empty_admitted_batch_closes_a_stepless_turn() {
+    let listener =
+        "{ event = 'agent/pre-step', action = 'return', value = { kind = 'enter', messages = [] } }";
+    let (t, fake) = core_host(|rows| rows + &kit_row("k", listener, "")).await;
+    let agent = new_agent(&t, "/tmp").await;
+    send(&t, "followup", &agent, "go").await;
+    assert_eq!(idle(&t, &agent).await, json!({"kind": "completed"}));
+
+    assert!(fake.requests().is_empty());
+    let ev = events(&t, &agent).await;
+    let frames: Vec<&str> = ev
+        .iter()
+        .filter_map(|e| e["type"].as_str())
+        .filter(|k| [event::TURN_START, event::STEP_START, event::TURN_END].contains(k))
+        .collect();
+    assert_eq!(frames, vec![event::TURN_START, event::TURN_END]);
+    let end = &of_type(&ev, event::TURN_END)[0]["data"];
+    assert_eq!(end, &json!({"turn": 1, "reason": {"kind": "completed"}}));
+    let pending = t.call("agents", "pending", json!({"agent": agent})).await;
+    assert_eq!(pending, json!({"nextTurn": [], "nextStep": []}));
+    t.shutdown().await;
+}
