@@ -311,3 +311,131 @@ async fn an_empty_admitted_batch_closes_a_stepless_turn() {
     assert_eq!(pending, json!({"nextTurn": [], "nextStep": []}));
     t.shutdown().await;
 }
+
+/// `contract-regressions.spec` "parks context finalized after a tool-step
+/// abort until another wakeup": a cancel while a tool runs ends the step
+/// and the turn `aborted`; the context post-execute accepted for the
+/// aborted call is parked in the `next-step` inbox, not logged as a
+/// `user/message`, and enters the step a later wakeup opens.
+#[tokio::test]
+async fn a_tool_step_abort_parks_the_post_execute_context_until_a_wakeup() {
+    let context = json!({"role": "user", "id": "ctx-1", "source": {"kind": "plugin", "plugin": "test"},
+                         "content": [{"type": "text", "text": "accepted result context after abort"}]});
+    let decision = json!({"kind": "accept", "additionalContexts": [context]});
+    let listener = format!(
+        "{{ event = 'tools/post-execute', action = 'return', value = {} }}",
+        toml_value(&decision)
+    );
+    let (t, fake) = core_host(|rows| rows + &kit_row("k", &listener, "{ name = 'waiter' }")).await;
+    fake.push([
+        dsh_testkit::fake_llm::calls(&[("c1", "waiter", json!({"awaitEnd": "never"}))]),
+        text("after wake"),
+    ]);
+    let agent = new_agent(&t, "/tmp").await;
+    send(&t, "followup", &agent, "go").await;
+    dsh_testkit::fixtures::wait_kit_journal(&t, "k", |j| {
+        j.iter().any(|e| e["event"] == "tool:start")
+    })
+    .await;
+    t.call(
+        "agents",
+        "cancel",
+        json!({"agent": agent, "cause": {"kind": "user"}}),
+    )
+    .await;
+    assert_eq!(idle(&t, &agent).await["kind"], "aborted");
+
+    let ev = events(&t, &agent).await;
+    let tail: Vec<&str> = ev
+        .iter()
+        .filter(|e| {
+            [event::TOOL_RESULT, event::STEP_END, event::TURN_END]
+                .contains(&e["type"].as_str().unwrap_or(""))
+                || (e["type"] == event::USER_MESSAGE && e["data"]["source"]["kind"] == "plugin")
+        })
+        .filter_map(|e| e["type"].as_str())
+        .collect();
+    assert_eq!(
+        tail,
+        vec![event::TOOL_RESULT, event::STEP_END, event::TURN_END]
+    );
+    let pending = t.call("agents", "pending", json!({"agent": agent})).await;
+    let parked: Vec<&str> = pending["nextStep"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["content"][0]["text"].as_str())
+        .collect();
+    assert_eq!(parked, vec!["accepted result context after abort"]);
+
+    send(&t, "followup", &agent, "wake").await;
+    assert_eq!(idle(&t, &agent).await["kind"], "completed");
+    let ev = events(&t, &agent).await;
+    let plugin_texts: Vec<&str> = of_type(&ev, event::USER_MESSAGE)
+        .iter()
+        .filter(|e| e["data"]["source"]["kind"] == "plugin")
+        .filter_map(|e| e["data"]["content"][0]["text"].as_str())
+        .collect();
+    assert_eq!(plugin_texts, vec!["accepted result context after abort"]);
+    t.shutdown().await;
+}
+
+/// `contract-regressions.spec` "parks result context finalized after
+/// disposal cancellation without opening another turn": disposing the agent
+/// while its tool runs ends the turn `aborted{disposed}`; the context
+/// post-execute accepted for the call is parked durably in the `next-step`
+/// inbox (a resume restores it) and never logged as a `user/message`, and
+/// no other turn starts.
+#[tokio::test]
+async fn disposal_mid_tool_parks_the_post_execute_context_without_a_new_turn() {
+    let context = json!({"role": "user", "id": "ctx-1", "source": {"kind": "plugin", "plugin": "test"},
+                         "content": [{"type": "text", "text": "accepted result context during disposal"}]});
+    let decision = json!({"kind": "accept", "additionalContexts": [context]});
+    let listener = format!(
+        "{{ event = 'tools/post-execute', action = 'return', value = {} }}",
+        toml_value(&decision)
+    );
+    let (t, fake) = core_host(|rows| rows + &kit_row("k", &listener, "{ name = 'waiter' }")).await;
+    fake.push([dsh_testkit::fake_llm::calls(&[(
+        "c1",
+        "waiter",
+        json!({"awaitEnd": "never"}),
+    )])]);
+    let agent = new_agent(&t, "/tmp").await;
+    send(&t, "followup", &agent, "go").await;
+    dsh_testkit::fixtures::wait_kit_journal(&t, "k", |j| {
+        j.iter().any(|e| e["event"] == "tool:start")
+    })
+    .await;
+    t.call("agents", "dispose", json!({"agent": agent})).await;
+
+    let ev = events(&t, &agent).await;
+    assert!(!of_type(&ev, event::USER_MESSAGE)
+        .iter()
+        .any(|e| e["data"]["source"]["kind"] == "plugin"));
+    assert_eq!(of_type(&ev, event::TURN_START).len(), 1);
+    let end = &of_type(&ev, event::TURN_END)[0]["data"]["reason"];
+    assert_eq!(
+        end,
+        &json!({"kind": "aborted", "reason": {"kind": "disposed"}})
+    );
+
+    t.call("agentLoop", "resume", json!({"sessionId": agent}))
+        .await;
+    let pending = t.call("agents", "pending", json!({"agent": agent})).await;
+    let parked: Vec<&str> = pending["nextStep"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["content"][0]["text"].as_str())
+        .collect();
+    assert_eq!(parked, vec!["accepted result context during disposal"]);
+    let status = t.call("agents", "status", json!({"agent": agent})).await;
+    assert_eq!(status["status"], "idle");
+    assert_eq!(
+        of_type(&events(&t, &agent).await, event::TURN_START).len(),
+        1
+    );
+    assert_eq!(fake.requests().len(), 1);
+    t.shutdown().await;
+}
