@@ -9,6 +9,9 @@ use dsh_sdk::vocab::{event, header_equals, msg, BlockAssembler};
 
 use crate::{Abort, Loop, MAX_STEPS_FIELD, NEXT_STEP, STEP_LIMIT};
 
+/// Told when a turn has claimed its first batch.
+pub(crate) type FirstClaim = tokio::sync::oneshot::Sender<()>;
+
 /// How a step ended: `Some(kind)` ends the turn unless more input is
 /// pending; `None` means tool results owe the model a response.
 type StepEnd = Option<&'static str>;
@@ -54,8 +57,10 @@ impl Loop {
     }
 
     /// Runs turns until the inbox is empty (or a turn did not complete).
-    pub(crate) async fn drive(&self, agent: &str) {
-        while self.turn(agent).await {}
+    /// `claimed` is told once the first turn has claimed its first batch
+    /// (see `wake_opening_turn`).
+    pub(crate) async fn drive(&self, agent: &str, mut claimed: Option<FirstClaim>) {
+        while self.turn(agent, claimed.take()).await {}
         let (waiters, end, again) = {
             let mut agents = self.agents.borrow_mut();
             let Some(a) = agents.get_mut(agent) else {
@@ -81,7 +86,7 @@ impl Loop {
     }
 
     /// One turn; true when another should follow.
-    async fn turn(&self, agent: &str) -> bool {
+    async fn turn(&self, agent: &str, claimed: Option<FirstClaim>) -> bool {
         // The abort `wake` installed (or the fresh one a previous turn left),
         // so a cancel that came before this task ran is not lost.
         let (abort, turn) = {
@@ -107,7 +112,9 @@ impl Loop {
             a.last_turn = turn;
         }
         let mut ends: Option<&'static str> = None;
-        let outcome = self.turn_body(agent, turn, &abort, &mut ends).await;
+        let outcome = self
+            .turn_body(agent, turn, &abort, &mut ends, claimed)
+            .await;
         let reason = match outcome {
             Ok(()) => json!({"kind": ends.unwrap_or("completed")}),
             Err(Stop::Aborted) => {
@@ -316,6 +323,7 @@ impl Loop {
         turn: u64,
         abort: &Abort,
         ends: &mut Option<&'static str>,
+        mut first_claim: Option<FirstClaim>,
     ) -> Result<(), Stop> {
         let mut target = "next-turn";
         let mut step = 0u64;
@@ -325,6 +333,9 @@ impl Loop {
             self.check_step_limit(step)?;
             let next = step + 1;
             let claimed = self.claim(agent, target, turn).await?;
+            if let Some(told) = first_claim.take() {
+                let _ = told.send(());
+            }
             let assembly = self.assemble(agent).await?;
             self.check(abort)?;
             // A changed runtime context joins the step's input, after the

@@ -566,7 +566,7 @@ impl Loop {
         })
         .await?;
         if wakeup {
-            self.wake(agent);
+            self.wake_opening_turn(agent).await;
         }
         Ok(json!({"messageId": id}))
     }
@@ -661,10 +661,40 @@ impl Loop {
 
     /// Starts the driver if the agent is idle; latches a wake otherwise.
     pub fn wake(&self, agent: &str) {
+        if self.reserve_driver(agent) {
+            let me = self.clone();
+            let id = agent.to_owned();
+            self.ctx.spawn(async move { me.drive(&id, None).await });
+        }
+    }
+
+    /// A waking send into an idle agent: the turn is opened and its first
+    /// batch claimed before the send replies (the original starts the
+    /// driver synchronously), so a send right after it is claimed by the
+    /// next step, never by this one. The rest of the turn runs on a task.
+    /// The driver runs on its own task either way, so a caller that goes
+    /// away mid-send cannot strand a reserved driver.
+    async fn wake_opening_turn(&self, agent: &str) {
+        if !self.reserve_driver(agent) {
+            return;
+        }
+        let (claimed, first_claim) = oneshot::channel();
+        let me = self.clone();
+        let id = agent.to_owned();
+        self.ctx
+            .spawn(async move { me.drive(&id, Some(claimed)).await });
+        // An error means the turn ended before claiming (its start failed,
+        // or a cancel came first): nothing left to wait for.
+        let _ = first_claim.await;
+    }
+
+    /// Reserves the driver of an idle agent (status `running`, a fresh
+    /// abort); latches the wake when the agent is busy. True when reserved.
+    fn reserve_driver(&self, agent: &str) -> bool {
         {
             let mut agents = self.agents.borrow_mut();
             let Some(a) = agents.get_mut(agent) else {
-                return;
+                return false;
             };
             if a.maintenance {
                 // Maintenance cannot deliver a wake: latch it for replay
@@ -673,7 +703,7 @@ impl Loop {
                 if cause.is_none_or(|c| c["kind"] != "disposed") {
                     a.wake_requested = true;
                 }
-                return;
+                return false;
             }
             if a.running {
                 // A live driver claims the work itself (or parks it when its
@@ -684,7 +714,7 @@ impl Loop {
                 if cause.is_some_and(|c| c["kind"] != "disposed") {
                     a.wake_requested = true;
                 }
-                return;
+                return false;
             }
             a.running = true;
             a.wake_requested = false;
@@ -697,9 +727,7 @@ impl Loop {
             "agent/status",
             json!({"agent": agent, "status": "running"}),
         );
-        let me = self.clone();
-        let id = agent.to_owned();
-        self.ctx.spawn(async move { me.drive(&id).await });
+        true
     }
 
     async fn when_idle(&self, agent: &str) -> Result<Value> {

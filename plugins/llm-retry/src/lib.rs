@@ -12,9 +12,31 @@ use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::RETRYABLE_CODES;
 use serde::Deserialize;
 
+/// The original's retry modes (`retryPolicy.mode`): `normal` retries the
+/// retryable codes up to `maxRetries`; `always` retries every model-request
+/// failure, without a limit, until success, a cancel or disposal.
+#[derive(Deserialize, Clone, Copy, Debug, PartialEq, Default)]
+#[serde(rename_all = "lowercase")]
+enum Mode {
+    #[default]
+    Normal,
+    Always,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Normal => "normal",
+            Mode::Always => "always",
+        }
+    }
+}
+
 #[derive(Deserialize, Clone)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 struct Config {
+    mode: Mode,
+    /// Ignored in `always` mode (the original keeps it across a mode switch).
     max_retries: u32,
     initial_delay_ms: u64,
     max_delay_ms: u64,
@@ -24,11 +46,39 @@ struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
+            mode: Mode::Normal,
             max_retries: 5,
             initial_delay_ms: 500,
             max_delay_ms: 10_000,
             jitter_ratio: 0.1,
         }
+    }
+}
+
+impl Config {
+    /// Whether a failure with `code` earns retry number `attempt`.
+    fn retries(&self, code: &str, attempt: u32) -> bool {
+        match self.mode {
+            Mode::Always => true,
+            Mode::Normal => RETRYABLE_CODES.contains(&code) && attempt <= self.max_retries,
+        }
+    }
+
+    /// The `llm/retry` event of retry `attempt`: the policy's mode, and its
+    /// limit only in `normal` mode (`always` has none).
+    fn retry_event(
+        &self,
+        (turn, step): (u64, u64),
+        attempt: u32,
+        wait: u64,
+        failure: &Value,
+    ) -> Value {
+        let mut data = json!({"turn": turn, "step": step, "mode": self.mode.name(), "attempt": attempt,
+                              "delayMs": wait, "failure": failure});
+        if self.mode == Mode::Normal {
+            data["maxRetries"] = json!(self.max_retries);
+        }
+        data
     }
 }
 
@@ -76,15 +126,26 @@ impl Plugin for Retry {
                 let (turn, step) = (p["turn"].as_u64().unwrap_or(0), p["step"].as_u64().unwrap_or(0));
                 let key = (agent.clone(), turn, step);
                 let attempt = attempts.borrow().get(&key).copied().unwrap_or(0) + 1;
-                if !RETRYABLE_CODES.contains(&code) || attempt > config.max_retries {
+                if config.mode == Mode::Always {
+                    // Specialized recovery downstream decides first; a
+                    // retry it chose stands, anything else falls back here.
+                    match ev.next(p.clone()).await {
+                        Ok(d) if d["kind"] == "retry" => return Ok(d),
+                        Ok(_) => {}
+                        Err(e) => dsh_sdk::tracing::warn!(
+                            "llm-retry: the always policy ignored a downstream recovery failure: {e}"
+                        ),
+                    }
+                }
+                if !config.retries(code, attempt) {
                     attempts.borrow_mut().remove(&key);
                     return ev.next(p.clone()).await;
                 }
                 attempts.borrow_mut().insert(key, attempt);
                 let wait = delay_ms(&config, attempt, p["failure"]["providerRetryAfterMs"].as_u64());
+                let data = config.retry_event((turn, step), attempt, wait, &p["failure"]);
                 c.service("sessions")
-                    .call("append", json!({"id": agent, "type": "llm/retry",
-                        "data": {"turn": turn, "step": step, "attempt": attempt, "delayMs": wait, "failure": p["failure"]}}))
+                    .call("append", json!({"id": agent, "type": "llm/retry", "data": data}))
                     .await?;
                 tokio::time::sleep(Duration::from_millis(wait)).await;
                 Ok(json!({"kind": "retry"}))
@@ -121,6 +182,42 @@ mod tests {
                 "TIMEOUT",
                 "TRANSPORT"
             ]
+        );
+    }
+
+    fn config(v: Value) -> Config {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn always_mode_retries_every_code_without_a_limit() {
+        let always = config(json!({"mode": "always", "maxRetries": 1}));
+        assert_eq!(always.mode, Mode::Always);
+        for code in ["INVALID_REQUEST", "AUTH", "UNKNOWN", "ABORTED", "SERVER"] {
+            assert!(always.retries(code, 1), "{code}");
+            assert!(always.retries(code, 1_000_000), "{code}");
+        }
+        let normal = config(json!({"maxRetries": 1}));
+        assert_eq!(normal.mode, Mode::Normal);
+        assert!(normal.retries("SERVER", 1));
+        assert!(!normal.retries("SERVER", 2));
+        assert!(!normal.retries("INVALID_REQUEST", 1));
+        assert!(serde_json::from_value::<Config>(json!({"mode": "sometimes"})).is_err());
+    }
+
+    #[test]
+    fn always_mode_keeps_the_backoff_and_logs_no_limit() {
+        let always = config(json!({"mode": "always", "jitterRatio": 0.0}));
+        assert_eq!(delay_ms(&always, 1, None), 500);
+        assert_eq!(delay_ms(&always, 30, None), 10_000);
+        let event = always.retry_event((1, 2), 7, 500, &json!({"code": "AUTH"}));
+        assert_eq!(event["mode"], "always");
+        assert!(event.get("maxRetries").is_none());
+        let normal = config(json!({}));
+        let event = normal.retry_event((1, 2), 1, 500, &json!({"code": "SERVER"}));
+        assert_eq!(
+            (event["mode"].clone(), event["maxRetries"].clone()),
+            (json!("normal"), json!(5))
         );
     }
 

@@ -4,10 +4,20 @@
 //! runs the `llm/stream` waterfall over the request minus its messages
 //! (listeners may reconfigure or re-route it), then streams from the adapter. Any adapter-side failure —
 //! no adapter, a failed call, a stream that broke — becomes one terminal
-//! `finish{error}` chunk, so consumers see a single grammar.
+//! `finish{error}` chunk, so consumers see a single grammar — or
+//! `finish{aborted}` when the caller cancelled the request (the original's
+//! aborted `signal`) or the failure's code is `ABORTED`.
+//!
+//! A caller that wants to cancel names its request with a `signal` (any
+//! string of its choosing) and calls `llm.cancel {signal}`: the adapter call
+//! is dropped (which stops it in its plugin) and the stream ends with
+//! `finish{aborted}`.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::rc::Rc;
+
+use tokio::sync::Notify;
 
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::LlmFailure;
@@ -20,7 +30,57 @@ struct Adapter {
 
 type Registry = Rc<RefCell<Vec<Adapter>>>;
 
-async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply> {
+/// The code of a request its caller cancelled.
+const ABORTED: &str = "ABORTED";
+
+/// The cancellation signals of the requests streaming now, by name.
+type Signals = Rc<RefCell<HashMap<String, Rc<Signal>>>>;
+
+/// One request's cancellation (the original's `AbortSignal`).
+#[derive(Default)]
+struct Signal {
+    aborted: Cell<bool>,
+    notify: Notify,
+}
+
+impl Signal {
+    fn abort(&self) {
+        self.aborted.set(true);
+        self.notify.notify_waiters();
+    }
+
+    /// Resolves once the signal is aborted (at once if it already is).
+    async fn aborted(&self) {
+        let notified = self.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if !self.aborted.get() {
+            notified.await;
+        }
+    }
+}
+
+/// The terminal chunk of a failed request: `aborted` when the caller's
+/// signal was aborted or the failure is itself `ABORTED` (the original's
+/// `adapterFailureChunk`), `error` otherwise.
+fn failure_finish(code: &str, message: String, signal_aborted: bool) -> Value {
+    LlmFailure::new(code, message).finish_chunk(signal_aborted || code == ABORTED)
+}
+
+/// Registers `request`'s `signal` (removed from the request, so adapters
+/// never see it) for the life of the stream.
+fn take_signal(signals: &Signals, request: &mut Value) -> Option<(String, Rc<Signal>)> {
+    let name = request
+        .as_object_mut()
+        .and_then(|o| o.shift_remove("signal"))?
+        .as_str()?
+        .to_owned();
+    let signal = Rc::new(Signal::default());
+    signals.borrow_mut().insert(name.clone(), signal.clone());
+    Some((name, signal))
+}
+
+async fn handle(ctx: Context, registry: Registry, signals: Signals, req: Request) -> Result<Reply> {
     match req.method.as_str() {
         "registerAdapter" => {
             let providers: Vec<String> = serde_json::from_value(req.params["providers"].clone())?;
@@ -66,61 +126,115 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
                 .collect();
             Reply::json(v)
         }
+        "cancel" => {
+            let name = req.params["signal"].as_str().unwrap_or_default();
+            let signal = signals.borrow().get(name).cloned();
+            let Some(signal) = signal else {
+                return Err(Error::new(
+                    "NOT_STREAMING",
+                    format!("no request with signal \"{name}\" is streaming"),
+                ));
+            };
+            signal.abort();
+            Ok(Value::Null.into())
+        }
         "stream" => {
             let (tx, reply) = Reply::stream();
-            let request = req.params.clone();
+            let mut request = req.params.clone();
+            let signal = take_signal(&signals, &mut request);
             let task_ctx = ctx.clone();
             task_ctx.spawn(async move {
-                let fail = |tx: &ReplySender, code: &str, msg: String| {
-                    tx.send(LlmFailure::new(code, msg).finish_chunk(false));
-                };
-                // The waterfall carries the request without its history
-                // (listeners route and reconfigure; they do not rewrite the
-                // logged history), so a long session does not ship its
-                // whole transcript through every listener.
-                let mut request = request;
-                let messages = request
-                    .as_object_mut()
-                    .and_then(|o| o.shift_remove("messages"));
-                let mut request = match ctx
-                    .waterfall("llm/stream", request, |r| async move { Ok(r) })
-                    .await
-                {
-                    Ok(r) => r,
-                    Err(e) => return tx.fail(e),
-                };
-                if let Some(m) = messages {
-                    request["messages"] = m;
-                }
-                let provider = request["provider"].as_str().unwrap_or_default().to_owned();
-                let service = registry
-                    .borrow()
-                    .iter()
-                    .find(|a| a.providers.contains(&provider))
-                    .map(|a| a.service.clone());
-                let Some(service) = service else {
-                    return fail(
-                        &tx,
-                        "NO_ADAPTER",
-                        format!("no adapter serves provider `{provider}`"),
-                    );
-                };
-                let mut stream = ctx.service(service).stream("stream", request);
-                while let Some(item) = stream.next().await {
-                    match item {
-                        Ok(chunk) => {
-                            let done = chunk["type"] == "finish";
-                            if !tx.send(chunk) || done {
-                                return;
-                            }
-                        }
-                        Err(e) => return fail(&tx, &e.code, e.message),
+                let own = signal.as_ref().map(|(_, s)| s.clone()).unwrap_or_default();
+                route(&ctx, &registry, request, &own, tx).await;
+                if let Some((name, signal)) = signal {
+                    let mut live = signals.borrow_mut();
+                    if live.get(&name).is_some_and(|s| Rc::ptr_eq(s, &signal)) {
+                        live.remove(&name);
                     }
                 }
             });
             Ok(reply)
         }
         _ => Err(req.unknown_method()),
+    }
+}
+
+/// Streams `request` from the adapter of its provider into `tx`, ending
+/// with `finish{aborted}` once `signal` is aborted.
+async fn route(
+    ctx: &Context,
+    registry: &Registry,
+    request: Value,
+    signal: &Signal,
+    tx: ReplySender,
+) {
+    // The waterfall carries the request without its history (listeners
+    // route and reconfigure; they do not rewrite the logged history), so a
+    // long session does not ship its whole transcript through every
+    // listener.
+    let mut request = request;
+    let messages = request
+        .as_object_mut()
+        .and_then(|o| o.shift_remove("messages"));
+    let mut request = match ctx
+        .waterfall("llm/stream", request, |r| async move { Ok(r) })
+        .await
+    {
+        Ok(r) => r,
+        Err(e) => return tx.fail(e),
+    };
+    if let Some(m) = messages {
+        request["messages"] = m;
+    }
+    let terminal = match stream_from_adapter(ctx, registry, request, signal, &tx).await {
+        Some((code, message)) => failure_finish(&code, message, signal.aborted.get()),
+        None => return,
+    };
+    tx.send(terminal);
+}
+
+/// Forwards the adapter's chunks; the failure that ends the stream early,
+/// if any (`None` once a `finish` went out or the caller left).
+async fn stream_from_adapter(
+    ctx: &Context,
+    registry: &Registry,
+    request: Value,
+    signal: &Signal,
+    tx: &ReplySender,
+) -> Option<(String, String)> {
+    let aborted = || Some((ABORTED.to_owned(), "the request was aborted".to_owned()));
+    if signal.aborted.get() {
+        return aborted();
+    }
+    let provider = request["provider"].as_str().unwrap_or_default().to_owned();
+    let service = registry
+        .borrow()
+        .iter()
+        .find(|a| a.providers.contains(&provider))
+        .map(|a| a.service.clone());
+    let Some(service) = service else {
+        return Some((
+            "NO_ADAPTER".to_owned(),
+            format!("no adapter serves provider `{provider}`"),
+        ));
+    };
+    // Dropping the adapter's stream (on a cancel) stops it in its plugin.
+    let mut stream = ctx.service(service).stream("stream", request);
+    loop {
+        let item = tokio::select! {
+            biased;
+            () = signal.aborted() => return aborted(),
+            item = stream.next() => item,
+        };
+        match item? {
+            Ok(chunk) => {
+                let done = chunk["type"] == "finish";
+                if !tx.send(chunk) || done {
+                    return None;
+                }
+            }
+            Err(e) => return Some((e.code, e.message)),
+        }
     }
 }
 
@@ -134,12 +248,31 @@ impl Plugin for Llm {
 
     async fn apply(ctx: Context, _config: ()) -> Result<()> {
         let registry: Registry = Rc::default();
+        let signals: Signals = Rc::default();
         let ctx2 = ctx.clone();
         ctx.provide("llm", move |req| {
-            handle(ctx2.clone(), registry.clone(), req)
+            handle(ctx2.clone(), registry.clone(), signals.clone(), req)
         });
         Ok(())
     }
 }
 
 dsh_sdk::export_plugin!(Llm);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_is_aborted_when_the_signal_is_or_its_code_is_aborted() {
+        let kind = |code: &str, aborted: bool| {
+            failure_finish(code, "m".to_owned(), aborted)["reason"]["kind"].clone()
+        };
+        assert_eq!(kind("SERVER", false), json!("error"));
+        assert_eq!(kind("SERVER", true), json!("aborted"));
+        assert_eq!(kind(ABORTED, false), json!("aborted"));
+        let chunk = failure_finish("SERVER", "stopped".to_owned(), true);
+        assert_eq!(chunk["reason"]["failure"]["message"], "stopped");
+        assert_eq!(chunk["reason"]["failure"]["code"], "SERVER");
+    }
+}

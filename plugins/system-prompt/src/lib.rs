@@ -36,6 +36,10 @@ const MULTIPLE_COMPLETE: &str = "MULTIPLE_COMPLETE_SECTIONS";
 const TOOL_ORDER: &str = "TOOL_ORDER";
 /// A render failure (malformed, unknown or valueless variable).
 const PROMPT: &str = "PROMPT";
+/// A malformed authoritative assembly (the original's `InvariantError`).
+const INVARIANT: &str = "INVARIANT";
+/// The package the original attributes assembly invariants to.
+const INVARIANT_PACKAGE: &str = "@deepseek-ai/dsh-system-prompt";
 
 /// The original's config fields, as users write them.
 #[derive(Deserialize)]
@@ -627,6 +631,12 @@ async fn assemble(
         d = d.scope(scope);
     }
     let mut assembly = d.waterfall(assembly, |a| async move { Ok(a) }).await?;
+    validate_assembly(&assembly).map_err(|m| {
+        Error::new(
+            INVARIANT,
+            format!("invariant violated by \"{INVARIANT_PACKAGE}\": {m}"),
+        )
+    })?;
     if let Some(complete) = complete {
         assembly["sections"] = complete;
     }
@@ -635,6 +645,58 @@ async fn assemble(
     }
     render(&mut assembly)?;
     Ok(assembly.into())
+}
+
+/// The original's check of the waterfall's authoritative result: section
+/// and context names non-empty and unique, their texts strings, tool names
+/// non-empty, variable names `[a-z][a-z0-9_]*` with string (or absent)
+/// values. The violated contract, in the original's words.
+fn validate_assembly(assembly: &Value) -> std::result::Result<(), String> {
+    for kind in ["section", "context"] {
+        let mut seen = std::collections::HashSet::new();
+        for entry in assembly[format!("{kind}s")]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let name = entry["name"].as_str().unwrap_or_default();
+            if name.is_empty() {
+                return Err(format!("assembled {kind} names must be non-empty"));
+            }
+            if !seen.insert(name) {
+                return Err(format!(
+                    "assembled {kind} name {} is duplicated",
+                    json!(name)
+                ));
+            }
+            if !entry["text"].is_string() {
+                return Err(format!(
+                    "assembled {kind} {} text must be a string",
+                    json!(name)
+                ));
+            }
+        }
+    }
+    for tool in assembly["tools"].as_array().into_iter().flatten() {
+        if tool_name(tool).is_empty() {
+            return Err("assembled tool names must be non-empty".to_owned());
+        }
+    }
+    for (name, value) in assembly["variables"].as_object().into_iter().flatten() {
+        if !valid_variable_name(name) {
+            return Err(format!(
+                "assembled variable name {} is invalid",
+                json!(name)
+            ));
+        }
+        if !(value.is_null() || value.is_string()) {
+            return Err(format!(
+                "assembled variable {} must be a string or undefined",
+                json!(name)
+            ));
+        }
+    }
+    Ok(())
 }
 
 struct SystemPrompt;
@@ -695,7 +757,75 @@ dsh_sdk::export_plugin!(SystemPrompt);
 
 #[cfg(test)]
 mod tests {
-    use super::{interpolate, order_tools, validate_tool_order, TOOL_ORDER_REST};
+    #[test]
+    fn a_malformed_authoritative_assembly_names_the_violated_contract() {
+        let valid = || {
+            json!({"sections": [{"name": "identity", "text": "prompt"}],
+                   "contexts": [{"name": "policy", "text": "current policy"}],
+                   "tools": [{"name": "echo", "description": "Echo", "parameters": {}}],
+                   "variables": {"cwd": "/repo", "optional": null}})
+        };
+        assert_eq!(validate_assembly(&valid()), Ok(()));
+        let with = |key: &str, v: Value| {
+            let mut a = valid();
+            a[key] = v;
+            validate_assembly(&a).unwrap_err()
+        };
+        let cases = [
+            (
+                "sections",
+                json!([{"name": "", "text": "x"}]),
+                "assembled section names must be non-empty",
+            ),
+            (
+                "sections",
+                json!([{"name": "x", "text": "a"}, {"name": "x", "text": "b"}]),
+                "assembled section name \"x\" is duplicated",
+            ),
+            (
+                "sections",
+                json!([{"name": "x", "text": 1}]),
+                "assembled section \"x\" text must be a string",
+            ),
+            (
+                "contexts",
+                json!([{"name": "", "text": "x"}]),
+                "assembled context names must be non-empty",
+            ),
+            (
+                "contexts",
+                json!([{"name": "x", "text": "a"}, {"name": "x", "text": "b"}]),
+                "assembled context name \"x\" is duplicated",
+            ),
+            (
+                "contexts",
+                json!([{"name": "x", "text": 1}]),
+                "assembled context \"x\" text must be a string",
+            ),
+            (
+                "tools",
+                json!([{"name": "", "description": "x", "parameters": {}}]),
+                "assembled tool names must be non-empty",
+            ),
+            (
+                "variables",
+                json!({"Bad": "x"}),
+                "assembled variable name \"Bad\" is invalid",
+            ),
+            (
+                "variables",
+                json!({"value": 1}),
+                "assembled variable \"value\" must be a string or undefined",
+            ),
+        ];
+        for (key, value, message) in cases {
+            assert_eq!(with(key, value), message);
+        }
+    }
+
+    use super::{
+        interpolate, order_tools, validate_assembly, validate_tool_order, TOOL_ORDER_REST,
+    };
     use serde_json::{json, Map, Value};
 
     fn vars(v: Value) -> Map<String, Value> {
