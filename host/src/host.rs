@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use dsh_wire::host_service as host_methods;
 use dsh_wire::{codes, Error, Mode};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
@@ -121,29 +122,29 @@ impl Host {
         protected.extend(config.protected.iter().cloned());
         let exit2 = exit.clone();
         builtins.insert(
-            "host".into(),
+            host_methods::NAME.into(),
             Arc::new(move |method, params, _caller| match method {
-                "args" => Ok(json!(args)),
-                "exit" => {
+                host_methods::ARGS => Ok(json!(args)),
+                host_methods::EXIT => {
                     let code = params.get("code").and_then(Value::as_i64).unwrap_or(0);
                     exit2.send_replace(Some(code as i32));
                     Ok(Value::Null)
                 }
-                "info" => Ok(json!({
+                host_methods::INFO => Ok(json!({
                     "home": home,
                     "protected": protected,
                     "cwd": std::env::current_dir().ok(),
                     "version": env!("CARGO_PKG_VERSION"),
                     "pid": std::process::id(),
                 })),
-                "stats" => Ok(json!(stats())),
-                "print" | "eprint" => {
+                host_methods::STATS => Ok(json!(stats())),
+                host_methods::PRINT | host_methods::EPRINT => {
                     use std::io::Write;
                     let text = params
                         .get("text")
                         .and_then(Value::as_str)
                         .unwrap_or_default();
-                    let result = if method == "print" {
+                    let result = if method == host_methods::PRINT {
                         let mut out = std::io::stdout().lock();
                         out.write_all(text.as_bytes()).and_then(|_| out.flush())
                     } else {
@@ -155,7 +156,7 @@ impl Host {
                 }
                 other => Err(Error::new(
                     codes::UNKNOWN_METHOD,
-                    format!("service `host` has no method `{other}`"),
+                    format!("service `{}` has no method `{other}`", host_methods::NAME),
                 )),
             }),
         );

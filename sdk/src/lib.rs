@@ -43,6 +43,7 @@ pub mod fence;
 pub mod file;
 mod link;
 mod logging;
+pub mod names;
 pub mod process;
 pub mod tool;
 mod unwind;

@@ -10,6 +10,7 @@
 #![deny(missing_docs)]
 
 mod error;
+pub mod host_service;
 mod manifest;
 mod message;
 

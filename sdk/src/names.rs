@@ -1,0 +1,414 @@
+//! The names plugins use to reach each other, spelled once: services
+//! ([`service`]), the methods of each core service (one module per
+//! service: [`sessions`], [`tools`], ...), events dispatched on the bus
+//! between plugins ([`bus`]) and error codes that more than one crate
+//! produces or checks ([`code`]).
+//!
+//! Types of *session log* events (`turn/start`, `todo/write`, ...) are not
+//! here: they are [`crate::vocab::event`]. Codes the host and the SDK
+//! produce are [`crate::codes`].
+//!
+//! Every module has an `ALL` list; a unit test checks that the names of a
+//! module are unique and that no bus event reuses a log event type.
+
+/// Declares documented `&str` constants and an `ALL` list of them.
+macro_rules! names {
+    ($( $(#[$doc:meta])* $name:ident = $value:expr; )*) => {
+        $( $(#[$doc])* pub const $name: &str = $value; )*
+        /// Every name of this module, in declaration order.
+        pub const ALL: &[&str] = &[$($name),*];
+    };
+}
+
+/// Service names, as given to [`crate::Context::provide`] and
+/// [`crate::Context::service`].
+pub mod service {
+    names! {
+        /// The session store (plugin `session`): create, append, derive,
+        /// resume, fork, close.
+        SESSIONS = "sessions";
+        /// The tool registry and executor (plugin `tools`); tool plugins
+        /// register with it, the agent loop executes through it.
+        TOOLS = "tools";
+        /// The model router (plugin `llm`); adapters register with it, the
+        /// agent loop streams through it.
+        LLM = "llm";
+        /// The system prompt assembler (plugin `system-prompt`).
+        SYSTEM_PROMPT = "systemPrompt";
+        /// The per-agent inbox and turn control (plugin `agent-loop`).
+        AGENTS = "agents";
+        /// Agent lifecycle: create, resume, list (plugin `agent-loop`).
+        AGENT_LOOP = "agentLoop";
+        /// Durable session storage (plugin `session-jsonl`), called by
+        /// `session` to load and by front ends to list.
+        SESSION_PERSISTENCE = "sessionPersistence";
+        /// Asked by `tools` when a policy says `ask`; provided by a front end
+        /// (none in-tree; the test probe provides one).
+        APPROVAL = "approval";
+        /// Provided by the host itself (see [`super::host`]).
+        HOST = dsh_wire::host_service::NAME;
+    }
+}
+
+/// Methods of [`service::SESSIONS`] (plugin `session`).
+pub mod sessions {
+    names! {
+        /// Opens a new session `{id?, header?, meta?, seed?}`; emits
+        /// [`super::bus::SESSION_CREATED`].
+        CREATE = "create";
+        /// Appends one event `{id, type, data, ...}`; emits
+        /// [`super::bus::SESSION_EVENT`].
+        APPEND = "append";
+        /// Appends `{id, events}` atomically.
+        APPEND_MANY = "appendMany";
+        /// The events of `{id}` from seq `from`.
+        EVENTS = "events";
+        /// The model-facing messages derived from the log.
+        DERIVE = "derive";
+        /// Surface ops since `from`, for incremental derivation.
+        SURFACE = "surface";
+        /// The latest `request/context` data.
+        REQUEST_CONTEXT = "requestContext";
+        /// The session header and its next seq.
+        HEADER = "header";
+        /// Open sessions.
+        LIST = "list";
+        /// Makes everything appended so far durable (dispatches
+        /// [`super::bus::SESSION_FLUSH`]).
+        FLUSH = "flush";
+        /// Loads a stored session through [`super::service::SESSION_PERSISTENCE`].
+        RESUME = "resume";
+        /// A new session seeded from another one.
+        FORK = "fork";
+        /// Closes `{id}`; emits [`super::bus::SESSION_DISPOSED`].
+        CLOSE = "close";
+    }
+}
+
+/// Methods of [`service::SESSION_PERSISTENCE`] (plugin `session-jsonl`).
+pub mod session_persistence {
+    names! {
+        /// Reads a stored session (header and events).
+        LOAD = "load";
+        /// Reads a stored session's header and tail without loading it.
+        INSPECT = "inspect";
+        /// Stored events from `fromSeq`.
+        READ_FROM = "readFrom";
+        /// The file of a session id.
+        LOCATE = "locate";
+        /// Stored sessions, newest first, optionally for one `cwd`.
+        LIST = "list";
+        /// Stored snapshots of a session.
+        LIST_SNAPSHOTS = "listSnapshots";
+    }
+}
+
+/// Methods of [`service::TOOLS`] (plugin `tools`).
+pub mod tools {
+    names! {
+        /// A tool plugin registers `{name, description, parameters, service}`;
+        /// emits [`super::bus::TOOLS_CHANGE`].
+        REGISTER = "register";
+        /// The schemas visible in `{scope}`, for the model request.
+        SCHEMAS = "schemas";
+        /// A tool's execution mode (`parallel`/`serial`) for `{name, scope}`.
+        MODE = "mode";
+        /// Restricts the tools of a scope.
+        RESTRICT = "restrict";
+        /// Installs a guard over the tools of a scope.
+        GUARD = "guard";
+        /// Defers a context to the next tool result.
+        DEFER_CONTEXT = "deferContext";
+        /// Runs one call end to end.
+        EXECUTE = "execute";
+        /// Opens an execution (approval, `tools/pre-execute`).
+        PREPARE = "prepare";
+        /// Runs a prepared execution's body (`tools/execute`).
+        DISPATCH = "dispatch";
+        /// Applies `tools/post-execute` to a dispatched result.
+        FINALIZE = "finalize";
+        /// Cancels an execution.
+        CANCEL = "cancel";
+        /// Closes an execution (emits `tools/result`).
+        FINISH = "finish";
+    }
+}
+
+/// Methods a tool's own service answers (called by plugin `tools`; the SDK's
+/// `tool::register` provides `execute`).
+pub mod tool_service {
+    names! {
+        /// Runs the tool with `{exec}` (arguments in `exec.args`).
+        EXECUTE = "execute";
+        /// Validates a call before it is approved.
+        CHECK = "check";
+        /// Renders a call for an approval prompt.
+        RENDER = "render";
+        /// Rewrites the result content before it enters the history.
+        FINALIZE_CONTENT = "finalizeContent";
+    }
+}
+
+/// Methods of [`service::LLM`] (plugin `llm`).
+pub mod llm {
+    names! {
+        /// An adapter registers `{providers, service}`; emits
+        /// [`super::bus::LLM_ADAPTERS_UPDATED`].
+        REGISTER_ADAPTER = "registerAdapter";
+        /// The registered providers.
+        PROVIDERS = "providers";
+        /// Cancels a running stream.
+        CANCEL = "cancel";
+        /// Streams a model request as chunks (dispatches
+        /// [`super::bus::LLM_STREAM`] first).
+        STREAM = "stream";
+    }
+}
+
+/// Methods an LLM adapter's own service answers (called by plugin `llm`).
+pub mod llm_adapter {
+    names! {
+        /// Streams one request to the provider as chunks.
+        STREAM = "stream";
+    }
+}
+
+/// Methods of [`service::SYSTEM_PROMPT`] (plugin `system-prompt`).
+pub mod system_prompt {
+    names! {
+        /// Adds a section; emits [`super::bus::SYSTEM_PROMPT_CHANGE`].
+        SECTION = "section";
+        /// Adds a context block.
+        CONTEXT = "context";
+        /// Adds a prompt variable.
+        VARIABLE = "variable";
+        /// Suppresses the runtime context in a scope.
+        SUPPRESS_RUNTIME_CONTEXT = "suppressRuntimeContext";
+        /// Assembles the prompt for `{scope, tools, variables}` (dispatches
+        /// [`super::bus::SYSTEM_PROMPT_ASSEMBLE`]).
+        ASSEMBLE = "assemble";
+    }
+}
+
+/// Methods of [`service::AGENTS`] (plugin `agent-loop`).
+pub mod agents {
+    names! {
+        /// Queues a message for the next turn (starts one when idle).
+        FOLLOWUP = "followup";
+        /// Queues a message for the next step.
+        STEER = "steer";
+        /// Queues a message for the next step without starting a turn.
+        INJECT = "inject";
+        /// Replaces a pending message.
+        REPLACE = "replace";
+        /// Removes a pending message.
+        REMOVE = "remove";
+        /// The pending messages.
+        PENDING = "pending";
+        /// Cancels the running turn.
+        CANCEL = "cancel";
+        /// Resolves when the agent is idle, with its last turn's end.
+        WHEN_IDLE = "whenIdle";
+        /// Switches the agent's model.
+        SELECT_MODEL = "selectModel";
+        /// Runs a maintenance task between turns.
+        RUN_MAINTENANCE = "runMaintenance";
+        /// `{status}` of the agent.
+        STATUS = "status";
+        /// Disposes the agent; emits [`super::bus::AGENT_DISPOSED`].
+        DISPOSE = "dispose";
+    }
+}
+
+/// Methods of [`service::AGENT_LOOP`] (plugin `agent-loop`).
+pub mod agent_loop {
+    names! {
+        /// Creates an agent on a new session `{agentOptions, meta}`.
+        CREATE = "create";
+        /// Creates an agent on a stored session `{sessionId, agentOptions}`.
+        RESUME = "resume";
+        /// The live agents.
+        LIST = "list";
+    }
+}
+
+/// Methods of [`service::APPROVAL`] (provided by a front end).
+pub mod approval {
+    names! {
+        /// Asks `{agent, toolName, callId, reason}`; answers `{outcome}`.
+        REQUEST = "request";
+    }
+}
+
+/// Methods of [`service::HOST`] (the host itself).
+pub mod host {
+    pub use dsh_wire::host_service::{ARGS, EPRINT, EXIT, INFO, PRINT, STATS};
+
+    /// Every method of the host service.
+    pub const ALL: &[&str] = &dsh_wire::host_service::METHODS;
+}
+
+/// Events dispatched on the bus between plugins (not session log types).
+pub mod bus {
+    names! {
+        /// Waterfall by `agent-loop` before each step; listeners may add
+        /// messages (agent-instructions) or checkpoint (checkpoint-policy).
+        AGENT_PRE_STEP = "agent/pre-step";
+        /// Waterfall by `agent-loop` over each model request.
+        AGENT_REQUEST = "agent/request";
+        /// Serial by `agent-loop` when a model request fails; `llm-retry`
+        /// answers with a retry decision.
+        AGENT_REQUEST_ERROR = "agent/request-error";
+        /// Dispatched by `agent-loop` when a turn is about to end.
+        AGENT_TURN_STOPPING = "agent/turn-stopping";
+        /// Emitted by `agent-loop` when a message enters an inbox.
+        AGENT_INBOX_INSERTED = "agent/inbox/inserted";
+        /// Emitted by `agent-loop` when a pending message is dropped.
+        AGENT_INBOX_DISCARDED = "agent/inbox/discarded";
+        /// Emitted by `agent-loop` when a turn claims a pending message.
+        AGENT_INBOX_CLAIMED = "agent/inbox/claimed";
+        /// Emitted by `agent-loop` when an agent turns `running` or `idle`.
+        AGENT_STATUS = "agent/status";
+        /// Emitted by `agent-loop` when a turn fails.
+        AGENT_ERROR = "agent/error";
+        /// Emitted by `agent-loop` when an agent is created.
+        AGENT_CREATED = "agent/created";
+        /// Emitted by `agent-loop` when an agent is disposed.
+        AGENT_DISPOSED = "agent/disposed";
+        /// Emitted by `agent-loop` when an agent's session starts
+        /// (`source`: `startup` or `resume`).
+        AGENT_SESSION_START = "agent/session-start";
+        /// Emitted by `agent-loop` when an agent its config asked for at
+        /// startup could not start.
+        AGENT_LOOP_CONFIG_START_FAILED = "agent-loop/config-start-failed";
+        /// Waterfall by `tools` before a call runs; a listener may deny it
+        /// (permission).
+        TOOLS_PRE_EXECUTE = "tools/pre-execute";
+        /// Waterfall by `tools` around a call's body.
+        TOOLS_EXECUTE = "tools/execute";
+        /// Waterfall by `tools` over a call's result (spill).
+        TOOLS_POST_EXECUTE = "tools/post-execute";
+        /// Emitted by `tools` with a call's final result.
+        TOOLS_RESULT = "tools/result";
+        /// Emitted by `tools` when the set of tools changes.
+        TOOLS_CHANGE = "tools/change";
+        /// Emitted by `tool-read`/`tool-fs` when a file's content was seen.
+        FS_OBSERVED = "fs/observed";
+        /// Dispatched by `tool-fs` before it writes a file.
+        FS_WRITE_INTENT = "fs/write-intent";
+        /// Dispatched by `tool-fs` before it edits a file.
+        FS_EDIT_INTENT = "fs/edit-intent";
+        /// Waterfall by `llm` over each request before it reaches the adapter.
+        LLM_STREAM = "llm/stream";
+        /// Emitted by `llm` when an adapter registers.
+        LLM_ADAPTERS_UPDATED = "llm/adapters-updated";
+        /// Emitted by `session` for each appended event `{sessionId, event}`.
+        SESSION_EVENT = "session/event";
+        /// Emitted by `session` when a session opens (created, resumed, forked).
+        SESSION_CREATED = "session/created";
+        /// Emitted by `session` when a session closes.
+        SESSION_DISPOSED = "session/disposed";
+        /// Parallel by `session` on `flush`; persistence makes the log durable.
+        SESSION_FLUSH = "session/flush";
+        /// Dispatched by `system-prompt` while assembling.
+        SYSTEM_PROMPT_ASSEMBLE = "system-prompt/assemble";
+        /// Emitted by `system-prompt` when a section, context or variable
+        /// changes.
+        SYSTEM_PROMPT_CHANGE = "system-prompt/change";
+    }
+}
+
+/// Error codes of the domain that more than one crate produces or checks
+/// (the host's and the SDK's own are [`crate::codes`]).
+pub mod code {
+    names! {
+        /// The work was cancelled.
+        ABORTED = "ABORTED";
+        /// A tool call was cancelled before its body ran.
+        ABORTED_BEFORE_DISPATCH = "ABORTED_BEFORE_DISPATCH";
+        /// A tool's arguments do not match its parameters.
+        INVALID_ARGS = "INVALID_ARGS";
+        /// No session (open or stored) has this id.
+        SESSION_NOT_FOUND = "SESSION_NOT_FOUND";
+        /// A session with this id exists already.
+        SESSION_ALREADY_EXISTS = "SESSION_ALREADY_EXISTS";
+        /// A stored session cannot be read back.
+        SESSION_CORRUPT = "SESSION_CORRUPT";
+        /// A fork or seed ends inside an open turn.
+        OPEN_TURN = "OPEN_TURN";
+        /// A tool call was recorded as never started (crash closer).
+        TOOL_NOT_STARTED = "TOOL_NOT_STARTED";
+        /// A started tool call's outcome was never recorded (crash closer).
+        TOOL_OUTCOME_UNKNOWN = "TOOL_OUTCOME_UNKNOWN";
+        /// A file tool met an I/O error.
+        FS_ERROR = "FS_ERROR";
+        /// A file tool's path does not exist.
+        FS_NOT_FOUND = "FS_NOT_FOUND";
+        /// A file tool's file is not text.
+        FS_NOT_TEXT = "FS_NOT_TEXT";
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    fn assert_unique(module: &str, names: &[&str]) {
+        let mut seen = HashSet::new();
+        for name in names {
+            assert!(seen.insert(*name), "{module}: `{name}` declared twice");
+        }
+    }
+
+    #[test]
+    fn names_are_unique_within_each_module() {
+        for (module, names) in [
+            ("service", service::ALL),
+            ("sessions", sessions::ALL),
+            ("session_persistence", session_persistence::ALL),
+            ("tools", tools::ALL),
+            ("tool_service", tool_service::ALL),
+            ("llm", llm::ALL),
+            ("llm_adapter", llm_adapter::ALL),
+            ("system_prompt", system_prompt::ALL),
+            ("agents", agents::ALL),
+            ("agent_loop", agent_loop::ALL),
+            ("approval", approval::ALL),
+            ("host", host::ALL),
+            ("bus", bus::ALL),
+            ("code", code::ALL),
+        ] {
+            assert_unique(module, names);
+        }
+    }
+
+    #[test]
+    fn bus_events_are_not_session_log_types() {
+        for name in bus::ALL {
+            assert!(
+                !crate::vocab::event::is_known(name),
+                "bus event `{name}` is also a session log type"
+            );
+        }
+    }
+
+    #[test]
+    fn domain_codes_do_not_shadow_host_codes() {
+        let host = [
+            crate::codes::SERVICE_UNAVAILABLE,
+            crate::codes::UNKNOWN_METHOD,
+            crate::codes::PANIC,
+            crate::codes::DISPOSED,
+            crate::codes::INVALID_PAYLOAD,
+            crate::codes::INVALID_CONFIG,
+            crate::codes::NEXT_CALLED_TWICE,
+            crate::codes::HOST_REFUSED,
+            crate::codes::TIMEOUT,
+            crate::codes::SCOPE_ALREADY_BOUND,
+            crate::codes::SCOPE_CYCLE,
+            crate::codes::UNKNOWN,
+        ];
+        assert_unique("code + codes", &[code::ALL, &host].concat());
+    }
+}
