@@ -256,10 +256,10 @@ pub mod bus {
         AGENT_PRE_STEP = "agent/pre-step";
         /// Waterfall by `agent-loop` over each model request.
         AGENT_REQUEST = "agent/request";
-        /// Serial by `agent-loop` when a model request fails; `llm-retry`
+        /// Waterfall by `agent-loop` when a model request fails; `llm-retry`
         /// answers with a retry decision.
         AGENT_REQUEST_ERROR = "agent/request-error";
-        /// Dispatched by `agent-loop` when a turn is about to end.
+        /// Serial by `agent-loop` when a turn is about to end.
         AGENT_TURN_STOPPING = "agent/turn-stopping";
         /// Emitted by `agent-loop` when a message enters an inbox.
         AGENT_INBOX_INSERTED = "agent/inbox/inserted";
@@ -278,8 +278,9 @@ pub mod bus {
         /// Emitted by `agent-loop` when an agent's session starts
         /// (`source`: `startup` or `resume`).
         AGENT_SESSION_START = "agent/session-start";
-        /// Emitted by `agent-loop` when an agent its config asked for at
-        /// startup could not start.
+        /// Emitted by `agent-loop` when an agent listed in its config could
+        /// not be started (the failure is contained: a warning, this event,
+        /// no agent).
         AGENT_LOOP_CONFIG_START_FAILED = "agent-loop/config-start-failed";
         /// Waterfall by `tools` before a call runs; a listener may deny it
         /// (permission).
@@ -294,9 +295,9 @@ pub mod bus {
         TOOLS_CHANGE = "tools/change";
         /// Emitted by `tool-read`/`tool-fs` when a file's content was seen.
         FS_OBSERVED = "fs/observed";
-        /// Dispatched by `tool-fs` before it writes a file.
+        /// Waterfall by `tool-fs` before it writes a file; a listener may deny it.
         FS_WRITE_INTENT = "fs/write-intent";
-        /// Dispatched by `tool-fs` before it edits a file.
+        /// Waterfall by `tool-fs` before it edits a file; a listener may deny it.
         FS_EDIT_INTENT = "fs/edit-intent";
         /// Waterfall by `llm` over each request before it reaches the adapter.
         LLM_STREAM = "llm/stream";
@@ -310,7 +311,7 @@ pub mod bus {
         SESSION_DISPOSED = "session/disposed";
         /// Parallel by `session` on `flush`; persistence makes the log durable.
         SESSION_FLUSH = "session/flush";
-        /// Dispatched by `system-prompt` while assembling.
+        /// Waterfall by `system-prompt` over each assembly.
         SYSTEM_PROMPT_ASSEMBLE = "system-prompt/assemble";
         /// Emitted by `system-prompt` when a section, context or variable
         /// changes.

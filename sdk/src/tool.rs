@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 
 use crate::context::{Context, Reply, Request};
 use crate::error::Result;
+use crate::names::{llm, llm_adapter, service, tool_service, tools};
 use crate::vocab::msg;
 
 /// Serves the tools described by `schemas` (`{name, description,
@@ -25,16 +26,16 @@ where
     ctx.provide(service.clone(), move |req| {
         let handler = handler.clone();
         async move {
-            if req.method != "execute" {
+            if req.method != tool_service::EXECUTE {
                 return Err(req.unknown_method());
             }
             handler(req).await
         }
     });
-    let tools = ctx.service("tools");
+    let tools = ctx.service(service::TOOLS);
     for mut schema in schemas {
         schema["service"] = json!(service);
-        tools.call("register", schema).await?;
+        tools.call(tools::REGISTER, schema).await?;
     }
     Ok(())
 }
@@ -55,15 +56,15 @@ where
     ctx.provide(service.clone(), move |req| {
         let handler = handler.clone();
         async move {
-            if req.method != "stream" {
+            if req.method != llm_adapter::STREAM {
                 return Err(req.unknown_method());
             }
             handler(req).await
         }
     });
-    ctx.service("llm")
+    ctx.service(service::LLM)
         .call(
-            "registerAdapter",
+            llm::REGISTER_ADAPTER,
             json!({"providers": providers, "service": service}),
         )
         .await?;

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use dsh_sdk::names::{bus, host, service, sessions};
 use dsh_sdk::prelude::*;
 use serde::Deserialize;
 
@@ -80,14 +81,17 @@ struct Instructions;
 impl Plugin for Instructions {
     const NAME: &'static str = "agent-instructions";
     const DESCRIPTION: &'static str = "AGENTS.md instructions";
-    const INJECT: &'static [&'static str] = &["sessions"];
+    const INJECT: &'static [&'static str] = &[service::SESSIONS];
     type Config = Config;
 
     async fn apply(ctx: Context, config: Config) -> Result<()> {
-        let info = ctx.service("host").call("info", json!({})).await?;
+        let info = ctx
+            .service(service::HOST)
+            .call(host::INFO, json!({}))
+            .await?;
         let home = PathBuf::from(info["home"].as_str().unwrap_or("."));
         let c = ctx.clone();
-        ctx.on("agent/pre-step", move |ev| {
+        ctx.on(bus::AGENT_PRE_STEP, move |ev| {
             let (c, home) = (c.clone(), home.clone());
             async move {
                 let p = ev.payload.clone();
@@ -95,7 +99,7 @@ impl Plugin for Instructions {
                     return ev.next(p).await;
                 }
                 let agent = p["agent"].as_str().unwrap_or_default();
-                let header = c.service("sessions").call("header", json!({"id": agent})).await?;
+                let header = c.service(service::SESSIONS).call(sessions::HEADER, json!({"id": agent})).await?;
                 let cwd = PathBuf::from(header["header"]["cwd"].as_str().unwrap_or("/"));
                 let mut files: Vec<(PathBuf, &str, String)> = Vec::new();
                 let user = home.join("AGENTS.md");

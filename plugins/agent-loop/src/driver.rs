@@ -3,6 +3,7 @@
 use std::future::Future;
 use std::rc::Rc;
 
+use dsh_sdk::names::{bus, llm, service, sessions, system_prompt, tools};
 use dsh_sdk::new_id;
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::{event, header_equals, msg, BlockAssembler};
@@ -74,7 +75,7 @@ impl Loop {
         };
         self.notify(
             agent,
-            "agent/status",
+            bus::AGENT_STATUS,
             json!({"agent": agent, "status": "idle"}),
         );
         for w in waiters {
@@ -103,7 +104,7 @@ impl Loop {
         {
             self.notify(
                 agent,
-                "agent/error",
+                bus::AGENT_ERROR,
                 json!({"agent": agent, "turn": turn, "step": 0, "error": e}),
             );
             return false;
@@ -136,7 +137,7 @@ impl Loop {
             Err(Stop::Failed(e)) => {
                 self.notify(
                     agent,
-                    "agent/error",
+                    bus::AGENT_ERROR,
                     json!({"agent": agent, "turn": turn, "error": e}),
                 );
                 json!({"kind": "error", "error": {"message": e.message, "code": e.code}})
@@ -154,7 +155,7 @@ impl Loop {
         {
             self.notify(
                 agent,
-                "agent/error",
+                bus::AGENT_ERROR,
                 json!({"agent": agent, "turn": turn, "error": e}),
             );
         }
@@ -174,15 +175,18 @@ impl Loop {
     /// `deriveMessages()`, incrementally: only surface events appended since
     /// the last request are fetched; a `replace` falls back to a full derive.
     async fn history(&self, agent: &str) -> Result<Value> {
-        let sessions = self.ctx.service("sessions");
+        let sessions = self.ctx.service(service::SESSIONS);
         let from = self.agents.borrow().get(agent).map_or(0, |a| a.history_seq);
         let tail = sessions
-            .call("surface", json!({"id": agent, "from": from}))
+            .call(sessions::SURFACE, json!({"id": agent, "from": from}))
             .await?;
         let seq = tail["seq"].as_u64().unwrap_or(0);
         if tail["replaced"] == json!(true) || from == 0 {
-            let all: Vec<Value> =
-                serde_json::from_value(sessions.call("derive", json!({"id": agent})).await?)?;
+            let all: Vec<Value> = serde_json::from_value(
+                sessions
+                    .call(sessions::DERIVE, json!({"id": agent}))
+                    .await?,
+            )?;
             if let Some(a) = self.agents.borrow_mut().get_mut(agent) {
                 a.history = all;
                 a.history_seq = seq;
@@ -247,7 +251,7 @@ impl Loop {
         for m in &claimed {
             self.notify(
                 agent,
-                "agent/inbox/claimed",
+                bus::AGENT_INBOX_CLAIMED,
                 json!({"agent": agent, "message": m, "turn": turn}),
             );
         }
@@ -276,13 +280,13 @@ impl Loop {
         let (provider, model) = (var(provider), var(model));
         let tools = self
             .ctx
-            .service("tools")
-            .call("schemas", json!({"scope": agent}))
+            .service(service::TOOLS)
+            .call(tools::SCHEMAS, json!({"scope": agent}))
             .await?;
         self.ctx
-            .service("systemPrompt")
+            .service(service::SYSTEM_PROMPT)
             .call(
-                "assemble",
+                system_prompt::ASSEMBLE,
                 json!({"scope": agent, "tools": tools,
                        "variables": {"provider": provider, "model": model, "cwd": cwd}}),
             )
@@ -299,8 +303,8 @@ impl Loop {
             .map_or(0, |a| a.runtime_context.seen);
         let events: Vec<dsh_sdk::vocab::SessionEvent> = serde_json::from_value(
             self.ctx
-                .service("sessions")
-                .call("events", json!({"id": agent, "from": from}))
+                .service(service::SESSIONS)
+                .call(sessions::EVENTS, json!({"id": agent, "from": from}))
                 .await?,
         )?;
         let mut agents = self.agents.borrow_mut();
@@ -343,7 +347,7 @@ impl Loop {
             let context = self.runtime_context(agent, &assembly).await?;
             let decision = self
                 .ctx
-                .dispatch("agent/pre-step")
+                .dispatch(bus::AGENT_PRE_STEP)
                 .scope(agent)
                 .waterfall(
                     json!({"agent": agent, "messages": claimed, "turn": turn, "step": next}),
@@ -400,7 +404,7 @@ impl Loop {
             };
             if ends.is_some() && !pending_step() {
                 self.ctx
-                    .dispatch("agent/turn-stopping")
+                    .dispatch(bus::AGENT_TURN_STOPPING)
                     .scope(agent)
                     .serial(json!({"agent": agent, "turn": turn}))
                     .await?;
@@ -460,7 +464,7 @@ impl Loop {
             };
             let config = self
                 .ctx
-                .dispatch("agent/request")
+                .dispatch(bus::AGENT_REQUEST)
                 .scope(agent)
                 .waterfall(
                     json!({"agent": agent, "turn": turn, "step": step, "config": seed}),
@@ -534,7 +538,7 @@ impl Loop {
             self.check(abort)?;
             let mut assembler = BlockAssembler::default();
             let mut chunk_seqs: Vec<u64> = Vec::new();
-            let mut stream = self.ctx.service("llm").stream("stream", request);
+            let mut stream = self.ctx.service(service::LLM).stream(llm::STREAM, request);
             let mut interrupted = false;
             loop {
                 let item = tokio::select! {
@@ -553,8 +557,11 @@ impl Loop {
                     .collect();
                 let seqs = self
                     .ctx
-                    .service("sessions")
-                    .call("appendMany", json!({"id": agent, "events": events}))
+                    .service(service::SESSIONS)
+                    .call(
+                        sessions::APPEND_MANY,
+                        json!({"id": agent, "events": events}),
+                    )
                     .await?;
                 chunk_seqs.extend(
                     seqs.as_array()
@@ -590,7 +597,7 @@ impl Loop {
                     .unwrap_or(Value::Null);
                 let decide = self
                     .ctx
-                    .dispatch("agent/request-error")
+                    .dispatch(bus::AGENT_REQUEST_ERROR)
                     .scope(agent)
                     .waterfall(
                         json!({"agent": agent, "turn": turn, "step": step, "provider": provider, "failure": failure,
@@ -689,7 +696,7 @@ impl Loop {
             .get(agent)
             .map(|a| a.cwd.clone())
             .unwrap_or_default();
-        let tools = self.ctx.service("tools");
+        let tools = self.ctx.service(service::TOOLS);
         let mut i = 0;
         while i < calls.len() {
             if abort.is_aborted() {
@@ -702,7 +709,10 @@ impl Loop {
                 return Ok(concluded);
             }
             let mode = tools
-                .call("mode", json!({"name": calls[i]["name"], "scope": agent}))
+                .call(
+                    tools::MODE,
+                    json!({"name": calls[i]["name"], "scope": agent}),
+                )
                 .await
                 .unwrap_or(json!("exclusive"));
             let mut group = vec![i];
@@ -712,7 +722,7 @@ impl Loop {
                 {
                     let next = &calls[i + group.len()];
                     let m = tools
-                        .call("mode", json!({"name": next["name"], "scope": agent}))
+                        .call(tools::MODE, json!({"name": next["name"], "scope": agent}))
                         .await
                         .unwrap_or(json!("exclusive"));
                     if m != "parallel" {
@@ -741,7 +751,7 @@ impl Loop {
                     serde_json::from_str(raw).unwrap_or_else(|_| json!(raw))
                 };
                 let exec = json!({"callId": call["id"], "name": call["name"], "arguments": arguments, "agent": agent, "cwd": cwd});
-                let slot = match tools.call("prepare", exec).await {
+                let slot = match tools.call(tools::PREPARE, exec).await {
                     Err(e) => Slot::Settled(Tail::None, transport_failure(&e)),
                     Ok(prepared) => {
                         let exec = prepared["exec"].clone();
@@ -755,10 +765,9 @@ impl Loop {
                             Some("dispatch") => {
                                 let t = tools.clone();
                                 let x = exec.clone();
-                                let handle =
-                                    tokio::task::spawn_local(
-                                        async move { t.call("dispatch", x).await },
-                                    );
+                                let handle = tokio::task::spawn_local(async move {
+                                    t.call(tools::DISPATCH, x).await
+                                });
                                 Slot::Running(exec, handle)
                             }
                             Some("post-result") => Slot::Settled(Tail::Post(exec), result),
@@ -804,11 +813,11 @@ impl Loop {
                 };
                 let result = match tail {
                     Tail::Post(exec) => tools
-                        .call("finalize", json!({"exec": exec, "result": result}))
+                        .call(tools::FINALIZE, json!({"exec": exec, "result": result}))
                         .await
                         .unwrap_or_else(|e| transport_failure(&e)),
                     Tail::Finish(exec) => tools
-                        .call("finish", json!({"exec": exec, "result": result}))
+                        .call(tools::FINISH, json!({"exec": exec, "result": result}))
                         .await
                         .unwrap_or_else(|e| transport_failure(&e)),
                     Tail::None => result,

@@ -8,6 +8,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
+use dsh_sdk::names::{agent_loop, agents, bus, service, session_persistence, sessions};
 use dsh_sdk::new_id;
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::event;
@@ -76,9 +77,6 @@ impl ConfigAgent {
     }
 }
 
-/// Emitted when a configured agent could not be started (its failure is
-/// contained: a warning, this event, no agent).
-pub(crate) const CONFIG_START_FAILED: &str = "agent-loop/config-start-failed";
 /// `runMaintenance` on an agent that is running or already in maintenance.
 pub(crate) const AGENT_BUSY: &str = "AGENT_BUSY";
 /// The code of work a cancel stopped.
@@ -239,7 +237,11 @@ impl Loop {
         if let Some(s) = sources {
             args["sourceEventSeqs"] = json!(s);
         }
-        let ev = self.ctx.service("sessions").call("append", args).await?;
+        let ev = self
+            .ctx
+            .service(service::SESSIONS)
+            .call(sessions::APPEND, args)
+            .await?;
         Ok(ev["seq"].as_u64().unwrap_or(0))
     }
 
@@ -300,7 +302,7 @@ impl Loop {
             wake_requested: false,
         };
         self.agents.borrow_mut().insert(id.to_owned(), agent);
-        self.notify(id, "agent/created", json!({"agent": id}));
+        self.notify(id, bus::AGENT_CREATED, json!({"agent": id}));
         Ok(())
     }
 
@@ -323,12 +325,16 @@ impl Loop {
         if let Some(id) = params["sessionId"].as_str() {
             args["id"] = json!(id);
         }
-        let created = self.ctx.service("sessions").call("create", args).await?;
+        let created = self
+            .ctx
+            .service(service::SESSIONS)
+            .call(sessions::CREATE, args)
+            .await?;
         let id = created["id"].as_str().unwrap_or_default().to_owned();
         self.register(&id, &options, cwd, &Value::Null)?;
         self.notify(
             &id,
-            "agent/session-start",
+            bus::AGENT_SESSION_START,
             json!({"agent": id, "source": "startup"}),
         );
         Ok(json!({"agent": id}))
@@ -344,8 +350,8 @@ impl Loop {
         }
         let summary = self
             .ctx
-            .service("sessions")
-            .call("resume", json!({"id": id}))
+            .service(service::SESSIONS)
+            .call(sessions::RESUME, json!({"id": id}))
             .await?;
         let cwd = summary["header"]["cwd"].as_str().map(str::to_owned);
         let options = params["agentOptions"].clone();
@@ -353,14 +359,14 @@ impl Loop {
             // No agent: release the session the resume made live.
             let _ = self
                 .ctx
-                .service("sessions")
-                .call("close", json!({"id": id}))
+                .service(service::SESSIONS)
+                .call(sessions::CLOSE, json!({"id": id}))
                 .await;
             return Err(e);
         }
         self.notify(
             &id,
-            "agent/session-start",
+            bus::AGENT_SESSION_START,
             json!({"agent": id, "source": "resume"}),
         );
         Ok(json!({"agent": id}))
@@ -402,7 +408,7 @@ impl Loop {
                     a.id
                 );
                 let _ = self.ctx.emit(
-                    CONFIG_START_FAILED,
+                    bus::AGENT_LOOP_CONFIG_START_FAILED,
                     json!({"sessionId": session_id, "error": {"code": e.code, "message": e.message}}),
                 );
             }
@@ -420,8 +426,8 @@ impl Loop {
         };
         let stored = match self
             .ctx
-            .service("sessionPersistence")
-            .call("list", json!({}))
+            .service(service::SESSION_PERSISTENCE)
+            .call(session_persistence::LIST, json!({}))
             .await
         {
             Ok(list) => list
@@ -510,7 +516,7 @@ impl Loop {
         }
         let _ = self.when_idle(agent).await;
         if self.agents.borrow_mut().remove(agent).is_some() {
-            self.notify(agent, "agent/disposed", json!({"agent": agent}));
+            self.notify(agent, bus::AGENT_DISPOSED, json!({"agent": agent}));
         }
     }
 
@@ -611,14 +617,14 @@ impl Loop {
         for message in &removed {
             self.notify(
                 agent,
-                "agent/inbox/discarded",
+                bus::AGENT_INBOX_DISCARDED,
                 json!({"agent": agent, "message": message}),
             );
         }
         for message in splice["inserted"].as_array().into_iter().flatten() {
             self.notify(
                 agent,
-                "agent/inbox/inserted",
+                bus::AGENT_INBOX_INSERTED,
                 json!({"agent": agent, "message": message}),
             );
         }
@@ -724,7 +730,7 @@ impl Loop {
         }
         self.notify(
             agent,
-            "agent/status",
+            bus::AGENT_STATUS,
             json!({"agent": agent, "status": "running"}),
         );
         true
@@ -785,14 +791,17 @@ impl Loop {
             })
             .collect();
         self.ctx
-            .service("sessions")
-            .call("appendMany", json!({"id": agent, "events": events}))
+            .service(service::SESSIONS)
+            .call(
+                sessions::APPEND_MANY,
+                json!({"id": agent, "events": events}),
+            )
             .await?;
         for (_, list) in removed {
             for message in list {
                 self.notify(
                     agent,
-                    "agent/inbox/discarded",
+                    bus::AGENT_INBOX_DISCARDED,
                     json!({"agent": agent, "message": message}),
                 );
             }
@@ -827,17 +836,17 @@ async fn handle_agents(l: Loop, req: Request) -> Result<Reply> {
     let agent = Loop::agent_id(&req)?;
     let message = req.params["message"].clone();
     match req.method.as_str() {
-        "followup" => Ok(l.send(&agent, message, NEXT_TURN, true).await?.into()),
-        "steer" => Ok(l.send(&agent, message, NEXT_STEP, true).await?.into()),
-        "inject" => Ok(l.send(&agent, message, NEXT_STEP, false).await?.into()),
-        "replace" => Reply::json(l.replace(&agent, &message_id(&req)?, message).await?),
-        "remove" => Reply::json(l.remove(&agent, &message_id(&req)?).await?),
-        "pending" => {
+        agents::FOLLOWUP => Ok(l.send(&agent, message, NEXT_TURN, true).await?.into()),
+        agents::STEER => Ok(l.send(&agent, message, NEXT_STEP, true).await?.into()),
+        agents::INJECT => Ok(l.send(&agent, message, NEXT_STEP, false).await?.into()),
+        agents::REPLACE => Reply::json(l.replace(&agent, &message_id(&req)?, message).await?),
+        agents::REMOVE => Reply::json(l.remove(&agent, &message_id(&req)?).await?),
+        agents::PENDING => {
             let agents = l.agents.borrow();
             let a = agents.get(&agent).ok_or_else(|| no_agent(&agent))?;
             Reply::json(json!({"nextTurn": a.inbox.next_turn, "nextStep": a.inbox.next_step}))
         }
-        "cancel" => {
+        agents::CANCEL => {
             let cause = match req.params.get("cause") {
                 Some(c) if !c.is_null() => c.clone(),
                 _ => json!({"kind": "user"}),
@@ -846,8 +855,8 @@ async fn handle_agents(l: Loop, req: Request) -> Result<Reply> {
                 .await?;
             Ok(Value::Null.into())
         }
-        "whenIdle" => Ok(l.when_idle(&agent).await?.into()),
-        "selectModel" => {
+        agents::WHEN_IDLE => Ok(l.when_idle(&agent).await?.into()),
+        agents::SELECT_MODEL => {
             // `{provider, model}` selects a route from the next step's
             // assembly on; neither clears the selection (the agent's own
             // options again).
@@ -869,15 +878,15 @@ async fn handle_agents(l: Loop, req: Request) -> Result<Reply> {
             a.selection = selection;
             Ok(Value::Null.into())
         }
-        "runMaintenance" => Ok(l.run_maintenance(&agent, &req.params["task"]).await?.into()),
-        "status" => {
+        agents::RUN_MAINTENANCE => Ok(l.run_maintenance(&agent, &req.params["task"]).await?.into()),
+        agents::STATUS => {
             let agents = l.agents.borrow();
             let a = agents.get(&agent).ok_or_else(|| no_agent(&agent))?;
             Reply::json(
                 json!({"status": if a.running { "running" } else { "idle" }, "maintenance": a.maintenance, "lastTurn": a.last_turn, "lastEnd": a.last_end}),
             )
         }
-        "dispose" => {
+        agents::DISPOSE => {
             if !l.agents.borrow().contains_key(&agent) {
                 return Err(no_agent(&agent));
             }
@@ -890,12 +899,12 @@ async fn handle_agents(l: Loop, req: Request) -> Result<Reply> {
 
 async fn handle_loop(l: Loop, req: Request) -> Result<Reply> {
     match req.method.as_str() {
-        "create" => {
+        agent_loop::CREATE => {
             let created = l.create(&req.params).await?;
             l.own(&req, &created);
             Ok(created.into())
         }
-        "resume" => {
+        agent_loop::RESUME => {
             let live = req.params["sessionId"]
                 .as_str()
                 .is_some_and(|id| l.agents.borrow().contains_key(id));
@@ -906,7 +915,7 @@ async fn handle_loop(l: Loop, req: Request) -> Result<Reply> {
             }
             Ok(resumed.into())
         }
-        "list" => {
+        agent_loop::LIST => {
             let ids: Vec<String> = l.agents.borrow().keys().cloned().collect();
             Reply::json(ids)
         }
@@ -920,8 +929,13 @@ impl Plugin for AgentLoop {
     const NAME: &'static str = "agent-loop";
     const DESCRIPTION: &'static str =
         "agents and the turn/step loop (services `agents`, `agentLoop`)";
-    const PROVIDES: &'static [&'static str] = &["agents", "agentLoop"];
-    const INJECT: &'static [&'static str] = &["sessions", "llm", "tools", "systemPrompt"];
+    const PROVIDES: &'static [&'static str] = &[service::AGENTS, service::AGENT_LOOP];
+    const INJECT: &'static [&'static str] = &[
+        service::SESSIONS,
+        service::LLM,
+        service::TOOLS,
+        service::SYSTEM_PROMPT,
+    ];
     type Config = Config;
 
     async fn apply(ctx: Context, config: Config) -> Result<()> {
@@ -932,9 +946,9 @@ impl Plugin for AgentLoop {
             config,
         };
         let l2 = l.clone();
-        ctx.provide("agents", move |req| handle_agents(l2.clone(), req));
+        ctx.provide(service::AGENTS, move |req| handle_agents(l2.clone(), req));
         let l3 = l.clone();
-        ctx.provide("agentLoop", move |req| handle_loop(l3.clone(), req));
+        ctx.provide(service::AGENT_LOOP, move |req| handle_loop(l3.clone(), req));
         if !l.config.agents.is_empty() {
             let starter = l.clone();
             ctx.spawn(async move { starter.start_configured().await });

@@ -6,6 +6,7 @@
 //! App arguments: `[--output text|jsonl] [--resume <session-id>] task...`;
 //! `--list-sessions` prints the stored sessions of the current directory.
 
+use dsh_sdk::names::{agent_loop, agents, bus, host, service, session_persistence, sessions};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::{event, msg};
 use serde::Deserialize;
@@ -54,29 +55,29 @@ fn parse(args: &[String]) -> std::result::Result<Args, String> {
 
 async fn print(ctx: &Context, text: &str) {
     let _ = ctx
-        .service("host")
-        .call("print", json!({"text": text}))
+        .service(service::HOST)
+        .call(host::PRINT, json!({"text": text}))
         .await;
 }
 
 async fn eprint(ctx: &Context, text: &str) {
     let _ = ctx
-        .service("host")
-        .call("eprint", json!({"text": text}))
+        .service(service::HOST)
+        .call(host::EPRINT, json!({"text": text}))
         .await;
 }
 
 async fn exit(ctx: &Context, code: i32) {
     let _ = ctx
-        .service("host")
-        .call("exit", json!({"code": code}))
+        .service(service::HOST)
+        .call(host::EXIT, json!({"code": code}))
         .await;
 }
 
 async fn list_sessions(ctx: &Context, cwd: &str) -> Result<i32> {
     let sessions = ctx
-        .service("sessionPersistence")
-        .call("list", json!({"cwd": cwd}))
+        .service(service::SESSION_PERSISTENCE)
+        .call(session_persistence::LIST, json!({"cwd": cwd}))
         .await?;
     let mut out = format!(
         "{:<48} {:<25} {:>5}  LAST PROMPT\n",
@@ -125,8 +126,8 @@ fn format_time(ms: u64) -> String {
 }
 
 async fn run(ctx: Context, config: Config) -> Result<i32> {
-    let host = ctx.service("host");
-    let argv: Vec<String> = host.call_as("args", json!({})).await?;
+    let host = ctx.service(service::HOST);
+    let argv: Vec<String> = host.call_as(host::ARGS, json!({})).await?;
     let args = match parse(&argv) {
         Ok(a) => a,
         Err(e) => {
@@ -134,7 +135,7 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
             return Ok(1);
         }
     };
-    let info = host.call("info", json!({})).await?;
+    let info = host.call(host::INFO, json!({})).await?;
     let cwd = info["cwd"].as_str().unwrap_or("/").to_owned();
     if args.list {
         return list_sessions(&ctx, &cwd).await;
@@ -151,30 +152,35 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
     if let Some(mt) = config.max_tokens {
         options["maxTokens"] = json!(mt);
     }
-    let loop_ = ctx.service("agentLoop");
+    let loop_ = ctx.service(service::AGENT_LOOP);
     let created = match &args.resume {
         Some(id) => {
             loop_
-                .call("resume", json!({"sessionId": id, "agentOptions": options}))
+                .call(
+                    agent_loop::RESUME,
+                    json!({"sessionId": id, "agentOptions": options}),
+                )
                 .await?
         }
         None => {
             loop_
                 .call(
-                    "create",
+                    agent_loop::CREATE,
                     json!({"agentOptions": options, "meta": {"cwd": cwd}}),
                 )
                 .await?
         }
     };
     let agent = created["agent"].as_str().unwrap_or_default().to_owned();
-    let sessions = ctx.service("sessions");
-    let start = sessions.call("header", json!({"id": agent})).await?["seq"]
+    let sessions = ctx.service(service::SESSIONS);
+    let start = sessions
+        .call(sessions::HEADER, json!({"id": agent}))
+        .await?["seq"]
         .as_u64()
         .unwrap_or(0);
     if config.stream && !args.jsonl {
         let (c, id) = (ctx.clone(), agent.clone());
-        ctx.on("session/event", move |ev| {
+        ctx.on(bus::SESSION_EVENT, move |ev| {
             let (c, id) = (c.clone(), id.clone());
             async move {
                 if ev.payload["sessionId"] != json!(id) {
@@ -214,7 +220,7 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
     }
     if args.jsonl {
         let (c, id) = (ctx.clone(), agent.clone());
-        ctx.on("session/event", move |ev| {
+        ctx.on(bus::SESSION_EVENT, move |ev| {
             let (c, id) = (c.clone(), id.clone());
             async move {
                 if ev.payload["sessionId"] == json!(id) {
@@ -225,17 +231,19 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
             }
         });
     }
-    let agents = ctx.service("agents");
+    let agents = ctx.service(service::AGENTS);
     agents
         .call(
-            "followup",
+            agents::FOLLOWUP,
             json!({"agent": agent, "message": {"text": args.task}}),
         )
         .await?;
-    let idle = agents.call("whenIdle", json!({"agent": agent})).await?;
-    sessions.call("flush", json!({"id": agent})).await?;
+    let idle = agents
+        .call(agents::WHEN_IDLE, json!({"agent": agent}))
+        .await?;
+    sessions.call(sessions::FLUSH, json!({"id": agent})).await?;
     let events: Vec<dsh_sdk::vocab::SessionEvent> = sessions
-        .call_as("events", json!({"id": agent, "from": start}))
+        .call_as(sessions::EVENTS, json!({"id": agent, "from": start}))
         .await?;
     let mut output = String::new();
     let (mut input_tokens, mut output_tokens) = (0u64, 0u64);
@@ -289,7 +297,8 @@ struct Headless;
 impl Plugin for Headless {
     const NAME: &'static str = "headless";
     const DESCRIPTION: &'static str = "one-shot task runner";
-    const INJECT: &'static [&'static str] = &["agents", "agentLoop", "sessions"];
+    const INJECT: &'static [&'static str] =
+        &[service::AGENTS, service::AGENT_LOOP, service::SESSIONS];
     type Config = Config;
 
     async fn apply(ctx: Context, config: Config) -> Result<()> {

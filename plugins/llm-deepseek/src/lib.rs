@@ -9,6 +9,7 @@ mod wire;
 use std::rc::Rc;
 use std::time::Duration;
 
+use dsh_sdk::names::service;
 use dsh_sdk::prelude::*;
 use dsh_sdk::tool::register_adapter;
 use dsh_sdk::vocab::LlmFailure;
@@ -228,7 +229,7 @@ struct DeepSeek;
 impl Plugin for DeepSeek {
     const NAME: &'static str = "llm-deepseek";
     const DESCRIPTION: &'static str = "DeepSeek / OpenAI-compatible chat completions adapter";
-    const INJECT: &'static [&'static str] = &["llm"];
+    const INJECT: &'static [&'static str] = &[service::LLM];
     type Config = Config;
 
     async fn apply(ctx: Context, config: Config) -> Result<()> {

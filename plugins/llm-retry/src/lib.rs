@@ -8,7 +8,9 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
+use dsh_sdk::names::{bus, service, sessions};
 use dsh_sdk::prelude::*;
+use dsh_sdk::vocab::event;
 use dsh_sdk::vocab::RETRYABLE_CODES;
 use serde::Deserialize;
 
@@ -111,13 +113,13 @@ struct Retry;
 impl Plugin for Retry {
     const NAME: &'static str = "llm-retry";
     const DESCRIPTION: &'static str = "retries retryable model failures";
-    const INJECT: &'static [&'static str] = &["sessions"];
+    const INJECT: &'static [&'static str] = &[service::SESSIONS];
     type Config = Config;
 
     async fn apply(ctx: Context, config: Config) -> Result<()> {
         let attempts: Attempts = Rc::default();
         let c = ctx.clone();
-        ctx.on("agent/request-error", move |ev| {
+        ctx.on(bus::AGENT_REQUEST_ERROR, move |ev| {
             let (c, config, attempts) = (c.clone(), config.clone(), attempts.clone());
             async move {
                 let p = &ev.payload;
@@ -144,8 +146,8 @@ impl Plugin for Retry {
                 attempts.borrow_mut().insert(key, attempt);
                 let wait = delay_ms(&config, attempt, p["failure"]["providerRetryAfterMs"].as_u64());
                 let data = config.retry_event((turn, step), attempt, wait, &p["failure"]);
-                c.service("sessions")
-                    .call("append", json!({"id": agent, "type": "llm/retry", "data": data}))
+                c.service(service::SESSIONS)
+                    .call(sessions::APPEND, json!({"id": agent, "type": event::LLM_RETRY, "data": data}))
                     .await?;
                 tokio::time::sleep(Duration::from_millis(wait)).await;
                 Ok(json!({"kind": "retry"}))

@@ -15,6 +15,7 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
+use dsh_sdk::names::service;
 use dsh_sdk::prelude::*;
 use dsh_sdk::tool::register_adapter;
 use dsh_sdk::vocab::LlmFailure;
@@ -91,7 +92,7 @@ struct Script;
 impl Plugin for Script {
     const NAME: &'static str = "llm-script";
     const DESCRIPTION: &'static str = "offline scripted model adapter";
-    const INJECT: &'static [&'static str] = &["llm"];
+    const INJECT: &'static [&'static str] = &[service::LLM];
     type Config = Config;
 
     async fn apply(ctx: Context, config: Config) -> Result<()> {

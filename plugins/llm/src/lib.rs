@@ -19,6 +19,7 @@ use std::rc::Rc;
 
 use tokio::sync::Notify;
 
+use dsh_sdk::names::{bus, llm, llm_adapter, service};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::LlmFailure;
 
@@ -82,7 +83,7 @@ fn take_signal(signals: &Signals, request: &mut Value) -> Option<(String, Rc<Sig
 
 async fn handle(ctx: Context, registry: Registry, signals: Signals, req: Request) -> Result<Reply> {
     match req.method.as_str() {
-        "registerAdapter" => {
+        llm::REGISTER_ADAPTER => {
             let providers: Vec<String> = serde_json::from_value(req.params["providers"].clone())?;
             let service = req.params["service"]
                 .as_str()
@@ -115,10 +116,10 @@ async fn handle(ctx: Context, registry: Registry, signals: Signals, req: Request
             });
             let r2 = registry.clone();
             req.on_caller_gone(move || r2.borrow_mut().retain(|a| a.owner != owner));
-            ctx.emit("llm/adapters-updated", json!({}))?;
+            ctx.emit(bus::LLM_ADAPTERS_UPDATED, json!({}))?;
             Ok(Value::Null.into())
         }
-        "providers" => {
+        llm::PROVIDERS => {
             let v: Vec<String> = registry
                 .borrow()
                 .iter()
@@ -126,7 +127,7 @@ async fn handle(ctx: Context, registry: Registry, signals: Signals, req: Request
                 .collect();
             Reply::json(v)
         }
-        "cancel" => {
+        llm::CANCEL => {
             let name = req.params["signal"].as_str().unwrap_or_default();
             let signal = signals.borrow().get(name).cloned();
             let Some(signal) = signal else {
@@ -138,7 +139,7 @@ async fn handle(ctx: Context, registry: Registry, signals: Signals, req: Request
             signal.abort();
             Ok(Value::Null.into())
         }
-        "stream" => {
+        llm::STREAM => {
             let (tx, reply) = Reply::stream();
             let mut request = req.params.clone();
             let signal = take_signal(&signals, &mut request);
@@ -177,7 +178,7 @@ async fn route(
         .as_object_mut()
         .and_then(|o| o.shift_remove("messages"));
     let mut request = match ctx
-        .waterfall("llm/stream", request, |r| async move { Ok(r) })
+        .waterfall(bus::LLM_STREAM, request, |r| async move { Ok(r) })
         .await
     {
         Ok(r) => r,
@@ -219,7 +220,7 @@ async fn stream_from_adapter(
         ));
     };
     // Dropping the adapter's stream (on a cancel) stops it in its plugin.
-    let mut stream = ctx.service(service).stream("stream", request);
+    let mut stream = ctx.service(service).stream(llm_adapter::STREAM, request);
     loop {
         let item = tokio::select! {
             biased;
@@ -243,14 +244,14 @@ struct Llm;
 impl Plugin for Llm {
     const NAME: &'static str = "llm";
     const DESCRIPTION: &'static str = "model routing (service `llm`)";
-    const PROVIDES: &'static [&'static str] = &["llm"];
+    const PROVIDES: &'static [&'static str] = &[service::LLM];
     type Config = ();
 
     async fn apply(ctx: Context, _config: ()) -> Result<()> {
         let registry: Registry = Rc::default();
         let signals: Signals = Rc::default();
         let ctx2 = ctx.clone();
-        ctx.provide("llm", move |req| {
+        ctx.provide(service::LLM, move |req| {
             handle(ctx2.clone(), registry.clone(), signals.clone(), req)
         });
         Ok(())

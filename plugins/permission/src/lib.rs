@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use dsh_sdk::fence::{resolve, Fence, Mode, RefusalKind};
+use dsh_sdk::names::{bus, host, service};
 use dsh_sdk::prelude::*;
 use serde::Deserialize;
 
@@ -37,7 +38,7 @@ struct Permission;
 impl Plugin for Permission {
     const NAME: &'static str = "permission";
     const DESCRIPTION: &'static str = "permission modes and the workspace fence";
-    const INJECT: &'static [&'static str] = &["tools"];
+    const INJECT: &'static [&'static str] = &[service::TOOLS];
     type Config = Config;
 
     async fn apply(ctx: Context, config: Config) -> Result<()> {
@@ -64,11 +65,14 @@ impl Plugin for Permission {
             }
         };
         // The harness's own files, which no tool may change.
-        let info = ctx.service("host").call("info", json!({})).await?;
+        let info = ctx
+            .service(service::HOST)
+            .call(host::INFO, json!({}))
+            .await?;
         let protected: Vec<PathBuf> =
             serde_json::from_value(info["protected"].clone()).unwrap_or_default();
         let temp = std::env::temp_dir();
-        ctx.on("tools/pre-execute", move |ev| {
+        ctx.on(bus::TOOLS_PRE_EXECUTE, move |ev| {
             let (temp, protected) = (temp.clone(), protected.clone());
             async move {
                 let exec = &ev.payload["exec"];

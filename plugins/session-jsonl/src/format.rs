@@ -7,6 +7,7 @@ use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 
+use dsh_sdk::vocab::event;
 use dsh_sdk::vocab::{SessionEvent, SessionHeader};
 use serde_json::{json, Value};
 
@@ -122,7 +123,7 @@ fn decode(record: &Value) -> Result<Vec<SessionEvent>, String> {
             json!({"type": chunk_type, "index": d["index"], "text": item})
         };
         out.push(SessionEvent {
-            kind: "assistant/chunk".into(),
+            kind: event::ASSISTANT_CHUNK.into(),
             seq: seq0 + k as u64,
             time: time.max(0) as u64,
             data: json!({"turn": d["turn"], "step": d["step"], "chunk": chunk}),
@@ -186,7 +187,7 @@ pub fn scan(bytes: &[u8]) -> Result<Scan, String> {
             // After a defect: a later complete turn/end means corruption.
             if line.ends_with('\n') {
                 if let Ok(v) = serde_json::from_str::<Value>(line.trim_end()) {
-                    if v["type"] == "turn/end" {
+                    if v["type"] == event::TURN_END {
                         return Err(format!(
                             "a defect at byte {} precedes a completed turn",
                             torn_at.unwrap_or(0)
@@ -357,7 +358,7 @@ fn check_nothing_completes_after(rest: &[u8], at: usize) -> std::io::Result<()> 
             continue;
         };
         let completes = text.split(|b| *b == b'\n').any(|line| {
-            serde_json::from_slice::<Value>(line).is_ok_and(|v| v["type"] == "turn/end")
+            serde_json::from_slice::<Value>(line).is_ok_and(|v| v["type"] == event::TURN_END)
         });
         if completes {
             return Err(std::io::Error::new(
@@ -556,7 +557,7 @@ mod tests {
         "{\"type\":\"session\",\"version\":0,\"id\":\"s\",\"createdAt\":1,\"delegationDepth\":0}\n";
 
     fn line(kind: &str, seq: u64) -> String {
-        let data = if kind == "turn/end" {
+        let data = if kind == event::TURN_END {
             json!({"turn": 1, "reason": {"kind": "completed"}})
         } else {
             json!({"turn": 1})
@@ -582,11 +583,11 @@ mod tests {
 
     #[test]
     fn a_torn_zstd_frame_loses_only_itself_and_is_cut_off() {
-        let first = format!("{HEAD}{}", line("turn/start", 0));
-        let second = line("step/start", 1);
+        let first = format!("{HEAD}{}", line(event::TURN_START, 0));
+        let second = line(event::STEP_START, 1);
         let mut raw = [frame(&first), frame(&second)].concat();
         let whole = raw.len();
-        let third = frame(&line("step/end", 2));
+        let third = frame(&line(event::STEP_END, 2));
         raw.extend_from_slice(&third[..third.len() / 2]);
         let path = zstd_file("torn", &raw);
         let log = read(&path).unwrap();
@@ -604,8 +605,8 @@ mod tests {
 
     #[test]
     fn a_defect_inside_a_zstd_frame_keeps_the_lines_before_it() {
-        let first = format!("{HEAD}{}", line("turn/start", 0));
-        let good = line("step/start", 1);
+        let first = format!("{HEAD}{}", line(event::TURN_START, 0));
+        let good = line(event::STEP_START, 1);
         let raw = [frame(&first), frame(&format!("{good}garbage\n"))].concat();
         let path = zstd_file("defect", &raw);
         let log = read(&path).unwrap();
@@ -613,12 +614,12 @@ mod tests {
         assert_eq!(s.torn_at, Some(first.len() + good.len()));
         let closer = SessionEvent {
             seq: 2,
-            ..serde_json::from_str(line("step/end", 2).trim_end()).unwrap()
+            ..serde_json::from_str(line(event::STEP_END, 2).trim_end()).unwrap()
         };
         repair(&path, &log, s.torn_at, &[closer]).unwrap();
         let again = read(&path).unwrap();
         assert!(!again.is_torn());
-        let expected = format!("{first}{good}{}", line("step/end", 2));
+        let expected = format!("{first}{good}{}", line(event::STEP_END, 2));
         assert_eq!(String::from_utf8(again.text).unwrap(), expected);
         let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
@@ -626,12 +627,12 @@ mod tests {
     #[test]
     fn a_damaged_zstd_frame_before_a_completed_turn_is_corruption() {
         // A damaged magic number: the frame cannot even be sized.
-        let mut bad = frame(&line("step/start", 1));
+        let mut bad = frame(&line(event::STEP_START, 1));
         bad[0] ^= 0xff;
         let raw = [
-            frame(&format!("{HEAD}{}", line("turn/start", 0))),
+            frame(&format!("{HEAD}{}", line(event::TURN_START, 0))),
             bad,
-            frame(&line("turn/end", 2)),
+            frame(&line(event::TURN_END, 2)),
         ]
         .concat();
         let err = decode_frames(&raw).err().map(|e| e.to_string());
@@ -653,7 +654,7 @@ mod tests {
             created_at: 1,
             ..SessionHeader::default()
         };
-        let held = publish_new(&path, &header, &line("turn/start", 0)).unwrap();
+        let held = publish_new(&path, &header, &line(event::TURN_START, 0)).unwrap();
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&path), LOG_MODE);
         assert_eq!(mode(&root.join("project")), DIR_MODE);

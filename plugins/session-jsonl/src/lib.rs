@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::Duration;
 
+use dsh_sdk::names::{bus, host, service, session_persistence};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::{event, interrupted_turn_closers, SessionEvent, SessionHeader};
 use format::{encode_segment, project_key, scan, Scan};
@@ -553,15 +554,15 @@ fn revision(meta: &std::fs::Metadata) -> String {
 async fn handle(store: Shared, req: Request) -> Result<Reply> {
     let id = req.params["id"].as_str().unwrap_or_default().to_owned();
     match req.method.as_str() {
-        "load" => {
+        session_persistence::LOAD => {
             let (header, events) = store.load(&id, true)?;
             Reply::json(json!({"header": header, "events": events}))
         }
-        "inspect" => {
+        session_persistence::INSPECT => {
             let (header, events) = store.load(&id, false)?;
             Reply::json(json!({"header": header, "events": events}))
         }
-        "readFrom" => {
+        session_persistence::READ_FROM => {
             let from = req.params["fromSeq"].as_u64().ok_or_else(|| {
                 Error::new(
                     codes::INVALID_PAYLOAD,
@@ -574,19 +575,23 @@ async fn handle(store: Shared, req: Request) -> Result<Reply> {
             let events: Vec<&SessionEvent> = s.events.iter().filter(|e| e.seq >= from).collect();
             Reply::json(json!({"header": s.header, "events": events}))
         }
-        "locate" => {
+        session_persistence::LOCATE => {
             let path = store.find(&id)?;
             Reply::json(json!({"kind": "jsonl", "path": path}))
         }
-        "list" => {
+        session_persistence::LIST => {
             let mut out = Vec::new();
             for (_, s) in store.logs(req.params["cwd"].as_str()) {
-                let turns = s.events.iter().filter(|e| e.kind == "turn/start").count();
+                let turns = s
+                    .events
+                    .iter()
+                    .filter(|e| e.kind == event::TURN_START)
+                    .count();
                 let last_prompt = s
                     .events
                     .iter()
                     .rev()
-                    .find(|e| e.kind == "user/message" && e.data["source"]["kind"] == "user")
+                    .find(|e| e.kind == event::USER_MESSAGE && e.data["source"]["kind"] == "user")
                     .map(|e| dsh_sdk::vocab::msg::joined_text(&e.data))
                     .unwrap_or_default();
                 out.push(json!({"id": s.header.id, "createdAt": s.header.created_at, "turns": turns, "lastPrompt": last_prompt}));
@@ -594,7 +599,7 @@ async fn handle(store: Shared, req: Request) -> Result<Reply> {
             out.sort_by_key(|v| v["createdAt"].as_u64());
             Reply::json(out)
         }
-        "listSnapshots" => {
+        session_persistence::LIST_SNAPSHOTS => {
             // Every stored session (of `cwd`, when given) with the revision
             // of its log: equal revisions mean an unchanged log.
             let mut out = Vec::new();
@@ -614,14 +619,17 @@ struct Jsonl;
 impl Plugin for Jsonl {
     const NAME: &'static str = "session-jsonl";
     const DESCRIPTION: &'static str = "JSONL session persistence (service `sessionPersistence`)";
-    const PROVIDES: &'static [&'static str] = &["sessionPersistence"];
+    const PROVIDES: &'static [&'static str] = &[service::SESSION_PERSISTENCE];
     type Config = Config;
 
     async fn apply(ctx: Context, config: Config) -> Result<()> {
         let root = match config.root {
             Some(r) => PathBuf::from(r),
             None => {
-                let info = ctx.service("host").call("info", json!({})).await?;
+                let info = ctx
+                    .service(service::HOST)
+                    .call(host::INFO, json!({}))
+                    .await?;
                 PathBuf::from(info["home"].as_str().unwrap_or(".")).join("sessions")
             }
         };
@@ -633,10 +641,12 @@ impl Plugin for Jsonl {
             refused: RefCell::default(),
         });
         let s = store.clone();
-        ctx.provide("sessionPersistence", move |req| handle(s.clone(), req));
+        ctx.provide(service::SESSION_PERSISTENCE, move |req| {
+            handle(s.clone(), req)
+        });
 
         let s = store.clone();
-        ctx.on("session/created", move |ev| {
+        ctx.on(bus::SESSION_CREATED, move |ev| {
             let s = s.clone();
             async move {
                 check_meta(&ev.payload["header"])?;
@@ -650,7 +660,7 @@ impl Plugin for Jsonl {
             }
         });
         let (s, c) = (store.clone(), ctx.clone());
-        ctx.on("session/event", move |ev| {
+        ctx.on(bus::SESSION_EVENT, move |ev| {
             let (s, c) = (s.clone(), c.clone());
             async move {
                 let id = ev.payload["sessionId"]
@@ -681,7 +691,7 @@ impl Plugin for Jsonl {
             }
         });
         let s = store.clone();
-        ctx.on("session/flush", move |ev| {
+        ctx.on(bus::SESSION_FLUSH, move |ev| {
             let s = s.clone();
             async move {
                 let id = ev.payload["sessionId"].as_str().unwrap_or_default();
@@ -690,7 +700,7 @@ impl Plugin for Jsonl {
             }
         });
         let s = store.clone();
-        ctx.on("session/disposed", move |ev| {
+        ctx.on(bus::SESSION_DISPOSED, move |ev| {
             let s = s.clone();
             async move {
                 let id = ev.payload["sessionId"]

@@ -6,6 +6,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
+use dsh_sdk::names::{bus, service, session_persistence, sessions};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::surface::Surface;
 use dsh_sdk::vocab::{
@@ -213,7 +214,7 @@ fn resume_summary(session: &Session) -> Value {
 
 async fn handle(ctx: Context, store: Store, req: Request) -> Result<Reply> {
     match req.method.as_str() {
-        "create" => {
+        sessions::CREATE => {
             let id = req.params["id"]
                 .as_str()
                 .map(str::to_owned)
@@ -265,12 +266,12 @@ async fn handle(ctx: Context, store: Store, req: Request) -> Result<Reply> {
             let fresh = session.events[stored.min(seq)..].to_vec();
             store.borrow_mut().insert(id.clone(), session);
             ctx.emit(
-                "session/created",
+                bus::SESSION_CREATED,
                 json!({"header": header, "stored": stored, "resumed": resumed, "events": fresh}),
             )?;
             Reply::json(json!({"id": id, "header": header, "seq": seq}))
         }
-        "append" => {
+        sessions::APPEND => {
             let id = id_of(&req)?;
             let args: AppendArgs = req.params_as()?;
             let ev = {
@@ -278,10 +279,10 @@ async fn handle(ctx: Context, store: Store, req: Request) -> Result<Reply> {
                 let session = s.get_mut(&id).ok_or_else(|| not_found(&id))?;
                 session.append(args)?
             };
-            ctx.emit("session/event", json!({"sessionId": id, "event": ev}))?;
+            ctx.emit(bus::SESSION_EVENT, json!({"sessionId": id, "event": ev}))?;
             Reply::json(ev)
         }
-        "appendMany" => {
+        sessions::APPEND_MANY => {
             let id = id_of(&req)?;
             let batch: Vec<AppendArgs> = serde_json::from_value(req.params["events"].clone())?;
             let mut appended = Vec::with_capacity(batch.len());
@@ -294,24 +295,24 @@ async fn handle(ctx: Context, store: Store, req: Request) -> Result<Reply> {
             }
             let seqs: Vec<u64> = appended.iter().map(|e| e.seq).collect();
             for ev in appended {
-                ctx.emit("session/event", json!({"sessionId": id, "event": ev}))?;
+                ctx.emit(bus::SESSION_EVENT, json!({"sessionId": id, "event": ev}))?;
             }
             Reply::json(seqs)
         }
-        "events" => {
+        sessions::EVENTS => {
             let id = id_of(&req)?;
             let from = req.params["from"].as_u64().unwrap_or(0) as usize;
             let s = store.borrow();
             let session = s.get(&id).ok_or_else(|| not_found(&id))?;
             Reply::json(&session.events[from.min(session.events.len())..])
         }
-        "derive" => {
+        sessions::DERIVE => {
             let id = id_of(&req)?;
             let s = store.borrow();
             let session = s.get(&id).ok_or_else(|| not_found(&id))?;
             Reply::json(derive_messages(&session.events))
         }
-        "surface" => {
+        sessions::SURFACE => {
             // Surface events from `from` on, and whether a replace occurred
             // (a consumer deriving incrementally must then derive afresh).
             let id = id_of(&req)?;
@@ -328,44 +329,44 @@ async fn handle(ctx: Context, store: Store, req: Request) -> Result<Reply> {
                 json!({"events": surface, "replaced": replaced, "seq": session.events.len()}),
             )
         }
-        "requestContext" => {
+        sessions::REQUEST_CONTEXT => {
             let id = id_of(&req)?;
             let s = store.borrow();
             let session = s.get(&id).ok_or_else(|| not_found(&id))?;
             Reply::json(&session.request_context)
         }
-        "header" => {
+        sessions::HEADER => {
             let id = id_of(&req)?;
             let s = store.borrow();
             let session = s.get(&id).ok_or_else(|| not_found(&id))?;
             Reply::json(json!({"header": session.header, "seq": session.events.len()}))
         }
-        "list" => {
+        sessions::LIST => {
             let s = store.borrow();
             let mut ids: Vec<&String> = s.keys().collect();
             ids.sort();
             Reply::json(ids)
         }
-        "flush" => {
+        sessions::FLUSH => {
             let id = id_of(&req)?;
             if !store.borrow().contains_key(&id) {
                 return Err(not_found(&id));
             }
             // Whether any listener (a persistence backend) took part.
             let participated = ctx
-                .parallel("session/flush", json!({"sessionId": id}))
+                .parallel(bus::SESSION_FLUSH, json!({"sessionId": id}))
                 .await?;
             Reply::json(participated)
         }
-        "resume" => {
+        sessions::RESUME => {
             // Makes a stored session live (loading it from persistence here,
             // so the log does not travel through the caller) and returns
             // what an agent needs to continue it.
             let id = id_of(&req)?;
             if !store.borrow().contains_key(&id) {
                 let stored = ctx
-                    .service("sessionPersistence")
-                    .call("load", json!({"id": id}))
+                    .service(service::SESSION_PERSISTENCE)
+                    .call(session_persistence::LOAD, json!({"id": id}))
                     .await
                     .map_err(|e| {
                         if e.code == codes::SERVICE_UNAVAILABLE {
@@ -386,7 +387,7 @@ async fn handle(ctx: Context, store: Store, req: Request) -> Result<Reply> {
                 let fresh = session.events[stored_len.min(session.events.len())..].to_vec();
                 store.borrow_mut().insert(id.clone(), session);
                 ctx.emit(
-                    "session/created",
+                    bus::SESSION_CREATED,
                     json!({"header": header, "stored": stored_len, "resumed": true, "events": fresh}),
                 )?;
             }
@@ -394,7 +395,7 @@ async fn handle(ctx: Context, store: Store, req: Request) -> Result<Reply> {
             let session = s.get(&id).ok_or_else(|| not_found(&id))?;
             Reply::json(resume_summary(session))
         }
-        "fork" => {
+        sessions::FORK => {
             let id = id_of(&req)?;
             let child = req.params["childId"]
                 .as_str()
@@ -452,15 +453,15 @@ async fn handle(ctx: Context, store: Store, req: Request) -> Result<Reply> {
             let events = session.events.clone();
             store.borrow_mut().insert(child.clone(), session);
             ctx.emit(
-                "session/created",
+                bus::SESSION_CREATED,
                 json!({"header": header, "events": events}),
             )?;
             Reply::json(json!({"id": child, "header": header}))
         }
-        "close" => {
+        sessions::CLOSE => {
             let id = id_of(&req)?;
             if store.borrow_mut().remove(&id).is_some() {
-                ctx.emit("session/disposed", json!({"sessionId": id}))?;
+                ctx.emit(bus::SESSION_DISPOSED, json!({"sessionId": id}))?;
             }
             Ok(Value::Null.into())
         }
@@ -473,13 +474,13 @@ struct SessionPlugin;
 impl Plugin for SessionPlugin {
     const NAME: &'static str = "session";
     const DESCRIPTION: &'static str = "the append-only session log (service `sessions`)";
-    const PROVIDES: &'static [&'static str] = &["sessions"];
+    const PROVIDES: &'static [&'static str] = &[service::SESSIONS];
     type Config = ();
 
     async fn apply(ctx: Context, _config: ()) -> Result<()> {
         let store: Store = Rc::default();
         let ctx2 = ctx.clone();
-        ctx.provide("sessions", move |req| {
+        ctx.provide(service::SESSIONS, move |req| {
             handle(ctx2.clone(), store.clone(), req)
         });
         Ok(())

@@ -8,6 +8,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
+use dsh_sdk::names::bus;
 use dsh_sdk::prelude::*;
 use dsh_sdk::tempdir::{self, PrivateDir};
 use dsh_sdk::vocab::msg;
@@ -115,7 +116,7 @@ impl Plugin for Spill {
         let dir = Rc::new(SpillDir::default());
         let owned = dir.clone();
         ctx.effect(move || async move { owned.remove() });
-        ctx.on("tools/post-execute", move |ev| {
+        ctx.on(bus::TOOLS_POST_EXECUTE, move |ev| {
             let dir = dir.clone();
             async move {
                 let mut decision = ev.next(ev.payload.clone()).await?;

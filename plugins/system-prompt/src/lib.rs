@@ -11,17 +11,13 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
+use dsh_sdk::names::{bus, service, system_prompt};
 use dsh_sdk::prelude::*;
 use serde::Deserialize;
 
 /// The reserved `toolOrder` entry where unlisted tools are inserted,
 /// lexicographically.
 pub const TOOL_ORDER_REST: &str = "<unlisted-tools>";
-
-/// The event every registration and removal emits.
-const CHANGE: &str = "system-prompt/change";
-/// The assembly waterfall.
-const ASSEMBLE: &str = "system-prompt/assemble";
 
 /// Two sections (or contexts, or variables) of one name in one layer.
 const DUPLICATE_SECTION: &str = "DUPLICATE_SECTION";
@@ -356,9 +352,9 @@ fn register<T: 'static>(
     let (r2, ctx2) = (reg.clone(), ctx.clone());
     req.on_caller_gone(move || {
         field(&mut r2.borrow_mut()).retain(|e| e.id != id);
-        let _ = ctx2.emit(CHANGE, json!({}));
+        let _ = ctx2.emit(bus::SYSTEM_PROMPT_CHANGE, json!({}));
     });
-    ctx.emit(CHANGE, json!({}))?;
+    ctx.emit(bus::SYSTEM_PROMPT_CHANGE, json!({}))?;
     Ok(Value::Null.into())
 }
 
@@ -475,7 +471,7 @@ async fn handle(
     req: Request,
 ) -> Result<Reply> {
     match req.method.as_str() {
-        "section" => {
+        system_prompt::SECTION => {
             let scope = scope_of(&req)?;
             let section = section_of(&req, "section")?;
             let taken = reg
@@ -489,7 +485,7 @@ async fn handle(
             }
             register(&ctx, &reg, &req, |r| &mut r.sections, scope, section)
         }
-        "context" => {
+        system_prompt::CONTEXT => {
             let scope = scope_of(&req)?;
             let context = section_of(&req, "context")?;
             let taken = reg
@@ -503,7 +499,7 @@ async fn handle(
             }
             register(&ctx, &reg, &req, |r| &mut r.contexts, scope, context)
         }
-        "variable" => {
+        system_prompt::VARIABLE => {
             let scope = scope_of(&req)?;
             let name = req.params["name"].as_str().unwrap_or_default().to_owned();
             if !valid_variable_name(&name) {
@@ -535,11 +531,11 @@ async fn handle(
             }
             register(&ctx, &reg, &req, |r| &mut r.variables, scope, (name, value))
         }
-        "suppressRuntimeContext" => {
+        system_prompt::SUPPRESS_RUNTIME_CONTEXT => {
             let scope = scope_of(&req)?;
             register(&ctx, &reg, &req, |r| &mut r.suppressors, scope, ())
         }
-        "assemble" => assemble(&ctx, &reg, tool_order.as_deref(), &req.params).await,
+        system_prompt::ASSEMBLE => assemble(&ctx, &reg, tool_order.as_deref(), &req.params).await,
         _ => Err(req.unknown_method()),
     }
 }
@@ -626,7 +622,7 @@ async fn assemble(
         "tools": tools,
         "variables": variables,
     });
-    let mut d = ctx.dispatch(ASSEMBLE);
+    let mut d = ctx.dispatch(bus::SYSTEM_PROMPT_ASSEMBLE);
     if let Some(scope) = scope {
         d = d.scope(scope);
     }
@@ -704,7 +700,7 @@ struct SystemPrompt;
 impl Plugin for SystemPrompt {
     const NAME: &'static str = "system-prompt";
     const DESCRIPTION: &'static str = "prompt assembly (service `systemPrompt`)";
-    const PROVIDES: &'static [&'static str] = &["systemPrompt"];
+    const PROVIDES: &'static [&'static str] = &[service::SYSTEM_PROMPT];
     type Config = Config;
 
     async fn apply(ctx: Context, config: Config) -> Result<()> {
@@ -746,7 +742,7 @@ impl Plugin for SystemPrompt {
         }
         let tool_order = Rc::new(config.tool_order);
         let ctx2 = ctx.clone();
-        ctx.provide("systemPrompt", move |req| {
+        ctx.provide(service::SYSTEM_PROMPT, move |req| {
             handle(ctx2.clone(), reg.clone(), tool_order.clone(), req)
         });
         Ok(())

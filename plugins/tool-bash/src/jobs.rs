@@ -7,6 +7,7 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use dsh_sdk::names::{agents, service};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::msg;
 
@@ -124,7 +125,7 @@ pub fn start(
             .unwrap_or_else(|| "finished".into());
         if !owner.is_empty() {
             let notice = format!("background job {jid} (bash: {label}) finished [status: {status}]. Read its output with job_output.");
-            let _ = c.service("agents").call("steer", json!({"agent": owner, "message": {"text": notice}})).await;
+            let _ = c.service(service::AGENTS).call(agents::STEER, json!({"agent": owner, "message": {"text": notice}})).await;
         }
     });
     Ok(id)

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use capture::Capture;
 use contain::{Fenced, Plan};
 use dsh_sdk::fence::{Fence, Mode};
+use dsh_sdk::names::service;
 use dsh_sdk::prelude::*;
 use dsh_sdk::tempdir::PrivateDir;
 use dsh_sdk::tool::register_tools;
@@ -411,7 +412,7 @@ struct BashPlugin;
 impl Plugin for BashPlugin {
     const NAME: &'static str = "tool-bash";
     const DESCRIPTION: &'static str = "the `bash` tool";
-    const INJECT: &'static [&'static str] = &["tools"];
+    const INJECT: &'static [&'static str] = &[service::TOOLS];
     type Config = Config;
 
     async fn apply(ctx: Context, config: Config) -> Result<()> {

@@ -9,6 +9,7 @@ use std::rc::Rc;
 
 use dsh_sdk::beneath::{open_parent, Dir};
 use dsh_sdk::fence::{resolve, version, Fence};
+use dsh_sdk::names::{bus, service};
 use dsh_sdk::prelude::*;
 use dsh_sdk::tool::register_tools;
 use dsh_sdk::vocab::msg;
@@ -149,7 +150,7 @@ async fn write(ctx: &Context, observed: &Observed, req: &Request) -> Result<Valu
     let path = target.path.clone();
     intent(
         ctx,
-        "fs/write-intent",
+        bus::FS_WRITE_INTENT,
         &agent,
         json!({"agent": agent, "path": path, "exists": exists}),
     )
@@ -216,7 +217,7 @@ async fn edit(ctx: &Context, observed: &Observed, req: &Request) -> Result<Value
     let path = target.path.clone();
     intent(
         ctx,
-        "fs/edit-intent",
+        bus::FS_EDIT_INTENT,
         &agent,
         json!({"agent": agent, "path": path, "count": count}),
     )
@@ -242,13 +243,13 @@ struct ToolFs;
 impl Plugin for ToolFs {
     const NAME: &'static str = "tool-fs";
     const DESCRIPTION: &'static str = "the `write` and `edit` tools";
-    const INJECT: &'static [&'static str] = &["tools"];
+    const INJECT: &'static [&'static str] = &[service::TOOLS];
     type Config = ();
 
     async fn apply(ctx: Context, _config: ()) -> Result<()> {
         let observed: Observed = Rc::default();
         let o = observed.clone();
-        ctx.on("fs/observed", move |ev| {
+        ctx.on(bus::FS_OBSERVED, move |ev| {
             let o = o.clone();
             async move {
                 let agent = ev.payload["agent"].as_str().unwrap_or_default().to_owned();

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use dsh_sdk::blocking::cancellable;
 use dsh_sdk::file::{open_regular, OpenError};
+use dsh_sdk::names::{bus, service};
 use dsh_sdk::prelude::*;
 use dsh_sdk::tool::{register_tools, resolve, text_reply};
 
@@ -35,7 +36,7 @@ async fn execute(ctx: Context, req: Request) -> Result<Reply> {
     // (`path` is already resolved as the fence resolves it).
     if let Some(version) = version_of(&path) {
         let _ = ctx.emit(
-            "fs/observed",
+            bus::FS_OBSERVED,
             json!({"agent": req.params["agent"], "path": path, "version": version}),
         );
     }
@@ -69,7 +70,7 @@ struct Read;
 impl Plugin for Read {
     const NAME: &'static str = "tool-read";
     const DESCRIPTION: &'static str = "the `read` tool";
-    const INJECT: &'static [&'static str] = &["tools"];
+    const INJECT: &'static [&'static str] = &[service::TOOLS];
     type Config = ();
 
     async fn apply(ctx: Context, _config: ()) -> Result<()> {

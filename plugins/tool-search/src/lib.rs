@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use dsh_sdk::blocking::{cancellable, Cancel};
+use dsh_sdk::names::service;
 use dsh_sdk::prelude::*;
 use dsh_sdk::tool::{register_tools, resolve, text_reply};
 use globset::{GlobBuilder, GlobMatcher};
@@ -115,7 +116,7 @@ struct Search;
 impl Plugin for Search {
     const NAME: &'static str = "tool-search";
     const DESCRIPTION: &'static str = "the `glob` and `grep` tools";
-    const INJECT: &'static [&'static str] = &["tools"];
+    const INJECT: &'static [&'static str] = &[service::TOOLS];
     type Config = ();
 
     async fn apply(ctx: Context, _config: ()) -> Result<()> {

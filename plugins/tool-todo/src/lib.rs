@@ -2,8 +2,10 @@
 
 use std::collections::HashSet;
 
+use dsh_sdk::names::{service, sessions};
 use dsh_sdk::prelude::*;
 use dsh_sdk::tool::{register_tools, text_reply};
+use dsh_sdk::vocab::event;
 
 async fn execute(ctx: Context, req: Request) -> Result<Reply> {
     let todos = req.params["arguments"]["todos"]
@@ -36,10 +38,10 @@ async fn execute(ctx: Context, req: Request) -> Result<Reply> {
         }
     }
     if let Some(agent) = req.params["agent"].as_str() {
-        ctx.service("sessions")
+        ctx.service(service::SESSIONS)
             .call(
-                "append",
-                json!({"id": agent, "type": "todo/write", "data": {"todos": todos}}),
+                sessions::APPEND,
+                json!({"id": agent, "type": event::TODO_WRITE, "data": {"todos": todos}}),
             )
             .await?;
     }
@@ -53,7 +55,7 @@ struct Todo;
 impl Plugin for Todo {
     const NAME: &'static str = "tool-todo";
     const DESCRIPTION: &'static str = "the `todo_write` tool";
-    const INJECT: &'static [&'static str] = &["tools", "sessions"];
+    const INJECT: &'static [&'static str] = &[service::TOOLS, service::SESSIONS];
     type Config = ();
 
     async fn apply(ctx: Context, _config: ()) -> Result<()> {

@@ -3,6 +3,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use dsh_sdk::names::service;
 use dsh_sdk::prelude::*;
 use dsh_sdk::tool::{register_tools, text_reply};
 use serde::Deserialize;
@@ -156,7 +157,7 @@ struct Web;
 impl Plugin for Web {
     const NAME: &'static str = "tool-web";
     const DESCRIPTION: &'static str = "the `web_fetch` tool";
-    const INJECT: &'static [&'static str] = &["tools"];
+    const INJECT: &'static [&'static str] = &[service::TOOLS];
     type Config = Config;
 
     async fn apply(ctx: Context, config: Config) -> Result<()> {

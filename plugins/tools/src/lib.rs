@@ -22,6 +22,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
+use dsh_sdk::names::{approval, bus, service, tool_service, tools};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::msg;
 use dsh_sdk::Dispatch;
@@ -80,7 +81,7 @@ async fn project(
         params["value"] = value.clone();
         let rendered = ctx
             .service(service.to_owned())
-            .call("render", params)
+            .call(tool_service::RENDER, params)
             .await
             .map_err(|e| invalid_output(name, &[format!("output.render failed: {}", e.message)]))?;
         let Some(content) = rendered.get("content").filter(|c| c.is_array()) else {
@@ -325,7 +326,7 @@ async fn run_tool(ctx: &Context, registry: &Registry, exec: &Value, signal: &Sig
         return cancelled(signal, None);
     }
     let tool = ctx.service(service.clone());
-    let body = tool.call("execute", exec.clone());
+    let body = tool.call(tool_service::EXECUTE, exec.clone());
     let answer = match signal {
         None => body.await,
         Some(s) => {
@@ -395,9 +396,9 @@ async fn approve(
         ));
     };
     let asked = ctx
-        .service("approval")
+        .service(service::APPROVAL)
         .call(
-            "request",
+            approval::REQUEST,
             json!({"agent": agent, "toolName": name, "callId": exec["callId"], "reason": reason}),
         )
         .await;
@@ -445,7 +446,7 @@ async fn prepare(ctx: &Context, registry: &Registry, mut exec: Value, signal: &S
     if aborted(signal) {
         return stage("final-result", exec, Some(cancelled(signal, None)));
     }
-    let decision = match dispatcher(ctx, &exec, "tools/pre-execute")
+    let decision = match dispatcher(ctx, &exec, bus::TOOLS_PRE_EXECUTE)
         .waterfall(json!({"exec": exec}), |_| async {
             Ok(json!({"kind": "allow"}))
         })
@@ -509,7 +510,7 @@ async fn guard_reason(ctx: &Context, registry: &Registry, exec: &Value) -> Resul
     for service in services {
         let answer = ctx
             .service(service)
-            .call("check", json!({"exec": exec}))
+            .call(tool_service::CHECK, json!({"exec": exec}))
             .await?;
         if let Some(reason) = answer.as_str() {
             return Ok(Some(reason.to_owned()));
@@ -545,7 +546,7 @@ async fn dispatch(ctx: &Context, registry: &Registry, exec: &Value, signal: &Sig
         signal.clone(),
         canonical.clone(),
     );
-    let outcome = dispatcher(ctx, exec, "tools/execute")
+    let outcome = dispatcher(ctx, exec, bus::TOOLS_EXECUTE)
         .waterfall(json!({"exec": exec}), move |_| async move {
             let result = run_tool(&c, &r, &x, &sig).await;
             *slot.borrow_mut() = Some(result.clone());
@@ -625,7 +626,7 @@ async fn finalize(
     result: Value,
     signal: &Signal,
 ) -> Value {
-    let result = match dispatcher(ctx, exec, "tools/post-execute")
+    let result = match dispatcher(ctx, exec, bus::TOOLS_POST_EXECUTE)
         .waterfall(json!({"exec": exec, "result": result}), |_| async {
             Ok(json!({"kind": "accept"}))
         })
@@ -790,7 +791,7 @@ fn blocked(feedback: &Value) -> Value {
 /// then the `tools/result` emit; answers the final result.
 async fn finish(ctx: &Context, registry: &Registry, exec: &Value, result: Value) -> Value {
     let result = finalize_content(ctx, registry, exec, result).await;
-    let _ = dispatcher(ctx, exec, "tools/result").emit(json!({"exec": exec, "result": result}));
+    let _ = dispatcher(ctx, exec, bus::TOOLS_RESULT).emit(json!({"exec": exec, "result": result}));
     result
 }
 
@@ -816,7 +817,10 @@ async fn finalize_content(
     };
     match ctx
         .service(service)
-        .call("finalizeContent", json!({"exec": exec, "result": result}))
+        .call(
+            tool_service::FINALIZE_CONTENT,
+            json!({"exec": exec, "result": result}),
+        )
         .await
     {
         Ok(Value::Null) => result,
@@ -834,7 +838,7 @@ async fn finalize_content(
 
 async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply> {
     match req.method.as_str() {
-        "register" => {
+        tools::REGISTER => {
             let name = req.params["name"].as_str().unwrap_or_default().to_owned();
             let service = req.params["service"]
                 .as_str()
@@ -890,12 +894,12 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
             let (r2, ctx2) = (registry.clone(), ctx.clone());
             req.on_caller_gone(move || {
                 r2.borrow_mut().tools.retain(|_, t| t.owner != owner);
-                let _ = ctx2.emit("tools/change", json!({}));
+                let _ = ctx2.emit(bus::TOOLS_CHANGE, json!({}));
             });
-            ctx.emit("tools/change", json!({}))?;
+            ctx.emit(bus::TOOLS_CHANGE, json!({}))?;
             Ok(Value::Null.into())
         }
-        "schemas" => {
+        tools::SCHEMAS => {
             // Global tools, shadowed by and joined with the scope's own.
             let scope = req.params["scope"].as_str().unwrap_or_default();
             let state = registry.borrow();
@@ -913,7 +917,7 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
                 .collect();
             Reply::json(schemas)
         }
-        "mode" => {
+        tools::MODE => {
             let name = req.params["name"].as_str().unwrap_or_default();
             let scope = req.params["scope"].as_str().unwrap_or_default();
             let parallel = registry
@@ -922,19 +926,19 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
                 .is_some_and(|t| t.parallel);
             Reply::json(if parallel { "parallel" } else { "exclusive" })
         }
-        "restrict" => {
+        tools::RESTRICT => {
             let owner = req.caller;
             let r = restriction(&registry.borrow(), &req.params, owner)?;
             registry.borrow_mut().restrictions.push(r);
             let (r2, ctx2) = (registry.clone(), ctx.clone());
             req.on_caller_gone(move || {
                 r2.borrow_mut().restrictions.retain(|r| r.owner != owner);
-                let _ = ctx2.emit("tools/change", json!({}));
+                let _ = ctx2.emit(bus::TOOLS_CHANGE, json!({}));
             });
-            ctx.emit("tools/change", json!({}))?;
+            ctx.emit(bus::TOOLS_CHANGE, json!({}))?;
             Ok(Value::Null.into())
         }
-        "guard" => {
+        tools::GUARD => {
             let Some(service) = req.params["service"].as_str().filter(|s| !s.is_empty()) else {
                 return Err(Error::new(
                     codes::INVALID_PAYLOAD,
@@ -951,7 +955,7 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
             req.on_caller_gone(move || r2.borrow_mut().guards.retain(|g| g.owner != owner));
             Ok(Value::Null.into())
         }
-        "deferContext" => {
+        tools::DEFER_CONTEXT => {
             // A tool (or a wrapper) defers a context of the call it runs.
             let key = call_key(&req.params);
             let context = req.params["context"].clone();
@@ -972,18 +976,18 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
             }
             Ok(Value::Null.into())
         }
-        "execute" => Ok(execute(ctx, registry, req.params.clone()).await.into()),
+        tools::EXECUTE => Ok(execute(ctx, registry, req.params.clone()).await.into()),
         // The stages, for a scheduler that orders policy and results while
         // dispatches overlap (the agent loop).
-        "prepare" => Ok(prepare(&ctx, &registry, req.params.clone(), &None)
+        tools::PREPARE => Ok(prepare(&ctx, &registry, req.params.clone(), &None)
             .await
             .into()),
-        "dispatch" => Ok(dispatch(&ctx, &registry, &req.params, &None).await.into()),
-        "finalize" => {
+        tools::DISPATCH => Ok(dispatch(&ctx, &registry, &req.params, &None).await.into()),
+        tools::FINALIZE => {
             let (exec, result) = (&req.params["exec"], req.params["result"].clone());
             Ok(finalize(&ctx, &registry, exec, result, &None).await.into())
         }
-        "cancel" => {
+        tools::CANCEL => {
             // The caller's signal of a running `execute` call.
             let signal = registry
                 .borrow()
@@ -1003,7 +1007,7 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
             signal.notify.notify_one();
             Ok(Value::Null.into())
         }
-        "finish" => {
+        tools::FINISH => {
             let (exec, result) = (&req.params["exec"], req.params["result"].clone());
             Ok(finish(&ctx, &registry, exec, result).await.into())
         }
@@ -1016,13 +1020,13 @@ struct Tools;
 impl Plugin for Tools {
     const NAME: &'static str = "tools";
     const DESCRIPTION: &'static str = "tool registry and execution pipeline (service `tools`)";
-    const PROVIDES: &'static [&'static str] = &["tools"];
+    const PROVIDES: &'static [&'static str] = &[service::TOOLS];
     type Config = ();
 
     async fn apply(ctx: Context, _config: ()) -> Result<()> {
         let registry: Registry = Rc::default();
         let ctx2 = ctx.clone();
-        ctx.provide("tools", move |req| {
+        ctx.provide(service::TOOLS, move |req| {
             handle(ctx2.clone(), registry.clone(), req)
         });
         Ok(())

@@ -7,6 +7,8 @@ use serde_json::{json, Value};
 
 use crate::fake_llm::FakeLlm;
 use crate::{core_rows, TestHost};
+use dsh_sdk::names::{agent_loop, agents, service, sessions};
+use dsh_sdk::vocab::event;
 
 /// The persona line of [`core_rows`]' `system-prompt` row.
 pub const PERSONA_CONFIG: &str = "config = { persona = \"You work in {{cwd}} with {{model}}.\" }";
@@ -58,7 +60,9 @@ pub fn with_prompt_config(rows: &str, config: &str) -> String {
 
 /// Creates an agent with `agentLoop.create(params)`; its id.
 pub async fn create(t: &TestHost, params: Value) -> String {
-    let v = t.call("agentLoop", "create", params).await;
+    let v = t
+        .call(service::AGENT_LOOP, agent_loop::CREATE, params)
+        .await;
     v["agent"]
         .as_str()
         .unwrap_or_else(|| panic!("agentLoop.create gave no agent: {v}"))
@@ -84,7 +88,7 @@ pub async fn new_agent(t: &TestHost, cwd: &str) -> String {
 /// `inject`, ...); the answer.
 pub async fn send_message(t: &TestHost, method: &str, agent: &str, message: Value) -> Value {
     t.call(
-        "agents",
+        service::AGENTS,
         method,
         json!({"agent": agent, "message": message}),
     )
@@ -98,7 +102,9 @@ pub async fn send(t: &TestHost, method: &str, agent: &str, prompt: &str) -> Valu
 
 /// Waits until `agent` is idle; the end reason of its last turn.
 pub async fn idle(t: &TestHost, agent: &str) -> Value {
-    t.call("agents", "whenIdle", json!({"agent": agent})).await["reason"].clone()
+    t.call(service::AGENTS, agents::WHEN_IDLE, json!({"agent": agent}))
+        .await["reason"]
+        .clone()
 }
 
 /// Sends `prompt` to `agent` and waits until it is idle; the turn's end
@@ -110,7 +116,9 @@ pub async fn turn(t: &TestHost, agent: &str, prompt: &str) -> Value {
 
 /// Every event of session `id` (an agent's id names its session).
 pub async fn events(t: &TestHost, id: &str) -> Vec<Value> {
-    let v = t.call("sessions", "events", json!({"id": id})).await;
+    let v = t
+        .call(service::SESSIONS, sessions::EVENTS, json!({"id": id}))
+        .await;
     serde_json::from_value(v).unwrap_or_else(|e| panic!("sessions.events of {id}: {e}"))
 }
 
@@ -125,10 +133,10 @@ pub fn kinds(events: &[Value]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for e in events {
         let k = e["type"].as_str().unwrap().to_owned();
-        if k == "assistant/chunk" && out.last().is_some_and(|l| l == "assistant/chunk*") {
+        if k == event::ASSISTANT_CHUNK && out.last().is_some_and(|l| l == "assistant/chunk*") {
             continue;
         }
-        out.push(if k == "assistant/chunk" {
+        out.push(if k == event::ASSISTANT_CHUNK {
             "assistant/chunk*".into()
         } else {
             k

@@ -9,6 +9,8 @@
 use serde_json::{json, Value};
 
 use crate::TestHost;
+use dsh_sdk::names::{bus, service, session_persistence, sessions};
+use dsh_sdk::vocab::event;
 
 /// What a contract needs from the backend under test.
 pub struct Backend<'a> {
@@ -30,7 +32,13 @@ pub const NOT_STARTED_TEXT: &str =
 
 fn ev(kind: &str, seq: u64, data: Value) -> Value {
     let mut e = json!({"type": kind, "seq": seq, "time": 1_700_000_000_000u64 + seq, "data": data});
-    if ["user/message", "assistant/message", "tool/result"].contains(&kind) {
+    if [
+        event::USER_MESSAGE,
+        event::ASSISTANT_MESSAGE,
+        event::TOOL_RESULT,
+    ]
+    .contains(&kind)
+    {
         e["surfaceOp"] = json!("append");
     }
     e
@@ -68,12 +76,12 @@ fn assistant_calls(ids: &[&str]) -> Value {
 /// A balanced first turn (seqs 0..=4).
 fn turn_one() -> Vec<Value> {
     vec![
-        ev("turn/start", 0, json!({"turn": 1})),
-        ev("step/start", 1, json!({"turn": 1, "step": 1})),
-        ev("user/message", 2, user("u1", "first")),
-        ev("step/end", 3, json!({"turn": 1, "step": 1})),
+        ev(event::TURN_START, 0, json!({"turn": 1})),
+        ev(event::STEP_START, 1, json!({"turn": 1, "step": 1})),
+        ev(event::USER_MESSAGE, 2, user("u1", "first")),
+        ev(event::STEP_END, 3, json!({"turn": 1, "step": 1})),
         ev(
-            "turn/end",
+            event::TURN_END,
             4,
             json!({"turn": 1, "reason": {"kind": "completed"}}),
         ),
@@ -104,7 +112,10 @@ struct Suite<'a> {
 
 impl Suite<'_> {
     async fn p(&self, method: &str, params: Value) -> Result<Value, dsh_sdk::Error> {
-        self.t.host.call("sessionPersistence", method, params).await
+        self.t
+            .host
+            .call(service::SESSION_PERSISTENCE, method, params)
+            .await
     }
 
     async fn ok(&self, method: &str, params: Value) -> Value {
@@ -123,8 +134,8 @@ impl Suite<'_> {
     async fn create(&self, id: &str) {
         self.t
             .call(
-                "sessions",
-                "create",
+                service::SESSIONS,
+                sessions::CREATE,
                 json!({"id": id, "meta": {"cwd": CWD}}),
             )
             .await;
@@ -132,34 +143,47 @@ impl Suite<'_> {
 
     async fn append(&self, id: &str, kind: &str, data: Value) -> Value {
         let mut a = json!({"id": id, "type": kind, "data": data});
-        if ["user/message", "assistant/message", "tool/result"].contains(&kind) {
+        if [
+            event::USER_MESSAGE,
+            event::ASSISTANT_MESSAGE,
+            event::TOOL_RESULT,
+        ]
+        .contains(&kind)
+        {
             a["surfaceOp"] = json!("append");
         }
-        self.t.call("sessions", "append", a).await
+        self.t.call(service::SESSIONS, sessions::APPEND, a).await
     }
 
     async fn balanced_turn(&self, id: &str, turn: u64) {
-        self.append(id, "turn/start", json!({"turn": turn})).await;
-        self.append(id, "user/message", user(&format!("u{turn}"), "hi"))
+        self.append(id, event::TURN_START, json!({"turn": turn}))
+            .await;
+        self.append(id, event::USER_MESSAGE, user(&format!("u{turn}"), "hi"))
             .await;
         self.append(
             id,
-            "turn/end",
+            event::TURN_END,
             json!({"turn": turn, "reason": {"kind": "completed"}}),
         )
         .await;
     }
 
     async fn flush(&self, id: &str) {
-        self.t.call("sessions", "flush", json!({"id": id})).await;
+        self.t
+            .call(service::SESSIONS, sessions::FLUSH, json!({"id": id}))
+            .await;
     }
 
     async fn live_events(&self, id: &str) -> Value {
-        self.t.call("sessions", "events", json!({"id": id})).await
+        self.t
+            .call(service::SESSIONS, sessions::EVENTS, json!({"id": id}))
+            .await
     }
 
     async fn revision(&self, id: &str) -> Value {
-        let snaps = self.ok("listSnapshots", json!({"cwd": CWD})).await;
+        let snaps = self
+            .ok(session_persistence::LIST_SNAPSHOTS, json!({"cwd": CWD}))
+            .await;
         snaps
             .as_array()
             .and_then(|a| a.iter().find(|s| s["header"]["id"] == id))
@@ -173,7 +197,7 @@ impl Suite<'_> {
         self.t
             .host
             .parallel(
-                "session/event",
+                bus::SESSION_EVENT,
                 "",
                 json!({"sessionId": id, "event": event}),
             )
@@ -181,7 +205,12 @@ impl Suite<'_> {
     }
 
     async fn stored_len(&self, id: &str) -> usize {
-        let v = self.ok("readFrom", json!({"id": id, "fromSeq": 0})).await;
+        let v = self
+            .ok(
+                session_persistence::READ_FROM,
+                json!({"id": id, "fromSeq": 0}),
+            )
+            .await;
         v["events"].as_array().map_or(0, Vec::len)
     }
 }
@@ -196,12 +225,14 @@ pub async fn persistence(t: &TestHost, backend: &Backend<'_>) {
     s.balanced_turn("c-1", 1).await;
     s.flush("c-1").await;
     let live = s.live_events("c-1").await;
-    let stored = s.ok("load", json!({"id": "c-1"})).await;
+    let stored = s.ok(session_persistence::LOAD, json!({"id": "c-1"})).await;
     assert_eq!(stored["header"]["id"], "c-1");
     assert_eq!(stored["header"]["version"], 0);
     assert_eq!(stored["header"]["cwd"], CWD);
     assert_eq!(stored["events"], live, "the round trip is lossless");
-    let path = s.ok("locate", json!({"id": "c-1"})).await["path"]
+    let path = s
+        .ok(session_persistence::LOCATE, json!({"id": "c-1"}))
+        .await["path"]
         .as_str()
         .map(str::to_owned)
         .unwrap_or_default();
@@ -222,7 +253,7 @@ pub async fn persistence(t: &TestHost, backend: &Backend<'_>) {
     let refused = t
         .host
         .parallel(
-            "session/created",
+            bus::SESSION_CREATED,
             "",
             json!({"header": {"version": 0, "id": "c-frac", "createdAt": 1.5, "cwd": CWD}, "stored": 0, "events": []}),
         )
@@ -246,17 +277,19 @@ pub async fn persistence(t: &TestHost, backend: &Backend<'_>) {
     // continues at 10.
     let mut open = turn_one();
     open.extend([
-        ev("turn/start", 5, json!({"turn": 2})),
-        ev("step/start", 6, json!({"turn": 2, "step": 1})),
-        ev("user/message", 7, user("u2", "second")),
+        ev(event::TURN_START, 5, json!({"turn": 2})),
+        ev(event::STEP_START, 6, json!({"turn": 2, "step": 1})),
+        ev(event::USER_MESSAGE, 7, user("u2", "second")),
     ]);
     (backend.write_log)("c-crash", CWD, &log_text("c-crash", &open));
     let before = s.revision("c-crash").await;
-    let inspected = s.ok("inspect", json!({"id": "c-crash"})).await;
+    let inspected = s
+        .ok(session_persistence::INSPECT, json!({"id": "c-crash"}))
+        .await;
     assert_eq!(seqs(&inspected["events"]), (0..10).collect::<Vec<_>>());
     assert_eq!(
         inspected["events"][8],
-        json!({"type": "step/end", "seq": 8, "time": 1_700_000_000_007u64, "data": {"turn": 2, "step": 1}})
+        json!({"type": event::STEP_END, "seq": 8, "time": 1_700_000_000_007u64, "data": {"turn": 2, "step": 1}})
     );
     assert_eq!(
         inspected["events"][9]["data"],
@@ -268,35 +301,51 @@ pub async fn persistence(t: &TestHost, backend: &Backend<'_>) {
         "inspect changes nothing"
     );
     assert_eq!(s.stored_len("c-crash").await, 8);
-    let loaded = s.ok("load", json!({"id": "c-crash"})).await;
+    let loaded = s
+        .ok(session_persistence::LOAD, json!({"id": "c-crash"}))
+        .await;
     assert_eq!(loaded["events"], inspected["events"]);
     assert_ne!(s.revision("c-crash").await, before, "load committed");
     assert_eq!(s.stored_len("c-crash").await, 10);
-    t.call("sessions", "resume", json!({"id": "c-crash"})).await;
-    s.append("c-crash", "turn/start", json!({"turn": 3})).await;
+    t.call(
+        service::SESSIONS,
+        sessions::RESUME,
+        json!({"id": "c-crash"}),
+    )
+    .await;
+    s.append("c-crash", event::TURN_START, json!({"turn": 3}))
+        .await;
     s.flush("c-crash").await;
     let tail = s
-        .ok("readFrom", json!({"id": "c-crash", "fromSeq": 10}))
+        .ok(
+            session_persistence::READ_FROM,
+            json!({"id": "c-crash", "fromSeq": 10}),
+        )
         .await;
-    assert_eq!(types(&tail["events"]), ["session/end-seed", "turn/start"]);
+    assert_eq!(
+        types(&tail["events"]),
+        [event::SESSION_END_SEED, event::TURN_START]
+    );
     assert_eq!(seqs(&tail["events"]), [10, 11]);
 
     // 4. An assistant tool call never recorded as started: a synthetic
     // TOOL_NOT_STARTED result comes before step/end and turn/end.
     let lines = [
-        ev("turn/start", 0, json!({"turn": 1})),
-        ev("step/start", 1, json!({"turn": 1, "step": 1})),
+        ev(event::TURN_START, 0, json!({"turn": 1})),
+        ev(event::STEP_START, 1, json!({"turn": 1, "step": 1})),
         ev(
-            "assistant/message",
+            event::ASSISTANT_MESSAGE,
             2,
             json!({"turn": 1, "step": 1, "message": assistant_calls(&["k1"])}),
         ),
     ];
     (backend.write_log)("c-unstarted", CWD, &log_text("c-unstarted", &lines));
-    let v = s.ok("inspect", json!({"id": "c-unstarted"})).await;
+    let v = s
+        .ok(session_persistence::INSPECT, json!({"id": "c-unstarted"}))
+        .await;
     assert_eq!(
         types(&v["events"])[3..],
-        ["tool/result", "step/end", "turn/end"]
+        [event::TOOL_RESULT, event::STEP_END, event::TURN_END]
     );
     let result = &v["events"][3];
     assert_eq!(
@@ -313,22 +362,24 @@ pub async fn persistence(t: &TestHost, backend: &Backend<'_>) {
     // 5. A recorded tool/call without a result: TOOL_OUTCOME_UNKNOWN with
     // the risk assessment; the resumed derivation pairs it with its call.
     let lines = [
-        ev("turn/start", 0, json!({"turn": 1})),
-        ev("step/start", 1, json!({"turn": 1, "step": 1})),
-        ev("user/message", 2, user("u1", "read it")),
+        ev(event::TURN_START, 0, json!({"turn": 1})),
+        ev(event::STEP_START, 1, json!({"turn": 1, "step": 1})),
+        ev(event::USER_MESSAGE, 2, user("u1", "read it")),
         ev(
-            "assistant/message",
+            event::ASSISTANT_MESSAGE,
             3,
             json!({"turn": 1, "step": 1, "message": assistant_calls(&["k1"])}),
         ),
         ev(
-            "tool/call",
+            event::TOOL_CALL,
             4,
             json!({"turn": 1, "step": 1, "callId": "k1", "name": "read", "arguments": "{}"}),
         ),
     ];
     (backend.write_log)("c-unknown", CWD, &log_text("c-unknown", &lines));
-    let v = s.ok("load", json!({"id": "c-unknown"})).await;
+    let v = s
+        .ok(session_persistence::LOAD, json!({"id": "c-unknown"}))
+        .await;
     let result = &v["events"][5];
     assert_eq!(
         result["data"]["error"],
@@ -339,11 +390,19 @@ pub async fn persistence(t: &TestHost, backend: &Backend<'_>) {
         json!([{"type": "text", "text": OUTCOME_UNKNOWN_TEXT}])
     );
     assert_eq!(result["sourceEventSeqs"], json!([4]));
-    assert_eq!(types(&v["events"])[6..], ["step/end", "turn/end"]);
-    t.call("sessions", "resume", json!({"id": "c-unknown"}))
-        .await;
+    assert_eq!(types(&v["events"])[6..], [event::STEP_END, event::TURN_END]);
+    t.call(
+        service::SESSIONS,
+        sessions::RESUME,
+        json!({"id": "c-unknown"}),
+    )
+    .await;
     let derived = t
-        .call("sessions", "derive", json!({"id": "c-unknown"}))
+        .call(
+            service::SESSIONS,
+            sessions::DERIVE,
+            json!({"id": "c-unknown"}),
+        )
         .await;
     let roles: Vec<&str> = derived
         .as_array()
@@ -359,7 +418,7 @@ pub async fn persistence(t: &TestHost, backend: &Backend<'_>) {
     s.create("c-empty").await;
     s.flush("c-empty").await;
     let listed: Vec<Value> = s
-        .ok("list", json!({"cwd": CWD}))
+        .ok(session_persistence::LIST, json!({"cwd": CWD}))
         .await
         .as_array()
         .cloned()
@@ -367,7 +426,7 @@ pub async fn persistence(t: &TestHost, backend: &Backend<'_>) {
     assert!(listed.iter().any(|h| h["id"] == "c-1"), "{listed:?}");
     assert!(!listed.iter().any(|h| h["id"] == "c-empty"), "{listed:?}");
     let snaps: Vec<Value> = s
-        .ok("listSnapshots", json!({"cwd": CWD}))
+        .ok(session_persistence::LIST_SNAPSHOTS, json!({"cwd": CWD}))
         .await
         .as_array()
         .cloned()
@@ -384,30 +443,56 @@ pub async fn persistence(t: &TestHost, backend: &Backend<'_>) {
     // 7. (abort signals) does not apply: a call carries no AbortSignal.
 
     // 8. readFrom: a physical suffix, never repaired.
-    let whole = s.ok("readFrom", json!({"id": "c-1", "fromSeq": 0})).await;
+    let whole = s
+        .ok(
+            session_persistence::READ_FROM,
+            json!({"id": "c-1", "fromSeq": 0}),
+        )
+        .await;
     assert_eq!(whole["events"], live);
     assert_eq!(whole["header"]["id"], "c-1");
-    let suffix = s.ok("readFrom", json!({"id": "c-1", "fromSeq": 1})).await;
+    let suffix = s
+        .ok(
+            session_persistence::READ_FROM,
+            json!({"id": "c-1", "fromSeq": 1}),
+        )
+        .await;
     assert_eq!(seqs(&suffix["events"]), [1, 2]);
     for at in [3, 99] {
-        let v = s.ok("readFrom", json!({"id": "c-1", "fromSeq": at})).await;
+        let v = s
+            .ok(
+                session_persistence::READ_FROM,
+                json!({"id": "c-1", "fromSeq": at}),
+            )
+            .await;
         assert_eq!(v["events"], json!([]), "fromSeq {at}");
     }
     (backend.write_log)("c-raw", CWD, &log_text("c-raw", &open));
-    let raw = s.ok("readFrom", json!({"id": "c-raw", "fromSeq": 5})).await;
+    let raw = s
+        .ok(
+            session_persistence::READ_FROM,
+            json!({"id": "c-raw", "fromSeq": 5}),
+        )
+        .await;
     assert_eq!(
         seqs(&raw["events"]),
         [5, 6, 7],
         "no closers on an open turn"
     );
     let absent = s
-        .fails("readFrom", json!({"id": "c-absent", "fromSeq": 0}))
+        .fails(
+            session_persistence::READ_FROM,
+            json!({"id": "c-absent", "fromSeq": 0}),
+        )
         .await;
     assert_eq!(absent.code, "SESSION_NOT_FOUND", "{absent}");
     assert_eq!(absent.message, "stored session \"c-absent\" not found");
     for bad in [json!(-1), json!(1.5)] {
         let e = s
-            .fails("readFrom", json!({"id": "c-1", "fromSeq": bad}))
+            .fails(
+                session_persistence::READ_FROM,
+                json!({"id": "c-1", "fromSeq": bad}),
+            )
             .await;
         assert_eq!(e.code, "INVALID_PAYLOAD", "{e}");
         assert_eq!(e.message, "fromSeq must be a non-negative safe integer");
@@ -416,8 +501,13 @@ pub async fn persistence(t: &TestHost, backend: &Backend<'_>) {
     // 9. The revision is stable while the log is unchanged and changes
     // after an append.
     let r1 = s.revision("c-1").await;
-    s.ok("inspect", json!({"id": "c-1"})).await;
-    s.ok("readFrom", json!({"id": "c-1", "fromSeq": 0})).await;
+    s.ok(session_persistence::INSPECT, json!({"id": "c-1"}))
+        .await;
+    s.ok(
+        session_persistence::READ_FROM,
+        json!({"id": "c-1", "fromSeq": 0}),
+    )
+    .await;
     assert_eq!(s.revision("c-1").await, r1);
     s.balanced_turn("c-1", 2).await;
     s.flush("c-1").await;
@@ -426,7 +516,7 @@ pub async fn persistence(t: &TestHost, backend: &Backend<'_>) {
     // 10. An event restating a stored seq is refused, nothing written.
     let n = s.stored_len("c-1").await as u64;
     let e = s
-        .offer("c-1", ev("turn/start", n - 1, json!({"turn": 9})))
+        .offer("c-1", ev(event::TURN_START, n - 1, json!({"turn": 9})))
         .await
         .err()
         .unwrap_or_else(|| panic!("a restated seq was accepted"));
@@ -436,19 +526,24 @@ pub async fn persistence(t: &TestHost, backend: &Backend<'_>) {
 
     // 11. A gap in the middle of a batch is refused; the batch's events
     // before it are kept.
-    let pending = s.append("c-1", "turn/start", json!({"turn": 3})).await;
+    let pending = s.append("c-1", event::TURN_START, json!({"turn": 3})).await;
     assert_eq!(pending["seq"], n);
     let e = s
         .offer(
             "c-1",
-            ev("step/start", n + 2, json!({"turn": 3, "step": 1})),
+            ev(event::STEP_START, n + 2, json!({"turn": 3, "step": 1})),
         )
         .await
         .err()
         .unwrap_or_else(|| panic!("a seq gap was accepted"));
     assert_eq!(e.code, "SEQ_GAP", "{e}");
     s.flush("c-1").await;
-    let stored = s.ok("readFrom", json!({"id": "c-1", "fromSeq": 0})).await;
+    let stored = s
+        .ok(
+            session_persistence::READ_FROM,
+            json!({"id": "c-1", "fromSeq": 0}),
+        )
+        .await;
     assert_eq!(seqs(&stored["events"]), (0..=n).collect::<Vec<_>>());
 
     // 12. Data that is not lossless JSON is refused (of the original's
@@ -459,7 +554,7 @@ pub async fn persistence(t: &TestHost, backend: &Backend<'_>) {
         .offer(
             "c-1",
             ev(
-                "step/start",
+                event::STEP_START,
                 n + 1,
                 json!({"turn": 3, "step": 1, "x": -0.0}),
             ),
@@ -478,7 +573,7 @@ pub async fn persistence(t: &TestHost, backend: &Backend<'_>) {
     let next = s
         .append(
             "c-1",
-            "turn/end",
+            event::TURN_END,
             json!({"turn": 3, "reason": {"kind": "completed"}}),
         )
         .await;
@@ -496,8 +591,11 @@ pub async fn coordinator(t: &TestHost, backend: &Backend<'_>) {
     // A live session's load waits for durability, and refuses while its
     // turn is open (never repairing it under its writer).
     s.create("k-live").await;
-    s.append("k-live", "turn/start", json!({"turn": 1})).await;
-    let e = s.fails("load", json!({"id": "k-live"})).await;
+    s.append("k-live", event::TURN_START, json!({"turn": 1}))
+        .await;
+    let e = s
+        .fails(session_persistence::LOAD, json!({"id": "k-live"}))
+        .await;
     assert_eq!(e.code, "OPEN_TURN", "{e}");
     assert_eq!(
         e.message,
@@ -506,23 +604,26 @@ pub async fn coordinator(t: &TestHost, backend: &Backend<'_>) {
     assert_eq!(s.stored_len("k-live").await, 1, "no closers were written");
     s.append(
         "k-live",
-        "turn/end",
+        event::TURN_END,
         json!({"turn": 1, "reason": {"kind": "completed"}}),
     )
     .await;
-    let v = s.ok("load", json!({"id": "k-live"})).await;
-    assert_eq!(types(&v["events"]), ["turn/start", "turn/end"]);
+    let v = s
+        .ok(session_persistence::LOAD, json!({"id": "k-live"}))
+        .await;
+    assert_eq!(types(&v["events"]), [event::TURN_START, event::TURN_END]);
 
     // An unmaterialized live session is not found; so is a missing one.
     s.create("k-lazy").await;
-    for method in ["load", "inspect"] {
+    for method in [session_persistence::LOAD, session_persistence::INSPECT] {
         for id in ["k-lazy", "k-missing"] {
             let e = s.fails(method, json!({"id": id})).await;
             assert_eq!(e.code, "SESSION_NOT_FOUND", "{method} {id}: {e}");
         }
     }
     // An abandoned lazy id can be used again.
-    t.call("sessions", "close", json!({"id": "k-lazy"})).await;
+    t.call(service::SESSIONS, sessions::CLOSE, json!({"id": "k-lazy"}))
+        .await;
     s.create("k-lazy").await;
     s.balanced_turn("k-lazy", 1).await;
     s.flush("k-lazy").await;
@@ -532,27 +633,31 @@ pub async fn coordinator(t: &TestHost, backend: &Backend<'_>) {
     // parentSession and seedLength, with its seed persisted once and the
     // end-seed marker at seq = seed length.
     t.call(
-        "sessions",
-        "create",
+        service::SESSIONS,
+        sessions::CREATE,
         json!({"id": "k-sub", "meta": {"cwd": CWD},
                "header": {"version": 0, "id": "k-sub", "createdAt": 0, "delegationDepth": 2, "origin": "subagent", "agentPreset": "explore"}}),
     )
     .await;
     s.balanced_turn("k-sub", 1).await;
     s.flush("k-sub").await;
-    let h = &s.ok("load", json!({"id": "k-sub"})).await["header"];
+    let h = &s
+        .ok(session_persistence::LOAD, json!({"id": "k-sub"}))
+        .await["header"];
     assert_eq!(
         (&h["delegationDepth"], &h["origin"], &h["agentPreset"]),
         (&json!(2), &json!("subagent"), &json!("explore"))
     );
     t.call(
-        "sessions",
-        "fork",
+        service::SESSIONS,
+        sessions::FORK,
         json!({"id": "k-sub", "childId": "k-fork"}),
     )
     .await;
     s.flush("k-fork").await;
-    let fork = s.ok("load", json!({"id": "k-fork"})).await;
+    let fork = s
+        .ok(session_persistence::LOAD, json!({"id": "k-fork"}))
+        .await;
     assert_eq!(fork["header"]["parentSession"], "k-sub");
     assert_eq!(fork["header"]["seedLength"], 3);
     // The original's fork carries cwd, parentSession and seedLength only;
@@ -560,14 +665,19 @@ pub async fn coordinator(t: &TestHost, backend: &Backend<'_>) {
     assert_eq!(fork["header"]["delegationDepth"], 0, "{}", fork["header"]);
     assert_eq!(
         types(&fork["events"]),
-        ["turn/start", "user/message", "turn/end", "session/end-seed"]
+        [
+            event::TURN_START,
+            event::USER_MESSAGE,
+            event::TURN_END,
+            event::SESSION_END_SEED
+        ]
     );
     assert_eq!(fork["events"][3]["seq"], 3);
 
     // Resume does not append the seed again: end-seed at 6, the new turn
     // at 7–8.
     let mut six = vec![ev(
-        "agent/inbox/spliced",
+        event::INBOX_SPLICED,
         0,
         json!({"target": "next-turn", "start": 0, "inserted": []}),
     )];
@@ -582,29 +692,43 @@ pub async fn coordinator(t: &TestHost, backend: &Backend<'_>) {
             }),
     );
     (backend.write_log)("k-resume", CWD, &log_text("k-resume", &six));
-    t.call("sessions", "resume", json!({"id": "k-resume"}))
+    t.call(
+        service::SESSIONS,
+        sessions::RESUME,
+        json!({"id": "k-resume"}),
+    )
+    .await;
+    s.append("k-resume", event::TURN_START, json!({"turn": 2}))
         .await;
-    s.append("k-resume", "turn/start", json!({"turn": 2})).await;
     s.append(
         "k-resume",
-        "turn/end",
+        event::TURN_END,
         json!({"turn": 2, "reason": {"kind": "completed"}}),
     )
     .await;
     s.flush("k-resume").await;
     let v = s
-        .ok("readFrom", json!({"id": "k-resume", "fromSeq": 0}))
+        .ok(
+            session_persistence::READ_FROM,
+            json!({"id": "k-resume", "fromSeq": 0}),
+        )
         .await;
     assert_eq!(seqs(&v["events"]), (0..9).collect::<Vec<_>>());
     assert_eq!(
         types(&v["events"])[5..],
-        ["turn/end", "session/end-seed", "turn/start", "turn/end"]
+        [
+            event::TURN_END,
+            event::SESSION_END_SEED,
+            event::TURN_START,
+            event::TURN_END
+        ]
     );
 
     // Closing a session drains what it buffered before it is retired.
     s.create("k-close").await;
     s.balanced_turn("k-close", 1).await;
-    t.call("sessions", "close", json!({"id": "k-close"})).await;
+    t.call(service::SESSIONS, sessions::CLOSE, json!({"id": "k-close"}))
+        .await;
     assert_eq!(s.stored_len("k-close").await, 3);
 
     // Unloading the backend drains every live session.
@@ -617,16 +741,19 @@ pub async fn coordinator(t: &TestHost, backend: &Backend<'_>) {
     // A new live session whose id already has a log is refused at flush
     // and the log is left alone.
     (backend.write_log)("k-taken", CWD, &log_text("k-taken", &turn_one()));
-    let path = s.ok("locate", json!({"id": "k-taken"})).await["path"]
+    let path = s
+        .ok(session_persistence::LOCATE, json!({"id": "k-taken"}))
+        .await["path"]
         .as_str()
         .map(str::to_owned)
         .unwrap_or_default();
     let before = std::fs::read(&path).unwrap_or_default();
     s.create("k-taken").await;
-    s.append("k-taken", "turn/start", json!({"turn": 1})).await;
+    s.append("k-taken", event::TURN_START, json!({"turn": 1}))
+        .await;
     let e = t
         .host
-        .call("sessions", "flush", json!({"id": "k-taken"}))
+        .call(service::SESSIONS, sessions::FLUSH, json!({"id": "k-taken"}))
         .await
         .err()
         .unwrap_or_else(|| panic!("a colliding session was flushed"));
@@ -641,8 +768,8 @@ pub async fn coordinator(t: &TestHost, backend: &Backend<'_>) {
     let dup = t
         .host
         .call(
-            "sessions",
-            "create",
+            service::SESSIONS,
+            sessions::CREATE,
             json!({"id": "k-taken", "meta": {"cwd": CWD}}),
         )
         .await
@@ -656,7 +783,7 @@ pub async fn coordinator(t: &TestHost, backend: &Backend<'_>) {
         ("k-older", -1, "the log uses format v-1, older than the supported v0, and this build ships no upgrade path for it"),
     ] {
         (backend.write_log)(id, CWD, &header_line(id, version));
-        let e = s.fails("load", json!({"id": id})).await;
+        let e = s.fails(session_persistence::LOAD, json!({"id": id})).await;
         assert_eq!(e.code, "SESSION_CORRUPT", "{e}");
         assert!(
             e.message
@@ -670,29 +797,38 @@ pub async fn coordinator(t: &TestHost, backend: &Backend<'_>) {
     let mut torn = log_text("k-torn", &{
         let mut e = turn_one();
         e.extend([
-            ev("turn/start", 5, json!({"turn": 2})),
-            ev("step/start", 6, json!({"turn": 2, "step": 1})),
-            ev("user/message", 7, user("u2", "second")),
+            ev(event::TURN_START, 5, json!({"turn": 2})),
+            ev(event::STEP_START, 6, json!({"turn": 2, "step": 1})),
+            ev(event::USER_MESSAGE, 7, user("u2", "second")),
         ]);
         e
     });
     torn.push_str("{\"type\":\"assistant/chunk\",\"seq\":8,\"ti");
     (backend.write_log)("k-torn", CWD, &torn);
-    let v = s.ok("load", json!({"id": "k-torn"})).await;
+    let v = s
+        .ok(session_persistence::LOAD, json!({"id": "k-torn"}))
+        .await;
     assert_eq!(seqs(&v["events"]), (0..10).collect::<Vec<_>>());
-    assert_eq!(types(&v["events"])[8..], ["step/end", "turn/end"]);
-    let path = s.ok("locate", json!({"id": "k-torn"})).await["path"]
+    assert_eq!(types(&v["events"])[8..], [event::STEP_END, event::TURN_END]);
+    let path = s
+        .ok(session_persistence::LOCATE, json!({"id": "k-torn"}))
+        .await["path"]
         .as_str()
         .map(str::to_owned)
         .unwrap_or_default();
     let text = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(!text.contains("\"ti\n") && text.ends_with('\n'), "{text}");
     assert_eq!(text.lines().count(), 11, "header + 10 events: {text}");
-    t.call("sessions", "resume", json!({"id": "k-torn"})).await;
-    s.append("k-torn", "turn/start", json!({"turn": 3})).await;
+    t.call(service::SESSIONS, sessions::RESUME, json!({"id": "k-torn"}))
+        .await;
+    s.append("k-torn", event::TURN_START, json!({"turn": 3}))
+        .await;
     s.flush("k-torn").await;
     let tail = s
-        .ok("readFrom", json!({"id": "k-torn", "fromSeq": 10}))
+        .ok(
+            session_persistence::READ_FROM,
+            json!({"id": "k-torn", "fromSeq": 10}),
+        )
         .await;
     assert_eq!(seqs(&tail["events"]), [10, 11]);
 }

@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use dsh_sdk::names::{service, tools};
 use serde_json::{json, Value};
 
 use crate::TestHost;
@@ -77,7 +78,7 @@ pub async fn register_tool(t: &TestHost, name: &str, more: Value) -> Result<Valu
     for (k, v) in more.as_object().into_iter().flatten() {
         params[k] = v.clone();
     }
-    probe_call(t, "impl", "tools", "register", params).await
+    probe_call(t, "impl", service::TOOLS, tools::REGISTER, params).await
 }
 
 /// A row of the hooks fixture with service `hooks:<tag>` and `config` (its

@@ -6,6 +6,7 @@ use std::path::Path;
 use serde_json::{json, Value};
 
 use crate::TestHost;
+use dsh_sdk::names::{service, tools};
 
 /// Rows of the tool pipeline under permission `mode`: session, tools,
 /// permission, read, write/edit, bash, todo, glob/grep and spilling, plus
@@ -33,8 +34,8 @@ pub async fn host(mode: &str, extra: &str) -> TestHost {
 /// Executes tool `name` for agent `agent-1` working in `ws`.
 pub async fn run(t: &TestHost, ws: &Path, name: &str, args: Value) -> Value {
     t.call(
-        "tools",
-        "execute",
+        service::TOOLS,
+        tools::EXECUTE,
         json!({"callId": "c", "name": name, "arguments": args, "agent": "agent-1", "cwd": ws}),
     )
     .await
