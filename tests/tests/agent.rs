@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use dsh_sdk::names::{agent_loop, agents, service, sessions};
+use dsh_sdk::vocab::event;
 use dsh_testkit::agent::{core_host, events, kinds, logged, new_agent, turn, wait_log};
 use dsh_testkit::fake_llm::{text, text_payloads, tool_calls, Answer, FakeLlm, Gate};
 use dsh_testkit::fixtures::stage_probe;
@@ -46,22 +48,22 @@ async fn a_text_turn_logs_the_canonical_event_order() {
     assert_eq!(
         kinds(&ev),
         [
-            "agent/inbox/spliced",
-            "turn/start",
-            "agent/inbox/spliced",
-            "step/start",
-            "user/message",
-            "request/header",
-            "request/context",
+            event::INBOX_SPLICED,
+            event::TURN_START,
+            event::INBOX_SPLICED,
+            event::STEP_START,
+            event::USER_MESSAGE,
+            event::REQUEST_HEADER,
+            event::REQUEST_CONTEXT,
             "assistant/chunk*",
-            "assistant/message",
-            "step/end",
-            "turn/end"
+            event::ASSISTANT_MESSAGE,
+            event::STEP_END,
+            event::TURN_END
         ]
     );
     let msg = ev
         .iter()
-        .find(|e| e["type"] == "assistant/message")
+        .find(|e| e["type"] == event::ASSISTANT_MESSAGE)
         .unwrap();
     assert_eq!(
         msg["data"]["message"]["content"],
@@ -74,11 +76,14 @@ async fn a_text_turn_logs_the_canonical_event_order() {
     assert_eq!(msg["surfaceOp"], "append");
     let chunk_seqs: Vec<u64> = ev
         .iter()
-        .filter(|e| e["type"] == "assistant/chunk")
+        .filter(|e| e["type"] == event::ASSISTANT_CHUNK)
         .map(|e| e["seq"].as_u64().unwrap())
         .collect();
     assert_eq!(msg["sourceEventSeqs"], json!(chunk_seqs));
-    let header = &ev.iter().find(|e| e["type"] == "request/header").unwrap()["data"];
+    let header = &ev
+        .iter()
+        .find(|e| e["type"] == event::REQUEST_HEADER)
+        .unwrap()["data"];
     assert_eq!(header["reason"], "initial");
     assert!(header["header"]["system"]
         .as_str()
@@ -137,7 +142,7 @@ async fn tool_steps_are_logged_and_every_request_is_what_the_log_derives() {
     let k = kinds(&ev);
     let step = |n: u64| {
         ev.iter()
-            .filter(|e| e["data"]["step"] == n && e["type"] == "tool/result")
+            .filter(|e| e["data"]["step"] == n && e["type"] == event::TOOL_RESULT)
             .count()
     };
     assert_eq!((step(1), step(2), step(3)), (1, 2, 0));
@@ -145,9 +150,9 @@ async fn tool_steps_are_logged_and_every_request_is_what_the_log_derives() {
     // and results are committed in model order.
     let s2: Vec<&String> = k
         .iter()
-        .skip_while(|x| *x != "step/start")
+        .skip_while(|x| *x != event::STEP_START)
         .skip(1)
-        .skip_while(|x| *x != "step/start")
+        .skip_while(|x| *x != event::STEP_START)
         .collect();
     let pos = |name: &str, nth: usize| {
         s2.iter()
@@ -156,8 +161,14 @@ async fn tool_steps_are_logged_and_every_request_is_what_the_log_derives() {
             .nth(nth)
             .map(|(i, _)| i)
     };
-    assert!(pos("tool/call", 1) < pos("tool/result", 0), "{s2:?}");
-    let results: Vec<&Value> = ev.iter().filter(|e| e["type"] == "tool/result").collect();
+    assert!(
+        pos(event::TOOL_CALL, 1) < pos(event::TOOL_RESULT, 0),
+        "{s2:?}"
+    );
+    let results: Vec<&Value> = ev
+        .iter()
+        .filter(|e| e["type"] == event::TOOL_RESULT)
+        .collect();
     let first = results[0]["data"]["message"]["content"][0]["content"][0]["text"]
         .as_str()
         .unwrap();
@@ -172,7 +183,7 @@ async fn tool_steps_are_logged_and_every_request_is_what_the_log_derives() {
     assert_eq!(
         results[2]["sourceEventSeqs"][0],
         ev.iter()
-            .filter(|e| e["type"] == "tool/call")
+            .filter(|e| e["type"] == event::TOOL_CALL)
             .nth(2)
             .unwrap()["seq"]
     );
@@ -186,7 +197,7 @@ async fn tool_steps_are_logged_and_every_request_is_what_the_log_derives() {
         let step = i as u64 + 1;
         let called_at = ev
             .iter()
-            .position(|e| e["type"] == "assistant/chunk" && e["data"]["step"] == step)
+            .position(|e| e["type"] == event::ASSISTANT_CHUNK && e["data"]["step"] == step)
             .unwrap_or_else(|| panic!("step {step} streamed nothing"));
         let history = dsh_sdk::vocab::derive_messages(&logged[..called_at]);
         let want: Vec<Value> = history.iter().flat_map(wire_messages).collect();
@@ -209,8 +220,11 @@ async fn tool_steps_are_logged_and_every_request_is_what_the_log_derives() {
             "tool"
         ]
     );
-    let derived: Vec<Value> =
-        serde_json::from_value(t.call("sessions", "derive", json!({"id": agent})).await).unwrap();
+    let derived: Vec<Value> = serde_json::from_value(
+        t.call(service::SESSIONS, sessions::DERIVE, json!({"id": agent}))
+            .await,
+    )
+    .unwrap();
     assert_eq!(
         derived.len(),
         7,
@@ -275,10 +289,10 @@ async fn max_tokens_drops_tool_calls() {
     let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "max-tokens"}));
     let ev = events(&t, &agent).await;
-    assert!(!ev.iter().any(|e| e["type"] == "tool/call"));
+    assert!(!ev.iter().any(|e| e["type"] == event::TOOL_CALL));
     let m = ev
         .iter()
-        .find(|e| e["type"] == "assistant/message")
+        .find(|e| e["type"] == event::ASSISTANT_MESSAGE)
         .unwrap();
     assert_eq!(
         m["data"]["message"]["content"],
@@ -317,7 +331,7 @@ async fn wire_faults_become_clear_turn_errors() {
     assert_eq!(code(&r), "STREAM_CLOSED", "{r}");
     assert!(ev
         .iter()
-        .any(|e| e["type"] == "assistant/chunk" && e["data"]["chunk"]["type"] == "finish"));
+        .any(|e| e["type"] == event::ASSISTANT_CHUNK && e["data"]["chunk"]["type"] == "finish"));
     // Malformed JSON.
     let (r, _, _) = failing_turn(vec![Answer::Sse(vec![d("{not json")])]).await;
     assert_eq!(code(&r), "MALFORMED_RESPONSE");
@@ -346,7 +360,10 @@ async fn wire_faults_become_clear_turn_errors() {
     let (r, ev, fake) = failing_turn(vec![Answer::Reset(vec![ok_delta.clone()]); 6]).await;
     assert_eq!(code(&r), "TRANSPORT", "{r}");
     assert_eq!(fake.requests().len(), 6, "the first attempt and 5 retries");
-    let retries: Vec<&Value> = ev.iter().filter(|e| e["type"] == "llm/retry").collect();
+    let retries: Vec<&Value> = ev
+        .iter()
+        .filter(|e| e["type"] == event::LLM_RETRY)
+        .collect();
     let attempts: Vec<u64> = retries
         .iter()
         .map(|e| e["data"]["attempt"].as_u64().unwrap())
@@ -360,7 +377,7 @@ async fn wire_faults_become_clear_turn_errors() {
     let (r, ev, fake) = failing_turn(vec![Answer::Disconnect(vec![ok_delta.clone()]); 6]).await;
     assert_eq!(code(&r), "STREAM_CLOSED", "{r}");
     assert_eq!(fake.requests().len(), 1, "STREAM_CLOSED is not retried");
-    assert!(!ev.iter().any(|e| e["type"] == "llm/retry"));
+    assert!(!ev.iter().any(|e| e["type"] == event::LLM_RETRY));
 }
 
 #[tokio::test]
@@ -378,16 +395,19 @@ async fn rate_limit_with_retry_after_is_retried_and_logged() {
     assert_eq!(fake.requests().len(), 2);
     let retry = ev
         .iter()
-        .find(|e| e["type"] == "llm/retry")
+        .find(|e| e["type"] == event::LLM_RETRY)
         .expect("llm/retry logged");
     assert_eq!(retry["data"]["failure"]["code"], "RATE_LIMIT");
     assert_eq!(retry["data"]["failure"]["providerRetryAfterMs"], 1000);
     assert!(retry["data"]["delayMs"].as_u64().unwrap() >= 1000);
     // Same turn and step for the retry; one step/end.
-    assert_eq!(ev.iter().filter(|e| e["type"] == "step/start").count(), 1);
+    assert_eq!(
+        ev.iter().filter(|e| e["type"] == event::STEP_START).count(),
+        1
+    );
     let msg = ev
         .iter()
-        .find(|e| e["type"] == "assistant/message")
+        .find(|e| e["type"] == event::ASSISTANT_MESSAGE)
         .unwrap();
     assert_eq!(msg["data"]["message"]["content"][0]["text"], "recovered");
 }
@@ -406,15 +426,16 @@ async fn cancel_during_a_retry_wait_ends_the_turn_without_waiting_it_out() {
     )]);
     let agent = new_agent(&t, "/tmp").await;
     t.call(
-        "agents",
-        "followup",
+        service::AGENTS,
+        agents::FOLLOWUP,
         json!({"agent": agent, "message": {"text": "go"}}),
     )
     .await;
-    logged(&t, &agent, "llm/retry").await;
-    t.call("agents", "cancel", json!({"agent": agent})).await;
+    logged(&t, &agent, event::LLM_RETRY).await;
+    t.call(service::AGENTS, agents::CANCEL, json!({"agent": agent}))
+        .await;
     // The retry waits 30 s (Retry-After); the cancel must not sit through it.
-    let idle = t.call("agents", "whenIdle", json!({"agent": agent}));
+    let idle = t.call(service::AGENTS, agents::WHEN_IDLE, json!({"agent": agent}));
     let reason = tokio::time::timeout(Duration::from_secs(15), idle)
         .await
         .expect("the cancel ended the turn during the retry wait")["reason"]
@@ -442,14 +463,18 @@ async fn cancel_mid_stream_keeps_the_interrupted_prefix() {
     ])]);
     let agent = new_agent(&t, "/tmp").await;
     t.call(
-        "agents",
-        "followup",
+        service::AGENTS,
+        agents::FOLLOWUP,
         json!({"agent": agent, "message": {"text": "go"}}),
     )
     .await;
-    logged(&t, &agent, "assistant/chunk").await;
-    t.call("agents", "cancel", json!({"agent": agent})).await;
-    let reason = t.call("agents", "whenIdle", json!({"agent": agent})).await["reason"].clone();
+    logged(&t, &agent, event::ASSISTANT_CHUNK).await;
+    t.call(service::AGENTS, agents::CANCEL, json!({"agent": agent}))
+        .await;
+    let reason = t
+        .call(service::AGENTS, agents::WHEN_IDLE, json!({"agent": agent}))
+        .await["reason"]
+        .clone();
     assert_eq!(
         reason,
         json!({"kind": "aborted", "reason": {"kind": "user"}})
@@ -457,14 +482,14 @@ async fn cancel_mid_stream_keeps_the_interrupted_prefix() {
     let ev = events(&t, &agent).await;
     let m = ev
         .iter()
-        .find(|e| e["type"] == "assistant/message")
+        .find(|e| e["type"] == event::ASSISTANT_MESSAGE)
         .expect("prefix kept");
     assert_eq!(m["data"]["interrupted"], true);
     assert_eq!(
         m["data"]["message"]["content"],
         json!([{"type": "text", "text": "Half an ans"}])
     );
-    assert_eq!(kinds(&ev).last().unwrap(), "turn/end");
+    assert_eq!(kinds(&ev).last().unwrap(), event::TURN_END);
     // The next followup still runs.
     fake.push([text("ok")]);
     assert_eq!(
@@ -492,8 +517,8 @@ async fn hot_swap_of_the_agent_loop_between_turns_keeps_the_history() {
     assert!(t.status("agent-loop").await.generations >= 2);
 
     t.call(
-        "agentLoop",
-        "resume",
+        service::AGENT_LOOP,
+        agent_loop::RESUME,
         json!({"sessionId": agent, "agentOptions": {"provider": "fake", "model": "m1"}}),
     )
     .await;
@@ -510,10 +535,13 @@ async fn hot_swap_of_the_agent_loop_between_turns_keeps_the_history() {
         "{texts:?}"
     );
     let ev = events(&t, &agent).await;
-    assert_eq!(ev.iter().filter(|e| e["type"] == "turn/start").count(), 2);
+    assert_eq!(
+        ev.iter().filter(|e| e["type"] == event::TURN_START).count(),
+        2
+    );
     assert!(ev
         .iter()
-        .any(|e| e["type"] == "turn/start" && e["data"]["turn"] == 2));
+        .any(|e| e["type"] == event::TURN_START && e["data"]["turn"] == 2));
     t.shutdown().await;
 }
 
@@ -533,21 +561,21 @@ async fn steering_mid_turn_enters_the_next_step_of_the_same_turn() {
     fake.push([Answer::Gated(payloads, gate.clone(), rest), text("second")]);
     let agent = new_agent(&t, "/tmp").await;
     t.call(
-        "agents",
-        "followup",
+        service::AGENTS,
+        agents::FOLLOWUP,
         json!({"agent": agent, "message": {"text": "start"}}),
     )
     .await;
-    logged(&t, &agent, "assistant/chunk").await;
+    logged(&t, &agent, event::ASSISTANT_CHUNK).await;
     t.call(
-        "agents",
-        "steer",
+        service::AGENTS,
+        agents::STEER,
         json!({"agent": agent, "message": {"text": "also this"}}),
     )
     .await;
     wait_log(&t, &agent, "the steer in the next-step inbox", |ev| {
         ev.iter().any(|e| {
-            e["type"] == "agent/inbox/spliced"
+            e["type"] == event::INBOX_SPLICED
                 && e["data"]["target"] == "next-step"
                 && e["data"]["inserted"][0]["content"][0]["text"] == "also this"
         })
@@ -555,21 +583,29 @@ async fn steering_mid_turn_enters_the_next_step_of_the_same_turn() {
     .await;
     let before = events(&t, &agent).await;
     assert!(
-        !before.iter().any(|e| e["type"] == "assistant/message"),
+        !before.iter().any(|e| e["type"] == event::ASSISTANT_MESSAGE),
         "the first step is still streaming when the steer arrives"
     );
     gate.open();
-    let reason = t.call("agents", "whenIdle", json!({"agent": agent})).await["reason"].clone();
+    let reason = t
+        .call(service::AGENTS, agents::WHEN_IDLE, json!({"agent": agent}))
+        .await["reason"]
+        .clone();
     assert_eq!(reason, json!({"kind": "completed"}));
     let ev = events(&t, &agent).await;
-    assert_eq!(ev.iter().filter(|e| e["type"] == "turn/start").count(), 1);
+    assert_eq!(
+        ev.iter().filter(|e| e["type"] == event::TURN_START).count(),
+        1
+    );
     let steered = ev
         .iter()
-        .find(|e| e["type"] == "user/message" && e["data"]["content"][0]["text"] == "also this")
+        .find(|e| {
+            e["type"] == event::USER_MESSAGE && e["data"]["content"][0]["text"] == "also this"
+        })
         .expect("steering logged");
     let step2 = ev
         .iter()
-        .find(|e| e["type"] == "step/start" && e["data"]["step"] == 2)
+        .find(|e| e["type"] == event::STEP_START && e["data"]["step"] == 2)
         .unwrap();
     assert_eq!(
         steered["seq"].as_u64().unwrap(),
@@ -577,7 +613,7 @@ async fn steering_mid_turn_enters_the_next_step_of_the_same_turn() {
     );
     let first = ev
         .iter()
-        .find(|e| e["type"] == "assistant/message")
+        .find(|e| e["type"] == event::ASSISTANT_MESSAGE)
         .unwrap();
     assert_eq!(
         first["data"]["message"]["content"],
@@ -601,7 +637,7 @@ async fn a_blocked_pre_step_and_a_throwing_listener_end_the_turn_but_not_the_loo
     );
     let ev = events(&t, &agent).await;
     assert!(
-        !ev.iter().any(|e| e["type"] == "step/start"),
+        !ev.iter().any(|e| e["type"] == event::STEP_START),
         "a rejected turn has no step"
     );
     assert!(fake.requests().is_empty());
@@ -622,7 +658,7 @@ async fn a_blocked_pre_step_and_a_throwing_listener_end_the_turn_but_not_the_loo
     let turns: Vec<Value> = events(&t, &agent)
         .await
         .into_iter()
-        .filter(|e| e["type"] == "turn/end")
+        .filter(|e| e["type"] == event::TURN_END)
         .collect();
     assert_eq!(turns.len(), 3);
     t.shutdown().await;
@@ -652,14 +688,14 @@ async fn a_finished_background_job_wakes_its_agent_with_a_notice() {
     );
     std::fs::write(&gate, "").unwrap();
     wait_log(&t, &agent, "the second turn's end", |ev| {
-        ev.iter().filter(|e| e["type"] == "turn/end").count() == 2
+        ev.iter().filter(|e| e["type"] == event::TURN_END).count() == 2
     })
     .await;
     let ev = events(&t, &agent).await;
     let notice = ev
         .iter()
         .find(|e| {
-            e["type"] == "user/message"
+            e["type"] == event::USER_MESSAGE
                 && e["data"]["content"][0]["text"]
                     .as_str()
                     .unwrap_or("")
@@ -670,7 +706,10 @@ async fn a_finished_background_job_wakes_its_agent_with_a_notice() {
         notice["data"]["content"][0]["text"],
         "background job bash-1 (bash: build it) finished [status: exited (code 0)]. Read its output with job_output."
     );
-    assert_eq!(ev.iter().filter(|e| e["type"] == "turn/end").count(), 2);
+    assert_eq!(
+        ev.iter().filter(|e| e["type"] == event::TURN_END).count(),
+        2
+    );
     let _ = std::fs::remove_file(&gate);
     t.shutdown().await;
 }
@@ -690,12 +729,12 @@ async fn cancel_kills_the_running_call_and_answers_the_unstarted_ones() {
     ])]);
     let agent = new_agent(&t, "/tmp").await;
     t.call(
-        "agents",
-        "followup",
+        service::AGENTS,
+        agents::FOLLOWUP,
         json!({"agent": agent, "message": {"text": "go"}}),
     )
     .await;
-    logged(&t, &agent, "tool/call").await;
+    logged(&t, &agent, event::TOOL_CALL).await;
     let deadline = std::time::Instant::now() + DEADLINE;
     while dsh_testkit::processes_with(&marker).is_empty() {
         assert!(
@@ -704,8 +743,12 @@ async fn cancel_kills_the_running_call_and_answers_the_unstarted_ones() {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    t.call("agents", "cancel", json!({"agent": agent})).await;
-    let reason = t.call("agents", "whenIdle", json!({"agent": agent})).await["reason"].clone();
+    t.call(service::AGENTS, agents::CANCEL, json!({"agent": agent}))
+        .await;
+    let reason = t
+        .call(service::AGENTS, agents::WHEN_IDLE, json!({"agent": agent}))
+        .await["reason"]
+        .clone();
     assert_eq!(
         reason,
         json!({"kind": "aborted", "reason": {"kind": "user"}})
@@ -717,7 +760,10 @@ async fn cancel_kills_the_running_call_and_answers_the_unstarted_ones() {
         "the cancelled command {left:?} was not killed"
     );
     let ev = events(&t, &agent).await;
-    let results: Vec<&Value> = ev.iter().filter(|e| e["type"] == "tool/result").collect();
+    let results: Vec<&Value> = ev
+        .iter()
+        .filter(|e| e["type"] == event::TOOL_RESULT)
+        .collect();
     assert_eq!(results.len(), 2, "every call is answered");
     assert_eq!(results[0]["data"]["error"]["code"], "ABORTED");
     assert_eq!(
@@ -733,7 +779,7 @@ async fn cancel_kills_the_running_call_and_answers_the_unstarted_ones() {
         "Error: tool call aborted before dispatch"
     );
     let k = kinds(&ev);
-    assert_eq!(&k[k.len() - 2..], ["step/end", "turn/end"]);
+    assert_eq!(&k[k.len() - 2..], [event::STEP_END, event::TURN_END]);
     t.shutdown().await;
 }
 
@@ -748,12 +794,12 @@ async fn replacing_the_agent_loop_mid_turn_ends_the_turn_and_keeps_the_log_consi
     ])]);
     let agent = new_agent(&t, "/tmp").await;
     t.call(
-        "agents",
-        "followup",
+        service::AGENTS,
+        agents::FOLLOWUP,
         json!({"agent": agent, "message": {"text": "go"}}),
     )
     .await;
-    logged(&t, &agent, "assistant/chunk").await;
+    logged(&t, &agent, event::ASSISTANT_CHUNK).await;
     let tmp = t.plugins.path().join("agent-loop.so.tmp");
     std::fs::copy(library("dsh-plugin-agent-loop"), &tmp).unwrap();
     std::fs::rename(&tmp, &target).unwrap();
@@ -762,7 +808,7 @@ async fn replacing_the_agent_loop_mid_turn_ends_the_turn_and_keeps_the_log_consi
     let end = ev
         .iter()
         .rev()
-        .find(|e| e["type"] == "turn/end")
+        .find(|e| e["type"] == event::TURN_END)
         .expect("the turn was closed");
     assert_eq!(
         end["data"]["reason"],
@@ -770,13 +816,13 @@ async fn replacing_the_agent_loop_mid_turn_ends_the_turn_and_keeps_the_log_consi
     );
     let m = ev
         .iter()
-        .find(|e| e["type"] == "assistant/message")
+        .find(|e| e["type"] == event::ASSISTANT_MESSAGE)
         .unwrap();
     assert_eq!(m["data"]["interrupted"], true);
     // The new generation resumes and serves the next turn with the history.
     t.call(
-        "agentLoop",
-        "resume",
+        service::AGENT_LOOP,
+        agent_loop::RESUME,
         json!({"sessionId": agent, "agentOptions": {"provider": "fake", "model": "m1"}}),
     )
     .await;

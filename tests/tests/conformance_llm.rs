@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use dsh_sdk::names::{llm, service};
 use dsh_testkit::fake_llm::{text, Answer, FakeLlm};
 use dsh_testkit::fixtures::stage_probe;
 use dsh_testkit::TestHost;
@@ -42,7 +43,7 @@ fn request(provider: &str) -> Value {
 
 /// Every item of one `llm.stream` call.
 async fn stream(t: &TestHost, req: Value) -> Vec<Result<Value, dsh_sdk::Error>> {
-    let mut s = t.host.call_stream("llm", "stream", req);
+    let mut s = t.host.call_stream(service::LLM, llm::STREAM, req);
     let mut out = Vec::new();
     let until = Instant::now() + DEADLINE;
     while let Some(item) = tokio::time::timeout_at(until.into(), s.next())
@@ -62,7 +63,7 @@ fn chunks(items: Vec<Result<Value, dsh_sdk::Error>>) -> Vec<Value> {
 }
 
 async fn providers(t: &TestHost) -> Value {
-    t.call("llm", "providers", json!({})).await
+    t.call(service::LLM, llm::PROVIDERS, json!({})).await
 }
 
 #[tokio::test]
@@ -98,7 +99,7 @@ async fn empty_and_duplicate_registrations_are_refused() {
     ] {
         let e = t
             .host
-            .call("llm", "registerAdapter", params.clone())
+            .call(service::LLM, llm::REGISTER_ADAPTER, params.clone())
             .await
             .err()
             .unwrap_or_else(|| panic!("{params} was registered"));

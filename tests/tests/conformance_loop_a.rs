@@ -6,6 +6,7 @@
 
 use std::time::{Duration, Instant};
 
+use dsh_sdk::names::{agent_loop, agents, bus, service, sessions};
 use dsh_sdk::vocab::event;
 use dsh_testkit::agent::{
     agent_with, core_host_staged, events, idle, logged, new_agent, of_type, send, turn, user_texts,
@@ -105,7 +106,7 @@ fn max_tokens(content: &str) -> Answer {
 async fn invalid_max_tokens_is_rejected_before_publication_and_a_valid_cap_seeds_the_first_request()
 {
     let (t, fake) = setup("").await;
-    let before = t.call("sessions", "list", json!({})).await;
+    let before = t.call(service::SESSIONS, sessions::LIST, json!({})).await;
     for bad in [
         json!(0),
         json!(-1),
@@ -115,8 +116,8 @@ async fn invalid_max_tokens_is_rejected_before_publication_and_a_valid_cap_seeds
         let err = t
             .host
             .call(
-                "agentLoop",
-                "create",
+                service::AGENT_LOOP,
+                agent_loop::CREATE,
                 json!({"agentOptions": {"provider": "fake", "model": "m1", "maxTokens": bad}}),
             )
             .await
@@ -126,8 +127,15 @@ async fn invalid_max_tokens_is_rejected_before_publication_and_a_valid_cap_seeds
             "{bad}"
         );
     }
-    assert_eq!(t.call("sessions", "list", json!({})).await, before);
-    assert_eq!(t.call("agentLoop", "list", json!({})).await, json!([]));
+    assert_eq!(
+        t.call(service::SESSIONS, sessions::LIST, json!({})).await,
+        before
+    );
+    assert_eq!(
+        t.call(service::AGENT_LOOP, agent_loop::LIST, json!({}))
+            .await,
+        json!([])
+    );
 
     fake.push([text("ok")]);
     let agent = agent_with(
@@ -159,9 +167,16 @@ async fn a_simple_turn_derives_user_then_assistant() {
     assert_eq!(ev[0]["type"], event::INBOX_SPLICED);
     assert_eq!(
         frames(&ev),
-        ["turn/start", "step/start", "step/end", "turn/end"]
+        [
+            event::TURN_START,
+            event::STEP_START,
+            event::STEP_END,
+            event::TURN_END
+        ]
     );
-    let derived = t.call("sessions", "derive", json!({"id": agent})).await;
+    let derived = t
+        .call(service::SESSIONS, sessions::DERIVE, json!({"id": agent}))
+        .await;
     let derived = derived.as_array().expect("messages");
     assert_eq!(derived.len(), 2);
     assert_eq!(derived[0]["role"], "user");
@@ -234,8 +249,8 @@ async fn a_model_supplied_via_agent_request_renders_through_the_assemble_waterfa
     let hooks = hooks_row(
         "m",
         json!({"listeners": [
-            {"event": "agent/request", "merge": {"provider": "fake", "model": "m2"}},
-            {"event": "system-prompt/assemble", "merge": {"variables": {"model": "m2"}}}
+            {"event": bus::AGENT_REQUEST, "merge": {"provider": "fake", "model": "m2"}},
+            {"event": bus::SYSTEM_PROMPT_ASSEMBLE, "merge": {"variables": {"model": "m2"}}}
         ]}),
     );
     let (t, fake) = setup(&hooks).await;
@@ -273,10 +288,10 @@ async fn a_throwing_pre_step_fails_the_turn_and_retains_staged_steering_until_a_
     let hooks = hooks_row(
         "p",
         json!({"listeners": [
-            {"event": "agent/pre-step", "once": true,
-             "calls": [call("agents", "steer", json!({"agent": "$agent", "message": {"text": "staged"}}))],
+            {"event": bus::AGENT_PRE_STEP, "once": true,
+             "calls": [call(service::AGENTS, agents::STEER, json!({"agent": "$agent", "message": {"text": "staged"}}))],
              "fail": "HOOK_FAILED"},
-            {"event": "agent/error"}
+            {"event": bus::AGENT_ERROR}
         ]}),
     );
     let (t, fake) = setup(&hooks).await;
@@ -285,11 +300,11 @@ async fn a_throwing_pre_step_fails_the_turn_and_retains_staged_steering_until_a_
     assert_eq!(reason["kind"], "error");
     assert_eq!(reason["error"]["code"], "HOOK_FAILED");
     let ev = events(&t, &agent).await;
-    assert_eq!(frames(&ev), ["turn/start", "turn/end"]);
+    assert_eq!(frames(&ev), [event::TURN_START, event::TURN_END]);
     assert!(fake.requests().is_empty());
     // The driver error is reported.
     let j = journal_len(&t, "p", 2).await;
-    assert_eq!(j[1]["event"], "agent/error");
+    assert_eq!(j[1]["event"], bus::AGENT_ERROR);
     assert_eq!(j[1]["payload"]["turn"], 1);
     assert_eq!(j[1]["payload"]["error"]["code"], "HOOK_FAILED");
     // The steer (a waking send while running) did not start a turn of its
@@ -313,8 +328,8 @@ async fn idle_inject_stages_durably_without_a_turn_and_enters_the_next_batch_ver
         "content": [{"type": "text", "text": "context"}],
         "source": {"kind": "plugin", "plugin": "conformance"}});
     t.call(
-        "agents",
-        "inject",
+        service::AGENTS,
+        agents::INJECT,
         json!({"agent": agent, "message": injected}),
     )
     .await;
@@ -325,7 +340,8 @@ async fn idle_inject_stages_durably_without_a_turn_and_enters_the_next_batch_ver
         json!({"target": "next-step", "start": 0, "inserted": [injected]})
     );
     assert_eq!(
-        t.call("agents", "status", json!({"agent": agent})).await["status"],
+        t.call(service::AGENTS, agents::STATUS, json!({"agent": agent}))
+            .await["status"],
         "idle"
     );
     fake.push([text("ok")]);
@@ -344,8 +360,8 @@ async fn idle_inject_stages_durably_without_a_turn_and_enters_the_next_batch_ver
 async fn inject_during_a_tool_lands_after_the_tool_result() {
     let hooks = hooks_row(
         "x",
-        json!({"listeners": [{"event": "tools/execute",
-            "calls": [call("agents", "inject", json!({"agent": "$agent", "message": {"text": "late news"}}))]}]}),
+        json!({"listeners": [{"event": bus::TOOLS_EXECUTE,
+            "calls": [call(service::AGENTS, agents::INJECT, json!({"agent": "$agent", "message": {"text": "late news"}}))]}]}),
     );
     let (t, fake) = setup(&hooks).await;
     let dir = dsh_testkit::TempDir::new("conf-loop-a");
@@ -387,8 +403,8 @@ async fn inject_during_a_tool_lands_after_the_tool_result() {
 async fn a_turn_stopping_listener_can_steer_another_step() {
     let hooks = hooks_row(
         "s",
-        json!({"listeners": [{"event": "agent/turn-stopping", "once": true,
-            "calls": [call("agents", "steer", json!({"agent": "$agent", "message": {"text": "one more thing"}}))]}]}),
+        json!({"listeners": [{"event": bus::AGENT_TURN_STOPPING, "once": true,
+            "calls": [call(service::AGENTS, agents::STEER, json!({"agent": "$agent", "message": {"text": "one more thing"}}))]}]}),
     );
     let (t, fake) = setup(&hooks).await;
     fake.push([text("first"), text("second")]);
@@ -398,12 +414,12 @@ async fn a_turn_stopping_listener_can_steer_another_step() {
     assert_eq!(
         frames(&ev),
         [
-            "turn/start",
-            "step/start",
-            "step/end",
-            "step/start",
-            "step/end",
-            "turn/end"
+            event::TURN_START,
+            event::STEP_START,
+            event::STEP_END,
+            event::STEP_START,
+            event::STEP_END,
+            event::TURN_END
         ]
     );
     assert_eq!(user_texts(&ev), ["go", "one more thing"]);
@@ -415,7 +431,7 @@ async fn a_turn_stopping_listener_can_steer_another_step() {
 async fn agent_request_replacement_switches_the_model_and_logs_a_change_header() {
     let hooks = hooks_row(
         "r",
-        json!({"listeners": [{"event": "agent/request", "when": {"turn": 2}, "merge": {"model": "m2"}}]}),
+        json!({"listeners": [{"event": bus::AGENT_REQUEST, "when": {"turn": 2}, "merge": {"model": "m2"}}]}),
     );
     let (t, fake) = setup(&hooks).await;
     fake.push([text("one"), text("two")]);
@@ -441,7 +457,7 @@ async fn agent_request_replacement_switches_the_model_and_logs_a_change_header()
 async fn pre_step_fires_once_per_step_before_step_start_and_before_the_request() {
     let hooks = hooks_row(
         "o",
-        json!({"listeners": [{"event": "agent/pre-step", "snapshot": true}]}),
+        json!({"listeners": [{"event": bus::AGENT_PRE_STEP, "snapshot": true}]}),
     );
     let (t, fake) = setup(&hooks).await;
     let dir = dsh_testkit::TempDir::new("conf-loop-a");
@@ -482,8 +498,8 @@ async fn pre_step_fires_once_per_step_before_step_start_and_before_the_request()
 async fn max_tokens_is_sticky_across_later_steps_not_across_turns() {
     let hooks = hooks_row(
         "k",
-        json!({"listeners": [{"event": "agent/pre-step", "once": true,
-            "calls": [call("agents", "inject", json!({"agent": "$agent", "message": {"text": "continue"}}))]}]}),
+        json!({"listeners": [{"event": bus::AGENT_PRE_STEP, "once": true,
+            "calls": [call(service::AGENTS, agents::INJECT, json!({"agent": "$agent", "message": {"text": "continue"}}))]}]}),
     );
     let (t, fake) = setup(&hooks).await;
     fake.push([max_tokens("cut"), text("rest"), text("next turn")]);
@@ -512,7 +528,9 @@ async fn an_empty_max_tokens_completion_is_an_anchor_that_derivation_skips() {
         anchors[0]["data"]["usage"],
         json!({"inputTokens": 3, "outputTokens": 4})
     );
-    let derived = t.call("sessions", "derive", json!({"id": agent})).await;
+    let derived = t
+        .call(service::SESSIONS, sessions::DERIVE, json!({"id": agent}))
+        .await;
     assert_eq!(derived.as_array().map(Vec::len), Some(1));
     assert_eq!(derived[0]["role"], "user");
     t.shutdown().await;
@@ -522,7 +540,7 @@ async fn an_empty_max_tokens_completion_is_an_anchor_that_derivation_skips() {
 async fn a_failing_step_end_observer_does_not_change_the_outcome() {
     let hooks = hooks_row(
         "f",
-        json!({"listeners": [{"event": "session/event", "when": {"event": {"type": "step/end"}}, "fail": "OBSERVER_FAILED"}]}),
+        json!({"listeners": [{"event": bus::SESSION_EVENT, "when": {"event": {"type": event::STEP_END}}, "fail": "OBSERVER_FAILED"}]}),
     );
     let (t, fake) = setup(&hooks).await;
     fake.push([text("ok"), text("ok again")]);
@@ -539,7 +557,7 @@ async fn adjacent_sends_get_separate_turns_with_increasing_numbers() {
     fake.push([text("1"), text("2"), text("3")]);
     let agent = new_agent(&t, "/tmp").await;
     for p in ["a", "b", "c"] {
-        send(&t, "followup", &agent, p).await;
+        send(&t, agents::FOLLOWUP, &agent, p).await;
     }
     assert_eq!(idle(&t, &agent).await, json!({"kind": "completed"}));
     let ev = events(&t, &agent).await;
@@ -570,14 +588,14 @@ async fn adjacent_sends_get_separate_turns_with_increasing_numbers() {
 async fn a_send_from_a_session_listener_lands_in_the_following_turn() {
     let hooks = hooks_row(
         "l",
-        json!({"listeners": [{"event": "session/event", "once": true,
-            "when": {"event": {"type": "user/message"}},
-            "calls": [call("agents", "followup", json!({"agent": "$agent", "message": {"text": "later"}}))]}]}),
+        json!({"listeners": [{"event": bus::SESSION_EVENT, "once": true,
+            "when": {"event": {"type": event::USER_MESSAGE}},
+            "calls": [call(service::AGENTS, agents::FOLLOWUP, json!({"agent": "$agent", "message": {"text": "later"}}))]}]}),
     );
     let (t, fake) = setup(&hooks).await;
     fake.push([text("first"), text("second")]);
     let agent = new_agent(&t, "/tmp").await;
-    send(&t, "followup", &agent, "now").await;
+    send(&t, agents::FOLLOWUP, &agent, "now").await;
     journal_len(&t, "l", 1).await;
     assert_eq!(idle(&t, &agent).await, json!({"kind": "completed"}));
     let ev = events(&t, &agent).await;
@@ -595,7 +613,7 @@ async fn a_send_from_a_session_listener_lands_in_the_following_turn() {
 
 #[tokio::test]
 async fn agent_status_alternates_running_and_idle_once_per_turn() {
-    let hooks = hooks_row("st", json!({"listeners": [{"event": "agent/status"}]}));
+    let hooks = hooks_row("st", json!({"listeners": [{"event": bus::AGENT_STATUS}]}));
     let (t, fake) = setup(&hooks).await;
     fake.push([text("1"), text("2")]);
     let agent = new_agent(&t, "/tmp").await;
@@ -612,17 +630,18 @@ async fn agent_created_and_disposed_are_emitted_and_a_failing_listener_is_contai
     let hooks = hooks_row(
         "c",
         json!({"listeners": [
-            {"event": "agent/created", "fail": "LISTENER_FAILED"},
-            {"event": "agent/created"},
-            {"event": "agent/disposed"},
-            {"event": "agent/session-start", "fail": "LISTENER_FAILED"}
+            {"event": bus::AGENT_CREATED, "fail": "LISTENER_FAILED"},
+            {"event": bus::AGENT_CREATED},
+            {"event": bus::AGENT_DISPOSED},
+            {"event": bus::AGENT_SESSION_START, "fail": "LISTENER_FAILED"}
         ]}),
     );
     let (t, fake) = setup(&hooks).await;
     let agent = new_agent(&t, "/tmp").await;
     fake.push([text("ok")]);
     assert_eq!(turn(&t, &agent, "hi").await, json!({"kind": "completed"}));
-    t.call("agents", "dispose", json!({"agent": agent})).await;
+    t.call(service::AGENTS, agents::DISPOSE, json!({"agent": agent}))
+        .await;
     let j = journal_len(&t, "c", 4).await;
     let seen: Vec<(String, Value)> = j
         .iter()
@@ -633,14 +652,18 @@ async fn agent_created_and_disposed_are_emitted_and_a_failing_listener_is_contai
             )
         })
         .collect();
-    for name in ["agent/created", "agent/disposed"] {
+    for name in [bus::AGENT_CREATED, bus::AGENT_DISPOSED] {
         assert!(
             seen.iter()
                 .any(|(n, p)| n == name && *p == json!({"agent": agent})),
             "{name}: {seen:?}"
         );
     }
-    assert_eq!(t.call("agentLoop", "list", json!({})).await, json!([]));
+    assert_eq!(
+        t.call(service::AGENT_LOOP, agent_loop::LIST, json!({}))
+            .await,
+        json!([])
+    );
     t.shutdown().await;
 }
 
@@ -650,7 +673,8 @@ async fn agent_created_and_disposed_are_emitted_and_a_failing_listener_is_contai
 async fn an_idle_cancel_with_nothing_queued_is_a_no_op() {
     let (t, fake) = setup("").await;
     let agent = new_agent(&t, "/tmp").await;
-    t.call("agents", "cancel", json!({"agent": agent})).await;
+    t.call(service::AGENTS, agents::CANCEL, json!({"agent": agent}))
+        .await;
     assert!(events(&t, &agent).await.is_empty());
     fake.push([text("ok")]);
     // Cancellation never arms future work.
@@ -664,13 +688,14 @@ async fn an_idle_cancel_with_nothing_queued_is_a_no_op() {
 async fn cancel_clears_the_inbox_durably_so_a_resume_does_not_restore_it() {
     let hooks = hooks_row(
         "d",
-        json!({"listeners": [{"event": "agent/inbox/discarded"}]}),
+        json!({"listeners": [{"event": bus::AGENT_INBOX_DISCARDED}]}),
     );
     let (t, fake) = setup(&hooks).await;
     let agent = new_agent(&t, "/tmp").await;
-    send(&t, "inject", &agent, "cancelled work").await;
-    send(&t, "inject", &agent, "more cancelled work").await;
-    t.call("agents", "cancel", json!({"agent": agent})).await;
+    send(&t, agents::INJECT, &agent, "cancelled work").await;
+    send(&t, agents::INJECT, &agent, "more cancelled work").await;
+    t.call(service::AGENTS, agents::CANCEL, json!({"agent": agent}))
+        .await;
     let ev = events(&t, &agent).await;
     assert_eq!(ev.len(), 3);
     assert_eq!(
@@ -685,13 +710,14 @@ async fn cancel_clears_the_inbox_durably_so_a_resume_does_not_restore_it() {
 
     // A second agent whose pending work is only disposed keeps it.
     let parked = new_agent(&t, "/tmp").await;
-    send(&t, "inject", &parked, "parked work").await;
+    send(&t, agents::INJECT, &parked, "parked work").await;
 
     for id in [&agent, &parked] {
-        t.call("agents", "dispose", json!({"agent": id})).await;
+        t.call(service::AGENTS, agents::DISPOSE, json!({"agent": id}))
+            .await;
         t.call(
-            "agentLoop",
-            "resume",
+            service::AGENT_LOOP,
+            agent_loop::RESUME,
             json!({"sessionId": id, "agentOptions": {"provider": "fake", "model": "m1"}}),
         )
         .await;
@@ -711,14 +737,15 @@ async fn cancel_clears_the_inbox_durably_so_a_resume_does_not_restore_it() {
 async fn cancel_right_after_a_waking_send_closes_the_opened_turn_without_a_step() {
     let (t, fake) = setup("").await;
     let agent = new_agent(&t, "/tmp").await;
-    send(&t, "followup", &agent, "never mind").await;
-    t.call("agents", "cancel", json!({"agent": agent})).await;
+    send(&t, agents::FOLLOWUP, &agent, "never mind").await;
+    t.call(service::AGENTS, agents::CANCEL, json!({"agent": agent}))
+        .await;
     assert_eq!(
         idle(&t, &agent).await,
         json!({"kind": "aborted", "reason": {"kind": "user"}})
     );
     let ev = events(&t, &agent).await;
-    assert_eq!(frames(&ev), ["turn/start", "turn/end"]);
+    assert_eq!(frames(&ev), [event::TURN_START, event::TURN_END]);
     assert!(user_texts(&ev).is_empty());
     assert!(fake.requests().is_empty());
     t.shutdown().await;
@@ -731,12 +758,12 @@ async fn keep_inbox_cancel_parks_queued_work_until_the_next_wake() {
     let (t, fake) = setup("").await;
     fake.push([stall_after("Half")]);
     let agent = new_agent(&t, "/tmp").await;
-    send(&t, "followup", &agent, "running").await;
+    send(&t, agents::FOLLOWUP, &agent, "running").await;
     logged(&t, &agent, event::ASSISTANT_CHUNK).await;
-    send(&t, "followup", &agent, "queued").await;
+    send(&t, agents::FOLLOWUP, &agent, "queued").await;
     t.call(
-        "agents",
-        "cancel",
+        service::AGENTS,
+        agents::CANCEL,
         json!({"agent": agent, "keepInbox": true}),
     )
     .await;
@@ -748,12 +775,13 @@ async fn keep_inbox_cancel_parks_queued_work_until_the_next_wake() {
     assert_eq!(of_type(&ev, event::TURN_START).len(), 1);
     assert!(!ev.iter().any(|e| e["data"]["outcome"] == "canceled"));
     assert_eq!(
-        t.call("agents", "status", json!({"agent": agent})).await["status"],
+        t.call(service::AGENTS, agents::STATUS, json!({"agent": agent}))
+            .await["status"],
         "idle"
     );
 
     fake.push([text("q"), text("w")]);
-    send(&t, "followup", &agent, "wake").await;
+    send(&t, agents::FOLLOWUP, &agent, "wake").await;
     assert_eq!(idle(&t, &agent).await, json!({"kind": "completed"}));
     let ev = events(&t, &agent).await;
     assert_eq!(of_type(&ev, event::TURN_START).len(), 3);
@@ -768,11 +796,12 @@ async fn mid_step_cancel_aborts_and_drops_every_queued_item_and_steering() {
     let (t, fake) = setup("").await;
     fake.push([stall_after("Half")]);
     let agent = new_agent(&t, "/tmp").await;
-    send(&t, "followup", &agent, "running").await;
+    send(&t, agents::FOLLOWUP, &agent, "running").await;
     logged(&t, &agent, event::ASSISTANT_CHUNK).await;
-    send(&t, "followup", &agent, "queued").await;
-    send(&t, "steer", &agent, "steering").await;
-    t.call("agents", "cancel", json!({"agent": agent})).await;
+    send(&t, agents::FOLLOWUP, &agent, "queued").await;
+    send(&t, agents::STEER, &agent, "steering").await;
+    t.call(service::AGENTS, agents::CANCEL, json!({"agent": agent}))
+        .await;
     assert_eq!(
         idle(&t, &agent).await,
         json!({"kind": "aborted", "reason": {"kind": "user"}})
@@ -803,10 +832,11 @@ async fn when_idle_waiters_registered_before_cancel_resolve_with_the_abort() {
     let (t, fake) = setup("").await;
     fake.push([stall_after("Half")]);
     let agent = new_agent(&t, "/tmp").await;
-    send(&t, "followup", &agent, "running").await;
+    send(&t, agents::FOLLOWUP, &agent, "running").await;
     logged(&t, &agent, event::ASSISTANT_CHUNK).await;
     let (waited, _) = tokio::join!(idle(&t, &agent), async {
-        t.call("agents", "cancel", json!({"agent": agent})).await
+        t.call(service::AGENTS, agents::CANCEL, json!({"agent": agent}))
+            .await
     });
     assert_eq!(
         waited,
@@ -820,15 +850,16 @@ async fn the_first_typed_cancel_cause_wins() {
     let (t, fake) = setup("").await;
     fake.push([stall_after("Half")]);
     let agent = new_agent(&t, "/tmp").await;
-    send(&t, "followup", &agent, "running").await;
+    send(&t, agents::FOLLOWUP, &agent, "running").await;
     logged(&t, &agent, event::ASSISTANT_CHUNK).await;
     t.call(
-        "agents",
-        "cancel",
+        service::AGENTS,
+        agents::CANCEL,
         json!({"agent": agent, "cause": {"kind": "hook", "reason": "policy"}}),
     )
     .await;
-    t.call("agents", "dispose", json!({"agent": agent})).await;
+    t.call(service::AGENTS, agents::DISPOSE, json!({"agent": agent}))
+        .await;
     let ev = events(&t, &agent).await;
     let end = of_type(&ev, event::TURN_END)[0];
     assert_eq!(
@@ -844,8 +875,8 @@ async fn the_first_typed_cancel_cause_wins() {
 async fn a_cancel_from_an_awaited_seam_drops_the_step_before_adapter_dispatch() {
     let hooks = hooks_row(
         "q",
-        json!({"listeners": [{"event": "agent/request",
-            "calls": [call("agents", "cancel", json!({"agent": "$agent"}))]}]}),
+        json!({"listeners": [{"event": bus::AGENT_REQUEST,
+            "calls": [call(service::AGENTS, agents::CANCEL, json!({"agent": "$agent"}))]}]}),
     );
     let (t, fake) = setup(&hooks).await;
     let agent = new_agent(&t, "/tmp").await;
@@ -857,7 +888,12 @@ async fn a_cancel_from_an_awaited_seam_drops_the_step_before_adapter_dispatch() 
     let ev = events(&t, &agent).await;
     assert_eq!(
         frames(&ev),
-        ["turn/start", "step/start", "step/end", "turn/end"]
+        [
+            event::TURN_START,
+            event::STEP_START,
+            event::STEP_END,
+            event::TURN_END
+        ]
     );
     assert!(of_type(&ev, event::ASSISTANT_MESSAGE).is_empty());
     t.shutdown().await;
@@ -871,7 +907,7 @@ async fn pre_step_enter_may_rewrite_content_and_add_separately_sourced_messages(
     let added = json!({"id": "add-1", "role": "user", "content": [{"type": "text", "text": "added"}], "source": {"kind": "plugin", "plugin": "hooks"}});
     let hooks = hooks_row(
         "w",
-        json!({"listeners": [{"event": "agent/pre-step", "once": true,
+        json!({"listeners": [{"event": bus::AGENT_PRE_STEP, "once": true,
             "result": {"kind": "enter", "messages": [rewritten, added]}}]}),
     );
     let (t, fake) = setup(&hooks).await;
@@ -898,7 +934,7 @@ async fn pre_step_enter_may_rewrite_content_and_add_separately_sourced_messages(
 async fn a_turn_whose_pending_input_is_rewritten_to_empty_opens_no_step() {
     let hooks = hooks_row(
         "e",
-        json!({"listeners": [{"event": "agent/pre-step", "once": true,
+        json!({"listeners": [{"event": bus::AGENT_PRE_STEP, "once": true,
             "result": {"kind": "enter", "messages": []}}]}),
     );
     let (t, fake) = setup(&hooks).await;
@@ -908,7 +944,7 @@ async fn a_turn_whose_pending_input_is_rewritten_to_empty_opens_no_step() {
         json!({"kind": "completed"})
     );
     let ev = events(&t, &agent).await;
-    assert_eq!(frames(&ev), ["turn/start", "turn/end"]);
+    assert_eq!(frames(&ev), [event::TURN_START, event::TURN_END]);
     assert!(user_texts(&ev).is_empty());
     assert!(fake.requests().is_empty());
     t.shutdown().await;
@@ -920,8 +956,8 @@ async fn a_turn_whose_pending_input_is_rewritten_to_empty_opens_no_step() {
 async fn a_blocked_prompt_preserves_adjacent_queued_prompts() {
     let hooks = hooks_row(
         "b",
-        json!({"listeners": [{"event": "agent/pre-step", "once": true,
-            "calls": [call("agents", "followup", json!({"agent": "$agent", "message": {"text": "adjacent"}}))],
+        json!({"listeners": [{"event": bus::AGENT_PRE_STEP, "once": true,
+            "calls": [call(service::AGENTS, agents::FOLLOWUP, json!({"agent": "$agent", "message": {"text": "adjacent"}}))],
             "result": {"kind": "reject"}}]}),
     );
     let (t, fake) = setup(&hooks).await;
@@ -931,7 +967,7 @@ async fn a_blocked_prompt_preserves_adjacent_queued_prompts() {
         json!({"kind": "blocked"})
     );
     let ev = events(&t, &agent).await;
-    assert_eq!(frames(&ev), ["turn/start", "turn/end"]);
+    assert_eq!(frames(&ev), [event::TURN_START, event::TURN_END]);
     assert!(user_texts(&ev).is_empty());
     fake.push([text("a"), text("b")]);
     assert_eq!(turn(&t, &agent, "wake").await, json!({"kind": "completed"}));
@@ -947,8 +983,8 @@ async fn a_blocked_prompt_preserves_adjacent_queued_prompts() {
 async fn session_start_fires_once_with_startup_and_its_inject_reaches_the_first_request() {
     let hooks = hooks_row(
         "ss",
-        json!({"listeners": [{"event": "agent/session-start",
-            "calls": [call("agents", "inject", json!({"agent": "$agent", "message": {"text": "project notes"}}))]}]}),
+        json!({"listeners": [{"event": bus::AGENT_SESSION_START,
+            "calls": [call(service::AGENTS, agents::INJECT, json!({"agent": "$agent", "message": {"text": "project notes"}}))]}]}),
     );
     let (t, fake) = setup(&hooks).await;
     let agent = new_agent(&t, "/tmp").await;
@@ -972,7 +1008,7 @@ async fn session_start_fires_once_with_startup_and_its_inject_reaches_the_first_
 async fn a_pre_execute_deny_becomes_an_is_error_result_the_model_sees() {
     let hooks = hooks_row(
         "n",
-        json!({"listeners": [{"event": "tools/pre-execute",
+        json!({"listeners": [{"event": bus::TOOLS_PRE_EXECUTE,
             "result": {"kind": "deny", "reason": "not in this test"}}]}),
     );
     let (t, fake) = setup(&hooks).await;
@@ -1006,10 +1042,10 @@ async fn a_hook_plugin_on_all_four_seams_blocks_a_prompt_and_leaves_with_its_lis
     let hooks = hooks_row(
         "all",
         json!({"listeners": [
-            {"event": "agent/session-start"},
-            {"event": "agent/pre-step", "result": {"kind": "reject"}},
-            {"event": "agent/request"},
-            {"event": "tools/pre-execute"}
+            {"event": bus::AGENT_SESSION_START},
+            {"event": bus::AGENT_PRE_STEP, "result": {"kind": "reject"}},
+            {"event": bus::AGENT_REQUEST},
+            {"event": bus::TOOLS_PRE_EXECUTE}
         ]}),
     );
     let (t, fake) = setup(&hooks).await;
@@ -1020,7 +1056,7 @@ async fn a_hook_plugin_on_all_four_seams_blocks_a_prompt_and_leaves_with_its_lis
     );
     assert_eq!(
         frames(&events(&t, &agent).await),
-        ["turn/start", "turn/end"]
+        [event::TURN_START, event::TURN_END]
     );
     assert!(fake.requests().is_empty());
 

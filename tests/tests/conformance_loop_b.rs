@@ -8,6 +8,8 @@
 //! fixture's journal (every listener invocation, every tool start and end, in
 //! order); nothing here sleeps to synchronize or asserts a duration.
 
+use dsh_sdk::names::{agent_loop, agents, bus, llm, service, sessions};
+use dsh_sdk::vocab::event;
 use dsh_testkit::agent::{
     core_host, create, events, idle, kinds, new_agent, of_type, send, turn, wait_log,
 };
@@ -86,7 +88,7 @@ async fn parallel_siblings_start_together_and_an_exclusive_call_is_a_barrier() {
     let ev = events(&t, &agent).await;
     let seq: Vec<String> = ev
         .iter()
-        .filter(|e| e["type"] == "tool/call" || e["type"] == "tool/result")
+        .filter(|e| e["type"] == event::TOOL_CALL || e["type"] == event::TOOL_RESULT)
         .map(|e| {
             let id = e["data"]["callId"]
                 .as_str()
@@ -129,7 +131,7 @@ async fn results_are_committed_and_derived_in_model_order() {
     let tr = tool_trace(&kit_journal(&t, "k").await);
     assert!(at(&tr, "tool:end c1") < at(&tr, "tool:end c0"), "{tr:?}");
     let ev = events(&t, &agent).await;
-    let results = of_type(&ev, "tool/result");
+    let results = of_type(&ev, event::TOOL_RESULT);
     let ids: Vec<&str> = results
         .iter()
         .map(|e| e["data"]["message"]["source"]["callId"].as_str().unwrap())
@@ -139,7 +141,7 @@ async fn results_are_committed_and_derived_in_model_order() {
         let call = ev
             .iter()
             .find(|e| {
-                e["type"] == "tool/call"
+                e["type"] == event::TOOL_CALL
                     && e["data"]["callId"] == r["data"]["message"]["source"]["callId"]
             })
             .unwrap();
@@ -187,8 +189,8 @@ async fn pre_and_post_execute_observe_model_order() {
             .map(|e| e["payload"]["exec"]["callId"].as_str().unwrap().to_owned())
             .collect()
     };
-    assert_eq!(order("tools/pre-execute"), ["c0", "c1"]);
-    assert_eq!(order("tools/post-execute"), ["c0", "c1"]);
+    assert_eq!(order(bus::TOOLS_PRE_EXECUTE), ["c0", "c1"]);
+    assert_eq!(order(bus::TOOLS_POST_EXECUTE), ["c0", "c1"]);
     t.shutdown().await;
 }
 
@@ -321,7 +323,7 @@ async fn denials_are_ordered_results_without_dispatch() {
     assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "completed"}));
     assert!(tool_trace(&kit_journal(&t, "k").await).is_empty());
     let ev = events(&t, &agent).await;
-    let results: Vec<(&str, &Value)> = of_type(&ev, "tool/result")
+    let results: Vec<(&str, &Value)> = of_type(&ev, event::TOOL_RESULT)
         .into_iter()
         .map(|e| {
             let block = &e["data"]["message"]["content"][0];
@@ -338,7 +340,7 @@ async fn denials_are_ordered_results_without_dispatch() {
         );
     }
     // A denial carries no `error` on the event.
-    assert!(of_type(&ev, "tool/result")
+    assert!(of_type(&ev, event::TOOL_RESULT)
         .iter()
         .all(|e| e["data"].get("error").is_none()));
     t.shutdown().await;
@@ -370,10 +372,12 @@ async fn abort_before_a_group_starts_none_of_it() {
     for id in ["c1", "c2"] {
         assert!(ev
             .iter()
-            .any(|e| e["type"] == "tool/call" && e["data"]["callId"] == id));
+            .any(|e| e["type"] == event::TOOL_CALL && e["data"]["callId"] == id));
         let r = ev
             .iter()
-            .find(|e| e["type"] == "tool/result" && e["data"]["message"]["source"]["callId"] == id)
+            .find(|e| {
+                e["type"] == event::TOOL_RESULT && e["data"]["message"]["source"]["callId"] == id
+            })
             .unwrap();
         assert_eq!(
             r["data"]["error"],
@@ -410,13 +414,16 @@ async fn additional_contexts_follow_all_results_in_model_order() {
     let k = kinds(&ev);
     let step2 = ev
         .iter()
-        .position(|e| e["type"] == "step/start" && e["data"]["step"] == 2)
+        .position(|e| e["type"] == event::STEP_START && e["data"]["step"] == 2)
         .unwrap();
-    let last_result = ev.iter().rposition(|e| e["type"] == "tool/result").unwrap();
+    let last_result = ev
+        .iter()
+        .rposition(|e| e["type"] == event::TOOL_RESULT)
+        .unwrap();
     assert!(last_result < step2, "{k:?}");
     let texts: Vec<&str> = ev[step2..]
         .iter()
-        .filter(|e| e["type"] == "user/message")
+        .filter(|e| e["type"] == event::USER_MESSAGE)
         .map(|e| e["data"]["content"][0]["text"].as_str().unwrap())
         .collect();
     assert_eq!(texts, ["from c0", "from c1 a", "from c1 b"]);
@@ -452,12 +459,12 @@ async fn tool_arguments_non_json_pass_through_and_empty_become_an_object() {
     let j = kit_journal(&t, "k").await;
     let args: Vec<&Value> = j
         .iter()
-        .filter(|e| e["event"] == "tools/pre-execute")
+        .filter(|e| e["event"] == bus::TOOLS_PRE_EXECUTE)
         .map(|e| &e["payload"]["exec"]["arguments"])
         .collect();
     assert_eq!(args, [&json!("not json {"), &json!({})]);
     let ev = events(&t, &agent).await;
-    let logged: Vec<&Value> = of_type(&ev, "tool/call")
+    let logged: Vec<&Value> = of_type(&ev, event::TOOL_CALL)
         .iter()
         .map(|e| &e["data"]["arguments"])
         .collect();
@@ -477,7 +484,7 @@ async fn a_coded_tool_failure_is_forwarded_to_the_result_error() {
     let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "completed"}));
     let ev = events(&t, &agent).await;
-    let r = of_type(&ev, "tool/result")[0];
+    let r = of_type(&ev, event::TOOL_RESULT)[0];
     assert_eq!(r["data"]["error"]["code"], "DISK_FULL");
     assert!(r["data"]["error"]["name"]
         .as_str()
@@ -508,7 +515,7 @@ async fn presentation_meta_is_recorded_on_the_result() {
     assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "completed"}));
     let ev = events(&t, &agent).await;
     assert_eq!(
-        of_type(&ev, "tool/result")[0]["data"]["meta"],
+        of_type(&ev, event::TOOL_RESULT)[0]["data"]["meta"],
         json!({"lines": 3, "path": "a.txt"})
     );
     t.shutdown().await;
@@ -527,7 +534,7 @@ async fn a_coded_plugin_error_is_rendered_on_turn_end() {
         json!({"kind": "error", "error": {"message": "agent/pre-step listener failed on purpose", "code": "LOOPKIT_FAILED"}})
     );
     let ev = events(&t, &agent).await;
-    assert_eq!(of_type(&ev, "turn/end")[0]["data"]["reason"], reason);
+    assert_eq!(of_type(&ev, event::TURN_END)[0]["data"]["reason"], reason);
     assert!(fake.requests().is_empty());
     t.shutdown().await;
 }
@@ -541,14 +548,15 @@ async fn dispose_during_streaming_ends_the_turn_disposed() {
         json!({"choices": [{"delta": {"content": "partial "}}]}).to_string(),
     ])]);
     let agent = new_agent(&t, "/tmp").await;
-    send(&t, "followup", &agent, "go").await;
+    send(&t, agents::FOLLOWUP, &agent, "go").await;
     wait_log(&t, &agent, "a chunk", |ev| {
-        ev.iter().any(|e| e["type"] == "assistant/chunk")
+        ev.iter().any(|e| e["type"] == event::ASSISTANT_CHUNK)
     })
     .await;
-    t.call("agents", "dispose", json!({"agent": agent})).await;
+    t.call(service::AGENTS, agents::DISPOSE, json!({"agent": agent}))
+        .await;
     let ev = events(&t, &agent).await;
-    let end = of_type(&ev, "turn/end");
+    let end = of_type(&ev, event::TURN_END);
     assert_eq!(end.len(), 1);
     assert_eq!(
         end[0]["data"]["reason"],
@@ -593,10 +601,10 @@ async fn recovery_with_no_action_stays_terminal_with_one_step_end() {
     assert_eq!(reason["kind"], "error");
     let ev = events(&t, &agent).await;
     assert_eq!(fake.requests().len(), 1);
-    assert_eq!(of_type(&ev, "step/start").len(), 1);
-    assert_eq!(of_type(&ev, "step/end").len(), 1);
-    assert!(of_type(&ev, "assistant/message").is_empty());
-    assert_eq!(of_type(&ev, "turn/end")[0]["data"]["reason"], reason);
+    assert_eq!(of_type(&ev, event::STEP_START).len(), 1);
+    assert_eq!(of_type(&ev, event::STEP_END).len(), 1);
+    assert!(of_type(&ev, event::ASSISTANT_MESSAGE).is_empty());
+    assert_eq!(of_type(&ev, event::TURN_END)[0]["data"]["reason"], reason);
     t.shutdown().await;
 }
 
@@ -610,7 +618,7 @@ async fn a_rejected_continuation_ends_the_turn_blocked() {
     let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "blocked"}));
     let ev = events(&t, &agent).await;
-    assert_eq!(of_type(&ev, "step/start").len(), 1);
+    assert_eq!(of_type(&ev, event::STEP_START).len(), 1);
     assert_eq!(fake.requests().len(), 1);
     t.shutdown().await;
 }
@@ -626,7 +634,7 @@ async fn a_duplicate_adapter_is_rejected() {
         .call(
             "probe:p",
             "call",
-            json!({"service": "llm", "method": "registerAdapter", "params": {"providers": ["fake"], "service": "other-adapter"}}),
+            json!({"service": service::LLM, "method": llm::REGISTER_ADAPTER, "params": {"providers": ["fake"], "service": "other-adapter"}}),
         )
         .await
         .unwrap_err();
@@ -666,7 +674,7 @@ async fn agent_request_can_supply_the_model() {
     assert_eq!(fake.requests()[0]["model"], "m-from-hook");
     let ev = events(&t, &agent).await;
     assert_eq!(
-        of_type(&ev, "request/header")[0]["data"]["header"]["config"],
+        of_type(&ev, event::REQUEST_HEADER)[0]["data"]["header"]["config"],
         json!({"provider": "fake", "model": "m-from-hook"})
     );
     t.shutdown().await;
@@ -679,10 +687,14 @@ async fn inbox_splices_carry_exact_messages_and_targets() {
     let (t, _fake) = setup("").await;
     let agent = new_agent(&t, "/tmp").await;
     let m = json!({"id": "m-inject", "role": "user", "content": [{"type": "text", "text": "ctx"}], "source": {"kind": "plugin", "plugin": ""}});
-    t.call("agents", "inject", json!({"agent": agent, "message": m}))
-        .await;
+    t.call(
+        service::AGENTS,
+        agents::INJECT,
+        json!({"agent": agent, "message": m}),
+    )
+    .await;
     let ev = events(&t, &agent).await;
-    let s = of_type(&ev, "agent/inbox/spliced");
+    let s = of_type(&ev, event::INBOX_SPLICED);
     assert_eq!(s.len(), 1);
     assert_eq!(
         s[0]["data"],
@@ -707,21 +719,23 @@ async fn a_forked_agent_continues_turn_numbers() {
     let agent = new_agent(&t, "/tmp").await;
     turn(&t, &agent, "a").await;
     turn(&t, &agent, "b").await;
-    let child = t.call("sessions", "fork", json!({"id": agent})).await["id"]
+    let child = t
+        .call(service::SESSIONS, sessions::FORK, json!({"id": agent}))
+        .await["id"]
         .as_str()
         .unwrap()
         .to_owned();
     let resumed = t
         .call(
-            "agentLoop",
-            "resume",
+            service::AGENT_LOOP,
+            agent_loop::RESUME,
             json!({"sessionId": child, "agentOptions": {"provider": "fake", "model": "m1"}}),
         )
         .await;
     assert_eq!(resumed["agent"], json!(child));
     assert_eq!(turn(&t, &child, "c").await, json!({"kind": "completed"}));
     let ev = events(&t, &child).await;
-    let turns: Vec<&Value> = of_type(&ev, "turn/start")
+    let turns: Vec<&Value> = of_type(&ev, event::TURN_START)
         .iter()
         .map(|e| &e["data"]["turn"])
         .collect();
@@ -743,7 +757,7 @@ async fn an_in_band_finish_error_is_a_turn_error() {
     let reason = turn(&t, &agent, "go").await;
     assert_eq!(reason["kind"], "error");
     let ev = events(&t, &agent).await;
-    let chunks = of_type(&ev, "assistant/chunk");
+    let chunks = of_type(&ev, event::ASSISTANT_CHUNK);
     let last = &chunks.last().unwrap()["data"]["chunk"];
     assert_eq!(last["type"], "finish");
     assert_eq!(last["reason"]["kind"], "error");
@@ -768,10 +782,10 @@ async fn boundary_observers_see_the_log_and_their_throws_change_nothing() {
     let j = wait_kit_journal(&t, "k", |j| j.len() >= ev.len()).await;
     let step_start = j
         .iter()
-        .find(|e| e["payload"]["event"]["type"] == "step/start")
+        .find(|e| e["payload"]["event"]["type"] == event::STEP_START)
         .expect("the observer heard step/start");
     // What it heard is the logged event.
-    let logged = of_type(&ev, "step/start")[0];
+    let logged = of_type(&ev, event::STEP_START)[0];
     assert_eq!(&step_start["payload"]["event"], logged);
     assert_eq!(j.len(), ev.len(), "every event reached the observer");
     t.shutdown().await;
@@ -787,7 +801,7 @@ async fn tool_result_keeps_the_model_call_id_through_post_execute_replacement() 
     let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "completed"}));
     let ev = events(&t, &agent).await;
-    let r = of_type(&ev, "tool/result")[0];
+    let r = of_type(&ev, event::TOOL_RESULT)[0];
     assert_eq!(
         r["data"]["message"]["source"],
         json!({"kind": "tool", "callId": "call-model-7"})
@@ -811,7 +825,7 @@ async fn cancel_during_pre_step_closes_a_no_step_turn() {
         json!({"kind": "aborted", "reason": {"kind": "user"}})
     );
     let ev = events(&t, &agent).await;
-    assert!(of_type(&ev, "step/start").is_empty());
+    assert!(of_type(&ev, event::STEP_START).is_empty());
     assert!(fake.requests().is_empty());
     t.shutdown().await;
 }
@@ -839,8 +853,8 @@ async fn a_turn_stopping_steer_continues_the_same_turn() {
     let agent = new_agent(&t, "/tmp").await;
     assert_eq!(turn(&t, &agent, "a").await, json!({"kind": "completed"}));
     let ev = events(&t, &agent).await;
-    assert_eq!(of_type(&ev, "turn/start").len(), 1);
-    let steps: Vec<&Value> = of_type(&ev, "step/start")
+    assert_eq!(of_type(&ev, event::TURN_START).len(), 1);
+    let steps: Vec<&Value> = of_type(&ev, event::STEP_START)
         .iter()
         .map(|e| &e["data"]["step"])
         .collect();
@@ -864,7 +878,7 @@ async fn each_failed_attempt_retries_in_the_same_turn_and_step() {
     let j = kit_journal(&t, "k").await;
     let offers: Vec<&Value> = j
         .iter()
-        .filter(|e| e["event"] == "agent/request-error")
+        .filter(|e| e["event"] == bus::AGENT_REQUEST_ERROR)
         .map(|e| &e["payload"])
         .collect();
     assert_eq!(offers.len(), 2);
@@ -876,17 +890,17 @@ async fn each_failed_attempt_retries_in_the_same_turn_and_step() {
     }
     let statuses: Vec<&Value> = j
         .iter()
-        .filter(|e| e["event"] == "agent/status")
+        .filter(|e| e["event"] == bus::AGENT_STATUS)
         .map(|e| &e["payload"]["status"])
         .collect();
     assert_eq!(statuses, [&json!("running"), &json!("idle")]);
     let ev = events(&t, &agent).await;
-    assert_eq!(of_type(&ev, "turn/start").len(), 1);
-    assert_eq!(of_type(&ev, "step/start").len(), 1);
+    assert_eq!(of_type(&ev, event::TURN_START).len(), 1);
+    assert_eq!(of_type(&ev, event::STEP_START).len(), 1);
     // The final message cites only the successful attempt's chunks.
-    let msg = of_type(&ev, "assistant/message")[0];
+    let msg = of_type(&ev, event::ASSISTANT_MESSAGE)[0];
     let cited: Vec<u64> = serde_json::from_value(msg["sourceEventSeqs"].clone()).unwrap();
-    let first_retry = of_type(&ev, "llm/retry").last().unwrap()["seq"]
+    let first_retry = of_type(&ev, event::LLM_RETRY).last().unwrap()["seq"]
         .as_u64()
         .unwrap();
     assert!(cited.iter().all(|s| *s > first_retry), "{cited:?}");
@@ -903,9 +917,9 @@ async fn middleware_failures_are_not_offered_to_recovery() {
     let reason = turn(&t, &agent, "go").await;
     assert_eq!(reason["error"]["code"], "LOOPKIT_FAILED");
     let j = kit_journal(&t, "k").await;
-    assert!(!j.iter().any(|e| e["event"] == "agent/request-error"));
+    assert!(!j.iter().any(|e| e["event"] == bus::AGENT_REQUEST_ERROR));
     assert!(fake.requests().is_empty());
-    assert!(of_type(&events(&t, &agent).await, "assistant/message").is_empty());
+    assert!(of_type(&events(&t, &agent).await, event::ASSISTANT_MESSAGE).is_empty());
     t.shutdown().await;
 }
 
@@ -932,10 +946,11 @@ async fn an_idle_inject_stages_durably_and_rides_the_next_claim() {
     let (t, fake) = setup(&kit_row("k", listeners, "")).await;
     fake.push([text("ok")]);
     let agent = new_agent(&t, "/tmp").await;
-    send(&t, "inject", &agent, "context first").await;
-    assert_eq!(kinds(&events(&t, &agent).await), ["agent/inbox/spliced"]);
+    send(&t, agents::INJECT, &agent, "context first").await;
+    assert_eq!(kinds(&events(&t, &agent).await), [event::INBOX_SPLICED]);
     assert_eq!(
-        t.call("agents", "status", json!({"agent": agent})).await["status"],
+        t.call(service::AGENTS, agents::STATUS, json!({"agent": agent}))
+            .await["status"],
         "idle"
     );
     assert_eq!(
@@ -943,7 +958,7 @@ async fn an_idle_inject_stages_durably_and_rides_the_next_claim() {
         json!({"kind": "completed"})
     );
     let ev = events(&t, &agent).await;
-    let users: Vec<&str> = of_type(&ev, "user/message")
+    let users: Vec<&str> = of_type(&ev, event::USER_MESSAGE)
         .iter()
         .map(|e| e["data"]["content"][0]["text"].as_str().unwrap())
         .collect();
@@ -968,10 +983,10 @@ async fn an_idle_inject_stages_durably_and_rides_the_next_claim() {
     assert_eq!(
         pairs,
         [
-            ("agent/inbox/inserted", "context first"),
-            ("agent/inbox/inserted", "the prompt"),
-            ("agent/inbox/claimed", "context first"),
-            ("agent/inbox/claimed", "the prompt"),
+            (bus::AGENT_INBOX_INSERTED, "context first"),
+            (bus::AGENT_INBOX_INSERTED, "the prompt"),
+            (bus::AGENT_INBOX_CLAIMED, "context first"),
+            (bus::AGENT_INBOX_CLAIMED, "the prompt"),
         ]
     );
     assert!(j[2..].iter().all(|e| e["payload"]["turn"] == 1));
@@ -986,8 +1001,8 @@ async fn an_invalid_inject_throws_and_logs_nothing() {
     let err = t
         .host
         .call(
-            "agents",
-            "inject",
+            service::AGENTS,
+            agents::INJECT,
             json!({"agent": agent, "message": {"content": 5}}),
         )
         .await
@@ -1003,12 +1018,12 @@ async fn an_idle_steer_is_a_woken_turn() {
     let (t, fake) = setup("").await;
     fake.push([text("ok")]);
     let agent = new_agent(&t, "/tmp").await;
-    send(&t, "steer", &agent, "steered").await;
+    send(&t, agents::STEER, &agent, "steered").await;
     assert_eq!(idle(&t, &agent).await, json!({"kind": "completed"}));
     let ev = events(&t, &agent).await;
-    assert_eq!(of_type(&ev, "turn/start").len(), 1);
+    assert_eq!(of_type(&ev, event::TURN_START).len(), 1);
     assert_eq!(
-        of_type(&ev, "user/message")[0]["data"]["content"][0]["text"],
+        of_type(&ev, event::USER_MESSAGE)[0]["data"]["content"][0]["text"],
         "steered"
     );
     t.shutdown().await;
@@ -1045,16 +1060,20 @@ async fn when_idle_answers_idle_at_once_and_running_at_the_end() {
     let (t, fake) = setup("").await;
     fake.push([text("one")]);
     let agent = new_agent(&t, "/tmp").await;
-    let first = t.call("agents", "whenIdle", json!({"agent": agent})).await;
+    let first = t
+        .call(service::AGENTS, agents::WHEN_IDLE, json!({"agent": agent}))
+        .await;
     assert_eq!(first, json!({"reason": null, "lastTurn": 0}));
-    send(&t, "followup", &agent, "a").await;
-    let done = t.call("agents", "whenIdle", json!({"agent": agent})).await;
+    send(&t, agents::FOLLOWUP, &agent, "a").await;
+    let done = t
+        .call(service::AGENTS, agents::WHEN_IDLE, json!({"agent": agent}))
+        .await;
     assert_eq!(
         done,
         json!({"reason": {"kind": "completed"}, "lastTurn": 1})
     );
     let ev = events(&t, &agent).await;
-    assert_eq!(ev.last().unwrap()["type"], "turn/end");
+    assert_eq!(ev.last().unwrap()["type"], event::TURN_END);
     t.shutdown().await;
 }
 
@@ -1068,8 +1087,8 @@ async fn a_burst_of_followups_gets_one_turn_per_message() {
     let agent = new_agent(&t, "/tmp").await;
     let sends = (0..n).map(|i| {
         t.host.call(
-            "agents",
-            "followup",
+            service::AGENTS,
+            agents::FOLLOWUP,
             json!({"agent": agent, "message": {"text": format!("p{i}")}}),
         )
     });
@@ -1077,17 +1096,17 @@ async fn a_burst_of_followups_gets_one_turn_per_message() {
         r.unwrap();
     }
     wait_log(&t, &agent, "six turns", |ev| {
-        of_type(ev, "turn/end").len() == n
+        of_type(ev, event::TURN_END).len() == n
     })
     .await;
     idle(&t, &agent).await;
     let ev = events(&t, &agent).await;
-    let turns: Vec<u64> = of_type(&ev, "turn/start")
+    let turns: Vec<u64> = of_type(&ev, event::TURN_START)
         .iter()
         .map(|e| e["data"]["turn"].as_u64().unwrap())
         .collect();
     assert_eq!(turns, (1..=n as u64).collect::<Vec<_>>());
-    let prompts: Vec<&str> = of_type(&ev, "user/message")
+    let prompts: Vec<&str> = of_type(&ev, event::USER_MESSAGE)
         .iter()
         .map(|e| e["data"]["content"][0]["text"].as_str().unwrap())
         .collect();
@@ -1097,8 +1116,8 @@ async fn a_burst_of_followups_gets_one_turn_per_message() {
     let mut per_turn = vec![0; n];
     for e in &ev {
         match e["type"].as_str().unwrap() {
-            "turn/start" => open = e["data"]["turn"].as_u64().unwrap() as usize,
-            "user/message" => per_turn[open - 1] += 1,
+            event::TURN_START => open = e["data"]["turn"].as_u64().unwrap() as usize,
+            event::USER_MESSAGE => per_turn[open - 1] += 1,
             _ => {}
         }
     }
@@ -1146,7 +1165,7 @@ async fn request_header_tools_are_in_canonical_order() {
     let agent = new_agent(&t, "/tmp").await;
     turn(&t, &agent, "go").await;
     let ev = events(&t, &agent).await;
-    let names: Vec<&str> = of_type(&ev, "request/header")[0]["data"]["header"]["tools"]
+    let names: Vec<&str> = of_type(&ev, event::REQUEST_HEADER)[0]["data"]["header"]["tools"]
         .as_array()
         .unwrap()
         .iter()
@@ -1195,7 +1214,7 @@ async fn requests_append_extend_and_a_switch_logs_a_change_header() {
         assert_eq!(&b[..a.len()], &a[..], "a request extends the one before");
     }
     let ev = events(&t, &agent).await;
-    let headers = of_type(&ev, "request/header");
+    let headers = of_type(&ev, event::REQUEST_HEADER);
     let reasons: Vec<&Value> = headers.iter().map(|h| &h["data"]["reason"]).collect();
     assert_eq!(reasons, [&json!("initial"), &json!("change")]);
     assert_eq!(
@@ -1208,7 +1227,7 @@ async fn requests_append_extend_and_a_switch_logs_a_change_header() {
     );
     assert_eq!(reqs[3]["model"], "m2");
     // request/context follows the route: once for m1, once for m2.
-    let ctxs: Vec<&Value> = of_type(&ev, "request/context")
+    let ctxs: Vec<&Value> = of_type(&ev, event::REQUEST_CONTEXT)
         .iter()
         .map(|e| &e["data"]["model"])
         .collect();
@@ -1224,23 +1243,26 @@ async fn a_resumed_session_anchors_with_a_resume_header() {
     fake.push([text("one"), text("two")]);
     let agent = new_agent(&t, "/tmp").await;
     turn(&t, &agent, "a").await;
-    t.call("sessions", "flush", json!({"id": agent})).await;
-    t.call("agents", "dispose", json!({"agent": agent})).await;
-    t.call("sessions", "close", json!({"id": agent})).await;
+    t.call(service::SESSIONS, sessions::FLUSH, json!({"id": agent}))
+        .await;
+    t.call(service::AGENTS, agents::DISPOSE, json!({"agent": agent}))
+        .await;
+    t.call(service::SESSIONS, sessions::CLOSE, json!({"id": agent}))
+        .await;
     t.call(
-        "agentLoop",
-        "resume",
+        service::AGENT_LOOP,
+        agent_loop::RESUME,
         json!({"sessionId": agent, "agentOptions": {"provider": "fake", "model": "m1"}}),
     )
     .await;
     assert_eq!(turn(&t, &agent, "b").await, json!({"kind": "completed"}));
     let ev = events(&t, &agent).await;
-    let reasons: Vec<&Value> = of_type(&ev, "request/header")
+    let reasons: Vec<&Value> = of_type(&ev, event::REQUEST_HEADER)
         .iter()
         .map(|h| &h["data"]["reason"])
         .collect();
     assert_eq!(reasons, [&json!("initial"), &json!("resume")]);
-    let turns: Vec<&Value> = of_type(&ev, "turn/start")
+    let turns: Vec<&Value> = of_type(&ev, event::TURN_START)
         .iter()
         .map(|e| &e["data"]["turn"])
         .collect();
@@ -1267,23 +1289,26 @@ async fn a_pending_idle_inject_survives_persist_and_resume() {
     let (t, fake) = setup("").await;
     fake.push([text("ok")]);
     let agent = new_agent(&t, "/tmp").await;
-    send(&t, "inject", &agent, "remember this").await;
-    t.call("sessions", "flush", json!({"id": agent})).await;
-    t.call("agents", "dispose", json!({"agent": agent})).await;
-    t.call("sessions", "close", json!({"id": agent})).await;
+    send(&t, agents::INJECT, &agent, "remember this").await;
+    t.call(service::SESSIONS, sessions::FLUSH, json!({"id": agent}))
+        .await;
+    t.call(service::AGENTS, agents::DISPOSE, json!({"agent": agent}))
+        .await;
+    t.call(service::SESSIONS, sessions::CLOSE, json!({"id": agent}))
+        .await;
     t.call(
-        "agentLoop",
-        "resume",
+        service::AGENT_LOOP,
+        agent_loop::RESUME,
         json!({"sessionId": agent, "agentOptions": {"provider": "fake", "model": "m1"}}),
     )
     .await;
     assert!(
-        of_type(&events(&t, &agent).await, "turn/start").is_empty(),
+        of_type(&events(&t, &agent).await, event::TURN_START).is_empty(),
         "no synthetic turn"
     );
     assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "completed"}));
     let ev = events(&t, &agent).await;
-    let users: Vec<&str> = of_type(&ev, "user/message")
+    let users: Vec<&str> = of_type(&ev, event::USER_MESSAGE)
         .iter()
         .map(|e| e["data"]["content"][0]["text"].as_str().unwrap())
         .collect();
@@ -1299,12 +1324,15 @@ async fn session_start_says_startup_or_resume() {
     fake.push([text("ok")]);
     let agent = new_agent(&t, "/tmp").await;
     turn(&t, &agent, "a").await;
-    t.call("sessions", "flush", json!({"id": agent})).await;
-    t.call("agents", "dispose", json!({"agent": agent})).await;
-    t.call("sessions", "close", json!({"id": agent})).await;
+    t.call(service::SESSIONS, sessions::FLUSH, json!({"id": agent}))
+        .await;
+    t.call(service::AGENTS, agents::DISPOSE, json!({"agent": agent}))
+        .await;
+    t.call(service::SESSIONS, sessions::CLOSE, json!({"id": agent}))
+        .await;
     t.call(
-        "agentLoop",
-        "resume",
+        service::AGENT_LOOP,
+        agent_loop::RESUME,
         json!({"sessionId": agent, "agentOptions": {"provider": "fake", "model": "m1"}}),
     )
     .await;
@@ -1323,11 +1351,13 @@ async fn create_uses_the_caller_session_id_and_rejects_a_duplicate() {
     assert_eq!(create(&t, params.clone()).await, "mine-1");
     let err = t
         .host
-        .call("agentLoop", "create", params)
+        .call(service::AGENT_LOOP, agent_loop::CREATE, params)
         .await
         .unwrap_err();
     assert_eq!(err.code, "SESSION_ALREADY_EXISTS", "{err}");
-    let list = t.call("agentLoop", "list", json!({})).await;
+    let list = t
+        .call(service::AGENT_LOOP, agent_loop::LIST, json!({}))
+        .await;
     assert_eq!(list, json!(["mine-1"]));
     t.shutdown().await;
 }
@@ -1351,7 +1381,11 @@ async fn resume_without_persistence_is_rejected() {
     t.apply(&rows).await;
     let err = t
         .host
-        .call("agentLoop", "resume", json!({"sessionId": "nope"}))
+        .call(
+            service::AGENT_LOOP,
+            agent_loop::RESUME,
+            json!({"sessionId": "nope"}),
+        )
         .await
         .unwrap_err();
     assert!(
@@ -1384,8 +1418,8 @@ async fn a_concluding_tool_ends_the_turn_unless_next_step_input_is_pending() {
         "no model call after the concluding tool"
     );
     let ev = events(&t, &agent).await;
-    assert_eq!(kinds(&ev).last().unwrap(), "turn/end");
-    assert_eq!(of_type(&ev, "step/start").len(), 1);
+    assert_eq!(kinds(&ev).last().unwrap(), event::TURN_END);
+    assert_eq!(of_type(&ev, event::STEP_START).len(), 1);
 
     assert_eq!(turn(&t, &agent, "b").await, json!({"kind": "completed"}));
     assert_eq!(
@@ -1396,7 +1430,7 @@ async fn a_concluding_tool_ends_the_turn_unless_next_step_input_is_pending() {
     let ev = events(&t, &agent).await;
     let turn2: Vec<&Value> = ev
         .iter()
-        .filter(|e| e["type"] == "step/start" && e["data"]["turn"] == 2)
+        .filter(|e| e["type"] == event::STEP_START && e["data"]["turn"] == 2)
         .collect();
     assert_eq!(turn2.len(), 2);
     t.shutdown().await;

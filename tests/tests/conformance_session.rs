@@ -6,6 +6,7 @@
 //! No waits here: every call is answered after its effects (a flush is
 //! durable when it returns).
 
+use dsh_sdk::names::{service, session_persistence, sessions};
 use dsh_sdk::vocab::event;
 use dsh_sdk::Error;
 use dsh_testkit::agent::events;
@@ -26,8 +27,8 @@ async fn try_call(
 
 async fn create(t: &TestHost, id: &str) -> Value {
     t.call(
-        "sessions",
-        "create",
+        service::SESSIONS,
+        sessions::CREATE,
         json!({"id": id, "meta": {"cwd": CWD}}),
     )
     .await
@@ -38,7 +39,7 @@ async fn try_append(t: &TestHost, id: &str, kind: &str, data: Value) -> Result<V
     if event::SURFACE.contains(&kind) {
         a["surfaceOp"] = json!("append");
     }
-    try_call(t, "sessions", "append", a).await
+    try_call(t, service::SESSIONS, sessions::APPEND, a).await
 }
 
 async fn append(t: &TestHost, id: &str, kind: &str, data: Value) -> Value {
@@ -48,7 +49,11 @@ async fn append(t: &TestHost, id: &str, kind: &str, data: Value) -> Value {
 }
 
 async fn derive(t: &TestHost, id: &str) -> Vec<Value> {
-    serde_json::from_value(t.call("sessions", "derive", json!({"id": id})).await).unwrap()
+    serde_json::from_value(
+        t.call(service::SESSIONS, sessions::DERIVE, json!({"id": id}))
+            .await,
+    )
+    .unwrap()
 }
 
 fn kinds(events: &[Value]) -> Vec<&str> {
@@ -117,11 +122,18 @@ async fn full_turn(t: &TestHost, id: &str, turn: u64) {
 }
 
 async fn flush(t: &TestHost, id: &str) {
-    t.call("sessions", "flush", json!({"id": id})).await;
+    t.call(service::SESSIONS, sessions::FLUSH, json!({"id": id}))
+        .await;
 }
 
 async fn load(t: &TestHost, id: &str) -> Result<Value, Error> {
-    try_call(t, "sessionPersistence", "load", json!({"id": id})).await
+    try_call(
+        t,
+        service::SESSION_PERSISTENCE,
+        session_persistence::LOAD,
+        json!({"id": id}),
+    )
+    .await
 }
 
 // ---- session.spec.ts ----------------------------------------------------
@@ -191,8 +203,8 @@ async fn seeded_replay_is_identical() {
     full_turn(&t, "src", 1).await;
     let src = events(&t, "src").await;
     t.call(
-        "sessions",
-        "create",
+        service::SESSIONS,
+        sessions::CREATE,
         json!({"id": "replay", "meta": {"cwd": CWD}, "seed": src}),
     )
     .await;
@@ -208,8 +220,8 @@ async fn seeded_replay_is_identical() {
 async fn an_explicitly_empty_seed_gets_end_seed_at_seq_0_and_a_fresh_session_none() {
     let (t, _) = store().await;
     t.call(
-        "sessions",
-        "create",
+        service::SESSIONS,
+        sessions::CREATE,
         json!({"id": "empty-seed", "meta": {"cwd": CWD}, "seed": []}),
     )
     .await;
@@ -226,15 +238,15 @@ async fn an_explicitly_empty_seed_gets_end_seed_at_seq_0_and_a_fresh_session_non
 async fn a_seed_that_ends_in_end_seed_gets_no_second_one() {
     let (t, _) = store().await;
     t.call(
-        "sessions",
-        "create",
+        service::SESSIONS,
+        sessions::CREATE,
         json!({"id": "s1", "meta": {"cwd": CWD}, "seed": []}),
     )
     .await;
     let seed = events(&t, "s1").await;
     t.call(
-        "sessions",
-        "create",
+        service::SESSIONS,
+        sessions::CREATE,
         json!({"id": "s2", "meta": {"cwd": CWD}, "seed": seed}),
     )
     .await;
@@ -247,7 +259,7 @@ async fn append_rejects_non_json_numbers_and_misplaced_surface_metadata() {
     let (t, _) = store().await;
     create(&t, "a").await;
     // -0 is not lossless JSON.
-    let minus_zero = try_append(&t, "a", "user/message", json!({"x": -0.0})).await;
+    let minus_zero = try_append(&t, "a", event::USER_MESSAGE, json!({"x": -0.0})).await;
     let e = minus_zero.unwrap_err();
     assert_eq!(e.code, "INVALID_APPEND");
     assert_eq!(
@@ -255,9 +267,9 @@ async fn append_rejects_non_json_numbers_and_misplaced_surface_metadata() {
         "session event \"user/message\" carries non-JSON-serializable data"
     );
     // A surface event needs a surfaceOp.
-    let bare = json!({"id": "a", "type": "user/message", "data": user("u1", "x")});
+    let bare = json!({"id": "a", "type": event::USER_MESSAGE, "data": user("u1", "x")});
     assert_eq!(
-        code(try_call(&t, "sessions", "append", bare).await),
+        code(try_call(&t, service::SESSIONS, sessions::APPEND, bare).await),
         "INVALID_APPEND"
     );
     // Non-surface events carry neither surfaceOp nor sourceEventSeqs.
@@ -265,21 +277,21 @@ async fn append_rejects_non_json_numbers_and_misplaced_surface_metadata() {
         json!({"surfaceOp": "append"}),
         json!({"sourceEventSeqs": []}),
     ] {
-        let mut a = json!({"id": "a", "type": "todo/write", "data": {"todos": []}});
+        let mut a = json!({"id": "a", "type": event::TODO_WRITE, "data": {"todos": []}});
         a.as_object_mut()
             .unwrap()
             .extend(extra.as_object().unwrap().clone());
         assert_eq!(
-            code(try_call(&t, "sessions", "append", a).await),
+            code(try_call(&t, service::SESSIONS, sessions::APPEND, a).await),
             "INVALID_APPEND",
             "{extra}"
         );
     }
     // sourceEventSeqs must precede the event.
-    let ahead = json!({"id": "a", "type": "user/message", "data": user("u1", "x"),
+    let ahead = json!({"id": "a", "type": event::USER_MESSAGE, "data": user("u1", "x"),
                        "surfaceOp": "append", "sourceEventSeqs": [0]});
     assert_eq!(
-        code(try_call(&t, "sessions", "append", ahead).await),
+        code(try_call(&t, service::SESSIONS, sessions::APPEND, ahead).await),
         "INVALID_APPEND"
     );
     // Nothing rejected entered the log.
@@ -292,34 +304,40 @@ async fn seed_validation_rejects_gaps_missing_surface_op_and_non_json() {
     let (t, _) = store().await;
     let ev = |kind: &str, seq: u64, data: Value| json!({"type": kind, "seq": seq, "time": 1, "data": data});
     let user_ev = |seq| {
-        let mut e = ev("user/message", seq, user("u", "x"));
+        let mut e = ev(event::USER_MESSAGE, seq, user("u", "x"));
         e["surfaceOp"] = json!("append");
         e
     };
     let cases = [
-        ("gap", vec![user_ev(0), ev("todo/write", 2, json!({}))]),
-        ("no-surface-op", vec![ev("user/message", 0, user("u", "x"))]),
+        ("gap", vec![user_ev(0), ev(event::TODO_WRITE, 2, json!({}))]),
+        (
+            "no-surface-op",
+            vec![ev(event::USER_MESSAGE, 0, user("u", "x"))],
+        ),
         (
             "surface-on-log-only",
             vec![{
-                let mut e = ev("todo/write", 0, json!({}));
+                let mut e = ev(event::TODO_WRITE, 0, json!({}));
                 e["surfaceOp"] = json!("append");
                 e
             }],
         ),
-        ("minus-zero", vec![ev("todo/write", 0, json!({"n": -0.0}))]),
+        (
+            "minus-zero",
+            vec![ev(event::TODO_WRITE, 0, json!({"n": -0.0}))],
+        ),
     ];
     for (name, seed) in cases {
         let r = try_call(
             &t,
-            "sessions",
-            "create",
+            service::SESSIONS,
+            sessions::CREATE,
             json!({"id": name, "meta": {"cwd": CWD}, "seed": seed}),
         )
         .await;
         assert_eq!(code(r), "INVALID_APPEND", "{name}");
         assert_eq!(
-            code(try_call(&t, "sessions", "events", json!({"id": name})).await),
+            code(try_call(&t, service::SESSIONS, sessions::EVENTS, json!({"id": name})).await),
             "SESSION_NOT_FOUND",
             "{name} was not created"
         );
@@ -330,13 +348,13 @@ async fn seed_validation_rejects_gaps_missing_surface_op_and_non_json() {
 #[tokio::test]
 async fn a_bare_session_has_a_v0_header_and_meta_attaches() {
     let (t, _) = store().await;
-    let bare = t.call("sessions", "create", json!({})).await;
+    let bare = t.call(service::SESSIONS, sessions::CREATE, json!({})).await;
     assert_eq!(bare["header"]["version"], 0);
     assert!(bare["id"].as_str().unwrap().starts_with("session-"));
     let h = t
         .call(
-            "sessions",
-            "create",
+            service::SESSIONS,
+            sessions::CREATE,
             json!({"id": "meta", "meta": {"cwd": CWD},
                    "header": {"version": 0, "id": "meta", "createdAt": 5, "parentSession": "p",
                               "origin": "subagent", "delegationDepth": 2}}),
@@ -349,8 +367,8 @@ async fn a_bare_session_has_a_v0_header_and_meta_attaches() {
     );
     let relative = try_call(
         &t,
-        "sessions",
-        "create",
+        service::SESSIONS,
+        sessions::CREATE,
         json!({"id": "rel", "meta": {"cwd": "relative/dir"}}),
     )
     .await;
@@ -362,7 +380,13 @@ async fn a_bare_session_has_a_v0_header_and_meta_attaches() {
 async fn duplicate_live_ids_are_rejected() {
     let (t, _) = store().await;
     create(&t, "dup").await;
-    let again = try_call(&t, "sessions", "create", json!({"id": "dup"})).await;
+    let again = try_call(
+        &t,
+        service::SESSIONS,
+        sessions::CREATE,
+        json!({"id": "dup"}),
+    )
+    .await;
     assert_eq!(code(again), "SESSION_ALREADY_EXISTS");
     t.shutdown().await;
 }
@@ -371,7 +395,8 @@ async fn duplicate_live_ids_are_rejected() {
 async fn a_closed_session_is_detached() {
     let (t, _) = store().await;
     create(&t, "gone").await;
-    t.call("sessions", "close", json!({"id": "gone"})).await;
+    t.call(service::SESSIONS, sessions::CLOSE, json!({"id": "gone"}))
+        .await;
     let r = try_append(&t, "gone", event::TURN_START, json!({"turn": 1})).await;
     assert_eq!(code(r), "SESSION_NOT_FOUND");
     t.shutdown().await;
@@ -446,8 +471,11 @@ async fn request_header_with_reasoning_effort_and_adapter_defaults_round_trips()
     )
     .await;
     flush(&t, "h").await;
-    t.call("sessions", "close", json!({"id": "h"})).await;
-    let summary = t.call("sessions", "resume", json!({"id": "h"})).await;
+    t.call(service::SESSIONS, sessions::CLOSE, json!({"id": "h"}))
+        .await;
+    let summary = t
+        .call(service::SESSIONS, sessions::RESUME, json!({"id": "h"}))
+        .await;
     assert_eq!(summary["requestHeader"], header);
     t.shutdown().await;
 }
@@ -467,8 +495,8 @@ async fn an_unknown_event_type_is_refused_unless_ignorable() {
     );
     let kept = try_call(
         &t,
-        "sessions",
-        "append",
+        service::SESSIONS,
+        sessions::APPEND,
         json!({"id": "u", "type": "my-plugin/thing", "data": {"x": 1}, "ignorable": true}),
     )
     .await
@@ -476,7 +504,8 @@ async fn an_unknown_event_type_is_refused_unless_ignorable() {
     assert_eq!(kept["ignorable"], true);
     assert_eq!(kept["seq"], 0);
     flush(&t, "u").await;
-    t.call("sessions", "close", json!({"id": "u"})).await;
+    t.call(service::SESSIONS, sessions::CLOSE, json!({"id": "u"}))
+        .await;
     // An ignorable unknown event loads as-is.
     assert_eq!(load(&t, "u").await.unwrap()["events"], json!([kept]));
 
@@ -496,8 +525,8 @@ async fn an_unknown_event_type_is_refused_unless_ignorable() {
     );
     let inspect = try_call(
         &t,
-        "sessionPersistence",
-        "inspect",
+        service::SESSION_PERSISTENCE,
+        session_persistence::INSPECT,
         json!({"id": "foreign"}),
     )
     .await;
@@ -506,8 +535,8 @@ async fn an_unknown_event_type_is_refused_unless_ignorable() {
     let seed = json!([{"type": "mode/set", "seq": 0, "time": 1, "data": {}}]);
     let r = try_call(
         &t,
-        "sessions",
-        "create",
+        service::SESSIONS,
+        sessions::CREATE,
         json!({"id": "seeded-unknown", "seed": seed}),
     )
     .await;
@@ -523,9 +552,14 @@ async fn a_new_session_colliding_with_a_stored_id_is_rejected_and_the_log_left_a
     create(&t, "taken").await;
     full_turn(&t, "taken", 1).await;
     flush(&t, "taken").await;
-    t.call("sessions", "close", json!({"id": "taken"})).await;
+    t.call(service::SESSIONS, sessions::CLOSE, json!({"id": "taken"}))
+        .await;
     let path = t
-        .call("sessionPersistence", "locate", json!({"id": "taken"}))
+        .call(
+            service::SESSION_PERSISTENCE,
+            session_persistence::LOCATE,
+            json!({"id": "taken"}),
+        )
         .await["path"]
         .as_str()
         .unwrap()
@@ -534,9 +568,14 @@ async fn a_new_session_colliding_with_a_stored_id_is_rejected_and_the_log_left_a
 
     create(&t, "taken").await;
     append(&t, "taken", event::TURN_START, json!({"turn": 1})).await;
-    let e = try_call(&t, "sessions", "flush", json!({"id": "taken"}))
-        .await
-        .unwrap_err();
+    let e = try_call(
+        &t,
+        service::SESSIONS,
+        sessions::FLUSH,
+        json!({"id": "taken"}),
+    )
+    .await
+    .unwrap_err();
     assert_eq!(e.code, "SESSION_ALREADY_EXISTS");
     // (The flush dispatch prefixes the listener's message with its event.)
     assert!(
@@ -557,7 +596,8 @@ async fn an_abandoned_lazy_id_is_reusable() {
     let (t, _) = store().await;
     create(&t, "lazy").await;
     flush(&t, "lazy").await;
-    t.call("sessions", "close", json!({"id": "lazy"})).await;
+    t.call(service::SESSIONS, sessions::CLOSE, json!({"id": "lazy"}))
+        .await;
     create(&t, "lazy").await;
     append(&t, "lazy", event::TURN_START, json!({"turn": 1})).await;
     flush(&t, "lazy").await;
@@ -565,8 +605,8 @@ async fn an_abandoned_lazy_id_is_reusable() {
         kinds(
             try_call(
                 &t,
-                "sessionPersistence",
-                "readFrom",
+                service::SESSION_PERSISTENCE,
+                session_persistence::READ_FROM,
                 json!({"id": "lazy", "fromSeq": 0})
             )
             .await
@@ -596,8 +636,8 @@ async fn load_rejects_while_the_live_turn_is_open_and_succeeds_after_it_closes()
     // The live writer's log was not crash-repaired under it.
     let raw = try_call(
         &t,
-        "sessionPersistence",
-        "readFrom",
+        service::SESSION_PERSISTENCE,
+        session_persistence::READ_FROM,
         json!({"id": "live", "fromSeq": 0}),
     )
     .await
@@ -623,7 +663,7 @@ async fn load_rejects_while_the_live_turn_is_open_and_succeeds_after_it_closes()
 // ---- fork.spec.ts ---------------------------------------------------------
 
 async fn fork(t: &TestHost, params: Value) -> Result<Value, Error> {
-    try_call(t, "sessions", "fork", params).await
+    try_call(t, service::SESSIONS, sessions::FORK, params).await
 }
 
 #[tokio::test]
@@ -631,8 +671,8 @@ async fn an_empty_source_forks_to_an_empty_child_with_lineage() {
     let (t, _) = store().await;
     // The source's own lineage and delegation are not the child's.
     t.call(
-        "sessions",
-        "create",
+        service::SESSIONS,
+        sessions::CREATE,
         json!({"id": "empty", "meta": {"cwd": CWD},
                "header": {"version": 0, "id": "empty", "createdAt": 5, "parentSession": "grandparent",
                           "seedLength": 3, "origin": "subagent", "delegationDepth": 2}}),
@@ -792,8 +832,8 @@ async fn a_fork_seed_is_persisted_once_with_end_seed_at_the_seed_length() {
     flush(&t, "kid").await;
     let raw = try_call(
         &t,
-        "sessionPersistence",
-        "readFrom",
+        service::SESSION_PERSISTENCE,
+        session_persistence::READ_FROM,
         json!({"id": "kid", "fromSeq": 0}),
     )
     .await
@@ -812,11 +852,24 @@ async fn a_fork_seed_is_persisted_once_with_end_seed_at_the_seed_length() {
 #[tokio::test]
 async fn flush_rejects_a_session_that_is_not_live() {
     let (t, _) = store().await;
-    let r = try_call(&t, "sessions", "flush", json!({"id": "never"})).await;
+    let r = try_call(
+        &t,
+        service::SESSIONS,
+        sessions::FLUSH,
+        json!({"id": "never"}),
+    )
+    .await;
     assert_eq!(code(r), "SESSION_NOT_FOUND");
     create(&t, "closed").await;
-    t.call("sessions", "close", json!({"id": "closed"})).await;
-    let r = try_call(&t, "sessions", "flush", json!({"id": "closed"})).await;
+    t.call(service::SESSIONS, sessions::CLOSE, json!({"id": "closed"}))
+        .await;
+    let r = try_call(
+        &t,
+        service::SESSIONS,
+        sessions::FLUSH,
+        json!({"id": "closed"}),
+    )
+    .await;
     assert_eq!(code(r), "SESSION_NOT_FOUND");
     t.shutdown().await;
 }

@@ -4,6 +4,7 @@
 //! `tests/CONFORMANCE.md` (§10.4-10.6)).
 
 use dsh_sdk::codes;
+use dsh_sdk::names::{bus, service, system_prompt, tools};
 use dsh_testkit::fixtures::{
     probe_call, probe_journal, probe_row, register_tool, stage_probe, toml_value,
 };
@@ -204,8 +205,8 @@ async fn tools_with(extra: &str, more: &str) -> TestHost {
 
 async fn exec(t: &TestHost, name: &str, args: Value) -> Value {
     t.call(
-        "tools",
-        "execute",
+        service::TOOLS,
+        tools::EXECUTE,
         json!({"callId": "c1", "name": name, "arguments": args, "agent": "a1", "cwd": "/"}),
     )
     .await
@@ -296,14 +297,14 @@ async fn invalid_arguments_are_an_invalid_args_error_listing_every_violation() {
 #[tokio::test]
 async fn a_pre_execute_denial_skips_execute_but_reaches_post_execute_and_result() {
     let deny = listener(
-        "tools/pre-execute",
+        bus::TOOLS_PRE_EXECUTE,
         "reply",
         Some(json!({"kind": "deny", "reason": "not today"})),
     );
     let obs = listeners_cfg(&[
-        listener("tools/execute", "record", None),
-        listener("tools/post-execute", "record", None),
-        listener("tools/result", "record", None),
+        listener(bus::TOOLS_EXECUTE, "record", None),
+        listener(bus::TOOLS_POST_EXECUTE, "record", None),
+        listener(bus::TOOLS_RESULT, "record", None),
     ]);
     let t = tools_with(&listeners_cfg(&[deny]), &probe_row("obs", &obs)).await;
     let r = exec(&t, "t", json!({"value": "ran"})).await;
@@ -327,7 +328,8 @@ async fn a_pre_execute_denial_skips_execute_but_reaches_post_execute_and_result(
 
 #[tokio::test]
 async fn an_ask_without_an_approval_service_is_denied_with_its_reason() {
-    let ask = |reply: Value| listeners_cfg(&[listener("tools/pre-execute", "reply", Some(reply))]);
+    let ask =
+        |reply: Value| listeners_cfg(&[listener(bus::TOOLS_PRE_EXECUTE, "reply", Some(reply))]);
     let t = tools_with(&ask(json!({"kind": "ask"})), "").await;
     let r = exec(&t, "t", json!({"value": "ran"})).await;
     assert_eq!(
@@ -349,7 +351,7 @@ async fn an_ask_without_an_approval_service_is_denied_with_its_reason() {
 #[tokio::test]
 async fn approval_outcomes_cancelled_unavailable_and_rogue_deny_the_call() {
     let ask = listeners_cfg(&[listener(
-        "tools/pre-execute",
+        bus::TOOLS_PRE_EXECUTE,
         "reply",
         Some(json!({"kind": "ask"})),
     )]);
@@ -388,8 +390,8 @@ async fn approval_outcomes_cancelled_unavailable_and_rogue_deny_the_call() {
     // Without an agent there is nobody to ask: denied, the tool not run.
     let r = t
         .call(
-            "tools",
-            "execute",
+            service::TOOLS,
+            tools::EXECUTE,
             json!({"callId": "c", "name": "t", "arguments": {"value": "ran"}, "cwd": "/"}),
         )
         .await;
@@ -401,7 +403,7 @@ async fn approval_outcomes_cancelled_unavailable_and_rogue_deny_the_call() {
 #[tokio::test]
 async fn post_execute_accept_content_replaces_the_content_and_keeps_the_value() {
     let replace = listener(
-        "tools/post-execute",
+        bus::TOOLS_POST_EXECUTE,
         "reply",
         Some(json!({"kind": "accept", "content": [{"type": "text", "text": "replaced"}]})),
     );
@@ -422,7 +424,7 @@ async fn post_execute_accept_content_replaces_the_content_and_keeps_the_value() 
 #[tokio::test]
 async fn post_execute_block_is_a_valueless_failure_showing_the_feedback() {
     let block = listener(
-        "tools/post-execute",
+        bus::TOOLS_POST_EXECUTE,
         "reply",
         Some(json!({"kind": "block", "feedback": [{"type": "text", "text": "not that file"}]})),
     );
@@ -439,7 +441,7 @@ async fn post_execute_block_is_a_valueless_failure_showing_the_feedback() {
 #[tokio::test]
 async fn an_execute_wrapper_may_answer_without_calling_the_tool() {
     let wrapper = listener(
-        "tools/execute",
+        bus::TOOLS_EXECUTE,
         "reply",
         Some(
             json!({"isError": false, "value": "cached", "content": [{"type": "text", "text": "from the wrapper"}]}),
@@ -447,7 +449,7 @@ async fn an_execute_wrapper_may_answer_without_calling_the_tool() {
     );
     let post = probe_row(
         "obs",
-        &listeners_cfg(&[listener("tools/post-execute", "record", None)]),
+        &listeners_cfg(&[listener(bus::TOOLS_POST_EXECUTE, "record", None)]),
     );
     let t = tools_with(&listeners_cfg(&[wrapper]), &post).await;
     let r = exec(&t, "t", json!({"value": "ran"})).await;
@@ -464,7 +466,11 @@ async fn an_execute_wrapper_may_answer_without_calling_the_tool() {
 async fn a_throwing_listener_in_any_stage_is_an_error_result_keeping_its_code() {
     let t = TestHost::start().await;
     stage_probe(&t);
-    for stage in ["tools/pre-execute", "tools/execute", "tools/post-execute"] {
+    for stage in [
+        bus::TOOLS_PRE_EXECUTE,
+        bus::TOOLS_EXECUTE,
+        bus::TOOLS_POST_EXECUTE,
+    ] {
         t.apply(&tool_rows(
             &listeners_cfg(&[listener(stage, "fail", None)]),
             "",
@@ -483,7 +489,7 @@ async fn a_throwing_listener_in_any_stage_is_an_error_result_keeping_its_code() 
 async fn tools_result_is_emitted_once_with_the_exec_and_the_result() {
     let obs = probe_row(
         "obs",
-        &listeners_cfg(&[listener("tools/result", "record", None)]),
+        &listeners_cfg(&[listener(bus::TOOLS_RESULT, "record", None)]),
     );
     let t = tools_with("", &obs).await;
     let r = exec(&t, "t", json!({"value": 3})).await;
@@ -511,7 +517,7 @@ async fn tools_result_is_emitted_once_with_the_exec_and_the_result() {
 async fn registration_rejects_duplicates_per_layer_and_announces_changes() {
     let obs = probe_row(
         "obs",
-        &listeners_cfg(&[listener("tools/change", "record", None)]),
+        &listeners_cfg(&[listener(bus::TOOLS_CHANGE, "record", None)]),
     );
     let t = TestHost::start().await;
     stage_probe(&t);
@@ -543,7 +549,8 @@ async fn registration_rejects_duplicates_per_layer_and_announces_changes() {
     })
     .await;
     assert_eq!(
-        t.call("tools", "schemas", json!({"scope": "a1"})).await,
+        t.call(service::TOOLS, tools::SCHEMAS, json!({"scope": "a1"}))
+            .await,
         json!([])
     );
     t.shutdown().await;
@@ -559,7 +566,7 @@ async fn schemas_project_name_description_and_parameters_only() {
     )
     .await
     .unwrap();
-    let schemas = t.call("tools", "schemas", json!({})).await;
+    let schemas = t.call(service::TOOLS, tools::SCHEMAS, json!({})).await;
     assert_eq!(
         schemas,
         json!([
@@ -592,7 +599,8 @@ async fn execution_mode_is_parallel_only_for_exact_true() {
         ("unknown", "exclusive"),
     ] {
         assert_eq!(
-            t.call("tools", "mode", json!({"name": name})).await,
+            t.call(service::TOOLS, tools::MODE, json!({"name": name}))
+                .await,
             json!(mode),
             "{name}"
         );
@@ -626,11 +634,17 @@ async fn a_scoped_tool_shadows_the_global_one_in_either_order() {
             .collect()
     };
     assert_eq!(
-        descriptions(t.call("tools", "schemas", json!({"scope": "a1"})).await),
+        descriptions(
+            t.call(service::TOOLS, tools::SCHEMAS, json!({"scope": "a1"}))
+                .await
+        ),
         ["t=a1's t", "u=a1's u"]
     );
     assert_eq!(
-        descriptions(t.call("tools", "schemas", json!({"scope": "a2"})).await),
+        descriptions(
+            t.call(service::TOOLS, tools::SCHEMAS, json!({"scope": "a2"}))
+                .await
+        ),
         ["t=the t tool", "u=the u tool"]
     );
     t.shutdown().await;
@@ -644,8 +658,8 @@ async fn a_scoped_pre_execute_listener_gates_only_its_agent() {
     assert_eq!(text_of(&r), "Error: a1 only");
     let r = t
         .call(
-            "tools",
-            "execute",
+            service::TOOLS,
+            tools::EXECUTE,
             json!({"callId": "c", "name": "t", "arguments": {"value": 1}, "agent": "a2", "cwd": "/"}),
         )
         .await;
@@ -661,8 +675,8 @@ fn prompt_rows(config: &str, more: &str) -> String {
 
 async fn assemble(t: &TestHost) -> Value {
     t.call(
-        "systemPrompt",
-        "assemble",
+        service::SYSTEM_PROMPT,
+        system_prompt::ASSEMBLE,
         json!({"variables": {"model": "m"}}),
     )
     .await
@@ -725,8 +739,8 @@ async fn section(
     probe_call(
         t,
         "impl",
-        "systemPrompt",
-        "section",
+        service::SYSTEM_PROMPT,
+        system_prompt::SECTION,
         json!({"name": name, "order": order, "text": text}),
     )
     .await
@@ -738,7 +752,7 @@ async fn sections_sort_by_order_reject_duplicates_and_leave_with_their_fiber() {
     stage_probe(&t);
     let obs = probe_row(
         "obs",
-        &listeners_cfg(&[listener("system-prompt/change", "record", None)]),
+        &listeners_cfg(&[listener(bus::SYSTEM_PROMPT_CHANGE, "record", None)]),
     );
     let rows = prompt_rows(
         "persona = \"P\"",
@@ -791,7 +805,7 @@ async fn the_assemble_waterfall_composes_and_may_short_circuit() {
     let short = probe_row(
         "w",
         &listeners_cfg(&[listener(
-            "system-prompt/assemble",
+            bus::SYSTEM_PROMPT_ASSEMBLE,
             "reply",
             Some(
                 json!({"sections": [{"name": "only", "text": "replaced"}], "tools": [], "variables": {}}),
@@ -805,7 +819,7 @@ async fn the_assemble_waterfall_composes_and_may_short_circuit() {
     // A listener that calls next sees the assembly and passes it on.
     let pass = probe_row(
         "w",
-        &listeners_cfg(&[listener("system-prompt/assemble", "record", None)]),
+        &listeners_cfg(&[listener(bus::SYSTEM_PROMPT_ASSEMBLE, "record", None)]),
     );
     t.apply(&prompt_rows("", &pass)).await;
     let a = assemble(&t).await;
@@ -828,8 +842,8 @@ async fn an_interpolation_error_fails_the_assembly_naming_its_section() {
     let e = t
         .host
         .call(
-            "systemPrompt",
-            "assemble",
+            service::SYSTEM_PROMPT,
+            system_prompt::ASSEMBLE,
             json!({"variables": {"model": "m"}}),
         )
         .await

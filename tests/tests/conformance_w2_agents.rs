@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use dsh_sdk::names::{agent_loop, agents, bus, service, sessions};
 use dsh_sdk::vocab::{event, msg};
 use dsh_testkit::agent::{
     core_host_staged, create, events, logged, new_agent, send_message, user_texts,
@@ -52,17 +53,24 @@ async fn heard(t: &TestHost, tag: &str, n: usize, name: &str) -> Vec<Value> {
 async fn agent_with_pending(t: &TestHost, fake: &FakeLlm) -> (String, Value, Value) {
     fake.push([stall_after("Half")]);
     let agent = new_agent(t, "/tmp").await;
-    send_message(t, "followup", &agent, msg::user_text("running", "running")).await;
+    send_message(
+        t,
+        agents::FOLLOWUP,
+        &agent,
+        msg::user_text("running", "running"),
+    )
+    .await;
     logged(t, &agent, event::ASSISTANT_CHUNK).await;
     let original = msg::user_text("original", "original");
     let step = msg::user_text("step", "step");
-    send_message(t, "followup", &agent, original.clone()).await;
-    send_message(t, "inject", &agent, step.clone()).await;
+    send_message(t, agents::FOLLOWUP, &agent, original.clone()).await;
+    send_message(t, agents::INJECT, &agent, step.clone()).await;
     (agent, original, step)
 }
 
 async fn pending(t: &TestHost, agent: &str) -> Value {
-    t.call("agents", "pending", json!({"agent": agent})).await
+    t.call(service::AGENTS, agents::PENDING, json!({"agent": agent}))
+        .await
 }
 
 /// agent.spec "replaces a pending message by identity across both lists":
@@ -74,7 +82,7 @@ async fn pending(t: &TestHost, agent: &str) -> Value {
 async fn replace_finds_a_pending_message_by_identity_in_either_list() {
     let hooks = hooks_row(
         "i",
-        json!({"listeners": [{"event": "agent/inbox/inserted"}, {"event": "agent/inbox/discarded"}]}),
+        json!({"listeners": [{"event": bus::AGENT_INBOX_INSERTED}, {"event": bus::AGENT_INBOX_DISCARDED}]}),
     );
     let (t, fake) = setup(&hooks).await;
     let (agent, original, step) = agent_with_pending(&t, &fake).await;
@@ -84,18 +92,28 @@ async fn replace_finds_a_pending_message_by_identity_in_either_list() {
     let replace =
         |id: &str, message: &Value| json!({"agent": agent, "messageId": id, "message": message});
     let missed = t
-        .call("agents", "replace", replace("missing", &replacement))
+        .call(
+            service::AGENTS,
+            agents::REPLACE,
+            replace("missing", &replacement),
+        )
         .await;
     assert_eq!(missed, json!(false));
     assert_eq!(splices(&events(&t, &agent).await).len(), before);
 
     let hit = t
-        .call("agents", "replace", replace("original", &replacement))
+        .call(
+            service::AGENTS,
+            agents::REPLACE,
+            replace("original", &replacement),
+        )
         .await;
     assert_eq!(hit, json!(true));
     // The same identity with other content: an edit in the next-step list.
     let edited = msg::user_text("step", "edited step");
-    let hit = t.call("agents", "replace", replace("step", &edited)).await;
+    let hit = t
+        .call(service::AGENTS, agents::REPLACE, replace("step", &edited))
+        .await;
     assert_eq!(hit, json!(true));
     assert_eq!(
         pending(&t, &agent).await,
@@ -115,7 +133,11 @@ async fn replace_finds_a_pending_message_by_identity_in_either_list() {
     // `edited` → a message with `replacement`'s id, pending in next-turn.
     let err = t
         .host
-        .call("agents", "replace", replace("step", &replacement))
+        .call(
+            service::AGENTS,
+            agents::REPLACE,
+            replace("step", &replacement),
+        )
         .await
         .expect_err("a duplicate identity is refused");
     assert_eq!(err.code, "MESSAGE_ALREADY_PENDING");
@@ -129,14 +151,15 @@ async fn replace_finds_a_pending_message_by_identity_in_either_list() {
     // two replaced messages, in order.
     let running = msg::user_text("running", "running");
     assert_eq!(
-        heard(&t, "i", 7, "agent/inbox/inserted").await,
+        heard(&t, "i", 7, bus::AGENT_INBOX_INSERTED).await,
         [running, original.clone(), step.clone(), replacement, edited]
     );
     assert_eq!(
-        heard(&t, "i", 7, "agent/inbox/discarded").await,
+        heard(&t, "i", 7, bus::AGENT_INBOX_DISCARDED).await,
         [original, step]
     );
-    t.call("agents", "cancel", json!({"agent": agent})).await;
+    t.call(service::AGENTS, agents::CANCEL, json!({"agent": agent}))
+        .await;
     t.shutdown().await;
 }
 
@@ -149,7 +172,8 @@ async fn remove_cancels_one_pending_message_and_a_missing_id_is_false() {
     let (agent, original, _step) = agent_with_pending(&t, &fake).await;
     let remove = |id: &str| json!({"agent": agent, "messageId": id});
     assert_eq!(
-        t.call("agents", "remove", remove("step")).await,
+        t.call(service::AGENTS, agents::REMOVE, remove("step"))
+            .await,
         json!(true)
     );
     assert_eq!(
@@ -165,16 +189,19 @@ async fn remove_cancels_one_pending_message_and_a_missing_id_is_false() {
     );
     let before = events(&t, &agent).await.len();
     assert_eq!(
-        t.call("agents", "remove", remove("step")).await,
+        t.call(service::AGENTS, agents::REMOVE, remove("step"))
+            .await,
         json!(false)
     );
     // The claimed prompt is no longer pending either.
     assert_eq!(
-        t.call("agents", "remove", remove("running")).await,
+        t.call(service::AGENTS, agents::REMOVE, remove("running"))
+            .await,
         json!(false)
     );
     assert_eq!(events(&t, &agent).await.len(), before);
-    t.call("agents", "cancel", json!({"agent": agent})).await;
+    t.call(service::AGENTS, agents::CANCEL, json!({"agent": agent}))
+        .await;
     t.shutdown().await;
 }
 
@@ -194,7 +221,7 @@ async fn a_send_whose_message_id_is_already_pending_is_refused() {
         let err = t
             .host
             .call(
-                "agents",
+                service::AGENTS,
                 method,
                 json!({"agent": agent, "message": message}),
             )
@@ -209,7 +236,8 @@ async fn a_send_whose_message_id_is_already_pending_is_refused() {
         pending(&t, &agent).await,
         json!({"nextTurn": [original], "nextStep": [step]})
     );
-    t.call("agents", "cancel", json!({"agent": agent})).await;
+    t.call(service::AGENTS, agents::CANCEL, json!({"agent": agent}))
+        .await;
     t.shutdown().await;
 }
 
@@ -220,14 +248,14 @@ async fn a_send_whose_message_id_is_already_pending_is_refused() {
 async fn a_resume_rejects_an_invalid_logged_splice_naming_its_seq() {
     let (t, _fake) = setup("").await;
     t.call(
-        "sessions",
-        "create",
+        service::SESSIONS,
+        sessions::CREATE,
         json!({"id": "invalid-inbox-replay", "meta": {"cwd": "/tmp"}}),
     )
     .await;
     t.call(
-        "sessions",
-        "append",
+        service::SESSIONS,
+        sessions::APPEND,
         json!({"id": "invalid-inbox-replay", "type": event::INBOX_SPLICED,
                "data": {"target": "next-turn", "start": 1, "inserted": []}}),
     )
@@ -235,8 +263,8 @@ async fn a_resume_rejects_an_invalid_logged_splice_naming_its_seq() {
     let err = t
         .host
         .call(
-            "agentLoop",
-            "resume",
+            service::AGENT_LOOP,
+            agent_loop::RESUME,
             json!({"sessionId": "invalid-inbox-replay",
                    "agentOptions": {"provider": "fake", "model": "m1"}}),
         )
@@ -247,7 +275,11 @@ async fn a_resume_rejects_an_invalid_logged_splice_naming_its_seq() {
         err.message,
         "invalid persisted inbox splice at session seq 0: invalid inbox splice"
     );
-    assert_eq!(t.call("agentLoop", "list", json!({})).await, json!([]));
+    assert_eq!(
+        t.call(service::AGENT_LOOP, agent_loop::LIST, json!({}))
+            .await,
+        json!([])
+    );
     t.shutdown().await;
 }
 
@@ -262,12 +294,17 @@ async fn an_agent_created_without_a_cwd_has_none_and_resumes_without_one() {
         json!({"sessionId": "nocwd-sess", "agentOptions": {"provider": "fake", "model": "m1"}}),
     )
     .await;
-    let header = t.call("sessions", "header", json!({"id": agent})).await["header"].clone();
+    let header = t
+        .call(service::SESSIONS, sessions::HEADER, json!({"id": agent}))
+        .await["header"]
+        .clone();
     assert_eq!(header["id"], "nocwd-sess");
     assert_eq!(header.get("cwd"), None, "{header}");
     fake.push([text("hi")]);
-    send_message(&t, "followup", &agent, json!({"text": "hello"})).await;
-    let end = t.call("agents", "whenIdle", json!({"agent": agent})).await;
+    send_message(&t, agents::FOLLOWUP, &agent, json!({"text": "hello"})).await;
+    let end = t
+        .call(service::AGENTS, agents::WHEN_IDLE, json!({"agent": agent}))
+        .await;
     assert_eq!(end["reason"], json!({"kind": "completed"}));
     let system = &fake.requests()[0]["messages"][0]["content"];
     assert!(
@@ -277,16 +314,22 @@ async fn an_agent_created_without_a_cwd_has_none_and_resumes_without_one() {
         "{system}"
     );
 
-    t.call("agents", "dispose", json!({"agent": agent})).await;
-    t.call("sessions", "close", json!({"id": agent})).await;
+    t.call(service::AGENTS, agents::DISPOSE, json!({"agent": agent}))
+        .await;
+    t.call(service::SESSIONS, sessions::CLOSE, json!({"id": agent}))
+        .await;
     t.call(
-        "agentLoop",
-        "resume",
+        service::AGENT_LOOP,
+        agent_loop::RESUME,
         json!({"sessionId": "nocwd-sess", "agentOptions": {"provider": "fake", "model": "m1"}}),
     )
     .await;
     let header = t
-        .call("sessions", "header", json!({"id": "nocwd-sess"}))
+        .call(
+            service::SESSIONS,
+            sessions::HEADER,
+            json!({"id": "nocwd-sess"}),
+        )
         .await["header"]
         .clone();
     assert_eq!(header.get("cwd"), None, "{header}");
@@ -327,8 +370,11 @@ async fn setup_loop(config: &str, extra: &str) -> (TestHost, FakeLlm) {
 async fn agents_when(t: &TestHost, n: usize) -> Vec<String> {
     let until = Instant::now() + DEADLINE;
     loop {
-        let mut ids: Vec<String> =
-            serde_json::from_value(t.call("agentLoop", "list", json!({})).await).expect("ids");
+        let mut ids: Vec<String> = serde_json::from_value(
+            t.call(service::AGENT_LOOP, agent_loop::LIST, json!({}))
+                .await,
+        )
+        .expect("ids");
         if ids.len() >= n {
             assert_eq!(ids.len(), n, "{ids:?}");
             ids.sort();
@@ -340,7 +386,9 @@ async fn agents_when(t: &TestHost, n: usize) -> Vec<String> {
 }
 
 async fn header(t: &TestHost, id: &str) -> Value {
-    t.call("sessions", "header", json!({"id": id})).await["header"].clone()
+    t.call(service::SESSIONS, sessions::HEADER, json!({"id": id}))
+        .await["header"]
+        .clone()
 }
 
 /// `<prefix>-session-<uuid>`, the uuid in its 36-character hex form.
@@ -371,8 +419,10 @@ async fn configured_agents_start_in_fresh_sessions_with_their_cwd() {
     assert_eq!(header(&t, &ids[1]).await.get("cwd"), None);
 
     fake.push([text("hi")]);
-    send_message(&t, "followup", &ids[0], json!({"text": "hello"})).await;
-    let end = t.call("agents", "whenIdle", json!({"agent": ids[0]})).await;
+    send_message(&t, agents::FOLLOWUP, &ids[0], json!({"text": "hello"})).await;
+    let end = t
+        .call(service::AGENTS, agents::WHEN_IDLE, json!({"agent": ids[0]}))
+        .await;
     assert_eq!(end["reason"], json!({"kind": "completed"}));
     assert_eq!(fake.requests()[0]["model"], "m1");
     t.shutdown().await;
@@ -398,13 +448,17 @@ async fn an_exact_configured_id_is_created_once_then_restored_across_a_reload() 
     fake.push([text("one"), text("two")]);
     send_message(
         &t,
-        "followup",
+        agents::FOLLOWUP,
         "config-exact",
         json!({"text": "remember me"}),
     )
     .await;
-    t.call("agents", "whenIdle", json!({"agent": "config-exact"}))
-        .await;
+    t.call(
+        service::AGENTS,
+        agents::WHEN_IDLE,
+        json!({"agent": "config-exact"}),
+    )
+    .await;
 
     // Only the agent loop's config changes: it alone reloads.
     let reloaded = r#"{ maxStepsPerTurn = 50, agents = [{ id = "main", sessionId = "config-exact", provider = "fake", model = "m1" }] }"#;
@@ -416,9 +470,19 @@ async fn an_exact_configured_id_is_created_once_then_restored_across_a_reload() 
         "the agent loop reloaded"
     );
     assert_eq!(agents_when(&t, 1).await, ["config-exact"]);
-    send_message(&t, "followup", "config-exact", json!({"text": "and now?"})).await;
+    send_message(
+        &t,
+        agents::FOLLOWUP,
+        "config-exact",
+        json!({"text": "and now?"}),
+    )
+    .await;
     let end = t
-        .call("agents", "whenIdle", json!({"agent": "config-exact"}))
+        .call(
+            service::AGENTS,
+            agents::WHEN_IDLE,
+            json!({"agent": "config-exact"}),
+        )
         .await;
     assert_eq!(end["lastTurn"], 2);
     let texts: Vec<String> = events(&t, "config-exact")
@@ -448,18 +512,25 @@ async fn a_configured_resume_session_id_continues_the_stored_session() {
     )
     .await;
     fake.push([text("first"), text("second")]);
-    send_message(&t, "followup", &agent, json!({"text": "remember me"})).await;
-    t.call("agents", "whenIdle", json!({"agent": agent})).await;
-    t.call("agents", "dispose", json!({"agent": agent})).await;
-    t.call("sessions", "close", json!({"id": agent})).await;
+    send_message(&t, agents::FOLLOWUP, &agent, json!({"text": "remember me"})).await;
+    t.call(service::AGENTS, agents::WHEN_IDLE, json!({"agent": agent}))
+        .await;
+    t.call(service::AGENTS, agents::DISPOSE, json!({"agent": agent}))
+        .await;
+    t.call(service::SESSIONS, sessions::CLOSE, json!({"id": agent}))
+        .await;
     assert_eq!(agents_when(&t, 0).await, Vec::<String>::new());
 
     let config = r#"{ agents = [{ id = "main", provider = "fake", model = "m1", resumeSessionId = "sticky-1" }] }"#;
     t.apply(&rows_with_loop(&fake, &t, config, "")).await;
     assert_eq!(agents_when(&t, 1).await, ["sticky-1"]);
-    send_message(&t, "followup", "sticky-1", json!({"text": "again"})).await;
-    t.call("agents", "whenIdle", json!({"agent": "sticky-1"}))
-        .await;
+    send_message(&t, agents::FOLLOWUP, "sticky-1", json!({"text": "again"})).await;
+    t.call(
+        service::AGENTS,
+        agents::WHEN_IDLE,
+        json!({"agent": "sticky-1"}),
+    )
+    .await;
     let last = fake.requests().pop().expect("a request");
     let said: Vec<&str> = last["messages"]
         .as_array()
@@ -479,7 +550,7 @@ async fn a_configured_resume_session_id_continues_the_stored_session() {
 async fn a_configured_resume_of_a_missing_session_is_contained() {
     let hooks = hooks_row(
         "f",
-        json!({"listeners": [{"event": "agent-loop/config-start-failed"}]}),
+        json!({"listeners": [{"event": bus::AGENT_LOOP_CONFIG_START_FAILED}]}),
     );
     let config = r#"{ agents = [
         { id = "main", provider = "fake", model = "m1", resumeSessionId = "does-not-exist" },
@@ -542,7 +613,7 @@ async fn configured_identities_that_conflict_are_refused_before_any_agent_starts
             "{:?}",
             t.host.reports()
         );
-        let live = t.call("sessions", "list", json!({})).await;
+        let live = t.call(service::SESSIONS, sessions::LIST, json!({})).await;
         assert_eq!(live, json!([]), "no session was created");
         t.shutdown().await;
     }
@@ -717,12 +788,11 @@ async fn an_agent_is_disposed_with_the_plugin_that_created_it() {
     for (lib, file) in [HOOKS, PROBE] {
         t.stage(lib, file);
     }
-    let hooks = hooks_row("d", json!({"listeners": [{"event": "agent/disposed"}]}));
+    let hooks = hooks_row("d", json!({"listeners": [{"event": bus::AGENT_DISPOSED}]}));
     let owner = "[[row]]\nid = \"owner\"\nplugin = \"probe\"\nconfig = { tag = \"o\" }\n";
     let without = rows_with_loop(&fake, &t, "{}", &hooks);
     t.apply(&format!("{without}{owner}")).await;
-    let by_owner =
-        |params: Value| json!({"service": "agentLoop", "method": "create", "params": params});
+    let by_owner = |params: Value| json!({"service": service::AGENT_LOOP, "method": agent_loop::CREATE, "params": params});
     let options = json!({"provider": "fake", "model": "m1"});
     let owned = t
         .call(
@@ -739,9 +809,18 @@ async fn an_agent_is_disposed_with_the_plugin_that_created_it() {
         by_owner(json!({"sessionId": "reopened", "agentOptions": options})),
     )
     .await;
-    t.call("agents", "dispose", json!({"agent": "reopened"}))
-        .await;
-    t.call("sessions", "close", json!({"id": "reopened"})).await;
+    t.call(
+        service::AGENTS,
+        agents::DISPOSE,
+        json!({"agent": "reopened"}),
+    )
+    .await;
+    t.call(
+        service::SESSIONS,
+        sessions::CLOSE,
+        json!({"id": "reopened"}),
+    )
+    .await;
     create(
         &t,
         json!({"sessionId": "reopened", "agentOptions": options}),
@@ -767,20 +846,22 @@ async fn maintenance_setup(t: &TestHost, fake: &FakeLlm, answers: Vec<Answer>) -
     queue.extend(answers);
     fake.push(queue);
     let held = new_agent(t, "/tmp").await;
-    send_message(t, "followup", &held, json!({"text": "hold"})).await;
+    send_message(t, agents::FOLLOWUP, &held, json!({"text": "hold"})).await;
     logged(t, &held, event::ASSISTANT_CHUNK).await;
     (held, new_agent(t, "/tmp").await)
 }
 
 fn maintenance_task(agent: &str, held: &str) -> Value {
-    json!({"agent": agent, "task": {"service": "agents", "method": "whenIdle", "params": {"agent": held}}})
+    json!({"agent": agent, "task": {"service": service::AGENTS, "method": agents::WHEN_IDLE, "params": {"agent": held}}})
 }
 
 /// Waits until `agent` reports a maintenance task running.
 async fn in_maintenance(t: &TestHost, agent: &str) {
     let until = Instant::now() + DEADLINE;
     loop {
-        let status = t.call("agents", "status", json!({"agent": agent})).await;
+        let status = t
+            .call(service::AGENTS, agents::STATUS, json!({"agent": agent}))
+            .await;
         if status["maintenance"] == json!(true) {
             // Maintenance keeps the agent's status idle.
             assert_eq!(status["status"], "idle");
@@ -801,7 +882,11 @@ async fn a_cancel_drops_the_queued_wake_and_aborts_the_maintenance_task() {
     let (held, a) = maintenance_setup(&t, &fake, vec![text("park reply")]).await;
     let busy = t
         .host
-        .call("agents", "runMaintenance", maintenance_task(&held, &a))
+        .call(
+            service::AGENTS,
+            agents::RUN_MAINTENANCE,
+            maintenance_task(&held, &a),
+        )
         .await
         .expect_err("a running agent has active work");
     assert_eq!(busy.code, "AGENT_BUSY");
@@ -810,16 +895,25 @@ async fn a_cancel_drops_the_queued_wake_and_aborts_the_maintenance_task() {
         format!("agent \"{held}\" already has active work")
     );
 
-    let maintenance = t
-        .host
-        .call("agents", "runMaintenance", maintenance_task(&a, &held));
+    let maintenance = t.host.call(
+        service::AGENTS,
+        agents::RUN_MAINTENANCE,
+        maintenance_task(&a, &held),
+    );
     let steps = async {
         in_maintenance(&t, &a).await;
-        send_message(&t, "followup", &a, json!({"text": "discard this wakeup"})).await;
-        t.call("agents", "cancel", json!({"agent": a})).await;
         send_message(
             &t,
-            "followup",
+            agents::FOLLOWUP,
+            &a,
+            json!({"text": "discard this wakeup"}),
+        )
+        .await;
+        t.call(service::AGENTS, agents::CANCEL, json!({"agent": a}))
+            .await;
+        send_message(
+            &t,
+            agents::FOLLOWUP,
             &a,
             json!({"text": "park after cancellation"}),
         )
@@ -831,7 +925,9 @@ async fn a_cancel_drops_the_queued_wake_and_aborts_the_maintenance_task() {
         (err.code.as_str(), err.message.as_str()),
         ("ABORTED", "maintenance aborted")
     );
-    let end = t.call("agents", "whenIdle", json!({"agent": a})).await;
+    let end = t
+        .call(service::AGENTS, agents::WHEN_IDLE, json!({"agent": a}))
+        .await;
     assert_eq!(end["reason"], json!({"kind": "completed"}));
     assert_eq!(
         user_texts(&events(&t, &a).await),
@@ -842,9 +938,12 @@ async fn a_cancel_drops_the_queued_wake_and_aborts_the_maintenance_task() {
         json!({"nextTurn": [], "nextStep": []})
     );
     // The aborted task did not touch `held`: its turn still runs.
-    let status = t.call("agents", "status", json!({"agent": held})).await;
+    let status = t
+        .call(service::AGENTS, agents::STATUS, json!({"agent": held}))
+        .await;
     assert_eq!(status["status"], "running");
-    t.call("agents", "cancel", json!({"agent": held})).await;
+    t.call(service::AGENTS, agents::CANCEL, json!({"agent": held}))
+        .await;
     t.shutdown().await;
 }
 
@@ -854,14 +953,16 @@ async fn a_cancel_drops_the_queued_wake_and_aborts_the_maintenance_task() {
 async fn a_wake_latched_behind_maintenance_replays_when_it_ends() {
     let (t, fake) = setup("").await;
     let (held, a) = maintenance_setup(&t, &fake, vec![text("wake reply")]).await;
-    let maintenance = t
-        .host
-        .call("agents", "runMaintenance", maintenance_task(&a, &held));
+    let maintenance = t.host.call(
+        service::AGENTS,
+        agents::RUN_MAINTENANCE,
+        maintenance_task(&a, &held),
+    );
     let steps = async {
         in_maintenance(&t, &a).await;
         send_message(
             &t,
-            "followup",
+            agents::FOLLOWUP,
             &a,
             json!({"text": "wake behind maintenance"}),
         )
@@ -869,7 +970,8 @@ async fn a_wake_latched_behind_maintenance_replays_when_it_ends() {
         let ev = events(&t, &a).await;
         assert!(!ev.iter().any(|e| e["type"] == event::TURN_START), "{ev:?}");
         // The task ends: `held` goes idle.
-        t.call("agents", "cancel", json!({"agent": held})).await;
+        t.call(service::AGENTS, agents::CANCEL, json!({"agent": held}))
+            .await;
     };
     let (outcome, ()) = tokio::join!(maintenance, steps);
     let reply = outcome.expect("the task's own reply");
@@ -877,7 +979,9 @@ async fn a_wake_latched_behind_maintenance_replays_when_it_ends() {
         reply["reason"],
         json!({"kind": "aborted", "reason": {"kind": "user"}})
     );
-    let end = t.call("agents", "whenIdle", json!({"agent": a})).await;
+    let end = t
+        .call(service::AGENTS, agents::WHEN_IDLE, json!({"agent": a}))
+        .await;
     assert_eq!(end["reason"], json!({"kind": "completed"}));
     assert_eq!(
         user_texts(&events(&t, &a).await),
@@ -893,26 +997,31 @@ async fn a_wake_latched_behind_maintenance_replays_when_it_ends() {
 async fn removing_a_wake_latched_behind_maintenance_suppresses_its_replay() {
     let (t, fake) = setup("").await;
     let (held, a) = maintenance_setup(&t, &fake, Vec::new()).await;
-    let maintenance = t
-        .host
-        .call("agents", "runMaintenance", maintenance_task(&a, &held));
+    let maintenance = t.host.call(
+        service::AGENTS,
+        agents::RUN_MAINTENANCE,
+        maintenance_task(&a, &held),
+    );
     let steps = async {
         in_maintenance(&t, &a).await;
         let wake = msg::user_text("removed-wake", "removed wake");
-        send_message(&t, "followup", &a, wake).await;
+        send_message(&t, agents::FOLLOWUP, &a, wake).await;
         let removed = t
             .call(
-                "agents",
-                "remove",
+                service::AGENTS,
+                agents::REMOVE,
                 json!({"agent": a, "messageId": "removed-wake"}),
             )
             .await;
         assert_eq!(removed, json!(true));
-        t.call("agents", "cancel", json!({"agent": held})).await;
+        t.call(service::AGENTS, agents::CANCEL, json!({"agent": held}))
+            .await;
     };
     let (outcome, ()) = tokio::join!(maintenance, steps);
     outcome.expect("the task's own reply");
-    let status = t.call("agents", "status", json!({"agent": a})).await;
+    let status = t
+        .call(service::AGENTS, agents::STATUS, json!({"agent": a}))
+        .await;
     assert_eq!(
         (status["status"].clone(), status["lastTurn"].clone()),
         (json!("idle"), json!(0))
@@ -929,23 +1038,36 @@ async fn removing_a_wake_latched_behind_maintenance_suppresses_its_replay() {
 #[tokio::test]
 async fn the_registry_lists_each_live_agent_once_and_refuses_a_live_id() {
     let (t, _fake) = setup("").await;
-    assert_eq!(t.call("agentLoop", "list", json!({})).await, json!([]));
+    assert_eq!(
+        t.call(service::AGENT_LOOP, agent_loop::LIST, json!({}))
+            .await,
+        json!([])
+    );
     let options = json!({"provider": "fake", "model": "m1"});
     create(&t, json!({"sessionId": "a1", "agentOptions": options})).await;
     let err = t
         .host
         .call(
-            "agentLoop",
-            "create",
+            service::AGENT_LOOP,
+            agent_loop::CREATE,
             json!({"sessionId": "a1", "agentOptions": options}),
         )
         .await
         .expect_err("a live id is refused");
     assert_eq!(err.code, "SESSION_ALREADY_EXISTS");
     assert_eq!(err.message, "session `a1` is already live");
-    assert_eq!(t.call("agentLoop", "list", json!({})).await, json!(["a1"]));
-    t.call("agents", "dispose", json!({"agent": "a1"})).await;
-    assert_eq!(t.call("agentLoop", "list", json!({})).await, json!([]));
+    assert_eq!(
+        t.call(service::AGENT_LOOP, agent_loop::LIST, json!({}))
+            .await,
+        json!(["a1"])
+    );
+    t.call(service::AGENTS, agents::DISPOSE, json!({"agent": "a1"}))
+        .await;
+    assert_eq!(
+        t.call(service::AGENT_LOOP, agent_loop::LIST, json!({}))
+            .await,
+        json!([])
+    );
     t.shutdown().await;
 }
 
@@ -955,11 +1077,11 @@ async fn the_registry_lists_each_live_agent_once_and_refuses_a_live_id() {
 /// together; clearing the selection restores the agent's own model in both.
 #[tokio::test]
 async fn a_model_selection_switches_the_prompt_and_the_request_together() {
-    let select = json!({"service": "agents", "method": "selectModel",
+    let select = json!({"service": service::AGENTS, "method": agents::SELECT_MODEL,
                         "params": {"agent": "$agent", "provider": "fake", "model": "m2"}});
     let hooks = hooks_row(
         "s",
-        json!({"listeners": [{"event": "system-prompt/assemble", "once": true, "calls": [select]}]}),
+        json!({"listeners": [{"event": bus::SYSTEM_PROMPT_ASSEMBLE, "once": true, "calls": [select]}]}),
     );
     let (t, fake) = setup(&hooks).await;
     let agent = new_agent(&t, "/tmp").await;
@@ -968,15 +1090,21 @@ async fn a_model_selection_switches_the_prompt_and_the_request_together() {
         let t = &t;
         let agent = agent.clone();
         async move {
-            send_message(t, "followup", &agent, json!({"text": prompt})).await;
-            let end = t.call("agents", "whenIdle", json!({"agent": agent})).await;
+            send_message(t, agents::FOLLOWUP, &agent, json!({"text": prompt})).await;
+            let end = t
+                .call(service::AGENTS, agents::WHEN_IDLE, json!({"agent": agent}))
+                .await;
             assert_eq!(end["reason"], json!({"kind": "completed"}));
         }
     };
     run("first").await;
     run("second").await;
-    t.call("agents", "selectModel", json!({"agent": agent}))
-        .await;
+    t.call(
+        service::AGENTS,
+        agents::SELECT_MODEL,
+        json!({"agent": agent}),
+    )
+    .await;
     run("third").await;
     let routes: Vec<(String, String)> = fake
         .requests()
@@ -995,8 +1123,8 @@ async fn a_model_selection_switches_the_prompt_and_the_request_together() {
     let err = t
         .host
         .call(
-            "agents",
-            "selectModel",
+            service::AGENTS,
+            agents::SELECT_MODEL,
             json!({"agent": agent, "model": "m3"}),
         )
         .await

@@ -9,6 +9,8 @@
 //! removal with that fiber is observable; waterfall listeners are loop-kit
 //! rows. Nothing here sleeps to synchronize.
 
+use dsh_sdk::names::{service, sessions, system_prompt};
+use dsh_sdk::vocab::event;
 use dsh_testkit::fixtures::{kit_row, probe_call, stage_probe};
 use dsh_testkit::TestHost;
 use serde_json::{json, Value};
@@ -47,11 +49,13 @@ async fn host(config: &str, more: &str) -> TestHost {
 
 /// `systemPrompt.<method>(params)` called by the probe fiber.
 async fn register(t: &TestHost, method: &str, params: Value) -> Result<Value, dsh_sdk::Error> {
-    probe_call(t, "impl", "systemPrompt", method, params).await
+    probe_call(t, "impl", service::SYSTEM_PROMPT, method, params).await
 }
 
 async fn assemble(t: &TestHost, params: Value) -> Result<Value, dsh_sdk::Error> {
-    t.host.call("systemPrompt", "assemble", params).await
+    t.host
+        .call(service::SYSTEM_PROMPT, system_prompt::ASSEMBLE, params)
+        .await
 }
 
 fn names(list: &Value) -> Vec<String> {
@@ -85,21 +89,21 @@ async fn contexts_render_as_one_ordered_snapshot_and_leave_with_their_fiber() {
     let t = host("", "").await;
     register(
         &t,
-        "context",
+        system_prompt::CONTEXT,
         json!({"name": "late", "order": 20, "text": "B in {{cwd}}"}),
     )
     .await
     .unwrap();
     register(
         &t,
-        "context",
+        system_prompt::CONTEXT,
         json!({"name": "early", "order": -5, "text": "A"}),
     )
     .await
     .unwrap();
     register(
         &t,
-        "context",
+        system_prompt::CONTEXT,
         json!({"name": "blank", "order": 0, "text": ""}),
     )
     .await
@@ -118,7 +122,7 @@ async fn contexts_render_as_one_ordered_snapshot_and_leave_with_their_fiber() {
     assert_eq!(a["system"], IDENTITY);
     let e = register(
         &t,
-        "context",
+        system_prompt::CONTEXT,
         json!({"name": "late", "order": 1, "text": "x"}),
     )
     .await
@@ -130,7 +134,7 @@ async fn contexts_render_as_one_ordered_snapshot_and_leave_with_their_fiber() {
     );
     let e = register(
         &t,
-        "context",
+        system_prompt::CONTEXT,
         json!({"name": "odd", "order": "high", "text": "x"}),
     )
     .await
@@ -143,7 +147,7 @@ async fn contexts_render_as_one_ordered_snapshot_and_leave_with_their_fiber() {
     // An interpolation failure names the context.
     register(
         &t,
-        "context",
+        system_prompt::CONTEXT,
         json!({"name": "bad", "order": 1, "text": "{{nope}}"}),
     )
     .await
@@ -171,7 +175,7 @@ async fn suppressed_runtime_context_drops_registered_contexts_and_waterfall_addi
     let t = host("includeRuntimeContext = false", &add).await;
     register(
         &t,
-        "context",
+        system_prompt::CONTEXT,
         json!({"name": "policy", "order": 0, "text": "policy"}),
     )
     .await
@@ -183,7 +187,7 @@ async fn suppressed_runtime_context_drops_registered_contexts_and_waterfall_addi
     let t2 = host("", &add).await;
     register(
         &t2,
-        "context",
+        system_prompt::CONTEXT,
         json!({"name": "policy", "order": 0, "text": "policy"}),
     )
     .await
@@ -200,14 +204,18 @@ async fn a_scoped_suppressor_silences_only_its_scope_and_leaves_with_its_fiber()
     let t = host("", "").await;
     register(
         &t,
-        "context",
+        system_prompt::CONTEXT,
         json!({"name": "policy", "order": 0, "text": "policy"}),
     )
     .await
     .unwrap();
-    register(&t, "suppressRuntimeContext", json!({"scope": "child"}))
-        .await
-        .unwrap();
+    register(
+        &t,
+        system_prompt::SUPPRESS_RUNTIME_CONTEXT,
+        json!({"scope": "child"}),
+    )
+    .await
+    .unwrap();
     let child = assemble(&t, json!({"scope": "child"})).await.unwrap();
     let other = assemble(&t, json!({"scope": "other"})).await.unwrap();
     assert_eq!(child["context"], "");
@@ -218,7 +226,7 @@ async fn a_scoped_suppressor_silences_only_its_scope_and_leaves_with_its_fiber()
     t.apply(&rows("", "")).await;
     register(
         &t,
-        "context",
+        system_prompt::CONTEXT,
         json!({"name": "policy", "order": 0, "text": "back"}),
     )
     .await
@@ -247,21 +255,21 @@ async fn provider_texts_are_resolved_at_each_assembly_after_shadowing() {
     let t = host("", "").await;
     register(
         &t,
-        "section",
+        system_prompt::SECTION,
         json!({"name": "shared", "order": 1, "provider": provider()}),
     )
     .await
     .unwrap();
     register(
         &t,
-        "section",
+        system_prompt::SECTION,
         json!({"scope": "child", "name": "shared", "order": 1, "text": "scoped text"}),
     )
     .await
     .unwrap();
     register(
         &t,
-        "context",
+        system_prompt::CONTEXT,
         json!({"name": "policy", "order": 0, "provider": provider()}),
     )
     .await
@@ -297,7 +305,7 @@ async fn a_suppressed_context_provider_is_never_asked() {
     let t = host("includeRuntimeContext = false", "").await;
     register(
         &t,
-        "context",
+        system_prompt::CONTEXT,
         json!({"name": "policy", "order": 0, "provider": provider()}),
     )
     .await
@@ -305,7 +313,7 @@ async fn a_suppressed_context_provider_is_never_asked() {
     // Sections are not suppressed: their provider is the one call.
     register(
         &t,
-        "section",
+        system_prompt::SECTION,
         json!({"name": "s", "order": 1, "provider": provider()}),
     )
     .await
@@ -325,7 +333,7 @@ async fn a_failing_or_misdeclared_provider_is_an_error_naming_its_section() {
     let t = host("", "").await;
     let e = register(
         &t,
-        "section",
+        system_prompt::SECTION,
         json!({"name": "both", "order": 1, "text": "t", "provider": provider()}),
     )
     .await
@@ -337,7 +345,7 @@ async fn a_failing_or_misdeclared_provider_is_an_error_naming_its_section() {
     );
     register(
         &t,
-        "section",
+        system_prompt::SECTION,
         json!({"name": "broken", "order": 1, "provider": {"service": "probe:impl", "method": "nope"}}),
     )
     .await
@@ -359,14 +367,18 @@ async fn registered_variables_render_reject_duplicates_and_invalid_names_and_lea
     let t = host("persona = \"You run on {{model}} in {{cwd}}.\"", "").await;
     register(
         &t,
-        "variable",
+        system_prompt::VARIABLE,
         json!({"name": "model", "value": "deepseek-v4"}),
     )
     .await
     .unwrap();
-    register(&t, "variable", json!({"name": "cwd", "value": "/work"}))
-        .await
-        .unwrap();
+    register(
+        &t,
+        system_prompt::VARIABLE,
+        json!({"name": "cwd", "value": "/work"}),
+    )
+    .await
+    .unwrap();
     let a = assemble(&t, json!({})).await.unwrap();
     assert_eq!(
         a["variables"],
@@ -376,17 +388,25 @@ async fn registered_variables_render_reject_duplicates_and_invalid_names_and_lea
         a["system"],
         format!("{IDENTITY}\n\nYou run on deepseek-v4 in /work.")
     );
-    let e = register(&t, "variable", json!({"name": "model", "value": "m2"}))
-        .await
-        .unwrap_err();
+    let e = register(
+        &t,
+        system_prompt::VARIABLE,
+        json!({"name": "model", "value": "m2"}),
+    )
+    .await
+    .unwrap_err();
     assert_eq!(e.code, "DUPLICATE_VARIABLE");
     assert_eq!(
         e.message,
         "prompt variable \"model\" is already registered (for a per-agent value, register it with that agent's `scope` instead)"
     );
-    let e = register(&t, "variable", json!({"name": "Not Valid", "value": "x"}))
-        .await
-        .unwrap_err();
+    let e = register(
+        &t,
+        system_prompt::VARIABLE,
+        json!({"name": "Not Valid", "value": "x"}),
+    )
+    .await
+    .unwrap_err();
     assert_eq!(e.code, "INVALID_VARIABLE_NAME");
     assert_eq!(
         e.message,
@@ -399,7 +419,7 @@ async fn registered_variables_render_reject_duplicates_and_invalid_names_and_lea
         json!({"model": "deepseek-v4", "cwd": "/work"})
     );
     // A variable registered without a value is "registered, no value here".
-    register(&t, "variable", json!({"name": "who"}))
+    register(&t, system_prompt::VARIABLE, json!({"name": "who"}))
         .await
         .unwrap();
     let a = assemble(&t, json!({})).await.unwrap();
@@ -419,7 +439,7 @@ async fn a_waterfall_listener_adds_or_overrides_variables_before_render() {
     let t = host("persona = \"{{extra}} {{model}}\"", &over).await;
     register(
         &t,
-        "variable",
+        system_prompt::VARIABLE,
         json!({"name": "model", "value": "registered"}),
     )
     .await
@@ -440,14 +460,14 @@ async fn a_complete_section_is_restored_after_the_waterfall_and_two_are_rejected
     let t = host("", &mutate).await;
     register(
         &t,
-        "section",
+        system_prompt::SECTION,
         json!({"name": "complete", "order": 10, "text": "Exact prompt.", "complete": true}),
     )
     .await
     .unwrap();
     register(
         &t,
-        "section",
+        system_prompt::SECTION,
         json!({"name": "extra", "order": 20, "text": "extra"}),
     )
     .await
@@ -460,7 +480,7 @@ async fn a_complete_section_is_restored_after_the_waterfall_and_two_are_rejected
     assert_eq!(a["system"], "Exact prompt.");
     register(
         &t,
-        "section",
+        system_prompt::SECTION,
         json!({"name": "second", "order": 30, "text": "second", "complete": true}),
     )
     .await
@@ -482,34 +502,46 @@ async fn scoped_persona_sections_variables_and_contexts_shadow_for_their_scope_a
     let scoped = |name: &str, order: i64, text: &str| json!({"scope": "child", "name": name, "order": order, "text": text});
     register(
         &t,
-        "section",
+        system_prompt::SECTION,
         scoped("deployment:persona", 0, "You run tests for {{who}}."),
     )
     .await
     .unwrap();
-    register(&t, "section", scoped("child:extra", 50, "Extra guidance."))
-        .await
-        .unwrap();
-    register(&t, "variable", json!({"name": "who", "value": "everyone"}))
-        .await
-        .unwrap();
     register(
         &t,
-        "variable",
+        system_prompt::SECTION,
+        scoped("child:extra", 50, "Extra guidance."),
+    )
+    .await
+    .unwrap();
+    register(
+        &t,
+        system_prompt::VARIABLE,
+        json!({"name": "who", "value": "everyone"}),
+    )
+    .await
+    .unwrap();
+    register(
+        &t,
+        system_prompt::VARIABLE,
         json!({"scope": "child", "name": "who", "value": "the child"}),
     )
     .await
     .unwrap();
     register(
         &t,
-        "context",
+        system_prompt::CONTEXT,
         json!({"name": "policy", "order": 0, "text": "global policy"}),
     )
     .await
     .unwrap();
-    register(&t, "context", scoped("policy", 0, "child policy"))
-        .await
-        .unwrap();
+    register(
+        &t,
+        system_prompt::CONTEXT,
+        scoped("policy", 0, "child policy"),
+    )
+    .await
+    .unwrap();
     let child = assemble(&t, json!({"scope": "child"})).await.unwrap();
     assert_eq!(
         child["system"],
@@ -531,9 +563,13 @@ async fn scoped_persona_sections_variables_and_contexts_shadow_for_their_scope_a
         );
     }
     // Duplicates are per layer: the scoped layer names "this scope".
-    let e = register(&t, "section", scoped("child:extra", 1, "again"))
-        .await
-        .unwrap_err();
+    let e = register(
+        &t,
+        system_prompt::SECTION,
+        scoped("child:extra", 1, "again"),
+    )
+    .await
+    .unwrap_err();
     assert_eq!(e.code, "DUPLICATE_SECTION");
     assert_eq!(
         e.message,
@@ -693,7 +729,7 @@ impl Loop {
             .call(
                 "probe:ctx",
                 "call",
-                json!({"service": "systemPrompt", "method": "context",
+                json!({"service": service::SYSTEM_PROMPT, "method": system_prompt::CONTEXT,
                        "params": {"name": "policy", "order": 0, "text": text}}),
             )
             .await;
@@ -711,7 +747,7 @@ impl Loop {
         events(&self.t, &self.agent)
             .await
             .into_iter()
-            .filter(|e| e["type"] == "user/message" && e["data"]["source"]["plugin"] == SOURCE)
+            .filter(|e| e["type"] == event::USER_MESSAGE && e["data"]["source"]["plugin"] == SOURCE)
             .map(|e| (e["seq"].as_u64().unwrap(), e["data"].clone()))
             .collect()
     }
@@ -725,7 +761,7 @@ impl Loop {
         surface_op: Value,
         sources: Option<u64>,
     ) -> u64 {
-        let mut args = json!({"id": self.agent, "type": "user/message",
+        let mut args = json!({"id": self.agent, "type": event::USER_MESSAGE,
             "data": {"id": dsh_sdk::new_id(), "role": "user",
                      "content": [{"type": "text", "text": text}],
                      "source": {"kind": "plugin", "plugin": plugin}},
@@ -733,7 +769,7 @@ impl Loop {
         if let Some(seq) = sources {
             args["sourceEventSeqs"] = json!([seq]);
         }
-        self.t.call("sessions", "append", args).await["seq"]
+        self.t.call(service::SESSIONS, sessions::APPEND, args).await["seq"]
             .as_u64()
             .unwrap()
     }
@@ -816,7 +852,7 @@ async fn runtime_context_is_appended_at_the_history_tail_only_when_it_changes_an
     let headers = events(&l.t, &l.agent)
         .await
         .into_iter()
-        .filter(|e| e["type"] == "request/header")
+        .filter(|e| e["type"] == event::REQUEST_HEADER)
         .count();
     assert_eq!(headers, 1);
     l.t.shutdown().await;
@@ -889,9 +925,9 @@ async fn a_malformed_retained_snapshot_is_replaced_by_the_complete_current_one()
         "content": [{"type": "text", "text": "broken"}, {"type": "text", "text": "snapshot"}],
         "source": {"kind": "plugin", "plugin": SOURCE}});
     l.t.call(
-        "sessions",
-        "append",
-        json!({"id": l.agent, "type": "user/message", "data": broken, "surfaceOp": "append"}),
+        service::SESSIONS,
+        sessions::APPEND,
+        json!({"id": l.agent, "type": event::USER_MESSAGE, "data": broken, "surfaceOp": "append"}),
     )
     .await;
     l.turn("repair context").await;
@@ -925,7 +961,7 @@ async fn a_configured_tool_order_is_honored_in_the_logged_header_and_the_request
     let header = events(&l.t, &l.agent)
         .await
         .into_iter()
-        .find(|e| e["type"] == "request/header")
+        .find(|e| e["type"] == event::REQUEST_HEADER)
         .unwrap();
     assert_eq!(
         tool_names(&header["data"]["header"]["tools"]),
@@ -956,9 +992,9 @@ async fn an_unknown_tool_order_name_closes_a_turn_without_a_step_or_a_model_call
         .into_iter()
         .map(|e| e["type"].as_str().unwrap().to_owned())
         .collect();
-    assert!(types.contains(&"turn/start".to_owned()), "{types:?}");
-    assert!(types.contains(&"turn/end".to_owned()), "{types:?}");
-    for absent in ["step/start", "step/end", "request/header"] {
+    assert!(types.contains(&event::TURN_START.to_owned()), "{types:?}");
+    assert!(types.contains(&event::TURN_END.to_owned()), "{types:?}");
+    for absent in [event::STEP_START, event::STEP_END, event::REQUEST_HEADER] {
         assert!(!types.contains(&absent.to_owned()), "{types:?}");
     }
     assert!(l.fake.requests().is_empty());

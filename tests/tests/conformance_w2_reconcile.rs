@@ -14,6 +14,7 @@
 //! generous deadline, and a stream a test holds open has the adapter's idle
 //! timeout lifted.
 
+use dsh_sdk::names::{agent_loop, agents, bus, service, sessions};
 use dsh_sdk::vocab::event;
 use dsh_testkit::agent::{
     agent_with, core_host, events, idle, new_agent, of_type, send, turn, wait_log,
@@ -49,13 +50,14 @@ async fn cancelled_mid_stream(stall: Answer, chunk: &str) -> (TestHost, Vec<Valu
     let (t, fake) = setup_held("").await;
     fake.push([stall]);
     let agent = new_agent(&t, "/tmp").await;
-    send(&t, "followup", &agent, "go").await;
+    send(&t, agents::FOLLOWUP, &agent, "go").await;
     wait_log(&t, &agent, &format!("the {chunk} chunk"), |ev| {
         ev.iter()
             .any(|e| e["type"] == event::ASSISTANT_CHUNK && e["data"]["chunk"]["type"] == chunk)
     })
     .await;
-    t.call("agents", "cancel", json!({"agent": agent})).await;
+    t.call(service::AGENTS, agents::CANCEL, json!({"agent": agent}))
+        .await;
     assert_eq!(idle(&t, &agent).await, aborted_by_user());
     let ev = events(&t, &agent).await;
     (t, ev)
@@ -310,41 +312,42 @@ async fn inbox_notifications_carry_the_exact_inserted_claimed_and_discarded_mess
                          "content": [{"type": "text", "text": "discard me"}],
                          "source": {"kind": "plugin", "plugin": "test"}});
     t.call(
-        "agents",
-        "inject",
+        service::AGENTS,
+        agents::INJECT,
         json!({"agent": agent, "message": context}),
     )
     .await;
-    t.call("agents", "cancel", json!({"agent": agent})).await;
+    t.call(service::AGENTS, agents::CANCEL, json!({"agent": agent}))
+        .await;
     let prompt = json!({"id": "prompt-1", "role": "user",
                         "content": [{"type": "text", "text": "run"}],
                         "source": {"kind": "user"}});
     t.call(
-        "agents",
-        "followup",
+        service::AGENTS,
+        agents::FOLLOWUP,
         json!({"agent": agent, "message": prompt}),
     )
     .await;
     assert_eq!(idle(&t, &agent).await, json!({"kind": "completed"}));
 
     let j = wait_kit_journal(&t, "k", |j| {
-        j.iter().any(|e| e["event"] == "agent/inbox/claimed")
-            && j.iter().any(|e| e["event"] == "agent/inbox/discarded")
+        j.iter().any(|e| e["event"] == bus::AGENT_INBOX_CLAIMED)
+            && j.iter().any(|e| e["event"] == bus::AGENT_INBOX_DISCARDED)
     })
     .await;
     assert_eq!(
-        heard(&j, "agent/inbox/inserted"),
+        heard(&j, bus::AGENT_INBOX_INSERTED),
         [
             json!({"agent": agent, "message": context}),
             json!({"agent": agent, "message": prompt})
         ]
     );
     assert_eq!(
-        heard(&j, "agent/inbox/discarded"),
+        heard(&j, bus::AGENT_INBOX_DISCARDED),
         [json!({"agent": agent, "message": context})]
     );
     assert_eq!(
-        heard(&j, "agent/inbox/claimed"),
+        heard(&j, bus::AGENT_INBOX_CLAIMED),
         [json!({"agent": agent, "message": prompt, "turn": 1})]
     );
     // The claim follows the turn's start in the log.
@@ -377,34 +380,41 @@ async fn create_emits_session_created_and_each_append_a_session_event() {
                      { event = 'session/event', action = 'record' }";
     let (t, _fake) = setup(&kit_row("k", listeners, "")).await;
     let created = t
-        .call("sessions", "create", json!({"meta": {"cwd": "/tmp"}}))
+        .call(
+            service::SESSIONS,
+            sessions::CREATE,
+            json!({"meta": {"cwd": "/tmp"}}),
+        )
         .await;
     let id = created["id"].as_str().unwrap().to_owned();
     t.call(
-        "sessions",
-        "append",
+        service::SESSIONS,
+        sessions::APPEND,
         json!({"id": id, "type": event::TURN_START, "data": {"turn": 1}}),
     )
     .await;
     let message = json!({"id": "m1", "role": "user",
                          "content": [{"type": "text", "text": "x"}], "source": {"kind": "user"}});
     t.call(
-        "sessions",
-        "append",
+        service::SESSIONS,
+        sessions::APPEND,
         json!({"id": id, "type": event::USER_MESSAGE, "data": message, "surfaceOp": "append"}),
     )
     .await;
 
     let j = wait_kit_journal(&t, "k", |j| {
-        j.iter().filter(|e| e["event"] == "session/event").count() >= 2
+        j.iter()
+            .filter(|e| e["event"] == bus::SESSION_EVENT)
+            .count()
+            >= 2
     })
     .await;
-    let created_heard = heard(&j, "session/created");
+    let created_heard = heard(&j, bus::SESSION_CREATED);
     assert_eq!(created_heard.len(), 1);
     assert_eq!(created_heard[0]["header"]["id"], json!(id));
     assert_eq!(created_heard[0]["header"]["cwd"], json!("/tmp"));
     assert_eq!(created_heard[0]["resumed"], json!(false));
-    let appended = heard(&j, "session/event");
+    let appended = heard(&j, bus::SESSION_EVENT);
     assert_eq!(appended.len(), 2);
     let seen: Vec<(&Value, &Value)> = appended
         .iter()
@@ -431,20 +441,34 @@ async fn an_agent_id_reopens_after_the_prior_agent_quiesces() {
     fake.push([text("one"), text("two")]);
     let params = json!({"sessionId": "reused-id", "agentOptions": {"provider": "fake", "model": "m1"},
                         "meta": {"cwd": "/tmp"}});
-    let first = t.call("agentLoop", "create", params.clone()).await;
+    let first = t
+        .call(service::AGENT_LOOP, agent_loop::CREATE, params.clone())
+        .await;
     assert_eq!(first["agent"], "reused-id");
     assert_eq!(
         turn(&t, "reused-id", "before").await,
         json!({"kind": "completed"})
     );
-    t.call("agents", "dispose", json!({"agent": "reused-id"}))
+    t.call(
+        service::AGENTS,
+        agents::DISPOSE,
+        json!({"agent": "reused-id"}),
+    )
+    .await;
+    t.call(
+        service::SESSIONS,
+        sessions::CLOSE,
+        json!({"id": "reused-id"}),
+    )
+    .await;
+    let listed = t
+        .call(service::AGENT_LOOP, agent_loop::LIST, json!({}))
         .await;
-    t.call("sessions", "close", json!({"id": "reused-id"}))
-        .await;
-    let listed = t.call("agentLoop", "list", json!({})).await;
     assert_eq!(listed, json!([]));
 
-    let again = t.call("agentLoop", "create", params).await;
+    let again = t
+        .call(service::AGENT_LOOP, agent_loop::CREATE, params)
+        .await;
     assert_eq!(again["agent"], "reused-id");
     assert_eq!(
         turn(&t, "reused-id", "after").await,
@@ -627,7 +651,7 @@ async fn a_wake_deep_in_the_abort_to_idle_window_is_latched_and_replayed() {
     let (t, fake) = setup(&kit_row("k", listeners, "")).await;
     fake.push([text("A reply"), text("B reply")]);
     let agent = new_agent(&t, "/tmp").await;
-    send(&t, "followup", &agent, "A").await;
+    send(&t, agents::FOLLOWUP, &agent, "A").await;
     wait_turn_ends(&t, &agent, 2).await;
     assert_eq!(idle(&t, &agent).await, json!({"kind": "completed"}));
 
@@ -657,7 +681,9 @@ async fn a_wake_after_the_disposal_cancel_began_is_not_latched() {
         turn(&t, &agent, "active").await,
         json!({"kind": "aborted", "reason": {"kind": "disposed"}})
     );
-    let status = t.call("agents", "status", json!({"agent": agent})).await;
+    let status = t
+        .call(service::AGENTS, agents::STATUS, json!({"agent": agent}))
+        .await;
     assert_eq!(status["status"], "idle");
 
     let ev = events(&t, &agent).await;
@@ -723,8 +749,8 @@ async fn an_in_band_aborted_finish_is_a_turn_error_coded_aborted() {
 async fn agent_named(t: &TestHost, id: &str) -> String {
     let v = t
         .call(
-            "agentLoop",
-            "create",
+            service::AGENT_LOOP,
+            agent_loop::CREATE,
             json!({"sessionId": id, "agentOptions": {"provider": "fake", "model": "m1"},
                    "meta": {"cwd": "/tmp"}}),
         )
@@ -751,17 +777,17 @@ async fn listeners_scoped_to_an_agent_hear_only_that_agent() {
 
     assert_eq!(turn(&t, &a, "for a").await, json!({"kind": "completed"}));
     let j = wait_kit_journal(&t, "k", |j| {
-        heard(j, "agent/status").len() >= 2 && !heard(j, "agent/inbox/inserted").is_empty()
+        heard(j, bus::AGENT_STATUS).len() >= 2 && !heard(j, bus::AGENT_INBOX_INSERTED).is_empty()
     })
     .await;
     assert_eq!(
-        heard(&j, "agent/status"),
+        heard(&j, bus::AGENT_STATUS),
         [
             json!({"agent": "a", "status": "running"}),
             json!({"agent": "a", "status": "idle"})
         ]
     );
-    let inserted = heard(&j, "agent/inbox/inserted");
+    let inserted = heard(&j, bus::AGENT_INBOX_INSERTED);
     assert_eq!(inserted.len(), 1);
     assert_eq!(inserted[0]["message"]["content"][0]["text"], "for a");
     t.shutdown().await;
@@ -805,24 +831,27 @@ async fn a_send_whose_durable_append_fails_leaves_the_inbox_unchanged() {
     let (t, fake) = setup("").await;
     fake.push([text("reply")]);
     let agent = agent_named(&t, "append-fails").await;
-    t.call("sessions", "close", json!({"id": agent})).await;
+    t.call(service::SESSIONS, sessions::CLOSE, json!({"id": agent}))
+        .await;
     let failed = t
         .host
         .call(
-            "agents",
-            "followup",
+            service::AGENTS,
+            agents::FOLLOWUP,
             json!({"agent": agent, "message": {"text": "blocked prompt"}}),
         )
         .await;
     let e = failed.expect_err("the append failed, so the send fails");
     assert_eq!(e.code, "SESSION_NOT_FOUND", "{e:?}");
-    let status = t.call("agents", "status", json!({"agent": agent})).await;
+    let status = t
+        .call(service::AGENTS, agents::STATUS, json!({"agent": agent}))
+        .await;
     assert_eq!(status["status"], "idle");
     assert_eq!(status["lastTurn"], 0);
 
     t.call(
-        "sessions",
-        "create",
+        service::SESSIONS,
+        sessions::CREATE,
         json!({"id": agent, "meta": {"cwd": "/tmp"}}),
     )
     .await;
@@ -875,7 +904,7 @@ async fn mixed_settled_and_same_tick_sends_keep_one_turn_per_message() {
             .collect();
         let agent = new_agent(&t, "/tmp").await;
         for (text, settle) in &schedule {
-            send(&t, "followup", &agent, text).await;
+            send(&t, agents::FOLLOWUP, &agent, text).await;
             if *settle {
                 idle(&t, &agent).await;
             }
@@ -956,13 +985,14 @@ async fn disposal_ends_the_active_turn_and_never_starts_its_queued_tail() {
         text("must not run"),
     ]);
     let agent = new_agent(&t, "/tmp").await;
-    send(&t, "followup", &agent, "go").await;
+    send(&t, agents::FOLLOWUP, &agent, "go").await;
     wait_log(&t, &agent, "a chunk", |ev| {
         !of_type(ev, event::ASSISTANT_CHUNK).is_empty()
     })
     .await;
-    send(&t, "followup", &agent, "queued tail").await;
-    t.call("agents", "dispose", json!({"agent": agent})).await;
+    send(&t, agents::FOLLOWUP, &agent, "queued tail").await;
+    t.call(service::AGENTS, agents::DISPOSE, json!({"agent": agent}))
+        .await;
 
     let ev = events(&t, &agent).await;
     let ends: Vec<&Value> = of_type(&ev, event::TURN_END)
@@ -976,7 +1006,7 @@ async fn disposal_ends_the_active_turn_and_never_starts_its_queued_tail() {
     assert_eq!(of_type(&ev, event::TURN_START).len(), 1);
     assert_eq!(logged_user_texts(&ev), ["go"]);
     assert_eq!(fake.requests().len(), 1);
-    let j = wait_kit_journal(&t, "k", |j| heard(j, "agent/status").len() >= 2).await;
+    let j = wait_kit_journal(&t, "k", |j| heard(j, bus::AGENT_STATUS).len() >= 2).await;
     let statuses: Vec<&Value> = j.iter().map(|e| &e["payload"]["status"]).collect();
     assert_eq!(statuses, [&json!("running"), &json!("idle")]);
     t.shutdown().await;
@@ -1044,14 +1074,19 @@ async fn a_throwing_status_listener_cannot_break_disposal_or_leak_the_agent() {
     )
     .to_string()])]);
     let agent = new_agent(&t, "/tmp").await;
-    send(&t, "followup", &agent, "go").await;
+    send(&t, agents::FOLLOWUP, &agent, "go").await;
     wait_log(&t, &agent, "a chunk", |ev| {
         !of_type(ev, event::ASSISTANT_CHUNK).is_empty()
     })
     .await;
-    t.call("agents", "dispose", json!({"agent": agent})).await;
+    t.call(service::AGENTS, agents::DISPOSE, json!({"agent": agent}))
+        .await;
 
-    assert_eq!(t.call("agentLoop", "list", json!({})).await, json!([]));
+    assert_eq!(
+        t.call(service::AGENT_LOOP, agent_loop::LIST, json!({}))
+            .await,
+        json!([])
+    );
     let ev = events(&t, &agent).await;
     let ends: Vec<&Value> = of_type(&ev, event::TURN_END)
         .iter()
@@ -1061,7 +1096,7 @@ async fn a_throwing_status_listener_cannot_break_disposal_or_leak_the_agent() {
         ends,
         [&json!({"kind": "aborted", "reason": {"kind": "disposed"}})]
     );
-    let j = wait_kit_journal(&t, "k", |j| heard(j, "agent/status").len() >= 2).await;
+    let j = wait_kit_journal(&t, "k", |j| heard(j, bus::AGENT_STATUS).len() >= 2).await;
     let statuses: Vec<&Value> = j.iter().map(|e| &e["payload"]["status"]).collect();
     assert_eq!(
         statuses,
@@ -1070,7 +1105,7 @@ async fn a_throwing_status_listener_cannot_break_disposal_or_leak_the_agent() {
     );
     let status = t
         .host
-        .call("agents", "status", json!({"agent": agent}))
+        .call(service::AGENTS, agents::STATUS, json!({"agent": agent}))
         .await
         .expect_err("the agent is gone");
     assert_eq!(status.code, "AGENT_NOT_FOUND");

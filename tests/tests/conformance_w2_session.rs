@@ -9,6 +9,7 @@
 //!
 //! No waits here: every call is answered after its effects.
 
+use dsh_sdk::names::{agent_loop, agents, service, sessions};
 use dsh_sdk::vocab::event;
 use dsh_sdk::Error;
 use dsh_testkit::agent::{core_host, events, new_agent, turn};
@@ -27,13 +28,13 @@ async fn bare() -> TestHost {
 }
 
 async fn try_call(t: &TestHost, method: &str, params: Value) -> Result<Value, Error> {
-    t.host.call("sessions", method, params).await
+    t.host.call(service::SESSIONS, method, params).await
 }
 
 async fn create(t: &TestHost, id: &str) {
     t.call(
-        "sessions",
-        "create",
+        service::SESSIONS,
+        sessions::CREATE,
         json!({"id": id, "meta": {"cwd": CWD}}),
     )
     .await;
@@ -55,7 +56,7 @@ async fn try_append(
     for (k, v) in extra.as_object().into_iter().flatten() {
         a[k] = v.clone();
     }
-    try_call(t, "append", a).await
+    try_call(t, sessions::APPEND, a).await
 }
 
 async fn append(t: &TestHost, id: &str, kind: &str, data: Value) -> Value {
@@ -114,7 +115,7 @@ async fn try_seed(t: &TestHost, id: &str, events: &[(&str, Value)]) -> Result<Va
             .enumerate()
             .map(|(i, (kind, data))| seed_event(i as u64 + 1, kind, data.clone())),
     );
-    try_call(t, "create", json!({"id": id, "seed": seed})).await
+    try_call(t, sessions::CREATE, json!({"id": id, "seed": seed})).await
 }
 
 /// An open turn 1 with step 1.
@@ -174,7 +175,7 @@ async fn seed_and_load_reject_request_headers_lacking_provider_or_model() {
     )
     .unwrap();
     assert_refused(
-        try_call(&t, "resume", json!({"id": "stored"})).await,
+        try_call(&t, sessions::RESUME, json!({"id": "stored"})).await,
         "INVALID_APPEND",
         "seed request/header at index 1 lacks provider/model",
     );
@@ -353,7 +354,7 @@ async fn a_supplied_header_of_another_id_or_an_unknown_origin_is_refused() {
     assert_refused(
         try_call(
             &t,
-            "create",
+            sessions::CREATE,
             json!({"id": "mine", "header": h("theirs", None)}),
         )
         .await,
@@ -363,7 +364,7 @@ async fn a_supplied_header_of_another_id_or_an_unknown_origin_is_refused() {
     assert_refused(
         try_call(
             &t,
-            "create",
+            sessions::CREATE,
             json!({"id": "mine", "header": h("mine", Some("human"))}),
         )
         .await,
@@ -373,15 +374,15 @@ async fn a_supplied_header_of_another_id_or_an_unknown_origin_is_refused() {
     let mut v1 = h("mine", None);
     v1["version"] = json!(1);
     assert_refused(
-        try_call(&t, "create", json!({"id": "mine", "header": v1})).await,
+        try_call(&t, sessions::CREATE, json!({"id": "mine", "header": v1})).await,
         "INVALID_PAYLOAD",
         "session header version must be 0, got 1",
     );
     // Nothing was created; a matching header is accepted as given.
     let made = t
         .call(
-            "sessions",
-            "create",
+            service::SESSIONS,
+            sessions::CREATE,
             json!({"id": "mine", "header": h("mine", Some("subagent"))}),
         )
         .await;
@@ -436,7 +437,9 @@ async fn append_rejects_invalid_replace_surface_ops_and_leaves_the_log_alone() {
     try_append(&t, "s", event::USER_MESSAGE, user("r", "sum"), ok)
         .await
         .unwrap();
-    let derived = t.call("sessions", "derive", json!({"id": "s"})).await;
+    let derived = t
+        .call(service::SESSIONS, sessions::DERIVE, json!({"id": "s"}))
+        .await;
     assert_eq!(derived, json!([user("r", "sum")]));
     t.shutdown().await;
 }
@@ -564,7 +567,9 @@ async fn a_tool_result_replacement_rewrites_exactly_one_result_and_only_its_cont
     .await
     .unwrap();
     assert_eq!(spilled["seq"], 5);
-    let derived = t.call("sessions", "derive", json!({"id": "tr"})).await;
+    let derived = t
+        .call(service::SESSIONS, sessions::DERIVE, json!({"id": "tr"}))
+        .await;
     assert_eq!(
         derived[1]["content"][0]["content"],
         json!([{"type": "text", "text": "[spilled]"}])
@@ -599,7 +604,13 @@ async fn a_request_header_with_reason_fallback_is_rejected_at_append_and_seed() 
 async fn the_request_context_fold_keeps_the_last_record_and_a_resumed_agent_does_not_relog_it() {
     let (t, _) = store().await;
     create(&t, "rc").await;
-    let rc = || t.call("sessions", "requestContext", json!({"id": "rc"}));
+    let rc = || {
+        t.call(
+            service::SESSIONS,
+            sessions::REQUEST_CONTEXT,
+            json!({"id": "rc"}),
+        )
+    };
     assert_eq!(rc().await, Value::Null);
     append(&t, "rc", event::TURN_START, json!({"turn": 1})).await;
     append(
@@ -633,10 +644,11 @@ async fn the_request_context_fold_keeps_the_last_record_and_a_resumed_agent_does
         turn(&t, &agent, "first").await,
         json!({"kind": "completed"})
     );
-    t.call("agents", "dispose", json!({"agent": agent})).await;
+    t.call(service::AGENTS, agents::DISPOSE, json!({"agent": agent}))
+        .await;
     t.call(
-        "agentLoop",
-        "resume",
+        service::AGENT_LOOP,
+        agent_loop::RESUME,
         json!({"sessionId": agent, "agentOptions": {"provider": "fake", "model": "m1"}}),
     )
     .await;
@@ -722,7 +734,8 @@ async fn flush_answers_whether_any_listener_took_part() {
     let t = bare().await;
     create(&t, "alone").await;
     assert_eq!(
-        t.call("sessions", "flush", json!({"id": "alone"})).await,
+        t.call(service::SESSIONS, sessions::FLUSH, json!({"id": "alone"}))
+            .await,
         json!(false)
     );
     t.shutdown().await;
@@ -730,7 +743,8 @@ async fn flush_answers_whether_any_listener_took_part() {
     create(&t, "stored").await;
     append(&t, "stored", event::USER_MESSAGE, user("u", "x")).await;
     assert_eq!(
-        t.call("sessions", "flush", json!({"id": "stored"})).await,
+        t.call(service::SESSIONS, sessions::FLUSH, json!({"id": "stored"}))
+            .await,
         json!(true)
     );
     t.shutdown().await;

@@ -6,6 +6,8 @@
 //! Nothing here sleeps to synchronize or asserts a duration.
 
 use dsh_sdk::codes;
+use dsh_sdk::names::{agent_loop, agents, bus, service, sessions, tools};
+use dsh_sdk::vocab::event;
 use dsh_testkit::agent::core_host_applied;
 use dsh_testkit::fake_llm::{raw_calls, text, Answer, FakeLlm};
 use dsh_testkit::fixtures::{
@@ -49,8 +51,8 @@ async fn exec(t: &TestHost, args: Value) -> Value {
 
 async fn exec_as(t: &TestHost, agent: &str, args: Value) -> Value {
     t.call(
-        "tools",
-        "execute",
+        service::TOOLS,
+        tools::EXECUTE,
         json!({"callId": "c1", "name": "t", "arguments": args, "agent": agent, "cwd": "/"}),
     )
     .await
@@ -60,10 +62,10 @@ async fn exec_as(t: &TestHost, agent: &str, args: Value) -> Value {
 /// execute, post-execute, result), as a TOML array body.
 fn record_every_stage() -> String {
     [
-        "tools/pre-execute",
-        "tools/execute",
-        "tools/post-execute",
-        "tools/result",
+        bus::TOOLS_PRE_EXECUTE,
+        bus::TOOLS_EXECUTE,
+        bus::TOOLS_POST_EXECUTE,
+        bus::TOOLS_RESULT,
     ]
     .iter()
     .map(|e| format!("{{ event = \"{e}\", action = \"record\" }}"))
@@ -115,7 +117,7 @@ async fn a_value_breaking_the_output_schema_is_invalid_tool_output_before_post_e
                   "info": {"name": "ToolOutputError", "code": "INVALID_TOOL_OUTPUT"}},
         "content": [{"type": "text", "text": "Error: tool \"t\" returned invalid output: value.text: expected string"}]});
     assert_eq!(exec(&t, json!({"value": {"text": 5}})).await, failed);
-    let post = heard(&t, "tools/post-execute").await;
+    let post = heard(&t, bus::TOOLS_POST_EXECUTE).await;
     assert_eq!(post.len(), 1);
     assert_eq!(post[0]["result"], failed);
     // A value that keeps the contract passes, with the body's own content
@@ -168,7 +170,7 @@ async fn a_failing_render_is_one_failed_call() {
 #[tokio::test]
 async fn content_replacement_keeps_the_meta_and_value_replacement_renders_again() {
     let content = reply(
-        "tools/post-execute",
+        bus::TOOLS_POST_EXECUTE,
         &json!({"kind": "accept", "content": [{"type": "text", "text": "policy content"}]}),
     );
     let t = tools_with(&content, string_output()).await;
@@ -180,7 +182,7 @@ async fn content_replacement_keeps_the_meta_and_value_replacement_renders_again(
     t.shutdown().await;
 
     let value = reply(
-        "tools/post-execute",
+        bus::TOOLS_POST_EXECUTE,
         &json!({"kind": "accept", "value": "policy value",
                 "additionalContexts": [user("u1", "value context")]}),
     );
@@ -229,7 +231,7 @@ async fn invalid_post_execute_decisions_fail_the_call() {
         ),
     ];
     for (decision, args, registration, error) in cases {
-        let t = tools_with(&reply("tools/post-execute", &decision), registration).await;
+        let t = tools_with(&reply(bus::TOOLS_POST_EXECUTE, &decision), registration).await;
         let r = exec(&t, args).await;
         assert_eq!(r["isError"], json!(true), "{decision}");
         assert_eq!(r["error"], error, "{decision}");
@@ -244,7 +246,7 @@ async fn post_execute_contexts_follow_the_tools_and_a_block_keeps_only_its_own()
     let tool = json!({"value": 1, "content": [{"type": "text", "text": "c"}],
                       "additionalContexts": [user("u1", "tool context")]});
     let accept = reply(
-        "tools/post-execute",
+        bus::TOOLS_POST_EXECUTE,
         &json!({"kind": "accept", "additionalContexts": [user("u2", "post context")]}),
     );
     let t = tools_with(&accept, json!({})).await;
@@ -255,7 +257,7 @@ async fn post_execute_contexts_follow_the_tools_and_a_block_keeps_only_its_own()
     t.shutdown().await;
 
     let block = reply(
-        "tools/post-execute",
+        bus::TOOLS_POST_EXECUTE,
         &json!({"kind": "block", "feedback": [{"type": "text", "text": "no"}],
                 "additionalContexts": [user("u2", "post context")]}),
     );
@@ -275,7 +277,7 @@ async fn an_output_contract_that_is_not_an_object_is_refused() {
     let t = tools_with("", json!({})).await;
     let e = as_probe(
         &t,
-        "register",
+        tools::REGISTER,
         json!({"name": "u", "service": "impl-svc", "output": "string"}),
     )
     .await
@@ -287,12 +289,14 @@ async fn an_output_contract_that_is_not_an_object_is_refused() {
 
 /// Calls `tools.<method>` as the probe (so its fiber owns what it makes).
 async fn as_probe(t: &TestHost, method: &str, params: Value) -> Result<Value, dsh_sdk::Error> {
-    probe_call(t, "impl", "tools", method, params).await
+    probe_call(t, "impl", service::TOOLS, method, params).await
 }
 
 /// The tool names agent `scope` is offered.
 async fn offered(t: &TestHost, scope: &str) -> Vec<String> {
-    let schemas = t.call("tools", "schemas", json!({"scope": scope})).await;
+    let schemas = t
+        .call(service::TOOLS, tools::SCHEMAS, json!({"scope": scope}))
+        .await;
     schemas
         .as_array()
         .unwrap()
@@ -313,30 +317,50 @@ async fn restrict_masks_globals_for_its_agent_exempts_its_own_and_intersects() {
     register_tool(&t, "mine", json!({"scope": "a1"}))
         .await
         .unwrap();
-    as_probe(&t, "restrict", json!({"scope": "a1", "deny": ["t", "c"]}))
-        .await
-        .unwrap();
+    as_probe(
+        &t,
+        tools::RESTRICT,
+        json!({"scope": "a1", "deny": ["t", "c"]}),
+    )
+    .await
+    .unwrap();
     assert_eq!(offered(&t, "a1").await, ["a", "b", "mine"]);
     assert_eq!(offered(&t, "a2").await, ["a", "b", "c", "t"]);
     assert_eq!(
-        t.call("tools", "mode", json!({"name": "t", "scope": "a1"}))
-            .await,
+        t.call(
+            service::TOOLS,
+            tools::MODE,
+            json!({"name": "t", "scope": "a1"})
+        )
+        .await,
         json!("exclusive")
     );
     assert_eq!(
-        t.call("tools", "mode", json!({"name": "t", "scope": "a2"}))
-            .await,
+        t.call(
+            service::TOOLS,
+            tools::MODE,
+            json!({"name": "t", "scope": "a2"})
+        )
+        .await,
         json!("parallel")
     );
     let r = exec(&t, json!({"value": 1})).await;
     assert_eq!(r["error"]["info"]["code"], json!("UNKNOWN_TOOL"));
     // Restrictions intersect: only what every one admits stays.
-    as_probe(&t, "restrict", json!({"scope": "a1", "allow": ["a", "b"]}))
-        .await
-        .unwrap();
-    as_probe(&t, "restrict", json!({"scope": "a1", "allow": ["b", "c"]}))
-        .await
-        .unwrap();
+    as_probe(
+        &t,
+        tools::RESTRICT,
+        json!({"scope": "a1", "allow": ["a", "b"]}),
+    )
+    .await
+    .unwrap();
+    as_probe(
+        &t,
+        tools::RESTRICT,
+        json!({"scope": "a1", "allow": ["b", "c"]}),
+    )
+    .await
+    .unwrap();
     assert_eq!(offered(&t, "a1").await, ["b", "mine"]);
     t.shutdown().await;
 }
@@ -372,7 +396,9 @@ async fn restrict_fails_loud_on_unscoped_empty_and_unknown() {
         ),
     ];
     for (params, code, message) in cases {
-        let e = as_probe(&t, "restrict", params.clone()).await.unwrap_err();
+        let e = as_probe(&t, tools::RESTRICT, params.clone())
+            .await
+            .unwrap_err();
         assert_eq!(
             (e.code.as_str(), e.message.as_str()),
             (code, message),
@@ -390,13 +416,13 @@ async fn restrict_fails_loud_on_unscoped_empty_and_unknown() {
 async fn guards_deny_after_pre_execute_monotonically_global_first_and_scoped_to_their_agent() {
     let listeners = format!(
         "{}, {{ event = \"tools/post-execute\", action = \"record\" }}",
-        reply("tools/pre-execute", &json!({"kind": "allow"}))
+        reply(bus::TOOLS_PRE_EXECUTE, &json!({"kind": "allow"}))
     );
     let t = tools_with(&listeners, json!({})).await;
-    as_probe(&t, "guard", json!({"service": "g2", "scope": "a1"}))
+    as_probe(&t, tools::GUARD, json!({"service": "g2", "scope": "a1"}))
         .await
         .unwrap();
-    as_probe(&t, "guard", json!({"service": "g1"}))
+    as_probe(&t, tools::GUARD, json!({"service": "g1"}))
         .await
         .unwrap();
     let denied = |reason: &str| {
@@ -415,7 +441,7 @@ async fn guards_deny_after_pre_execute_monotonically_global_first_and_scoped_to_
         exec_as(&t, "a1", json!({"value": 1})).await["value"],
         json!(1)
     );
-    let post = heard(&t, "tools/post-execute").await;
+    let post = heard(&t, bus::TOOLS_POST_EXECUTE).await;
     assert_eq!(post[0]["result"], denied("g2 says no"));
     t.shutdown().await;
 }
@@ -431,7 +457,7 @@ async fn deferred_contexts_lead_then_the_wrappers_then_post_executes() {
         t.stage(lib, file);
     }
     let post = reply(
-        "tools/post-execute",
+        bus::TOOLS_POST_EXECUTE,
         &json!({"kind": "accept", "additionalContexts": [user("p", "post")]}),
     );
     let wrapper = "[[row]]\nid = \"hooks-w\"\nplugin = \"hooks\"\n\
@@ -456,7 +482,7 @@ async fn deferred_contexts_lead_then_the_wrappers_then_post_executes() {
     // Outside a dispatch there is nothing to defer to.
     let e = as_probe(
         &t,
-        "deferContext",
+        tools::DEFER_CONTEXT,
         json!({"agent": "a1", "callId": "c1", "context": user("d", "late")}),
     )
     .await
@@ -475,7 +501,7 @@ async fn deferred_contexts_lead_then_the_wrappers_then_post_executes() {
     t.shutdown().await;
 
     let block = reply(
-        "tools/post-execute",
+        bus::TOOLS_POST_EXECUTE,
         &json!({"kind": "block", "feedback": [{"type": "text", "text": "no"}]}),
     );
     let t = tools_with(&block, json!({})).await;
@@ -494,7 +520,7 @@ async fn finalize_content_runs_last_on_every_outcome_and_null_keeps_the_content(
     let listeners = format!(
         "{}, {{ event = \"tools/result\", action = \"record\" }}",
         reply(
-            "tools/post-execute",
+            bus::TOOLS_POST_EXECUTE,
             &json!({"kind": "accept", "content": [{"type": "text", "text": "policy"}]})
         )
     );
@@ -541,7 +567,7 @@ async fn finalize_content_runs_last_on_every_outcome_and_null_keeps_the_content(
 async fn a_wrapper_authored_success_is_revalidated_and_rendered_again() {
     let authored = |value: Value| {
         reply(
-            "tools/execute",
+            bus::TOOLS_EXECUTE,
             &json!({"isError": false, "value": value, "content": [{"type": "text", "text": "cached"}],
                     "additionalContexts": [user("w", "wrapper")]}),
         )
@@ -579,7 +605,7 @@ async fn a_wrapper_authored_success_is_revalidated_and_rendered_again() {
 async fn one_token_and_one_argument_value_across_the_pipeline() {
     let record = record_every_stage();
     let t = tools_with(&record, json!({})).await;
-    as_probe(&t, "guard", json!({"service": "g1"}))
+    as_probe(&t, tools::GUARD, json!({"service": "g1"}))
         .await
         .unwrap();
     let denied = exec(&t, json!({"deny": {"g1": "no"}})).await;
@@ -590,10 +616,10 @@ async fn one_token_and_one_argument_value_across_the_pipeline() {
     for _ in 0..2000 {
         execs.clear();
         for stage in [
-            "tools/pre-execute",
-            "tools/execute",
-            "tools/post-execute",
-            "tools/result",
+            bus::TOOLS_PRE_EXECUTE,
+            bus::TOOLS_EXECUTE,
+            bus::TOOLS_POST_EXECUTE,
+            bus::TOOLS_RESULT,
         ] {
             execs.extend(
                 heard(&t, stage)
@@ -654,7 +680,7 @@ async fn signal_host(hooks: Value, approval: Option<&str>) -> TestHost {
 
 /// A hooks listener on `event` that cancels call `c1` of its agent first.
 fn cancel_in(event: &str, result: Option<Value>) -> Value {
-    let mut hook = json!({"event": event, "calls": [{"service": "tools", "method": "cancel",
+    let mut hook = json!({"event": event, "calls": [{"service": service::TOOLS, "method": tools::CANCEL,
                           "params": {"agent": "$agent", "callId": "c1"}}]});
     if let Some(r) = result {
         hook["result"] = r;
@@ -672,7 +698,7 @@ fn aborted_before_dispatch() -> Value {
 /// Waits (bounded) until the probe heard `tools/result`, which is emitted.
 async fn results(t: &TestHost) -> Vec<Value> {
     for _ in 0..2000 {
-        let heard = heard(t, "tools/result").await;
+        let heard = heard(t, bus::TOOLS_RESULT).await;
         if !heard.is_empty() {
             return heard;
         }
@@ -688,8 +714,8 @@ async fn a_pre_aborted_call_publishes_one_result_without_phases() {
     let t = signal_host(json!([]), None).await;
     let r = t
         .call(
-            "tools",
-            "execute",
+            service::TOOLS,
+            tools::EXECUTE,
             json!({"callId": "c1", "name": "t", "arguments": {"value": 1}, "agent": "a1", "cwd": "/", "cancelled": true}),
         )
         .await;
@@ -697,7 +723,11 @@ async fn a_pre_aborted_call_publishes_one_result_without_phases() {
     let published = results(&t).await;
     assert_eq!(published.len(), 1);
     assert_eq!(published[0]["result"], r);
-    for stage in ["tools/pre-execute", "tools/execute", "tools/post-execute"] {
+    for stage in [
+        bus::TOOLS_PRE_EXECUTE,
+        bus::TOOLS_EXECUTE,
+        bus::TOOLS_POST_EXECUTE,
+    ] {
         assert_eq!(heard(&t, stage).await, Vec::<Value>::new(), "{stage}");
     }
     t.shutdown().await;
@@ -707,17 +737,17 @@ async fn a_pre_aborted_call_publishes_one_result_without_phases() {
 /// `ABORTED_BEFORE_DISPATCH`. A denial that settles after the cancel stands.
 #[tokio::test]
 async fn a_cancel_during_pre_execute_skips_the_dispatch_and_a_late_denial_stands() {
-    let t = signal_host(json!([cancel_in("tools/pre-execute", None)]), None).await;
+    let t = signal_host(json!([cancel_in(bus::TOOLS_PRE_EXECUTE, None)]), None).await;
     let r = exec(&t, json!({"value": 1})).await;
     assert_eq!(r, aborted_before_dispatch());
-    assert_eq!(heard(&t, "tools/execute").await, Vec::<Value>::new());
-    let post = heard(&t, "tools/post-execute").await;
+    assert_eq!(heard(&t, bus::TOOLS_EXECUTE).await, Vec::<Value>::new());
+    let post = heard(&t, bus::TOOLS_POST_EXECUTE).await;
     assert_eq!(post.len(), 1);
     assert_eq!(post[0]["result"], aborted_before_dispatch());
     t.shutdown().await;
 
     let deny = json!({"kind": "deny", "reason": "not now"});
-    let t = signal_host(json!([cancel_in("tools/pre-execute", Some(deny))]), None).await;
+    let t = signal_host(json!([cancel_in(bus::TOOLS_PRE_EXECUTE, Some(deny))]), None).await;
     assert_eq!(
         exec(&t, json!({"value": 1})).await,
         json!({"isError": true, "error": {"message": "not now"},
@@ -731,7 +761,12 @@ async fn a_cancel_during_pre_execute_skips_the_dispatch_and_a_late_denial_stands
 /// cancel overtook does not dispatch.
 #[tokio::test]
 async fn cancellation_overtaking_approval_is_aborted_before_dispatch() {
-    let ask = || json!([cancel_in("tools/pre-execute", Some(json!({"kind": "ask"})))]);
+    let ask = || {
+        json!([cancel_in(
+            bus::TOOLS_PRE_EXECUTE,
+            Some(json!({"kind": "ask"}))
+        )])
+    };
     for (outcome, expected) in [
         ("cancelled", aborted_before_dispatch()),
         (
@@ -744,7 +779,7 @@ async fn cancellation_overtaking_approval_is_aborted_before_dispatch() {
         let t = signal_host(ask(), Some(outcome)).await;
         assert_eq!(exec(&t, json!({"value": 1})).await, expected, "{outcome}");
         assert_eq!(
-            heard(&t, "tools/execute").await,
+            heard(&t, bus::TOOLS_EXECUTE).await,
             Vec::<Value>::new(),
             "{outcome}"
         );
@@ -757,7 +792,7 @@ async fn cancellation_overtaking_approval_is_aborted_before_dispatch() {
 /// `ABORTED_BEFORE_DISPATCH` keeping the wrapper's contexts.
 #[tokio::test]
 async fn a_cancel_inside_the_wrapper_skips_the_body_and_keeps_a_short_circuits_contexts() {
-    let t = signal_host(json!([cancel_in("tools/execute", None)]), None).await;
+    let t = signal_host(json!([cancel_in(bus::TOOLS_EXECUTE, None)]), None).await;
     // The body would defer a context if it ran.
     let r = exec(&t, json!({"value": 1, "defer": [user("d", "deferred")]})).await;
     assert_eq!(r, aborted_before_dispatch());
@@ -765,7 +800,7 @@ async fn a_cancel_inside_the_wrapper_skips_the_body_and_keeps_a_short_circuits_c
 
     let short = json!({"isError": false, "value": 1, "content": [{"type": "text", "text": "wrapper"}],
                        "additionalContexts": [user("w", "wrapper context")]});
-    let t = signal_host(json!([cancel_in("tools/execute", Some(short))]), None).await;
+    let t = signal_host(json!([cancel_in(bus::TOOLS_EXECUTE, Some(short))]), None).await;
     let mut expected = aborted_before_dispatch();
     expected["additionalContexts"] = json!([user("w", "wrapper context")]);
     assert_eq!(exec(&t, json!({"value": 1})).await, expected);
@@ -776,7 +811,7 @@ async fn a_cancel_inside_the_wrapper_skips_the_body_and_keeps_a_short_circuits_c
 /// its contexts; a failure stands.
 #[tokio::test]
 async fn a_late_success_is_aborted_with_its_contexts_and_a_failure_stands() {
-    let t = signal_host(json!([cancel_in("tools/post-execute", None)]), None).await;
+    let t = signal_host(json!([cancel_in(bus::TOOLS_POST_EXECUTE, None)]), None).await;
     let r = exec(&t, json!({"value": 1, "defer": [user("d", "deferred")]})).await;
     assert_eq!(
         r,
@@ -796,7 +831,11 @@ async fn cancelling_a_call_that_is_not_running_is_refused() {
     let t = tools_with("", json!({})).await;
     let e = t
         .host
-        .call("tools", "cancel", json!({"agent": "a1", "callId": "c9"}))
+        .call(
+            service::TOOLS,
+            tools::CANCEL,
+            json!({"agent": "a1", "callId": "c9"}),
+        )
         .await
         .unwrap_err();
     assert_eq!(
@@ -831,8 +870,8 @@ async fn a_cancel_during_pre_execute_skips_the_dispatch_and_post_execute_sees_it
     fake.push([one_call("c0"), text("never")]);
     let agent = t
         .call(
-            "agentLoop",
-            "create",
+            service::AGENT_LOOP,
+            agent_loop::CREATE,
             json!({"agentOptions": {"provider": "fake", "model": "m1"}, "meta": {"cwd": "/tmp"}}),
         )
         .await["agent"]
@@ -840,12 +879,14 @@ async fn a_cancel_during_pre_execute_skips_the_dispatch_and_post_execute_sees_it
         .unwrap()
         .to_owned();
     t.call(
-        "agents",
-        "followup",
+        service::AGENTS,
+        agents::FOLLOWUP,
         json!({"agent": agent, "message": {"text": "go"}}),
     )
     .await;
-    let end = t.call("agents", "whenIdle", json!({"agent": agent})).await;
+    let end = t
+        .call(service::AGENTS, agents::WHEN_IDLE, json!({"agent": agent}))
+        .await;
     assert_eq!(
         end["reason"],
         json!({"kind": "aborted", "reason": {"kind": "user"}})
@@ -859,15 +900,18 @@ async fn a_cancel_during_pre_execute_skips_the_dispatch_and_post_execute_sees_it
     let aborted = json!({"name": "AbortError", "code": "ABORTED_BEFORE_DISPATCH"});
     let post: Vec<&Value> = journal
         .iter()
-        .filter(|e| e["event"] == "tools/post-execute")
+        .filter(|e| e["event"] == bus::TOOLS_POST_EXECUTE)
         .collect();
     assert_eq!(post.len(), 1, "{journal:?}");
     assert_eq!(post[0]["payload"]["result"]["error"]["info"], aborted);
-    let events: Vec<Value> =
-        serde_json::from_value(t.call("sessions", "events", json!({"id": agent})).await).unwrap();
+    let events: Vec<Value> = serde_json::from_value(
+        t.call(service::SESSIONS, sessions::EVENTS, json!({"id": agent}))
+            .await,
+    )
+    .unwrap();
     let results: Vec<&Value> = events
         .iter()
-        .filter(|e| e["type"] == "tool/result")
+        .filter(|e| e["type"] == event::TOOL_RESULT)
         .collect();
     assert_eq!(results.len(), 1);
     assert_eq!(results[0]["data"]["error"], aborted);

@@ -7,6 +7,7 @@
 //! `Answer::Gated` (with the adapter's idle timeout lifted), and waits poll
 //! the log under a generous deadline.
 
+use dsh_sdk::names::{agent_loop, agents, llm, service};
 use dsh_sdk::vocab::event;
 use dsh_testkit::agent::{core_host, events, idle, logged, new_agent, of_type, send, user_texts};
 use dsh_testkit::fake_llm::{text, text_payloads, Answer, FakeLlm, Gate};
@@ -66,7 +67,7 @@ async fn an_idle_steer_opens_its_turn_before_replying_and_a_second_steer_enters_
     fake.push([held_text("first", &gate), text("second")]);
     let agent = new_agent(&t, "/tmp").await;
 
-    send(&t, "steer", &agent, "first idle steer").await;
+    send(&t, agents::STEER, &agent, "first idle steer").await;
     let opened = events(&t, &agent).await;
     assert_eq!(of_type(&opened, event::TURN_START).len(), 1, "{opened:?}");
     let claims: Vec<&Value> = of_type(&opened, event::INBOX_SPLICED)
@@ -75,7 +76,7 @@ async fn an_idle_steer_opens_its_turn_before_replying_and_a_second_steer_enters_
         .collect();
     assert_eq!(claims.len(), 1, "the first steer is claimed: {opened:?}");
 
-    send(&t, "steer", &agent, "second idle steer").await;
+    send(&t, agents::STEER, &agent, "second idle steer").await;
     gate.open();
     assert_eq!(idle(&t, &agent).await["kind"], "completed");
 
@@ -134,11 +135,12 @@ async fn a_cancelled_request_ends_with_an_aborted_finish_not_an_error() {
     let request = json!({"provider": "fake", "model": "m1", "signal": "req-1", "messages": [
         {"id": "u1", "role": "user", "content": [{"type": "text", "text": "hi"}], "source": {"kind": "user"}}
     ]});
-    let mut stream = t.host.call_stream("llm", "stream", request);
+    let mut stream = t.host.call_stream(service::LLM, llm::STREAM, request);
     let first = next_item(&mut stream).await.expect("a first chunk");
     assert_ne!(first.expect("a chunk")["type"], "finish");
 
-    t.call("llm", "cancel", json!({"signal": "req-1"})).await;
+    t.call(service::LLM, llm::CANCEL, json!({"signal": "req-1"}))
+        .await;
     let mut last = None;
     while let Some(item) = next_item(&mut stream).await {
         last = Some(item.expect("a chunk"));
@@ -152,7 +154,7 @@ async fn a_cancelled_request_ends_with_an_aborted_finish_not_an_error() {
 
     let gone = t
         .host
-        .call("llm", "cancel", json!({"signal": "req-1"}))
+        .call(service::LLM, llm::CANCEL, json!({"signal": "req-1"}))
         .await
         .expect_err("no request streams under that signal now");
     assert_eq!(gone.code, "NOT_STREAMING");
@@ -191,11 +193,11 @@ async fn always_mode_retries_every_failure_past_max_retries_until_success() {
         text("recovered"),
     ]);
     let agent = new_agent(&t, "/tmp").await;
-    send(&t, "followup", &agent, "go").await;
+    send(&t, agents::FOLLOWUP, &agent, "go").await;
     assert_eq!(idle(&t, &agent).await["kind"], "completed");
 
     let ev = events(&t, &agent).await;
-    let retries: Vec<(String, Value, Value)> = of_type(&ev, "llm/retry")
+    let retries: Vec<(String, Value, Value)> = of_type(&ev, event::LLM_RETRY)
         .iter()
         .map(|e| {
             let d = &e["data"];
@@ -211,7 +213,7 @@ async fn always_mode_retries_every_failure_past_max_retries_until_success() {
             ("INVALID_REQUEST".to_owned(), json!("always"), json!(3)),
         ]
     );
-    assert!(of_type(&ev, "llm/retry")
+    assert!(of_type(&ev, event::LLM_RETRY)
         .iter()
         .all(|e| e["data"].get("maxRetries").is_none()));
     assert_eq!(fake.requests().len(), 4);
@@ -235,7 +237,7 @@ async fn a_listener_returning_a_malformed_assembly_fails_the_turn_with_invariant
     );
     let (t, fake) = core_host(|rows| rows + &kit_row("k", &listener, "")).await;
     let agent = new_agent(&t, "/tmp").await;
-    send(&t, "followup", &agent, "go").await;
+    send(&t, agents::FOLLOWUP, &agent, "go").await;
     let reason = idle(&t, &agent).await;
     assert_eq!(reason["kind"], "error");
     assert_eq!(reason["error"]["code"], "INVARIANT");
@@ -258,11 +260,15 @@ async fn resuming_a_live_agent_mid_turn_returns_it_and_does_not_repair_its_turn(
     let gate = Gate::new();
     fake.push([held_text("still streaming", &gate)]);
     let agent = new_agent(&t, "/tmp").await;
-    send(&t, "followup", &agent, "go").await;
+    send(&t, agents::FOLLOWUP, &agent, "go").await;
     logged(&t, &agent, event::ASSISTANT_CHUNK).await;
 
     let resumed = t
-        .call("agentLoop", "resume", json!({"sessionId": agent}))
+        .call(
+            service::AGENT_LOOP,
+            agent_loop::RESUME,
+            json!({"sessionId": agent}),
+        )
         .await;
     assert_eq!(resumed, json!({"agent": agent}));
     let mid = events(&t, &agent).await;
@@ -279,7 +285,9 @@ async fn resuming_a_live_agent_mid_turn_returns_it_and_does_not_repair_its_turn(
         .collect();
     assert_eq!(ends, vec![json!({"kind": "completed"})]);
     assert_eq!(of_type(&ev, event::STEP_END).len(), 1);
-    let list = t.call("agentLoop", "list", json!({})).await;
+    let list = t
+        .call(service::AGENT_LOOP, agent_loop::LIST, json!({}))
+        .await;
     assert_eq!(list, json!([agent]));
     t.shutdown().await;
 }
@@ -294,7 +302,7 @@ async fn an_empty_admitted_batch_closes_a_stepless_turn() {
         "{ event = 'agent/pre-step', action = 'return', value = { kind = 'enter', messages = [] } }";
     let (t, fake) = core_host(|rows| rows + &kit_row("k", listener, "")).await;
     let agent = new_agent(&t, "/tmp").await;
-    send(&t, "followup", &agent, "go").await;
+    send(&t, agents::FOLLOWUP, &agent, "go").await;
     assert_eq!(idle(&t, &agent).await, json!({"kind": "completed"}));
 
     assert!(fake.requests().is_empty());
@@ -307,7 +315,9 @@ async fn an_empty_admitted_batch_closes_a_stepless_turn() {
     assert_eq!(frames, vec![event::TURN_START, event::TURN_END]);
     let end = &of_type(&ev, event::TURN_END)[0]["data"];
     assert_eq!(end, &json!({"turn": 1, "reason": {"kind": "completed"}}));
-    let pending = t.call("agents", "pending", json!({"agent": agent})).await;
+    let pending = t
+        .call(service::AGENTS, agents::PENDING, json!({"agent": agent}))
+        .await;
     assert_eq!(pending, json!({"nextTurn": [], "nextStep": []}));
     t.shutdown().await;
 }
@@ -332,14 +342,14 @@ async fn a_tool_step_abort_parks_the_post_execute_context_until_a_wakeup() {
         text("after wake"),
     ]);
     let agent = new_agent(&t, "/tmp").await;
-    send(&t, "followup", &agent, "go").await;
+    send(&t, agents::FOLLOWUP, &agent, "go").await;
     dsh_testkit::fixtures::wait_kit_journal(&t, "k", |j| {
         j.iter().any(|e| e["event"] == "tool:start")
     })
     .await;
     t.call(
-        "agents",
-        "cancel",
+        service::AGENTS,
+        agents::CANCEL,
         json!({"agent": agent, "cause": {"kind": "user"}}),
     )
     .await;
@@ -359,7 +369,9 @@ async fn a_tool_step_abort_parks_the_post_execute_context_until_a_wakeup() {
         tail,
         vec![event::TOOL_RESULT, event::STEP_END, event::TURN_END]
     );
-    let pending = t.call("agents", "pending", json!({"agent": agent})).await;
+    let pending = t
+        .call(service::AGENTS, agents::PENDING, json!({"agent": agent}))
+        .await;
     let parked: Vec<&str> = pending["nextStep"]
         .as_array()
         .into_iter()
@@ -368,7 +380,7 @@ async fn a_tool_step_abort_parks_the_post_execute_context_until_a_wakeup() {
         .collect();
     assert_eq!(parked, vec!["accepted result context after abort"]);
 
-    send(&t, "followup", &agent, "wake").await;
+    send(&t, agents::FOLLOWUP, &agent, "wake").await;
     assert_eq!(idle(&t, &agent).await["kind"], "completed");
     let ev = events(&t, &agent).await;
     let plugin_texts: Vec<&str> = of_type(&ev, event::USER_MESSAGE)
@@ -402,12 +414,13 @@ async fn disposal_mid_tool_parks_the_post_execute_context_without_a_new_turn() {
         json!({"awaitEnd": "never"}),
     )])]);
     let agent = new_agent(&t, "/tmp").await;
-    send(&t, "followup", &agent, "go").await;
+    send(&t, agents::FOLLOWUP, &agent, "go").await;
     dsh_testkit::fixtures::wait_kit_journal(&t, "k", |j| {
         j.iter().any(|e| e["event"] == "tool:start")
     })
     .await;
-    t.call("agents", "dispose", json!({"agent": agent})).await;
+    t.call(service::AGENTS, agents::DISPOSE, json!({"agent": agent}))
+        .await;
 
     let ev = events(&t, &agent).await;
     assert!(!of_type(&ev, event::USER_MESSAGE)
@@ -420,9 +433,15 @@ async fn disposal_mid_tool_parks_the_post_execute_context_without_a_new_turn() {
         &json!({"kind": "aborted", "reason": {"kind": "disposed"}})
     );
 
-    t.call("agentLoop", "resume", json!({"sessionId": agent}))
+    t.call(
+        service::AGENT_LOOP,
+        agent_loop::RESUME,
+        json!({"sessionId": agent}),
+    )
+    .await;
+    let pending = t
+        .call(service::AGENTS, agents::PENDING, json!({"agent": agent}))
         .await;
-    let pending = t.call("agents", "pending", json!({"agent": agent})).await;
     let parked: Vec<&str> = pending["nextStep"]
         .as_array()
         .into_iter()
@@ -430,7 +449,9 @@ async fn disposal_mid_tool_parks_the_post_execute_context_without_a_new_turn() {
         .filter_map(|m| m["content"][0]["text"].as_str())
         .collect();
     assert_eq!(parked, vec!["accepted result context during disposal"]);
-    let status = t.call("agents", "status", json!({"agent": agent})).await;
+    let status = t
+        .call(service::AGENTS, agents::STATUS, json!({"agent": agent}))
+        .await;
     assert_eq!(status["status"], "idle");
     assert_eq!(
         of_type(&events(&t, &agent).await, event::TURN_START).len(),

@@ -10,6 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use dsh_sdk::names::bus;
 use dsh_testkit::{
     drop_in, dsh_host, home_with_profile, library, output, target_dir, TempDir, TestHost,
 };
@@ -378,7 +379,7 @@ async fn spill_once(t: &TestHost, bytes: usize) -> PathBuf {
     let out: Value = t
         .host
         .waterfall(
-            "tools/post-execute",
+            bus::TOOLS_POST_EXECUTE,
             "",
             json!({"exec": {"name": "bash"}, "result": {"content": []}}),
             Box::new(move |_| Ok(decision)),

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use dsh_sdk::vocab::event;
 use dsh_testkit::agent::{core_host, events, new_agent};
 use dsh_testkit::fake_llm::{text, tool_calls, Answer, FakeLlm};
 use dsh_testkit::headless::{lines, Headless};
@@ -84,11 +85,11 @@ async fn an_sse_line_past_the_cap_fails_malformed_before_the_line_ends() {
     let ev = events(&t, &agent).await;
     let chunks: Vec<&Value> = ev
         .iter()
-        .filter(|e| e["type"] == "assistant/chunk")
+        .filter(|e| e["type"] == event::ASSISTANT_CHUNK)
         .collect();
     assert_eq!(chunks.len(), 1, "{chunks:?}");
     assert_eq!(chunks[0]["data"]["chunk"]["type"], "finish");
-    assert_eq!(count(&ev, "assistant/message"), 0);
+    assert_eq!(count(&ev, event::ASSISTANT_MESSAGE), 0);
     t.shutdown().await;
 }
 
@@ -108,7 +109,7 @@ async fn a_line_under_the_cap_still_streams() {
     assert_eq!(r, json!({"kind": "completed"}));
     let m = ev
         .iter()
-        .find(|e| e["type"] == "assistant/message")
+        .find(|e| e["type"] == event::ASSISTANT_MESSAGE)
         .unwrap();
     assert_eq!(
         m["data"]["message"]["content"][0]["text"]
@@ -152,7 +153,7 @@ async fn an_in_stream_context_error_keeps_its_message_and_maps_its_code() {
         1,
         "a context overflow is not retried"
     );
-    assert_eq!(count(&ev, "assistant/message"), 0);
+    assert_eq!(count(&ev, event::ASSISTANT_MESSAGE), 0);
 }
 
 #[tokio::test]
@@ -193,7 +194,7 @@ async fn an_in_stream_rate_limit_is_retried_as_a_rate_limit() {
     assert_eq!(fake.requests().len(), 2);
     let retry = ev
         .iter()
-        .find(|e| e["type"] == "llm/retry")
+        .find(|e| e["type"] == event::LLM_RETRY)
         .expect("llm/retry logged");
     let failure = &retry["data"]["failure"];
     assert_eq!(failure["code"], "RATE_LIMIT", "{failure}");
@@ -248,13 +249,13 @@ async fn a_model_that_always_calls_tools_is_stopped_at_max_steps_per_turn() {
     // A balanced log: every step closed, every call answered, then turn/end
     // with the same reason.
     let ev = events(&t, &agent).await;
-    assert_eq!(count(&ev, "step/start"), MAX_STEPS);
-    assert_eq!(count(&ev, "step/end"), MAX_STEPS);
-    assert_eq!(count(&ev, "tool/call"), MAX_STEPS);
-    assert_eq!(count(&ev, "tool/result"), MAX_STEPS);
+    assert_eq!(count(&ev, event::STEP_START), MAX_STEPS);
+    assert_eq!(count(&ev, event::STEP_END), MAX_STEPS);
+    assert_eq!(count(&ev, event::TOOL_CALL), MAX_STEPS);
+    assert_eq!(count(&ev, event::TOOL_RESULT), MAX_STEPS);
     let last: Vec<&Value> = ev.iter().rev().take(2).collect();
-    assert_eq!(last[1]["type"], "step/end");
-    assert_eq!(last[0]["type"], "turn/end");
+    assert_eq!(last[1]["type"], event::STEP_END);
+    assert_eq!(last[0]["type"], event::TURN_END);
     assert_eq!(last[0]["data"], json!({"turn": 1, "reason": reason}));
 
     // The loop keeps serving: the next turn sees the whole history.
@@ -311,7 +312,7 @@ async fn headless_exits_1_with_the_step_limit_on_stderr_and_the_log_resumes() {
     assert_eq!((code, stdout.as_str()), (0, "Resumed.\n"), "{stderr}");
     let ends: Vec<Value> = lines(&file)
         .into_iter()
-        .filter(|r| r["type"] == "turn/end")
+        .filter(|r| r["type"] == event::TURN_END)
         .map(|r| r["data"]["reason"].clone())
         .collect();
     assert_eq!(

@@ -10,6 +10,8 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use dsh_sdk::names::{service, session_persistence, sessions};
+use dsh_sdk::vocab::event;
 use dsh_testkit::fake_llm::{text, tool_calls, Answer, FakeLlm};
 use dsh_testkit::headless::{assert_seqs_contiguous, lines, Headless};
 use dsh_testkit::{out, wait_for, TempDir, TestHost};
@@ -96,9 +98,12 @@ async fn of_two_concurrent_resumes_one_wins_and_the_other_is_locked_out_writing_
     assert!(!std::fs::read_to_string(&file)
         .unwrap()
         .contains("loser task"));
-    let seeds = log.iter().filter(|l| l["type"] == "session/end-seed");
+    let seeds = log.iter().filter(|l| l["type"] == event::SESSION_END_SEED);
     assert_eq!(seeds.count(), 2, "one per successful resume");
-    let ends: Vec<&Value> = log.iter().filter(|l| l["type"] == "turn/end").collect();
+    let ends: Vec<&Value> = log
+        .iter()
+        .filter(|l| l["type"] == event::TURN_END)
+        .collect();
     assert_eq!(ends.len(), 3);
     for (n, end) in ends.iter().enumerate() {
         assert_eq!(
@@ -134,7 +139,10 @@ async fn a_lock_held_by_a_process_killed_with_sigkill_does_not_block_the_next_re
     );
     let log = lines(&file);
     assert_contiguous(&log);
-    let ends: Vec<&Value> = log.iter().filter(|l| l["type"] == "turn/end").collect();
+    let ends: Vec<&Value> = log
+        .iter()
+        .filter(|l| l["type"] == event::TURN_END)
+        .collect();
     assert_eq!(
         ends[1]["data"],
         json!({"turn": 2, "reason": {"kind": "interrupted"}})
@@ -185,8 +193,8 @@ fn store_rows(root: &Path) -> String {
 }
 
 async fn open_turn(t: &TestHost, id: &str) {
-    let a = json!({"id": id, "type": "turn/start", "data": {"turn": 1}});
-    t.call("sessions", "append", a).await;
+    let a = json!({"id": id, "type": event::TURN_START, "data": {"turn": 1}});
+    t.call(service::SESSIONS, sessions::APPEND, a).await;
 }
 
 #[tokio::test]
@@ -196,11 +204,19 @@ async fn a_second_host_creating_the_same_id_is_refused_until_the_first_lets_go()
     let meta = json!({"id": "dup", "meta": {"cwd": "/hardening/work"}});
     let first = TestHost::start().await;
     first.apply(&store_rows(&root)).await;
-    first.call("sessions", "create", meta.clone()).await;
+    first
+        .call(service::SESSIONS, sessions::CREATE, meta.clone())
+        .await;
     open_turn(&first, "dup").await;
-    first.call("sessions", "flush", json!({"id": "dup"})).await;
+    first
+        .call(service::SESSIONS, sessions::FLUSH, json!({"id": "dup"}))
+        .await;
     let file = first
-        .call("sessionPersistence", "locate", json!({"id": "dup"}))
+        .call(
+            service::SESSION_PERSISTENCE,
+            session_persistence::LOCATE,
+            json!({"id": "dup"}),
+        )
         .await["path"]
         .as_str()
         .unwrap()
@@ -209,11 +225,13 @@ async fn a_second_host_creating_the_same_id_is_refused_until_the_first_lets_go()
 
     let second = TestHost::start().await;
     second.apply(&store_rows(&root)).await;
-    second.call("sessions", "create", meta.clone()).await;
+    second
+        .call(service::SESSIONS, sessions::CREATE, meta.clone())
+        .await;
     open_turn(&second, "dup").await;
     let flushed = second
         .host
-        .call("sessions", "flush", json!({"id": "dup"}))
+        .call(service::SESSIONS, sessions::FLUSH, json!({"id": "dup"}))
         .await;
     let e = flushed.expect_err("the second writer's flush is refused");
     assert_eq!(e.code, "SESSION_LOCKED", "{e}");
@@ -224,7 +242,11 @@ async fn a_second_host_creating_the_same_id_is_refused_until_the_first_lets_go()
     );
     let load = second
         .host
-        .call("sessionPersistence", "load", json!({"id": "dup"}))
+        .call(
+            service::SESSION_PERSISTENCE,
+            session_persistence::LOAD,
+            json!({"id": "dup"}),
+        )
         .await;
     assert_eq!(
         load.map_err(|e| e.code).err().as_deref(),
@@ -233,14 +255,20 @@ async fn a_second_host_creating_the_same_id_is_refused_until_the_first_lets_go()
     assert_eq!(std::fs::read(&file).unwrap(), before, "nothing was written");
 
     // Closing the session lets go of its log; another writer may load it.
-    first.call("sessions", "close", json!({"id": "dup"})).await;
+    first
+        .call(service::SESSIONS, sessions::CLOSE, json!({"id": "dup"}))
+        .await;
     let third = TestHost::start().await;
     third.apply(&store_rows(&root)).await;
     let deadline = Instant::now() + Duration::from_secs(30);
     let loaded = loop {
         match third
             .host
-            .call("sessionPersistence", "load", json!({"id": "dup"}))
+            .call(
+                service::SESSION_PERSISTENCE,
+                session_persistence::LOAD,
+                json!({"id": "dup"}),
+            )
             .await
         {
             Ok(v) => break v,
@@ -250,12 +278,16 @@ async fn a_second_host_creating_the_same_id_is_refused_until_the_first_lets_go()
             Err(e) => panic!("load after close: {e}"),
         }
     };
-    assert_eq!(loaded["events"][0]["type"], "turn/start");
+    assert_eq!(loaded["events"][0]["type"], event::TURN_START);
     // Unloading the plugin releases the log `load` locked.
     third.shutdown().await;
     let again = second
         .host
-        .call("sessionPersistence", "load", json!({"id": "dup"}))
+        .call(
+            service::SESSION_PERSISTENCE,
+            session_persistence::LOAD,
+            json!({"id": "dup"}),
+        )
         .await;
     assert!(again.is_ok(), "{again:?}");
     second.shutdown().await;

@@ -4,6 +4,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use dsh_sdk::vocab::event;
 use dsh_testkit::fake_llm::{text, tool_calls, Answer, FakeLlm};
 use dsh_testkit::headless::{assert_seqs_contiguous, lines_so_far, Headless, KEY};
 use dsh_testkit::{out, target_dir};
@@ -47,7 +48,7 @@ async fn prints_the_last_answer_and_exits_0_with_an_empty_stderr() {
     assert_eq!(log[0]["type"], "session");
     let cwd = e.work.path().canonicalize().unwrap().display().to_string();
     assert_eq!(log[0]["cwd"], json!(cwd));
-    assert_eq!(log.last().unwrap()["type"], "turn/end");
+    assert_eq!(log.last().unwrap()["type"], event::TURN_END);
 
     // `sessions list` shows it.
     let mut c = Command::new(target_dir().join("dsh-host"));
@@ -120,8 +121,8 @@ async fn jsonl_output_streams_every_session_event_and_a_result() {
         .filter(|r| r["type"] == "session_event")
         .map(|r| &r["event"])
         .collect();
-    assert_eq!(events.first().unwrap()["type"], "agent/inbox/spliced");
-    assert_eq!(events.last().unwrap()["type"], "turn/end");
+    assert_eq!(events.first().unwrap()["type"], event::INBOX_SPLICED);
+    assert_eq!(events.last().unwrap()["type"], event::TURN_END);
     let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
     assert_eq!(seqs, (0..seqs.len() as u64).collect::<Vec<_>>());
 }
@@ -146,7 +147,7 @@ async fn kill_9_mid_turn_then_resume_repairs_the_tail_and_continues() {
         let found = e.session_files().into_iter().find(|f| {
             lines_so_far(f)
                 .iter()
-                .any(|l| l["type"] == "assistant/chunk")
+                .any(|l| l["type"] == event::ASSISTANT_CHUNK)
         });
         if let Some(f) = found {
             break f;
@@ -174,7 +175,10 @@ async fn kill_9_mid_turn_then_resume_repairs_the_tail_and_continues() {
         .skip(1)
         .map(|l| l["type"].as_str().unwrap())
         .collect();
-    let ends: Vec<&Value> = log.iter().filter(|l| l["type"] == "turn/end").collect();
+    let ends: Vec<&Value> = log
+        .iter()
+        .filter(|l| l["type"] == event::TURN_END)
+        .collect();
     assert_eq!(
         ends[0]["data"]["reason"],
         json!({"kind": "interrupted"}),
@@ -185,7 +189,10 @@ async fn kill_9_mid_turn_then_resume_repairs_the_tail_and_continues() {
         json!({"turn": 2, "reason": {"kind": "completed"}})
     );
     assert_eq!(
-        kinds.iter().filter(|k| **k == "session/end-seed").count(),
+        kinds
+            .iter()
+            .filter(|k| **k == event::SESSION_END_SEED)
+            .count(),
         1
     );
     assert_seqs_contiguous(&log[1..]);
@@ -215,13 +222,13 @@ async fn a_log_in_the_original_format_loads_and_resumes() {
     let answer = json!({"id": "m2", "role": "assistant", "content": [{"type": "text", "text": "earlier answer"}], "source": {"kind": "model", "provider": "deepseek-official", "model": "deepseek-v4-flash"}});
     let log = [
         json!({"type": "session", "version": 0, "id": "orig-1", "createdAt": 1_700_000_000_000u64, "cwd": cwd, "delegationDepth": 0}),
-        json!({"type": "turn/start", "seq": 0, "time": 1, "data": {"turn": 1}}),
-        json!({"type": "step/start", "seq": 1, "time": 1, "data": {"turn": 1, "step": 1}}),
-        json!({"type": "user/message", "seq": 2, "time": 1, "data": user, "surfaceOp": "append"}),
+        json!({"type": event::TURN_START, "seq": 0, "time": 1, "data": {"turn": 1}}),
+        json!({"type": event::STEP_START, "seq": 1, "time": 1, "data": {"turn": 1, "step": 1}}),
+        json!({"type": event::USER_MESSAGE, "seq": 2, "time": 1, "data": user, "surfaceOp": "append"}),
         json!({"type": "text-chunks", "seq0": 3, "time0": 2, "data": {"turn": 1, "step": 1, "index": 0, "dt": [1, 1], "texts": ["earlier ", "ans", "wer"]}}),
-        json!({"type": "assistant/message", "seq": 6, "time": 4, "data": {"turn": 1, "step": 1, "message": answer}, "sourceEventSeqs": [3, 4, 5], "surfaceOp": "append"}),
-        json!({"type": "step/end", "seq": 7, "time": 4, "data": {"turn": 1, "step": 1}}),
-        json!({"type": "turn/end", "seq": 8, "time": 4, "data": {"turn": 1, "reason": {"kind": "completed"}}}),
+        json!({"type": event::ASSISTANT_MESSAGE, "seq": 6, "time": 4, "data": {"turn": 1, "step": 1, "message": answer}, "sourceEventSeqs": [3, 4, 5], "surfaceOp": "append"}),
+        json!({"type": event::STEP_END, "seq": 7, "time": 4, "data": {"turn": 1, "step": 1}}),
+        json!({"type": event::TURN_END, "seq": 8, "time": 4, "data": {"turn": 1, "reason": {"kind": "completed"}}}),
     ];
     let text: String = log.iter().map(|l| format!("{l}\n")).collect();
     std::fs::write(dir.join("orig-1.jsonl"), text).unwrap();
@@ -241,11 +248,11 @@ async fn a_log_in_the_original_format_loads_and_resumes() {
     // The packed row stays as written; our events follow, seq 9 on.
     let stored = lines_so_far(&dir.join("orig-1.jsonl"));
     assert_eq!(stored[4]["type"], "text-chunks");
-    assert_eq!(stored[8]["type"], "session/end-seed");
+    assert_eq!(stored[8]["type"], event::SESSION_END_SEED);
     assert_eq!(stored[8]["seq"], 9);
     let turn2 = stored
         .iter()
-        .find(|l| l["type"] == "turn/start" && l["data"]["turn"] == 2);
+        .find(|l| l["type"] == event::TURN_START && l["data"]["turn"] == 2);
     assert!(turn2.is_some(), "{stored:?}");
 }
 
@@ -269,11 +276,11 @@ async fn a_zstd_log_in_the_originals_layout_resumes_and_stays_readable() {
     let header = json!({"type": "session", "version": 0, "id": "zs-1", "createdAt": 1, "cwd": cwd, "delegationDepth": 0});
     let user = json!({"id": "m1", "role": "user", "content": [{"type": "text", "text": "zipped question"}], "source": {"kind": "user"}});
     let events = [
-        json!({"type": "turn/start", "seq": 0, "time": 1, "data": {"turn": 1}}),
-        json!({"type": "step/start", "seq": 1, "time": 1, "data": {"turn": 1, "step": 1}}),
-        json!({"type": "user/message", "seq": 2, "time": 1, "data": user, "surfaceOp": "append"}),
-        json!({"type": "step/end", "seq": 3, "time": 1, "data": {"turn": 1, "step": 1}}),
-        json!({"type": "turn/end", "seq": 4, "time": 1, "data": {"turn": 1, "reason": {"kind": "completed"}}}),
+        json!({"type": event::TURN_START, "seq": 0, "time": 1, "data": {"turn": 1}}),
+        json!({"type": event::STEP_START, "seq": 1, "time": 1, "data": {"turn": 1, "step": 1}}),
+        json!({"type": event::USER_MESSAGE, "seq": 2, "time": 1, "data": user, "surfaceOp": "append"}),
+        json!({"type": event::STEP_END, "seq": 3, "time": 1, "data": {"turn": 1, "step": 1}}),
+        json!({"type": event::TURN_END, "seq": 4, "time": 1, "data": {"turn": 1, "reason": {"kind": "completed"}}}),
     ];
     let mut file = zstd::stream::encode_all(format!("{header}\n").as_bytes(), 3).unwrap();
     let batch: String = events.iter().map(|e| format!("{e}\n")).collect();
@@ -295,6 +302,6 @@ async fn a_zstd_log_in_the_originals_layout_resumes_and_stays_readable() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(lines.last().unwrap()["type"], "turn/end");
+    assert_eq!(lines.last().unwrap()["type"], event::TURN_END);
     assert_eq!(lines.last().unwrap()["data"]["turn"], 2);
 }

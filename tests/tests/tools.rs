@@ -3,6 +3,8 @@
 
 use std::path::Path;
 
+use dsh_sdk::names::{service, sessions, tools};
+use dsh_sdk::vocab::event;
 use dsh_testkit::fake_llm::{text, tool_calls, FakeLlm};
 use dsh_testkit::tools::{run, text_of};
 use dsh_testkit::{target_dir, TempDir, TestHost};
@@ -15,7 +17,7 @@ async fn tools_host(mode: &str) -> TestHost {
 #[tokio::test]
 async fn schemas_are_the_originals() {
     let t = tools_host("workspace-write").await;
-    let schemas = t.call("tools", "schemas", json!({})).await;
+    let schemas = t.call(service::TOOLS, tools::SCHEMAS, json!({})).await;
     let names: Vec<&str> = schemas
         .as_array()
         .unwrap()
@@ -326,11 +328,16 @@ fn landlock_abi() -> i64 {
 #[tokio::test]
 async fn todo_write_logs_and_counts() {
     let t = tools_host("workspace-write").await;
-    t.call("sessions", "create", json!({"id": "agent-1"})).await;
     t.call(
-        "sessions",
-        "append",
-        json!({"id": "agent-1", "type": "turn/start", "data": {"turn": 1}}),
+        service::SESSIONS,
+        sessions::CREATE,
+        json!({"id": "agent-1"}),
+    )
+    .await;
+    t.call(
+        service::SESSIONS,
+        sessions::APPEND,
+        json!({"id": "agent-1", "type": event::TURN_START, "data": {"turn": 1}}),
     )
     .await;
     let ws = TempDir::new("todo-ws");
@@ -340,8 +347,14 @@ async fn todo_write_logs_and_counts() {
         text_of(&r),
         "Updated todo list: 1 pending, 1 in progress, 1 completed."
     );
-    let ev = t.call("sessions", "events", json!({"id": "agent-1"})).await;
-    assert_eq!(ev[1]["type"], "todo/write");
+    let ev = t
+        .call(
+            service::SESSIONS,
+            sessions::EVENTS,
+            json!({"id": "agent-1"}),
+        )
+        .await;
+    assert_eq!(ev[1]["type"], event::TODO_WRITE);
     assert_eq!(ev[1]["data"]["todos"], todos);
     let r = run(&t, ws.path(), "todo_write", json!({"todos": [{"content": "a", "status": "pending"}, {"content": "a", "status": "pending"}]})).await;
     assert_eq!(r["error"]["info"]["code"], "INVALID_ARGS", "{r}");
@@ -597,7 +610,10 @@ async fn web_fetch_is_off_by_default_and_fenced() {
     let t = TestHost::start().await;
     t.apply("[[row]]\nid='tools'\nplugin='tools'\n[[row]]\nid='web'\nplugin='tool-web'\n")
         .await;
-    assert_eq!(t.call("tools", "schemas", json!({})).await, json!([]));
+    assert_eq!(
+        t.call(service::TOOLS, tools::SCHEMAS, json!({})).await,
+        json!([])
+    );
     t.apply("[[row]]\nid='tools'\nplugin='tools'\n[[row]]\nid='web'\nplugin='tool-web'\nconfig = { fetch = true }\n").await;
     let r = run(&t, ws.path(), "web_fetch", json!({"url": url})).await;
     assert_eq!(r["error"]["info"]["code"], "WEB_PRIVATE_ADDRESS", "{r}");
@@ -666,7 +682,7 @@ async fn a_scoped_tool_is_visible_to_its_agent_only_and_dies_with_its_plugin() {
     t.call(
         "probe:impl",
         "call",
-        json!({"service": "tools", "method": "register", "params": {
+        json!({"service": service::TOOLS, "method": tools::REGISTER, "params": {
             "name": "secret", "description": "a1's tool", "scope": "a1", "service": "scoped-impl",
             "parameters": {"type": "object", "properties": {}}}}),
     )
@@ -679,24 +695,33 @@ async fn a_scoped_tool_is_visible_to_its_agent_only_and_dies_with_its_plugin() {
             .collect()
     };
     assert_eq!(
-        names(t.call("tools", "schemas", json!({"scope": "a1"})).await),
+        names(
+            t.call(service::TOOLS, tools::SCHEMAS, json!({"scope": "a1"}))
+                .await
+        ),
         ["read", "secret"]
     );
     assert_eq!(
-        names(t.call("tools", "schemas", json!({"scope": "a2"})).await),
+        names(
+            t.call(service::TOOLS, tools::SCHEMAS, json!({"scope": "a2"}))
+                .await
+        ),
         ["read"]
     );
     let ws = TempDir::new("scoped-ws");
     let exec = |agent: &str| json!({"callId": "c", "name": "secret", "arguments": {}, "agent": agent, "cwd": ws.path()});
-    let r = t.call("tools", "execute", exec("a2")).await;
+    let r = t.call(service::TOOLS, tools::EXECUTE, exec("a2")).await;
     assert_eq!(r["error"]["info"]["code"], "UNKNOWN_TOOL");
-    let r = t.call("tools", "execute", exec("a1")).await;
+    let r = t.call(service::TOOLS, tools::EXECUTE, exec("a1")).await;
     assert_eq!(r["isError"], false, "{r}");
     // Disposing the registering plugin drops the tool.
     t.apply("[[row]]\nid='tools'\nplugin='tools'\n[[row]]\nid='read'\nplugin='tool-read'\n")
         .await;
     assert_eq!(
-        names(t.call("tools", "schemas", json!({"scope": "a1"})).await),
+        names(
+            t.call(service::TOOLS, tools::SCHEMAS, json!({"scope": "a1"}))
+                .await
+        ),
         ["read"]
     );
     t.shutdown().await;

@@ -110,7 +110,7 @@ pub async fn idle(t: &TestHost, agent: &str) -> Value {
 /// Sends `prompt` to `agent` and waits until it is idle; the turn's end
 /// reason.
 pub async fn turn(t: &TestHost, agent: &str, prompt: &str) -> Value {
-    send(t, "followup", agent, prompt).await;
+    send(t, agents::FOLLOWUP, agent, prompt).await;
     idle(t, agent).await
 }
 

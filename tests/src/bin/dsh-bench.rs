@@ -8,6 +8,8 @@ use anyhow::{Context, Result};
 use dsh_host::config::{compose, parse_layer, Tree};
 use dsh_host::supervisor::Timeouts;
 use dsh_host::{inspect, procfs, Host, HostConfig};
+use dsh_sdk::names::{agent_loop, agents, service, tools};
+use dsh_sdk::vocab::event;
 use serde_json::{json, Value};
 
 dsh_host::interpose_pthread_keys!();
@@ -365,8 +367,8 @@ async fn bench_steps(steps: usize) -> Result<Vec<f64>> {
     fake.push([dsh_testkit::fake_llm::text("done")]);
     let agent = ensure(
         h.call(
-            "agentLoop",
-            "create",
+            service::AGENT_LOOP,
+            agent_loop::CREATE,
             json!({"agentOptions": {"provider": "fake", "model": "m"}, "meta": {"cwd": home.0}}),
         )
         .await,
@@ -374,13 +376,16 @@ async fn bench_steps(steps: usize) -> Result<Vec<f64>> {
     let agent = agent["agent"].clone();
     ensure(
         h.call(
-            "agents",
-            "followup",
+            service::AGENTS,
+            agents::FOLLOWUP,
             json!({"agent": agent, "message": {"text": "go"}}),
         )
         .await,
     )?;
-    let r = ensure(h.call("agents", "whenIdle", json!({"agent": agent})).await)?;
+    let r = ensure(
+        h.call(service::AGENTS, agents::WHEN_IDLE, json!({"agent": agent}))
+            .await,
+    )?;
     anyhow::ensure!(
         r["reason"]["kind"] == "completed",
         "turn ended {}",
@@ -417,41 +422,41 @@ async fn bench_resume(n: usize) -> Result<f64> {
             body.push('\n');
             seq += 1;
         };
-        push("turn/start", json!({"turn": turn}), false, &mut body);
+        push(event::TURN_START, json!({"turn": turn}), false, &mut body);
         push(
-            "step/start",
+            event::STEP_START,
             json!({"turn": turn, "step": 1}),
             false,
             &mut body,
         );
         push(
-            "user/message",
+            event::USER_MESSAGE,
             json!({"id": format!("u{turn}"), "role": "user", "content": [{"type": "text", "text": "question"}], "source": {"kind": "user"}}),
             true,
             &mut body,
         );
         for i in 0..8 {
             push(
-                "assistant/chunk",
+                event::ASSISTANT_CHUNK,
                 json!({"turn": turn, "step": 1, "chunk": {"type": "text-delta", "index": 0, "text": format!("word{i} ")}}),
                 false,
                 &mut body,
             );
         }
         push(
-            "assistant/message",
+            event::ASSISTANT_MESSAGE,
             json!({"turn": turn, "step": 1, "message": {"id": format!("a{turn}"), "role": "assistant", "content": [{"type": "text", "text": "an answer of eight words"}], "source": {"kind": "model", "provider": "fake", "model": "m"}}}),
             true,
             &mut body,
         );
         push(
-            "step/end",
+            event::STEP_END,
             json!({"turn": turn, "step": 1}),
             false,
             &mut body,
         );
         push(
-            "turn/end",
+            event::TURN_END,
             json!({"turn": turn, "reason": {"kind": "completed"}}),
             false,
             &mut body,
@@ -467,8 +472,8 @@ async fn bench_resume(n: usize) -> Result<f64> {
         let t = Instant::now();
         ensure(
             h.call(
-                "agentLoop",
-                "resume",
+                service::AGENT_LOOP,
+                agent_loop::RESUME,
                 json!({"sessionId": id, "agentOptions": {"provider": "fake", "model": "m"}}),
             )
             .await,
@@ -496,8 +501,8 @@ async fn bench_tools() -> Result<()> {
         let t = Instant::now();
         let r = ensure(
             h.call(
-                "tools",
-                "execute",
+                service::TOOLS,
+                tools::EXECUTE,
                 exec(
                     "grep",
                     json!({"pattern": "fn [a-z_]+\\(", "path": "."}),
@@ -535,8 +540,8 @@ async fn bench_tools() -> Result<()> {
         let t = Instant::now();
         ensure(
             h.call(
-                "tools",
-                "execute",
+                service::TOOLS,
+                tools::EXECUTE,
                 exec("read", json!({"file_path": big}), "/"),
             )
             .await,
@@ -553,8 +558,8 @@ async fn bench_tools() -> Result<()> {
         let t = Instant::now();
         ensure(
             h.call(
-                "tools",
-                "execute",
+                service::TOOLS,
+                tools::EXECUTE,
                 exec("bash", json!({"command": "true", "description": "b"}), "/"),
             )
             .await,
