@@ -337,9 +337,11 @@ pub mod code {
         SESSION_CORRUPT = "SESSION_CORRUPT";
         /// A fork or seed ends inside an open turn.
         OPEN_TURN = "OPEN_TURN";
-        /// A tool call was recorded as never started (crash closer).
+        /// A crash-repair result for a call that never started (reference
+        /// §2.11); such a result needs no `tool/call`.
         TOOL_NOT_STARTED = "TOOL_NOT_STARTED";
-        /// A started tool call's outcome was never recorded (crash closer).
+        /// A crash-repair result for a call that was recorded as started but
+        /// whose outcome was never recorded.
         TOOL_OUTCOME_UNKNOWN = "TOOL_OUTCOME_UNKNOWN";
         /// A file tool met an I/O error.
         FS_ERROR = "FS_ERROR";

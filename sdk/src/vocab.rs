@@ -6,6 +6,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+use crate::names::code;
+
 pub mod request_header;
 pub mod shape;
 pub mod surface;
@@ -558,12 +560,12 @@ pub fn interrupted_turn_closers(events: &[SessionEvent]) -> Vec<SessionEvent> {
             Some(_) => (
                 "The tool call was interrupted after it was recorded, but no result was durably recorded. Its outcome is unknown. Decide whether to retry from the tool semantics: retry only if the operation is read-only or idempotent; if it may have side effects, first verify external state or ask the user. Do not retry blindly.",
                 "ToolOutcomeUnknownError",
-                "TOOL_OUTCOME_UNKNOWN",
+                code::TOOL_OUTCOME_UNKNOWN,
             ),
             None => (
                 "The tool call was interrupted before the Harness recorded it as started. Retry it if it is still needed.",
                 "ToolNotStartedError",
-                "TOOL_NOT_STARTED",
+                code::TOOL_NOT_STARTED,
             ),
         };
         let message = msg::tool_result(&id, &call_id, vec![msg::text(text)], true);
@@ -722,7 +724,7 @@ mod tests {
         let r = &c[0];
         assert_eq!(
             r.data["error"],
-            json!({"name": "ToolNotStartedError", "code": "TOOL_NOT_STARTED"})
+            json!({"name": "ToolNotStartedError", "code": code::TOOL_NOT_STARTED})
         );
         assert_eq!(r.data["message"]["id"], "interrupted-tool-result-k1-3");
         assert_eq!(r.data["message"]["content"][0]["isError"], true);
@@ -795,7 +797,7 @@ mod tests {
             ]
         );
         assert_eq!(c[0].data["message"]["source"]["callId"], "k1");
-        assert_eq!(c[0].data["error"]["code"], "TOOL_OUTCOME_UNKNOWN");
+        assert_eq!(c[0].data["error"]["code"], code::TOOL_OUTCOME_UNKNOWN);
         assert_eq!(c[0].data["error"]["name"], "ToolOutcomeUnknownError");
         assert_eq!(c[0].source_event_seqs, Some(vec![3]));
         assert_eq!(c[0].surface_op, Some(json!("append")));
@@ -805,7 +807,7 @@ mod tests {
                 "The tool call was interrupted after it was recorded, but no result was durably recorded."
             )));
         assert_eq!(c[1].data["message"]["source"]["callId"], "k2");
-        assert_eq!(c[1].data["error"]["code"], "TOOL_NOT_STARTED");
+        assert_eq!(c[1].data["error"]["code"], code::TOOL_NOT_STARTED);
         assert_eq!(c[1].data["message"]["id"], "interrupted-tool-result-k2-5");
     }
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use dsh_sdk::names::{agent_loop, agents, service, sessions};
+use dsh_sdk::names::{agent_loop, agents, code, service, sessions};
 use dsh_sdk::vocab::event;
 use dsh_testkit::agent::{core_host, events, kinds, logged, new_agent, turn, wait_log};
 use dsh_testkit::fake_llm::{text, text_payloads, tool_calls, Answer, FakeLlm, Gate};
@@ -179,7 +179,7 @@ async fn tool_steps_are_logged_and_every_request_is_what_the_log_derives() {
     );
     let missing = &results[2]["data"]["message"]["content"][0];
     assert_eq!(missing["isError"], true);
-    assert_eq!(results[2]["data"]["error"]["code"], "FS_NOT_FOUND");
+    assert_eq!(results[2]["data"]["error"]["code"], code::FS_NOT_FOUND);
     assert_eq!(
         results[2]["sourceEventSeqs"][0],
         ev.iter()
@@ -765,14 +765,14 @@ async fn cancel_kills_the_running_call_and_answers_the_unstarted_ones() {
         .filter(|e| e["type"] == event::TOOL_RESULT)
         .collect();
     assert_eq!(results.len(), 2, "every call is answered");
-    assert_eq!(results[0]["data"]["error"]["code"], "ABORTED");
+    assert_eq!(results[0]["data"]["error"]["code"], code::ABORTED);
     assert_eq!(
         results[0]["data"]["message"]["content"][0]["content"][0]["text"],
         "Error: tool call aborted"
     );
     assert_eq!(
         results[1]["data"]["error"]["code"],
-        "ABORTED_BEFORE_DISPATCH"
+        code::ABORTED_BEFORE_DISPATCH
     );
     assert_eq!(
         results[1]["data"]["message"]["content"][0]["content"][0]["text"],

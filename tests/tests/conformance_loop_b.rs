@@ -8,7 +8,7 @@
 //! fixture's journal (every listener invocation, every tool start and end, in
 //! order); nothing here sleeps to synchronize or asserts a duration.
 
-use dsh_sdk::names::{agent_loop, agents, bus, llm, service, sessions};
+use dsh_sdk::names::{agent_loop, agents, bus, code, llm, service, sessions};
 use dsh_sdk::vocab::event;
 use dsh_testkit::agent::{
     core_host, create, events, idle, kinds, new_agent, of_type, send, turn, wait_log,
@@ -381,7 +381,7 @@ async fn abort_before_a_group_starts_none_of_it() {
             .unwrap();
         assert_eq!(
             r["data"]["error"],
-            json!({"name": "AbortError", "code": "ABORTED_BEFORE_DISPATCH"})
+            json!({"name": "AbortError", "code": code::ABORTED_BEFORE_DISPATCH})
         );
         assert_eq!(
             r["data"]["message"]["content"][0]["content"],
@@ -1354,7 +1354,7 @@ async fn create_uses_the_caller_session_id_and_rejects_a_duplicate() {
         .call(service::AGENT_LOOP, agent_loop::CREATE, params)
         .await
         .unwrap_err();
-    assert_eq!(err.code, "SESSION_ALREADY_EXISTS", "{err}");
+    assert_eq!(err.code, code::SESSION_ALREADY_EXISTS, "{err}");
     let list = t
         .call(service::AGENT_LOOP, agent_loop::LIST, json!({}))
         .await;

@@ -6,7 +6,7 @@
 //! No waits here: every call is answered after its effects (a flush is
 //! durable when it returns).
 
-use dsh_sdk::names::{service, session_persistence, sessions};
+use dsh_sdk::names::{code, service, session_persistence, sessions};
 use dsh_sdk::vocab::event;
 use dsh_sdk::Error;
 use dsh_testkit::agent::events;
@@ -338,7 +338,7 @@ async fn seed_validation_rejects_gaps_missing_surface_op_and_non_json() {
         assert_eq!(code(r), "INVALID_APPEND", "{name}");
         assert_eq!(
             code(try_call(&t, service::SESSIONS, sessions::EVENTS, json!({"id": name})).await),
-            "SESSION_NOT_FOUND",
+            code::SESSION_NOT_FOUND,
             "{name} was not created"
         );
     }
@@ -387,7 +387,7 @@ async fn duplicate_live_ids_are_rejected() {
         json!({"id": "dup"}),
     )
     .await;
-    assert_eq!(code(again), "SESSION_ALREADY_EXISTS");
+    assert_eq!(code(again), code::SESSION_ALREADY_EXISTS);
     t.shutdown().await;
 }
 
@@ -398,7 +398,7 @@ async fn a_closed_session_is_detached() {
     t.call(service::SESSIONS, sessions::CLOSE, json!({"id": "gone"}))
         .await;
     let r = try_append(&t, "gone", event::TURN_START, json!({"turn": 1})).await;
-    assert_eq!(code(r), "SESSION_NOT_FOUND");
+    assert_eq!(code(r), code::SESSION_NOT_FOUND);
     t.shutdown().await;
 }
 
@@ -576,7 +576,7 @@ async fn a_new_session_colliding_with_a_stored_id_is_rejected_and_the_log_left_a
     )
     .await
     .unwrap_err();
-    assert_eq!(e.code, "SESSION_ALREADY_EXISTS");
+    assert_eq!(e.code, code::SESSION_ALREADY_EXISTS);
     // (The flush dispatch prefixes the listener's message with its event.)
     assert!(
         e.message
@@ -624,11 +624,11 @@ async fn load_rejects_while_the_live_turn_is_open_and_succeeds_after_it_closes()
     let (t, _) = store().await;
     create(&t, "live").await;
     // Unmaterialized: nothing written yet.
-    assert_eq!(code(load(&t, "live").await), "SESSION_NOT_FOUND");
+    assert_eq!(code(load(&t, "live").await), code::SESSION_NOT_FOUND);
     append(&t, "live", event::TURN_START, json!({"turn": 1})).await;
     append(&t, "live", event::STEP_START, json!({"turn": 1, "step": 1})).await;
     let e = load(&t, "live").await.unwrap_err();
-    assert_eq!(e.code, "OPEN_TURN");
+    assert_eq!(e.code, code::OPEN_TURN);
     assert_eq!(
         e.message,
         "cannot load session \"live\" while its live turn is open; use the live Session or wait for the turn to close"
@@ -729,7 +729,7 @@ async fn an_earlier_boundary_is_allowed_while_the_source_has_an_open_tail() {
     full_turn(&t, "src", 1).await;
     append(&t, "src", event::TURN_START, json!({"turn": 2})).await;
     let whole = fork(&t, json!({"id": "src", "childId": "k0"})).await;
-    assert_eq!(code(whole), "OPEN_TURN");
+    assert_eq!(code(whole), code::OPEN_TURN);
     let child = fork(&t, json!({"id": "src", "childId": "k1", "boundary": 7}))
         .await
         .unwrap();
@@ -808,15 +808,15 @@ async fn fork_errors_carry_their_codes_and_the_child_id_is_checked_first() {
         assert_eq!(code(r), "INVALID_BOUNDARY", "{bad}");
     }
     let r = fork(&t, json!({"id": "nobody", "childId": "kid"})).await;
-    assert_eq!(code(r), "SESSION_NOT_FOUND");
+    assert_eq!(code(r), code::SESSION_NOT_FOUND);
     let r = fork(&t, json!({"id": "src", "childId": "kid", "boundary": 3})).await;
-    assert_eq!(code(r), "OPEN_TURN");
+    assert_eq!(code(r), code::OPEN_TURN);
     create(&t, "kid").await;
     // An existing child id wins over a bad boundary and a missing source.
     let r = fork(&t, json!({"id": "src", "childId": "kid", "boundary": 99})).await;
-    assert_eq!(code(r), "SESSION_ALREADY_EXISTS");
+    assert_eq!(code(r), code::SESSION_ALREADY_EXISTS);
     let r = fork(&t, json!({"id": "nobody", "childId": "kid"})).await;
-    assert_eq!(code(r), "SESSION_ALREADY_EXISTS");
+    assert_eq!(code(r), code::SESSION_ALREADY_EXISTS);
     t.shutdown().await;
 }
 
@@ -859,7 +859,7 @@ async fn flush_rejects_a_session_that_is_not_live() {
         json!({"id": "never"}),
     )
     .await;
-    assert_eq!(code(r), "SESSION_NOT_FOUND");
+    assert_eq!(code(r), code::SESSION_NOT_FOUND);
     create(&t, "closed").await;
     t.call(service::SESSIONS, sessions::CLOSE, json!({"id": "closed"}))
         .await;
@@ -870,6 +870,6 @@ async fn flush_rejects_a_session_that_is_not_live() {
         json!({"id": "closed"}),
     )
     .await;
-    assert_eq!(code(r), "SESSION_NOT_FOUND");
+    assert_eq!(code(r), code::SESSION_NOT_FOUND);
     t.shutdown().await;
 }

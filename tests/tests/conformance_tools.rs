@@ -4,7 +4,7 @@
 //! `tests/CONFORMANCE.md` (§10.4-10.6)).
 
 use dsh_sdk::codes;
-use dsh_sdk::names::{bus, service, system_prompt, tools};
+use dsh_sdk::names::{bus, code, service, system_prompt, tools};
 use dsh_testkit::fixtures::{
     probe_call, probe_journal, probe_row, register_tool, stage_probe, toml_value,
 };
@@ -288,7 +288,7 @@ async fn invalid_arguments_are_an_invalid_args_error_listing_every_violation() {
     assert_eq!(
         r["error"],
         json!({"message": "invalid arguments: b: required; a: expected string",
-               "info": {"name": "ToolArgsError", "code": "INVALID_ARGS"}})
+               "info": {"name": "ToolArgsError", "code": code::INVALID_ARGS}})
     );
     assert_eq!(r.get("value"), None, "the tool did not run: {r}");
     t.shutdown().await;

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use dsh_sdk::names::{agent_loop, agents, bus, service, sessions};
+use dsh_sdk::names::{agent_loop, agents, bus, code, service, sessions};
 use dsh_sdk::vocab::{event, msg};
 use dsh_testkit::agent::{
     core_host_staged, create, events, logged, new_agent, send_message, user_texts,
@@ -558,7 +558,7 @@ async fn a_configured_resume_of_a_missing_session_is_contained() {
     let (t, _fake) = setup_loop(config, &hooks).await;
     let j = heard_all(&t, "f", 1).await;
     assert_eq!(j[0]["payload"]["sessionId"], "does-not-exist");
-    assert_eq!(j[0]["payload"]["error"]["code"], "SESSION_NOT_FOUND");
+    assert_eq!(j[0]["payload"]["error"]["code"], code::SESSION_NOT_FOUND);
     let ids = agents_when(&t, 1).await;
     assert!(is_fresh_id(&ids[0], "other"), "{ids:?}");
     assert_eq!(
@@ -923,7 +923,7 @@ async fn a_cancel_drops_the_queued_wake_and_aborts_the_maintenance_task() {
     let err = outcome.expect_err("the task was aborted");
     assert_eq!(
         (err.code.as_str(), err.message.as_str()),
-        ("ABORTED", "maintenance aborted")
+        (code::ABORTED, "maintenance aborted")
     );
     let end = t
         .call(service::AGENTS, agents::WHEN_IDLE, json!({"agent": a}))
@@ -1054,7 +1054,7 @@ async fn the_registry_lists_each_live_agent_once_and_refuses_a_live_id() {
         )
         .await
         .expect_err("a live id is refused");
-    assert_eq!(err.code, "SESSION_ALREADY_EXISTS");
+    assert_eq!(err.code, code::SESSION_ALREADY_EXISTS);
     assert_eq!(err.message, "session `a1` is already live");
     assert_eq!(
         t.call(service::AGENT_LOOP, agent_loop::LIST, json!({}))

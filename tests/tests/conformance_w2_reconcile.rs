@@ -14,7 +14,7 @@
 //! generous deadline, and a stream a test holds open has the adapter's idle
 //! timeout lifted.
 
-use dsh_sdk::names::{agent_loop, agents, bus, service, sessions};
+use dsh_sdk::names::{agent_loop, agents, bus, code, service, sessions};
 use dsh_sdk::vocab::event;
 use dsh_testkit::agent::{
     agent_with, core_host, events, idle, new_agent, of_type, send, turn, wait_log,
@@ -622,7 +622,7 @@ async fn a_later_call_aborting_the_batch_keeps_both_results_and_logs_no_context_
     // Cancelled in its pre-execute, the later call never dispatched.
     assert_eq!(
         results[1]["data"]["error"]["code"],
-        json!("ABORTED_BEFORE_DISPATCH")
+        json!(code::ABORTED_BEFORE_DISPATCH)
     );
     assert_eq!(logged_user_texts(&ev), ["go"]);
     assert_eq!(fake.requests().len(), 1);
@@ -714,7 +714,7 @@ async fn an_in_band_aborted_finish_is_a_turn_error_coded_aborted() {
     let t = TestHost::start().await;
     let script = t.home.path().join("script.json");
     let finish = json!({"type": "finish", "reason": {"kind": "aborted",
-                        "failure": {"message": "model stream aborted", "code": "ABORTED"}}});
+                        "failure": {"message": "model stream aborted", "code": code::ABORTED}}});
     std::fs::write(
         &script,
         json!({"responses": [{"chunks": [finish]}]}).to_string(),
@@ -732,7 +732,7 @@ async fn an_in_band_aborted_finish_is_a_turn_error_coded_aborted() {
     let agent = agent_with(&t, json!({"provider": "script", "model": "s1"})).await;
     assert_eq!(
         turn(&t, &agent, "go").await,
-        json!({"kind": "error", "error": {"message": "model stream aborted", "code": "ABORTED"}})
+        json!({"kind": "error", "error": {"message": "model stream aborted", "code": code::ABORTED}})
     );
     let ev = events(&t, &agent).await;
     assert!(of_type(&ev, event::ASSISTANT_MESSAGE).is_empty());
@@ -842,7 +842,7 @@ async fn a_send_whose_durable_append_fails_leaves_the_inbox_unchanged() {
         )
         .await;
     let e = failed.expect_err("the append failed, so the send fails");
-    assert_eq!(e.code, "SESSION_NOT_FOUND", "{e:?}");
+    assert_eq!(e.code, code::SESSION_NOT_FOUND, "{e:?}");
     let status = t
         .call(service::AGENTS, agents::STATUS, json!({"agent": agent}))
         .await;

@@ -9,7 +9,7 @@
 //!
 //! No waits here: every call is answered after its effects.
 
-use dsh_sdk::names::{agent_loop, agents, service, sessions};
+use dsh_sdk::names::{agent_loop, agents, code, service, sessions};
 use dsh_sdk::vocab::event;
 use dsh_sdk::Error;
 use dsh_testkit::agent::{core_host, events, new_agent, turn};
@@ -722,7 +722,7 @@ async fn a_tool_result_needs_a_call_of_its_own_step_unless_it_is_a_not_started_r
     let mut not_started = tool_result("r4", "c4", "not started");
     not_started["step"] = json!(2);
     not_started["message"]["content"][0]["isError"] = json!(true);
-    not_started["error"] = json!({"name": "ToolNotStartedError", "code": "TOOL_NOT_STARTED"});
+    not_started["error"] = json!({"name": "ToolNotStartedError", "code": code::TOOL_NOT_STARTED});
     append(&t, "p", event::TOOL_RESULT, not_started).await;
     t.shutdown().await;
 }

@@ -6,7 +6,7 @@
 //! Nothing here sleeps to synchronize or asserts a duration.
 
 use dsh_sdk::codes;
-use dsh_sdk::names::{agent_loop, agents, bus, service, sessions, tools};
+use dsh_sdk::names::{agent_loop, agents, bus, code, service, sessions, tools};
 use dsh_sdk::vocab::event;
 use dsh_testkit::agent::core_host_applied;
 use dsh_testkit::fake_llm::{raw_calls, text, Answer, FakeLlm};
@@ -691,7 +691,7 @@ fn cancel_in(event: &str, result: Option<Value>) -> Value {
 fn aborted_before_dispatch() -> Value {
     json!({"isError": true,
            "error": {"message": "tool call aborted before dispatch",
-                     "info": {"name": "AbortError", "code": "ABORTED_BEFORE_DISPATCH"}},
+                     "info": {"name": "AbortError", "code": code::ABORTED_BEFORE_DISPATCH}},
            "content": [{"type": "text", "text": "Error: tool call aborted before dispatch"}]})
 }
 
@@ -816,7 +816,7 @@ async fn a_late_success_is_aborted_with_its_contexts_and_a_failure_stands() {
     assert_eq!(
         r,
         json!({"isError": true,
-               "error": {"message": "tool call aborted", "info": {"name": "AbortError", "code": "ABORTED"}},
+               "error": {"message": "tool call aborted", "info": {"name": "AbortError", "code": code::ABORTED}},
                "content": [{"type": "text", "text": "Error: tool call aborted"}],
                "additionalContexts": [user("d", "deferred")]})
     );
@@ -897,7 +897,7 @@ async fn a_cancel_during_pre_execute_skips_the_dispatch_and_post_execute_sees_it
         !journal.iter().any(|e| e["event"] == "tool:start"),
         "{journal:?}"
     );
-    let aborted = json!({"name": "AbortError", "code": "ABORTED_BEFORE_DISPATCH"});
+    let aborted = json!({"name": "AbortError", "code": code::ABORTED_BEFORE_DISPATCH});
     let post: Vec<&Value> = journal
         .iter()
         .filter(|e| e["event"] == bus::TOOLS_POST_EXECUTE)

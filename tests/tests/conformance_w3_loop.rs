@@ -7,7 +7,7 @@
 //! `Answer::Gated` (with the adapter's idle timeout lifted), and waits poll
 //! the log under a generous deadline.
 
-use dsh_sdk::names::{agent_loop, agents, llm, service};
+use dsh_sdk::names::{agent_loop, agents, code, llm, service};
 use dsh_sdk::vocab::event;
 use dsh_testkit::agent::{core_host, events, idle, logged, new_agent, of_type, send, user_texts};
 use dsh_testkit::fake_llm::{text, text_payloads, Answer, FakeLlm, Gate};
@@ -148,7 +148,7 @@ async fn a_cancelled_request_ends_with_an_aborted_finish_not_an_error() {
     let last = last.expect("a terminal chunk");
     assert_eq!(last["type"], "finish");
     assert_eq!(last["reason"]["kind"], "aborted");
-    assert_eq!(last["reason"]["failure"]["code"], "ABORTED");
+    assert_eq!(last["reason"]["failure"]["code"], code::ABORTED);
     // The adapter never saw the signal.
     assert!(fake.requests()[0].get("signal").is_none());
 

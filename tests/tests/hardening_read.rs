@@ -13,6 +13,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::Duration;
 
+use dsh_sdk::names::code;
 use dsh_testkit::tools::{run, text_of};
 use dsh_testkit::{TempDir, TestHost};
 use serde_json::{json, Value};
@@ -124,7 +125,7 @@ async fn read_of_a_character_device_is_refused() {
     let r = run(&t, ws.path(), "read", json!({"file_path": "/"})).await;
     assert_eq!(code_of(&r), "FS_NOT_REGULAR_FILE", "{r}");
     let r = run(&t, ws.path(), "read", json!({"file_path": "missing.txt"})).await;
-    assert_eq!(code_of(&r), "FS_NOT_FOUND", "{r}");
+    assert_eq!(code_of(&r), code::FS_NOT_FOUND, "{r}");
     t.shutdown().await;
 }
 

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use dsh_sdk::names::{service, sessions, tools};
+use dsh_sdk::names::{code, service, sessions, tools};
 use dsh_sdk::vocab::event;
 use dsh_testkit::fake_llm::{text, tool_calls, FakeLlm};
 use dsh_testkit::tools::{run, text_of};
@@ -155,7 +155,7 @@ async fn write_and_edit_follow_the_read_before_write_policy() {
     assert_eq!(r["error"]["info"]["code"], "FS_NOT_OBSERVED");
     // Bad arguments are validated against the schema.
     let r = run(&t, w, "edit", json!({"file_path": "a.txt"})).await;
-    assert_eq!(r["error"]["info"]["code"], "INVALID_ARGS");
+    assert_eq!(r["error"]["info"]["code"], code::INVALID_ARGS);
     t.shutdown().await;
 }
 
@@ -357,7 +357,7 @@ async fn todo_write_logs_and_counts() {
     assert_eq!(ev[1]["type"], event::TODO_WRITE);
     assert_eq!(ev[1]["data"]["todos"], todos);
     let r = run(&t, ws.path(), "todo_write", json!({"todos": [{"content": "a", "status": "pending"}, {"content": "a", "status": "pending"}]})).await;
-    assert_eq!(r["error"]["info"]["code"], "INVALID_ARGS", "{r}");
+    assert_eq!(r["error"]["info"]["code"], code::INVALID_ARGS, "{r}");
     assert_eq!(text_of(&r), "Error: duplicate todo: a");
     t.shutdown().await;
 }

@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::rc::Rc;
 
-use dsh_sdk::names::{bus, llm, service, sessions, system_prompt, tools};
+use dsh_sdk::names::{bus, code, llm, service, sessions, system_prompt, tools};
 use dsh_sdk::new_id;
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::{event, header_equals, msg, BlockAssembler};
@@ -795,7 +795,7 @@ impl Loop {
                         match outcome {
                             None => {
                                 handle.abort();
-                                let aborted = json!({"isError": true, "error": {"message": "tool call aborted", "info": {"name": "AbortError", "code": "ABORTED"}},
+                                let aborted = json!({"isError": true, "error": {"message": "tool call aborted", "info": {"name": "AbortError", "code": code::ABORTED}},
                                                      "content": [msg::text("Error: tool call aborted")]});
                                 (Tail::Post(exec), aborted)
                             }
@@ -899,7 +899,7 @@ enum Tail {
 
 /// The original's result for a call that never reached its tool.
 fn aborted_before_dispatch() -> Value {
-    json!({"isError": true, "error": {"message": "tool call aborted before dispatch", "info": {"name": "AbortError", "code": "ABORTED_BEFORE_DISPATCH"}},
+    json!({"isError": true, "error": {"message": "tool call aborted before dispatch", "info": {"name": "AbortError", "code": code::ABORTED_BEFORE_DISPATCH}},
            "content": [msg::text("Error: tool call aborted before dispatch")]})
 }
 

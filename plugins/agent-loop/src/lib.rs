@@ -8,7 +8,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use dsh_sdk::names::{agent_loop, agents, bus, service, session_persistence, sessions};
+use dsh_sdk::names::{agent_loop, agents, bus, code, service, session_persistence, sessions};
 use dsh_sdk::new_id;
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::event;
@@ -79,8 +79,6 @@ impl ConfigAgent {
 
 /// `runMaintenance` on an agent that is running or already in maintenance.
 pub(crate) const AGENT_BUSY: &str = "AGENT_BUSY";
-/// The code of work a cancel stopped.
-pub(crate) const ABORTED: &str = "ABORTED";
 
 impl Default for Config {
     fn default() -> Self {
@@ -479,7 +477,7 @@ impl Loop {
             let call = callee.call(method, task["params"].clone());
             tokio::select! {
                 biased;
-                _ = aborted => Err(Error::new(ABORTED, "maintenance aborted")),
+                _ = aborted => Err(Error::new(code::ABORTED, "maintenance aborted")),
                 r = call => r,
             }
         };

@@ -162,6 +162,7 @@ dsh_sdk::export_plugin!(Retry);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dsh_sdk::names::code;
 
     #[test]
     fn the_default_policy_is_the_originals_normal_mode() {
@@ -195,7 +196,13 @@ mod tests {
     fn always_mode_retries_every_code_without_a_limit() {
         let always = config(json!({"mode": "always", "maxRetries": 1}));
         assert_eq!(always.mode, Mode::Always);
-        for code in ["INVALID_REQUEST", "AUTH", "UNKNOWN", "ABORTED", "SERVER"] {
+        for code in [
+            "INVALID_REQUEST",
+            "AUTH",
+            "UNKNOWN",
+            code::ABORTED,
+            "SERVER",
+        ] {
             assert!(always.retries(code, 1), "{code}");
             assert!(always.retries(code, 1_000_000), "{code}");
         }

@@ -19,7 +19,7 @@ use std::rc::Rc;
 
 use tokio::sync::Notify;
 
-use dsh_sdk::names::{bus, llm, llm_adapter, service};
+use dsh_sdk::names::{bus, code, llm, llm_adapter, service};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::LlmFailure;
 
@@ -30,9 +30,6 @@ struct Adapter {
 }
 
 type Registry = Rc<RefCell<Vec<Adapter>>>;
-
-/// The code of a request its caller cancelled.
-const ABORTED: &str = "ABORTED";
 
 /// The cancellation signals of the requests streaming now, by name.
 type Signals = Rc<RefCell<HashMap<String, Rc<Signal>>>>;
@@ -65,7 +62,7 @@ impl Signal {
 /// signal was aborted or the failure is itself `ABORTED` (the original's
 /// `adapterFailureChunk`), `error` otherwise.
 fn failure_finish(code: &str, message: String, signal_aborted: bool) -> Value {
-    LlmFailure::new(code, message).finish_chunk(signal_aborted || code == ABORTED)
+    LlmFailure::new(code, message).finish_chunk(signal_aborted || code == code::ABORTED)
 }
 
 /// Registers `request`'s `signal` (removed from the request, so adapters
@@ -203,7 +200,12 @@ async fn stream_from_adapter(
     signal: &Signal,
     tx: &ReplySender,
 ) -> Option<(String, String)> {
-    let aborted = || Some((ABORTED.to_owned(), "the request was aborted".to_owned()));
+    let aborted = || {
+        Some((
+            code::ABORTED.to_owned(),
+            "the request was aborted".to_owned(),
+        ))
+    };
     if signal.aborted.get() {
         return aborted();
     }
@@ -271,7 +273,7 @@ mod tests {
         };
         assert_eq!(kind("SERVER", false), json!("error"));
         assert_eq!(kind("SERVER", true), json!("aborted"));
-        assert_eq!(kind(ABORTED, false), json!("aborted"));
+        assert_eq!(kind(code::ABORTED, false), json!("aborted"));
         let chunk = failure_finish("SERVER", "stopped".to_owned(), true);
         assert_eq!(chunk["reason"]["failure"]["message"], "stopped");
         assert_eq!(chunk["reason"]["failure"]["code"], "SERVER");

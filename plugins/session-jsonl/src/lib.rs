@@ -25,14 +25,12 @@ use serde::Deserialize;
 
 /// The error codes of this backend.
 mod code {
+    pub use dsh_sdk::names::code::{
+        OPEN_TURN, SESSION_ALREADY_EXISTS, SESSION_CORRUPT, SESSION_NOT_FOUND,
+    };
+
     /// Another writer (another host, as a rule) holds the session's log.
     pub const SESSION_LOCKED: &str = "SESSION_LOCKED";
-    /// A stored log failed validation.
-    pub const SESSION_CORRUPT: &str = "SESSION_CORRUPT";
-    /// No stored log has this id.
-    pub const SESSION_NOT_FOUND: &str = "SESSION_NOT_FOUND";
-    /// A new session's id already has a log on disk (an id collision).
-    pub const SESSION_ALREADY_EXISTS: &str = "SESSION_ALREADY_EXISTS";
     /// Reading or writing a log failed.
     pub const PERSISTENCE: &str = "PERSISTENCE";
     /// The id cannot name a file.
@@ -40,8 +38,6 @@ mod code {
     /// A stored log holds what this harness cannot read (an unknown event
     /// type not marked ignorable).
     pub const SESSION_FORMAT_UNSUPPORTED: &str = "SESSION_FORMAT_UNSUPPORTED";
-    /// `load` of a session live in this host whose turn is still open.
-    pub const OPEN_TURN: &str = "OPEN_TURN";
     /// An event restates a seq already stored or pending.
     pub const SEQ_RESTATED: &str = "SEQ_RESTATED";
     /// An event's seq skips past the next one, which would leave a gap.

@@ -2,12 +2,9 @@
 
 use std::collections::HashSet;
 
+use dsh_sdk::names::code;
 use dsh_sdk::vocab::{event, SessionEvent};
 use serde_json::Value;
-
-/// The code of a crash-repair result for a call that never started
-/// (reference §2.11); such a result needs no `tool/call`.
-const TOOL_NOT_STARTED: &str = "TOOL_NOT_STARTED";
 
 /// The open turn and step, the numbers the next ones must carry, and the
 /// calls of the open step still owed a result.
@@ -102,7 +99,7 @@ impl Framing {
                 }
                 let call_id = result_call_id(e);
                 let not_started = e.data["message"]["content"][0]["isError"] == Value::Bool(true)
-                    && e.data["error"]["code"] == TOOL_NOT_STARTED;
+                    && e.data["error"]["code"] == code::TOOL_NOT_STARTED;
                 if !self.pending_calls.contains(call_id) && !not_started {
                     return Err(format!(
                         "tool/result for {call_id} with no prior tool/call in this step"
@@ -255,7 +252,7 @@ mod tests {
         let log = [
             ev(event::TURN_START, json!({"turn": 1})),
             ev(event::STEP_START, ts(1, 1)),
-            result(1, 1, "never-recorded", Some(TOOL_NOT_STARTED)),
+            result(1, 1, "never-recorded", Some(code::TOOL_NOT_STARTED)),
             ev(event::TOOL_CALL, call(1, 1, "c1")),
             ev(event::STEP_END, ts(1, 1)),
             ev(event::TURN_END, json!({"turn": 1})),
@@ -264,7 +261,7 @@ mod tests {
         let other_code = [
             ev(event::TURN_START, json!({"turn": 1})),
             ev(event::STEP_START, ts(1, 1)),
-            result(1, 1, "never-recorded", Some("TOOL_OUTCOME_UNKNOWN")),
+            result(1, 1, "never-recorded", Some(code::TOOL_OUTCOME_UNKNOWN)),
         ];
         assert_eq!(
             run(&mut Framing::default(), &other_code).map_err(|e| e.0),

@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use dsh_sdk::names::{bus, service, session_persistence, sessions};
+use dsh_sdk::names::{bus, code, service, session_persistence, sessions};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::surface::Surface;
 use dsh_sdk::vocab::{
@@ -50,7 +50,7 @@ fn invalid(message: String) -> Error {
 }
 
 fn not_found(id: &str) -> Error {
-    Error::new("SESSION_NOT_FOUND", format!("no live session `{id}`"))
+    Error::new(code::SESSION_NOT_FOUND, format!("no live session `{id}`"))
 }
 
 fn id_of(req: &Request) -> Result<String> {
@@ -221,7 +221,7 @@ async fn handle(ctx: Context, store: Store, req: Request) -> Result<Reply> {
                 .unwrap_or_else(|| format!("session-{}", new_id()));
             if store.borrow().contains_key(&id) {
                 return Err(Error::new(
-                    "SESSION_ALREADY_EXISTS",
+                    code::SESSION_ALREADY_EXISTS,
                     format!("session `{id}` is already live"),
                 ));
             }
@@ -380,7 +380,7 @@ async fn handle(ctx: Context, store: Store, req: Request) -> Result<Reply> {
                     })?;
                 let header: SessionHeader = serde_json::from_value(stored["header"].clone())?;
                 shape::session_header(&id, &header)
-                    .map_err(|why| Error::new("SESSION_CORRUPT", why))?;
+                    .map_err(|why| Error::new(code::SESSION_CORRUPT, why))?;
                 let seed: Vec<SessionEvent> = serde_json::from_value(stored["events"].clone())?;
                 let stored_len = seed.len();
                 let session = seeded(header.clone(), Some(seed))?;
@@ -405,7 +405,7 @@ async fn handle(ctx: Context, store: Store, req: Request) -> Result<Reply> {
                 let s = store.borrow();
                 if s.contains_key(&child) {
                     return Err(Error::new(
-                        "SESSION_ALREADY_EXISTS",
+                        code::SESSION_ALREADY_EXISTS,
                         format!("session `{child}` is already live"),
                     ));
                 }
@@ -435,7 +435,10 @@ async fn handle(ctx: Context, store: Store, req: Request) -> Result<Reply> {
                     .rev()
                     .find(|e| e.kind == event::TURN_START || e.kind == event::TURN_END);
                 if last_frame.is_some_and(|e| e.kind == event::TURN_START) {
-                    return Err(Error::new("OPEN_TURN", "cannot fork inside an open turn"));
+                    return Err(Error::new(
+                        code::OPEN_TURN,
+                        "cannot fork inside an open turn",
+                    ));
                 }
                 (seed, session.header.cwd.clone())
             };

@@ -9,7 +9,7 @@ use std::rc::Rc;
 
 use dsh_sdk::beneath::{open_parent, Dir};
 use dsh_sdk::fence::{resolve, version, Fence};
-use dsh_sdk::names::{bus, service};
+use dsh_sdk::names::{bus, code, service};
 use dsh_sdk::prelude::*;
 use dsh_sdk::tool::register_tools;
 use dsh_sdk::vocab::msg;
@@ -24,8 +24,8 @@ fn fs_error(code: &str, message: String) -> Error {
 fn io_error(verb: &str, file: &str, e: &std::io::Error) -> Error {
     let code = match e.kind() {
         std::io::ErrorKind::PermissionDenied => "FS_DENIED",
-        std::io::ErrorKind::NotFound => "FS_NOT_FOUND",
-        _ => "FS_ERROR",
+        std::io::ErrorKind::NotFound => code::FS_NOT_FOUND,
+        _ => code::FS_ERROR,
     };
     fs_error(code, format!("cannot {verb} {file}: {e}"))
 }
@@ -178,7 +178,10 @@ async fn edit(ctx: &Context, observed: &Observed, req: &Request) -> Result<Value
     let target = Target::open(req, "edit", &file)?;
     let current = target.stat(&file)?;
     if !current.as_ref().is_some_and(|m| m.is_file()) {
-        return Err(fs_error("FS_NOT_FOUND", format!("{file} does not exist")));
+        return Err(fs_error(
+            code::FS_NOT_FOUND,
+            format!("{file} does not exist"),
+        ));
     }
     require_observed(observed, &agent, &target.path, current.as_ref(), &file)?;
     if old.is_empty() {
@@ -195,10 +198,15 @@ async fn edit(ctx: &Context, observed: &Observed, req: &Request) -> Result<Value
     }
     let bytes = match &target.dir {
         Some((dir, name)) => dir.read(name).map_err(|e| io_error("read", &file, &e))?,
-        None => return Err(fs_error("FS_NOT_FOUND", format!("{file} does not exist"))),
+        None => {
+            return Err(fs_error(
+                code::FS_NOT_FOUND,
+                format!("{file} does not exist"),
+            ))
+        }
     };
     let text = String::from_utf8(bytes)
-        .map_err(|_| fs_error("FS_NOT_TEXT", format!("{file} is not UTF-8 text")))?;
+        .map_err(|_| fs_error(code::FS_NOT_TEXT, format!("{file} is not UTF-8 text")))?;
     let count = text.matches(&old).count();
     if count == 0 {
         return Err(fs_error(

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use dsh_sdk::blocking::cancellable;
 use dsh_sdk::file::{open_regular, OpenError};
-use dsh_sdk::names::{bus, service};
+use dsh_sdk::names::{bus, code, service};
 use dsh_sdk::prelude::*;
 use dsh_sdk::tool::{register_tools, resolve, text_reply};
 
@@ -52,9 +52,9 @@ fn refused(file: &str, e: OpenError) -> Error {
             format!("cannot read {file}: it is {kind}; read only reads regular files"),
         ),
         OpenError::Io(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            Error::new("FS_NOT_FOUND", format!("cannot read {file}: {e}"))
+            Error::new(code::FS_NOT_FOUND, format!("cannot read {file}: {e}"))
         }
-        OpenError::Io(e) => Error::new("FS_ERROR", format!("cannot read {file}: {e}")),
+        OpenError::Io(e) => Error::new(code::FS_ERROR, format!("cannot read {file}: {e}")),
     }
 }
 

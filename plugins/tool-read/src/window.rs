@@ -8,6 +8,7 @@
 use std::io::Read;
 
 use dsh_sdk::blocking::Cancel;
+use dsh_sdk::names::code;
 use dsh_sdk::{Error, Result};
 
 use crate::lines::{Head, Lines, Stop};
@@ -49,7 +50,7 @@ pub fn render<R: Read>(
     let total = skipped + shown.consumed + rest;
     if offset > total.max(1) {
         return Err(Error::new(
-            "FS_NOT_FOUND",
+            code::FS_NOT_FOUND,
             format!("offset {offset} is past the end of {path} ({total} lines)"),
         ));
     }
@@ -148,9 +149,9 @@ pub fn footer(offset: usize, last: usize, total: usize, capped: bool) -> String 
 
 fn stopped(path: &str, stop: Stop) -> Error {
     match stop {
-        Stop::NotText => Error::new("FS_NOT_TEXT", format!("{path} is not UTF-8 text")),
+        Stop::NotText => Error::new(code::FS_NOT_TEXT, format!("{path} is not UTF-8 text")),
         Stop::Cancelled => Error::new("FS_ABORTED", format!("read of {path} was cancelled")),
-        Stop::Io(e) => Error::new("FS_ERROR", format!("cannot read {path}: {e}")),
+        Stop::Io(e) => Error::new(code::FS_ERROR, format!("cannot read {path}: {e}")),
     }
 }
 
@@ -168,7 +169,7 @@ mod tests {
         let total = lines.len();
         if offset > total.max(1) {
             return Err(Error::new(
-                "FS_NOT_FOUND",
+                code::FS_NOT_FOUND,
                 format!("offset {offset} is past the end of {path} ({total} lines)"),
             ));
         }
@@ -217,9 +218,9 @@ mod tests {
     #[test]
     fn an_offset_past_the_end_is_not_found() {
         let e = read("a\nb\n", 4, 10).unwrap_err();
-        assert_eq!(e.code, "FS_NOT_FOUND");
+        assert_eq!(e.code, code::FS_NOT_FOUND);
         assert_eq!(e.message, "offset 4 is past the end of f.txt (2 lines)");
-        assert_eq!(read("a\nb\n", 3, 10).unwrap_err().code, "FS_NOT_FOUND");
+        assert_eq!(read("a\nb\n", 3, 10).unwrap_err().code, code::FS_NOT_FOUND);
         assert!(read("", 1, 10)
             .unwrap()
             .contains("(End of file - total 0 lines)"));
@@ -247,7 +248,7 @@ mod tests {
         let mut bytes = b"fine\n".repeat(10);
         bytes.extend_from_slice(b"\xff\n");
         let e = render("f.txt", &bytes[..], 1, 2, &Cancel::default()).unwrap_err();
-        assert_eq!(e.code, "FS_NOT_TEXT");
+        assert_eq!(e.code, code::FS_NOT_TEXT);
     }
 
     /// Lines of text, then a read error: reading past them fails.
@@ -270,7 +271,7 @@ mod tests {
         assert!(out.contains("(Output capped. Showing lines 1-50."), "{out}");
         // Without the byte cap the rest is read for the total, and fails.
         let e = render("f.txt", reader(), 1, 10, &Cancel::default()).unwrap_err();
-        assert_eq!(e.code, "FS_ERROR");
+        assert_eq!(e.code, code::FS_ERROR);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use dsh_sdk::names::{service, sessions};
+use dsh_sdk::names::{code, service, sessions};
 use dsh_sdk::prelude::*;
 use dsh_sdk::tool::{register_tools, text_reply};
 use dsh_sdk::vocab::event;
@@ -17,11 +17,14 @@ async fn execute(ctx: Context, req: Request) -> Result<Reply> {
     for t in &todos {
         let content = t["content"].as_str().unwrap_or_default().trim();
         if content.is_empty() {
-            return Err(Error::new("INVALID_ARGS", "a todo needs non-empty content"));
+            return Err(Error::new(
+                code::INVALID_ARGS,
+                "a todo needs non-empty content",
+            ));
         }
         if !seen.insert(content.to_owned()) {
             return Err(Error::new(
-                "INVALID_ARGS",
+                code::INVALID_ARGS,
                 format!("duplicate todo: {content}"),
             ));
         }
@@ -31,7 +34,7 @@ async fn execute(ctx: Context, req: Request) -> Result<Reply> {
             Some("completed") => done += 1,
             other => {
                 return Err(Error::new(
-                    "INVALID_ARGS",
+                    code::INVALID_ARGS,
                     format!("unknown todo status {other:?}"),
                 ))
             }

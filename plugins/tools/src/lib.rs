@@ -22,7 +22,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
-use dsh_sdk::names::{approval, bus, service, tool_service, tools};
+use dsh_sdk::names::{approval, bus, code, service, tool_service, tools};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::msg;
 use dsh_sdk::Dispatch;
@@ -158,11 +158,11 @@ fn aborted(signal: &Signal) -> bool {
 fn cancelled(signal: &Signal, prior: Option<&Value>) -> Value {
     let started = signal.as_ref().is_some_and(|s| s.body_invoked.get());
     let (message, code) = if started {
-        ("tool call aborted", "ABORTED")
+        ("tool call aborted", code::ABORTED)
     } else {
         (
             "tool call aborted before dispatch",
-            "ABORTED_BEFORE_DISPATCH",
+            code::ABORTED_BEFORE_DISPATCH,
         )
     };
     let mut result = failure(message, Some(("AbortError", code)));
@@ -318,7 +318,7 @@ async fn run_tool(ctx: &Context, registry: &Registry, exec: &Value, signal: &Sig
     if !violations.is_empty() {
         return failure(
             &format!("invalid arguments: {}", violations.join("; ")),
-            Some(("ToolArgsError", "INVALID_ARGS")),
+            Some(("ToolArgsError", code::INVALID_ARGS)),
         );
     }
     // Cancelled while a wrapper ran: the body never starts.

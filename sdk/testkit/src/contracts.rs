@@ -9,7 +9,7 @@
 use serde_json::{json, Value};
 
 use crate::TestHost;
-use dsh_sdk::names::{bus, service, session_persistence, sessions};
+use dsh_sdk::names::{bus, code, service, session_persistence, sessions};
 use dsh_sdk::vocab::event;
 
 /// What a contract needs from the backend under test.
@@ -354,7 +354,7 @@ pub async fn persistence(t: &TestHost, backend: &Backend<'_>) {
             "id": "interrupted-tool-result-k1-3", "role": "user",
             "content": [{"type": "tool-result", "toolCallId": "k1", "content": [{"type": "text", "text": NOT_STARTED_TEXT}], "isError": true}],
             "source": {"kind": "tool", "callId": "k1"}},
-            "error": {"name": "ToolNotStartedError", "code": "TOOL_NOT_STARTED"}})
+            "error": {"name": "ToolNotStartedError", "code": code::TOOL_NOT_STARTED}})
     );
     assert_eq!(result["surfaceOp"], "append");
     assert!(result.get("sourceEventSeqs").is_none(), "{result}");
@@ -383,7 +383,7 @@ pub async fn persistence(t: &TestHost, backend: &Backend<'_>) {
     let result = &v["events"][5];
     assert_eq!(
         result["data"]["error"],
-        json!({"name": "ToolOutcomeUnknownError", "code": "TOOL_OUTCOME_UNKNOWN"})
+        json!({"name": "ToolOutcomeUnknownError", "code": code::TOOL_OUTCOME_UNKNOWN})
     );
     assert_eq!(
         result["data"]["message"]["content"][0]["content"],
@@ -485,7 +485,7 @@ pub async fn persistence(t: &TestHost, backend: &Backend<'_>) {
             json!({"id": "c-absent", "fromSeq": 0}),
         )
         .await;
-    assert_eq!(absent.code, "SESSION_NOT_FOUND", "{absent}");
+    assert_eq!(absent.code, code::SESSION_NOT_FOUND, "{absent}");
     assert_eq!(absent.message, "stored session \"c-absent\" not found");
     for bad in [json!(-1), json!(1.5)] {
         let e = s
@@ -596,7 +596,7 @@ pub async fn coordinator(t: &TestHost, backend: &Backend<'_>) {
     let e = s
         .fails(session_persistence::LOAD, json!({"id": "k-live"}))
         .await;
-    assert_eq!(e.code, "OPEN_TURN", "{e}");
+    assert_eq!(e.code, code::OPEN_TURN, "{e}");
     assert_eq!(
         e.message,
         "cannot load session \"k-live\" while its live turn is open; use the live Session or wait for the turn to close"
@@ -618,7 +618,7 @@ pub async fn coordinator(t: &TestHost, backend: &Backend<'_>) {
     for method in [session_persistence::LOAD, session_persistence::INSPECT] {
         for id in ["k-lazy", "k-missing"] {
             let e = s.fails(method, json!({"id": id})).await;
-            assert_eq!(e.code, "SESSION_NOT_FOUND", "{method} {id}: {e}");
+            assert_eq!(e.code, code::SESSION_NOT_FOUND, "{method} {id}: {e}");
         }
     }
     // An abandoned lazy id can be used again.
@@ -757,7 +757,7 @@ pub async fn coordinator(t: &TestHost, backend: &Backend<'_>) {
         .await
         .err()
         .unwrap_or_else(|| panic!("a colliding session was flushed"));
-    assert_eq!(e.code, "SESSION_ALREADY_EXISTS", "{e}");
+    assert_eq!(e.code, code::SESSION_ALREADY_EXISTS, "{e}");
     assert!(
         e.message
             .contains("session \"k-taken\" already has a persisted log on disk"),
@@ -775,7 +775,7 @@ pub async fn coordinator(t: &TestHost, backend: &Backend<'_>) {
         .await
         .err()
         .unwrap_or_else(|| panic!("a duplicate live id was created"));
-    assert_eq!(dup.code, "SESSION_ALREADY_EXISTS", "{dup}");
+    assert_eq!(dup.code, code::SESSION_ALREADY_EXISTS, "{dup}");
 
     // Format versions other than 0 are refused, each with its reason.
     for (id, version, reason) in [
@@ -784,7 +784,7 @@ pub async fn coordinator(t: &TestHost, backend: &Backend<'_>) {
     ] {
         (backend.write_log)(id, CWD, &header_line(id, version));
         let e = s.fails(session_persistence::LOAD, json!({"id": id})).await;
-        assert_eq!(e.code, "SESSION_CORRUPT", "{e}");
+        assert_eq!(e.code, code::SESSION_CORRUPT, "{e}");
         assert!(
             e.message
                 .starts_with(&format!("stored session \"{id}\" failed validation: {reason}")),
