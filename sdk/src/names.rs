@@ -1,8 +1,9 @@
 //! The names plugins use to reach each other, spelled once: services
 //! ([`service`]), the methods of each core service (one module per
 //! service: [`sessions`], [`tools`], ...), events dispatched on the bus
-//! between plugins ([`bus`]) and error codes that more than one crate
-//! produces or checks ([`code`]).
+//! between plugins ([`bus`]), error codes that more than one crate
+//! produces or checks ([`code`]) and the failure codes of a model request
+//! ([`llm_failure`]).
 //!
 //! Types of *session log* events (`turn/start`, `todo/write`, ...) are not
 //! here: they are [`crate::vocab::event`]. Codes the host and the SDK
@@ -352,6 +353,38 @@ pub mod code {
     }
 }
 
+/// Failure codes of a model request (`LlmFailure::code`), reported by the
+/// adapters (`llm-deepseek`, `llm-script`) and the `llm` router, and read by
+/// `llm-retry` to decide a retry (reference dsh-product §3.1.1).
+pub mod llm_failure {
+    names! {
+        /// The provider refused the credential.
+        AUTH = "AUTH";
+        /// The account's quota is spent.
+        QUOTA = "QUOTA";
+        /// The provider throttled the request.
+        RATE_LIMIT = "RATE_LIMIT";
+        /// The request does not fit the model's context window.
+        CONTEXT_WINDOW_EXCEEDED = "CONTEXT_WINDOW_EXCEEDED";
+        /// The provider rejected the request as malformed.
+        INVALID_REQUEST = "INVALID_REQUEST";
+        /// The provider failed (5xx, or an error it reported mid-stream).
+        SERVER = "SERVER";
+        /// The provider's answer could not be parsed.
+        MALFORMED_RESPONSE = "MALFORMED_RESPONSE";
+        /// The stream ended without content.
+        EMPTY_RESPONSE = "EMPTY_RESPONSE";
+        /// The stream closed before it finished.
+        STREAM_CLOSED = "STREAM_CLOSED";
+        /// The request timed out.
+        TIMEOUT = "TIMEOUT";
+        /// The connection failed.
+        TRANSPORT = "TRANSPORT";
+        /// No credential is configured for the provider.
+        MISSING_CREDENTIAL = "MISSING_CREDENTIAL";
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -381,6 +414,7 @@ mod tests {
             ("host", host::ALL),
             ("bus", bus::ALL),
             ("code", code::ALL),
+            ("llm_failure", llm_failure::ALL),
         ] {
             assert_unique(module, names);
         }

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use crate::names::code;
+use crate::names::{code, llm_failure};
 
 pub mod request_header;
 pub mod shape;
@@ -241,11 +241,11 @@ impl LlmFailure {
 
 /// Codes that the default retry policy retries.
 pub const RETRYABLE_CODES: [&str; 5] = [
-    "EMPTY_RESPONSE",
-    "RATE_LIMIT",
-    "SERVER",
-    "TIMEOUT",
-    "TRANSPORT",
+    llm_failure::EMPTY_RESPONSE,
+    llm_failure::RATE_LIMIT,
+    llm_failure::SERVER,
+    llm_failure::TIMEOUT,
+    llm_failure::TRANSPORT,
 ];
 
 /// A tool as the model sees it.

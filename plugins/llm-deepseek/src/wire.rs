@@ -105,20 +105,7 @@ pub fn request_body(config: &Config, req: &Value) -> Value {
 }
 
 /// Failure codes this adapter reports (reference dsh-product §3.1.1).
-pub mod code {
-    pub const AUTH: &str = "AUTH";
-    pub const QUOTA: &str = "QUOTA";
-    pub const RATE_LIMIT: &str = "RATE_LIMIT";
-    pub const CONTEXT_WINDOW_EXCEEDED: &str = "CONTEXT_WINDOW_EXCEEDED";
-    pub const INVALID_REQUEST: &str = "INVALID_REQUEST";
-    pub const SERVER: &str = "SERVER";
-    pub const MALFORMED_RESPONSE: &str = "MALFORMED_RESPONSE";
-    pub const EMPTY_RESPONSE: &str = "EMPTY_RESPONSE";
-    pub const STREAM_CLOSED: &str = "STREAM_CLOSED";
-    pub const TIMEOUT: &str = "TIMEOUT";
-    pub const TRANSPORT: &str = "TRANSPORT";
-    pub const MISSING_CREDENTIAL: &str = "MISSING_CREDENTIAL";
-}
+pub use dsh_sdk::names::llm_failure as code;
 
 /// The `error` object an OpenAI-compatible server sends, in an HTTP error
 /// body or as a `data:` payload mid-stream: `{message, code?, type?}`.

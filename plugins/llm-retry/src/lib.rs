@@ -162,7 +162,7 @@ dsh_sdk::export_plugin!(Retry);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dsh_sdk::names::code;
+    use dsh_sdk::names::{code, llm_failure};
 
     #[test]
     fn the_default_policy_is_the_originals_normal_mode() {
@@ -179,11 +179,11 @@ mod tests {
         assert_eq!(
             RETRYABLE_CODES,
             [
-                "EMPTY_RESPONSE",
-                "RATE_LIMIT",
-                "SERVER",
-                "TIMEOUT",
-                "TRANSPORT"
+                llm_failure::EMPTY_RESPONSE,
+                llm_failure::RATE_LIMIT,
+                llm_failure::SERVER,
+                llm_failure::TIMEOUT,
+                llm_failure::TRANSPORT
             ]
         );
     }
@@ -197,20 +197,20 @@ mod tests {
         let always = config(json!({"mode": "always", "maxRetries": 1}));
         assert_eq!(always.mode, Mode::Always);
         for code in [
-            "INVALID_REQUEST",
-            "AUTH",
+            llm_failure::INVALID_REQUEST,
+            llm_failure::AUTH,
             "UNKNOWN",
             code::ABORTED,
-            "SERVER",
+            llm_failure::SERVER,
         ] {
             assert!(always.retries(code, 1), "{code}");
             assert!(always.retries(code, 1_000_000), "{code}");
         }
         let normal = config(json!({"maxRetries": 1}));
         assert_eq!(normal.mode, Mode::Normal);
-        assert!(normal.retries("SERVER", 1));
-        assert!(!normal.retries("SERVER", 2));
-        assert!(!normal.retries("INVALID_REQUEST", 1));
+        assert!(normal.retries(llm_failure::SERVER, 1));
+        assert!(!normal.retries(llm_failure::SERVER, 2));
+        assert!(!normal.retries(llm_failure::INVALID_REQUEST, 1));
         assert!(serde_json::from_value::<Config>(json!({"mode": "sometimes"})).is_err());
     }
 
@@ -219,11 +219,11 @@ mod tests {
         let always = config(json!({"mode": "always", "jitterRatio": 0.0}));
         assert_eq!(delay_ms(&always, 1, None), 500);
         assert_eq!(delay_ms(&always, 30, None), 10_000);
-        let event = always.retry_event((1, 2), 7, 500, &json!({"code": "AUTH"}));
+        let event = always.retry_event((1, 2), 7, 500, &json!({"code": llm_failure::AUTH}));
         assert_eq!(event["mode"], "always");
         assert!(event.get("maxRetries").is_none());
         let normal = config(json!({}));
-        let event = normal.retry_event((1, 2), 1, 500, &json!({"code": "SERVER"}));
+        let event = normal.retry_event((1, 2), 1, 500, &json!({"code": llm_failure::SERVER}));
         assert_eq!(
             (event["mode"].clone(), event["maxRetries"].clone()),
             (json!("normal"), json!(5))

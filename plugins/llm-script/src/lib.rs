@@ -15,7 +15,7 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
-use dsh_sdk::names::service;
+use dsh_sdk::names::{llm_failure, service};
 use dsh_sdk::prelude::*;
 use dsh_sdk::tool::register_adapter;
 use dsh_sdk::vocab::LlmFailure;
@@ -37,7 +37,7 @@ fn chunks_of(response: &Value) -> Vec<Value> {
         return raw.clone();
     }
     if let Some(err) = response.get("error") {
-        let code = err["code"].as_str().unwrap_or("SERVER");
+        let code = err["code"].as_str().unwrap_or(llm_failure::SERVER);
         let message = err["message"].as_str().unwrap_or("scripted failure");
         return vec![LlmFailure::new(code, message).finish_chunk(false)];
     }

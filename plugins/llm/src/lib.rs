@@ -265,17 +265,18 @@ dsh_sdk::export_plugin!(Llm);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dsh_sdk::names::llm_failure;
 
     #[test]
     fn a_failure_is_aborted_when_the_signal_is_or_its_code_is_aborted() {
         let kind = |code: &str, aborted: bool| {
             failure_finish(code, "m".to_owned(), aborted)["reason"]["kind"].clone()
         };
-        assert_eq!(kind("SERVER", false), json!("error"));
-        assert_eq!(kind("SERVER", true), json!("aborted"));
+        assert_eq!(kind(llm_failure::SERVER, false), json!("error"));
+        assert_eq!(kind(llm_failure::SERVER, true), json!("aborted"));
         assert_eq!(kind(code::ABORTED, false), json!("aborted"));
-        let chunk = failure_finish("SERVER", "stopped".to_owned(), true);
+        let chunk = failure_finish(llm_failure::SERVER, "stopped".to_owned(), true);
         assert_eq!(chunk["reason"]["failure"]["message"], "stopped");
-        assert_eq!(chunk["reason"]["failure"]["code"], "SERVER");
+        assert_eq!(chunk["reason"]["failure"]["code"], llm_failure::SERVER);
     }
 }
