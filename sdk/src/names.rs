@@ -344,6 +344,16 @@ pub mod code {
         /// A crash-repair result for a call that was recorded as started but
         /// whose outcome was never recorded.
         TOOL_OUTCOME_UNKNOWN = "TOOL_OUTCOME_UNKNOWN";
+        /// Persistence: an event restates a seq already stored or pending
+        /// (checked by the test kit's persistence contract).
+        SEQ_RESTATED = "SEQ_RESTATED";
+        /// Persistence: an event's seq skips past the next one.
+        SEQ_GAP = "SEQ_GAP";
+        /// Persistence: an event's data is not lossless JSON (`-0`, a
+        /// non-finite number).
+        NOT_LOSSLESS = "NOT_LOSSLESS";
+        /// Persistence: a session's header (metadata) is invalid.
+        INVALID_META = "INVALID_META";
         /// A file tool met an I/O error.
         FS_ERROR = "FS_ERROR";
         /// A file tool's path does not exist.

@@ -26,7 +26,8 @@ use serde::Deserialize;
 /// The error codes of this backend.
 mod code {
     pub use dsh_sdk::names::code::{
-        OPEN_TURN, SESSION_ALREADY_EXISTS, SESSION_CORRUPT, SESSION_NOT_FOUND,
+        INVALID_META, NOT_LOSSLESS, OPEN_TURN, SEQ_GAP, SEQ_RESTATED, SESSION_ALREADY_EXISTS,
+        SESSION_CORRUPT, SESSION_NOT_FOUND,
     };
 
     /// Another writer (another host, as a rule) holds the session's log.
@@ -38,14 +39,6 @@ mod code {
     /// A stored log holds what this harness cannot read (an unknown event
     /// type not marked ignorable).
     pub const SESSION_FORMAT_UNSUPPORTED: &str = "SESSION_FORMAT_UNSUPPORTED";
-    /// An event restates a seq already stored or pending.
-    pub const SEQ_RESTATED: &str = "SEQ_RESTATED";
-    /// An event's seq skips past the next one, which would leave a gap.
-    pub const SEQ_GAP: &str = "SEQ_GAP";
-    /// An event's data is not lossless JSON (`-0`, a non-finite number).
-    pub const NOT_LOSSLESS: &str = "NOT_LOSSLESS";
-    /// A session's header (metadata) is invalid.
-    pub const INVALID_META: &str = "INVALID_META";
 }
 
 /// The largest integer JSON (and the original's JavaScript) holds exactly.

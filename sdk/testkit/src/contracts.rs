@@ -260,7 +260,7 @@ pub async fn persistence(t: &TestHost, backend: &Backend<'_>) {
         .await
         .err()
         .unwrap_or_else(|| panic!("a fractional createdAt was accepted"));
-    assert_eq!(refused.code, "INVALID_META", "{refused}");
+    assert_eq!(refused.code, code::INVALID_META, "{refused}");
     assert!(
         refused
             .message
@@ -520,7 +520,7 @@ pub async fn persistence(t: &TestHost, backend: &Backend<'_>) {
         .await
         .err()
         .unwrap_or_else(|| panic!("a restated seq was accepted"));
-    assert_eq!(e.code, "SEQ_RESTATED", "{e}");
+    assert_eq!(e.code, code::SEQ_RESTATED, "{e}");
     s.flush("c-1").await;
     assert_eq!(s.stored_len("c-1").await as u64, n);
 
@@ -536,7 +536,7 @@ pub async fn persistence(t: &TestHost, backend: &Backend<'_>) {
         .await
         .err()
         .unwrap_or_else(|| panic!("a seq gap was accepted"));
-    assert_eq!(e.code, "SEQ_GAP", "{e}");
+    assert_eq!(e.code, code::SEQ_GAP, "{e}");
     s.flush("c-1").await;
     let stored = s
         .ok(
@@ -562,7 +562,7 @@ pub async fn persistence(t: &TestHost, backend: &Backend<'_>) {
         .await
         .err()
         .unwrap_or_else(|| panic!("-0 was accepted"));
-    assert_eq!(e.code, "NOT_LOSSLESS", "{e}");
+    assert_eq!(e.code, code::NOT_LOSSLESS, "{e}");
     assert!(
         e.message.contains("must be losslessly JSON-serializable"),
         "{e}"
