@@ -7,11 +7,10 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
-use dsh_host::boot::{drop_in_rows, BootOptions};
-use dsh_host::paths::{dsh_home, privacy_warning, Install};
-use dsh_host::supervisor::{FiberState, Timeouts};
-use dsh_host::watch::{watch, Change};
-use dsh_host::{inspect, Host, HostConfig};
+use dsh_host::{
+    drop_in_rows, dsh_home, inspect, privacy_warning, watch, BootOptions, Change, FiberState, Host,
+    HostConfig, Install, Timeouts,
+};
 use tokio::sync::mpsc;
 
 dsh_host::interpose_pthread_keys!();
@@ -212,7 +211,7 @@ fn plugins(cmd: PluginsCmd) -> anyhow::Result<u8> {
                         let state = match &tree {
                             None => "loadable".to_owned(),
                             Some(t) => match t.rows.iter().find(|r| {
-                                dsh_host::supervisor::resolve_plugin(&r.row.plugin, &dirs)
+                                dsh_host::resolve_plugin(&r.row.plugin, &dirs)
                                     .ok()
                                     .as_deref()
                                     == Some(lib.as_path())
@@ -320,7 +319,7 @@ fn run(args: RunArgs) -> anyhow::Result<u8> {
         print!(
             "# dsh-host --profile {} --dump-config\n\n{}",
             opts.profile,
-            dsh_host::config::dump(&composition.tree)
+            dsh_host::dump(&composition.tree)
         );
         return Ok(0);
     }
@@ -330,13 +329,13 @@ fn run(args: RunArgs) -> anyhow::Result<u8> {
 
 async fn serve(
     opts: BootOptions,
-    composition: dsh_host::boot::Composition,
+    composition: dsh_host::Composition,
     args: RunArgs,
 ) -> anyhow::Result<u8> {
     let (stop_tx, mut stop_rx) = mpsc::unbounded_channel();
     signals(stop_tx.clone())?;
     let drop_in_dir = opts.home.join("plugins");
-    dsh_host::paths::create_private_dir(&drop_in_dir)
+    dsh_host::create_private_dir(&drop_in_dir)
         .with_context(|| format!("cannot create {}", drop_in_dir.display()))?;
     let drop_in_dir = drop_in_dir.canonicalize().unwrap_or(drop_in_dir);
     say_writable_plugin_dirs(&opts.plugin_dirs);
@@ -360,7 +359,7 @@ async fn serve(
         None
     };
     // Libraries dropped into $DSH_HOME/plugins extend the profile.
-    let with_drop_ins = |tree: &dsh_host::config::Tree| {
+    let with_drop_ins = |tree: &dsh_host::Tree| {
         let (rows, problems) = drop_in_rows(&drop_in_dir, tree, &composition.plugin_dirs);
         for p in problems {
             eprintln!("dsh-host: {p}");

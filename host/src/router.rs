@@ -740,11 +740,6 @@ impl Router {
         s.services.get(service).is_some_and(|f| s.is_active(*f))
     }
 
-    /// The fiber that registered `service`, active or not.
-    pub fn provider_of(&self, service: &str) -> Option<FiberId> {
-        self.lock().services.get(service).copied()
-    }
-
     /// Services registered by `fiber`.
     pub fn services_of(&self, fiber: FiberId) -> Vec<String> {
         let s = self.lock();

@@ -146,14 +146,42 @@ pub struct Supervisor {
     builtins: Vec<String>,
 }
 
+/// Why the supervisor could not bring a fiber up or down.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SupervisorError {
+    /// A row names a plugin file by path and there is none.
+    #[error("plugin file {0} does not exist")]
+    NoSuchFile(String),
+    /// A row names a plugin that no plugin directory holds.
+    #[error("plugin `{name}` not found (looked for {candidates} in: {searched})")]
+    NotFound {
+        /// The row's plugin.
+        name: String,
+        /// The file names tried.
+        candidates: String,
+        /// The directories searched.
+        searched: String,
+    },
+    /// A lifecycle request got no answer in time.
+    #[error("no answer within {0} ms")]
+    NoAnswer(u128),
+    /// The generation went away before answering.
+    #[error("the plugin went away")]
+    Gone,
+    /// The plugin answered with an error (or registered something the
+    /// router refused).
+    #[error("{0}")]
+    Refused(String),
+}
+
 /// Resolves a row's plugin to a file in the plugin directories.
-pub fn resolve_plugin(name: &str, dirs: &[PathBuf]) -> Result<PathBuf, String> {
+pub fn resolve_plugin(name: &str, dirs: &[PathBuf]) -> Result<PathBuf, SupervisorError> {
     if name.contains('/') {
         let p = PathBuf::from(name);
         return if p.is_file() {
             Ok(p)
         } else {
-            Err(format!("plugin file {name} does not exist"))
+            Err(SupervisorError::NoSuchFile(name.to_owned()))
         };
     }
     let snake = name.replace('-', "_");
@@ -178,20 +206,24 @@ pub fn resolve_plugin(name: &str, dirs: &[PathBuf]) -> Result<PathBuf, String> {
             .collect::<Vec<_>>()
             .join(", ")
     };
-    Err(format!(
-        "plugin `{name}` not found (looked for {} in: {searched})",
-        candidates.join(", ")
-    ))
+    Err(SupervisorError::NotFound {
+        name: name.to_owned(),
+        candidates: candidates.join(", "),
+        searched,
+    })
 }
 
 async fn first_reply(
     mut rx: mpsc::UnboundedReceiver<HostReply>,
     timeout: Duration,
-) -> Result<(), String> {
+) -> Result<(), SupervisorError> {
     match tokio::time::timeout(timeout, rx.recv()).await {
-        Ok(Some(r)) => r.result().map(|_| ()).map_err(|e| e.to_string()),
-        Ok(None) => Err("the plugin went away".into()),
-        Err(_) => Err(format!("no answer within {} ms", timeout.as_millis())),
+        Ok(Some(r)) => r
+            .result()
+            .map(|_| ())
+            .map_err(|e| SupervisorError::Refused(e.to_string())),
+        Ok(None) => Err(SupervisorError::Gone),
+        Err(_) => Err(SupervisorError::NoAnswer(timeout.as_millis())),
     }
 }
 
@@ -338,7 +370,7 @@ impl Supervisor {
                 continue;
             }
             match resolve_plugin(&self.slots[i].row.plugin, &self.plugin_dirs) {
-                Err(e) => self.fail(i, e),
+                Err(e) => self.fail(i, e.to_string()),
                 Ok(path) => match self.start_load(i, &path) {
                     Ok(p) => loads.push((i, p)),
                     Err(e) => self.fail(i, e.to_string()),
@@ -475,7 +507,7 @@ impl Supervisor {
         let mut result = first_reply(rx, self.timeouts.apply).await;
         let rejected = self.router.take_rejections(fiber);
         if result.is_ok() && !rejected.is_empty() {
-            result = Err(rejected.join("; "));
+            result = Err(SupervisorError::Refused(rejected.join("; ")));
         }
         match result {
             Ok(()) => {
@@ -545,7 +577,7 @@ impl Supervisor {
         self.finish(gen).await;
     }
 
-    async fn finish(&mut self, mut gen: Generation) {
+    async fn finish(&mut self, gen: Generation) {
         let fiber = gen.ctx().fiber;
         let name = gen.manifest.name.clone();
         let (load_path, is_copy) = (gen.load_path.clone(), gen.is_copy);

@@ -2,7 +2,7 @@
 //! hot reload and bad inputs. Every plugin here is a real cdylib loaded into
 //! a real host; the probe fixture's row config selects its behavior.
 
-use dsh_host::supervisor::FiberState;
+use dsh_host::FiberState;
 use dsh_testkit::fixtures::{probe_journal, probe_row, stage_probe};
 use dsh_testkit::{eventually, library, TestHost};
 use serde_json::{json, Value};
