@@ -698,4 +698,52 @@ mod tests {
             json!({"type": "text-delta", "index": 0, "text": "b"})
         );
     }
+
+    #[test]
+    fn a_name_less_tool_call_run_decodes_without_a_name() {
+        let row = "{\"type\":\"tool-call-chunks\",\"seq0\":0,\"time0\":10,\"data\":{\"turn\":1,\"step\":1,\"index\":0,\"id\":\"c1\",\"dt\":[0,0],\"args\":[\"{\",\"}\",\"\"]}}\n";
+        let s = scan(format!("{HEAD}{row}").as_bytes()).unwrap();
+        assert_eq!(s.events.len(), 3);
+        for (k, e) in s.events.iter().enumerate() {
+            assert!(
+                e.data["chunk"].get("name").is_none(),
+                "member {k} keeps the name absent: {}",
+                e.data["chunk"]
+            );
+        }
+        assert_eq!(
+            serde_json::to_string(&s.events[1]).unwrap(),
+            "{\"type\":\"assistant/chunk\",\"seq\":1,\"time\":10,\"data\":{\"turn\":1,\"step\":1,\"chunk\":{\"type\":\"tool-call-delta\",\"index\":0,\"id\":\"c1\",\"argumentsDelta\":\"}\"}}}",
+            "the exact event, key order included"
+        );
+    }
+
+    #[test]
+    fn a_named_tool_call_run_keeps_its_name_on_every_member() {
+        let row = "{\"type\":\"tool-call-chunks\",\"seq0\":0,\"time0\":10,\"data\":{\"turn\":1,\"step\":1,\"index\":0,\"id\":\"c1\",\"name\":\"read\",\"dt\":[0,0],\"args\":[\"{\",\"}\",\"\"]}}\n";
+        let s = scan(format!("{HEAD}{row}").as_bytes()).unwrap();
+        assert_eq!(
+            serde_json::to_string(&s.events[2].data["chunk"]).unwrap(),
+            "{\"type\":\"tool-call-delta\",\"index\":0,\"id\":\"c1\",\"name\":\"read\",\"argumentsDelta\":\"\"}"
+        );
+    }
+
+    #[test]
+    fn a_negative_dt_decodes_to_an_earlier_time() {
+        let row = "{\"type\":\"reasoning-chunks\",\"seq0\":4,\"time0\":100,\"data\":{\"turn\":2,\"step\":3,\"index\":1,\"dt\":[-5,3],\"texts\":[\"a\",\"b\",\"c\"]}}\n";
+        let mut text = String::from(HEAD);
+        for seq in 0..4 {
+            text.push_str(&format!(
+                "{{\"type\":\"todo/write\",\"seq\":{seq},\"time\":1,\"data\":{{\"todos\":[]}}}}\n"
+            ));
+        }
+        text.push_str(row);
+        let s = scan(text.as_bytes()).unwrap();
+        let times: Vec<(u64, u64)> = s.events[4..].iter().map(|e| (e.seq, e.time)).collect();
+        assert_eq!(times, [(4, 100), (5, 95), (6, 98)]);
+        assert_eq!(
+            s.events[5].data,
+            json!({"turn": 2, "step": 3, "chunk": {"type": "reasoning-delta", "index": 1, "text": "b"}})
+        );
+    }
 }

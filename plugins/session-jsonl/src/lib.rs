@@ -8,6 +8,7 @@
 //! directories.
 
 mod format;
+mod legacy;
 mod lock;
 
 use std::cell::RefCell;
@@ -372,7 +373,10 @@ impl Store {
             stored
         } else {
             let disk = match format::read(&path) {
-                Ok(log) => scan(&log.text).map(|sc| sc.events).unwrap_or_default(),
+                Ok(log) => scan(&log.text)
+                    .ok()
+                    .and_then(|sc| legacy::import(&id, sc.events).ok())
+                    .unwrap_or_default(),
                 Err(_) => Vec::new(),
             };
             // A new session whose id already has a log: only a seed that
@@ -487,8 +491,10 @@ impl Store {
         Self::read_view(id, &path, View::Live)
     }
 
+    /// Scans a log and imports its events (legacy records upgraded,
+    /// message shapes validated); a log that fails either is corrupt.
     fn scan_log(id: &str, path: &Path, log: &format::Log) -> Result<Scan> {
-        scan(&log.text).map_err(|e| {
+        let corrupt = |e: String| {
             err(
                 code::SESSION_CORRUPT,
                 format!(
@@ -496,7 +502,10 @@ impl Store {
                     path.display()
                 ),
             )
-        })
+        };
+        let mut s = scan(&log.text).map_err(corrupt)?;
+        s.events = legacy::import(id, std::mem::take(&mut s.events)).map_err(corrupt)?;
+        Ok(s)
     }
 
     fn read_view(id: &str, path: &Path, view: View) -> Result<(SessionHeader, Vec<SessionEvent>)> {
@@ -570,7 +579,7 @@ async fn handle(store: Shared, req: Request) -> Result<Reply> {
             })?;
             let path = store.find(&id)?;
             let log = format::read(&path).map_err(|e| err(code::PERSISTENCE, e))?;
-            let s = scan(&log.text).map_err(|e| err(code::SESSION_CORRUPT, e))?;
+            let s = Store::scan_log(&id, &path, &log)?;
             let events: Vec<&SessionEvent> = s.events.iter().filter(|e| e.seq >= from).collect();
             Reply::json(json!({"header": s.header, "events": events}))
         }
