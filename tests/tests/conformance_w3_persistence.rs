@@ -418,3 +418,172 @@ async fn flat_steering_and_pre_identity_messages_get_legacy_ids() {
     );
     t.shutdown().await;
 }
+
+/// A host whose session-jsonl is served from a file of its own, so a test
+/// can replace it; returns the host, the sessions root and that file.
+async fn reloadable_host() -> (TestHost, PathBuf, PathBuf) {
+    let t = TestHost::start().await;
+    let root = t.home.path().join("sessions");
+    let target = t.plugins.path().join("session-jsonl-copy.so");
+    std::fs::copy(dsh_testkit::library("dsh-plugin-session-jsonl"), &target).unwrap();
+    t.apply(&format!(
+        "[[row]]\nid='session'\nplugin='session'\n[[row]]\nid='jsonl'\nplugin='{}'\nconfig = {{ root = '{}' }}\n",
+        target.display(),
+        root.display()
+    ))
+    .await;
+    (t, root, target)
+}
+
+/// Replaces the backend's file with a fresh copy and reloads it.
+async fn reload_backend(t: &TestHost, target: &Path) {
+    let before = t.status("jsonl").await.generations;
+    let tmp = target.with_extension("so.tmp");
+    std::fs::copy(dsh_testkit::library("dsh-plugin-session-jsonl"), &tmp).unwrap();
+    std::fs::rename(&tmp, target).unwrap();
+    t.host.reload(target.to_owned()).await;
+    assert!(t.status("jsonl").await.generations > before, "not reloaded");
+}
+
+async fn append(t: &TestHost, id: &str, kind: &str, data: Value) {
+    let mut a = json!({"id": id, "type": kind, "data": data});
+    if ["user/message", "assistant/message", "tool/result"].contains(&kind) {
+        a["surfaceOp"] = json!("append");
+    }
+    t.call("sessions", "append", a).await;
+}
+
+/// The events the backend stores for `id`, as `load` reads them.
+async fn stored_events(t: &TestHost, id: &str) -> Value {
+    persistence(t, "load", id)
+        .await
+        .unwrap_or_else(|e| panic!("load {id}: {e}"))["events"]
+        .clone()
+}
+
+#[tokio::test]
+async fn a_reloaded_backend_adopts_live_sessions_and_keeps_persisting_them() {
+    let (t, _root, target) = reloadable_host().await;
+    let id = "adopted";
+    t.call(
+        "sessions",
+        "create",
+        json!({"id": id, "meta": {"cwd": CWD}}),
+    )
+    .await;
+    append(&t, id, "turn/start", json!({"turn": 1})).await;
+    append(&t, id, "user/message", user("u1", "before the reload")).await;
+    t.call("sessions", "flush", json!({"id": id})).await;
+
+    reload_backend(&t, &target).await;
+
+    // The session lives on in `sessions`; its later events reach the log.
+    append(&t, id, "user/message", user("u2", "after the reload")).await;
+    append(
+        &t,
+        id,
+        "turn/end",
+        json!({"turn": 1, "reason": {"kind": "completed"}}),
+    )
+    .await;
+    t.call("sessions", "flush", json!({"id": id})).await;
+    let live = t.call("sessions", "events", json!({"id": id})).await;
+    let stored = stored_events(&t, id).await;
+    assert_eq!(
+        stored, live,
+        "the log holds every live event, once, in order"
+    );
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn adoption_never_crash_repairs_an_open_live_turn() {
+    let (t, _root, target) = reloadable_host().await;
+    let id = "open-turn";
+    t.call(
+        "sessions",
+        "create",
+        json!({"id": id, "meta": {"cwd": CWD}}),
+    )
+    .await;
+    append(&t, id, "turn/start", json!({"turn": 1})).await;
+    append(&t, id, "user/message", user("u1", "still running")).await;
+    t.call("sessions", "flush", json!({"id": id})).await;
+
+    reload_backend(&t, &target).await;
+    t.call("sessions", "flush", json!({"id": id})).await;
+
+    // The turn is open in the live session: the adopted log is exactly the
+    // live log, no closer appended (no turn/end, no TOOL_NOT_STARTED).
+    let live = t.call("sessions", "events", json!({"id": id})).await;
+    let stored = persistence(&t, "readFrom", id).await.unwrap();
+    assert_eq!(stored["events"], live);
+    assert!(of_kind(&stored["events"], "turn/end").is_empty());
+    // And the live turn goes on to close normally in the same log.
+    append(
+        &t,
+        id,
+        "turn/end",
+        json!({"turn": 1, "reason": {"kind": "completed"}}),
+    )
+    .await;
+    t.call("sessions", "flush", json!({"id": id})).await;
+    let stored = persistence(&t, "readFrom", id).await.unwrap();
+    assert_eq!(of_kind(&stored["events"], "turn/end").len(), 1);
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn observer_failures_after_commit_are_contained() {
+    let t = TestHost::start().await;
+    dsh_testkit::fixtures::stage_probe(&t);
+    let root = t.home.path().join("sessions");
+    // Two observers of `session/event` that fail on every event: one with
+    // an error, one with a panic.
+    t.apply(&format!(
+        "[[row]]\nid='session'\nplugin='session'\n[[row]]\nid='jsonl'\nplugin='session-jsonl'\nconfig = {{ root = '{}' }}\n[[row]]\nid='failing'\nplugin='probe'\nconfig = {{ tag = 'f', listeners = [{{ event = 'session/event', action = 'fail' }}, {{ event = 'session/event', action = 'panic' }}] }}\n",
+        root.display()
+    ))
+    .await;
+    let id = "observed";
+    t.call(
+        "sessions",
+        "create",
+        json!({"id": id, "meta": {"cwd": CWD}}),
+    )
+    .await;
+    for turn in 1..=2 {
+        append(&t, id, "turn/start", json!({"turn": turn})).await;
+        append(&t, id, "user/message", user(&format!("u{turn}"), "hi")).await;
+        append(
+            &t,
+            id,
+            "turn/end",
+            json!({"turn": turn, "reason": {"kind": "completed"}}),
+        )
+        .await;
+    }
+    t.call("sessions", "flush", json!({"id": id})).await;
+    // The observers heard every event and failed on each…
+    let st = t.status("failing").await;
+    assert_eq!(st.state, dsh_host::FiberState::Active, "{:?}", st.error);
+    let heard: Vec<String> =
+        serde_json::from_value(t.call("probe:f", "journal", json!({})).await).unwrap();
+    assert_eq!(
+        heard
+            .iter()
+            .filter(|e| e.starts_with("event:session/event:"))
+            .count(),
+        12,
+        "{heard:?}"
+    );
+    // …and every append committed, in order, and reached the log.
+    let live = t.call("sessions", "events", json!({"id": id})).await;
+    assert_eq!(live.as_array().map(Vec::len), Some(6));
+    assert_eq!(stored_events(&t, id).await, live);
+    assert_eq!(
+        t.status("failing").await.state,
+        dsh_host::FiberState::Active
+    );
+    t.shutdown().await;
+}

@@ -109,6 +109,10 @@ struct Store {
     /// Sessions whose log another writer holds: their events are dropped
     /// (nothing reaches that log) and every flush answers this error.
     refused: RefCell<HashMap<String, Error>>,
+    /// While this generation adopts the sessions that were live before it
+    /// loaded (a hot reload): events of sessions it does not know yet,
+    /// kept until their session is adopted.
+    adopting: RefCell<Option<HashMap<String, Vec<SessionEvent>>>>,
 }
 
 type Shared = Rc<Store>;
@@ -361,6 +365,30 @@ impl Store {
         } else {
             self.path_for(&header)?
         };
+        self.open_live(header, events, stored, path)
+    }
+
+    /// Takes over a session that was live before this generation loaded
+    /// (see `adopt_live_sessions`): its log, when it has one, must be a
+    /// prefix of `events`.
+    fn adopt(&self, header: SessionHeader, events: Vec<SessionEvent>) -> Result<()> {
+        let path = match self.find(&header.id) {
+            Ok(path) => path,
+            Err(_) => self.path_for(&header)?,
+        };
+        self.open_live(header, events, 0, path)
+    }
+
+    /// Locks `path` for a live session whose first `stored` events are on
+    /// disk (0: read the log and require `events` to restate it).
+    fn open_live(
+        &self,
+        header: SessionHeader,
+        events: Vec<SessionEvent>,
+        stored: u64,
+        path: PathBuf,
+    ) -> Result<()> {
+        let id = header.id.clone();
         let lock = match self.lock_for(&id, &path) {
             Ok(lock) => lock,
             Err(e) => {
@@ -620,6 +648,55 @@ async fn handle(store: Shared, req: Request) -> Result<Reply> {
 
 struct Jsonl;
 
+/// Adopts the sessions that are live in the `sessions` service but unknown
+/// here: this backend was (re)loaded under them, so their `session/created`
+/// went to its predecessor. Each is attached like a new session whose seed
+/// must restate what its log holds (its predecessor wrote and released it
+/// on unload), so its later events continue that log; a log that does not
+/// match is refused, never repaired or overwritten. Events that arrive
+/// while adopting are kept and appended after the snapshot.
+async fn adopt_live_sessions(ctx: &Context, store: &Shared) {
+    let sessions = ctx.service("sessions");
+    // No sessions service yet (first boot): nothing was live.
+    let ids: Vec<String> = sessions
+        .call_as("list", json!({}))
+        .await
+        .unwrap_or_default();
+    for id in ids {
+        if store.live.borrow().contains_key(&id) {
+            continue;
+        }
+        if let Err(e) = adopt(&sessions, store, &id).await {
+            dsh_sdk::tracing::warn!("session \"{id}\" live across a reload is not persisted: {e}");
+        }
+    }
+    let late = store.adopting.borrow_mut().take().unwrap_or_default();
+    for (id, events) in late {
+        if let Some(l) = store.live.borrow_mut().get_mut(&id) {
+            for event in events {
+                if let Err(e) = l.accept(&id, event) {
+                    dsh_sdk::tracing::warn!("session \"{id}\": {e}");
+                }
+            }
+        }
+    }
+}
+
+async fn adopt(sessions: &dsh_sdk::Service, store: &Shared, id: &str) -> Result<()> {
+    let header = sessions.call("header", json!({ "id": id })).await?;
+    let header: SessionHeader = serde_json::from_value(header["header"].clone())?;
+    let mut events: Vec<SessionEvent> = sessions.call_as("events", json!({ "id": id })).await?;
+    let waiting = store
+        .adopting
+        .borrow_mut()
+        .as_mut()
+        .and_then(|w| w.remove(id))
+        .unwrap_or_default();
+    let next = events.len() as u64;
+    events.extend(waiting.into_iter().filter(|e| e.seq >= next));
+    store.adopt(header, events)
+}
+
 impl Plugin for Jsonl {
     const NAME: &'static str = "session-jsonl";
     const DESCRIPTION: &'static str = "JSONL session persistence (service `sessionPersistence`)";
@@ -640,6 +717,7 @@ impl Plugin for Jsonl {
             live: RefCell::default(),
             claimed: RefCell::default(),
             refused: RefCell::default(),
+            adopting: RefCell::new(Some(HashMap::new())),
         });
         let s = store.clone();
         ctx.provide("sessionPersistence", move |req| handle(s.clone(), req));
@@ -670,6 +748,9 @@ impl Plugin for Jsonl {
                 let arm = {
                     let mut live = s.live.borrow_mut();
                     let Some(l) = live.get_mut(&id) else {
+                        if let Some(waiting) = s.adopting.borrow_mut().as_mut() {
+                            waiting.entry(id).or_default().push(event);
+                        }
                         return Ok(Value::Null);
                     };
                     l.accept(&id, event)?;
@@ -727,6 +808,7 @@ impl Plugin for Jsonl {
             s.claimed.borrow_mut().clear();
             s.refused.borrow_mut().clear();
         });
+        adopt_live_sessions(&ctx, &store).await;
         Ok(())
     }
 }
