@@ -6,9 +6,9 @@
 //! A violation ends the stream with `finish{error}` of code `INVARIANT` and
 //! is recorded in the companion's `violations`. Nothing here sleeps.
 
-use dsh_testkit::agent::{agent_with, core_host_staged, turn};
-use dsh_testkit::fake_llm::{text, tool_calls};
-use dsh_testkit::fixtures::{hooks_row, HOOKS};
+use dsh_testkit::agent::{agent_with, core_host_staged, idle, logged, new_agent, send, turn};
+use dsh_testkit::fake_llm::{text, text_payloads, tool_calls, Answer, Gate};
+use dsh_testkit::fixtures::{hooks_row, kit_row, wait_kit_journal, HOOKS};
 use dsh_testkit::TestHost;
 use serde_json::{json, Value};
 
@@ -266,4 +266,54 @@ async fn the_stream_grammar_companion_rejects_a_bad_stream() {
     let after_finish = stream(&t, request).await;
     assert_eq!(after_finish, [finish]);
     assert_eq!(violations(&t).await.len(), 3);
+}
+
+// ------------------------------------- failure seams: the session closed
+
+/// The `agent/error` payloads the loop-kit `errs` journaled.
+fn agent_errors(journal: &[Value]) -> Vec<Value> {
+    journal
+        .iter()
+        .filter(|e| e["event"] == "agent/error")
+        .map(|e| e["payload"].clone())
+        .collect()
+}
+
+async fn recording_host() -> (TestHost, dsh_testkit::fake_llm::FakeLlm) {
+    let kit = kit_row("errs", "{ event = 'agent/error', action = 'record' }", "");
+    core_host_staged(&[], |rows| {
+        // The held stream must not trip the adapter's idle timeout.
+        let rows = rows.replace("streamIdleTimeoutMs = 1500", "streamIdleTimeoutMs = 600000");
+        format!("{rows}{kit}")
+    })
+    .await
+}
+
+/// coverage-edges: the session closed mid-stream makes the step's appends
+/// fail and then the `turn/end` append too; both surface as `agent/error`
+/// (the step's failure, then the refused `turn/end`), the agent goes idle,
+/// and nothing is retried (one model request).
+#[tokio::test(flavor = "current_thread")]
+async fn a_rejected_turn_end_append_is_contained() {
+    let (t, fake) = recording_host().await;
+    let gate = Gate::new();
+    let mut payloads = text_payloads("a long enough answer to split");
+    let rest = payloads.split_off(1);
+    fake.push([Answer::Gated(payloads, gate.clone(), rest)]);
+    let agent = new_agent(&t, "/tmp").await;
+    send(&t, "followup", &agent, "start").await;
+    logged(&t, &agent, "assistant/chunk").await;
+    t.call("sessions", "close", json!({"id": agent})).await;
+    gate.open();
+    idle(&t, &agent).await;
+    let j = wait_kit_journal(&t, "errs", |j| agent_errors(j).len() >= 2).await;
+    let errors = agent_errors(&j);
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(
+        errors
+            .iter()
+            .all(|e| e["error"]["code"] == "SESSION_NOT_FOUND"),
+        "{errors:?}"
+    );
+    assert_eq!(fake.requests().len(), 1);
 }
