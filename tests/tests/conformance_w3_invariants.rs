@@ -7,7 +7,7 @@
 //! is recorded in the companion's `violations`. Nothing here sleeps.
 
 use dsh_testkit::agent::{agent_with, core_host_staged, idle, logged, new_agent, send, turn};
-use dsh_testkit::fake_llm::{text, text_payloads, tool_calls, Answer, Gate};
+use dsh_testkit::fake_llm::{calls, text, text_payloads, tool_calls, Answer, Gate};
 use dsh_testkit::fixtures::{hooks_row, kit_row, wait_kit_journal, HOOKS};
 use dsh_testkit::TestHost;
 use serde_json::{json, Value};
@@ -313,6 +313,57 @@ async fn a_rejected_turn_end_append_is_contained() {
         errors
             .iter()
             .all(|e| e["error"]["code"] == "SESSION_NOT_FOUND"),
+        "{errors:?}"
+    );
+    assert_eq!(fake.requests().len(), 1);
+}
+
+/// tool-calls: the session closed while a parallel group runs (from the
+/// second call's `tools/pre-execute`) makes committing the group fail; the
+/// scheduler first drains the group (both calls end) and then surfaces the
+/// failure as `agent/error`, with no further model request.
+#[tokio::test(flavor = "current_thread")]
+async fn a_scheduler_failure_drains_then_surfaces() {
+    let kit = kit_row(
+        "errs",
+        "{ event = 'agent/error', action = 'record' }",
+        "{ name = 'k', parallel = true }",
+    );
+    let hooks = hooks_row(
+        "close",
+        json!({"listeners": [{"event": "tools/pre-execute", "when": {"exec": {"callId": "c2"}}, "once": true,
+            "calls": [{"service": "sessions", "method": "close", "params": {"id": "$agent"}}]}]}),
+    );
+    let (t, fake) = core_host_staged(&[HOOKS], |rows| format!("{rows}{kit}{hooks}")).await;
+    fake.push([calls(&[
+        ("c1", "k", json!({"awaitStart": "c2"})),
+        ("c2", "k", json!({})),
+    ])]);
+    let agent = new_agent(&t, "/tmp").await;
+    send(&t, "followup", &agent, "go").await;
+    let j = wait_kit_journal(&t, "errs", |j| !agent_errors(j).is_empty()).await;
+    idle(&t, &agent).await;
+    let events: Vec<String> = j
+        .iter()
+        .map(|e| {
+            format!(
+                "{}:{}",
+                e["event"].as_str().unwrap(),
+                e["callId"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    let error_at = events.iter().position(|e| e == "agent/error:").unwrap();
+    for call in ["tool:end:c1", "tool:end:c2"] {
+        let ended = events.iter().position(|e| e == call);
+        assert!(
+            ended.is_some_and(|p| p < error_at),
+            "{call} before the error: {events:?}"
+        );
+    }
+    let errors = agent_errors(&j);
+    assert_eq!(
+        errors[0]["error"]["code"], "SESSION_NOT_FOUND",
         "{errors:?}"
     );
     assert_eq!(fake.requests().len(), 1);
