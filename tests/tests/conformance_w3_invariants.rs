@@ -368,3 +368,59 @@ async fn a_scheduler_failure_drains_then_surfaces() {
     );
     assert_eq!(fake.requests().len(), 1);
 }
+
+// ------------------------------------------ configured agents' lookups
+
+/// config-session-id: a configured exact id that does not resume makes the
+/// loop ask the persistence whether it is stored; when that `list` fails,
+/// the failure is contained: `agent-loop/config-start-failed` with the
+/// backend's code, the other configured agent starts, the loop stays active.
+#[tokio::test(flavor = "current_thread")]
+async fn a_failing_persistence_lookup_of_a_configured_agent_is_contained() {
+    let fake = dsh_testkit::fake_llm::FakeLlm::start().await;
+    let t = TestHost::start().await;
+    t.stage(HOOKS.0, HOOKS.1);
+    t.stage("dsh-fixture-broken-persistence", "broken-persistence.so");
+    let hooks = hooks_row(
+        "f",
+        json!({"listeners": [{"event": "agent-loop/config-start-failed"}]}),
+    );
+    let base = dsh_testkit::core_rows(&fake.base_url, &t.home.path().join("sessions")).replace(
+        "plugin = \"session-jsonl\"",
+        "plugin = \"broken-persistence\"",
+    );
+    let loop_row = "id = \"agent-loop\"\nplugin = \"agent-loop\"\n";
+    assert!(base.ends_with(loop_row), "the kit's agent-loop row changed");
+    let rows = |config: &str| format!("{base}config = {config}\n{hooks}");
+    // The listener first (an emit reaches only listeners already there),
+    // then the loop gets its configured agents.
+    t.apply(&rows("{}")).await;
+    t.assert_all_active().await;
+    let config = r#"{ agents = [
+        { id = "main", sessionId = "main-session", provider = "fake", model = "m1" },
+        { id = "other", provider = "fake", model = "m1" } ] }"#;
+    t.apply(&rows(config)).await;
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let (failed, agents) = loop {
+        let j = dsh_testkit::fixtures::hooks_journal(&t, "f").await;
+        let ids: Vec<String> =
+            serde_json::from_value(t.call("agentLoop", "list", json!({})).await).unwrap();
+        if !j.is_empty() && !ids.is_empty() {
+            break (j, ids);
+        }
+        assert!(std::time::Instant::now() < until, "{j:?} {ids:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0]["payload"]["sessionId"], "main-session");
+    assert_eq!(
+        failed[0]["payload"]["error"]["code"],
+        "PERSISTENCE_LIST_FAILED"
+    );
+    assert_eq!(agents.len(), 1, "{agents:?}");
+    assert!(agents[0].starts_with("other"), "{agents:?}");
+    assert_eq!(
+        format!("{:?}", t.status("agent-loop").await.state),
+        "Active"
+    );
+}
