@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use dsh_wire::Manifest;
 use serde::Serialize;
+use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::{inject_cycles, interpolate_env, Row, Tree};
@@ -106,6 +107,9 @@ struct Slot {
     gen: Option<Generation>,
     fiber: FiberId,
     generations: u64,
+    /// The state the last disposed generation handed over: (its plugin's
+    /// name, the state as JSON text), for the next generation of the row.
+    handoff: Option<(String, String)>,
 }
 
 impl Slot {
@@ -216,11 +220,10 @@ pub fn resolve_plugin(name: &str, dirs: &[PathBuf]) -> Result<PathBuf, Superviso
 async fn first_reply(
     mut rx: mpsc::UnboundedReceiver<HostReply>,
     timeout: Duration,
-) -> Result<(), SupervisorError> {
+) -> Result<Value, SupervisorError> {
     match tokio::time::timeout(timeout, rx.recv()).await {
         Ok(Some(r)) => r
             .result()
-            .map(|_| ())
             .map_err(|e| SupervisorError::Refused(e.to_string())),
         Ok(None) => Err(SupervisorError::Gone),
         Err(_) => Err(SupervisorError::NoAnswer(timeout.as_millis())),
@@ -350,6 +353,7 @@ impl Supervisor {
                         gen: None,
                         fiber: 0,
                         generations: 0,
+                        handoff: None,
                     });
                     ordered.push(self.slots.len() - 1);
                 }
@@ -501,10 +505,15 @@ impl Supervisor {
         let fiber = self.slots[i].fiber;
         self.slots[i].state = FiberState::Loading;
         let config = interpolate_env(&self.slots[i].row.config);
+        let inherited = self.slots[i].handoff.take().and_then(|(plugin, state)| {
+            // Only a generation of the same plugin inherits the state.
+            (self.slots[i].manifest().map(|m| m.name.as_str()) == Some(plugin.as_str()))
+                .then_some(state)
+        });
         let rx = self
             .router
-            .request(fiber, Lifecycle::Apply(config.to_string()));
-        let mut result = first_reply(rx, self.timeouts.apply).await;
+            .request(fiber, Lifecycle::Apply(config.to_string(), inherited));
+        let mut result = first_reply(rx, self.timeouts.apply).await.map(|_| ());
         let rejected = self.router.take_rejections(fiber);
         if result.is_ok() && !rejected.is_empty() {
             result = Err(SupervisorError::Refused(rejected.join("; ")));
@@ -553,13 +562,20 @@ impl Supervisor {
         }
         self.router.set_active(fiber, false);
         let rx = self.router.request(fiber, Lifecycle::Dispose);
-        if let Err(e) = first_reply(rx, self.timeouts.dispose).await {
-            let id = self.slots[i].row.id.clone();
-            self.reports.push(
-                Level::Error,
-                &id,
-                format!("dispose failed ({e}); continuing"),
-            );
+        match first_reply(rx, self.timeouts.dispose).await {
+            Ok(Value::Null) => {}
+            Ok(state) => {
+                let plugin = self.slots[i].manifest().map(|m| m.name.clone());
+                self.slots[i].handoff = plugin.map(|p| (p, state.to_string()));
+            }
+            Err(e) => {
+                let id = self.slots[i].row.id.clone();
+                self.reports.push(
+                    Level::Error,
+                    &id,
+                    format!("dispose failed ({e}); continuing"),
+                );
+            }
         }
         self.router.forget_fiber(fiber, reason);
         let s = &mut self.slots[i];
