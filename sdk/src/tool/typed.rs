@@ -51,8 +51,9 @@ pub trait ToolSpec {
     /// Whether its calls may run alongside other calls of the same step
     /// (`parallel` in the registration); `false` runs them exclusively.
     const PARALLEL: bool = false;
-    /// Its parameters: field doc comments become the properties'
-    /// descriptions, `Option` fields are optional, unknown fields are
+    /// Its parameters: doc comments on fields and on nested types become
+    /// model-visible descriptions (write plain `//` comments for notes the
+    /// model should not see), `Option` fields are optional, unknown fields are
     /// ignored unless the type denies them.
     type Args: DeserializeOwned + JsonSchema;
 }
