@@ -317,7 +317,7 @@ async fn run_tool(ctx: &Context, registry: &Registry, exec: &Value, signal: &Sig
     if !violations.is_empty() {
         return failure(
             &format!("invalid arguments: {}", violations.join("; ")),
-            Some(("ToolArgsError", "INVALID_ARGS")),
+            Some(("ToolArgsError", dsh_sdk::tool::INVALID_ARGS)),
         );
     }
     // Cancelled while a wrapper ran: the body never starts.
