@@ -1,11 +1,18 @@
 //! Conformance rows of the fourth wave (reference dsh-core §10): the JSONL
 //! writer packs streamed delta runs the way the original's `packChunks`
-//! does and reads them back losslessly (§10.8). Real host, real cdylib
-//! plugins, the fake model server. Rows: `tests/CONFORMANCE.md`.
+//! does and reads them back losslessly (§10.8); a wake latched behind an
+//! aborted driver and removed before it converges does not replay (§10.3
+//! cancel). Real host, real cdylib plugins, the fake model server. Rows:
+//! `tests/CONFORMANCE.md`.
 
-use dsh_testkit::agent::{core_host, events, new_agent, turn};
-use dsh_testkit::fake_llm::text;
+use dsh_sdk::vocab::{event, msg};
+use dsh_testkit::agent::{
+    core_host, core_host_staged, events, idle, new_agent, of_type, send, turn, wait_log,
+};
+use dsh_testkit::fake_llm::{text, FakeLlm};
+use dsh_testkit::fixtures::{hooks_journal, hooks_row, HOOKS};
 use dsh_testkit::headless::lines;
+use dsh_testkit::TestHost;
 use serde_json::{json, Value};
 
 const CWD: &str = "/conformance/w4";
@@ -58,5 +65,125 @@ async fn a_streamed_answer_is_stored_packed_and_reloads_losslessly() {
     let reloaded: Vec<Value> = serde_json::from_value(reloaded["events"].clone())
         .unwrap_or_else(|e| panic!("inspect gave no events: {e}"));
     assert_eq!(as_text(&reloaded), as_text(&live), "byte for byte");
+    t.shutdown().await;
+}
+
+/// A host whose `agent/pre-step` listener, on the first step, cancels the
+/// agent keeping its inbox, steers `steer me` into it and, when `remove`,
+/// removes that steer again: all three land while the driver awaits the
+/// listener, that is after the cancel and before the aborted driver
+/// converges, whatever the machine's speed.
+async fn steer_in_the_abort_window(remove: bool) -> (TestHost, FakeLlm, String) {
+    let mut calls = vec![
+        json!({"service": "agents", "method": "cancel",
+               "params": {"agent": "$agent", "cause": {"kind": "user"}, "keepInbox": true}}),
+        json!({"service": "agents", "method": "steer",
+               "params": {"agent": "$agent", "message": msg::user_text("latched-steer", "steer me")}}),
+    ];
+    if remove {
+        calls.push(json!({"service": "agents", "method": "remove",
+                          "params": {"agent": "$agent", "messageId": "latched-steer"}}));
+    }
+    let hooks = hooks_row(
+        "w",
+        json!({"listeners": [{"event": "agent/pre-step", "once": true, "calls": calls}]}),
+    );
+    let (t, fake) = core_host_staged(&[HOOKS], |rows| format!("{rows}{hooks}")).await;
+    fake.push([text("replayed")]);
+    let agent = new_agent(&t, CWD).await;
+    send(&t, "followup", &agent, "active").await;
+    (t, fake, agent)
+}
+
+/// The hooks listener's call results, in order (each `{ok}` or `{err}`).
+async fn window_results(t: &TestHost) -> Vec<Value> {
+    let journal = hooks_journal(t, "w").await;
+    assert_eq!(journal.len(), 1, "the listener acted once: {journal:?}");
+    journal[0]["results"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn turn_ends(ev: &[Value]) -> Vec<Value> {
+    of_type(ev, event::TURN_END)
+        .iter()
+        .map(|e| e["data"]["reason"].clone())
+        .collect()
+}
+
+/// cancel.spec "removing the latched wake before convergence suppresses the
+/// replay": the steer latched behind the aborted turn is gone by the time
+/// the driver converges, so no turn replays and no request is made.
+#[tokio::test]
+async fn removing_a_wake_latched_behind_an_aborted_driver_suppresses_its_replay() {
+    let (t, fake, agent) = steer_in_the_abort_window(true).await;
+    let reason = idle(&t, &agent).await;
+    assert_eq!(
+        reason,
+        json!({"kind": "aborted", "reason": {"kind": "user"}})
+    );
+    let results = window_results(&t).await;
+    assert!(
+        results[..2].iter().all(|r| r.get("ok").is_some()),
+        "the cancel and the steer were accepted: {results:?}"
+    );
+    assert_eq!(
+        results[2],
+        json!({"ok": true}),
+        "the steer was removed: {results:?}"
+    );
+
+    let ev = events(&t, &agent).await;
+    assert_eq!(
+        of_type(&ev, event::TURN_START).len(),
+        1,
+        "no replayed turn: {ev:?}"
+    );
+    assert_eq!(
+        turn_ends(&ev),
+        [json!({"kind": "aborted", "reason": {"kind": "user"}})]
+    );
+    assert!(fake.requests().is_empty(), "cancelled before its request");
+    let status = t.call("agents", "status", json!({"agent": agent})).await;
+    assert_eq!(
+        (status["status"].clone(), status["lastTurn"].clone()),
+        (json!("idle"), json!(1))
+    );
+    let pending = t.call("agents", "pending", json!({"agent": agent})).await;
+    assert_eq!(pending, json!({"nextTurn": [], "nextStep": []}));
+    t.shutdown().await;
+}
+
+/// The control of the test above: the same steer, not removed, is latched
+/// in that window and replays as a turn of its own once the aborted driver
+/// converges (so the removal is what suppressed the replay there).
+#[tokio::test]
+async fn a_wake_latched_behind_an_aborted_driver_replays_when_it_converges() {
+    let (t, fake, agent) = steer_in_the_abort_window(false).await;
+    wait_log(&t, &agent, "the replayed turn's end", |ev| {
+        of_type(ev, event::TURN_END).len() == 2
+    })
+    .await;
+    let ev = events(&t, &agent).await;
+    assert_eq!(
+        turn_ends(&ev),
+        [
+            json!({"kind": "aborted", "reason": {"kind": "user"}}),
+            json!({"kind": "completed"})
+        ]
+    );
+    let steered: Vec<&Value> = of_type(&ev, event::USER_MESSAGE)
+        .into_iter()
+        .filter(|e| e["data"]["id"] == "latched-steer")
+        .collect();
+    assert_eq!(steered.len(), 1, "the latched steer ran once: {ev:?}");
+    let second_start = &of_type(&ev, event::TURN_START)[1];
+    assert_eq!(second_start["data"]["turn"], json!(2));
+    assert!(
+        steered[0]["seq"].as_u64() > second_start["seq"].as_u64(),
+        "claimed by the replayed turn: {ev:?}"
+    );
+    assert_eq!(fake.requests().len(), 1, "only the replayed turn's request");
     t.shutdown().await;
 }
