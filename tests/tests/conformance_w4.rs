@@ -9,8 +9,8 @@ use dsh_sdk::vocab::{event, msg};
 use dsh_testkit::agent::{
     core_host, core_host_staged, events, idle, new_agent, of_type, send, turn, wait_log,
 };
-use dsh_testkit::fake_llm::{text, FakeLlm};
-use dsh_testkit::fixtures::{hooks_journal, hooks_row, HOOKS};
+use dsh_testkit::fake_llm::{calls, text, FakeLlm};
+use dsh_testkit::fixtures::{hooks_journal, hooks_row, kit_journal, kit_row, toml_value, HOOKS};
 use dsh_testkit::headless::lines;
 use dsh_testkit::TestHost;
 use serde_json::{json, Value};
@@ -185,5 +185,78 @@ async fn a_wake_latched_behind_an_aborted_driver_replays_when_it_converges() {
         "claimed by the replayed turn: {ev:?}"
     );
     assert_eq!(fake.requests().len(), 1, "only the replayed turn's request");
+    t.shutdown().await;
+}
+
+/// contract-regressions.spec "limits injection deferral to the current tool
+/// batch": turn 1's batch is aborted from inside its first call (the second
+/// never starts, leaving an unanswered historical call); turn 2's
+/// `agent/pre-step` listener adds a plugin-sourced message to the step's
+/// input, and that message is logged as a `user/message` and sent with
+/// the turn's request, not held back behind the old batch.
+#[tokio::test]
+async fn an_injection_after_an_aborted_tool_batch_enters_the_next_turns_request() {
+    let injected = json!({"id": "injected-ctx", "role": "user",
+                          "content": [{"type": "text", "text": "new turn context"}],
+                          "source": {"kind": "plugin", "plugin": "test"}});
+    let listeners = format!(
+        "{{ event = 'tools/execute', action = 'cancel', once = true, when = {} }}, \
+         {{ event = 'agent/pre-step', action = 'append', when = {{ turn = 2 }}, value = {} }}",
+        toml_value(&json!({"exec": {"name": "aborter"}})),
+        toml_value(&json!({"messages": [injected]}))
+    );
+    let tools = "{ name = 'aborter' }, { name = 'second' }";
+    let (t, fake) = core_host(|rows| rows + &kit_row("k", &listeners, tools)).await;
+    fake.push([
+        calls(&[("c1", "aborter", json!({})), ("c2", "second", json!({}))]),
+        text("later turn"),
+    ]);
+    let agent = new_agent(&t, CWD).await;
+    let first = turn(&t, &agent, "leave an unmatched historical call").await;
+    assert_eq!(
+        first,
+        json!({"kind": "aborted", "reason": {"kind": "user"}})
+    );
+    let second_started = kit_journal(&t, "k")
+        .await
+        .iter()
+        .any(|e| e["event"] == "tool:start" && e["callId"] == "c2");
+    assert!(!second_started, "the second call never ran");
+
+    let calls_logged: Vec<Value> = of_type(&events(&t, &agent).await, event::TOOL_CALL)
+        .iter()
+        .map(|e| e["data"]["callId"].clone())
+        .collect();
+    assert_eq!(
+        calls_logged,
+        [json!("c1"), json!("c2")],
+        "the aborted batch"
+    );
+    let second = turn(&t, &agent, "start a text-only turn").await;
+    assert_eq!(second, json!({"kind": "completed"}));
+    let ev = events(&t, &agent).await;
+    let plugin_messages: Vec<&Value> = of_type(&ev, event::USER_MESSAGE)
+        .into_iter()
+        .filter(|e| e["data"]["source"]["kind"] == "plugin")
+        .collect();
+    assert_eq!(plugin_messages.len(), 1, "{ev:?}");
+    assert_eq!(
+        plugin_messages[0]["data"]["content"],
+        json!([{"type": "text", "text": "new turn context"}])
+    );
+    let turn_two = &of_type(&ev, event::TURN_START)[1];
+    assert!(
+        plugin_messages[0]["seq"].as_u64() > turn_two["seq"].as_u64(),
+        "logged in turn 2: {ev:?}"
+    );
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2);
+    assert!(
+        requests[1]["messages"]
+            .to_string()
+            .contains("new turn context"),
+        "{}",
+        requests[1]["messages"]
+    );
     t.shutdown().await;
 }
