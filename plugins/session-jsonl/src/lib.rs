@@ -78,6 +78,9 @@ fn check_meta(header: &Value) -> Result<()> {
 struct Config {
     root: Option<String>,
     write_batch_max_delay_ms: u64,
+    /// The original's `packChunks`: delta chunk runs are stored as packed
+    /// rows (both layouts load the same).
+    pack_chunks: bool,
 }
 
 impl Default for Config {
@@ -85,6 +88,7 @@ impl Default for Config {
         Config {
             root: None,
             write_batch_max_delay_ms: 200,
+            pack_chunks: true,
         }
     }
 }
@@ -103,6 +107,8 @@ struct Live {
 struct Store {
     root: PathBuf,
     delay: Duration,
+    /// Whether batches are written with packed chunk rows.
+    pack_chunks: bool,
     live: RefCell<HashMap<String, Live>>,
     /// Logs `load` locked for a resume whose `session/created` is to come.
     claimed: RefCell<HashMap<String, LogLock>>,
@@ -447,7 +453,7 @@ impl Store {
             if s.pending.is_empty() {
                 return Ok(());
             }
-            Self::write_pending(id, s)
+            Self::write_pending(id, s, self.pack_chunks)
         };
         if let Err(e) = &outcome {
             if is_refusal(e) {
@@ -461,12 +467,13 @@ impl Store {
     /// Appends `s.pending` to its log, creating the log (locked) on the
     /// first write. Fails `PERSISTENCE` (events kept for the next try) or,
     /// when another writer's log is already there, with that reason.
-    fn write_pending(id: &str, s: &mut Live) -> Result<()> {
-        let mut text = String::new();
-        for e in &s.pending {
-            text.push_str(&serde_json::to_string(e)?);
-            text.push('\n');
-        }
+    fn write_pending(id: &str, s: &mut Live, pack_chunks: bool) -> Result<()> {
+        let text = format::storage_lines(&s.pending, pack_chunks).map_err(|e| {
+            err(
+                code::PERSISTENCE,
+                format!("cannot encode the batch of {id}: {e}"),
+            )
+        })?;
         if s.lock.is_some() {
             format::append(&s.path, &text).map_err(|e| err(code::PERSISTENCE, e))?;
         } else {
@@ -714,6 +721,7 @@ impl Plugin for Jsonl {
         let store: Shared = Rc::new(Store {
             root,
             delay: Duration::from_millis(config.write_batch_max_delay_ms),
+            pack_chunks: config.pack_chunks,
             live: RefCell::default(),
             claimed: RefCell::default(),
             refused: RefCell::default(),

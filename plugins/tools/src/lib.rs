@@ -330,10 +330,15 @@ fn from_error(e: &Error) -> Value {
 async fn run_tool(ctx: &Context, registry: &Registry, exec: &Value, signal: &Signal) -> Value {
     let name = exec["name"].as_str().unwrap_or_default();
     let scope = exec["agent"].as_str().unwrap_or_default();
-    let Some((service, schema, output, timeout)) = registry
-        .borrow()
-        .visible(scope, name)
-        .map(|t| (t.service.clone(), t.schema.clone(), t.output.clone(), t.timeout))
+    let Some((service, schema, output, timeout)) =
+        registry.borrow().visible(scope, name).map(|t| {
+            (
+                t.service.clone(),
+                t.schema.clone(),
+                t.output.clone(),
+                t.timeout,
+            )
+        })
     else {
         return failure(
             &format!("unknown tool \"{name}\""),
