@@ -120,9 +120,13 @@ pub struct Envelope {
 pub mod kind {
     /// plugin→host: the actor is running and ready for messages.
     pub const READY: u32 = 1;
-    /// host→plugin: apply the fiber. `id` = request id, `payload` = config JSON.
+    /// host→plugin: apply the fiber. `id` = request id, `payload` = config
+    /// JSON, `method` = the state the row's previous generation handed over
+    /// (JSON; empty: none).
     pub const APPLY: u32 = 2;
     /// host→plugin: run every effect in reverse and forget all handlers.
+    /// The final reply's payload is the state handed to the row's next
+    /// generation (`null`: none).
     pub const DISPOSE: u32 = 3;
     /// host→plugin: leave `run` (after dropping the runtime).
     pub const STOP: u32 = 4;

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::config::{compose, read_layer_file, ConfigError, ProfileRoots, Tree};
+use crate::config::{compose, read_layer_file, ConfigError, Layer, ProfileRoots, Tree};
 use crate::paths::Install;
 
 /// What the user asked for on the command line.
@@ -80,6 +80,17 @@ impl BootOptions {
         // Configs may name files next to their profile.
         std::env::set_var("DSH_PROFILE_DIR", &profile_dir);
         let (mut layers, mut files) = roots.profile_layers(&self.profile)?;
+        let plugin_dirs = self.plugin_dirs(Some(&profile_dir));
+        // Libraries dropped into $DSH_HOME/plugins extend the profile as a
+        // layer of their own, so the home patch and `--patch` files can
+        // patch a drop-in row by its id (`drop-in:<name>`).
+        let (drop_ins, refused) =
+            drop_in_rows(&self.drop_in_dir(), &compose(&layers)?, &plugin_dirs);
+        layers.push(Layer {
+            origin: "drop-in".into(),
+            rows: drop_ins.into_iter().map(|r| r.row).collect(),
+            patches: Vec::new(),
+        });
         let home_patch = self.home_patch();
         if home_patch.is_file() {
             layers.push(read_layer_file(&home_patch)?.0);
@@ -97,11 +108,19 @@ impl BootOptions {
             layers.push(layer);
             files.push(abs);
         }
+        let mut tree = compose(&layers)?;
+        tree.warnings.extend(refused);
         Ok(Composition {
-            tree: compose(&layers)?,
+            tree,
             files,
-            plugin_dirs: self.plugin_dirs(Some(&profile_dir)),
+            plugin_dirs,
         })
+    }
+
+    /// `$DSH_HOME/plugins`, where a dropped library becomes a row.
+    pub fn drop_in_dir(&self) -> PathBuf {
+        let dir = self.home.join("plugins");
+        dir.canonicalize().unwrap_or(dir)
     }
 }
 

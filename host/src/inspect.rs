@@ -27,7 +27,7 @@ impl Sink for NullSink {
 
 /// Loads one library alone, reads its manifest and unloads it.
 pub fn check(path: &Path) -> Result<(Manifest, Unloaded), LoadError> {
-    let mut gen = Generation::load(LoadSpec {
+    let gen = Generation::load(LoadSpec {
         load_path: path,
         is_copy: false,
         fiber: 0,

@@ -1,30 +1,39 @@
 //! `dsh-host`: loads plugin `cdylib`s, routes their messages, hot-reloads
 //! and really unloads them. It owns no product behavior.
 //!
-//! Modules by concern: [`loader`] (one thread per generation, checks,
-//! unload), [`router`] (services, events, replies), [`supervisor`] (fiber
-//! lifecycle), [`config`] and [`boot`] (composition), [`watch`] (hot
-//! reload), [`host`] (the handle the CLI and tests use).
+//! Modules by concern (private; what the CLI, the test kit and the bench
+//! use is re-exported below): `loader` (one thread per generation, checks,
+//! unload), `router` (services, events, replies), `supervisor` (fiber
+//! lifecycle), `config` and `boot` (composition), `watch` (hot reload),
+//! `host` (the handle the CLI and tests use).
 #![deny(missing_docs)]
 
-pub mod boot;
-pub mod config;
-pub mod host;
-pub mod inbox;
+mod boot;
+mod config;
+mod host;
+mod inbox;
 pub mod inspect;
+#[doc(hidden)]
 pub mod keys;
-pub mod loader;
-pub mod paths;
-pub mod preflight;
+mod loader;
+mod paths;
+mod preflight;
 pub mod procfs;
-pub mod report;
-pub mod router;
-pub mod staging;
-pub mod supervisor;
+mod report;
+mod router;
+mod staging;
+mod supervisor;
+#[doc(hidden)]
 pub mod threads;
-pub mod watch;
+mod watch;
 
 #[doc(hidden)]
 pub use libc as __libc;
 
-pub use host::{Host, HostConfig};
+pub use boot::{drop_in_rows, BootOptions, Composition};
+pub use config::{compose, dump, parse_layer, Tree};
+pub use host::{Host, HostConfig, HostStream};
+pub use paths::{create_private_dir, dsh_home, privacy_warning, Install};
+pub use report::Report;
+pub use supervisor::{resolve_plugin, FiberState, FiberStatus, SupervisorError, Timeouts};
+pub use watch::{watch, Change};

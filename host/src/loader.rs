@@ -238,7 +238,6 @@ pub struct Generation {
     exited: mpsc::Receiver<i32>,
     thread: Option<JoinHandle<Option<Library>>>,
     ctx: *const GenCtx,
-    finished: bool,
 }
 
 // SAFETY: `ctx` points to an `Arc<GenCtx>` (Send + Sync) owned by this value.
@@ -406,7 +405,6 @@ impl Generation {
             exited,
             thread: Some(thread),
             ctx,
-            finished: false,
         };
         let outcome = loaded_rx.recv().unwrap_or_else(|_| {
             Err(LoadError::Open {
@@ -448,27 +446,18 @@ impl Generation {
     }
 
     /// Unloads a generation whose actor never ran.
-    pub fn abort(&mut self) -> Unloaded {
+    pub fn abort(mut self) -> Unloaded {
         if let Some(go) = self.go.take() {
             let _ = go.send(false);
         }
         self.finish(Duration::from_secs(5))
     }
 
-    /// True once the actor returned (it crashed, or it was stopped).
-    pub fn has_exited(&self) -> bool {
-        self.thread.as_ref().is_none_or(|t| t.is_finished())
-    }
-
     /// Waits up to `timeout` for the thread to end (after STOP was sent),
-    /// then unloads the library per ARCHITECTURE.md.
-    pub fn finish(&mut self, timeout: Duration) -> Unloaded {
-        if self.finished {
-            return Unloaded::Quarantined {
-                reason: "already finished".into(),
-            };
-        }
-        self.finished = true;
+    /// then unloads the library per ARCHITECTURE.md. Consumes the
+    /// generation: its host context may be freed here, so nothing can read
+    /// it afterwards.
+    pub fn finish(mut self, timeout: Duration) -> Unloaded {
         let Some(thread) = self.thread.take() else {
             return Unloaded::Quarantined {
                 reason: "no thread".into(),

@@ -7,11 +7,10 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
-use dsh_host::boot::{drop_in_rows, BootOptions};
-use dsh_host::paths::{dsh_home, privacy_warning, Install};
-use dsh_host::supervisor::{FiberState, Timeouts};
-use dsh_host::watch::{watch, Change};
-use dsh_host::{inspect, Host, HostConfig};
+use dsh_host::{
+    dsh_home, inspect, privacy_warning, watch, BootOptions, Change, FiberState, Host, HostConfig,
+    Install, Timeouts,
+};
 use tokio::sync::mpsc;
 
 dsh_host::interpose_pthread_keys!();
@@ -212,7 +211,7 @@ fn plugins(cmd: PluginsCmd) -> anyhow::Result<u8> {
                         let state = match &tree {
                             None => "loadable".to_owned(),
                             Some(t) => match t.rows.iter().find(|r| {
-                                dsh_host::supervisor::resolve_plugin(&r.row.plugin, &dirs)
+                                dsh_host::resolve_plugin(&r.row.plugin, &dirs)
                                     .ok()
                                     .as_deref()
                                     == Some(lib.as_path())
@@ -320,9 +319,11 @@ fn run(args: RunArgs) -> anyhow::Result<u8> {
         print!(
             "# dsh-host --profile {} --dump-config\n\n{}",
             opts.profile,
-            dsh_host::config::dump(&composition.tree)
+            dsh_host::dump(&composition.tree)
         );
-        return Ok(0);
+        // A patch that matched nothing, a refused drop-in: the tree printed
+        // is not what was asked for.
+        return Ok(u8::from(!composition.tree.warnings.is_empty()));
     }
     let rt = runtime()?;
     rt.block_on(serve(opts, composition, args))
@@ -330,15 +331,15 @@ fn run(args: RunArgs) -> anyhow::Result<u8> {
 
 async fn serve(
     opts: BootOptions,
-    composition: dsh_host::boot::Composition,
+    composition: dsh_host::Composition,
     args: RunArgs,
 ) -> anyhow::Result<u8> {
     let (stop_tx, mut stop_rx) = mpsc::unbounded_channel();
     signals(stop_tx.clone())?;
     let drop_in_dir = opts.home.join("plugins");
-    dsh_host::paths::create_private_dir(&drop_in_dir)
+    dsh_host::create_private_dir(&drop_in_dir)
         .with_context(|| format!("cannot create {}", drop_in_dir.display()))?;
-    let drop_in_dir = drop_in_dir.canonicalize().unwrap_or(drop_in_dir);
+    let drop_in_dir = opts.drop_in_dir();
     say_writable_plugin_dirs(&opts.plugin_dirs);
     let host = Host::start(HostConfig {
         home: opts.home.clone(),
@@ -359,17 +360,7 @@ async fn serve(
         drop(change_tx);
         None
     };
-    // Libraries dropped into $DSH_HOME/plugins extend the profile.
-    let with_drop_ins = |tree: &dsh_host::config::Tree| {
-        let (rows, problems) = drop_in_rows(&drop_in_dir, tree, &composition.plugin_dirs);
-        for p in problems {
-            eprintln!("dsh-host: {p}");
-        }
-        let mut t = tree.clone();
-        t.rows.extend(rows);
-        t
-    };
-    host.apply(with_drop_ins(&composition.tree)).await;
+    host.apply(composition.tree.clone()).await;
     let broken: Vec<String> = host
         .status()
         .await
@@ -413,19 +404,19 @@ async fn serve(
             Some(change) = change_rx.recv() => match change {
                 Change::Plugin(path) if path.parent() == Some(drop_in_dir.as_path()) => {
                     // A new drop-in becomes a row; a replaced one reloads.
-                    host.apply(with_drop_ins(&last_good)).await;
-                    host.reload(path).await;
+                    recompose(&host, &opts, &mut last_good).await;
+                    reload(&host, path).await;
                 }
-                Change::Plugin(path) => host.reload(path).await,
+                Change::Plugin(path) => reload(&host, path).await,
                 Change::PluginRemoved(path) if path.parent() == Some(drop_in_dir.as_path()) => {
                     host.remove(path).await;
-                    host.apply(with_drop_ins(&last_good)).await;
+                    recompose(&host, &opts, &mut last_good).await;
                 }
                 Change::PluginRemoved(path) => host.remove(path).await,
                 Change::Config(path) => match opts.compose() {
                     Ok(c) => {
                         if c.tree != last_good {
-                            host.apply(with_drop_ins(&c.tree)).await;
+                            host.apply(c.tree.clone()).await;
                             last_good = c.tree;
                         }
                     }
@@ -435,6 +426,43 @@ async fn serve(
                     ),
                 },
             },
+        }
+    }
+}
+
+/// Composes again (a drop-in came or went) and applies what changed.
+async fn recompose(host: &Host, opts: &BootOptions, last_good: &mut dsh_host::Tree) {
+    match opts.compose() {
+        Ok(c) => {
+            for w in &c.tree.warnings {
+                eprintln!("dsh-host: {w}");
+            }
+            host.apply(c.tree.clone()).await;
+            *last_good = c.tree;
+        }
+        Err(e) => eprintln!("dsh-host: recomposing after a drop-in change failed: {e}"),
+    }
+}
+
+/// Reloads the rows served from `path` and says so on stderr, one line per
+/// row that got a new generation: its id, plugin, generation and the time
+/// the reload took.
+async fn reload(host: &Host, path: PathBuf) {
+    let before: std::collections::HashMap<String, u64> = host
+        .status()
+        .await
+        .into_iter()
+        .map(|s| (s.id, s.generations))
+        .collect();
+    let started = std::time::Instant::now();
+    host.reload(path).await;
+    let took = started.elapsed().as_millis();
+    for s in host.status().await {
+        if before.get(&s.id).is_none_or(|g| *g < s.generations) {
+            eprintln!(
+                "dsh-host: reloaded {} ({}) generation {} in {took} ms",
+                s.id, s.plugin, s.generations
+            );
         }
     }
 }

@@ -150,8 +150,9 @@ pub struct Router {
 
 /// What the host asks of a generation's lifecycle.
 pub enum Lifecycle {
-    /// Apply the fiber with this config (JSON text).
-    Apply(String),
+    /// Apply the fiber with this config (JSON text) and the state its row's
+    /// previous generation handed over (JSON text).
+    Apply(String, Option<String>),
     /// Run every effect in reverse.
     Dispose,
 }
@@ -740,11 +741,6 @@ impl Router {
         s.services.get(service).is_some_and(|f| s.is_active(*f))
     }
 
-    /// The fiber that registered `service`, active or not.
-    pub fn provider_of(&self, service: &str) -> Option<FiberId> {
-        self.lock().services.get(service).copied()
-    }
-
     /// Services registered by `fiber`.
     pub fn services_of(&self, fiber: FiberId) -> Vec<String> {
         let s = self.lock();
@@ -796,10 +792,11 @@ impl Router {
             return rx;
         };
         let env = match what {
-            Lifecycle::Apply(config) => ToPlugin::Apply {
+            Lifecycle::Apply(config, inherited) => ToPlugin::Apply {
                 id,
                 fiber,
                 config: Cow::Owned(config),
+                inherited: inherited.map(Cow::Owned),
             },
             Lifecycle::Dispose => ToPlugin::Dispose { id, fiber },
         }

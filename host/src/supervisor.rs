@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use dsh_wire::Manifest;
 use serde::Serialize;
+use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::{inject_cycles, interpolate_env, Row, Tree};
@@ -106,6 +107,9 @@ struct Slot {
     gen: Option<Generation>,
     fiber: FiberId,
     generations: u64,
+    /// The state the last disposed generation handed over: (its plugin's
+    /// name, the state as JSON text), for the next generation of the row.
+    handoff: Option<(String, String)>,
 }
 
 impl Slot {
@@ -146,14 +150,42 @@ pub struct Supervisor {
     builtins: Vec<String>,
 }
 
+/// Why the supervisor could not bring a fiber up or down.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SupervisorError {
+    /// A row names a plugin file by path and there is none.
+    #[error("plugin file {0} does not exist")]
+    NoSuchFile(String),
+    /// A row names a plugin that no plugin directory holds.
+    #[error("plugin `{name}` not found (looked for {candidates} in: {searched})")]
+    NotFound {
+        /// The row's plugin.
+        name: String,
+        /// The file names tried.
+        candidates: String,
+        /// The directories searched.
+        searched: String,
+    },
+    /// A lifecycle request got no answer in time.
+    #[error("no answer within {0} ms")]
+    NoAnswer(u128),
+    /// The generation went away before answering.
+    #[error("the plugin went away")]
+    Gone,
+    /// The plugin answered with an error (or registered something the
+    /// router refused).
+    #[error("{0}")]
+    Refused(String),
+}
+
 /// Resolves a row's plugin to a file in the plugin directories.
-pub fn resolve_plugin(name: &str, dirs: &[PathBuf]) -> Result<PathBuf, String> {
+pub fn resolve_plugin(name: &str, dirs: &[PathBuf]) -> Result<PathBuf, SupervisorError> {
     if name.contains('/') {
         let p = PathBuf::from(name);
         return if p.is_file() {
             Ok(p)
         } else {
-            Err(format!("plugin file {name} does not exist"))
+            Err(SupervisorError::NoSuchFile(name.to_owned()))
         };
     }
     let snake = name.replace('-', "_");
@@ -178,20 +210,23 @@ pub fn resolve_plugin(name: &str, dirs: &[PathBuf]) -> Result<PathBuf, String> {
             .collect::<Vec<_>>()
             .join(", ")
     };
-    Err(format!(
-        "plugin `{name}` not found (looked for {} in: {searched})",
-        candidates.join(", ")
-    ))
+    Err(SupervisorError::NotFound {
+        name: name.to_owned(),
+        candidates: candidates.join(", "),
+        searched,
+    })
 }
 
 async fn first_reply(
     mut rx: mpsc::UnboundedReceiver<HostReply>,
     timeout: Duration,
-) -> Result<(), String> {
+) -> Result<Value, SupervisorError> {
     match tokio::time::timeout(timeout, rx.recv()).await {
-        Ok(Some(r)) => r.result().map(|_| ()).map_err(|e| e.to_string()),
-        Ok(None) => Err("the plugin went away".into()),
-        Err(_) => Err(format!("no answer within {} ms", timeout.as_millis())),
+        Ok(Some(r)) => r
+            .result()
+            .map_err(|e| SupervisorError::Refused(e.to_string())),
+        Ok(None) => Err(SupervisorError::Gone),
+        Err(_) => Err(SupervisorError::NoAnswer(timeout.as_millis())),
     }
 }
 
@@ -318,6 +353,7 @@ impl Supervisor {
                         gen: None,
                         fiber: 0,
                         generations: 0,
+                        handoff: None,
                     });
                     ordered.push(self.slots.len() - 1);
                 }
@@ -338,7 +374,7 @@ impl Supervisor {
                 continue;
             }
             match resolve_plugin(&self.slots[i].row.plugin, &self.plugin_dirs) {
-                Err(e) => self.fail(i, e),
+                Err(e) => self.fail(i, e.to_string()),
                 Ok(path) => match self.start_load(i, &path) {
                     Ok(p) => loads.push((i, p)),
                     Err(e) => self.fail(i, e.to_string()),
@@ -469,13 +505,18 @@ impl Supervisor {
         let fiber = self.slots[i].fiber;
         self.slots[i].state = FiberState::Loading;
         let config = interpolate_env(&self.slots[i].row.config);
+        let inherited = self.slots[i].handoff.take().and_then(|(plugin, state)| {
+            // Only a generation of the same plugin inherits the state.
+            (self.slots[i].manifest().map(|m| m.name.as_str()) == Some(plugin.as_str()))
+                .then_some(state)
+        });
         let rx = self
             .router
-            .request(fiber, Lifecycle::Apply(config.to_string()));
-        let mut result = first_reply(rx, self.timeouts.apply).await;
+            .request(fiber, Lifecycle::Apply(config.to_string(), inherited));
+        let mut result = first_reply(rx, self.timeouts.apply).await.map(|_| ());
         let rejected = self.router.take_rejections(fiber);
         if result.is_ok() && !rejected.is_empty() {
-            result = Err(rejected.join("; "));
+            result = Err(SupervisorError::Refused(rejected.join("; ")));
         }
         match result {
             Ok(()) => {
@@ -521,13 +562,20 @@ impl Supervisor {
         }
         self.router.set_active(fiber, false);
         let rx = self.router.request(fiber, Lifecycle::Dispose);
-        if let Err(e) = first_reply(rx, self.timeouts.dispose).await {
-            let id = self.slots[i].row.id.clone();
-            self.reports.push(
-                Level::Error,
-                &id,
-                format!("dispose failed ({e}); continuing"),
-            );
+        match first_reply(rx, self.timeouts.dispose).await {
+            Ok(Value::Null) => {}
+            Ok(state) => {
+                let plugin = self.slots[i].manifest().map(|m| m.name.clone());
+                self.slots[i].handoff = plugin.map(|p| (p, state.to_string()));
+            }
+            Err(e) => {
+                let id = self.slots[i].row.id.clone();
+                self.reports.push(
+                    Level::Error,
+                    &id,
+                    format!("dispose failed ({e}); continuing"),
+                );
+            }
         }
         self.router.forget_fiber(fiber, reason);
         let s = &mut self.slots[i];
@@ -545,7 +593,7 @@ impl Supervisor {
         self.finish(gen).await;
     }
 
-    async fn finish(&mut self, mut gen: Generation) {
+    async fn finish(&mut self, gen: Generation) {
         let fiber = gen.ctx().fiber;
         let name = gen.manifest.name.clone();
         let (load_path, is_copy) = (gen.load_path.clone(), gen.is_copy);

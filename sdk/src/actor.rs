@@ -127,12 +127,24 @@ fn drain<P: Plugin>(shared: &Rc<Shared>, link: HostLink) -> bool {
 
 fn handle<P: Plugin>(shared: &Rc<Shared>, message: ToPlugin<'static>) {
     match message {
-        ToPlugin::Apply { id, fiber, config } => apply::<P>(shared, id, fiber, &config),
+        ToPlugin::Apply {
+            id,
+            fiber,
+            config,
+            inherited,
+        } => {
+            shared.set_inherited(inherited.map(Cow::into_owned));
+            apply::<P>(shared, id, fiber, &config);
+        }
         ToPlugin::Dispose { id, .. } => {
             let shared2 = shared.clone();
             tokio::task::spawn_local(async move {
-                shared2.dispose().await;
-                reply(&shared2, id, Ok(()));
+                let handoff = shared2.dispose().await;
+                shared2.send(ToHost::Reply {
+                    id,
+                    kind: ReplyKind::Ok,
+                    payload: Cow::Owned(handoff.unwrap_or(Value::Null).to_string()),
+                });
             });
         }
         ToPlugin::Stop => shared.shutdown(),

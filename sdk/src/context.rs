@@ -60,7 +60,13 @@ pub(crate) struct Shared {
     incoming: RefCell<HashMap<u64, AbortHandle>>,
     caller_cleanups: RefCell<Cleanups>,
     lifecycle: RefCell<Option<AbortHandle>>,
+    /// The state this generation hands to its successor, made at dispose.
+    handoff: RefCell<Option<HandoffFn>>,
+    /// The state the predecessor handed over (JSON text), until taken.
+    inherited: RefCell<Option<String>>,
 }
+
+type HandoffFn = Box<dyn Fn() -> Result<Value>>;
 
 /// The handle a plugin uses to talk to the host. Cheap to clone.
 #[derive(Clone)]
@@ -86,6 +92,31 @@ impl Shared {
             incoming: RefCell::default(),
             caller_cleanups: RefCell::default(),
             lifecycle: RefCell::default(),
+            handoff: RefCell::default(),
+            inherited: RefCell::default(),
+        }
+    }
+
+    /// Keeps what the predecessor handed over for [`Context::inherited`].
+    pub(crate) fn set_inherited(&self, state: Option<String>) {
+        *self.inherited.borrow_mut() = state;
+    }
+
+    /// The state for the successor, if this generation offers one: made
+    /// before any effect runs, so it sees the state the effects tear down.
+    fn take_handoff(&self) -> Option<Value> {
+        let make = self.handoff.borrow_mut().take()?;
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(make)) {
+            Ok(Ok(state)) => Some(state),
+            Ok(Err(e)) => {
+                tracing::warn!("the state handed to the next generation failed: {e}");
+                None
+            }
+            Err(payload) => {
+                let e = crate::unwind::panic_error(payload.as_ref());
+                tracing::warn!("the state handed to the next generation panicked: {e}");
+                None
+            }
         }
     }
 
@@ -381,8 +412,11 @@ impl Shared {
     }
 
     /// Runs every effect in reverse and forgets every registration.
-    pub(crate) async fn dispose(&self) {
+    /// Answers the state handed to the successor (see [`Context::handoff`]).
+    pub(crate) async fn dispose(&self) -> Option<Value> {
         self.disposing.set(true);
+        let handoff = self.take_handoff();
+        self.inherited.borrow_mut().take();
         if let Some(apply) = self.lifecycle.borrow_mut().take() {
             apply.abort();
         }
@@ -408,6 +442,7 @@ impl Shared {
         for (_, task) in self.incoming.borrow_mut().drain() {
             task.abort();
         }
+        handoff
     }
 
     /// Fails every outgoing call (the actor is stopping).
@@ -973,6 +1008,36 @@ impl Context {
         self.shared.send(ToHost::Provide {
             service: Cow::Owned(name),
         });
+    }
+
+    /// Hands state to this plugin's next generation: when this generation
+    /// is disposed because its row is reloaded (a rebuilt library, a
+    /// restarted provider), `make` runs before any effect and its value is
+    /// given to the successor's [`Context::inherited`]. Only a generation
+    /// of the same plugin in the same row receives it; a failing `make`
+    /// hands nothing. The last call wins.
+    pub fn handoff<T, F>(&self, make: F)
+    where
+        T: Serialize,
+        F: Fn() -> T + 'static,
+    {
+        *self.shared.handoff.borrow_mut() = Some(Box::new(move || to_value(make())));
+    }
+
+    /// The state the previous generation of this row handed over with
+    /// [`Context::handoff`], once (later calls answer `None`). `None` on a
+    /// first load, and an error when the state does not fit `T` (a
+    /// successor that changed its state type decides what to do with it).
+    pub fn inherited<T: DeserializeOwned>(&self) -> Result<Option<T>> {
+        let Some(text) = self.shared.inherited.borrow_mut().take() else {
+            return Ok(None);
+        };
+        serde_json::from_str(&text).map(Some).map_err(|e| {
+            Error::new(
+                codes::INVALID_PAYLOAD,
+                format!("the state handed over by the previous generation does not fit: {e}"),
+            )
+        })
     }
 
     /// A client for service `name`.

@@ -13,8 +13,12 @@ use crate::error::Result;
 use crate::names::{llm, llm_adapter, service, tool_service, tools};
 use crate::vocab::msg;
 
+mod typed;
+
+pub use typed::{args, arguments, declaration, parameters, Number, ToolSpec, INVALID_ARGS};
+
 /// Serves the tools described by `schemas` (`{name, description,
-/// parameters, parallel?}`) with `handler`, which receives each
+/// parameters, parallel?}`, made by [`declaration`]) with `handler`, which receives each
 /// `execute` request (`params.name` says which tool).
 pub async fn register_tools<F, Fut>(ctx: &Context, schemas: Vec<Value>, handler: F) -> Result<()>
 where

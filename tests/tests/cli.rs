@@ -26,7 +26,7 @@ fn home_with_bundle() -> TempDir {
 }
 
 #[test]
-fn dump_config_shows_layers_and_warns_on_unknown_patch_ids() {
+fn dump_config_shows_layers_and_fails_on_unknown_patch_ids() {
     let home = home_with_bundle();
     std::fs::write(
         home.path().join("patch.toml"),
@@ -46,7 +46,8 @@ fn dump_config_shows_layers_and_warns_on_unknown_patch_ids() {
             .args(["--profile", "test", "--dump-config", "--patch"])
             .arg(&extra),
     );
-    assert_eq!(code, 0, "{err}");
+    // The tree is printed, but a patch that matched nothing fails the run.
+    assert_eq!(code, 1, "{err}");
     let home_patch = home.path().join("patch.toml").display().to_string();
     assert!(
         out.contains("# == bundle:base\n[[row]]\nid = \"a\""),
@@ -289,6 +290,8 @@ fn watch_reloads_a_replaced_plugin_and_unloads_a_removed_one_and_sigint_exits_13
     std::fs::rename(&tmp, &target).unwrap();
     run.wait_for("counter: active (generation 2)");
     run.wait_for("generation 1 unmapped");
+    // One line on stderr per reloaded row: id, plugin, generation, time.
+    run.wait_for("dsh-host: reloaded counter (counter) generation 2 in ");
 
     std::fs::write(&tmp, vec![1u8; 8192]).unwrap();
     std::fs::rename(&tmp, &target).unwrap();
@@ -396,4 +399,36 @@ fn a_generation_whose_thread_still_runs_is_quarantined_not_closed() {
     assert!(run.log().contains("quarantined"), "{}", run.log());
     run.signal("-TERM");
     assert_eq!(run.exit_code(), 0);
+}
+
+#[test]
+fn a_drop_in_row_shows_in_dump_config_and_a_patch_reaches_it_by_id() {
+    let home = home_with_profile("cli-dropin-dump-home", "c", "");
+    drop_in(home.path(), "dsh-fixture-counter-v1", "counter.so");
+    let (code, out, err) =
+        output(
+            dsh_host()
+                .env("DSH_HOME", home.path())
+                .args(["--profile", "c", "--dump-config"]),
+        );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("# == drop-in\n[[row]]\nid = \"drop-in:counter\""),
+        "{out}"
+    );
+    std::fs::write(
+        home.path().join("patch.toml"),
+        "[[patch]]\nid = \"drop-in:counter\"\ndisabled = true\n",
+    )
+    .unwrap();
+    let (code, out, err) =
+        output(
+            dsh_host()
+                .env("DSH_HOME", home.path())
+                .args(["--profile", "c", "--dump-config"]),
+        );
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("not found"), "{err}");
+    assert!(out.contains("id = \"drop-in:counter\""), "{out}");
+    assert!(out.contains("disabled = true"), "{out}");
 }

@@ -112,9 +112,7 @@ fn llm_rows(fake: &FakeLlm) -> String {
 }
 
 /// The next item of `stream`, within the deadline.
-async fn next_item(
-    stream: &mut dsh_host::host::HostStream,
-) -> Option<Result<Value, dsh_sdk::Error>> {
+async fn next_item(stream: &mut dsh_host::HostStream) -> Option<Result<Value, dsh_sdk::Error>> {
     tokio::time::timeout(DEADLINE, stream.next())
         .await
         .expect("the stream stalled")

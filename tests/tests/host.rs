@@ -2,7 +2,7 @@
 //! hot reload and bad inputs. Every plugin here is a real cdylib loaded into
 //! a real host; the probe fixture's row config selects its behavior.
 
-use dsh_host::supervisor::FiberState;
+use dsh_host::FiberState;
 use dsh_testkit::fixtures::{probe_journal, probe_row, stage_probe};
 use dsh_testkit::{eventually, library, TestHost};
 use serde_json::{json, Value};
@@ -572,6 +572,56 @@ async fn hot_reload_serves_from_the_new_generation_and_keeps_the_old_on_a_bad_fi
             .unwrap_err()
             .code,
         "SERVICE_UNAVAILABLE"
+    );
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_plugin_hands_its_state_to_the_next_generation_on_reload() {
+    let t = TestHost::start().await;
+    let target = t.plugins.path().join("counter.so");
+    std::fs::copy(library("dsh-fixture-counter-v1"), &target).unwrap();
+    t.apply("[[row]]\nid = 'counter'\nplugin = 'counter'\n")
+        .await;
+    for _ in 0..3 {
+        t.host.call("tally", "add", json!({})).await.unwrap();
+    }
+    let replace = |from: std::path::PathBuf| {
+        let tmp = t.plugins.path().join("counter.so.tmp");
+        std::fs::copy(from, &tmp).unwrap();
+        std::fs::rename(&tmp, &target).unwrap();
+    };
+    // A rebuilt library (another version of the same plugin) inherits the
+    // count the disposed generation handed over.
+    replace(library("dsh-fixture-counter-v2"));
+    t.host.reload(target.clone()).await;
+    assert_eq!(
+        t.host.call("counter", "get", json!({})).await.unwrap(),
+        json!(2)
+    );
+    assert_eq!(
+        t.host.call("tally", "get", json!({})).await.unwrap(),
+        json!(3)
+    );
+    t.host.call("tally", "add", json!({})).await.unwrap();
+    replace(library("dsh-fixture-counter-v1"));
+    t.host.reload(target.clone()).await;
+    assert_eq!(
+        t.host.call("counter", "get", json!({})).await.unwrap(),
+        json!(1)
+    );
+    assert_eq!(
+        t.host.call("tally", "get", json!({})).await.unwrap(),
+        json!(4)
+    );
+    // A row removed and added again starts afresh: state goes only to the
+    // successor of the same row.
+    t.apply("").await;
+    t.apply("[[row]]\nid = 'counter'\nplugin = 'counter'\n")
+        .await;
+    assert_eq!(
+        t.host.call("tally", "get", json!({})).await.unwrap(),
+        json!(0)
     );
     t.shutdown().await;
 }

@@ -186,8 +186,13 @@ pub enum ToPlugin<'a> {
         fiber: u64,
         /// JSON text of the row's config (empty: none).
         config: Cow<'a, str>,
+        /// JSON text of the state the previous generation of this row
+        /// handed over in its dispose reply, if any.
+        inherited: Option<Cow<'a, str>>,
     },
-    /// Run every effect in reverse and forget all handlers; reply to `id`.
+    /// Run every effect in reverse and forget all handlers; reply to `id`
+    /// (the reply's payload is the state handed to the next generation of
+    /// the row, or `null`).
     Dispose {
         /// Request id to reply to.
         id: u64,
@@ -453,8 +458,14 @@ impl ToPlugin<'_> {
     /// The envelope that carries this message.
     pub fn encode(self) -> Envelope {
         match self {
-            ToPlugin::Apply { id, fiber, config } => Envelope {
+            ToPlugin::Apply {
+                id,
                 fiber,
+                config,
+                inherited,
+            } => Envelope {
+                fiber,
+                method: inherited.map(text).unwrap_or_default(),
                 payload: text(config),
                 ..bare(kind::APPLY, id)
             },
@@ -520,6 +531,7 @@ impl ToPlugin<'_> {
                 id: env.id,
                 fiber: env.fiber,
                 config: b(&env.payload),
+                inherited: (!env.method.is_empty()).then(|| b(&env.method)),
             },
             kind::DISPOSE => ToPlugin::Dispose {
                 id: env.id,
@@ -564,10 +576,16 @@ impl ToPlugin<'_> {
     /// The same message owning its strings (to move it into a task).
     pub fn into_owned(self) -> ToPlugin<'static> {
         match self {
-            ToPlugin::Apply { id, fiber, config } => ToPlugin::Apply {
+            ToPlugin::Apply {
+                id,
+                fiber,
+                config,
+                inherited,
+            } => ToPlugin::Apply {
                 id,
                 fiber,
                 config: owned(config),
+                inherited: inherited.map(owned),
             },
             ToPlugin::Dispose { id, fiber } => ToPlugin::Dispose { id, fiber },
             ToPlugin::Stop => ToPlugin::Stop,
@@ -705,6 +723,13 @@ mod tests {
                 id: 1,
                 fiber: 2,
                 config: c("{}"),
+                inherited: None,
+            },
+            ToPlugin::Apply {
+                id: 1,
+                fiber: 3,
+                config: c("{}"),
+                inherited: Some(c("{\"count\":3}")),
             },
             ToPlugin::Dispose { id: 1, fiber: 2 },
             ToPlugin::Stop,
@@ -797,6 +822,7 @@ mod tests {
             plugin,
             [
                 r#"kind=2 flags=0x0 id=1 ref=0 fiber=2 target="" method="" payload="{}""#,
+                r#"kind=2 flags=0x0 id=1 ref=0 fiber=3 target="" method="{\"count\":3}" payload="{}""#,
                 r#"kind=3 flags=0x0 id=1 ref=0 fiber=2 target="" method="" payload="""#,
                 r#"kind=4 flags=0x0 id=0 ref=0 fiber=0 target="" method="" payload="""#,
                 r#"kind=9 flags=0x0 id=3 ref=0 fiber=4 target="llm" method="stream" payload="{}""#,
@@ -816,6 +842,7 @@ mod tests {
             id: 1,
             fiber: 1,
             config: c(""),
+            inherited: None,
         }
         .encode();
         assert_eq!(ToHost::decode(&apply), Err(DecodeError::Kind(kind::APPLY)));

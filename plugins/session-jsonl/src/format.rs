@@ -1,6 +1,6 @@
 //! The JSONL format of the original (reference dsh-core §8.3): path
-//! encoding, the header record, packed chunk rows (read only), the
-//! crash-tail scan, and durable writes.
+//! encoding, the header record, packed chunk rows (`packChunks`: written
+//! and read), the crash-tail scan, and durable writes.
 
 use std::fs::{DirBuilder, File, OpenOptions};
 use std::io::Write;
@@ -9,7 +9,7 @@ use std::path::Path;
 
 use dsh_sdk::vocab::event;
 use dsh_sdk::vocab::{SessionEvent, SessionHeader};
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use crate::lock::{self, LogLock};
 
@@ -133,6 +133,214 @@ fn decode(record: &Value) -> Result<Vec<SessionEvent>, String> {
         });
     }
     Ok(out)
+}
+
+/// Fewest members a packed run holds (the original's `MIN_RUN`): below it a
+/// row's envelope rivals the lines it replaces. A format constant: both
+/// layouts decode the same, so it never invalidates a stored log.
+const MIN_RUN: usize = 3;
+/// Largest integer the original's reader (JavaScript numbers) holds exactly.
+const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+
+/// The chunk kinds that pack; block boundaries, usage and finish chunks
+/// always stay one event per line.
+#[derive(Clone, Copy, PartialEq)]
+enum DeltaKind {
+    Text,
+    Reasoning,
+    ToolCall,
+}
+
+impl DeltaKind {
+    fn row_type(self) -> &'static str {
+        match self {
+            DeltaKind::Text => "text-chunks",
+            DeltaKind::Reasoning => "reasoning-chunks",
+            DeltaKind::ToolCall => "tool-call-chunks",
+        }
+    }
+}
+
+/// A run member: an `assistant/chunk` event whose whole shape the
+/// whitelist accepted, with its chunk object.
+struct Delta<'a> {
+    event: &'a SessionEvent,
+    kind: DeltaKind,
+    data: &'a Map<String, Value>,
+    chunk: &'a Map<String, Value>,
+}
+
+/// `value` has exactly `keys` (in any order) and nothing else.
+fn has_exact_keys(value: &Map<String, Value>, keys: &[&str]) -> bool {
+    value.len() == keys.len() && keys.iter().all(|k| value.contains_key(*k))
+}
+
+/// The packable kind of a whitelisted chunk object, else `None`.
+fn delta_kind(chunk: &Map<String, Value>) -> Option<DeltaKind> {
+    if !chunk.get("index").is_some_and(Value::is_number) {
+        return None;
+    }
+    let kind = match chunk.get("type").and_then(Value::as_str)? {
+        "text-delta" => DeltaKind::Text,
+        "reasoning-delta" => DeltaKind::Reasoning,
+        "tool-call-delta" => DeltaKind::ToolCall,
+        _ => return None,
+    };
+    let shape_ok = match kind {
+        DeltaKind::Text | DeltaKind::Reasoning => {
+            has_exact_keys(chunk, &["type", "index", "text"]) && chunk["text"].is_string()
+        }
+        DeltaKind::ToolCall => {
+            let named = has_exact_keys(chunk, &["type", "index", "id", "name", "argumentsDelta"])
+                && chunk["name"].is_string();
+            (named || has_exact_keys(chunk, &["type", "index", "id", "argumentsDelta"]))
+                && chunk["id"].is_string()
+                && chunk["argumentsDelta"].is_string()
+        }
+    };
+    shape_ok.then_some(kind)
+}
+
+/// Classifies an event for packing (the original's whitelist): a delta when
+/// its entire shape is recognised (bare envelope, `{turn, step, chunk}` data,
+/// an exact delta chunk) and its seq and time are safe integers, so the
+/// original's reader reconstructs them exactly; anything else is stored
+/// verbatim and loses only compression.
+fn classify(event: &SessionEvent) -> Option<Delta<'_>> {
+    let bare_envelope = event.source_event_seqs.is_none()
+        && event.surface_op.is_none()
+        && event.ignorable.is_none();
+    if event.kind != "assistant/chunk"
+        || !bare_envelope
+        || event.seq > MAX_SAFE_INTEGER
+        || event.time > MAX_SAFE_INTEGER
+    {
+        return None;
+    }
+    let data = event.data.as_object()?;
+    if !has_exact_keys(data, &["turn", "step", "chunk"])
+        || !data["turn"].is_number()
+        || !data["step"].is_number()
+    {
+        return None;
+    }
+    let chunk = data["chunk"].as_object()?;
+    let kind = delta_kind(chunk)?;
+    Some(Delta {
+        event,
+        kind,
+        data,
+        chunk,
+    })
+}
+
+/// The gap from `prev` to `next` when the original's reader adds it back
+/// exactly (both times are safe integers, so every gap is).
+fn time_gap(prev: &SessionEvent, next: &SessionEvent) -> Option<i64> {
+    let gap = i64::try_from(next.time).ok()? - i64::try_from(prev.time).ok()?;
+    (gap.unsigned_abs() <= MAX_SAFE_INTEGER).then_some(gap)
+}
+
+/// Whether `next` extends a run ending in `prev`: same kind, the next seq, a
+/// representable gap, the same turn, step and block, and for tool calls the
+/// same id and the same name (present on both with one value, or on neither).
+/// Placement values compare exactly (`1` and `1.0` differ), so a packed run
+/// decodes to the very values it was built from.
+fn continues(prev: &Delta<'_>, next: &Delta<'_>) -> bool {
+    let same_data = |key: &str| prev.data.get(key) == next.data.get(key);
+    let same_chunk = |key: &str| prev.chunk.get(key) == next.chunk.get(key);
+    next.kind == prev.kind
+        && Some(next.event.seq) == prev.event.seq.checked_add(1)
+        && time_gap(prev.event, next.event).is_some()
+        && same_data("turn")
+        && same_data("step")
+        && same_chunk("index")
+        && (next.kind != DeltaKind::ToolCall || (same_chunk("id") && same_chunk("name")))
+}
+
+/// The row for a completed run (at least [`MIN_RUN`] members that
+/// [`continues`] chained), fields in the original's order.
+fn build_row(run: &[Delta<'_>]) -> Value {
+    let first = &run[0];
+    let dt: Vec<i64> = run
+        .windows(2)
+        .filter_map(|w| time_gap(w[0].event, w[1].event))
+        .collect();
+    let mut data = Map::new();
+    data.insert("turn".into(), first.data["turn"].clone());
+    data.insert("step".into(), first.data["step"].clone());
+    data.insert("index".into(), first.chunk["index"].clone());
+    data.insert("dt".into(), json!(dt));
+    let member = |key: &str| -> Value { run.iter().map(|d| d.chunk[key].clone()).collect() };
+    if first.kind == DeltaKind::ToolCall {
+        data.insert("id".into(), first.chunk["id"].clone());
+        if let Some(name) = first.chunk.get("name") {
+            data.insert("name".into(), name.clone());
+        }
+        data.insert("args".into(), member("argumentsDelta"));
+    } else {
+        data.insert("texts".into(), member("text"));
+    }
+    json!({
+        "type": first.kind.row_type(),
+        "seq0": first.event.seq,
+        "time0": first.event.time,
+        "data": data,
+    })
+}
+
+/// Appends a finished run: one row when it is long enough, else its events
+/// verbatim.
+fn flush_run(run: &mut Vec<Delta<'_>>, out: &mut Vec<Value>) -> Result<(), serde_json::Error> {
+    if run.len() >= MIN_RUN {
+        out.push(build_row(run));
+    } else {
+        for d in run.iter() {
+            out.push(serde_json::to_value(d.event)?);
+        }
+    }
+    run.clear();
+    Ok(())
+}
+
+/// `packChunkRuns`: each run of at least [`MIN_RUN`] consecutive whitelisted
+/// same-kind, same-block delta chunks becomes one storage row; every other
+/// event passes through verbatim, in order. Stateless, so runs split by a
+/// flush boundary simply pack per batch.
+pub fn pack_chunk_runs(events: &[SessionEvent]) -> Result<Vec<Value>, serde_json::Error> {
+    let mut out = Vec::with_capacity(events.len());
+    let mut run: Vec<Delta<'_>> = Vec::new();
+    for event in events {
+        let Some(delta) = classify(event) else {
+            flush_run(&mut run, &mut out)?;
+            out.push(serde_json::to_value(event)?);
+            continue;
+        };
+        if run.last().is_some_and(|last| !continues(last, &delta)) {
+            flush_run(&mut run, &mut out)?;
+        }
+        run.push(delta);
+    }
+    flush_run(&mut run, &mut out)?;
+    Ok(out)
+}
+
+/// A batch as JSONL storage lines: packed (`packChunks`) or every event
+/// verbatim.
+pub fn storage_lines(events: &[SessionEvent], pack: bool) -> Result<String, serde_json::Error> {
+    let mut text = String::new();
+    if pack {
+        for record in pack_chunk_runs(events)? {
+            text.push_str(&serde_json::to_string(&record)?);
+            text.push('\n');
+        }
+        return Ok(text);
+    }
+    for event in events {
+        text.push_str(&serde_json::to_string(event)?);
+        text.push('\n');
+    }
+    Ok(text)
 }
 
 /// Scans a stored log (crash-tail rules of the original): the first defect
@@ -687,6 +895,378 @@ mod tests {
         }
     }
 
+    /// An `assistant/chunk` event with the exact live-append shape.
+    fn chunk_event(seq: u64, time: u64, chunk: Value, turn: u64, step: u64) -> SessionEvent {
+        SessionEvent {
+            kind: "assistant/chunk".into(),
+            seq,
+            time,
+            data: json!({"turn": turn, "step": step, "chunk": chunk}),
+            source_event_seqs: None,
+            surface_op: None,
+            ignorable: None,
+        }
+    }
+
+    fn text(kind: &str, index: u64, t: &str) -> Value {
+        json!({"type": kind, "index": index, "text": t})
+    }
+
+    fn call(index: u64, id: &str, name: Option<&str>, args: &str) -> Value {
+        let mut c = json!({"type": "tool-call-delta", "index": index, "id": id});
+        if let Some(name) = name {
+            c["name"] = json!(name);
+        }
+        c["argumentsDelta"] = json!(args);
+        c
+    }
+
+    /// Contiguous seqs from `seq0`, 10 ms apart, one kind and block.
+    fn delta_run(kind: &str, count: u64, seq0: u64, index: u64) -> Vec<SessionEvent> {
+        (0..count)
+            .map(|k| {
+                let t = format!("t{k}");
+                chunk_event(seq0 + k, 1000 + 10 * k, text(kind, index, &t), 1, 1)
+            })
+            .collect()
+    }
+
+    /// The stored lines of a packed batch.
+    fn packed_lines(events: &[SessionEvent]) -> Vec<Value> {
+        storage_lines(events, true)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// Packs, writes as text, decodes each line back; asserts the result is
+    /// the batch exactly (byte for byte, key order included).
+    fn assert_round_trips(events: &[SessionEvent]) {
+        let decoded: Vec<SessionEvent> = packed_lines(events)
+            .iter()
+            .flat_map(|v| decode(v).unwrap())
+            .collect();
+        let text = |es: &[SessionEvent]| -> Vec<String> {
+            es.iter()
+                .map(|e| serde_json::to_string(e).unwrap())
+                .collect()
+        };
+        assert_eq!(text(&decoded), text(events));
+    }
+
+    /// Asserts the batch is stored one event per line, unchanged.
+    fn assert_verbatim(events: &[SessionEvent]) {
+        let lines = packed_lines(events);
+        let expected: Vec<Value> = events
+            .iter()
+            .map(|e| serde_json::to_value(e).unwrap())
+            .collect();
+        assert_eq!(lines, expected);
+    }
+
+    #[test]
+    fn a_text_delta_run_packs_into_one_text_chunks_row_and_round_trips() {
+        let events = delta_run("text-delta", 5, 0, 0);
+        let lines = storage_lines(&events, true).unwrap();
+        assert_eq!(
+            lines,
+            "{\"type\":\"text-chunks\",\"seq0\":0,\"time0\":1000,\"data\":{\"turn\":1,\"step\":1,\"index\":0,\"dt\":[10,10,10,10],\"texts\":[\"t0\",\"t1\",\"t2\",\"t3\",\"t4\"]}}\n",
+            "the original's row format, field order included"
+        );
+        assert_round_trips(&events);
+    }
+
+    #[test]
+    fn reasoning_and_tool_call_runs_pack_under_their_own_tags() {
+        let mut events = delta_run("reasoning-delta", 3, 0, 0);
+        for seq in 3..6 {
+            events.push(chunk_event(
+                seq,
+                1000 + seq,
+                call(1, "c1", Some("write"), &format!("a{seq}")),
+                1,
+                1,
+            ));
+        }
+        let lines = packed_lines(&events);
+        let tags: Vec<&str> = lines.iter().filter_map(|l| l["type"].as_str()).collect();
+        assert_eq!(tags, ["reasoning-chunks", "tool-call-chunks"]);
+        assert_eq!(
+            serde_json::to_string(&lines[1]["data"]).unwrap(),
+            "{\"turn\":1,\"step\":1,\"index\":1,\"dt\":[1,1],\"id\":\"c1\",\"name\":\"write\",\"args\":[\"a3\",\"a4\",\"a5\"]}"
+        );
+        assert_round_trips(&events);
+    }
+
+    #[test]
+    fn a_name_less_tool_call_run_packs_without_a_name_and_round_trips() {
+        let events: Vec<SessionEvent> = (0..3)
+            .map(|seq| chunk_event(seq, 1000, call(0, "c1", None, &format!("a{seq}")), 1, 1))
+            .collect();
+        let lines = packed_lines(&events);
+        assert_eq!(lines.len(), 1);
+        assert!(lines[0]["data"].get("name").is_none(), "{}", lines[0]);
+        assert_round_trips(&events);
+    }
+
+    #[test]
+    fn runs_shorter_than_three_stay_verbatim() {
+        assert_verbatim(&delta_run("text-delta", 2, 0, 0));
+        assert_verbatim(&delta_run("text-delta", 1, 0, 0));
+    }
+
+    #[test]
+    fn non_delta_chunks_and_other_events_stay_verbatim_between_runs() {
+        let mut events = vec![chunk_event(
+            0,
+            1000,
+            json!({"type": "block-start", "index": 0, "blockType": "text"}),
+            1,
+            1,
+        )];
+        events.extend(delta_run("text-delta", 3, 1, 0));
+        events.push(chunk_event(
+            4,
+            1040,
+            json!({"type": "block-end", "index": 0, "block": {"type": "text", "text": "t0t1t2"}}),
+            1,
+            1,
+        ));
+        events.push(SessionEvent {
+            kind: "step/end".into(),
+            ..chunk_event(5, 1050, json!(null), 1, 1)
+        });
+        events.push(chunk_event(
+            6,
+            1060,
+            json!({"type": "finish", "reason": {"kind": "stop"}}),
+            1,
+            1,
+        ));
+        let lines = packed_lines(&events);
+        assert_eq!(lines.len(), 5);
+        assert_eq!(lines[1]["type"], "text-chunks");
+        for (line, event) in [(0, 0), (2, 4), (3, 5), (4, 6)] {
+            assert_eq!(lines[line], serde_json::to_value(&events[event]).unwrap());
+        }
+        assert_round_trips(&events);
+    }
+
+    #[test]
+    fn a_run_breaks_on_a_seq_gap_kind_block_step_or_turn_switch() {
+        let mut seq_gap = delta_run("text-delta", 3, 0, 0);
+        seq_gap[2].seq = 9;
+        let mut kind_switch = delta_run("text-delta", 2, 0, 0);
+        kind_switch.extend(delta_run("reasoning-delta", 1, 2, 0));
+        let mut block_switch = delta_run("text-delta", 2, 0, 0);
+        block_switch.extend(delta_run("text-delta", 1, 2, 7));
+        let mut step_switch = delta_run("text-delta", 3, 0, 0);
+        step_switch[2].data["step"] = json!(2);
+        let mut turn_switch = delta_run("text-delta", 3, 0, 0);
+        turn_switch[2].data["turn"] = json!(2);
+        let mut same_value_other_number = delta_run("text-delta", 3, 0, 0);
+        same_value_other_number[2].data["turn"] = json!(1.0);
+        for batch in [
+            seq_gap,
+            kind_switch,
+            block_switch,
+            step_switch,
+            turn_switch,
+            same_value_other_number,
+        ] {
+            assert_verbatim(&batch);
+            assert_round_trips(&batch);
+        }
+    }
+
+    #[test]
+    fn a_tool_call_run_breaks_on_a_call_id_or_name_change() {
+        let run = |calls: [(&str, Option<&str>); 3]| -> Vec<SessionEvent> {
+            calls
+                .iter()
+                .zip(0..)
+                .map(|((id, name), seq)| chunk_event(seq, 1000, call(0, id, *name, "a"), 1, 1))
+                .collect()
+        };
+        let id_switch = run([("c1", Some("w")), ("c1", Some("w")), ("c2", Some("w"))]);
+        let name_presence = run([("c1", Some("w")), ("c1", Some("w")), ("c1", None)]);
+        let name_value = run([("c1", Some("w")), ("c1", Some("w")), ("c1", Some("r"))]);
+        for batch in [id_switch, name_presence, name_value] {
+            assert_verbatim(&batch);
+        }
+    }
+
+    #[test]
+    fn off_whitelist_shapes_stay_verbatim() {
+        let delta = |seq: u64| chunk_event(seq, 1000, text("text-delta", 0, "x"), 1, 1);
+        let with_data = |seq: u64, data: Value| SessionEvent { data, ..delta(seq) };
+        let events = vec![
+            SessionEvent {
+                surface_op: Some(json!("append")),
+                ..delta(0)
+            },
+            SessionEvent {
+                source_event_seqs: Some(vec![0]),
+                ..delta(1)
+            },
+            SessionEvent {
+                ignorable: Some(true),
+                ..delta(2)
+            },
+            with_data(3, json!("not-an-object")),
+            with_data(
+                4,
+                json!({"turn": 1, "step": 1, "chunk": {"type": "text-delta", "index": 0, "text": "a"}, "extra": 1}),
+            ),
+            with_data(
+                5,
+                json!({"turn": "x", "step": 1, "chunk": {"type": "text-delta", "index": 0, "text": "a"}}),
+            ),
+            with_data(6, json!({"turn": 1, "step": 1, "chunk": "not-an-object"})),
+            with_data(
+                7,
+                json!({"turn": 1, "step": 1, "chunk": {"type": "text-delta", "index": "x", "text": "a"}}),
+            ),
+            with_data(
+                8,
+                json!({"turn": 1, "step": 1, "chunk": {"type": "text-delta", "index": 0, "text": 7}}),
+            ),
+            with_data(
+                9,
+                json!({"turn": 1, "step": 1, "chunk": {"type": "text-delta", "index": 0, "text": "a", "extra": 1}}),
+            ),
+            with_data(
+                10,
+                json!({"turn": 1, "step": 1, "chunk": {"type": "tool-call-delta", "index": 0, "id": 7, "argumentsDelta": "a"}}),
+            ),
+            with_data(
+                11,
+                json!({"turn": 1, "step": 1, "chunk": {"type": "tool-call-delta", "index": 0, "id": "c", "name": 7, "argumentsDelta": "a"}}),
+            ),
+            with_data(
+                12,
+                json!({"turn": 1, "step": 1, "chunk": {"type": "tool-call-delta", "index": 0, "id": "c", "argumentsDelta": 1}}),
+            ),
+        ];
+        assert_verbatim(&events);
+    }
+
+    #[test]
+    fn times_and_seqs_the_original_cannot_hold_exactly_stay_verbatim() {
+        // A fractional time cannot reach the writer: `SessionEvent::time` is
+        // an integer. What can is a time (or seq) past 2^53 - 1, which the
+        // original's reader would round, and with it the gap to it.
+        let huge = MAX_SAFE_INTEGER + 1;
+        let huge_gap: Vec<SessionEvent> = [0, huge, huge + 1]
+            .iter()
+            .zip(0..)
+            .map(|(time, seq)| chunk_event(seq, *time, text("text-delta", 0, "x"), 1, 1))
+            .collect();
+        assert_verbatim(&huge_gap);
+        assert_round_trips(&huge_gap);
+        let huge_seq: Vec<SessionEvent> = (0..3)
+            .map(|k| {
+                chunk_event(
+                    MAX_SAFE_INTEGER - 1 + k,
+                    1,
+                    text("text-delta", 0, "x"),
+                    1,
+                    1,
+                )
+            })
+            .collect();
+        let lines = packed_lines(&huge_seq);
+        assert_eq!(lines.len(), 3, "the seq past the bound breaks the run");
+        // The widest gap within the bound is exact, so it packs.
+        let widest: Vec<SessionEvent> = [0, MAX_SAFE_INTEGER, 5]
+            .iter()
+            .zip(0..)
+            .map(|(time, seq)| chunk_event(seq, *time, text("text-delta", 0, "x"), 1, 1))
+            .collect();
+        assert_eq!(
+            packed_lines(&widest)[0]["data"]["dt"],
+            json!([MAX_SAFE_INTEGER, 5 - MAX_SAFE_INTEGER as i64])
+        );
+        assert_round_trips(&widest);
+    }
+
+    #[test]
+    fn a_clock_stepping_back_packs_a_negative_gap_and_round_trips() {
+        let events: Vec<SessionEvent> = [1000, 990, 995]
+            .iter()
+            .zip(0..)
+            .map(|(time, seq)| chunk_event(seq, *time, text("text-delta", 0, "x"), 1, 1))
+            .collect();
+        assert_eq!(packed_lines(&events)[0]["data"]["dt"], json!([-10, 5]));
+        assert_round_trips(&events);
+    }
+
+    #[test]
+    fn without_pack_chunks_every_event_is_one_verbatim_line() {
+        let events = delta_run("text-delta", 4, 0, 0);
+        let expected: String = events
+            .iter()
+            .map(|e| format!("{}\n", serde_json::to_string(e).unwrap()))
+            .collect();
+        assert_eq!(storage_lines(&events, false).unwrap(), expected);
+    }
+
+    /// A small deterministic generator (xorshift64*), so the property runs
+    /// the same batches every time.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
+        }
+    }
+
+    fn arbitrary_chunk(rng: &mut Rng) -> Value {
+        let index = rng.below(3);
+        let t = ["", "a", "b", "\u{1F600}"][rng.below(4) as usize];
+        let id = ["c1", "c2"][rng.below(2) as usize];
+        let name = [None, Some("write"), Some("read")][rng.below(3) as usize];
+        match rng.below(6) {
+            0 | 1 => text("text-delta", index, t),
+            2 => text("reasoning-delta", index, t),
+            3 | 4 => call(index, id, name, t),
+            _ => [
+                json!({"type": "block-start", "index": index, "blockType": "text"}),
+                json!({"type": "finish", "reason": {"kind": "stop"}}),
+            ][rng.below(2) as usize]
+                .clone(),
+        }
+    }
+
+    #[test]
+    fn pack_then_decode_reproduces_every_generated_batch_exactly() {
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        let mut packed_rows = 0;
+        for _ in 0..2000 {
+            let len = rng.below(40);
+            let events: Vec<SessionEvent> = (0..len)
+                .map(|seq| {
+                    let time = match rng.below(5) {
+                        0 => rng.below(MAX_SAFE_INTEGER + 1),
+                        _ => 995 + rng.below(8000),
+                    };
+                    let chunk = arbitrary_chunk(&mut rng);
+                    chunk_event(seq, time, chunk, rng.below(2), rng.below(2))
+                })
+                .collect();
+            packed_rows += packed_lines(&events)
+                .iter()
+                .filter(|l| l.get("seq0").is_some())
+                .count();
+            assert_round_trips(&events);
+        }
+        assert!(packed_rows > 0, "the generator produces packable runs");
+    }
+
     #[test]
     fn packed_rows_expand() {
         let head = "{\"type\":\"session\",\"version\":0,\"id\":\"s\",\"createdAt\":1,\"delegationDepth\":0}\n";
@@ -697,6 +1277,54 @@ mod tests {
         assert_eq!(
             s.events[1].data["chunk"],
             json!({"type": "text-delta", "index": 0, "text": "b"})
+        );
+    }
+
+    #[test]
+    fn a_name_less_tool_call_run_decodes_without_a_name() {
+        let row = "{\"type\":\"tool-call-chunks\",\"seq0\":0,\"time0\":10,\"data\":{\"turn\":1,\"step\":1,\"index\":0,\"id\":\"c1\",\"dt\":[0,0],\"args\":[\"{\",\"}\",\"\"]}}\n";
+        let s = scan(format!("{HEAD}{row}").as_bytes()).unwrap();
+        assert_eq!(s.events.len(), 3);
+        for (k, e) in s.events.iter().enumerate() {
+            assert!(
+                e.data["chunk"].get("name").is_none(),
+                "member {k} keeps the name absent: {}",
+                e.data["chunk"]
+            );
+        }
+        assert_eq!(
+            serde_json::to_string(&s.events[1]).unwrap(),
+            "{\"type\":\"assistant/chunk\",\"seq\":1,\"time\":10,\"data\":{\"turn\":1,\"step\":1,\"chunk\":{\"type\":\"tool-call-delta\",\"index\":0,\"id\":\"c1\",\"argumentsDelta\":\"}\"}}}",
+            "the exact event, key order included"
+        );
+    }
+
+    #[test]
+    fn a_named_tool_call_run_keeps_its_name_on_every_member() {
+        let row = "{\"type\":\"tool-call-chunks\",\"seq0\":0,\"time0\":10,\"data\":{\"turn\":1,\"step\":1,\"index\":0,\"id\":\"c1\",\"name\":\"read\",\"dt\":[0,0],\"args\":[\"{\",\"}\",\"\"]}}\n";
+        let s = scan(format!("{HEAD}{row}").as_bytes()).unwrap();
+        assert_eq!(
+            serde_json::to_string(&s.events[2].data["chunk"]).unwrap(),
+            "{\"type\":\"tool-call-delta\",\"index\":0,\"id\":\"c1\",\"name\":\"read\",\"argumentsDelta\":\"\"}"
+        );
+    }
+
+    #[test]
+    fn a_negative_dt_decodes_to_an_earlier_time() {
+        let row = "{\"type\":\"reasoning-chunks\",\"seq0\":4,\"time0\":100,\"data\":{\"turn\":2,\"step\":3,\"index\":1,\"dt\":[-5,3],\"texts\":[\"a\",\"b\",\"c\"]}}\n";
+        let mut text = String::from(HEAD);
+        for seq in 0..4 {
+            text.push_str(&format!(
+                "{{\"type\":\"todo/write\",\"seq\":{seq},\"time\":1,\"data\":{{\"todos\":[]}}}}\n"
+            ));
+        }
+        text.push_str(row);
+        let s = scan(text.as_bytes()).unwrap();
+        let times: Vec<(u64, u64)> = s.events[4..].iter().map(|e| (e.seq, e.time)).collect();
+        assert_eq!(times, [(4, 100), (5, 95), (6, 98)]);
+        assert_eq!(
+            s.events[5].data,
+            json!({"turn": 2, "step": 3, "chunk": {"type": "reasoning-delta", "index": 1, "text": "b"}})
         );
     }
 }

@@ -8,6 +8,7 @@
 //! directories.
 
 mod format;
+mod legacy;
 mod lock;
 
 use std::cell::RefCell;
@@ -16,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::Duration;
 
-use dsh_sdk::names::{bus, host, service, session_persistence};
+use dsh_sdk::names::{bus, host, service, session_persistence, sessions};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::{event, interrupted_turn_closers, SessionEvent, SessionHeader};
 use format::{encode_segment, project_key, scan, Scan};
@@ -67,6 +68,9 @@ fn check_meta(header: &Value) -> Result<()> {
 struct Config {
     root: Option<String>,
     write_batch_max_delay_ms: u64,
+    /// The original's `packChunks`: delta chunk runs are stored as packed
+    /// rows (both layouts load the same).
+    pack_chunks: bool,
 }
 
 impl Default for Config {
@@ -74,6 +78,7 @@ impl Default for Config {
         Config {
             root: None,
             write_batch_max_delay_ms: 200,
+            pack_chunks: true,
         }
     }
 }
@@ -92,12 +97,18 @@ struct Live {
 struct Store {
     root: PathBuf,
     delay: Duration,
+    /// Whether batches are written with packed chunk rows.
+    pack_chunks: bool,
     live: RefCell<HashMap<String, Live>>,
     /// Logs `load` locked for a resume whose `session/created` is to come.
     claimed: RefCell<HashMap<String, LogLock>>,
     /// Sessions whose log another writer holds: their events are dropped
     /// (nothing reaches that log) and every flush answers this error.
     refused: RefCell<HashMap<String, Error>>,
+    /// While this generation adopts the sessions that were live before it
+    /// loaded (a hot reload): events of sessions it does not know yet,
+    /// kept until their session is adopted.
+    adopting: RefCell<Option<HashMap<String, Vec<SessionEvent>>>>,
 }
 
 type Shared = Rc<Store>;
@@ -350,6 +361,30 @@ impl Store {
         } else {
             self.path_for(&header)?
         };
+        self.open_live(header, events, stored, path)
+    }
+
+    /// Takes over a session that was live before this generation loaded
+    /// (see `adopt_live_sessions`): its log, when it has one, must be a
+    /// prefix of `events`.
+    fn adopt(&self, header: SessionHeader, events: Vec<SessionEvent>) -> Result<()> {
+        let path = match self.find(&header.id) {
+            Ok(path) => path,
+            Err(_) => self.path_for(&header)?,
+        };
+        self.open_live(header, events, 0, path)
+    }
+
+    /// Locks `path` for a live session whose first `stored` events are on
+    /// disk (0: read the log and require `events` to restate it).
+    fn open_live(
+        &self,
+        header: SessionHeader,
+        events: Vec<SessionEvent>,
+        stored: u64,
+        path: PathBuf,
+    ) -> Result<()> {
+        let id = header.id.clone();
         let lock = match self.lock_for(&id, &path) {
             Ok(lock) => lock,
             Err(e) => {
@@ -362,7 +397,10 @@ impl Store {
             stored
         } else {
             let disk = match format::read(&path) {
-                Ok(log) => scan(&log.text).map(|sc| sc.events).unwrap_or_default(),
+                Ok(log) => scan(&log.text)
+                    .ok()
+                    .and_then(|sc| legacy::import(&id, sc.events).ok())
+                    .unwrap_or_default(),
                 Err(_) => Vec::new(),
             };
             // A new session whose id already has a log: only a seed that
@@ -405,7 +443,7 @@ impl Store {
             if s.pending.is_empty() {
                 return Ok(());
             }
-            Self::write_pending(id, s)
+            Self::write_pending(id, s, self.pack_chunks)
         };
         if let Err(e) = &outcome {
             if is_refusal(e) {
@@ -419,12 +457,13 @@ impl Store {
     /// Appends `s.pending` to its log, creating the log (locked) on the
     /// first write. Fails `PERSISTENCE` (events kept for the next try) or,
     /// when another writer's log is already there, with that reason.
-    fn write_pending(id: &str, s: &mut Live) -> Result<()> {
-        let mut text = String::new();
-        for e in &s.pending {
-            text.push_str(&serde_json::to_string(e)?);
-            text.push('\n');
-        }
+    fn write_pending(id: &str, s: &mut Live, pack_chunks: bool) -> Result<()> {
+        let text = format::storage_lines(&s.pending, pack_chunks).map_err(|e| {
+            err(
+                code::PERSISTENCE,
+                format!("cannot encode the batch of {id}: {e}"),
+            )
+        })?;
         if s.lock.is_some() {
             format::append(&s.path, &text).map_err(|e| err(code::PERSISTENCE, e))?;
         } else {
@@ -477,8 +516,10 @@ impl Store {
         Self::read_view(id, &path, View::Live)
     }
 
+    /// Scans a log and imports its events (legacy records upgraded,
+    /// message shapes validated); a log that fails either is corrupt.
     fn scan_log(id: &str, path: &Path, log: &format::Log) -> Result<Scan> {
-        scan(&log.text).map_err(|e| {
+        let corrupt = |e: String| {
             err(
                 code::SESSION_CORRUPT,
                 format!(
@@ -486,7 +527,10 @@ impl Store {
                     path.display()
                 ),
             )
-        })
+        };
+        let mut s = scan(&log.text).map_err(corrupt)?;
+        s.events = legacy::import(id, std::mem::take(&mut s.events)).map_err(corrupt)?;
+        Ok(s)
     }
 
     fn read_view(id: &str, path: &Path, view: View) -> Result<(SessionHeader, Vec<SessionEvent>)> {
@@ -560,7 +604,7 @@ async fn handle(store: Shared, req: Request) -> Result<Reply> {
             })?;
             let path = store.find(&id)?;
             let log = format::read(&path).map_err(|e| err(code::PERSISTENCE, e))?;
-            let s = scan(&log.text).map_err(|e| err(code::SESSION_CORRUPT, e))?;
+            let s = Store::scan_log(&id, &path, &log)?;
             let events: Vec<&SessionEvent> = s.events.iter().filter(|e| e.seq >= from).collect();
             Reply::json(json!({"header": s.header, "events": events}))
         }
@@ -605,6 +649,55 @@ async fn handle(store: Shared, req: Request) -> Result<Reply> {
 
 struct Jsonl;
 
+/// Adopts the sessions that are live in the `sessions` service but unknown
+/// here: this backend was (re)loaded under them, so their `session/created`
+/// went to its predecessor. Each is attached like a new session whose seed
+/// must restate what its log holds (its predecessor wrote and released it
+/// on unload), so its later events continue that log; a log that does not
+/// match is refused, never repaired or overwritten. Events that arrive
+/// while adopting are kept and appended after the snapshot.
+async fn adopt_live_sessions(ctx: &Context, store: &Shared) {
+    let live = ctx.service(service::SESSIONS);
+    // No sessions service yet (first boot): nothing was live.
+    let ids: Vec<String> = live
+        .call_as(sessions::LIST, json!({}))
+        .await
+        .unwrap_or_default();
+    for id in ids {
+        if store.live.borrow().contains_key(&id) {
+            continue;
+        }
+        if let Err(e) = adopt(&live, store, &id).await {
+            dsh_sdk::tracing::warn!("session \"{id}\" live across a reload is not persisted: {e}");
+        }
+    }
+    let late = store.adopting.borrow_mut().take().unwrap_or_default();
+    for (id, events) in late {
+        if let Some(l) = store.live.borrow_mut().get_mut(&id) {
+            for event in events {
+                if let Err(e) = l.accept(&id, event) {
+                    dsh_sdk::tracing::warn!("session \"{id}\": {e}");
+                }
+            }
+        }
+    }
+}
+
+async fn adopt(live: &dsh_sdk::Service, store: &Shared, id: &str) -> Result<()> {
+    let header = live.call(sessions::HEADER, json!({ "id": id })).await?;
+    let header: SessionHeader = serde_json::from_value(header["header"].clone())?;
+    let mut events: Vec<SessionEvent> = live.call_as(sessions::EVENTS, json!({ "id": id })).await?;
+    let waiting = store
+        .adopting
+        .borrow_mut()
+        .as_mut()
+        .and_then(|w| w.remove(id))
+        .unwrap_or_default();
+    let next = events.len() as u64;
+    events.extend(waiting.into_iter().filter(|e| e.seq >= next));
+    store.adopt(header, events)
+}
+
 impl Plugin for Jsonl {
     const NAME: &'static str = "session-jsonl";
     const DESCRIPTION: &'static str = "JSONL session persistence (service `sessionPersistence`)";
@@ -625,9 +718,11 @@ impl Plugin for Jsonl {
         let store: Shared = Rc::new(Store {
             root,
             delay: Duration::from_millis(config.write_batch_max_delay_ms),
+            pack_chunks: config.pack_chunks,
             live: RefCell::default(),
             claimed: RefCell::default(),
             refused: RefCell::default(),
+            adopting: RefCell::new(Some(HashMap::new())),
         });
         let s = store.clone();
         ctx.provide(service::SESSION_PERSISTENCE, move |req| {
@@ -660,6 +755,9 @@ impl Plugin for Jsonl {
                 let arm = {
                     let mut live = s.live.borrow_mut();
                     let Some(l) = live.get_mut(&id) else {
+                        if let Some(waiting) = s.adopting.borrow_mut().as_mut() {
+                            waiting.entry(id).or_default().push(event);
+                        }
                         return Ok(Value::Null);
                     };
                     l.accept(&id, event)?;
@@ -717,6 +815,7 @@ impl Plugin for Jsonl {
             s.claimed.borrow_mut().clear();
             s.refused.borrow_mut().clear();
         });
+        adopt_live_sessions(&ctx, &store).await;
         Ok(())
     }
 }

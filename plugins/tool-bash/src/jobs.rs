@@ -9,11 +9,64 @@ use std::time::{Duration, Instant};
 
 use dsh_sdk::names::{agents, service};
 use dsh_sdk::prelude::*;
+use dsh_sdk::tool::{arguments, declaration, ToolSpec};
 use dsh_sdk::vocab::msg;
+use schemars::JsonSchema;
+use serde::Deserialize;
 
 use crate::capture::Capture;
 use crate::exec::{self, kill_group, Cancel};
 use crate::Prepared;
+
+/// `job_output` (the original's schema, reference dsh-product §4.1).
+struct JobOutput;
+
+impl ToolSpec for JobOutput {
+    const NAME: &'static str = "job_output";
+    const DESCRIPTION: &'static str =
+        "Read new output of a background job. Every response ends with [status: ...].";
+    type Args = JobOutputArgs;
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct JobOutputArgs {
+    job_id: String,
+    /// Wait for the job to finish (up to timeout_ms).
+    wait: Option<bool>,
+    /// How long to wait. Defaults to 30000; at most 600000.
+    #[schemars(with = "Option<dsh_sdk::tool::Number>")]
+    timeout_ms: Option<u64>,
+}
+
+/// `job_list`.
+struct JobList;
+
+impl ToolSpec for JobList {
+    const NAME: &'static str = "job_list";
+    const DESCRIPTION: &'static str = "List this agent's background jobs.";
+    type Args = JobListArgs;
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct JobListArgs {}
+
+/// `job_kill`.
+struct JobKill;
+
+impl ToolSpec for JobKill {
+    const NAME: &'static str = "job_kill";
+    const DESCRIPTION: &'static str = "Stop a background job.";
+    type Args = JobKillArgs;
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct JobKillArgs {
+    job_id: String,
+    // Not used: the original's parameter, kept so the model may give it
+    // (no doc comment: that would be its model-visible description).
+    #[allow(dead_code)]
+    reason: Option<String>,
+}
 
 /// How much of a job's output memory keeps (the rest is in its spill
 /// file).
@@ -138,10 +191,10 @@ fn status_of(job: &Job) -> String {
 
 /// `job_output`, `job_list`, `job_kill`.
 pub async fn tool(jobs: &Jobs, req: &Request) -> Result<Reply> {
-    let args = &req.params["arguments"];
     let agent = req.params["agent"].as_str().unwrap_or_default();
     let text = match req.params["name"].as_str() {
-        Some("job_list") => {
+        Some(JobList::NAME) => {
+            let JobListArgs {} = arguments::<JobList>(req)?;
             let table = jobs.table.borrow();
             let lines: Vec<String> = table
                 .iter()
@@ -154,11 +207,11 @@ pub async fn tool(jobs: &Jobs, req: &Request) -> Result<Reply> {
                 lines.join("\n")
             }
         }
-        Some("job_output") => {
-            let id = args["job_id"].as_str().unwrap_or_default().to_owned();
-            let wait = args["wait"] == json!(true);
-            let timeout =
-                Duration::from_millis(args["timeout_ms"].as_u64().unwrap_or(30_000).min(600_000));
+        Some(JobOutput::NAME) => {
+            let args = arguments::<JobOutput>(req)?;
+            let id = args.job_id;
+            let wait = args.wait == Some(true);
+            let timeout = Duration::from_millis(args.timeout_ms.unwrap_or(30_000).min(600_000));
             let deadline = Instant::now() + timeout;
             loop {
                 let done = {
@@ -202,8 +255,9 @@ pub async fn tool(jobs: &Jobs, req: &Request) -> Result<Reply> {
             });
             format!("{body}\n[status: {status}]")
         }
-        Some("job_kill") => {
-            let id = args["job_id"].as_str().unwrap_or_default();
+        Some(JobKill::NAME) => {
+            let args = arguments::<JobKill>(req)?;
+            let id = args.job_id.as_str();
             let table = jobs.table.borrow();
             let job = table
                 .get(id)
@@ -224,20 +278,11 @@ fn no_job(id: &str) -> Error {
     )
 }
 
-/// The job tools' schemas.
+/// The job tools' registrations.
 pub fn schemas() -> Vec<Value> {
     vec![
-        json!({"name": "job_output", "description": "Read new output of a background job. Every response ends with [status: ...].",
-               "parameters": {"type": "object", "properties": {
-                   "job_id": {"type": "string"},
-                   "wait": {"type": "boolean", "description": "Wait for the job to finish (up to timeout_ms)."},
-                   "timeout_ms": {"type": "number", "description": "How long to wait. Defaults to 30000; at most 600000."}},
-                   "required": ["job_id"]}}),
-        json!({"name": "job_list", "description": "List this agent's background jobs.",
-               "parameters": {"type": "object", "properties": {}}}),
-        json!({"name": "job_kill", "description": "Stop a background job.",
-               "parameters": {"type": "object", "properties": {
-                   "job_id": {"type": "string"}, "reason": {"type": "string"}},
-                   "required": ["job_id"]}}),
+        declaration::<JobOutput>(),
+        declaration::<JobList>(),
+        declaration::<JobKill>(),
     ]
 }

@@ -19,9 +19,10 @@ use dsh_sdk::fence::{Fence, Mode};
 use dsh_sdk::names::service;
 use dsh_sdk::prelude::*;
 use dsh_sdk::tempdir::PrivateDir;
-use dsh_sdk::tool::register_tools;
+use dsh_sdk::tool::{arguments, declaration, register_tools, ToolSpec};
 use dsh_sdk::vocab::msg;
 use exec::{Cancel, Stream};
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 const DEFAULT_TIMEOUT_MS: u64 = 120_000;
@@ -29,6 +30,31 @@ const MAX_TIMEOUT_MS: u64 = 600_000;
 const MAX_STREAM_BYTES: usize = 64_000;
 /// Full outputs live in `<temp>/dsh-bash-<pid>-<tag>/`.
 const SPILL_PREFIX: &str = "dsh-bash-";
+
+/// The `bash` tool (the original's schema, reference dsh-product §4.1).
+struct BashTool;
+
+impl ToolSpec for BashTool {
+    const NAME: &'static str = "bash";
+    const DESCRIPTION: &'static str = "Execute a bash command (`bash -c`) and return its stdout/stderr. Each call runs in a fresh shell: no state (cwd, variables, functions) persists between calls — pass `workdir` instead of using `cd`. Non-zero exits are reported as `[exit code: N]`. Current harness environment facts are exposed through managed `$DSH_*` variables; inspect them when needed. Commands may run under a file sandbox; a blocked file operation is reported as `[sandbox: file access denied under <mode> mode]` — a policy denial, not a bug in the command; do not retry another way. Long output is truncated to its tail; the full output is saved to a file whose path is reported when available. Set `run_in_background: true` for long-running commands: the call returns a job id immediately; read its output with `job_output` and stop it with `job_kill`.";
+    type Args = BashArgs;
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct BashArgs {
+    /// The bash command to run.
+    command: String,
+    /// A 5-10 word active-voice summary of what the command does, for the UI.
+    description: String,
+    /// Timeout in milliseconds. Defaults to 120000; at most 600000.
+    #[serde(rename = "timeoutMs")]
+    #[schemars(with = "Option<dsh_sdk::tool::Number>")]
+    timeout_ms: Option<u64>,
+    /// Working directory. Defaults to the session workspace; a relative path resolves against it.
+    workdir: Option<String>,
+    /// Run as a background job and return its id at once. No timeout applies.
+    run_in_background: Option<bool>,
+}
 
 /// Environment variables that look like credentials are not passed on.
 fn is_credential(name: &str) -> bool {
@@ -266,17 +292,16 @@ impl Bash {
         works
     }
 
-    fn prepare(&self, params: &Value) -> Result<Prepared> {
-        let args = &params["arguments"];
-        let command = args["command"].as_str().unwrap_or_default().to_owned();
+    fn prepare(&self, params: &Value, args: &BashArgs) -> Result<Prepared> {
+        let command = args.command.clone();
         let cwd = params["cwd"].as_str().unwrap_or(".").to_owned();
-        let workdir = match args["workdir"].as_str() {
+        let workdir = match args.workdir.as_deref() {
             Some(w) if Path::new(w).is_absolute() => PathBuf::from(w),
             Some(w) => Path::new(&cwd).join(w),
             None => PathBuf::from(&cwd),
         };
-        let timeout_ms = args["timeoutMs"]
-            .as_u64()
+        let timeout_ms = args
+            .timeout_ms
             .unwrap_or(DEFAULT_TIMEOUT_MS)
             .clamp(1, MAX_TIMEOUT_MS);
         let fence = Fence::of_exec(params)?;
@@ -361,13 +386,16 @@ impl Bash {
 }
 
 async fn execute(ctx: Context, bash: Rc<Bash>, jobs: jobs::Jobs, req: Request) -> Result<Reply> {
-    let prepared = bash.prepare(&req.params)?;
-    if req.params["arguments"]["run_in_background"] == json!(true) {
+    let args = arguments::<BashTool>(&req)?;
+    let prepared = bash.prepare(&req.params, &args)?;
+    if args.run_in_background == Some(true) {
         let agent = req.params["agent"].as_str().unwrap_or_default().to_owned();
-        let label = req.params["arguments"]["description"]
-            .as_str()
-            .unwrap_or(&prepared.command)
-            .to_owned();
+        // A blank summary labels the job with its command.
+        let label = if args.description.trim().is_empty() {
+            prepared.command.clone()
+        } else {
+            args.description
+        };
         let id = jobs::start(&ctx, &jobs, prepared, &bash.spill, agent, label)?;
         return Reply::json(
             json!({"content": [msg::text(&format!("started background job {id}"))], "value": {"jobId": id}}),
@@ -434,24 +462,14 @@ impl Plugin for BashPlugin {
         let jobs = jobs::Jobs::default();
         let j = jobs.clone();
         ctx.effect(move || async move { j.kill_all() });
-        let mut schemas = vec![json!({
-            "name": "bash",
-            "description": "Execute a bash command (`bash -c`) and return its stdout/stderr. Each call runs in a fresh shell: no state (cwd, variables, functions) persists between calls — pass `workdir` instead of using `cd`. Non-zero exits are reported as `[exit code: N]`. Current harness environment facts are exposed through managed `$DSH_*` variables; inspect them when needed. Commands may run under a file sandbox; a blocked file operation is reported as `[sandbox: file access denied under <mode> mode]` — a policy denial, not a bug in the command; do not retry another way. Long output is truncated to its tail; the full output is saved to a file whose path is reported when available. Set `run_in_background: true` for long-running commands: the call returns a job id immediately; read its output with `job_output` and stop it with `job_kill`.",
-            "parameters": {"type": "object", "properties": {
-                "command": {"type": "string", "description": "The bash command to run."},
-                "description": {"type": "string", "description": "A 5-10 word active-voice summary of what the command does, for the UI."},
-                "timeoutMs": {"type": "number", "description": "Timeout in milliseconds. Defaults to 120000; at most 600000."},
-                "workdir": {"type": "string", "description": "Working directory. Defaults to the session workspace; a relative path resolves against it."},
-                "run_in_background": {"type": "boolean", "description": "Run as a background job and return its id at once. No timeout applies."}},
-                "required": ["command", "description"]},
-        })];
+        let mut schemas = vec![declaration::<BashTool>()];
         schemas.extend(jobs::schemas());
         let (c, j) = (ctx.clone(), jobs.clone());
         register_tools(&ctx, schemas, move |req| {
             let (c, b, j) = (c.clone(), bash.clone(), j.clone());
             async move {
                 match req.params["name"].as_str() {
-                    Some("bash") => execute(c, b, j, req).await,
+                    Some(BashTool::NAME) => execute(c, b, j, req).await,
                     _ => jobs::tool(&j, &req).await,
                 }
             }

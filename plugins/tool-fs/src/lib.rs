@@ -11,8 +11,48 @@ use dsh_sdk::beneath::{open_parent, Dir};
 use dsh_sdk::fence::{resolve, version, Fence};
 use dsh_sdk::names::{bus, code, service};
 use dsh_sdk::prelude::*;
-use dsh_sdk::tool::register_tools;
+use dsh_sdk::tool::{arguments, declaration, register_tools, ToolSpec};
 use dsh_sdk::vocab::msg;
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+/// The `write` tool (the original's schema, reference dsh-product §4.1).
+struct WriteTool;
+
+impl ToolSpec for WriteTool {
+    const NAME: &'static str = "write";
+    const DESCRIPTION: &'static str = "Create or fully replace a UTF-8 text file.";
+    type Args = WriteArgs;
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct WriteArgs {
+    /// Path to write, resolved by the filesystem backend.
+    file_path: String,
+    /// Full UTF-8 text content to write.
+    content: String,
+}
+
+/// The `edit` tool (the original's schema, reference dsh-product §4.1).
+struct EditTool;
+
+impl ToolSpec for EditTool {
+    const NAME: &'static str = "edit";
+    const DESCRIPTION: &'static str = "Edit an existing UTF-8 text file by replacing literal text.";
+    type Args = EditArgs;
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct EditArgs {
+    /// Path to edit, resolved by the filesystem backend.
+    file_path: String,
+    /// Literal text to replace. Must match exactly.
+    old_string: String,
+    /// Literal replacement text. Use an empty string to delete the match.
+    new_string: String,
+    /// Replace all matches. Defaults to false; when false, old_string must appear exactly once.
+    replace_all: Option<bool>,
+}
 
 /// (agent, resolved path) -> the version the agent last saw.
 type Observed = Rc<RefCell<HashMap<(String, PathBuf), String>>>;
@@ -131,10 +171,11 @@ async fn intent(ctx: &Context, event: &str, agent: &str, payload: Value) -> Resu
 }
 
 async fn write(ctx: &Context, observed: &Observed, req: &Request) -> Result<Value> {
-    let args = &req.params["arguments"];
+    let WriteArgs {
+        file_path: file,
+        content,
+    } = arguments::<WriteTool>(req)?;
     let agent = req.params["agent"].as_str().unwrap_or_default().to_owned();
-    let file = args["file_path"].as_str().unwrap_or_default().to_owned();
-    let content = args["content"].as_str().unwrap_or_default().to_owned();
     let target = Target::open(req, "write", &file)?;
     let current = target.stat(&file)?;
     if current.as_ref().is_some_and(|m| m.is_dir()) {
@@ -169,12 +210,14 @@ async fn write(ctx: &Context, observed: &Observed, req: &Request) -> Result<Valu
 }
 
 async fn edit(ctx: &Context, observed: &Observed, req: &Request) -> Result<Value> {
-    let args = &req.params["arguments"];
+    let EditArgs {
+        file_path: file,
+        old_string: old,
+        new_string: new,
+        replace_all,
+    } = arguments::<EditTool>(req)?;
+    let all = replace_all.unwrap_or(false);
     let agent = req.params["agent"].as_str().unwrap_or_default().to_owned();
-    let file = args["file_path"].as_str().unwrap_or_default().to_owned();
-    let old = args["old_string"].as_str().unwrap_or_default().to_owned();
-    let new = args["new_string"].as_str().unwrap_or_default().to_owned();
-    let all = args["replace_all"] == json!(true);
     let target = Target::open(req, "edit", &file)?;
     let current = target.stat(&file)?;
     if !current.as_ref().is_some_and(|m| m.is_file()) {
@@ -270,29 +313,12 @@ impl Plugin for ToolFs {
                 Ok(Value::Null)
             }
         });
-        let write_schema = json!({
-            "name": "write",
-            "description": "Create or fully replace a UTF-8 text file.",
-            "parameters": {"type": "object", "properties": {
-                "file_path": {"type": "string", "description": "Path to write, resolved by the filesystem backend."},
-                "content": {"type": "string", "description": "Full UTF-8 text content to write."}},
-                "required": ["file_path", "content"]},
-        });
-        let edit_schema = json!({
-            "name": "edit",
-            "description": "Edit an existing UTF-8 text file by replacing literal text.",
-            "parameters": {"type": "object", "properties": {
-                "file_path": {"type": "string", "description": "Path to edit, resolved by the filesystem backend."},
-                "old_string": {"type": "string", "description": "Literal text to replace. Must match exactly."},
-                "new_string": {"type": "string", "description": "Literal replacement text. Use an empty string to delete the match."},
-                "replace_all": {"type": "boolean", "description": "Replace all matches. Defaults to false; when false, old_string must appear exactly once."}},
-                "required": ["file_path", "old_string", "new_string"]},
-        });
         let (c, o) = (ctx.clone(), observed.clone());
-        register_tools(&ctx, vec![write_schema, edit_schema], move |req| {
+        let tools = vec![declaration::<WriteTool>(), declaration::<EditTool>()];
+        register_tools(&ctx, tools, move |req| {
             let (c, o) = (c.clone(), o.clone());
             async move {
-                let out = if req.params["name"] == "write" {
+                let out = if req.params["name"] == WriteTool::NAME {
                     write(&c, &o, &req).await?
                 } else {
                     edit(&c, &o, &req).await?

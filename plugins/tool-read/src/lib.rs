@@ -9,20 +9,44 @@ use dsh_sdk::blocking::cancellable;
 use dsh_sdk::file::{open_regular, OpenError};
 use dsh_sdk::names::{bus, code, service};
 use dsh_sdk::prelude::*;
-use dsh_sdk::tool::{register_tools, resolve, text_reply};
+use dsh_sdk::tool::{arguments, declaration, register_tools, resolve, text_reply, ToolSpec};
+use schemars::JsonSchema;
+use serde::Deserialize;
 
 mod lines;
 mod window;
 
 pub use window::{render, MAX_BYTES, MAX_LINES, MAX_LINE_CHARS};
 
+/// The `read` tool (the original's schema, reference dsh-product §4.1).
+struct ReadTool;
+
+impl ToolSpec for ReadTool {
+    const NAME: &'static str = "read";
+    const DESCRIPTION: &'static str = "Read a UTF-8 text file and return line-numbered content.";
+    const PARALLEL: bool = true;
+    type Args = ReadArgs;
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct ReadArgs {
+    /// Path to read, resolved by the filesystem backend.
+    file_path: String,
+    /// 1-based first line to return. Defaults to 1.
+    #[schemars(with = "Option<dsh_sdk::tool::Number>")]
+    offset: Option<u64>,
+    /// Maximum number of lines to return. Defaults to 2000.
+    #[schemars(with = "Option<dsh_sdk::tool::Number>")]
+    limit: Option<u64>,
+}
+
 async fn execute(ctx: Context, req: Request) -> Result<Reply> {
-    let args = &req.params["arguments"];
-    let file = args["file_path"].as_str().unwrap_or_default().to_owned();
+    let args = arguments::<ReadTool>(&req)?;
+    let file = args.file_path;
     let cwd = req.params["cwd"].as_str().unwrap_or(".").to_owned();
-    let offset = args["offset"].as_u64().unwrap_or(1).max(1) as usize;
-    let limit = args["limit"]
-        .as_u64()
+    let offset = args.offset.unwrap_or(1).max(1) as usize;
+    let limit = args
+        .limit
         .map_or(MAX_LINES, |l| (l as usize).clamp(1, MAX_LINES));
     let path = resolve(&cwd, &file);
     let read_path = path.clone();
@@ -75,21 +99,10 @@ impl Plugin for Read {
 
     async fn apply(ctx: Context, _config: ()) -> Result<()> {
         let c = ctx.clone();
-        let schema = json!({
-            "name": "read",
-            "description": "Read a UTF-8 text file and return line-numbered content.",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "file_path": {"type": "string", "description": "Path to read, resolved by the filesystem backend."},
-                    "offset": {"type": "number", "description": "1-based first line to return. Defaults to 1."},
-                    "limit": {"type": "number", "description": "Maximum number of lines to return. Defaults to 2000."}
-                },
-                "required": ["file_path"]
-            },
-            "parallel": true,
-        });
-        register_tools(&ctx, vec![schema], move |req| execute(c.clone(), req)).await
+        register_tools(&ctx, vec![declaration::<ReadTool>()], move |req| {
+            execute(c.clone(), req)
+        })
+        .await
     }
 }
 

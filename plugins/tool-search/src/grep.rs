@@ -15,7 +15,7 @@ use grep_regex::RegexMatcher;
 use grep_searcher::{BinaryDetection, MmapChoice, Searcher, SearcherBuilder, Sink, SinkMatch};
 use ignore::{DirEntry, WalkBuilder};
 
-use crate::{base, glob_matcher, relative, spill, VCS};
+use crate::{base, glob_matcher, relative, spill, GrepArgs, VCS};
 
 /// Matches shown inline; the rest go to the stored full result.
 const GREP_CAP: usize = 250;
@@ -32,7 +32,7 @@ pub const OUTPUT_MAX_BYTES: usize = 20_000_000;
 const HEAP_LIMIT: usize = 32 * 1024 * 1024;
 
 /// Runs one `grep` call.
-pub fn grep(cwd: &str, args: &Value, cancel: &Cancel) -> Result<String> {
+pub fn grep(cwd: &str, args: &GrepArgs, cancel: &Cancel) -> Result<String> {
     let query = Query::parse(cwd, args)?;
     let matches = query.run(cancel)?;
     Ok(present(&matches))
@@ -51,16 +51,16 @@ struct Query {
 }
 
 impl Query {
-    fn parse(cwd: &str, args: &Value) -> Result<Query> {
-        let pattern = args["pattern"].as_str().unwrap_or_default();
+    fn parse(cwd: &str, args: &GrepArgs) -> Result<Query> {
+        let pattern = args.pattern.as_str();
         let matcher = RegexMatcher::new(pattern).map_err(|e| {
             Error::new(
                 "SEARCH_INVALID_PATTERN",
                 format!("invalid pattern `{pattern}`: {e}"),
             )
         })?;
-        let include = include_matcher(args["include"].as_str())?;
-        let root = base(cwd, args["path"].as_str());
+        let include = include_matcher(args.include.as_deref())?;
+        let root = base(cwd, args.path.as_deref());
         let explicit = explicit_file(&root)?;
         if !explicit {
             refuse_blocking_ignore_files(&root)?;

@@ -6,14 +6,70 @@ use std::time::SystemTime;
 use dsh_sdk::blocking::{cancellable, Cancel};
 use dsh_sdk::names::service;
 use dsh_sdk::prelude::*;
-use dsh_sdk::tool::{register_tools, resolve, text_reply};
+use dsh_sdk::tool::{arguments, declaration, register_tools, resolve, text_reply, ToolSpec};
 use globset::{GlobBuilder, GlobMatcher};
 use ignore::WalkBuilder;
+use schemars::JsonSchema;
+use serde::Deserialize;
 
 mod grep;
 
 const GLOB_CAP: usize = 100;
 const VCS: [&str; 6] = [".git", ".svn", ".hg", ".bzr", ".jj", ".sl"];
+
+/// The `glob` tool.
+struct GlobTool;
+
+impl ToolSpec for GlobTool {
+    const NAME: &'static str = "glob";
+    const DESCRIPTION: &'static str = "Find files whose paths match a glob pattern. Returns matching file paths — never directories — including hidden and ignored files (VCS metadata directories are excluded). Up to 100 paths come back in modification-time order; a larger result returns the first 100 paths in modification-time order, says so, and reports where the complete sorted list was saved. This tool does not enumerate directory entries.";
+    const PARALLEL: bool = true;
+    type Args = GlobArgs;
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct GlobArgs {
+    /// A ripgrep glob; without `/` it matches the base name at any depth.
+    pattern: String,
+    /// The directory to search. Defaults to the workspace.
+    path: Option<String>,
+}
+
+/// The `grep` tool.
+struct GrepTool;
+
+impl ToolSpec for GrepTool {
+    const NAME: &'static str = "grep";
+    const DESCRIPTION: &'static str = "Search file contents with a ripgrep regular expression. Returns matching lines with line numbers, grouped by file. Returns the first 250 matches inline; a capped result reports where the complete match list was saved. Use read on a matched file for surrounding context.";
+    const PARALLEL: bool = true;
+    type Args = GrepArgs;
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct GrepArgs {
+    /// A ripgrep regular expression.
+    pattern: String,
+    /// A file or directory to search. Defaults to the workspace.
+    path: Option<String>,
+    /// One positive glob limiting the files searched.
+    include: Option<String>,
+}
+
+/// One parsed call of either tool.
+enum Call {
+    Glob(GlobArgs),
+    Grep(GrepArgs),
+}
+
+impl Call {
+    fn parse(req: &Request) -> Result<Call> {
+        match req.params["name"].as_str() {
+            Some(GlobTool::NAME) => Ok(Call::Glob(arguments::<GlobTool>(req)?)),
+            Some(GrepTool::NAME) => Ok(Call::Grep(arguments::<GrepTool>(req)?)),
+            _ => Err(req.unknown_method()),
+        }
+    }
+}
 
 fn spill(name: &str, text: &str) -> Option<PathBuf> {
     use std::os::unix::fs::DirBuilderExt;
@@ -54,10 +110,9 @@ fn relative(root: &Path, p: &Path) -> String {
     p.strip_prefix(root).unwrap_or(p).display().to_string()
 }
 
-fn glob(cwd: &str, args: &Value, cancel: &Cancel) -> Result<String> {
-    let pattern = args["pattern"].as_str().unwrap_or_default();
-    let matcher = glob_matcher(pattern)?;
-    let root = base(cwd, args["path"].as_str());
+fn glob(cwd: &str, args: &GlobArgs, cancel: &Cancel) -> Result<String> {
+    let matcher = glob_matcher(&args.pattern)?;
+    let root = base(cwd, args.path.as_deref());
     if !root.is_dir() {
         return Err(Error::new(
             "SEARCH_FAILED",
@@ -120,37 +175,13 @@ impl Plugin for Search {
     type Config = ();
 
     async fn apply(ctx: Context, _config: ()) -> Result<()> {
-        let schemas = vec![
-            json!({
-                "name": "glob",
-                "description": "Find files whose paths match a glob pattern. Returns matching file paths — never directories — including hidden and ignored files (VCS metadata directories are excluded). Up to 100 paths come back in modification-time order; a larger result returns the first 100 paths in modification-time order, says so, and reports where the complete sorted list was saved. This tool does not enumerate directory entries.",
-                "parameters": {"type": "object", "properties": {
-                    "pattern": {"type": "string", "description": "A ripgrep glob; without `/` it matches the base name at any depth."},
-                    "path": {"type": "string", "description": "The directory to search. Defaults to the workspace."}},
-                    "required": ["pattern"]},
-                "parallel": true,
-            }),
-            json!({
-                "name": "grep",
-                "description": "Search file contents with a ripgrep regular expression. Returns matching lines with line numbers, grouped by file. Returns the first 250 matches inline; a capped result reports where the complete match list was saved. Use read on a matched file for surrounding context.",
-                "parameters": {"type": "object", "properties": {
-                    "pattern": {"type": "string", "description": "A ripgrep regular expression."},
-                    "path": {"type": "string", "description": "A file or directory to search. Defaults to the workspace."},
-                    "include": {"type": "string", "description": "One positive glob limiting the files searched."}},
-                    "required": ["pattern"]},
-                "parallel": true,
-            }),
-        ];
+        let schemas = vec![declaration::<GlobTool>(), declaration::<GrepTool>()];
         register_tools(&ctx, schemas, |req| async move {
             let cwd = req.params["cwd"].as_str().unwrap_or(".").to_owned();
-            let args = req.params["arguments"].clone();
-            let name = req.params["name"].as_str().unwrap_or_default().to_owned();
-            let out = cancellable(move |cancel| {
-                if name == "glob" {
-                    glob(&cwd, &args, cancel)
-                } else {
-                    grep::grep(&cwd, &args, cancel)
-                }
+            let call = Call::parse(&req)?;
+            let out = cancellable(move |cancel| match call {
+                Call::Glob(args) => glob(&cwd, &args, cancel),
+                Call::Grep(args) => grep::grep(&cwd, &args, cancel),
             })
             .await??;
             text_reply(&out)

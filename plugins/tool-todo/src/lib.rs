@@ -2,42 +2,69 @@
 
 use std::collections::HashSet;
 
-use dsh_sdk::names::{code, service, sessions};
+use dsh_sdk::names::{service, sessions};
 use dsh_sdk::prelude::*;
-use dsh_sdk::tool::{register_tools, text_reply};
+use dsh_sdk::tool::{arguments, declaration, register_tools, text_reply, ToolSpec, INVALID_ARGS};
 use dsh_sdk::vocab::event;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Map;
+
+/// The `todo_write` tool (the original's schema, reference dsh-product §3.6).
+struct TodoWrite;
+
+impl ToolSpec for TodoWrite {
+    const NAME: &'static str = "todo_write";
+    const DESCRIPTION: &'static str =
+        "Replace the session's todo list with the given items, to plan and track multi-step work.";
+    type Args = TodoArgs;
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct TodoArgs {
+    todos: Vec<TodoItem>,
+}
+
+// One item (no doc comment: it would be the model-visible description).
+// The model is told no other keys exist; any it sends anyway are kept as
+// they came (`rest`), so the logged list is what it wrote.
+#[derive(Deserialize, Serialize, JsonSchema)]
+#[schemars(extend("additionalProperties" = false))]
+struct TodoItem {
+    content: String,
+    status: Status,
+    #[serde(flatten)]
+    #[schemars(skip)]
+    rest: Map<String, Value>,
+}
+
+#[derive(Deserialize, Serialize, JsonSchema, Clone, Copy)]
+#[serde(rename_all = "snake_case")]
+enum Status {
+    Pending,
+    InProgress,
+    Completed,
+}
 
 async fn execute(ctx: Context, req: Request) -> Result<Reply> {
-    let todos = req.params["arguments"]["todos"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
+    let todos = arguments::<TodoWrite>(&req)?.todos;
     let mut seen = HashSet::new();
     let (mut pending, mut doing, mut done) = (0, 0, 0);
     for t in &todos {
-        let content = t["content"].as_str().unwrap_or_default().trim();
+        let content = t.content.trim();
         if content.is_empty() {
-            return Err(Error::new(
-                code::INVALID_ARGS,
-                "a todo needs non-empty content",
-            ));
+            return Err(Error::new(INVALID_ARGS, "a todo needs non-empty content"));
         }
         if !seen.insert(content.to_owned()) {
             return Err(Error::new(
-                code::INVALID_ARGS,
+                INVALID_ARGS,
                 format!("duplicate todo: {content}"),
             ));
         }
-        match t["status"].as_str() {
-            Some("pending") => pending += 1,
-            Some("in_progress") => doing += 1,
-            Some("completed") => done += 1,
-            other => {
-                return Err(Error::new(
-                    code::INVALID_ARGS,
-                    format!("unknown todo status {other:?}"),
-                ))
-            }
+        match t.status {
+            Status::Pending => pending += 1,
+            Status::InProgress => doing += 1,
+            Status::Completed => done += 1,
         }
     }
     if let Some(agent) = req.params["agent"].as_str() {
@@ -63,18 +90,10 @@ impl Plugin for Todo {
 
     async fn apply(ctx: Context, _config: ()) -> Result<()> {
         let c = ctx.clone();
-        let schema = json!({
-            "name": "todo_write",
-            "description": "Replace the session's todo list with the given items, to plan and track multi-step work.",
-            "parameters": {"type": "object", "properties": {"todos": {"type": "array", "items": {
-                "type": "object", "additionalProperties": false,
-                "properties": {
-                    "content": {"type": "string"},
-                    "status": {"type": "string", "enum": ["pending", "in_progress", "completed"]}},
-                "required": ["content", "status"]}}},
-                "required": ["todos"]},
-        });
-        register_tools(&ctx, vec![schema], move |req| execute(c.clone(), req)).await?;
+        register_tools(&ctx, vec![declaration::<TodoWrite>()], move |req| {
+            execute(c.clone(), req)
+        })
+        .await?;
         Ok(())
     }
 }

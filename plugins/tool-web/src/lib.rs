@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use dsh_sdk::names::service;
 use dsh_sdk::prelude::*;
-use dsh_sdk::tool::{register_tools, text_reply};
+use dsh_sdk::tool::{arguments, declaration, register_tools, text_reply, ToolSpec};
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 #[derive(Deserialize, Clone)]
@@ -152,6 +153,22 @@ async fn fetch(config: &Config, url: &str) -> Result<String> {
     Ok(out)
 }
 
+/// The `web_fetch` tool.
+struct WebFetch;
+
+impl ToolSpec for WebFetch {
+    const NAME: &'static str = "web_fetch";
+    const DESCRIPTION: &'static str = "Fetch a web page (http or https) and return it as Markdown.";
+    const PARALLEL: bool = true;
+    type Args = WebFetchArgs;
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct WebFetchArgs {
+    /// The URL to fetch.
+    url: String,
+}
+
 struct Web;
 
 impl Plugin for Web {
@@ -164,19 +181,10 @@ impl Plugin for Web {
         if !config.fetch {
             return Ok(());
         }
-        let schema = json!({
-            "name": "web_fetch",
-            "description": "Fetch a web page (http or https) and return it as Markdown.",
-            "parameters": {"type": "object", "properties": {"url": {"type": "string", "description": "The URL to fetch."}}, "required": ["url"]},
-            "parallel": true,
-        });
-        register_tools(&ctx, vec![schema], move |req| {
+        register_tools(&ctx, vec![declaration::<WebFetch>()], move |req| {
             let c = config.clone();
             async move {
-                let url = req.params["arguments"]["url"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned();
+                let url = arguments::<WebFetch>(&req)?.url;
                 text_reply(&fetch(&c, &url).await?)
             }
         })

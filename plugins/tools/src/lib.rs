@@ -34,7 +34,34 @@ struct Tool {
     output: Option<Output>,
     /// Its service answers `finalizeContent`.
     finalize_content: bool,
+    /// The longest its body may run (registration `timeoutMs`); never sent
+    /// to the model.
+    timeout: Option<std::time::Duration>,
     owner: u64,
+}
+
+/// A call whose body outran the tool's `timeoutMs`.
+const TOOL_TIMEOUT: &str = "TOOL_TIMEOUT";
+
+/// Reads a registration's `timeoutMs`: absent, or a finite number > 0.
+fn timeout_of(name: &str, v: &Value) -> Result<Option<std::time::Duration>> {
+    match v {
+        Value::Null => Ok(None),
+        Value::Number(n) => match n.as_f64() {
+            Some(ms) if ms.is_finite() && ms > 0.0 => {
+                Ok(Some(std::time::Duration::from_secs_f64(ms / 1000.0)))
+            }
+            _ => Err(bad_timeout(name, v)),
+        },
+        _ => Err(bad_timeout(name, v)),
+    }
+}
+
+fn bad_timeout(name: &str, v: &Value) -> Error {
+    Error::new(
+        codes::INVALID_PAYLOAD,
+        format!("tool \"{name}\": timeoutMs must be a finite number greater than 0, got {v}"),
+    )
 }
 
 /// A tool's output contract (reference: `output: {schema, render,
@@ -304,10 +331,15 @@ fn from_error(e: &Error) -> Value {
 async fn run_tool(ctx: &Context, registry: &Registry, exec: &Value, signal: &Signal) -> Value {
     let name = exec["name"].as_str().unwrap_or_default();
     let scope = exec["agent"].as_str().unwrap_or_default();
-    let Some((service, schema, output)) = registry
-        .borrow()
-        .visible(scope, name)
-        .map(|t| (t.service.clone(), t.schema.clone(), t.output.clone()))
+    let Some((service, schema, output, timeout)) =
+        registry.borrow().visible(scope, name).map(|t| {
+            (
+                t.service.clone(),
+                t.schema.clone(),
+                t.output.clone(),
+                t.timeout,
+            )
+        })
     else {
         return failure(
             &format!("unknown tool \"{name}\""),
@@ -326,7 +358,19 @@ async fn run_tool(ctx: &Context, registry: &Registry, exec: &Value, signal: &Sig
         return cancelled(signal, None);
     }
     let tool = ctx.service(service.clone());
-    let body = tool.call(tool_service::EXECUTE, exec.clone());
+    let call = tool.call(tool_service::EXECUTE, exec.clone());
+    let body = async move {
+        let Some(limit) = timeout else {
+            return call.await;
+        };
+        // Dropping the call cancels it in the tool's plugin.
+        tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
+            Err(Error::new(
+                TOOL_TIMEOUT,
+                format!("tool call timed out after {}ms", limit.as_millis()),
+            ))
+        })
+    };
     let answer = match signal {
         None => body.await,
         Some(s) => {
@@ -879,6 +923,7 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
                     ))
                 }
             };
+            let timeout = timeout_of(&name, &req.params["timeoutMs"])?;
             let owner = req.caller;
             registry.borrow_mut().tools.insert(
                 (scope, name.clone()),
@@ -888,6 +933,7 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
                     parallel: req.params["parallel"] == json!(true),
                     output,
                     finalize_content: req.params["finalizeContent"] == json!(true),
+                    timeout,
                     owner,
                 },
             );

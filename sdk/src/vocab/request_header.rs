@@ -120,4 +120,52 @@ mod tests {
         float["config"]["maxTokens"] = json!(10.0);
         assert!(header_equals(&integral, &float));
     }
+
+    #[test]
+    fn call_config_equals_compares_every_field_and_stop_element_wise() {
+        let base = json!({"provider": "p", "model": "m"});
+        let with = |k: &str, v: Value| {
+            let mut c = base.clone();
+            c[k] = v;
+            c
+        };
+        assert!(call_config_equals(&base, &base));
+        assert!(!call_config_equals(&base, &with("provider", json!("x"))));
+        assert!(!call_config_equals(&base, &with("model", json!("x"))));
+        assert!(!call_config_equals(
+            &with("reasoningEffort", json!("high")),
+            &base
+        ));
+        assert!(!call_config_equals(
+            &with("reasoningEffort", json!("high")),
+            &with("reasoningEffort", json!("low"))
+        ));
+        assert!(!call_config_equals(&with("temperature", json!(0.5)), &base));
+        assert!(!call_config_equals(
+            &with("maxTokens", json!(1)),
+            &with("maxTokens", json!(2))
+        ));
+        let stop = |s: Value| with("stop", s);
+        assert!(!call_config_equals(&stop(json!(["a"])), &base));
+        assert!(
+            !call_config_equals(&stop(json!([])), &base),
+            "absent is not empty"
+        );
+        assert!(!call_config_equals(
+            &stop(json!(["a"])),
+            &stop(json!(["a", "b"]))
+        ));
+        assert!(!call_config_equals(
+            &stop(json!(["a"])),
+            &stop(json!(["b"]))
+        ));
+        assert!(!call_config_equals(
+            &stop(json!(["a", "b"])),
+            &stop(json!(["b", "a"]))
+        ));
+        assert!(call_config_equals(
+            &stop(json!(["a", "b"])),
+            &stop(json!(["a", "b"]))
+        ));
+    }
 }

@@ -194,10 +194,25 @@ pub fn lines_so_far(path: &Path) -> Vec<Value> {
         .collect()
 }
 
-/// Panics unless the `seq`s of `events` run 0, 1, 2, … without a gap: a
-/// whole log (pass its events, the header left out).
-pub fn assert_seqs_contiguous(events: &[Value]) {
-    let seqs: Vec<Option<u64>> = events.iter().map(|e| e["seq"].as_u64()).collect();
-    let want: Vec<Option<u64>> = (0..events.len() as u64).map(Some).collect();
+/// Panics unless the `seq`s of `records` run 0, 1, 2, … without a gap: a
+/// whole log (pass its records, the header left out). A packed chunk row
+/// (`seq0` and one member per `texts`/`args` entry) stands for its members.
+pub fn assert_seqs_contiguous(records: &[Value]) {
+    let seqs: Vec<Option<u64>> = records.iter().flat_map(record_seqs).collect();
+    let want: Vec<Option<u64>> = (0..seqs.len() as u64).map(Some).collect();
     assert_eq!(seqs, want, "contiguous seqs");
+}
+
+/// The seqs one stored record holds: an event's own, or a packed row's
+/// members'.
+fn record_seqs(record: &Value) -> Vec<Option<u64>> {
+    let Some(seq0) = record["seq0"].as_u64() else {
+        return vec![record["seq"].as_u64()];
+    };
+    let data = &record["data"];
+    let members = data["texts"]
+        .as_array()
+        .or_else(|| data["args"].as_array())
+        .map_or(0, Vec::len) as u64;
+    (seq0..seq0 + members).map(Some).collect()
 }

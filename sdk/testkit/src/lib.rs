@@ -30,9 +30,7 @@ use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use dsh_host::config::{compose, parse_layer, Tree};
-use dsh_host::report::Report;
-use dsh_host::supervisor::{FiberStatus, Timeouts};
+use dsh_host::{compose, parse_layer, FiberStatus, Report, Timeouts, Tree};
 pub use dsh_host::{Host, HostConfig};
 
 /// A temporary directory removed on drop.

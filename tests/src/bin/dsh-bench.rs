@@ -5,9 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use dsh_host::config::{compose, parse_layer, Tree};
-use dsh_host::supervisor::Timeouts;
-use dsh_host::{inspect, procfs, Host, HostConfig};
+use dsh_host::{compose, inspect, parse_layer, procfs, Host, HostConfig, Timeouts, Tree};
 use dsh_sdk::names::{agent_loop, agents, service, tools};
 use dsh_sdk::vocab::event;
 use serde_json::{json, Value};
@@ -181,7 +179,7 @@ async fn bench_reload() -> Result<f64> {
     h.apply(tree("[[row]]\nid = 'counter'\nplugin = 'counter'\n")?)
         .await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let _watcher = dsh_host::watch::watch(
+    let _watcher = dsh_host::watch(
         std::slice::from_ref(&plugins.0),
         &[],
         Duration::from_millis(50),
@@ -191,9 +189,9 @@ async fn bench_reload() -> Result<f64> {
     tokio::spawn(async move {
         while let Some(change) = rx.recv().await {
             match change {
-                dsh_host::watch::Change::Plugin(p) => h2.reload(p).await,
-                dsh_host::watch::Change::PluginRemoved(p) => h2.remove(p).await,
-                dsh_host::watch::Change::Config(_) => {}
+                dsh_host::Change::Plugin(p) => h2.reload(p).await,
+                dsh_host::Change::PluginRemoved(p) => h2.remove(p).await,
+                dsh_host::Change::Config(_) => {}
             }
         }
     });
