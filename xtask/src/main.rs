@@ -351,6 +351,7 @@ fn new_plugin(name: &str) -> Result<()> {
         .collect();
     std::fs::create_dir_all(dir.join("src"))?;
     std::fs::create_dir_all(dir.join("tests"))?;
+    let snake = name.replace('-', "_");
     std::fs::write(
         dir.join("Cargo.toml"),
         format!(
@@ -368,20 +369,31 @@ crate-type = ["cdylib"]
 dsh-sdk.workspace = true
 abi_stable.workspace = true
 serde.workspace = true
+schemars.workspace = true
 
 [dev-dependencies]
 dsh-testkit.workspace = true
 tokio.workspace = true
 serde_json.workspace = true
+
+[lints]
+workspace = true
 "#
         ),
     )?;
     std::fs::write(
         dir.join("src/lib.rs"),
         format!(
-            r#"//! The `{name}` plugin: provides the `{name}` service.
+            r#"//! The `{name}` plugin: the `{name}` service (`greet`, `changes`), the
+//! `{snake}_greet` tool, and a listener counting `tools/change`.
 
+use std::cell::Cell;
+use std::rc::Rc;
+
+use dsh_sdk::names::{{bus, service}};
 use dsh_sdk::prelude::*;
+use dsh_sdk::tool::{{arguments, declaration, register_tools, text_reply, ToolSpec}};
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 /// Row config.
@@ -391,26 +403,70 @@ struct Config {{
     greeting: Option<String>,
 }}
 
+/// Parameters of `{name}.greet`.
+#[derive(Deserialize)]
+struct GreetParams {{
+    name: Option<String>,
+}}
+
+/// The `{snake}_greet` tool: its schema and its parsing come from
+/// [`GreetArgs`].
+struct Greet;
+
+impl ToolSpec for Greet {{
+    const NAME: &'static str = "{snake}_greet";
+    const DESCRIPTION: &'static str = "Greet someone by name.";
+    type Args = GreetArgs;
+}}
+
+#[derive(Deserialize, JsonSchema)]
+struct GreetArgs {{
+    /// Who to greet.
+    name: String,
+}}
+
 struct {ty};
 
 impl Plugin for {ty} {{
     const NAME: &'static str = "{name}";
     const DESCRIPTION: &'static str = "says hello";
     const PROVIDES: &'static [&'static str] = &["{name}"];
+    const INJECT: &'static [&'static str] = &[service::TOOLS];
     type Config = Config;
 
     async fn apply(ctx: Context, config: Config) -> Result<()> {{
-        let greeting = config.greeting.unwrap_or_else(|| "hello".into());
+        let greeting: Rc<str> = config.greeting.unwrap_or_else(|| "hello".into()).into();
+        // A listener: counts changes of the tool set.
+        let changes = Rc::new(Cell::new(0u64));
+        let seen = changes.clone();
+        ctx.on(bus::TOOLS_CHANGE, move |_event| {{
+            seen.set(seen.get() + 1);
+            async {{ Ok(Value::Null) }}
+        }});
+        // A service, with typed parameters.
+        let g = greeting.clone();
         ctx.provide("{name}", move |req| {{
-            let greeting = greeting.clone();
+            let (g, changes) = (g.clone(), changes.clone());
             async move {{
                 match req.method.as_str() {{
-                    "greet" => Reply::json(format!("{{greeting}}, {{}}", req.params["name"].as_str().unwrap_or("world"))),
+                    "greet" => {{
+                        let p: GreetParams = req.params_as()?;
+                        Reply::json(format!("{{g}}, {{}}", p.name.as_deref().unwrap_or("world")))
+                    }}
+                    "changes" => Reply::json(changes.get()),
                     _ => Err(req.unknown_method()),
                 }}
             }}
         }});
-        Ok(())
+        // A typed tool: a wrong argument type is an INVALID_ARGS result.
+        register_tools(&ctx, vec![declaration::<Greet>()], move |req| {{
+            let g = greeting.clone();
+            async move {{
+                let args = arguments::<Greet>(&req)?;
+                text_reply(&format!("{{g}}, {{}}", args.name))
+            }}
+        }})
+        .await
     }}
 }}
 
@@ -419,20 +475,34 @@ dsh_sdk::export_plugin!({ty});
         ),
     )?;
     std::fs::write(
-        dir.join("tests")
-            .join(format!("{}.rs", name.replace('-', "_"))),
+        dir.join("tests").join(format!("{snake}.rs")),
         format!(
             r#"//! Loads the real `{name}` library into a real host.
 
-use dsh_testkit::TestHost;
-use serde_json::json;
+use dsh_testkit::{{eventually, TestHost}};
+use serde_json::{{json, Value}};
+
+const ROWS: &str = "[[row]]\nid = 'tools'\nplugin = 'tools'\n\
+                    [[row]]\nid = '{name}'\nplugin = '{name}'\n[row.config]\ngreeting = 'hi'\n";
 
 #[tokio::test]
-async fn greets() {{
+async fn greets_through_its_service_and_its_tool() {{
     let t = TestHost::start().await;
-    t.apply("[[row]]\nid = '{name}'\nplugin = '{name}'\n[row.config]\ngreeting = 'hi'\n").await;
-    let out = t.host.call("{name}", "greet", json!({{"name": "dsh"}})).await.unwrap();
-    assert_eq!(out, json!("hi, dsh"));
+    t.apply(ROWS).await;
+    t.assert_all_active().await;
+    assert_eq!(t.call("{name}", "greet", json!({{"name": "dsh"}})).await, json!("hi, dsh"));
+
+    let exec = |args: Value| json!({{"callId": "c", "name": "{snake}_greet", "arguments": args, "agent": "a", "cwd": "/"}});
+    let ok = t.call("tools", "execute", exec(json!({{"name": "dsh"}}))).await;
+    assert_eq!(ok["content"][0]["text"], json!("hi, dsh"), "{{ok}}");
+    let bad = t.call("tools", "execute", exec(json!({{"name": 7}}))).await;
+    assert_eq!(bad["isError"], json!(true), "{{bad}}");
+
+    // The listener heard its own tool's registration.
+    eventually("a tools/change", || async {{
+        t.call("{name}", "changes", json!({{}})).await.as_u64() >= Some(1)
+    }})
+    .await;
     t.shutdown().await;
 }}
 "#
@@ -444,6 +514,8 @@ async fn greets() {{
             "# {krate}\n\nThe `{name}` plugin. Owns the `{name}` service; touches nothing else.\n"
         ),
     )?;
+    // Laid out as `cargo fmt` would, so the new crate starts clean.
+    let _ = cargo().args(["fmt", "-p", &krate]).status();
     println!(
         "created {} (build it with `cargo build -p {krate}`, test with `cargo test -p {krate}`)",
         dir.display()
