@@ -474,7 +474,7 @@ impl Loop {
             let provider = config["provider"].as_str().unwrap_or_default().to_owned();
             let model = config["model"].as_str().unwrap_or_default().to_owned();
             if provider.is_empty() || model.is_empty() {
-                return Err(Error::new("UNKNOWN", format!(
+                return Err(Error::new(codes::UNKNOWN, format!(
                     "agent \"{agent}\" has no provider/model: set AgentOptions.provider and AgentOptions.model or supply both via the agent/request waterfall"
                 )).into());
             }
@@ -608,7 +608,7 @@ impl Loop {
                 if action["kind"] == "retry" {
                     continue;
                 }
-                let code = failure["code"].as_str().unwrap_or("UNKNOWN");
+                let code = failure["code"].as_str().unwrap_or(codes::UNKNOWN);
                 let message = failure["message"]
                     .as_str()
                     .unwrap_or("the model request failed");

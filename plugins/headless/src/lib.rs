@@ -275,7 +275,7 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
         Some("error") => (
             reason["error"]["code"]
                 .as_str()
-                .unwrap_or("UNKNOWN")
+                .unwrap_or(codes::UNKNOWN)
                 .to_owned(),
             reason["error"]["message"]
                 .as_str()
@@ -286,7 +286,7 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
             kind.to_ascii_uppercase().replace('-', "_"),
             format!("the turn ended {kind}"),
         ),
-        None => ("UNKNOWN".into(), "the agent did not run".into()),
+        None => (codes::UNKNOWN.into(), "the agent did not run".into()),
     };
     eprint(&ctx, &format!("dsh: {code}: {message}\n")).await;
     Ok(1)

@@ -199,7 +199,7 @@ mod tests {
         for code in [
             llm_failure::INVALID_REQUEST,
             llm_failure::AUTH,
-            "UNKNOWN",
+            codes::UNKNOWN,
             code::ABORTED,
             llm_failure::SERVER,
         ] {

@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 
+use dsh_sdk::codes;
 use dsh_sdk::vocab::{event, shape, SessionEvent};
 use serde_json::{json, Map, Value};
 
@@ -151,7 +152,7 @@ fn legacy_failure(reason: &Map<String, Value>) -> Option<Value> {
     };
     let message = reason.get("message").and_then(Value::as_str)?;
     let code = match reason.get("code") {
-        None => "UNKNOWN",
+        None => codes::UNKNOWN,
         Some(c) => c.as_str()?,
     };
     has_only_keys(reason, keys, &[]).then(|| json!({"message": message, "code": code}))
