@@ -438,9 +438,7 @@ async fn reloadable_host() -> (TestHost, PathBuf, PathBuf) {
 /// Replaces the backend's file with a fresh copy and reloads it.
 async fn reload_backend(t: &TestHost, target: &Path) {
     let before = t.status("jsonl").await.generations;
-    let tmp = target.with_extension("so.tmp");
-    std::fs::copy(dsh_testkit::library("dsh-plugin-session-jsonl"), &tmp).unwrap();
-    std::fs::rename(&tmp, target).unwrap();
+    dsh_testkit::replace_library("dsh-plugin-session-jsonl", target);
     t.host.reload(target.to_owned()).await;
     assert!(t.status("jsonl").await.generations > before, "not reloaded");
 }
@@ -451,6 +449,20 @@ async fn append(t: &TestHost, id: &str, kind: &str, data: Value) {
         a["surfaceOp"] = json!("append");
     }
     t.call("sessions", "append", a).await;
+}
+
+/// A live session `id` whose turn 1 is open with one user message, flushed
+/// to its log.
+async fn open_flushed_turn(t: &TestHost, id: &str, text: &str) {
+    t.call(
+        "sessions",
+        "create",
+        json!({"id": id, "meta": {"cwd": CWD}}),
+    )
+    .await;
+    append(t, id, "turn/start", json!({"turn": 1})).await;
+    append(t, id, "user/message", user("u1", text)).await;
+    t.call("sessions", "flush", json!({"id": id})).await;
 }
 
 /// The events the backend stores for `id`, as `load` reads them.
@@ -465,15 +477,7 @@ async fn stored_events(t: &TestHost, id: &str) -> Value {
 async fn a_reloaded_backend_adopts_live_sessions_and_keeps_persisting_them() {
     let (t, _root, target) = reloadable_host().await;
     let id = "adopted";
-    t.call(
-        "sessions",
-        "create",
-        json!({"id": id, "meta": {"cwd": CWD}}),
-    )
-    .await;
-    append(&t, id, "turn/start", json!({"turn": 1})).await;
-    append(&t, id, "user/message", user("u1", "before the reload")).await;
-    t.call("sessions", "flush", json!({"id": id})).await;
+    open_flushed_turn(&t, id, "before the reload").await;
 
     reload_backend(&t, &target).await;
 
@@ -500,15 +504,7 @@ async fn a_reloaded_backend_adopts_live_sessions_and_keeps_persisting_them() {
 async fn adoption_never_crash_repairs_an_open_live_turn() {
     let (t, _root, target) = reloadable_host().await;
     let id = "open-turn";
-    t.call(
-        "sessions",
-        "create",
-        json!({"id": id, "meta": {"cwd": CWD}}),
-    )
-    .await;
-    append(&t, id, "turn/start", json!({"turn": 1})).await;
-    append(&t, id, "user/message", user("u1", "still running")).await;
-    t.call("sessions", "flush", json!({"id": id})).await;
+    open_flushed_turn(&t, id, "still running").await;
 
     reload_backend(&t, &target).await;
     t.call("sessions", "flush", json!({"id": id})).await;

@@ -4,7 +4,7 @@
 
 use dsh_host::FiberState;
 use dsh_testkit::fixtures::{probe_journal, probe_row, stage_probe};
-use dsh_testkit::{eventually, library, TestHost};
+use dsh_testkit::{eventually, library, replace_library, TestHost};
 use serde_json::{json, Value};
 
 #[tokio::test]
@@ -527,12 +527,7 @@ async fn hot_reload_serves_from_the_new_generation_and_keeps_the_old_on_a_bad_fi
         json!(1)
     );
 
-    let replace = |from: std::path::PathBuf| {
-        let tmp = t.plugins.path().join("counter.so.tmp");
-        std::fs::copy(from, &tmp).unwrap();
-        std::fs::rename(&tmp, &target).unwrap();
-    };
-    replace(library("dsh-fixture-counter-v2"));
+    replace_library("dsh-fixture-counter-v2", &target);
     t.host.reload(target.clone()).await;
     assert_eq!(
         t.host.call("counter", "get", json!({})).await.unwrap(),
@@ -557,7 +552,7 @@ async fn hot_reload_serves_from_the_new_generation_and_keeps_the_old_on_a_bad_fi
     assert!(!t.reports_with("reload refused").is_empty());
 
     // A fix recovers; removing the file unloads.
-    replace(library("dsh-fixture-counter-v1"));
+    replace_library("dsh-fixture-counter-v1", &target);
     t.host.reload(target.clone()).await;
     assert_eq!(
         t.host.call("counter", "get", json!({})).await.unwrap(),
@@ -586,14 +581,9 @@ async fn a_plugin_hands_its_state_to_the_next_generation_on_reload() {
     for _ in 0..3 {
         t.host.call("tally", "add", json!({})).await.unwrap();
     }
-    let replace = |from: std::path::PathBuf| {
-        let tmp = t.plugins.path().join("counter.so.tmp");
-        std::fs::copy(from, &tmp).unwrap();
-        std::fs::rename(&tmp, &target).unwrap();
-    };
     // A rebuilt library (another version of the same plugin) inherits the
     // count the disposed generation handed over.
-    replace(library("dsh-fixture-counter-v2"));
+    replace_library("dsh-fixture-counter-v2", &target);
     t.host.reload(target.clone()).await;
     assert_eq!(
         t.host.call("counter", "get", json!({})).await.unwrap(),
@@ -604,7 +594,7 @@ async fn a_plugin_hands_its_state_to_the_next_generation_on_reload() {
         json!(3)
     );
     t.host.call("tally", "add", json!({})).await.unwrap();
-    replace(library("dsh-fixture-counter-v1"));
+    replace_library("dsh-fixture-counter-v1", &target);
     t.host.reload(target.clone()).await;
     assert_eq!(
         t.host.call("counter", "get", json!({})).await.unwrap(),

@@ -78,6 +78,17 @@ pub fn library(crate_name: &str) -> PathBuf {
     target_dir().join(format!("lib{}.so", crate_name.replace('-', "_")))
 }
 
+/// Puts the built library of `crate_name` at `target` the way a rebuild
+/// lands: copied beside it, then renamed over it in one step, so a watcher
+/// never sees a half-written file.
+pub fn replace_library(crate_name: &str, target: &Path) {
+    let tmp = target.with_extension("so.tmp");
+    std::fs::copy(library(crate_name), &tmp)
+        .unwrap_or_else(|e| panic!("cannot copy {crate_name} (is it built?): {e}"));
+    std::fs::rename(&tmp, target)
+        .unwrap_or_else(|e| panic!("cannot rename over {}: {e}", target.display()));
+}
+
 /// The built `dsh-host` binary as a command, with `DSH_LOG` unset and
 /// `NO_COLOR=1` (plain, quiet stderr unless the test asks for a log).
 pub fn dsh_host() -> Command {
