@@ -159,9 +159,9 @@ fn handle<P: Plugin>(shared: &Rc<Shared>, message: ToPlugin<'static>) {
             caller,
             service.into_owned(),
             method.into_owned(),
-            &params,
+            params.into_owned(),
         ),
-        ToPlugin::Reply { id, kind, payload } => shared.on_reply(id, kind, &payload),
+        ToPlugin::Reply { id, kind, payload } => shared.on_reply(id, kind, payload.into_owned()),
         ToPlugin::Cancel { id } => shared.on_cancel(id),
         ToPlugin::Event {
             invocation,

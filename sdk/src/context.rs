@@ -18,6 +18,7 @@ use tokio::task::AbortHandle;
 
 use crate::error::{codes, Error, Result};
 use crate::link::HostLink;
+use crate::payload::Payload;
 use crate::unwind::catch;
 
 pub(crate) type LocalBoxFuture<T> = Pin<Box<dyn Future<Output = T>>>;
@@ -34,11 +35,11 @@ pub type FiberId = u64;
 enum Pending {
     /// A plain call; stream items, if the provider streams, are collected.
     Call {
-        tx: oneshot::Sender<Result<Value>>,
-        items: Vec<Value>,
+        tx: oneshot::Sender<Result<Payload>>,
+        items: Vec<Payload>,
     },
     /// A streaming call.
-    Stream(mpsc::UnboundedSender<Result<Value>>),
+    Stream(mpsc::UnboundedSender<Result<Payload>>),
 }
 
 /// State of one plugin generation, shared by every handle on this thread.
@@ -153,9 +154,9 @@ impl Shared {
         }
     }
 
-    fn reply(&self, id: u64, result: Result<Value>) {
+    fn reply(&self, id: u64, result: Result<String>) {
         let (kind, payload) = match result {
-            Ok(v) => (ReplyKind::Ok, v.to_string()),
+            Ok(text) => (ReplyKind::Ok, text),
             Err(e) => (ReplyKind::Err, e.to_payload()),
         };
         self.send(ToHost::Reply {
@@ -165,11 +166,11 @@ impl Shared {
         });
     }
 
-    fn reply_item(&self, id: u64, item: Value) {
+    fn reply_item(&self, id: u64, item: String) {
         self.send(ToHost::Reply {
             id,
             kind: ReplyKind::Item,
-            payload: Cow::Owned(item.to_string()),
+            payload: Cow::Owned(item),
         });
     }
 
@@ -185,10 +186,10 @@ impl Shared {
     }
 
     /// Handles a REPLY for one of our outgoing calls.
-    pub(crate) fn on_reply(&self, id: u64, kind: ReplyKind, payload: &str) {
+    pub(crate) fn on_reply(&self, id: u64, kind: ReplyKind, payload: String) {
         let result = match kind {
-            ReplyKind::Err => Err(Error::from_payload(payload)),
-            ReplyKind::Ok | ReplyKind::Item => parse_payload(payload),
+            ReplyKind::Err => Err(Error::from_payload(&payload)),
+            ReplyKind::Ok | ReplyKind::Item => Ok(Payload::from_text(payload)),
         };
         let stream_item = !kind.is_final();
         let mut pending = self.pending.borrow_mut();
@@ -207,7 +208,7 @@ impl Shared {
                     let result = if items.is_empty() {
                         result
                     } else {
-                        result.map(|_| Value::Array(items))
+                        result.map(|_| collect_items(items))
                     };
                     let _ = tx.send(result);
                 }
@@ -228,7 +229,7 @@ impl Shared {
         caller: FiberId,
         service: String,
         method: String,
-        params: &str,
+        params: String,
     ) {
         let handler = self.services.borrow().get(&service).cloned();
         let Some(handler) = handler else {
@@ -241,14 +242,10 @@ impl Shared {
             );
             return;
         };
-        let params = match parse_payload(params) {
-            Ok(v) => v,
-            Err(e) => return self.reply(id, Err(e)),
-        };
         let request = Request {
             service,
             method,
-            params,
+            params: Payload::from_text(params),
             caller,
             shared: Rc::downgrade(self),
         };
@@ -258,12 +255,13 @@ impl Shared {
             Some(id),
             Box::pin(async move {
                 match catch(fut).await {
-                    Ok(Ok(Reply::Value(v))) => shared.reply(id, Ok(v)),
+                    Ok(Ok(Reply::Value(v))) => shared.reply(id, Ok(v.to_string())),
+                    Ok(Ok(Reply::Payload(p))) => shared.reply(id, Ok(p.into_text())),
                     Ok(Ok(Reply::Stream(mut rx))) => {
                         let mut failed = false;
                         while let Some(item) = rx.recv().await {
                             match item {
-                                Ok(v) => shared.reply_item(id, v),
+                                Ok(text) => shared.reply_item(id, text),
                                 Err(e) => {
                                     shared.reply(id, Err(e));
                                     failed = true;
@@ -272,7 +270,7 @@ impl Shared {
                             }
                         }
                         if !failed {
-                            shared.reply(id, Ok(Value::Null));
+                            shared.reply(id, Ok(NULL.to_owned()));
                         }
                     }
                     Ok(Err(e)) | Err(e) => shared.reply(id, Err(e)),
@@ -323,18 +321,9 @@ impl Shared {
             }
             return;
         };
-        let payload = match parse_payload(&payload) {
-            Ok(v) => v,
-            Err(e) => {
-                if invocation != 0 {
-                    self.reply(invocation, Err(e));
-                }
-                return;
-            }
-        };
         let event = Event {
             name: name.clone(),
-            payload,
+            payload: Payload::from_text(payload),
             scope: (!scope.is_empty()).then_some(scope),
             invocation,
             waterfall: mode == Mode::Waterfall,
@@ -352,7 +341,7 @@ impl Shared {
                         tracing::warn!("listener for `{name}` failed (contained): {e}");
                     }
                 } else {
-                    shared.reply(invocation, result);
+                    shared.reply(invocation, result.map(|v| v.to_string()));
                     shared.incoming.borrow_mut().remove(&invocation);
                 }
             }),
@@ -376,7 +365,7 @@ impl Shared {
         let task = tokio::task::spawn_local(async move {
             let result = catch(inner(payload)).await.and_then(|r| r);
             shared.running_inners.borrow_mut().remove(&waterfall);
-            shared.reply(id, result);
+            shared.reply(id, result.map(|v| v.to_string()));
         });
         if !task.is_finished() {
             self.running_inners
@@ -505,6 +494,8 @@ pub(crate) struct EventMsg {
     pub payload: String,
 }
 
+const NULL: &str = "null";
+
 fn parse_payload(text: &str) -> Result<Value> {
     if text.is_empty() {
         return Ok(Value::Null);
@@ -516,10 +507,31 @@ fn to_value(v: impl Serialize) -> Result<Value> {
     Ok(serde_json::to_value(v)?)
 }
 
+/// Serializes `v` straight to JSON text (no intermediate [`Value`]).
+fn to_text(v: impl Serialize) -> Result<String> {
+    Ok(serde_json::to_string(&v)?)
+}
+
+/// The items of a stream answered to a plain call, as one JSON array
+/// (their texts joined, not parsed).
+fn collect_items(items: Vec<Payload>) -> Payload {
+    let mut text =
+        String::with_capacity(items.iter().map(|i| i.as_str().len() + 1).sum::<usize>() + 2);
+    text.push('[');
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            text.push(',');
+        }
+        text.push_str(item.as_str());
+    }
+    text.push(']');
+    Payload::from_text(text)
+}
+
 /// An outgoing call awaiting one reply; cancels the call when dropped early.
 struct OutgoingCall {
     id: u64,
-    rx: Option<oneshot::Receiver<Result<Value>>>,
+    rx: Option<oneshot::Receiver<Result<Payload>>>,
     link: Option<HostLink>,
     done: bool,
 }
@@ -534,7 +546,7 @@ impl OutgoingCall {
         }
     }
 
-    async fn wait(mut self) -> Result<Value> {
+    async fn wait(mut self) -> Result<Payload> {
         let Some(rx) = self.rx.take() else {
             return Err(host_refused());
         };
@@ -564,8 +576,10 @@ fn host_refused() -> Error {
 pub enum Reply {
     /// A single value.
     Value(Value),
+    /// A single value already in JSON text: forwarded as it is.
+    Payload(Payload),
     /// Items arrive through the paired [`ReplySender`].
-    Stream(mpsc::UnboundedReceiver<Result<Value>>),
+    Stream(mpsc::UnboundedReceiver<Result<String>>),
 }
 
 impl From<Value> for Reply {
@@ -577,7 +591,7 @@ impl From<Value> for Reply {
 impl Reply {
     /// Serializes `v` into a single-value reply.
     pub fn json(v: impl Serialize) -> Result<Reply> {
-        Ok(Reply::Value(to_value(v)?))
+        Ok(Reply::Payload(Payload::from_text(to_text(v)?)))
     }
 
     /// A streaming reply and the sender that feeds it. The stream ends when
@@ -590,15 +604,18 @@ impl Reply {
 
 /// Feeds a streaming [`Reply`].
 #[derive(Clone)]
-pub struct ReplySender(mpsc::UnboundedSender<Result<Value>>);
+pub struct ReplySender(mpsc::UnboundedSender<Result<String>>);
 
 impl ReplySender {
     /// Sends one item; false when the caller is gone.
     pub fn send(&self, item: impl Serialize) -> bool {
-        match to_value(item) {
-            Ok(v) => self.0.send(Ok(v)).is_ok(),
-            Err(e) => self.0.send(Err(e)).is_ok(),
-        }
+        self.0.send(to_text(item)).is_ok()
+    }
+
+    /// Sends one item that is JSON text already (forwarded as it is);
+    /// false when the caller is gone.
+    pub fn send_payload(&self, item: Payload) -> bool {
+        self.0.send(Ok(item.into_text())).is_ok()
     }
 
     /// Ends the stream with an error.
@@ -618,8 +635,8 @@ pub struct Request {
     pub service: String,
     /// The method.
     pub method: String,
-    /// The parameters (JSON).
-    pub params: Value,
+    /// The parameters: JSON text, parsed on first read (see [`Payload`]).
+    pub params: Payload,
     /// The calling fiber (0 for the host itself).
     pub caller: FiberId,
     shared: std::rc::Weak<Shared>,
@@ -628,7 +645,7 @@ pub struct Request {
 impl Request {
     /// Deserializes the parameters.
     pub fn params_as<T: DeserializeOwned>(&self) -> Result<T> {
-        serde_json::from_value(self.params.clone()).map_err(|e| {
+        self.params.parse().map_err(|e| {
             Error::new(
                 codes::INVALID_PAYLOAD,
                 format!("invalid params for `{}.{}`: {e}", self.service, self.method),
@@ -662,8 +679,8 @@ impl Request {
 pub struct Event {
     /// The event name.
     pub name: String,
-    /// The payload (JSON).
-    pub payload: Value,
+    /// The payload: JSON text, parsed on first read (see [`Payload`]).
+    pub payload: Payload,
     /// The scope key of the dispatch (an agent id), if any.
     pub scope: Option<String>,
     invocation: u64,
@@ -675,7 +692,7 @@ pub struct Event {
 impl Event {
     /// Deserializes the payload.
     pub fn payload_as<T: DeserializeOwned>(&self) -> Result<T> {
-        Ok(serde_json::from_value(self.payload.clone())?)
+        Ok(self.payload.parse()?)
     }
 
     /// True when this listener runs inside a waterfall (and may call `next`).
@@ -686,6 +703,19 @@ impl Event {
     /// Waterfall only: calls the rest of the chain with `payload` and
     /// returns its result. May be called at most once.
     pub async fn next(&self, payload: impl Serialize) -> Result<Value> {
+        let payload = Payload::from_text(to_text(payload)?);
+        Ok(self.next_payload(payload).await?.into_value())
+    }
+
+    /// Waterfall only: calls the rest of the chain with this listener's own
+    /// payload, unchanged and unparsed, and returns its result.
+    pub async fn forward(&self) -> Result<Value> {
+        Ok(self.next_payload(self.payload.clone()).await?.into_value())
+    }
+
+    /// Waterfall only: [`Event::next`] with a payload in JSON text already;
+    /// neither the payload nor the result is parsed here.
+    pub async fn next_payload(&self, payload: Payload) -> Result<Payload> {
         if !self.waterfall {
             return Err(Error::msg(format!(
                 "`next` called by a listener of `{}`, which is not a waterfall",
@@ -702,13 +732,12 @@ impl Event {
             .shared
             .upgrade()
             .ok_or_else(|| Error::new(codes::DISPOSED, "the plugin is disposed"))?;
-        let payload = to_value(payload)?.to_string();
         let invocation = self.invocation;
         shared
             .request(|id| ToHost::Next {
                 id,
                 invocation,
-                payload: Cow::Owned(payload),
+                payload: Cow::Owned(payload.into_text()),
             })
             .wait()
             .await
@@ -728,22 +757,28 @@ impl Service {
         &self.name
     }
 
-    fn call_msg(&self, id: u64, method: &str, params: &Value) -> ToHost<'static> {
+    fn call_msg(&self, id: u64, method: &str, params: String) -> ToHost<'static> {
         ToHost::Call {
             id,
             service: Cow::Owned(self.name.clone()),
             method: Cow::Owned(method.to_owned()),
-            params: Cow::Owned(params.to_string()),
+            params: Cow::Owned(params),
         }
     }
 
     /// Calls `method` and returns its JSON result. If the provider streams,
     /// the items are collected into an array.
     pub async fn call(&self, method: &str, params: impl Serialize) -> Result<Value> {
-        let params = to_value(params)?;
+        let params = Payload::from_text(to_text(params)?);
+        Ok(self.call_payload(method, params).await?.into_value())
+    }
+
+    /// Calls `method` with parameters in JSON text already and returns the
+    /// result as text: neither is parsed here (a hop that only routes).
+    pub async fn call_payload(&self, method: &str, params: Payload) -> Result<Payload> {
         self.ctx
             .shared
-            .request(|id| self.call_msg(id, method, &params))
+            .request(|id| self.call_msg(id, method, params.into_text()))
             .wait()
             .await
     }
@@ -754,8 +789,9 @@ impl Service {
         method: &str,
         params: impl Serialize,
     ) -> Result<R> {
-        let v = self.call(method, params).await?;
-        serde_json::from_value(v).map_err(|e| {
+        let params = Payload::from_text(to_text(params)?);
+        let reply = self.call_payload(method, params).await?;
+        reply.parse().map_err(|e| {
             Error::new(
                 codes::INVALID_PAYLOAD,
                 format!("unexpected reply from `{}.{method}`: {e}", self.name),
@@ -765,21 +801,27 @@ impl Service {
 
     /// Calls `method` and returns the stream of items it replies with.
     pub fn stream(&self, method: &str, params: impl Serialize) -> CallStream {
-        let shared = &self.ctx.shared;
-        let (tx, rx) = mpsc::unbounded_channel();
-        let params = match to_value(params) {
-            Ok(v) => v,
+        match to_text(params) {
+            Ok(text) => self.stream_payload(method, Payload::from_text(text)),
             Err(e) => {
+                let (tx, rx) = mpsc::unbounded_channel();
                 let _ = tx.send(Err(e));
-                return CallStream {
+                CallStream {
                     id: 0,
                     rx,
                     link: None,
-                };
+                }
             }
-        };
+        }
+    }
+
+    /// [`Service::stream`] with parameters in JSON text already (sent as
+    /// they are, not parsed or re-encoded).
+    pub fn stream_payload(&self, method: &str, params: Payload) -> CallStream {
+        let shared = &self.ctx.shared;
+        let (tx, rx) = mpsc::unbounded_channel();
         let id = shared.next_id();
-        let msg = self.call_msg(id, method, &params);
+        let msg = self.call_msg(id, method, params.into_text());
         shared
             .pending
             .borrow_mut()
@@ -800,13 +842,18 @@ impl Service {
 /// The items of a streaming call. Dropping it cancels the call.
 pub struct CallStream {
     id: u64,
-    rx: mpsc::UnboundedReceiver<Result<Value>>,
+    rx: mpsc::UnboundedReceiver<Result<Payload>>,
     link: Option<HostLink>,
 }
 
 impl CallStream {
     /// The next item; `None` at the end. An error ends the stream.
     pub async fn next(&mut self) -> Option<Result<Value>> {
+        Some(self.next_payload().await?.map(Payload::into_value))
+    }
+
+    /// The next item as JSON text (not parsed); `None` at the end.
+    pub async fn next_payload(&mut self) -> Option<Result<Payload>> {
         let item = self.rx.recv().await;
         if item.is_none() {
             self.link = None;
@@ -818,7 +865,7 @@ impl CallStream {
 impl CallStream {
     /// The next item if one is already waiting (no waiting).
     pub fn try_next(&mut self) -> Option<Result<Value>> {
-        self.rx.try_recv().ok()
+        self.rx.try_recv().ok().map(|r| r.map(Payload::into_value))
     }
 }
 
@@ -906,19 +953,19 @@ impl Dispatch {
         self
     }
 
-    fn msg(&self, id: u64, mode: Mode, payload: &Value) -> ToHost<'static> {
+    fn msg(&self, id: u64, mode: Mode, payload: String) -> ToHost<'static> {
         ToHost::Dispatch {
             id,
             event: Cow::Owned(self.event.clone()),
             scope: Cow::Owned(self.scope.clone().unwrap_or_default()),
             mode,
-            payload: Cow::Owned(payload.to_string()),
+            payload: Cow::Owned(payload),
         }
     }
 
     /// Fire and forget. Listener failures are contained and logged.
     pub fn emit(self, payload: impl Serialize) -> Result<()> {
-        let msg = self.msg(0, Mode::Emit, &to_value(payload)?);
+        let msg = self.msg(0, Mode::Emit, to_text(payload)?);
         if self.ctx.shared.send(msg) {
             Ok(())
         } else {
@@ -929,24 +976,24 @@ impl Dispatch {
     /// Listeners one by one; returns the first non-null result. The first
     /// failure stops the dispatch and is returned.
     pub async fn serial(self, payload: impl Serialize) -> Result<Value> {
-        let payload = to_value(payload)?;
+        let payload = to_text(payload)?;
         let call = self
             .ctx
             .shared
-            .request(|id| self.msg(id, Mode::Serial, &payload));
-        call.wait().await
+            .request(|id| self.msg(id, Mode::Serial, payload));
+        Ok(call.wait().await?.into_value())
     }
 
     /// All listeners concurrently; waits for all; fails if any failed.
     /// Answers whether any listener took part.
     pub async fn parallel(self, payload: impl Serialize) -> Result<bool> {
-        let payload = to_value(payload)?;
+        let payload = to_text(payload)?;
         let call = self
             .ctx
             .shared
-            .request(|id| self.msg(id, Mode::Parallel, &payload));
+            .request(|id| self.msg(id, Mode::Parallel, payload));
         let reply = call.wait().await?;
-        Ok(reply == Value::Bool(true))
+        Ok(*reply == Value::Bool(true))
     }
 
     /// Around-middleware: the first listener is outermost; each may call
@@ -957,9 +1004,9 @@ impl Dispatch {
         Fut: Future<Output = Result<Value>> + 'static,
     {
         let shared = self.ctx.shared.clone();
-        let payload = to_value(payload)?;
+        let payload = to_text(payload)?;
         let mut waterfall_id = 0;
-        let build = |id| self.msg(id, Mode::Waterfall, &payload);
+        let build = |id| self.msg(id, Mode::Waterfall, payload);
         let call = shared.request_with(build, |id| {
             waterfall_id = id;
             shared
@@ -976,7 +1023,7 @@ impl Dispatch {
             }
         }
         let _forget = Forget(shared.clone(), waterfall_id);
-        call.wait().await
+        Ok(call.wait().await?.into_value())
     }
 }
 

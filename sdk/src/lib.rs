@@ -44,6 +44,7 @@ pub mod file;
 mod link;
 mod logging;
 pub mod names;
+pub mod payload;
 pub mod process;
 pub mod tool;
 mod unwind;
@@ -60,6 +61,7 @@ pub use context::{
 pub use dsh_tempdir as tempdir;
 pub use dsh_wire::Manifest;
 pub use error::{codes, Error, Result};
+pub use payload::{Payload, RawObject};
 pub use serde_json::{json, Value};
 pub use tracing;
 
@@ -79,8 +81,8 @@ pub fn now_ms() -> u64 {
 /// Everything a plugin usually needs.
 pub mod prelude {
     pub use crate::{
-        codes, json, Context, Error, Event, Plugin, Reply, ReplySender, Request, Result, Service,
-        Value,
+        codes, json, Context, Error, Event, Payload, Plugin, Reply, ReplySender, Request, Result,
+        Service, Value,
     };
 }
 

@@ -94,9 +94,9 @@ impl Plugin for Instructions {
         ctx.on(bus::AGENT_PRE_STEP, move |ev| {
             let (c, home) = (c.clone(), home.clone());
             async move {
-                let p = ev.payload.clone();
+                let p = &ev.payload;
                 if p["turn"] != json!(1) || p["step"] != json!(1) {
-                    return ev.next(p).await;
+                    return ev.forward().await;
                 }
                 let agent = p["agent"].as_str().unwrap_or_default();
                 let header = c.service(service::SESSIONS).call(sessions::HEADER, json!({"id": agent})).await?;
@@ -112,12 +112,12 @@ impl Plugin for Instructions {
                     }
                 }
                 let Some(text) = render(&files, config.max_bytes) else {
-                    return ev.next(p).await;
+                    return ev.forward().await;
                 };
                 let message = json!({"id": dsh_sdk::new_id(), "role": "user",
                     "content": [{"type": "text", "text": text}],
                     "source": {"kind": "plugin", "plugin": "agent-instructions", "form": "instructions"}});
-                let mut next = p.clone();
+                let mut next = p.value().clone();
                 let mut messages = vec![message];
                 messages.extend(p["messages"].as_array().cloned().unwrap_or_default());
                 next["messages"] = json!(messages);

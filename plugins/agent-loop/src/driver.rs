@@ -6,7 +6,12 @@ use std::rc::Rc;
 use dsh_sdk::names::{bus, code, llm, service, sessions, system_prompt, tools};
 use dsh_sdk::new_id;
 use dsh_sdk::prelude::*;
+use dsh_sdk::vocab::history::{self, SurfaceTail};
 use dsh_sdk::vocab::{event, header_equals, msg, BlockAssembler};
+use dsh_sdk::Payload;
+use serde::Serialize;
+use serde_json::value::RawValue;
+use serde_json::Map;
 
 use crate::{Abort, Loop, MAX_STEPS_FIELD, NEXT_STEP, STEP_LIMIT};
 
@@ -16,6 +21,21 @@ pub(crate) type FirstClaim = tokio::sync::oneshot::Sender<()>;
 /// How a step ended: `Some(kind)` ends the turn unless more input is
 /// pending; `None` means tool results owe the model a response.
 type StepEnd = Option<&'static str>;
+
+/// The `llm.stream` request (reference dsh-core §3.2 `LlmRequest`), keys in
+/// the order the loop has always sent them.
+#[derive(Serialize)]
+struct StreamRequest<'a> {
+    #[serde(flatten)]
+    config: &'a Map<String, Value>,
+    messages: &'a [Box<RawValue>],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<&'a Value>,
+    #[serde(rename = "sessionId")]
+    session_id: &'a str,
+}
 
 /// A failure that ends the turn: an abort, or an error with its reason.
 enum Stop {
@@ -174,38 +194,64 @@ impl Loop {
 
     /// `deriveMessages()`, incrementally: only surface events appended since
     /// the last request are fetched; a `replace` falls back to a full derive.
-    async fn history(&self, agent: &str) -> Result<Value> {
+    /// Messages are kept as the JSON text they were logged as, so a request
+    /// copies the history instead of parsing and re-encoding it.
+    async fn refresh_history(&self, agent: &str) -> Result<()> {
         let sessions = self.ctx.service(service::SESSIONS);
         let from = self.agents.borrow().get(agent).map_or(0, |a| a.history_seq);
-        let tail = sessions
-            .call(sessions::SURFACE, json!({"id": agent, "from": from}))
+        let tail: SurfaceTail = sessions
+            .call_as(sessions::SURFACE, json!({"id": agent, "from": from}))
             .await?;
-        let seq = tail["seq"].as_u64().unwrap_or(0);
-        if tail["replaced"] == json!(true) || from == 0 {
-            let all: Vec<Value> = serde_json::from_value(
-                sessions
-                    .call(sessions::DERIVE, json!({"id": agent}))
-                    .await?,
-            )?;
-            if let Some(a) = self.agents.borrow_mut().get_mut(agent) {
-                a.history = all;
-                a.history_seq = seq;
-            }
+        let seq = tail.seq;
+        let fresh = tail.replaced || from == 0;
+        let messages: Vec<Box<RawValue>> = if fresh {
+            sessions
+                .call_as(sessions::DERIVE, json!({"id": agent}))
+                .await?
         } else {
-            let events: Vec<dsh_sdk::vocab::SessionEvent> =
-                serde_json::from_value(tail["events"].clone())?;
-            if let Some(a) = self.agents.borrow_mut().get_mut(agent) {
-                a.history.extend(dsh_sdk::vocab::derive_messages(&events));
-                a.history_seq = seq;
+            history::appended_messages(tail.events)?
+        };
+        if let Some(a) = self.agents.borrow_mut().get_mut(agent) {
+            if fresh {
+                a.history = messages;
+            } else {
+                a.history.extend(messages);
             }
+            a.history_seq = seq;
+        }
+        Ok(())
+    }
+
+    /// The `llm.stream` request of a step, as JSON text: the call config,
+    /// then the history (copied as logged), the system prompt, the tools
+    /// and the session id.
+    fn stream_request(
+        &self,
+        agent: &str,
+        config: &Value,
+        system: &str,
+        tools: &Value,
+    ) -> Result<Payload> {
+        let mut config = config
+            .as_object()
+            .cloned()
+            .ok_or_else(|| Error::msg(format!("the call config is not an object: {config}")))?;
+        for key in ["messages", "system", "tools", "sessionId"] {
+            config.shift_remove(key);
         }
         let agents = self.agents.borrow();
-        Ok(Value::Array(
-            agents
-                .get(agent)
-                .map(|a| a.history.clone())
-                .unwrap_or_default(),
-        ))
+        let a = agents.get(agent).ok_or_else(|| Error::msg("agent gone"))?;
+        let request = StreamRequest {
+            config: &config,
+            messages: &a.history,
+            system: (!system.is_empty()).then_some(system),
+            tools: tools
+                .as_array()
+                .is_some_and(|t| !t.is_empty())
+                .then_some(tools),
+            session_id: agent,
+        };
+        Ok(Payload::json(&request)?)
     }
 
     async fn claim(&self, agent: &str, target: &str, turn: u64) -> Result<Vec<Value>> {
@@ -522,23 +568,18 @@ impl Loop {
                 a.logged_header = Some(header.clone());
                 a.logged_context = Some(context);
             }
-            let history = self.history(agent).await?;
-            let mut request = config.clone();
-            request["messages"] = history;
-            if !system.is_empty() {
-                request["system"] = json!(system);
-            }
-            if tools.as_array().is_some_and(|t| !t.is_empty()) {
-                request["tools"] = tools.clone();
-            }
-            request["sessionId"] = json!(agent);
+            self.refresh_history(agent).await?;
+            let request = self.stream_request(agent, &config, &system, &tools)?;
 
             // A cancel from an `agent/request` listener (or during the
             // appends above) stops the step before the model is called.
             self.check(abort)?;
             let mut assembler = BlockAssembler::default();
             let mut chunk_seqs: Vec<u64> = Vec::new();
-            let mut stream = self.ctx.service(service::LLM).stream(llm::STREAM, request);
+            let mut stream = self
+                .ctx
+                .service(service::LLM)
+                .stream_payload(llm::STREAM, request);
             let mut interrupted = false;
             loop {
                 let item = tokio::select! {

@@ -196,7 +196,7 @@ pub(crate) struct Agent {
     pub logged_header: Option<Value>,
     pub logged_context: Option<Value>,
     /// The model history derived so far, and the log length it covers.
-    pub history: Vec<Value>,
+    pub history: Vec<Box<serde_json::value::RawValue>>,
     pub history_seq: u64,
     /// The runtime-context snapshot the log retains.
     pub runtime_context: runtime_context::Projection,

@@ -37,7 +37,7 @@ impl Plugin for Checkpoint {
                 let c = c.clone();
                 async move {
                     flush(&c, ev.payload.pointer(key).and_then(Value::as_str)).await;
-                    ev.next(ev.payload.clone()).await
+                    ev.forward().await
                 }
             });
         }

@@ -3,6 +3,7 @@
 //! `reasoning = false` and its own `baseUrl` — any OpenAI-compatible
 //! endpoint (Ollama, vLLM, llama.cpp server).
 
+mod request;
 mod sse;
 mod wire;
 
@@ -75,10 +76,11 @@ impl Default for Config {
 struct Adapter {
     config: Config,
     client: reqwest::Client,
+    converter: request::Converter,
 }
 
 impl Adapter {
-    async fn stream(self: Rc<Self>, request: Value, tx: ReplySender) {
+    async fn stream(self: Rc<Self>, request: Payload, tx: ReplySender) {
         let fail = |f: LlmFailure| {
             tx.send(f.finish_chunk(false));
         };
@@ -98,7 +100,25 @@ impl Adapter {
                 }
             }
         };
-        let body = wire::request_body(&self.config, &request);
+        let request: request::Request = match request.parse() {
+            Ok(r) => r,
+            Err(e) => {
+                return fail(LlmFailure::new(
+                    wire::code::INVALID_REQUEST,
+                    format!("the request does not fit the chat-completions adapter: {e}"),
+                ))
+            }
+        };
+        let session = request.session_id.clone();
+        let body = match self.converter.body(&self.config, request) {
+            Ok(b) => b,
+            Err(e) => {
+                return fail(LlmFailure::new(
+                    wire::code::INVALID_REQUEST,
+                    format!("a message of the request cannot be converted: {e}"),
+                ))
+            }
+        };
         let url = format!(
             "{}/chat/completions",
             self.config.base_url.trim_end_matches('/')
@@ -107,11 +127,12 @@ impl Adapter {
             .client
             .post(&url)
             .header("User-Agent", concat!("dsh/", env!("CARGO_PKG_VERSION")))
-            .json(&body);
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body);
         if let Some(k) = key {
             http = http.bearer_auth(k);
         }
-        if let Some(s) = request["sessionId"].as_str() {
+        if let Some(s) = session.as_deref() {
             http = http.header("x-deepseek-harness-session-id", s);
         }
         let idle = Duration::from_millis(self.config.stream_idle_timeout_ms);
@@ -237,13 +258,17 @@ impl Plugin for DeepSeek {
             .build()
             .map_err(|e| Error::msg(format!("cannot build the HTTP client: {e}")))?;
         let provider = config.provider.clone();
-        let adapter = Rc::new(Adapter { config, client });
+        let adapter = Rc::new(Adapter {
+            config,
+            client,
+            converter: request::Converter::default(),
+        });
         let c = ctx.clone();
         register_adapter(&ctx, vec![provider], move |req| {
             let (adapter, c) = (adapter.clone(), c.clone());
             async move {
                 let (tx, reply) = Reply::stream();
-                c.spawn(adapter.stream(req.params.clone(), tx));
+                c.spawn(adapter.stream(req.params, tx));
                 Ok(reply)
             }
         })

@@ -4,8 +4,6 @@
 use dsh_sdk::vocab::{msg, LlmFailure};
 use serde_json::{json, Value};
 
-use crate::Config;
-
 fn texts(blocks: &[Value], kind: &str) -> String {
     blocks
         .iter()
@@ -16,7 +14,7 @@ fn texts(blocks: &[Value], kind: &str) -> String {
 }
 
 /// One harness message as chat-completions messages.
-fn messages_of(m: &Value) -> Vec<Value> {
+pub(crate) fn messages_of(m: &Value) -> Vec<Value> {
     let blocks = m["content"].as_array().cloned().unwrap_or_default();
     match m["role"].as_str() {
         Some("assistant") => {
@@ -55,53 +53,6 @@ fn messages_of(m: &Value) -> Vec<Value> {
             out
         }
     }
-}
-
-/// The request body for one generate call.
-pub fn request_body(config: &Config, req: &Value) -> Value {
-    let mut messages = Vec::new();
-    if let Some(system) = req["system"].as_str().filter(|s| !s.is_empty()) {
-        messages.push(json!({"role": "system", "content": system}));
-    }
-    for m in req["messages"].as_array().into_iter().flatten() {
-        messages.extend(messages_of(m));
-    }
-    let model = req["model"]
-        .as_str()
-        .filter(|m| !m.is_empty())
-        .unwrap_or(&config.model);
-    let mut body = json!({
-        "model": model,
-        "messages": messages,
-        "stream": true,
-        "stream_options": {"include_usage": true},
-    });
-    if config.reasoning {
-        let effort = req["reasoningEffort"]
-            .as_str()
-            .unwrap_or(&config.reasoning_effort);
-        if effort == "off" {
-            body["thinking"] = json!({"type": "disabled"});
-        } else {
-            body["thinking"] = json!({"type": "enabled"});
-            body["reasoning_effort"] = json!(effort);
-        }
-    }
-    if let Some(tools) = req["tools"].as_array().filter(|t| !t.is_empty()) {
-        body["tools"] = json!(tools
-            .iter()
-            .map(|t| json!({"type": "function", "function": {"name": t["name"], "description": t["description"], "parameters": t["parameters"]}}))
-            .collect::<Vec<_>>());
-    }
-    if let Some(mt) = req["maxTokens"].as_u64().or(config.max_tokens) {
-        body["max_tokens"] = json!(mt);
-    }
-    for (from, to) in [("temperature", "temperature"), ("stop", "stop")] {
-        if let Some(v) = req.get(from).filter(|v| !v.is_null()) {
-            body[to] = v.clone();
-        }
-    }
-    body
 }
 
 /// Failure codes this adapter reports (reference dsh-product §3.1.1).

@@ -22,6 +22,7 @@ use tokio::sync::Notify;
 use dsh_sdk::names::{bus, code, llm, llm_adapter, service};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::LlmFailure;
+use dsh_sdk::RawObject;
 
 struct Adapter {
     providers: Vec<String>,
@@ -67,12 +68,9 @@ fn failure_finish(code: &str, message: String, signal_aborted: bool) -> Value {
 
 /// Registers `request`'s `signal` (removed from the request, so adapters
 /// never see it) for the life of the stream.
-fn take_signal(signals: &Signals, request: &mut Value) -> Option<(String, Rc<Signal>)> {
-    let name = request
-        .as_object_mut()
-        .and_then(|o| o.shift_remove("signal"))?
-        .as_str()?
-        .to_owned();
+fn take_signal(signals: &Signals, request: &mut RawObject) -> Option<(String, Rc<Signal>)> {
+    let raw = request.remove("signal")?;
+    let name: String = serde_json::from_str(raw.get()).ok()?;
     let signal = Rc::new(Signal::default());
     signals.borrow_mut().insert(name.clone(), signal.clone());
     Some((name, signal))
@@ -138,7 +136,9 @@ async fn handle(ctx: Context, registry: Registry, signals: Signals, req: Request
         }
         llm::STREAM => {
             let (tx, reply) = Reply::stream();
-            let mut request = req.params.clone();
+            // The request stays raw: this hop reads `signal` and `provider`
+            // and hands the history on without parsing it.
+            let mut request: RawObject = req.params_as()?;
             let signal = take_signal(&signals, &mut request);
             let task_ctx = ctx.clone();
             task_ctx.spawn(async move {
@@ -162,7 +162,7 @@ async fn handle(ctx: Context, registry: Registry, signals: Signals, req: Request
 async fn route(
     ctx: &Context,
     registry: &Registry,
-    request: Value,
+    mut request: RawObject,
     signal: &Signal,
     tx: ReplySender,
 ) {
@@ -170,19 +170,29 @@ async fn route(
     // route and reconfigure; they do not rewrite the logged history), so a
     // long session does not ship its whole transcript through every
     // listener.
-    let mut request = request;
-    let messages = request
-        .as_object_mut()
-        .and_then(|o| o.shift_remove("messages"));
-    let mut request = match ctx
-        .waterfall(bus::LLM_STREAM, request, |r| async move { Ok(r) })
+    let messages = request.remove("messages");
+    let request = match ctx
+        .waterfall(bus::LLM_STREAM, &request, |r| async move { Ok(r) })
         .await
     {
         Ok(r) => r,
         Err(e) => return tx.fail(e),
     };
+    let mut request = match RawObject::from_value(&request) {
+        Ok(Some(r)) => r,
+        Ok(None) => {
+            return tx.fail(Error::new(
+                codes::INVALID_PAYLOAD,
+                format!(
+                    "an `{}` listener answered {request}, not a request object",
+                    bus::LLM_STREAM
+                ),
+            ))
+        }
+        Err(e) => return tx.fail(e.into()),
+    };
     if let Some(m) = messages {
-        request["messages"] = m;
+        request.insert("messages", m);
     }
     let terminal = match stream_from_adapter(ctx, registry, request, signal, &tx).await {
         Some((code, message)) => failure_finish(&code, message, signal.aborted.get()),
@@ -196,7 +206,7 @@ async fn route(
 async fn stream_from_adapter(
     ctx: &Context,
     registry: &Registry,
-    request: Value,
+    request: RawObject,
     signal: &Signal,
     tx: &ReplySender,
 ) -> Option<(String, String)> {
@@ -209,7 +219,11 @@ async fn stream_from_adapter(
     if signal.aborted.get() {
         return aborted();
     }
-    let provider = request["provider"].as_str().unwrap_or_default().to_owned();
+    let provider = request
+        .get_as::<String>("provider")
+        .ok()
+        .flatten()
+        .unwrap_or_default();
     let service = registry
         .borrow()
         .iter()
@@ -222,7 +236,7 @@ async fn stream_from_adapter(
         ));
     };
     // Dropping the adapter's stream (on a cancel) stops it in its plugin.
-    let mut stream = ctx.service(service).stream(llm_adapter::STREAM, request);
+    let mut stream = ctx.service(service).stream(llm_adapter::STREAM, &request);
     loop {
         let item = tokio::select! {
             biased;

@@ -93,7 +93,7 @@ impl Plugin for Permission {
                         });
                     }
                 }
-                let mut decision = ev.next(ev.payload.clone()).await?;
+                let mut decision = ev.forward().await?;
                 if decision["kind"] == "allow" || decision["kind"] == "ask" {
                     decision["sandbox"] = sandbox;
                 }

@@ -119,7 +119,7 @@ impl Plugin for Spill {
         ctx.on(bus::TOOLS_POST_EXECUTE, move |ev| {
             let dir = dir.clone();
             async move {
-                let mut decision = ev.next(ev.payload.clone()).await?;
+                let mut decision = ev.forward().await?;
                 let exec = &ev.payload["exec"];
                 if exec["name"] == "read" || decision["kind"] != "accept" {
                     return Ok(decision);

@@ -1022,10 +1022,12 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
             }
             Ok(Value::Null.into())
         }
-        tools::EXECUTE => Ok(execute(ctx, registry, req.params.clone()).await.into()),
+        tools::EXECUTE => Ok(execute(ctx, registry, req.params.value().clone())
+            .await
+            .into()),
         // The stages, for a scheduler that orders policy and results while
         // dispatches overlap (the agent loop).
-        tools::PREPARE => Ok(prepare(&ctx, &registry, req.params.clone(), &None)
+        tools::PREPARE => Ok(prepare(&ctx, &registry, req.params.value().clone(), &None)
             .await
             .into()),
         tools::DISPATCH => Ok(dispatch(&ctx, &registry, &req.params, &None).await.into()),

@@ -162,7 +162,9 @@ pub fn stall_after(prefix: &str) -> Answer {
 #[derive(Default)]
 struct State {
     answers: VecDeque<Answer>,
-    requests: Vec<Value>,
+    /// Request bodies as received; parsed only when a test asks for them,
+    /// so the fake costs the same whatever the size of the history.
+    requests: Vec<Vec<u8>>,
     headers: Vec<String>,
     times: Vec<std::time::Instant>,
     fallback: Option<Answer>,
@@ -216,7 +218,11 @@ impl FakeLlm {
 
     /// Every request body received so far.
     pub fn requests(&self) -> Vec<Value> {
-        self.state.lock().unwrap().requests.clone()
+        let bodies = self.state.lock().unwrap().requests.clone();
+        bodies
+            .iter()
+            .map(|b| serde_json::from_slice(b).unwrap_or(Value::Null))
+            .collect()
     }
 
     /// The texts of the tool results (`role: "tool"` messages, in order) in
@@ -346,8 +352,7 @@ async fn serve(mut sock: TcpStream, state: Arc<Mutex<State>>) {
     let answer = {
         let mut s = state.lock().unwrap();
         s.times.push(std::time::Instant::now());
-        s.requests
-            .push(serde_json::from_slice(&body).unwrap_or(Value::Null));
+        s.requests.push(body);
         s.headers.push(head);
         s.answers.pop_front().or_else(|| s.fallback.clone())
     };
