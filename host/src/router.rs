@@ -1119,3 +1119,6 @@ impl Sink for Router {
         self.actor_exited(fiber, code);
     }
 }
+
+#[cfg(test)]
+mod tests;

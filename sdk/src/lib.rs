@@ -35,6 +35,7 @@
 #![deny(missing_docs)]
 
 mod actor;
+pub mod api;
 pub mod beneath;
 pub mod blocking;
 mod context;

@@ -918,3 +918,7 @@ pub use consumed_work::{fold_consumed_work, ConsumedWork};
 #[cfg(test)]
 #[path = "vocab/assembler_tests.rs"]
 mod assembler_tests;
+
+#[cfg(test)]
+#[path = "vocab/core_tests.rs"]
+mod core_tests;

@@ -36,85 +36,109 @@ impl Framing {
         let step = e.data["step"].as_u64();
         let kind = e.kind.as_str();
         match kind {
-            event::TURN_START => {
-                if let Some(t) = self.open_turn {
-                    return Err(format!("turn/start while turn {t} is open"));
-                }
-                if turn != Some(self.last_turn + 1) {
-                    return Err(format!(
-                        "turn/start must open turn {}, got {turn:?}",
-                        self.last_turn + 1
-                    ));
-                }
-            }
-            event::TURN_END => {
-                if self.open_turn.is_none() || turn != self.open_turn {
-                    return Err(format!(
-                        "turn/end for {turn:?} but the open turn is {:?}",
-                        self.open_turn
-                    ));
-                }
-                if let Some(s) = self.open_step {
-                    return Err(format!("turn/end while step {s} is open"));
-                }
-            }
-            event::STEP_START => {
-                if self.open_turn.is_none() || turn != self.open_turn {
-                    return Err("step/start outside its turn".into());
-                }
-                if let Some(s) = self.open_step {
-                    return Err(format!("step/start while step {s} is open"));
-                }
-                if step != Some(self.last_step + 1) {
-                    return Err(format!(
-                        "step/start must open step {}, got {step:?}",
-                        self.last_step + 1
-                    ));
-                }
-            }
+            event::TURN_START => self.check_turn_start(turn),
+            event::TURN_END => self.check_turn_end(turn),
+            event::STEP_START => self.check_step_start(turn, step),
             event::STEP_END
             | event::ASSISTANT_CHUNK
             | event::ASSISTANT_MESSAGE
-            | event::TOOL_CALL
-                if self.open_turn.is_none()
-                    || turn != self.open_turn
-                    || step != self.open_step
-                    || step.is_none() =>
-            {
-                return Err(format!(
-                    "`{kind}` must name the open turn/step ({:?}/{:?}), got {turn:?}/{step:?}",
-                    self.open_turn, self.open_step
-                ));
-            }
+            | event::TOOL_CALL => self.check_in_step(kind, turn, step),
             event::TOOL_RESULT if appends_result(e) => {
-                if self.open_turn.is_none()
-                    || turn != self.open_turn
-                    || step != self.open_step
-                    || step.is_none()
-                {
-                    return Err(format!(
-                        "`{kind}` must name the open turn/step ({:?}/{:?}), got {turn:?}/{step:?}",
-                        self.open_turn, self.open_step
-                    ));
-                }
-                let call_id = result_call_id(e);
-                let not_started = e.data["message"]["content"][0]["isError"] == Value::Bool(true)
-                    && e.data["error"]["code"] == code::TOOL_NOT_STARTED;
-                if !self.pending_calls.contains(call_id) && !not_started {
-                    return Err(format!(
-                        "tool/result for {call_id} with no prior tool/call in this step"
-                    ));
-                }
+                self.check_in_step(kind, turn, step)?;
+                self.check_answers_a_call(e)
             }
             event::TOOL_RESULT
             | event::TODO_WRITE
             | event::REQUEST_HEADER
-            | event::REQUEST_CONTEXT
-                if self.open_turn.is_none() =>
-            {
-                return Err(format!("`{kind}` outside a turn"));
-            }
-            _ => {}
+            | event::REQUEST_CONTEXT => self.check_in_turn(kind),
+            _ => Ok(()),
+        }
+    }
+
+    /// A turn opens only when none is open, with the next number.
+    fn check_turn_start(&self, turn: Option<u64>) -> Result<(), String> {
+        if let Some(t) = self.open_turn {
+            return Err(format!("turn/start while turn {t} is open"));
+        }
+        if turn != Some(self.last_turn + 1) {
+            return Err(format!(
+                "turn/start must open turn {}, got {turn:?}",
+                self.last_turn + 1
+            ));
+        }
+        Ok(())
+    }
+
+    /// A turn closes by its number, after its last step closed.
+    fn check_turn_end(&self, turn: Option<u64>) -> Result<(), String> {
+        if self.open_turn.is_none() || turn != self.open_turn {
+            return Err(format!(
+                "turn/end for {turn:?} but the open turn is {:?}",
+                self.open_turn
+            ));
+        }
+        if let Some(s) = self.open_step {
+            return Err(format!("turn/end while step {s} is open"));
+        }
+        Ok(())
+    }
+
+    /// A step opens inside its turn, when none is open, with the next
+    /// number.
+    fn check_step_start(&self, turn: Option<u64>, step: Option<u64>) -> Result<(), String> {
+        if self.open_turn.is_none() || turn != self.open_turn {
+            return Err("step/start outside its turn".into());
+        }
+        if let Some(s) = self.open_step {
+            return Err(format!("step/start while step {s} is open"));
+        }
+        if step != Some(self.last_step + 1) {
+            return Err(format!(
+                "step/start must open step {}, got {step:?}",
+                self.last_step + 1
+            ));
+        }
+        Ok(())
+    }
+
+    /// A step-scoped event names the open turn and step.
+    fn check_in_step(
+        &self,
+        kind: &str,
+        turn: Option<u64>,
+        step: Option<u64>,
+    ) -> Result<(), String> {
+        if self.open_turn.is_none()
+            || turn != self.open_turn
+            || step != self.open_step
+            || step.is_none()
+        {
+            return Err(format!(
+                "`{kind}` must name the open turn/step ({:?}/{:?}), got {turn:?}/{step:?}",
+                self.open_turn, self.open_step
+            ));
+        }
+        Ok(())
+    }
+
+    /// An appended `tool/result` answers a `tool/call` of the open step,
+    /// unless it is a `TOOL_NOT_STARTED` repair result.
+    fn check_answers_a_call(&self, e: &SessionEvent) -> Result<(), String> {
+        let call_id = result_call_id(e);
+        let not_started = e.data["message"]["content"][0]["isError"] == Value::Bool(true)
+            && e.data["error"]["code"] == code::TOOL_NOT_STARTED;
+        if !self.pending_calls.contains(call_id) && !not_started {
+            return Err(format!(
+                "tool/result for {call_id} with no prior tool/call in this step"
+            ));
+        }
+        Ok(())
+    }
+
+    /// A turn-scoped event comes inside a turn.
+    fn check_in_turn(&self, kind: &str) -> Result<(), String> {
+        if self.open_turn.is_none() {
+            return Err(format!("`{kind}` outside a turn"));
         }
         Ok(())
     }

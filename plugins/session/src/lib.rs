@@ -1,4 +1,9 @@
 //! `session`: the append-only session log (reference dsh-core §2).
+//!
+//! The params and replies of service `sessions` are the types of
+//! `dsh_sdk::api::sessions`, which callers use too; `handle` parses each
+//! request into its method's params and hands it to one function per
+//! method.
 
 mod framing;
 
@@ -6,15 +11,19 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
+use dsh_sdk::api::sessions::{
+    AppendManyParams, AppendParams, Boundary, CreateParams, CreateReply, ForkParams, ForkReply,
+    FromParams, HeaderReply, IdParams, NewEvent, ResumeReply, SessionAppended, SessionCreated,
+    SessionRef, SurfaceReply,
+};
 use dsh_sdk::names::{bus, code, service, session_persistence, sessions};
 use dsh_sdk::prelude::*;
-use dsh_sdk::vocab::surface::Surface;
+use dsh_sdk::vocab::surface::{Plan, Surface};
 use dsh_sdk::vocab::{
     canonical_header, derive_messages, event, lossless, shape, SessionEvent, SessionHeader,
 };
 use dsh_sdk::{new_id, now_ms};
 use framing::Framing;
-use serde::Deserialize;
 
 struct Session {
     header: SessionHeader,
@@ -26,25 +35,6 @@ struct Session {
     request_context: Option<Value>,
 }
 
-type Store = Rc<RefCell<HashMap<String, Session>>>;
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct AppendArgs {
-    #[serde(rename = "type")]
-    kind: String,
-    #[serde(default)]
-    data: Value,
-    #[serde(default)]
-    surface_op: Option<Value>,
-    #[serde(default)]
-    source_event_seqs: Option<Vec<u64>>,
-    /// Marks a type of the appending plugin's own that readers may drop;
-    /// an unknown type must carry it (reference §2.1).
-    #[serde(default)]
-    ignorable: Option<bool>,
-}
-
 fn invalid(message: String) -> Error {
     Error::new("INVALID_APPEND", message)
 }
@@ -53,53 +43,78 @@ fn not_found(id: &str) -> Error {
     Error::new(code::SESSION_NOT_FOUND, format!("no live session `{id}`"))
 }
 
-fn id_of(req: &Request) -> Result<String> {
-    req.params["id"]
-        .as_str()
-        .map(str::to_owned)
-        .ok_or_else(|| Error::new(codes::INVALID_PAYLOAD, "missing session `id`"))
+fn already_live(id: &str) -> Error {
+    Error::new(
+        code::SESSION_ALREADY_EXISTS,
+        format!("session `{id}` is already live"),
+    )
+}
+
+/// A session id for a caller that gave none.
+fn fresh_session_id() -> String {
+    format!("session-{}", new_id())
+}
+
+/// A seq from the wire as an index into a log (past the end when it does
+/// not fit).
+fn index(seq: u64) -> usize {
+    usize::try_from(seq).unwrap_or(usize::MAX)
+}
+
+/// The checks every event entering a log shares (append, seed, load): a
+/// known or ignorable type, surface metadata exactly on surface types,
+/// lossless data, no unsupported request header. `seed` is the index of a
+/// seed event, which the original names in these messages.
+fn check_entry(e: &SessionEvent, seed: Option<usize>) -> Result<(), String> {
+    let prefix = || seed.map_or_else(String::new, |i| format!("seed event {i}: "));
+    if let Some(why) = event::refuse_unknown(&e.kind, e.ignorable) {
+        return Err(format!("{}{why}", prefix()));
+    }
+    let surface = event::SURFACE.contains(&e.kind.as_str());
+    if surface && e.surface_op.is_none() {
+        return Err(format!("{}`{}` needs a surfaceOp", prefix(), e.kind));
+    }
+    if !surface && (e.surface_op.is_some() || e.source_event_seqs.is_some()) {
+        return Err(format!(
+            "{}`{}` may not carry surface metadata",
+            prefix(),
+            e.kind
+        ));
+    }
+    if !lossless(&e.data) {
+        return Err(format!(
+            "session event \"{}\" carries non-JSON-serializable data",
+            e.kind
+        ));
+    }
+    let location = match seed {
+        Some(i) => format!("seed event at index {i}"),
+        None => format!("session event \"{}\"", e.kind),
+    };
+    if let Some(why) = shape::unsupported_request_header(&e.kind, &e.data, &location) {
+        return Err(why);
+    }
+    Ok(())
 }
 
 impl Session {
-    fn append(&mut self, args: AppendArgs) -> Result<SessionEvent> {
-        if let Some(why) = event::refuse_unknown(&args.kind, args.ignorable) {
-            return Err(invalid(why));
-        }
-        let surface = event::SURFACE.contains(&args.kind.as_str());
-        if surface && args.surface_op.is_none() {
-            return Err(invalid(format!("`{}` needs a surfaceOp", args.kind)));
-        }
-        if !surface && (args.surface_op.is_some() || args.source_event_seqs.is_some()) {
-            return Err(invalid(format!(
-                "`{}` may not carry surface metadata",
-                args.kind
-            )));
-        }
-        if !lossless(&args.data) {
-            return Err(invalid(format!(
-                "session event \"{}\" carries non-JSON-serializable data",
-                args.kind
-            )));
-        }
-        let location = format!("session event \"{}\"", args.kind);
-        if let Some(why) = shape::unsupported_request_header(&args.kind, &args.data, &location) {
-            return Err(invalid(why));
-        }
+    fn append(&mut self, new: NewEvent) -> Result<SessionEvent> {
         let seq = self.events.len() as u64;
-        if let Some(src) = &args.source_event_seqs {
+        let ev = SessionEvent {
+            kind: new.kind,
+            seq,
+            time: now_ms(),
+            data: new.data,
+            source_event_seqs: new.source_event_seqs,
+            surface_op: new.surface_op,
+            ignorable: new.ignorable.filter(|i| *i),
+        };
+        check_entry(&ev, None).map_err(invalid)?;
+        if let Some(src) = &ev.source_event_seqs {
             if src.iter().any(|s| *s >= seq) {
                 return Err(invalid("sourceEventSeqs must precede the event".into()));
             }
         }
-        let ev = SessionEvent {
-            kind: args.kind,
-            seq,
-            time: now_ms(),
-            data: args.data,
-            source_event_seqs: args.source_event_seqs,
-            surface_op: args.surface_op,
-            ignorable: args.ignorable.filter(|i| *i),
-        };
         let plan = self.surface.plan(&ev, &self.events).map_err(invalid)?;
         self.framing.check(&ev).map_err(invalid)?;
         self.commit(ev.clone(), plan);
@@ -107,13 +122,103 @@ impl Session {
     }
 
     /// Takes a checked event into the log and every fold over it.
-    fn commit(&mut self, ev: SessionEvent, plan: dsh_sdk::vocab::surface::Plan) {
+    fn commit(&mut self, ev: SessionEvent, plan: Plan) {
         self.framing.apply(&ev);
         self.surface.apply(plan);
         if ev.kind == event::REQUEST_CONTEXT {
             self.request_context = Some(ev.data.clone());
         }
         self.events.push(ev);
+    }
+
+    /// Checks seed event `i` like an append (plus the message shapes of a
+    /// stored log) and takes it in.
+    fn take_seed(&mut self, i: usize, e: SessionEvent) -> Result<()> {
+        if e.seq != i as u64 {
+            return Err(invalid(format!("seed event {i} has seq {}", e.seq)));
+        }
+        check_entry(&e, Some(i)).map_err(invalid)?;
+        shape::seed_event_shape(&e, i).map_err(invalid)?;
+        let plan = self
+            .surface
+            .plan(&e, &self.events)
+            .map_err(|why| invalid(format!("invalid seed event at index {i}: {why}")))?;
+        self.commit(e, plan);
+        Ok(())
+    }
+
+    /// The `surface` reply: surface events from `from` on.
+    fn surface_from(&self, from: u64) -> SurfaceReply<&SessionEvent> {
+        let tail = &self.events[index(from).min(self.events.len())..];
+        let events: Vec<&SessionEvent> = tail.iter().filter(|e| e.surface_op.is_some()).collect();
+        let replaced = events
+            .iter()
+            .any(|e| e.surface_op.as_ref().is_some_and(|op| op != "append"));
+        SurfaceReply {
+            events,
+            replaced,
+            seq: self.events.len() as u64,
+        }
+    }
+
+    /// What an agent needs to continue the session: the last turn and its
+    /// end, the request header in force, and the inbox splices after the
+    /// seed (with their seqs, so a bad one can be named).
+    fn resume_summary(&self) -> ResumeReply<&Value> {
+        let events = &self.events;
+        let last = |kind: &str| events.iter().rev().find(|e| e.kind == kind);
+        let seed_len = self.header.seed_length.unwrap_or(0);
+        let logged: Vec<&SessionEvent> = events
+            .iter()
+            .filter(|e| e.seq >= seed_len && e.kind == event::INBOX_SPLICED)
+            .collect();
+        ResumeReply {
+            header: self.header.clone(),
+            seq: events.len() as u64,
+            last_turn: last(event::TURN_START).map_or(0, |e| e.data["turn"].as_u64().unwrap_or(0)),
+            last_end: last(event::TURN_END).map(|e| e.data["reason"].clone()),
+            request_header: last(event::REQUEST_HEADER)
+                .map(|e| canonical_header(&e.data["header"])),
+            request_context: self.request_context.clone(),
+            splices: logged.iter().map(|e| &e.data).collect(),
+            splice_seqs: logged.iter().map(|e| e.seq).collect(),
+        }
+    }
+
+    /// The seed of a fork at `boundary` (the last event when `None`), and
+    /// the source's cwd.
+    fn fork_seed(&self, boundary: Option<Boundary>) -> Result<Vec<SessionEvent>> {
+        let len = self.events.len() as u64;
+        let boundary = match boundary {
+            None => len.saturating_sub(1),
+            Some(b) => match b.seq() {
+                Some(seq) if seq < len && self.events[index(seq)].seq == seq => seq,
+                _ => {
+                    return Err(Error::new(
+                        "INVALID_BOUNDARY",
+                        format!(
+                            "fork boundary {b} must be a non-negative safe integer below the log length {len}"
+                        ),
+                    ))
+                }
+            },
+        };
+        let seed: Vec<SessionEvent> = if len == 0 {
+            Vec::new()
+        } else {
+            self.events[..=index(boundary)].to_vec()
+        };
+        let last_frame = seed
+            .iter()
+            .rev()
+            .find(|e| e.kind == event::TURN_START || e.kind == event::TURN_END);
+        if last_frame.is_some_and(|e| e.kind == event::TURN_START) {
+            return Err(Error::new(
+                code::OPEN_TURN,
+                "cannot fork inside an open turn",
+            ));
+        }
+        Ok(seed)
     }
 }
 
@@ -131,41 +236,7 @@ fn seeded(header: SessionHeader, seed: Option<Vec<SessionEvent>>) -> Result<Sess
         request_context: None,
     };
     for (i, e) in seed.unwrap_or_default().into_iter().enumerate() {
-        if e.seq != i as u64 {
-            return Err(invalid(format!("seed event {i} has seq {}", e.seq)));
-        }
-        if let Some(why) = event::refuse_unknown(&e.kind, e.ignorable) {
-            return Err(invalid(format!("seed event {i}: {why}")));
-        }
-        let surface = event::SURFACE.contains(&e.kind.as_str());
-        if surface && e.surface_op.is_none() {
-            return Err(invalid(format!(
-                "seed event {i}: `{}` needs a surfaceOp",
-                e.kind
-            )));
-        }
-        if !surface && (e.surface_op.is_some() || e.source_event_seqs.is_some()) {
-            return Err(invalid(format!(
-                "seed event {i}: `{}` may not carry surface metadata",
-                e.kind
-            )));
-        }
-        if !lossless(&e.data) {
-            return Err(invalid(format!(
-                "session event \"{}\" carries non-JSON-serializable data",
-                e.kind
-            )));
-        }
-        let location = format!("seed event at index {i}");
-        if let Some(why) = shape::unsupported_request_header(&e.kind, &e.data, &location) {
-            return Err(invalid(why));
-        }
-        shape::seed_event_shape(&e, i).map_err(invalid)?;
-        let plan = s
-            .surface
-            .plan(&e, &s.events)
-            .map_err(|why| invalid(format!("invalid seed event at index {i}: {why}")))?;
-        s.commit(e, plan);
+        s.take_seed(i, e)?;
     }
     if has_seed
         && s.events
@@ -173,7 +244,7 @@ fn seeded(header: SessionHeader, seed: Option<Vec<SessionEvent>>) -> Result<Sess
             .is_none_or(|e| e.kind != event::SESSION_END_SEED)
     {
         let seq = s.events.len() as u64;
-        let ev = SessionEvent {
+        s.events.push(SessionEvent {
             kind: event::SESSION_END_SEED.into(),
             seq,
             time: now_ms(),
@@ -181,294 +252,280 @@ fn seeded(header: SessionHeader, seed: Option<Vec<SessionEvent>>) -> Result<Sess
             source_event_seqs: None,
             surface_op: None,
             ignorable: None,
-        };
-        s.events.push(ev);
+        });
     }
     Ok(s)
 }
 
-/// What an agent needs to continue a session: the last turn and its end,
-/// the request header in force, and the inbox splices after the seed (with
-/// their seqs, `spliceSeqs`, so a bad one can be named).
-fn resume_summary(session: &Session) -> Value {
-    let events = &session.events;
-    let last = |kind: &str| events.iter().rev().find(|e| e.kind == kind);
-    let seed_len = session.header.seed_length.unwrap_or(0);
-    let logged: Vec<&SessionEvent> = events
-        .iter()
-        .filter(|e| e.seq >= seed_len && e.kind == event::INBOX_SPLICED)
-        .collect();
-    let splices: Vec<&Value> = logged.iter().map(|e| &e.data).collect();
-    let splice_seqs: Vec<u64> = logged.iter().map(|e| e.seq).collect();
-    json!({
-        "header": session.header,
-        "seq": events.len(),
-        "lastTurn": last(event::TURN_START).map_or(json!(0), |e| e.data["turn"].clone()),
-        "lastEnd": last(event::TURN_END).map_or(Value::Null, |e| e.data["reason"].clone()),
-        "requestHeader": last(event::REQUEST_HEADER).map_or(Value::Null, |e| canonical_header(&e.data["header"])),
-        "requestContext": session.request_context,
-        "splices": splices,
-        "spliceSeqs": splice_seqs,
-    })
+/// The provider of `sessions`: every live session, by id. Sessions are not
+/// owned by the fiber that created them (see the README).
+struct Log {
+    ctx: Context,
+    live: RefCell<HashMap<String, Session>>,
 }
 
-async fn handle(ctx: Context, store: Store, req: Request) -> Result<Reply> {
+/// Dispatches a `sessions` request to its method, with its params parsed
+/// into the method's type (`INVALID_PAYLOAD` naming the field otherwise).
+async fn handle(log: Rc<Log>, req: Request) -> Result<Reply> {
     match req.method.as_str() {
-        sessions::CREATE => {
-            let id = req.params["id"]
-                .as_str()
-                .map(str::to_owned)
-                .unwrap_or_else(|| format!("session-{}", new_id()));
-            if store.borrow().contains_key(&id) {
-                return Err(Error::new(
-                    code::SESSION_ALREADY_EXISTS,
-                    format!("session `{id}` is already live"),
-                ));
-            }
-            let mut header: SessionHeader = match req.params.get("header") {
-                Some(h) if !h.is_null() => {
-                    let header = serde_json::from_value(h.clone())?;
-                    shape::session_header(&id, &header)
-                        .map_err(|why| Error::new(codes::INVALID_PAYLOAD, why))?;
-                    header
-                }
-                _ => SessionHeader {
-                    id: id.clone(),
-                    ..SessionHeader::default()
-                },
-            };
-            if header.created_at == 0 {
-                header.created_at = now_ms();
-            }
-            if let Some(cwd) = req.params["meta"]["cwd"].as_str() {
-                header.cwd = Some(cwd.to_owned());
-            }
-            if header.cwd.as_deref().is_some_and(|c| !c.starts_with('/')) {
-                return Err(Error::new(
-                    codes::INVALID_PAYLOAD,
-                    "session cwd must be absolute",
-                ));
-            }
-            let seed: Option<Vec<SessionEvent>> = match req.params.get("seed") {
-                Some(s) if !s.is_null() => Some(serde_json::from_value(s.clone())?),
-                _ => None,
-            };
-            // `seedStored`: the seed came from persistence, so only what
-            // follows it (the end-seed marker) still needs to be written.
-            let resumed = req.params["seedStored"] == json!(true);
-            let stored = if resumed {
-                seed.as_ref().map_or(0, Vec::len)
-            } else {
-                0
-            };
-            let session = seeded(header.clone(), seed)?;
-            let seq = session.events.len();
-            let fresh = session.events[stored.min(seq)..].to_vec();
-            store.borrow_mut().insert(id.clone(), session);
-            ctx.emit(
-                bus::SESSION_CREATED,
-                json!({"header": header, "stored": stored, "resumed": resumed, "events": fresh}),
-            )?;
-            Reply::json(json!({"id": id, "header": header, "seq": seq}))
-        }
-        sessions::APPEND => {
-            let id = id_of(&req)?;
-            let args: AppendArgs = req.params_as()?;
-            let ev = {
-                let mut s = store.borrow_mut();
-                let session = s.get_mut(&id).ok_or_else(|| not_found(&id))?;
-                session.append(args)?
-            };
-            ctx.emit(bus::SESSION_EVENT, json!({"sessionId": id, "event": ev}))?;
-            Reply::json(ev)
-        }
-        sessions::APPEND_MANY => {
-            let id = id_of(&req)?;
-            let batch: Vec<AppendArgs> = serde_json::from_value(req.params["events"].clone())?;
-            let mut appended = Vec::with_capacity(batch.len());
-            {
-                let mut s = store.borrow_mut();
-                let session = s.get_mut(&id).ok_or_else(|| not_found(&id))?;
-                for args in batch {
-                    appended.push(session.append(args)?);
-                }
-            }
-            let seqs: Vec<u64> = appended.iter().map(|e| e.seq).collect();
-            for ev in appended {
-                ctx.emit(bus::SESSION_EVENT, json!({"sessionId": id, "event": ev}))?;
-            }
-            Reply::json(seqs)
-        }
-        sessions::EVENTS => {
-            let id = id_of(&req)?;
-            let from = req.params["from"].as_u64().unwrap_or(0) as usize;
-            let s = store.borrow();
-            let session = s.get(&id).ok_or_else(|| not_found(&id))?;
-            Reply::json(&session.events[from.min(session.events.len())..])
-        }
-        sessions::DERIVE => {
-            let id = id_of(&req)?;
-            let s = store.borrow();
-            let session = s.get(&id).ok_or_else(|| not_found(&id))?;
-            Reply::json(derive_messages(&session.events))
-        }
-        sessions::SURFACE => {
-            // Surface events from `from` on, and whether a replace occurred
-            // (a consumer deriving incrementally must then derive afresh).
-            let id = id_of(&req)?;
-            let from = req.params["from"].as_u64().unwrap_or(0) as usize;
-            let s = store.borrow();
-            let session = s.get(&id).ok_or_else(|| not_found(&id))?;
-            let tail = &session.events[from.min(session.events.len())..];
-            let surface: Vec<&SessionEvent> =
-                tail.iter().filter(|e| e.surface_op.is_some()).collect();
-            let replaced = surface
-                .iter()
-                .any(|e| e.surface_op != Some(json!("append")));
-            Reply::json(
-                json!({"events": surface, "replaced": replaced, "seq": session.events.len()}),
-            )
-        }
-        sessions::REQUEST_CONTEXT => {
-            let id = id_of(&req)?;
-            let s = store.borrow();
-            let session = s.get(&id).ok_or_else(|| not_found(&id))?;
-            Reply::json(&session.request_context)
-        }
-        sessions::HEADER => {
-            let id = id_of(&req)?;
-            let s = store.borrow();
-            let session = s.get(&id).ok_or_else(|| not_found(&id))?;
-            Reply::json(json!({"header": session.header, "seq": session.events.len()}))
-        }
-        sessions::LIST => {
-            let s = store.borrow();
-            let mut ids: Vec<&String> = s.keys().collect();
-            ids.sort();
-            Reply::json(ids)
-        }
-        sessions::FLUSH => {
-            let id = id_of(&req)?;
-            if !store.borrow().contains_key(&id) {
-                return Err(not_found(&id));
-            }
-            // Whether any listener (a persistence backend) took part.
-            let participated = ctx
-                .parallel(bus::SESSION_FLUSH, json!({"sessionId": id}))
-                .await?;
-            Reply::json(participated)
-        }
-        sessions::RESUME => {
-            // Makes a stored session live (loading it from persistence here,
-            // so the log does not travel through the caller) and returns
-            // what an agent needs to continue it.
-            let id = id_of(&req)?;
-            if !store.borrow().contains_key(&id) {
-                let stored = ctx
-                    .service(service::SESSION_PERSISTENCE)
-                    .call(session_persistence::LOAD, json!({"id": id}))
-                    .await
-                    .map_err(|e| {
-                        if e.code == codes::SERVICE_UNAVAILABLE {
-                            Error::new(
-                                "NO_PERSISTENCE",
-                                "cannot resume: session persistence is not configured",
-                            )
-                        } else {
-                            e
-                        }
-                    })?;
-                let header: SessionHeader = serde_json::from_value(stored["header"].clone())?;
-                shape::session_header(&id, &header)
-                    .map_err(|why| Error::new(code::SESSION_CORRUPT, why))?;
-                let seed: Vec<SessionEvent> = serde_json::from_value(stored["events"].clone())?;
-                let stored_len = seed.len();
-                let session = seeded(header.clone(), Some(seed))?;
-                let fresh = session.events[stored_len.min(session.events.len())..].to_vec();
-                store.borrow_mut().insert(id.clone(), session);
-                ctx.emit(
-                    bus::SESSION_CREATED,
-                    json!({"header": header, "stored": stored_len, "resumed": true, "events": fresh}),
-                )?;
-            }
-            let s = store.borrow();
-            let session = s.get(&id).ok_or_else(|| not_found(&id))?;
-            Reply::json(resume_summary(session))
-        }
-        sessions::FORK => {
-            let id = id_of(&req)?;
-            let child = req.params["childId"]
-                .as_str()
-                .map(str::to_owned)
-                .unwrap_or_else(|| format!("session-{}", new_id()));
-            let (seed, cwd) = {
-                let s = store.borrow();
-                if s.contains_key(&child) {
-                    return Err(Error::new(
-                        code::SESSION_ALREADY_EXISTS,
-                        format!("session `{child}` is already live"),
-                    ));
-                }
-                let session = s.get(&id).ok_or_else(|| not_found(&id))?;
-                let len = session.events.len() as u64;
-                let boundary = match req.params.get("boundary").filter(|b| !b.is_null()) {
-                    None => len.saturating_sub(1),
-                    Some(b) => match b.as_u64() {
-                        Some(b) if b < len && session.events[b as usize].seq == b => b,
-                        _ => {
-                            return Err(Error::new(
-                                "INVALID_BOUNDARY",
-                                format!(
-                                    "fork boundary {b} must be a non-negative safe integer below the log length {len}"
-                                ),
-                            ))
-                        }
-                    },
-                };
-                let seed: Vec<SessionEvent> = if len == 0 {
-                    Vec::new()
-                } else {
-                    session.events[..=boundary as usize].to_vec()
-                };
-                let last_frame = seed
-                    .iter()
-                    .rev()
-                    .find(|e| e.kind == event::TURN_START || e.kind == event::TURN_END);
-                if last_frame.is_some_and(|e| e.kind == event::TURN_START) {
-                    return Err(Error::new(
-                        code::OPEN_TURN,
-                        "cannot fork inside an open turn",
-                    ));
-                }
-                (seed, session.header.cwd.clone())
-            };
-            // The child's lineage: the source's cwd, the source as parent,
-            // and the seed's length (nothing else of the source's header).
-            let header = SessionHeader {
-                id: child.clone(),
-                created_at: now_ms(),
-                cwd,
-                parent_session: Some(id),
-                seed_length: Some(seed.len() as u64),
-                ..SessionHeader::default()
-            };
-            let session = seeded(header.clone(), Some(seed))?;
-            let events = session.events.clone();
-            store.borrow_mut().insert(child.clone(), session);
-            ctx.emit(
-                bus::SESSION_CREATED,
-                json!({"header": header, "events": events}),
-            )?;
-            Reply::json(json!({"id": child, "header": header}))
-        }
-        sessions::CLOSE => {
-            let id = id_of(&req)?;
-            if store.borrow_mut().remove(&id).is_some() {
-                ctx.emit(bus::SESSION_DISPOSED, json!({"sessionId": id}))?;
-            }
-            Ok(Value::Null.into())
-        }
+        sessions::CREATE => log.create(req.params_as()?),
+        sessions::APPEND => log.append(req.params_as()?),
+        sessions::APPEND_MANY => log.append_many(req.params_as()?),
+        sessions::EVENTS => log.events(req.params_as()?),
+        sessions::DERIVE => log.derive(req.params_as()?),
+        sessions::SURFACE => log.surface(req.params_as()?),
+        sessions::REQUEST_CONTEXT => log.request_context(req.params_as()?),
+        sessions::HEADER => log.header(req.params_as()?),
+        sessions::LIST => log.list(),
+        sessions::FLUSH => log.flush(req.params_as()?).await,
+        sessions::RESUME => log.resume(req.params_as()?).await,
+        sessions::FORK => log.fork(req.params_as()?),
+        sessions::CLOSE => log.close(req.params_as()?),
         _ => Err(req.unknown_method()),
+    }
+}
+
+impl Log {
+    /// Runs `f` over the live session `id`.
+    fn with<T>(&self, id: &str, f: impl FnOnce(&Session) -> T) -> Result<T> {
+        let live = self.live.borrow();
+        live.get(id).map(f).ok_or_else(|| not_found(id))
+    }
+
+    /// Runs `f` over the live session `id`, mutably.
+    fn with_mut<T>(&self, id: &str, f: impl FnOnce(&mut Session) -> Result<T>) -> Result<T> {
+        let mut live = self.live.borrow_mut();
+        live.get_mut(id).map_or_else(|| Err(not_found(id)), f)
+    }
+
+    fn is_live(&self, id: &str) -> bool {
+        self.live.borrow().contains_key(id)
+    }
+
+    /// Takes a new session in and tells persistence about it.
+    fn open(&self, id: String, session: Session, created: SessionCreated) -> Result<()> {
+        self.live.borrow_mut().insert(id, session);
+        self.ctx.emit(bus::SESSION_CREATED, created)
+    }
+
+    fn create(&self, p: CreateParams) -> Result<Reply> {
+        let id = p.id.unwrap_or_else(fresh_session_id);
+        if self.is_live(&id) {
+            return Err(already_live(&id));
+        }
+        let mut header = match p.header {
+            Some(header) => {
+                shape::session_header(&id, &header)
+                    .map_err(|why| Error::new(codes::INVALID_PAYLOAD, why))?;
+                header
+            }
+            None => SessionHeader {
+                id: id.clone(),
+                ..SessionHeader::default()
+            },
+        };
+        if header.created_at == 0 {
+            header.created_at = now_ms();
+        }
+        if let Some(cwd) = p.meta.and_then(|m| m.cwd) {
+            header.cwd = Some(cwd);
+        }
+        if header.cwd.as_deref().is_some_and(|c| !c.starts_with('/')) {
+            return Err(Error::new(
+                codes::INVALID_PAYLOAD,
+                "session cwd must be absolute",
+            ));
+        }
+        // `seedStored`: the seed came from persistence, so only what
+        // follows it (the end-seed marker) still needs to be written.
+        let resumed = p.seed_stored;
+        let stored = if resumed {
+            p.seed.as_ref().map_or(0, Vec::len)
+        } else {
+            0
+        };
+        let session = seeded(header.clone(), p.seed)?;
+        let seq = session.events.len();
+        let events = session.events[stored.min(seq)..].to_vec();
+        let created = SessionCreated {
+            header: header.clone(),
+            stored: Some(stored as u64),
+            resumed: Some(resumed),
+            events,
+        };
+        self.open(id.clone(), session, created)?;
+        Reply::json(CreateReply {
+            id,
+            header,
+            seq: seq as u64,
+        })
+    }
+
+    fn append(&self, p: AppendParams) -> Result<Reply> {
+        let AppendParams { id, event } = p;
+        let ev = self.with_mut(&id, |s| s.append(event))?;
+        self.ctx.emit(
+            bus::SESSION_EVENT,
+            SessionAppended {
+                session_id: id,
+                event: &ev,
+            },
+        )?;
+        Reply::json(ev)
+    }
+
+    fn append_many(&self, p: AppendManyParams) -> Result<Reply> {
+        let AppendManyParams { id, events } = p;
+        let appended = self.with_mut(&id, |s| {
+            events
+                .into_iter()
+                .map(|e| s.append(e))
+                .collect::<Result<Vec<_>>>()
+        })?;
+        let seqs: Vec<u64> = appended.iter().map(|e| e.seq).collect();
+        for event in appended {
+            self.ctx.emit(
+                bus::SESSION_EVENT,
+                SessionAppended {
+                    session_id: id.clone(),
+                    event,
+                },
+            )?;
+        }
+        Reply::json(seqs)
+    }
+
+    fn events(&self, p: FromParams) -> Result<Reply> {
+        self.with(&p.id, |s| {
+            Reply::json(&s.events[index(p.from).min(s.events.len())..])
+        })?
+    }
+
+    fn derive(&self, p: IdParams) -> Result<Reply> {
+        self.with(&p.id, |s| Reply::json(derive_messages(&s.events)))?
+    }
+
+    fn surface(&self, p: FromParams) -> Result<Reply> {
+        self.with(&p.id, |s| Reply::json(s.surface_from(p.from)))?
+    }
+
+    fn request_context(&self, p: IdParams) -> Result<Reply> {
+        self.with(&p.id, |s| Reply::json(&s.request_context))?
+    }
+
+    fn header(&self, p: IdParams) -> Result<Reply> {
+        self.with(&p.id, |s| {
+            Reply::json(HeaderReply {
+                header: s.header.clone(),
+                seq: s.events.len() as u64,
+            })
+        })?
+    }
+
+    fn list(&self) -> Result<Reply> {
+        let live = self.live.borrow();
+        let mut ids: Vec<&String> = live.keys().collect();
+        ids.sort();
+        Reply::json(ids)
+    }
+
+    /// Answers whether any `session/flush` listener (a persistence backend)
+    /// took part.
+    async fn flush(&self, p: IdParams) -> Result<Reply> {
+        if !self.is_live(&p.id) {
+            return Err(not_found(&p.id));
+        }
+        let participated = self
+            .ctx
+            .parallel(bus::SESSION_FLUSH, SessionRef { session_id: p.id })
+            .await?;
+        Reply::json(participated)
+    }
+
+    /// Makes a stored session live (loading it from persistence here, so
+    /// the log does not travel through the caller) and returns what an
+    /// agent needs to continue it.
+    async fn resume(&self, p: IdParams) -> Result<Reply> {
+        let id = p.id;
+        if !self.is_live(&id) {
+            self.load(&id).await?;
+        }
+        self.with(&id, |s| Reply::json(s.resume_summary()))?
+    }
+
+    /// Loads stored session `id` through `sessionPersistence` and makes it
+    /// live; a stored header that does not fit is `SESSION_CORRUPT`.
+    async fn load(&self, id: &str) -> Result<()> {
+        let mut stored = self
+            .ctx
+            .service(service::SESSION_PERSISTENCE)
+            .call(session_persistence::LOAD, IdParams { id: id.to_owned() })
+            .await
+            .map_err(|e| {
+                if e.code == codes::SERVICE_UNAVAILABLE {
+                    Error::new(
+                        "NO_PERSISTENCE",
+                        "cannot resume: session persistence is not configured",
+                    )
+                } else {
+                    e
+                }
+            })?;
+        let mut part = |key: &str| stored.get_mut(key).map_or(Value::Null, Value::take);
+        let header: SessionHeader = serde_json::from_value(part("header"))?;
+        shape::session_header(id, &header).map_err(|why| Error::new(code::SESSION_CORRUPT, why))?;
+        let seed: Vec<SessionEvent> = serde_json::from_value(part("events"))?;
+        let stored_len = seed.len();
+        let session = seeded(header.clone(), Some(seed))?;
+        let events = session.events[stored_len.min(session.events.len())..].to_vec();
+        let created = SessionCreated {
+            header,
+            stored: Some(stored_len as u64),
+            resumed: Some(true),
+            events,
+        };
+        self.open(id.to_owned(), session, created)
+    }
+
+    fn fork(&self, p: ForkParams) -> Result<Reply> {
+        let child = p.child_id.unwrap_or_else(fresh_session_id);
+        // An existing child id wins over a missing source and a bad
+        // boundary.
+        if self.is_live(&child) {
+            return Err(already_live(&child));
+        }
+        let (seed, cwd) = self.with(&p.id, |s| {
+            s.fork_seed(p.boundary)
+                .map(|seed| (seed, s.header.cwd.clone()))
+        })??;
+        // The child's lineage: the source's cwd, the source as parent,
+        // and the seed's length (nothing else of the source's header).
+        let header = SessionHeader {
+            id: child.clone(),
+            created_at: now_ms(),
+            cwd,
+            parent_session: Some(p.id),
+            seed_length: Some(seed.len() as u64),
+            ..SessionHeader::default()
+        };
+        let session = seeded(header.clone(), Some(seed))?;
+        let created = SessionCreated {
+            header: header.clone(),
+            stored: None,
+            resumed: None,
+            events: session.events.clone(),
+        };
+        self.open(child.clone(), session, created)?;
+        Reply::json(ForkReply { id: child, header })
+    }
+
+    fn close(&self, p: IdParams) -> Result<Reply> {
+        let removed = self.live.borrow_mut().remove(&p.id).is_some();
+        if removed {
+            self.ctx
+                .emit(bus::SESSION_DISPOSED, SessionRef { session_id: p.id })?;
+        }
+        Ok(Value::Null.into())
     }
 }
 
@@ -481,11 +538,11 @@ impl Plugin for SessionPlugin {
     type Config = ();
 
     async fn apply(ctx: Context, _config: ()) -> Result<()> {
-        let store: Store = Rc::default();
-        let ctx2 = ctx.clone();
-        ctx.provide(service::SESSIONS, move |req| {
-            handle(ctx2.clone(), store.clone(), req)
+        let log = Rc::new(Log {
+            ctx: ctx.clone(),
+            live: RefCell::default(),
         });
+        ctx.provide(service::SESSIONS, move |req| handle(log.clone(), req));
         Ok(())
     }
 }
