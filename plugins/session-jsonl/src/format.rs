@@ -89,7 +89,7 @@ pub struct Scan {
 }
 
 /// Decodes one storage record into events (packed rows expand).
-fn decode(record: &Value) -> Result<Vec<SessionEvent>, String> {
+fn decode(record: Value) -> Result<Vec<SessionEvent>, String> {
     let kind = record["type"].as_str().unwrap_or_default();
     let packed = match kind {
         "text-chunks" => Some(("text-delta", "texts")),
@@ -98,7 +98,7 @@ fn decode(record: &Value) -> Result<Vec<SessionEvent>, String> {
         _ => None,
     };
     let Some((chunk_type, field)) = packed else {
-        let e: SessionEvent = serde_json::from_value(record.clone()).map_err(|e| e.to_string())?;
+        let e: SessionEvent = serde_json::from_value(record).map_err(|e| e.to_string())?;
         return Ok(vec![e]);
     };
     let d = &record["data"];
@@ -411,7 +411,7 @@ pub fn scan(bytes: &[u8]) -> Result<Scan, String> {
         }
         let decoded = serde_json::from_str::<Value>(line.trim_end())
             .map_err(|e| e.to_string())
-            .and_then(|v| decode(&v));
+            .and_then(decode);
         match decoded {
             Ok(evs)
                 if evs
@@ -945,7 +945,7 @@ mod tests {
     fn assert_round_trips(events: &[SessionEvent]) {
         let decoded: Vec<SessionEvent> = packed_lines(events)
             .iter()
-            .flat_map(|v| decode(v).unwrap())
+            .flat_map(|v| decode(v.clone()).unwrap())
             .collect();
         let text = |es: &[SessionEvent]| -> Vec<String> {
             es.iter()

@@ -584,16 +584,30 @@ fn revision(meta: &std::fs::Metadata) -> String {
     )
 }
 
+/// A stored session as `load`, `inspect` and `readFrom` answer it,
+/// serialized straight from the events (no intermediate tree).
+#[derive(serde::Serialize)]
+struct Stored<'a, E> {
+    header: &'a SessionHeader,
+    events: &'a [E],
+}
+
+impl<'a, E: serde::Serialize> Stored<'a, E> {
+    fn new(header: &'a SessionHeader, events: &'a [E]) -> Self {
+        Stored { header, events }
+    }
+}
+
 async fn handle(store: Shared, req: Request) -> Result<Reply> {
     let id = req.params["id"].as_str().unwrap_or_default().to_owned();
     match req.method.as_str() {
         session_persistence::LOAD => {
             let (header, events) = store.load(&id, true)?;
-            Reply::json(json!({"header": header, "events": events}))
+            Reply::json(Stored::new(&header, &events))
         }
         session_persistence::INSPECT => {
             let (header, events) = store.load(&id, false)?;
-            Reply::json(json!({"header": header, "events": events}))
+            Reply::json(Stored::new(&header, &events))
         }
         session_persistence::READ_FROM => {
             let from = req.params["fromSeq"].as_u64().ok_or_else(|| {
@@ -606,7 +620,7 @@ async fn handle(store: Shared, req: Request) -> Result<Reply> {
             let log = format::read(&path).map_err(|e| err(code::PERSISTENCE, e))?;
             let s = Store::scan_log(&id, &path, &log)?;
             let events: Vec<&SessionEvent> = s.events.iter().filter(|e| e.seq >= from).collect();
-            Reply::json(json!({"header": s.header, "events": events}))
+            Reply::json(Stored::new(&s.header, &events))
         }
         session_persistence::LOCATE => {
             let path = store.find(&id)?;

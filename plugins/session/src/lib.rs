@@ -456,10 +456,18 @@ impl Log {
     /// Loads stored session `id` through `sessionPersistence` and makes it
     /// live; a stored header that does not fit is `SESSION_CORRUPT`.
     async fn load(&self, id: &str) -> Result<()> {
-        let mut stored = self
+        /// The `sessionPersistence.load` reply, parsed straight from its
+        /// text (no intermediate tree for a long log).
+        #[derive(serde::Deserialize)]
+        struct Stored {
+            header: Value,
+            #[serde(default)]
+            events: Vec<SessionEvent>,
+        }
+        let stored: Stored = self
             .ctx
             .service(service::SESSION_PERSISTENCE)
-            .call(session_persistence::LOAD, IdParams { id: id.to_owned() })
+            .call_as(session_persistence::LOAD, IdParams { id: id.to_owned() })
             .await
             .map_err(|e| {
                 if e.code == codes::SERVICE_UNAVAILABLE {
@@ -471,10 +479,9 @@ impl Log {
                     e
                 }
             })?;
-        let mut part = |key: &str| stored.get_mut(key).map_or(Value::Null, Value::take);
-        let header: SessionHeader = serde_json::from_value(part("header"))?;
+        let header: SessionHeader = serde_json::from_value(stored.header)?;
         shape::session_header(id, &header).map_err(|why| Error::new(code::SESSION_CORRUPT, why))?;
-        let seed: Vec<SessionEvent> = serde_json::from_value(part("events"))?;
+        let seed = stored.events;
         let stored_len = seed.len();
         let session = seeded(header.clone(), Some(seed))?;
         let events = session.events[stored_len.min(session.events.len())..].to_vec();
