@@ -2,14 +2,14 @@
 //! that builds on its own and passes its generated test: a real host loading
 //! the crate's fresh build and the host's plugins from the staged tree.
 //!
-//! A test binary of its own, so the nested build (minutes the first time,
-//! seconds after) does not run beside the timing-sensitive tests.
+//! A test binary of its own, so the nested build does not run beside the
+//! timing-sensitive tests.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use dsh_testkit::{output, stage, target_dir, TempDir, STAGE_ENV};
+use dsh_testkit::{output, stage, target_dir, STAGE_ENV};
 
 /// Runs `c`, panicking with its output unless it succeeds; returns stdout
 /// and stderr.
@@ -17,6 +17,18 @@ fn succeed(c: &mut Command) -> String {
     let (code, out, err) = output(c);
     assert_eq!(code, 0, "{c:?} failed:\n{out}\n{err}");
     format!("{out}{err}")
+}
+
+/// Removes what the nested build puts beside the workspace's own libraries
+/// (its library, uplifted into `target/debug`), however the test ends.
+struct Uplifted(Vec<PathBuf>);
+
+impl Drop for Uplifted {
+    fn drop(&mut self) {
+        for f in &self.0 {
+            let _ = std::fs::remove_file(f);
+        }
+    }
 }
 
 #[test]
@@ -30,25 +42,30 @@ fn a_plugin_scaffolded_outside_the_repository_builds_and_passes_its_test_against
         "{} is not built (`cargo build --workspace`)",
         xtask.display()
     );
-    let out = TempDir::new("out-of-repo");
+    // The crate is a workspace of its own wherever it lives; under the
+    // target directory its path (and so its build's hash) is the same each
+    // run, so runs do not pile up artifacts.
+    let target: PathBuf = target_dir().parent().map(Path::to_owned).unwrap();
+    let out = target.join("out-of-repo");
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(&out).unwrap();
     let started = Instant::now();
     succeed(
         Command::new(&xtask)
             .args(["new-plugin", "--out"])
-            .arg(out.path())
+            .arg(&out)
             .arg("outside"),
     );
-    let krate = out.path().join("outside");
+    let krate = out.join("outside");
     let manifest = std::fs::read_to_string(krate.join("Cargo.toml")).unwrap();
     assert!(!manifest.contains("abi_stable"), "{manifest}");
 
-    // Its own target directory inside this one (a nested cargo cannot share
-    // the outer build's lock), kept between runs so only the plugin crate
-    // compiles once the SDK and the host are built there.
-    let target: PathBuf = target_dir()
-        .parent()
-        .map(|t| t.join("out-of-repo"))
-        .unwrap();
+    // This workspace's target directory: the registry crates the workspace
+    // built are reused as they are (the same versions, from the copied
+    // Cargo.lock, and the same features), so only the path crates and the
+    // plugin compile. Cargo holds no lock on it while tests run.
+    let lib = target_dir().join("libdsh_plugin_outside.so");
+    let _cleanup = Uplifted(vec![lib.clone(), lib.with_extension("d")]);
     let cargo = |args: &[&str]| {
         let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
         c.current_dir(&krate)
@@ -60,7 +77,7 @@ fn a_plugin_scaffolded_outside_the_repository_builds_and_passes_its_test_against
         c
     };
     succeed(&mut cargo(&["build"]));
-    assert!(target.join("debug/libdsh_plugin_outside.so").is_file());
+    assert!(lib.is_file(), "{} was not built", lib.display());
     let log = succeed(&mut cargo(&["test"]));
     assert!(
         log.contains("test greets_through_its_service_and_its_tool ... ok"),
