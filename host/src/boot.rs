@@ -2,7 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::config::{compose, read_layer_file, ConfigError, Layer, ProfileRoots, Tree};
+use crate::config::{
+    compose, read_layer_file, ComposedRow, ConfigError, Layer, Patch, ProfileRoots, Row, Tree,
+};
 use crate::paths::Install;
 
 /// What the user asked for on the command line.
@@ -14,6 +16,9 @@ pub struct BootOptions {
     pub patches: Vec<PathBuf>,
     /// `--plugins-dir` directories, in order.
     pub plugin_dirs: Vec<PathBuf>,
+    /// `--plugin` names, in order: each becomes the row `NAME` applying
+    /// plugin `NAME` (or enables the profile's disabled row `NAME` of it).
+    pub plugins: Vec<String>,
     /// `$DSH_HOME`.
     pub home: PathBuf,
     /// The installation.
@@ -81,16 +86,22 @@ impl BootOptions {
         std::env::set_var("DSH_PROFILE_DIR", &profile_dir);
         let (mut layers, mut files) = roots.profile_layers(&self.profile)?;
         let plugin_dirs = self.plugin_dirs(Some(&profile_dir));
-        // Libraries dropped into $DSH_HOME/plugins extend the profile as a
-        // layer of their own, so the home patch and `--patch` files can
-        // patch a drop-in row by its id (`drop-in:<name>`).
-        let (drop_ins, refused) =
-            drop_in_rows(&self.drop_in_dir(), &compose(&layers)?, &plugin_dirs);
+        // `--plugin NAME` rows, and libraries dropped into $DSH_HOME/plugins,
+        // extend the profile as layers of their own, so the home patch and
+        // `--patch` files can patch them by id (`NAME`, `drop-in:<name>`).
+        // A drop-in that a `--plugin` row uses is not a row a second time.
+        let named = self.named_plugins(&compose(&layers)?, &plugin_dirs)?;
+        let (drop_ins, refused) = {
+            let mut with_named = layers.clone();
+            with_named.push(named.clone());
+            drop_in_rows(&self.drop_in_dir(), &compose(&with_named)?, &plugin_dirs)
+        };
         layers.push(Layer {
             origin: "drop-in".into(),
             rows: drop_ins.into_iter().map(|r| r.row).collect(),
             patches: Vec::new(),
         });
+        layers.push(named);
         let home_patch = self.home_patch();
         if home_patch.is_file() {
             layers.push(read_layer_file(&home_patch)?.0);
@@ -117,12 +128,72 @@ impl BootOptions {
         })
     }
 
+    /// The layer of the `--plugin` names, applied after the profile (and
+    /// before the patches, which may change its rows by id). `--plugin
+    /// NAME` adds the row `NAME` applying plugin `NAME` (found in the plugin
+    /// directories, `--plugins-dir` first) with its default config; when
+    /// the profile already has a row `NAME` of that plugin, it enables that
+    /// row instead. A name no plugin directory holds, a path, or a row
+    /// `NAME` of another plugin is an error.
+    fn named_plugins(&self, tree: &Tree, plugin_dirs: &[PathBuf]) -> Result<Layer, ConfigError> {
+        let mut layer = Layer {
+            origin: NAMED_ORIGIN.into(),
+            rows: Vec::new(),
+            patches: Vec::new(),
+        };
+        for name in &self.plugins {
+            if name.trim().is_empty() || name.contains('/') {
+                return Err(ConfigError::Invalid(format!(
+                    "--plugin `{name}`: give a plugin's name (it is looked up in the plugin directories); a library path goes in a row"
+                )));
+            }
+            if layer.rows.iter().any(|r| &r.id == name)
+                || layer.patches.iter().any(|p| p.id.as_ref() == Some(name))
+            {
+                continue;
+            }
+            match tree.rows.iter().find(|r| &r.row.id == name) {
+                Some(ComposedRow { row, .. }) if &row.plugin == name => {
+                    if row.disabled {
+                        layer.patches.push(Patch {
+                            id: Some(name.clone()),
+                            disabled: Some(false),
+                            ..Patch::default()
+                        });
+                    }
+                }
+                Some(r) => {
+                    return Err(ConfigError::Invalid(format!(
+                        "--plugin {name}: row `{name}` (from {}) applies plugin `{}`; patch that row instead",
+                        r.origin, r.row.plugin
+                    )))
+                }
+                None => {
+                    crate::supervisor::resolve_plugin(name, plugin_dirs)
+                        .map_err(|e| ConfigError::Invalid(format!("--plugin {name}: {e}")))?;
+                    layer.rows.push(Row {
+                        id: name.clone(),
+                        plugin: name.clone(),
+                        config: serde_json::Value::Null,
+                        disabled: false,
+                        inject: Vec::new(),
+                        group: None,
+                    });
+                }
+            }
+        }
+        Ok(layer)
+    }
+
     /// `$DSH_HOME/plugins`, where a dropped library becomes a row.
     pub fn drop_in_dir(&self) -> PathBuf {
         let dir = self.home.join("plugins");
         dir.canonicalize().unwrap_or(dir)
     }
 }
+
+/// The origin of the rows `--plugin` adds (as `--dump-config` prints it).
+const NAMED_ORIGIN: &str = "--plugin";
 
 /// Rows for libraries dropped into `dir` (`$DSH_HOME/plugins`) that no row
 /// of `tree` uses: each becomes a row `drop-in:<name>` applying the plugin

@@ -36,6 +36,10 @@ struct RunArgs {
     /// An extra plugin directory, searched first (repeatable).
     #[arg(long = "plugins-dir", value_name = "DIR")]
     plugin_dirs: Vec<PathBuf>,
+    /// Load plugin NAME (from the plugin directories) as a row `NAME` of its
+    /// own, default config; patches change it by that id (repeatable).
+    #[arg(long = "plugin", value_name = "NAME")]
+    plugins: Vec<String>,
     /// Reload plugins and configuration when their files change.
     #[arg(long)]
     watch: bool,
@@ -87,6 +91,10 @@ enum PluginsCmd {
         /// An extra plugin directory (repeatable).
         #[arg(long = "plugins-dir", value_name = "DIR")]
         plugin_dirs: Vec<PathBuf>,
+        /// A plugin the profile gets a row for, as with `--profile ... --plugin`
+        /// (repeatable).
+        #[arg(long = "plugin", value_name = "NAME", requires = "profile")]
+        plugins: Vec<String>,
     },
     /// Load one library alone and print its manifest, or why it was refused.
     Check {
@@ -166,11 +174,13 @@ fn boot_options(
     profile: String,
     patches: Vec<PathBuf>,
     plugin_dirs: Vec<PathBuf>,
+    plugins: Vec<String>,
 ) -> anyhow::Result<BootOptions> {
     Ok(BootOptions {
         profile,
         patches,
         plugin_dirs,
+        plugins,
         home: home()?,
         install: Install::locate(),
     })
@@ -192,8 +202,14 @@ fn plugins(cmd: PluginsCmd) -> anyhow::Result<u8> {
         PluginsCmd::List {
             profile,
             plugin_dirs,
+            plugins,
         } => {
-            let opts = boot_options(profile.clone().unwrap_or_default(), Vec::new(), plugin_dirs)?;
+            let opts = boot_options(
+                profile.clone().unwrap_or_default(),
+                Vec::new(),
+                plugin_dirs,
+                plugins,
+            )?;
             let (dirs, tree) = match &profile {
                 Some(_) => {
                     let c = opts.compose()?;
@@ -307,7 +323,12 @@ fn run(args: RunArgs) -> anyhow::Result<u8> {
     if profile.is_empty() {
         anyhow::bail!("--profile needs a name");
     }
-    let opts = boot_options(profile, args.patches.clone(), args.plugin_dirs.clone())?;
+    let opts = boot_options(
+        profile,
+        args.patches.clone(),
+        args.plugin_dirs.clone(),
+        args.plugins.clone(),
+    )?;
     let composition = opts.compose()?;
     for w in &composition.tree.warnings {
         eprintln!("dsh-host: {w}");

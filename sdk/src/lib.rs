@@ -115,11 +115,36 @@ pub trait Plugin: 'static {
 
 #[doc(hidden)]
 pub mod __private {
-    pub use abi_stable::prefix_type::WithMetadata;
-    pub use abi_stable::std_types::RString;
-    pub use dsh_abi::{HostHandle, PluginMod, PluginModRef, ABI_VERSION};
+    //! What [`export_plugin!`](crate::export_plugin) expands to refers only
+    //! to this module, so a plugin crate depends on `dsh-sdk` alone: no
+    //! `abi_stable` to add or pin by hand. The expansion is one marker type
+    //! implementing [`Export`] and one `static` holding [`lib_header`]; the
+    //! rest is generic code here.
+
+    use std::marker::PhantomData;
+
+    pub use abi_stable::library::LibHeader;
+    use abi_stable::library::{CheckTypeLayout, RootModuleResult};
+    use abi_stable::prefix_type::WithMetadata;
+    use abi_stable::std_types::RString;
+    use dsh_abi::{HostHandle, PluginMod, PluginModRef, ABI_VERSION};
 
     use crate::{Manifest, Plugin};
+
+    /// The symbol under which abi_stable's loader (and the host's
+    /// preflight) looks for the library header. The macro spells it as an
+    /// identifier, which cannot come from a constant; a test keeps the two
+    /// equal.
+    pub const ROOT_SYMBOL: &str = "_1as_0lib_1header_0root_bmodule_bloader";
+
+    /// What `export_plugin!(P)` knows that generic code cannot: the plugin
+    /// type and the version of the crate that invoked the macro.
+    pub trait Export: 'static {
+        /// The exported plugin.
+        type Plugin: Plugin;
+        /// `CARGO_PKG_VERSION` of the plugin crate.
+        const VERSION: &'static str;
+    }
 
     /// The manifest of `P` as JSON.
     pub fn manifest<P: Plugin>(version: &str) -> RString {
@@ -139,30 +164,85 @@ pub mod __private {
     pub fn run<P: Plugin>(handle: HostHandle) -> i32 {
         crate::actor::run::<P>(handle)
     }
+
+    extern "C" fn manifest_of<E: Export>() -> RString {
+        manifest::<E::Plugin>(E::VERSION)
+    }
+
+    extern "C" fn run_of<E: Export>(handle: HostHandle) -> i32 {
+        run::<E::Plugin>(handle)
+    }
+
+    /// The root module of one exported plugin, a constant per `E`.
+    struct Module<E>(PhantomData<E>);
+
+    impl<E: Export> Module<E> {
+        const MODULE: &'static WithMetadata<PluginMod> = &WithMetadata::new(PluginMod {
+            abi_version: ABI_VERSION,
+            manifest: manifest_of::<E>,
+            run: run_of::<E>,
+        });
+    }
+
+    fn root_module<E: Export>() -> PluginModRef {
+        PluginModRef(Module::<E>::MODULE.static_as_prefix())
+    }
+
+    /// What abi_stable's loader calls first: builds the root module of `E`
+    /// (catching a panic) and erases its type.
+    extern "C" fn load_root_module<E: Export>() -> RootModuleResult {
+        abi_stable::library::__call_root_module_loader(root_module::<E>)
+    }
+
+    /// The library header of `E`, with abi_stable's layout check of
+    /// [`PluginMod`] on: the same value `#[export_root_module]` builds.
+    pub const fn lib_header<E: Export>() -> LibHeader {
+        // SAFETY: the contract of `from_constructor::<M>` is that the
+        // constructor's erased prefix was made from a `PrefixRef` of `M`'s
+        // prefix. `load_root_module::<E>` returns what
+        // `__call_root_module_loader` made of `root_module::<E>()`, a
+        // `PluginModRef`, which is `M` here.
+        unsafe {
+            LibHeader::from_constructor::<PluginModRef>(load_root_module::<E>, CheckTypeLayout::Yes)
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn the_root_symbol_is_the_one_abi_stable_loads() {
+            assert_eq!(
+                super::ROOT_SYMBOL,
+                abi_stable::library::ROOT_MODULE_LOADER_NAME
+            );
+            // The identifier the macro declares.
+            assert_eq!(
+                stringify!(_1as_0lib_1header_0root_bmodule_bloader),
+                super::ROOT_SYMBOL
+            );
+        }
+    }
 }
 
-/// Exports a [`Plugin`] as this library's root module. The plugin crate must
-/// also depend on `abi_stable` (its export attribute names it directly).
+/// Exports a [`Plugin`] as this library's root module. The plugin crate
+/// needs no other dependency for it: the expansion names only
+/// `$crate::__private` items (the `abi_stable` types included).
 #[macro_export]
 macro_rules! export_plugin {
     ($plugin:ty) => {
-        extern "C" fn __dsh_plugin_manifest() -> $crate::__private::RString {
-            $crate::__private::manifest::<$plugin>(env!("CARGO_PKG_VERSION"))
+        struct __DshExport;
+
+        impl $crate::__private::Export for __DshExport {
+            type Plugin = $plugin;
+            const VERSION: &'static str = ::core::env!("CARGO_PKG_VERSION");
         }
 
-        extern "C" fn __dsh_plugin_run(handle: $crate::__private::HostHandle) -> i32 {
-            $crate::__private::run::<$plugin>(handle)
-        }
-
-        #[::abi_stable::export_root_module]
-        pub fn __dsh_plugin_root_module() -> $crate::__private::PluginModRef {
-            const MODULE: &$crate::__private::WithMetadata<$crate::__private::PluginMod> =
-                &$crate::__private::WithMetadata::new($crate::__private::PluginMod {
-                    abi_version: $crate::__private::ABI_VERSION,
-                    manifest: __dsh_plugin_manifest,
-                    run: __dsh_plugin_run,
-                });
-            $crate::__private::PluginModRef(MODULE.static_as_prefix())
-        }
+        /// The library header abi_stable's loader looks up (the name is
+        /// `dsh_sdk::__private::ROOT_SYMBOL`).
+        #[doc(hidden)]
+        #[allow(non_upper_case_globals)]
+        #[unsafe(no_mangle)]
+        pub static _1as_0lib_1header_0root_bmodule_bloader: $crate::__private::LibHeader =
+            $crate::__private::lib_header::<__DshExport>();
     };
 }

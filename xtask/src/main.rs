@@ -9,6 +9,9 @@
 //! - `check`: the plugin rules that `cargo tree` can see (a deny list of
 //!   crates and tokio features).
 //! - `new-plugin NAME`: scaffold `plugins/NAME` with a passing test.
+//! - `new-plugin --out DIR NAME`: the same plugin as a crate of its own at
+//!   `DIR/NAME`, outside this repository, depending on this checkout's SDK
+//!   and test kit by path.
 //! - `bench`: release build, then print the performance figures.
 
 use std::path::{Path, PathBuf};
@@ -48,13 +51,14 @@ fn main() -> Result<()> {
         Some("demo") => demo(),
         Some("test") => test(),
         Some("check") => check(),
-        Some("new-plugin") => match rest.first() {
-            Some(name) => new_plugin(name),
-            None => bail!("usage: cargo xtask new-plugin NAME"),
+        Some("new-plugin") => match rest.as_slice() {
+            [name] if !name.starts_with('-') => new_plugin(name, None),
+            ["--out", dir, name] | [name, "--out", dir] => new_plugin(name, Some(Path::new(dir))),
+            _ => bail!("usage: cargo xtask new-plugin [--out DIR] NAME"),
         },
         Some("bench") => bench(),
         _ => {
-            eprintln!("usage: cargo xtask build [--release] | demo | test | check | new-plugin NAME | bench");
+            eprintln!("usage: cargo xtask build [--release] | demo | test | check | new-plugin [--out DIR] NAME | bench");
             std::process::exit(2);
         }
     }
@@ -188,9 +192,8 @@ fn ensure_test_packages() -> Result<()> {
 
 fn test() -> Result<()> {
     ensure_test_packages()?;
-    let mut c = cargo();
-    c.args(["build", "--workspace"]);
-    run(c)?;
+    // Staged too: the out-of-repo plugin test loads the staged plugins.
+    build(false)?;
     check()?;
     let mut c = cargo();
     // Every test binary runs, so one failure does not hide the others.
@@ -326,7 +329,9 @@ fn check() -> Result<()> {
     }
 }
 
-fn new_plugin(name: &str) -> Result<()> {
+/// Scaffolds plugin `name`: under `plugins/`, or with `out`, as a crate
+/// of its own at `out/name` that depends on this checkout by path.
+fn new_plugin(name: &str, out: Option<&Path>) -> Result<()> {
     let valid = !name.is_empty()
         && name
             .chars()
@@ -335,7 +340,12 @@ fn new_plugin(name: &str) -> Result<()> {
     if !valid {
         bail!("plugin names are lowercase letters, digits and dashes, starting with a letter: `{name}`");
     }
-    let dir = root().join("plugins").join(name);
+    let dir = match out {
+        Some(out) => std::path::absolute(out)
+            .with_context(|| format!("cannot resolve {}", out.display()))?
+            .join(name),
+        None => root().join("plugins").join(name),
+    };
     if dir.exists() {
         bail!("{} already exists", dir.display());
     }
@@ -349,13 +359,61 @@ fn new_plugin(name: &str) -> Result<()> {
                 .unwrap_or_default()
         })
         .collect();
-    std::fs::create_dir_all(dir.join("src"))?;
+    std::fs::create_dir_all(dir.join("src"))
+        .with_context(|| format!("cannot create {}", dir.display()))?;
     std::fs::create_dir_all(dir.join("tests"))?;
     let snake = name.replace('-', "_");
+    let checkout = root().canonicalize().unwrap_or_else(|_| root());
+    let manifest = match out {
+        Some(_) => out_of_repo_manifest(name, &krate, &checkout)?,
+        None => in_repo_manifest(name, &krate),
+    };
+    std::fs::write(dir.join("Cargo.toml"), manifest)?;
+    std::fs::write(dir.join("src/lib.rs"), plugin_source(name, &ty, &snake))?;
     std::fs::write(
-        dir.join("Cargo.toml"),
-        format!(
-            r#"[package]
+        dir.join("tests").join(format!("{snake}.rs")),
+        plugin_test(name, &snake),
+    )?;
+    if out.is_none() {
+        std::fs::write(
+            dir.join("README.md"),
+            format!(
+                "# {krate}\n\nThe `{name}` plugin. Owns the `{name}` service; touches nothing else.\n"
+            ),
+        )?;
+        // Laid out as `cargo fmt` would, so the new crate starts clean.
+        let _ = cargo().args(["fmt", "-p", &krate]).status();
+        println!(
+            "created {} (build it with `cargo build -p {krate}`, test with `cargo test -p {krate}`)",
+            dir.display()
+        );
+        return Ok(());
+    }
+    std::fs::write(
+        dir.join("README.md"),
+        out_of_repo_readme(name, &krate, &checkout),
+    )?;
+    std::fs::write(dir.join(".gitignore"), "/target\n")?;
+    // The versions this checkout builds and tests with, so the plugin and
+    // the host it is tested against agree, and nothing is fetched.
+    std::fs::copy(root().join("Cargo.lock"), dir.join("Cargo.lock"))
+        .context("copying Cargo.lock")?;
+    let _ = cargo()
+        .arg("fmt")
+        .arg("--manifest-path")
+        .arg(dir.join("Cargo.toml"))
+        .status();
+    println!(
+        "created {} (in it: `cargo build`, `cargo test`; see its README.md)",
+        dir.display()
+    );
+    Ok(())
+}
+
+/// `Cargo.toml` of a plugin under `plugins/`: a workspace member.
+fn in_repo_manifest(name: &str, krate: &str) -> String {
+    format!(
+        r#"[package]
 name = "{krate}"
 description = "The `{name}` dsh plugin."
 version.workspace = true
@@ -367,7 +425,6 @@ crate-type = ["cdylib"]
 
 [dependencies]
 dsh-sdk.workspace = true
-abi_stable.workspace = true
 serde.workspace = true
 schemars.workspace = true
 
@@ -379,12 +436,91 @@ serde_json.workspace = true
 [lints]
 workspace = true
 "#
-        ),
-    )?;
-    std::fs::write(
-        dir.join("src/lib.rs"),
-        format!(
-            r#"//! The `{name}` plugin: the `{name}` service (`greet`, `changes`), the
+    )
+}
+
+/// `Cargo.toml` of a plugin outside the repository: a workspace of its own
+/// that takes the SDK and the test kit from `checkout` by path, with the
+/// versions and the build settings of this workspace.
+fn out_of_repo_manifest(name: &str, krate: &str, checkout: &Path) -> Result<String> {
+    let path = |rel: &str| {
+        serde_json::to_string(&checkout.join(rel).display().to_string())
+            .context("quoting a path for Cargo.toml")
+    };
+    let (sdk, testkit) = (path("sdk")?, path("sdk/testkit")?);
+    Ok(format!(
+        r#"[package]
+name = "{krate}"
+description = "The `{name}` dsh plugin."
+version = "0.1.0"
+edition = "2021"
+publish = false
+
+[lib]
+crate-type = ["cdylib"]
+
+[dependencies]
+# `export_plugin!` needs nothing else: the SDK re-exports what it expands to.
+dsh-sdk = {{ path = {sdk} }}
+serde = {{ version = "1", features = ["derive"] }}
+schemars = {{ version = "1", default-features = false, features = ["derive", "std"] }}
+
+[dev-dependencies]
+# A real host inside the test: it loads this crate's fresh build, and the
+# host's plugins from the checkout's staged tree (`cargo xtask build` there)
+# or from $DSH_STAGE.
+dsh-testkit = {{ path = {testkit} }}
+tokio = {{ version = "1", default-features = false, features = ["rt", "macros"] }}
+serde_json = "1"
+
+# A workspace of its own, built as the dsh workspace builds.
+[workspace]
+
+[profile.dev]
+debug = "line-tables-only"
+
+[profile.dev.package."*"]
+debug = false
+
+[lints.clippy]
+unwrap_used = "deny"
+expect_used = "deny"
+"#
+    ))
+}
+
+/// `README.md` of a plugin outside the repository: how to build, test and
+/// run it.
+fn out_of_repo_readme(name: &str, krate: &str, checkout: &Path) -> String {
+    let host = checkout.join("target/dsh/bin/dsh-host");
+    let host = host.display();
+    let checkout = checkout.display();
+    format!(
+        r#"# {krate}
+
+The `{name}` dsh plugin: the `{name}` service, a typed tool and a listener.
+It depends on the SDK and the test kit of the dsh checkout at `{checkout}`
+by path.
+
+```sh
+cargo build    # target/debug/lib{lib}.so
+cargo test     # a real host loads that build and the host's staged plugins
+{host} --profile headless --plugins-dir target/debug --plugin {name} --dump-config
+```
+
+The test host finds the host's plugins in the checkout's staged tree
+(`cargo xtask build` in the checkout makes `target/dsh`), or in the staged
+tree named by `$DSH_STAGE`. `--plugin {name}` gives the plugin a row `{name}`
+of its own; a patch changes its config by that id.
+"#,
+        lib = krate.replace('-', "_"),
+    )
+}
+
+/// `src/lib.rs` of a new plugin: a typed tool, a service and a listener.
+fn plugin_source(name: &str, ty: &str, snake: &str) -> String {
+    format!(
+        r#"//! The `{name}` plugin: the `{name}` service (`greet`, `changes`), the
 //! `{snake}_greet` tool, and a listener counting `tools/change`.
 
 use std::cell::Cell;
@@ -472,12 +608,13 @@ impl Plugin for {ty} {{
 
 dsh_sdk::export_plugin!({ty});
 "#
-        ),
-    )?;
-    std::fs::write(
-        dir.join("tests").join(format!("{snake}.rs")),
-        format!(
-            r#"//! Loads the real `{name}` library into a real host.
+    )
+}
+
+/// The test of a new plugin: its real library in a real host.
+fn plugin_test(name: &str, snake: &str) -> String {
+    format!(
+        r#"//! Loads the real `{name}` library into a real host.
 
 use dsh_testkit::{{eventually, TestHost}};
 use serde_json::{{json, Value}};
@@ -506,21 +643,7 @@ async fn greets_through_its_service_and_its_tool() {{
     t.shutdown().await;
 }}
 "#
-        ),
-    )?;
-    std::fs::write(
-        dir.join("README.md"),
-        format!(
-            "# {krate}\n\nThe `{name}` plugin. Owns the `{name}` service; touches nothing else.\n"
-        ),
-    )?;
-    // Laid out as `cargo fmt` would, so the new crate starts clean.
-    let _ = cargo().args(["fmt", "-p", &krate]).status();
-    println!(
-        "created {} (build it with `cargo build -p {krate}`, test with `cargo test -p {krate}`)",
-        dir.display()
-    );
-    Ok(())
+    )
 }
 
 /// `rg` for the grep comparison: on the PATH, or installed into

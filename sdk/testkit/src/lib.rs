@@ -14,7 +14,10 @@
 //! ```
 //!
 //! Plugins are found in the cargo target directory of the test binary
-//! (`target/debug`), so `cargo build` the plugin crates before `cargo test`.
+//! (`target/debug`), so `cargo build` the plugin crates before `cargo test`,
+//! then in the plugins of a staged tree ([`stage`]): a plugin crate outside
+//! this repository tests its own fresh build against the host's real
+//! plugins as `cargo xtask build` staged them.
 #![deny(missing_docs)]
 
 pub mod agent;
@@ -73,6 +76,40 @@ pub fn target_dir() -> PathBuf {
     }
 }
 
+/// The environment variable naming a staged tree for [`stage`].
+pub const STAGE_ENV: &str = "DSH_STAGE";
+
+/// The staged tree (`bin/dsh-host`, `plugins/`, `profiles/`, as `cargo
+/// xtask build` makes it) whose plugins a [`TestHost`] searches after the
+/// test's own target directory: `$DSH_STAGE` when set (it must be a staged
+/// tree), else `target/dsh` of the checkout this test kit was built from,
+/// when it has been staged.
+pub fn stage() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os(STAGE_ENV).filter(|v| !v.is_empty()) {
+        let dir = PathBuf::from(dir);
+        assert!(
+            dir.join("plugins").is_dir(),
+            "${STAGE_ENV}={} is not a staged tree (no plugins/ in it); `cargo xtask build` makes one at target/dsh",
+            dir.display()
+        );
+        return Some(dir);
+    }
+    let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = checkout
+        .canonicalize()
+        .unwrap_or(checkout)
+        .join("target/dsh");
+    dir.join("plugins").is_dir().then_some(dir)
+}
+
+/// Where a [`TestHost`] looks for plugins after its own directory: the
+/// test's target directory, then the [`stage`]'s plugins.
+pub fn plugin_dirs() -> Vec<PathBuf> {
+    let mut dirs = vec![target_dir()];
+    dirs.extend(stage().map(|s| s.join("plugins")));
+    dirs
+}
+
 /// The built library of crate `crate_name` (`lib<crate_name>.so`).
 pub fn library(crate_name: &str) -> PathBuf {
     target_dir().join(format!("lib{}.so", crate_name.replace('-', "_")))
@@ -89,10 +126,16 @@ pub fn replace_library(crate_name: &str, target: &Path) {
         .unwrap_or_else(|e| panic!("cannot rename over {}: {e}", target.display()));
 }
 
-/// The built `dsh-host` binary as a command, with `DSH_LOG` unset and
-/// `NO_COLOR=1` (plain, quiet stderr unless the test asks for a log).
+/// The built `dsh-host` binary as a command (the test's target directory's,
+/// else the [`stage`]'s), with `DSH_LOG` unset and `NO_COLOR=1` (plain,
+/// quiet stderr unless the test asks for a log).
 pub fn dsh_host() -> Command {
-    let mut c = Command::new(target_dir().join("dsh-host"));
+    let built = target_dir().join("dsh-host");
+    let binary = match stage() {
+        Some(stage) if !built.is_file() => stage.join("bin").join("dsh-host"),
+        _ => built,
+    };
+    let mut c = Command::new(binary);
     c.env_remove("DSH_LOG").env("NO_COLOR", "1");
     c
 }
@@ -202,7 +245,8 @@ pub struct TestHost {
 }
 
 impl TestHost {
-    /// A host whose plugin directories are its own dir, then `target/debug`.
+    /// A host whose plugin directories are its own dir, then
+    /// [`plugin_dirs`] (`target/debug`, then the staged tree's plugins).
     pub async fn start() -> TestHost {
         Self::with_timeouts(Timeouts {
             apply: Duration::from_secs(10),
@@ -218,7 +262,9 @@ impl TestHost {
         let plugins = TempDir::new("plugins");
         let host = Host::start(HostConfig {
             home: home.path().to_owned(),
-            plugin_dirs: vec![plugins.path().to_owned(), target_dir()],
+            plugin_dirs: std::iter::once(plugins.path().to_owned())
+                .chain(plugin_dirs())
+                .collect(),
             timeouts,
             args: Vec::new(),
             protected: Vec::new(),
