@@ -10,9 +10,19 @@ use dsh_abi::Envelope;
 
 /// Messages waiting for one plugin generation.
 pub struct Inbox {
-    queue: Mutex<VecDeque<Envelope>>,
+    queue: Mutex<Queue>,
     fd: OwnedFd,
     open: AtomicBool,
+}
+
+/// The queue, and whether the plugin is parked: it found the queue empty
+/// and waits on the eventfd. Only a push to a parked plugin writes the
+/// eventfd; a plugin that is still draining finds the message on its own
+/// (it drains until the queue is empty, which parks it again). Under one
+/// lock, so no push can slip between "empty" and "parked".
+struct Queue {
+    items: VecDeque<Envelope>,
+    parked: bool,
 }
 
 impl Inbox {
@@ -24,7 +34,10 @@ impl Inbox {
             return Err(std::io::Error::last_os_error());
         }
         Ok(Inbox {
-            queue: Mutex::new(VecDeque::new()),
+            queue: Mutex::new(Queue {
+                items: VecDeque::new(),
+                parked: true,
+            }),
             // SAFETY: `fd` is a fresh descriptor we own.
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
             open: AtomicBool::new(true),
@@ -36,33 +49,44 @@ impl Inbox {
         self.fd.as_raw_fd()
     }
 
-    /// Queues a message and wakes the plugin. Returns false once closed.
+    /// Queues a message and wakes the plugin if it is parked. Returns false
+    /// once closed.
     pub fn push(&self, env: Envelope) -> bool {
         if !self.open.load(Ordering::Acquire) {
             return false;
         }
-        self.queue
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push_back(env);
-        let one: u64 = 1;
-        // SAFETY: writing 8 bytes from a valid u64 to our eventfd.
-        unsafe { libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        let wake = {
+            let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+            q.items.push_back(env);
+            std::mem::replace(&mut q.parked, false)
+        };
+        if wake {
+            let one: u64 = 1;
+            // SAFETY: writing 8 bytes from a valid u64 to our eventfd.
+            unsafe { libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        }
         true
     }
 
-    /// Takes the next message.
+    /// Takes the next message; finding none parks the plugin (the next push
+    /// writes the eventfd).
     pub fn pop(&self) -> Option<Envelope> {
-        self.queue
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop_front()
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let next = q.items.pop_front();
+        if next.is_none() {
+            q.parked = true;
+        }
+        next
     }
 
     /// Refuses further messages (the generation is gone).
     pub fn close(&self) {
         self.open.store(false, Ordering::Release);
-        self.queue.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .items
+            .clear();
     }
 
     /// True until closed.
