@@ -17,6 +17,10 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::Duration;
 
+use dsh_sdk::api::session_persistence::{
+    ListParams, Listed, Location, ReadFromParams, Snapshot, StoredSession,
+};
+use dsh_sdk::api::sessions::IdParams;
 use dsh_sdk::names::{bus, host, service, session_persistence, sessions};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::{event, interrupted_turn_closers, SessionEvent, SessionHeader};
@@ -584,81 +588,94 @@ fn revision(meta: &std::fs::Metadata) -> String {
     )
 }
 
-/// A stored session as `load`, `inspect` and `readFrom` answer it,
-/// serialized straight from the events (no intermediate tree).
-#[derive(serde::Serialize)]
-struct Stored<'a, E> {
-    header: &'a SessionHeader,
-    events: &'a [E],
-}
-
-impl<'a, E: serde::Serialize> Stored<'a, E> {
-    fn new(header: &'a SessionHeader, events: &'a [E]) -> Self {
-        Stored { header, events }
-    }
-}
-
+/// Dispatches a `sessionPersistence` request to its method, with its params
+/// parsed into the method's type.
 async fn handle(store: Shared, req: Request) -> Result<Reply> {
-    let id = req.params["id"].as_str().unwrap_or_default().to_owned();
     match req.method.as_str() {
-        session_persistence::LOAD => {
-            let (header, events) = store.load(&id, true)?;
-            Reply::json(Stored::new(&header, &events))
-        }
+        session_persistence::LOAD => stored(store.load(&req.params_as::<IdParams>()?.id, true)?),
         session_persistence::INSPECT => {
-            let (header, events) = store.load(&id, false)?;
-            Reply::json(Stored::new(&header, &events))
+            stored(store.load(&req.params_as::<IdParams>()?.id, false)?)
         }
-        session_persistence::READ_FROM => {
-            let from = req.params["fromSeq"].as_u64().ok_or_else(|| {
-                Error::new(
-                    codes::INVALID_PAYLOAD,
-                    "fromSeq must be a non-negative safe integer",
-                )
-            })?;
-            let path = store.find(&id)?;
-            let log = format::read(&path).map_err(|e| err(code::PERSISTENCE, e))?;
-            let s = Store::scan_log(&id, &path, &log)?;
-            let events: Vec<&SessionEvent> = s.events.iter().filter(|e| e.seq >= from).collect();
-            Reply::json(Stored::new(&s.header, &events))
-        }
+        session_persistence::READ_FROM => read_from(&store, &req),
         session_persistence::LOCATE => {
-            let path = store.find(&id)?;
-            Reply::json(json!({"kind": "jsonl", "path": path}))
+            let path = store.find(&req.params_as::<IdParams>()?.id)?;
+            Reply::json(Location {
+                kind: "jsonl".into(),
+                path,
+            })
         }
-        session_persistence::LIST => {
-            let mut out = Vec::new();
-            for (_, s) in store.logs(req.params["cwd"].as_str()) {
-                let turns = s
-                    .events
-                    .iter()
-                    .filter(|e| e.kind == event::TURN_START)
-                    .count();
-                let last_prompt = s
-                    .events
-                    .iter()
-                    .rev()
-                    .find(|e| e.kind == event::USER_MESSAGE && e.data["source"]["kind"] == "user")
-                    .map(|e| dsh_sdk::vocab::msg::joined_text(&e.data))
-                    .unwrap_or_default();
-                out.push(json!({"id": s.header.id, "createdAt": s.header.created_at, "turns": turns, "lastPrompt": last_prompt}));
-            }
-            out.sort_by_key(|v| v["createdAt"].as_u64());
-            Reply::json(out)
-        }
-        session_persistence::LIST_SNAPSHOTS => {
-            // Every stored session (of `cwd`, when given) with the revision
-            // of its log: equal revisions mean an unchanged log.
-            let mut out = Vec::new();
-            for (path, s) in store.logs(req.params["cwd"].as_str()) {
-                let meta = std::fs::metadata(&path).map_err(|e| err(code::PERSISTENCE, e))?;
-                out.push(json!({"header": s.header, "revision": revision(&meta)}));
-            }
-            out.sort_by_key(|v| v["header"]["createdAt"].as_u64());
-            Reply::json(out)
-        }
+        session_persistence::LIST => list(&store, req.params_as()?),
+        session_persistence::LIST_SNAPSHOTS => list_snapshots(&store, req.params_as()?),
         _ => Err(req.unknown_method()),
     }
+}
+
+/// A stored session, serialized straight from its events (no intermediate
+/// tree).
+fn stored((header, events): (SessionHeader, Vec<SessionEvent>)) -> Result<Reply> {
+    Reply::json(StoredSession { header, events })
+}
+
+fn read_from(store: &Store, req: &Request) -> Result<Reply> {
+    req.params_as::<IdParams>()?;
+    let p: ReadFromParams = req.params.parse().map_err(|_| {
+        Error::new(
+            codes::INVALID_PAYLOAD,
+            "fromSeq must be a non-negative safe integer",
+        )
+    })?;
+    let path = store.find(&p.id)?;
+    let log = format::read(&path).map_err(|e| err(code::PERSISTENCE, e))?;
+    let s = Store::scan_log(&p.id, &path, &log)?;
+    let events: Vec<&SessionEvent> = s.events.iter().filter(|e| e.seq >= p.from_seq).collect();
+    Reply::json(StoredSession {
+        header: s.header,
+        events,
+    })
+}
+
+fn list(store: &Store, p: ListParams) -> Result<Reply> {
+    let mut out: Vec<Listed> = store
+        .logs(p.cwd.as_deref())
+        .into_iter()
+        .map(|(_, s)| {
+            let turns = s
+                .events
+                .iter()
+                .filter(|e| e.kind == event::TURN_START)
+                .count() as u64;
+            let last_prompt = s
+                .events
+                .iter()
+                .rev()
+                .find(|e| e.kind == event::USER_MESSAGE && e.data["source"]["kind"] == "user")
+                .map(|e| dsh_sdk::vocab::msg::joined_text(&e.data))
+                .unwrap_or_default();
+            Listed {
+                id: s.header.id,
+                created_at: s.header.created_at,
+                turns,
+                last_prompt,
+            }
+        })
+        .collect();
+    out.sort_by_key(|l| l.created_at);
+    Reply::json(out)
+}
+
+/// Every stored session (of `cwd`, when given) with the revision of its
+/// log: equal revisions mean an unchanged log.
+fn list_snapshots(store: &Store, p: ListParams) -> Result<Reply> {
+    let mut out = Vec::new();
+    for (path, s) in store.logs(p.cwd.as_deref()) {
+        let meta = std::fs::metadata(&path).map_err(|e| err(code::PERSISTENCE, e))?;
+        out.push(Snapshot {
+            header: s.header,
+            revision: revision(&meta),
+        });
+    }
+    out.sort_by_key(|s| s.header.created_at);
+    Reply::json(out)
 }
 
 struct Jsonl;

@@ -11,12 +11,13 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
+use dsh_sdk::api::session_persistence::SessionPersistence;
 use dsh_sdk::api::sessions::{
     AppendManyParams, AppendParams, Boundary, CreateParams, CreateReply, ForkParams, ForkReply,
     FromParams, HeaderReply, IdParams, NewEvent, ResumeReply, SessionAppended, SessionCreated,
     SessionRef, SurfaceReply,
 };
-use dsh_sdk::names::{bus, code, service, session_persistence, sessions};
+use dsh_sdk::names::{bus, code, service, sessions};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::surface::{Plan, Surface};
 use dsh_sdk::vocab::{
@@ -456,18 +457,8 @@ impl Log {
     /// Loads stored session `id` through `sessionPersistence` and makes it
     /// live; a stored header that does not fit is `SESSION_CORRUPT`.
     async fn load(&self, id: &str) -> Result<()> {
-        /// The `sessionPersistence.load` reply, parsed straight from its
-        /// text (no intermediate tree for a long log).
-        #[derive(serde::Deserialize)]
-        struct Stored {
-            header: Value,
-            #[serde(default)]
-            events: Vec<SessionEvent>,
-        }
-        let stored: Stored = self
-            .ctx
-            .service(service::SESSION_PERSISTENCE)
-            .call_as(session_persistence::LOAD, IdParams { id: id.to_owned() })
+        let stored = SessionPersistence::new(&self.ctx)
+            .load(id)
             .await
             .map_err(|e| {
                 if e.code == codes::SERVICE_UNAVAILABLE {
@@ -479,7 +470,7 @@ impl Log {
                     e
                 }
             })?;
-        let header: SessionHeader = serde_json::from_value(stored.header)?;
+        let header = stored.header;
         shape::session_header(id, &header).map_err(|why| Error::new(code::SESSION_CORRUPT, why))?;
         let seed = stored.events;
         let stored_len = seed.len();

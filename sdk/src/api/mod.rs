@@ -9,4 +9,5 @@
 //! method, the payloads of the bus events the provider dispatches, and a
 //! client struct with one async method per service method.
 
+pub mod session_persistence;
 pub mod sessions;

@@ -1,0 +1,171 @@
+//! The `sessionPersistence` service (plugin `session-jsonl`, reference
+//! dsh-core §2.9): the params and reply of each method of
+//! [`crate::names::session_persistence`], and [`SessionPersistence`], a
+//! client with one method per service method.
+//!
+//! A stored session travels as its header and its events; replies that
+//! carry events are generic over the event type, so the provider
+//! serializes borrowed events and a caller reads owned ones from one
+//! definition.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::api::sessions::IdParams;
+use crate::names::{service, session_persistence as method};
+use crate::vocab::{SessionEvent, SessionHeader};
+use crate::{Context, Result, Service};
+
+/// Params of `readFrom`: a stored session and the first seq wanted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadFromParams {
+    /// The stored session.
+    pub id: String,
+    /// The first seq wanted (a non-negative integer).
+    pub from_seq: u64,
+}
+
+/// Params of `list` and `listSnapshots`: the sessions of one working
+/// directory, or every stored session when absent.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListParams {
+    /// The working directory whose sessions are wanted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+}
+
+/// Reply of `load`, `inspect` and `readFrom`: a stored session's header and
+/// events (`load` closes an interrupted turn, on disk; `inspect` only in
+/// what it answers; `readFrom` answers the events from `fromSeq`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredSession<E = SessionEvent> {
+    /// The stored header.
+    pub header: SessionHeader,
+    /// The events, in log order.
+    #[serde(default = "Vec::new")]
+    pub events: Vec<E>,
+}
+
+/// Reply of `locate`: where a session is stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Location {
+    /// The backend's kind (`"jsonl"`).
+    pub kind: String,
+    /// The log file.
+    pub path: PathBuf,
+}
+
+/// One session of the `list` reply (oldest first).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Listed {
+    /// The session id.
+    pub id: String,
+    /// Epoch milliseconds.
+    pub created_at: u64,
+    /// How many turns it started.
+    pub turns: u64,
+    /// The text of its last user prompt (`""` when none).
+    pub last_prompt: String,
+}
+
+/// One session of the `listSnapshots` reply (oldest first).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// The stored header.
+    pub header: SessionHeader,
+    /// The log's revision: equal revisions mean an unchanged log.
+    pub revision: String,
+}
+
+/// A client of the `sessionPersistence` service.
+#[derive(Clone)]
+pub struct SessionPersistence(Service);
+
+impl SessionPersistence {
+    /// The `sessionPersistence` service of `ctx`.
+    pub fn new(ctx: &Context) -> SessionPersistence {
+        SessionPersistence(ctx.service(service::SESSION_PERSISTENCE))
+    }
+
+    /// `load`: reads a stored session for resuming (repairing a torn tail).
+    pub async fn load(&self, id: &str) -> Result<StoredSession> {
+        let params = IdParams { id: id.to_owned() };
+        self.0.call_as(method::LOAD, &params).await
+    }
+
+    /// `inspect`: reads a stored session without changing it.
+    pub async fn inspect(&self, id: &str) -> Result<StoredSession> {
+        let params = IdParams { id: id.to_owned() };
+        self.0.call_as(method::INSPECT, &params).await
+    }
+
+    /// `readFrom`: a stored session's events from `from_seq`.
+    pub async fn read_from(&self, id: &str, from_seq: u64) -> Result<StoredSession> {
+        let params = ReadFromParams {
+            id: id.to_owned(),
+            from_seq,
+        };
+        self.0.call_as(method::READ_FROM, &params).await
+    }
+
+    /// `locate`: where session `id` is stored.
+    pub async fn locate(&self, id: &str) -> Result<Location> {
+        let params = IdParams { id: id.to_owned() };
+        self.0.call_as(method::LOCATE, &params).await
+    }
+
+    /// `list`: the stored sessions (of `cwd`, when given).
+    pub async fn list(&self, cwd: Option<&str>) -> Result<Vec<Listed>> {
+        let params = ListParams {
+            cwd: cwd.map(str::to_owned),
+        };
+        self.0.call_as(method::LIST, &params).await
+    }
+
+    /// `listSnapshots`: the stored sessions with their log revisions.
+    pub async fn list_snapshots(&self, cwd: Option<&str>) -> Result<Vec<Snapshot>> {
+        let params = ListParams {
+            cwd: cwd.map(str::to_owned),
+        };
+        self.0.call_as(method::LIST_SNAPSHOTS, &params).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn params_and_replies_have_the_wire_shape() {
+        let p = ReadFromParams {
+            id: "s".into(),
+            from_seq: 3,
+        };
+        assert_eq!(
+            serde_json::to_value(&p).unwrap(),
+            json!({"id": "s", "fromSeq": 3})
+        );
+        assert_eq!(
+            serde_json::to_value(ListParams::default()).unwrap(),
+            json!({})
+        );
+        let listed: Listed = serde_json::from_value(
+            json!({"id": "a", "createdAt": 5, "turns": 2, "lastPrompt": "hi"}),
+        )
+        .unwrap();
+        assert_eq!(listed.last_prompt, "hi");
+        let stored: StoredSession = serde_json::from_value(json!({
+            "header": {"version": 0, "id": "s", "createdAt": 1},
+            "events": [{"type": "turn/start", "seq": 0, "time": 1, "data": {"turn": 1}}]
+        }))
+        .unwrap();
+        assert_eq!(stored.events[0].kind, "turn/start");
+        let loc: Location =
+            serde_json::from_value(json!({"kind": "jsonl", "path": "/x/s.jsonl"})).unwrap();
+        assert_eq!(loc.path, PathBuf::from("/x/s.jsonl"));
+    }
+}
