@@ -20,7 +20,7 @@ use std::time::Duration;
 use dsh_sdk::api::session_persistence::{
     ListParams, Listed, Location, ReadFromParams, Snapshot, StoredSession,
 };
-use dsh_sdk::api::sessions::IdParams;
+use dsh_sdk::api::sessions::{IdParams, SessionAppended, SessionCreated, SessionRef};
 use dsh_sdk::names::{bus, host, service, session_persistence, sessions};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::{event, interrupted_turn_closers, SessionEvent, SessionHeader};
@@ -765,12 +765,13 @@ impl Plugin for Jsonl {
             let s = s.clone();
             async move {
                 check_meta(&ev.payload["header"])?;
-                let header: SessionHeader = serde_json::from_value(ev.payload["header"].clone())?;
-                let events: Vec<SessionEvent> =
-                    serde_json::from_value(ev.payload["events"].clone())?;
-                let stored = ev.payload["stored"].as_u64().unwrap_or(0);
-                let resumed = ev.payload["resumed"] == json!(true);
-                s.attach(header, events, stored, resumed)?;
+                let created: SessionCreated = ev.payload_as()?;
+                s.attach(
+                    created.header,
+                    created.events,
+                    created.stored.unwrap_or(0),
+                    created.resumed == Some(true),
+                )?;
                 Ok(Value::Null)
             }
         });
@@ -778,11 +779,10 @@ impl Plugin for Jsonl {
         ctx.on(bus::SESSION_EVENT, move |ev| {
             let (s, c) = (s.clone(), c.clone());
             async move {
-                let id = ev.payload["sessionId"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned();
-                let event: SessionEvent = serde_json::from_value(ev.payload["event"].clone())?;
+                let SessionAppended {
+                    session_id: id,
+                    event,
+                } = ev.payload_as()?;
                 let arm = {
                     let mut live = s.live.borrow_mut();
                     let Some(l) = live.get_mut(&id) else {
@@ -812,8 +812,8 @@ impl Plugin for Jsonl {
         ctx.on(bus::SESSION_FLUSH, move |ev| {
             let s = s.clone();
             async move {
-                let id = ev.payload["sessionId"].as_str().unwrap_or_default();
-                s.write(id)?;
+                let SessionRef { session_id } = ev.payload_as()?;
+                s.write(&session_id)?;
                 Ok(Value::Null)
             }
         });
@@ -821,10 +821,7 @@ impl Plugin for Jsonl {
         ctx.on(bus::SESSION_DISPOSED, move |ev| {
             let s = s.clone();
             async move {
-                let id = ev.payload["sessionId"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned();
+                let SessionRef { session_id: id } = ev.payload_as()?;
                 // A refused session already answered its flushes.
                 let written = s
                     .write(&id)
