@@ -9,4 +9,8 @@
 //! method, the payloads of the bus events the provider dispatches, and a
 //! client struct with one async method per service method.
 
+pub mod agent_loop;
+pub mod agents;
+pub mod llm;
 pub mod sessions;
+pub mod system_prompt;
