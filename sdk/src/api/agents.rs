@@ -31,6 +31,8 @@ pub struct SendParams {
     /// The agent.
     pub agent: String,
     /// A user message, or `{text}` (a user text message with a fresh id).
+    /// Null when absent (refused by the provider).
+    #[serde(default)]
     pub message: Value,
 }
 
@@ -44,6 +46,7 @@ pub struct ReplaceParams {
     /// The id of the pending message to replace.
     pub message_id: String,
     /// The replacement, as for [`SendParams::message`].
+    #[serde(default)]
     pub message: Value,
 }
 

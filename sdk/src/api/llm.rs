@@ -69,9 +69,11 @@ pub struct StreamRequest<'a> {
 }
 
 impl StreamRequest<'_> {
-    /// The keys the request sets itself, which a call config must not
-    /// hold (a caller removes them from a config it did not build).
-    pub const OWN_KEYS: [&'static str; 5] = ["messages", "system", "tools", "sessionId", "signal"];
+    /// The keys the request always sets itself, which a call config must
+    /// not hold (a caller removes them from a config it did not build).
+    /// `signal` is not among them: a config may name the request, and then
+    /// [`StreamRequest::signal`] stays `None`.
+    pub const OWN_KEYS: [&'static str; 4] = ["messages", "system", "tools", "sessionId"];
 }
 
 // ---- bus payloads ----------------------------------------------------------
