@@ -405,36 +405,8 @@ impl Loop {
             // A changed runtime context joins the step's input, after the
             // claimed messages, unless a pre-step listener decides otherwise.
             let context = self.runtime_context(agent, &assembly).await?;
-            let pre_step = PreStep {
-                agent: agent.to_owned(),
-                messages: claimed,
-                turn,
-                step: next,
-            };
-            let decision = self
-                .ctx
-                .dispatch(bus::AGENT_PRE_STEP)
-                .scope(agent)
-                .waterfall(pre_step, |p| async move {
-                    let mut messages = p["messages"].as_array().cloned().unwrap_or_default();
-                    messages.extend(context);
-                    let enter = PreStepDecision {
-                        kind: PreStepKind::Enter,
-                        messages,
-                    };
-                    Ok(serde_json::to_value(enter)?)
-                })
-                .await?;
+            let decision = self.pre_step(agent, (turn, next), claimed, context).await?;
             self.check(abort)?;
-            let decision: PreStepDecision = serde_json::from_value(decision).map_err(|e| {
-                Error::new(
-                    codes::INVALID_PAYLOAD,
-                    format!(
-                        "an `{}` listener answered no decision: {e}",
-                        bus::AGENT_PRE_STEP
-                    ),
-                )
-            })?;
             if decision.kind == PreStepKind::Reject {
                 *ends = Some("blocked");
                 return Ok(());
@@ -494,6 +466,47 @@ impl Loop {
             }
             target = "next-step";
         }
+    }
+
+    /// The `agent/pre-step` waterfall over the claimed messages: the
+    /// innermost answer enters them, followed by the changed runtime
+    /// context, if any.
+    async fn pre_step(
+        &self,
+        agent: &str,
+        (turn, step): (u64, u64),
+        claimed: Vec<Value>,
+        context: Option<Value>,
+    ) -> Result<PreStepDecision> {
+        let payload = PreStep {
+            agent: agent.to_owned(),
+            messages: claimed,
+            turn,
+            step,
+        };
+        let decision = self
+            .ctx
+            .dispatch(bus::AGENT_PRE_STEP)
+            .scope(agent)
+            .waterfall(payload, |p| async move {
+                let mut messages = p["messages"].as_array().cloned().unwrap_or_default();
+                messages.extend(context);
+                let enter = PreStepDecision {
+                    kind: PreStepKind::Enter,
+                    messages,
+                };
+                Ok(serde_json::to_value(enter)?)
+            })
+            .await?;
+        serde_json::from_value(decision).map_err(|e| {
+            Error::new(
+                codes::INVALID_PAYLOAD,
+                format!(
+                    "an `{}` listener answered no decision: {e}",
+                    bus::AGENT_PRE_STEP
+                ),
+            )
+        })
     }
 
     /// Fails the turn when `steps` already run leave no room for another:
