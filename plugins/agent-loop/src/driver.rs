@@ -3,13 +3,19 @@
 use std::future::Future;
 use std::rc::Rc;
 
-use dsh_sdk::names::{bus, code, llm, service, sessions, system_prompt, tools};
+use dsh_sdk::api::agent_loop::{
+    AgentError, AgentRequest, InboxClaimed, PreStep, PreStepDecision, PreStepKind, RequestConfig,
+    RequestError, RequestErrorDecision, RetryPolicy, StatusChanged, TurnStopping,
+};
+use dsh_sdk::api::agents::RunStatus;
+use dsh_sdk::api::llm::{Llm, StreamRequest};
+use dsh_sdk::api::system_prompt::{AssembleParams, Assembly, SystemPrompt};
+use dsh_sdk::names::{bus, code, service, sessions, tools};
 use dsh_sdk::new_id;
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::history::{self, SurfaceTail};
 use dsh_sdk::vocab::{event, header_equals, msg, BlockAssembler};
-use dsh_sdk::Payload;
-use serde::Serialize;
+use dsh_sdk::CallStream;
 use serde_json::value::RawValue;
 use serde_json::Map;
 
@@ -22,19 +28,21 @@ pub(crate) type FirstClaim = tokio::sync::oneshot::Sender<()>;
 /// pending; `None` means tool results owe the model a response.
 type StepEnd = Option<&'static str>;
 
-/// The `llm.stream` request (reference dsh-core §3.2 `LlmRequest`), keys in
-/// the order the loop has always sent them.
-#[derive(Serialize)]
-struct StreamRequest<'a> {
-    #[serde(flatten)]
-    config: &'a Map<String, Value>,
-    messages: &'a [Box<RawValue>],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    system: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tools: Option<&'a Value>,
-    #[serde(rename = "sessionId")]
-    session_id: &'a str,
+/// The call config of a request, as the `agent/request` waterfall left
+/// it, and the route it names.
+struct Route {
+    config: Value,
+    provider: String,
+    model: String,
+}
+
+/// What a model stream produced: its blocks so far, the seqs of the
+/// chunks logged, and whether an abort cut it short.
+#[derive(Default)]
+struct Answer {
+    assembler: BlockAssembler,
+    chunk_seqs: Vec<u64>,
+    interrupted: bool,
 }
 
 /// A failure that ends the turn: an abort, or an error with its reason.
@@ -93,11 +101,11 @@ impl Loop {
             a.wake_requested = false;
             (std::mem::take(&mut a.idle), a.last_end.clone(), again)
         };
-        self.notify(
-            agent,
-            bus::AGENT_STATUS,
-            json!({"agent": agent, "status": "idle"}),
-        );
+        let idle = StatusChanged {
+            agent: agent.to_owned(),
+            status: RunStatus::Idle,
+        };
+        self.notify(agent, bus::AGENT_STATUS, idle);
         for w in waiters {
             let _ = w.send(end.clone());
         }
@@ -122,11 +130,13 @@ impl Loop {
             .append(agent, event::TURN_START, json!({"turn": turn}), false, None)
             .await
         {
-            self.notify(
-                agent,
-                bus::AGENT_ERROR,
-                json!({"agent": agent, "turn": turn, "step": 0, "error": e}),
-            );
+            let error = AgentError {
+                agent: agent.to_owned(),
+                turn,
+                step: Some(0),
+                error: e,
+            };
+            self.notify(agent, bus::AGENT_ERROR, error);
             return false;
         }
         if let Some(a) = self.agents.borrow_mut().get_mut(agent) {
@@ -155,12 +165,16 @@ impl Loop {
                 json!({"kind": "aborted", "reason": cause})
             }
             Err(Stop::Failed(e)) => {
-                self.notify(
-                    agent,
-                    bus::AGENT_ERROR,
-                    json!({"agent": agent, "turn": turn, "error": e}),
-                );
-                json!({"kind": "error", "error": {"message": e.message, "code": e.code}})
+                let reason =
+                    json!({"kind": "error", "error": {"message": e.message, "code": e.code}});
+                let error = AgentError {
+                    agent: agent.to_owned(),
+                    turn,
+                    step: None,
+                    error: e,
+                };
+                self.notify(agent, bus::AGENT_ERROR, error);
+                reason
             }
         };
         if let Err(e) = self
@@ -173,11 +187,13 @@ impl Loop {
             )
             .await
         {
-            self.notify(
-                agent,
-                bus::AGENT_ERROR,
-                json!({"agent": agent, "turn": turn, "error": e}),
-            );
+            let error = AgentError {
+                agent: agent.to_owned(),
+                turn,
+                step: None,
+                error: e,
+            };
+            self.notify(agent, bus::AGENT_ERROR, error);
         }
         let mut agents = self.agents.borrow_mut();
         let Some(a) = agents.get_mut(agent) else {
@@ -222,21 +238,15 @@ impl Loop {
         Ok(())
     }
 
-    /// The `llm.stream` request of a step, as JSON text: the call config,
-    /// then the history (copied as logged), the system prompt, the tools
-    /// and the session id.
-    fn stream_request(
-        &self,
-        agent: &str,
-        config: &Value,
-        system: &str,
-        tools: &Value,
-    ) -> Result<Payload> {
+    /// Opens the `llm.stream` request of a step: the call config, then the
+    /// history (copied as logged, never re-encoded), the system prompt, the
+    /// tools and the session id.
+    fn open_stream(&self, agent: &str, config: &Value, assembly: &Assembly) -> Result<CallStream> {
         let mut config = config
             .as_object()
             .cloned()
             .ok_or_else(|| Error::msg(format!("the call config is not an object: {config}")))?;
-        for key in ["messages", "system", "tools", "sessionId"] {
+        for key in StreamRequest::OWN_KEYS {
             config.shift_remove(key);
         }
         let agents = self.agents.borrow();
@@ -244,14 +254,12 @@ impl Loop {
         let request = StreamRequest {
             config: &config,
             messages: &a.history,
-            system: (!system.is_empty()).then_some(system),
-            tools: tools
-                .as_array()
-                .is_some_and(|t| !t.is_empty())
-                .then_some(tools),
+            system: (!assembly.system.is_empty()).then_some(assembly.system.as_str()),
+            tools: (!assembly.tools.is_empty()).then_some(assembly.tools.as_slice()),
             session_id: agent,
+            signal: None,
         };
-        Ok(Payload::json(&request)?)
+        Llm::new(&self.ctx).stream(&request)
     }
 
     async fn claim(&self, agent: &str, target: &str, turn: u64) -> Result<Vec<Value>> {
@@ -295,16 +303,17 @@ impl Loop {
             }
         }
         for m in &claimed {
-            self.notify(
-                agent,
-                bus::AGENT_INBOX_CLAIMED,
-                json!({"agent": agent, "message": m, "turn": turn}),
-            );
+            let claim = InboxClaimed {
+                agent: agent.to_owned(),
+                message: m,
+                turn,
+            };
+            self.notify(agent, bus::AGENT_INBOX_CLAIMED, claim);
         }
         Ok(claimed)
     }
 
-    async fn assemble(&self, agent: &str) -> Result<Value> {
+    async fn assemble(&self, agent: &str) -> Result<Assembly> {
         // The route selected now is this step's, for the prompt and the
         // request alike: a switch from here on takes the next step.
         let (provider, model, cwd) = {
@@ -323,25 +332,31 @@ impl Loop {
         // section uses it), unless a `system-prompt/assemble` listener
         // supplies it.
         let var = |v: String| if v.is_empty() { Value::Null } else { json!(v) };
-        let (provider, model) = (var(provider), var(model));
+        let mut variables = Map::new();
+        variables.insert("provider".to_owned(), var(provider));
+        variables.insert("model".to_owned(), var(model));
+        variables.insert("cwd".to_owned(), cwd.map_or(Value::Null, Value::String));
         let tools = self
             .ctx
             .service(service::TOOLS)
             .call(tools::SCHEMAS, json!({"scope": agent}))
             .await?;
-        self.ctx
-            .service(service::SYSTEM_PROMPT)
-            .call(
-                system_prompt::ASSEMBLE,
-                json!({"scope": agent, "tools": tools,
-                       "variables": {"provider": provider, "model": model, "cwd": cwd}}),
-            )
-            .await
+        let params = AssembleParams {
+            scope: Some(agent.to_owned()),
+            // The registry answers a list; anything else is no tools.
+            tools: match tools {
+                Value::Array(tools) => tools,
+                _ => Vec::new(),
+            },
+            variables,
+            known_tools: None,
+        };
+        SystemPrompt::new(&self.ctx).assemble(&params).await
     }
 
     /// The runtime-context snapshot message this step must append, if the
     /// assembly's differs from the one the log retains.
-    async fn runtime_context(&self, agent: &str, assembly: &Value) -> Result<Option<Value>> {
+    async fn runtime_context(&self, agent: &str, assembly: &Assembly) -> Result<Option<Value>> {
         let from = self
             .agents
             .borrow()
@@ -362,9 +377,8 @@ impl Loop {
         } else {
             a.runtime_context.follow(&events);
         }
-        let current = assembly["context"].as_str().unwrap_or_default();
         Ok(a.runtime_context
-            .project(current, &assembly["contextSections"]))
+            .project(&assembly.context, &assembly.context_sections))
     }
 
     async fn turn_body(
@@ -391,25 +405,13 @@ impl Loop {
             // A changed runtime context joins the step's input, after the
             // claimed messages, unless a pre-step listener decides otherwise.
             let context = self.runtime_context(agent, &assembly).await?;
-            let decision = self
-                .ctx
-                .dispatch(bus::AGENT_PRE_STEP)
-                .scope(agent)
-                .waterfall(
-                    json!({"agent": agent, "messages": claimed, "turn": turn, "step": next}),
-                    |p| async move {
-                        let mut messages = p["messages"].as_array().cloned().unwrap_or_default();
-                        messages.extend(context);
-                        Ok(json!({"kind": "enter", "messages": messages}))
-                    },
-                )
-                .await?;
+            let decision = self.pre_step(agent, (turn, next), claimed, context).await?;
             self.check(abort)?;
-            if decision["kind"] == "reject" {
+            if decision.kind == PreStepKind::Reject {
                 *ends = Some("blocked");
                 return Ok(());
             }
-            let messages = decision["messages"].as_array().cloned().unwrap_or_default();
+            let messages = decision.messages;
             if ends.is_some() && messages.is_empty() {
                 return Ok(());
             }
@@ -427,7 +429,7 @@ impl Loop {
             .await?;
             step = next;
             let result = self
-                .step_body(agent, turn, step, &assembly, &messages, abort)
+                .step_body(agent, (turn, step), &assembly, &messages, abort)
                 .await;
             self.append(
                 agent,
@@ -452,7 +454,10 @@ impl Loop {
                 self.ctx
                     .dispatch(bus::AGENT_TURN_STOPPING)
                     .scope(agent)
-                    .serial(json!({"agent": agent, "turn": turn}))
+                    .serial(TurnStopping {
+                        agent: agent.to_owned(),
+                        turn,
+                    })
                     .await?;
                 self.check(abort)?;
                 if !pending_step() {
@@ -461,6 +466,47 @@ impl Loop {
             }
             target = "next-step";
         }
+    }
+
+    /// The `agent/pre-step` waterfall over the claimed messages: the
+    /// innermost answer enters them, followed by the changed runtime
+    /// context, if any.
+    async fn pre_step(
+        &self,
+        agent: &str,
+        (turn, step): (u64, u64),
+        claimed: Vec<Value>,
+        context: Option<Value>,
+    ) -> Result<PreStepDecision> {
+        let payload = PreStep {
+            agent: agent.to_owned(),
+            messages: claimed,
+            turn,
+            step,
+        };
+        let decision = self
+            .ctx
+            .dispatch(bus::AGENT_PRE_STEP)
+            .scope(agent)
+            .waterfall(payload, |p| async move {
+                let mut messages = p["messages"].as_array().cloned().unwrap_or_default();
+                messages.extend(context);
+                let enter = PreStepDecision {
+                    kind: PreStepKind::Enter,
+                    messages,
+                };
+                Ok(serde_json::to_value(enter)?)
+            })
+            .await?;
+        serde_json::from_value(decision).map_err(|e| {
+            Error::new(
+                codes::INVALID_PAYLOAD,
+                format!(
+                    "an `{}` listener answered no decision: {e}",
+                    bus::AGENT_PRE_STEP
+                ),
+            )
+        })
     }
 
     /// Fails the turn when `steps` already run leave no room for another:
@@ -479,215 +525,311 @@ impl Loop {
         )))
     }
 
+    /// One step: its input enters the log, then the model is asked (again
+    /// while a `agent/request-error` listener decides to retry) and its
+    /// answer and tool calls are committed.
     async fn step_body(
         &self,
         agent: &str,
-        turn: u64,
-        step: u64,
-        assembly: &Value,
+        at: (u64, u64),
+        assembly: &Assembly,
         messages: &[Value],
         abort: &Abort,
     ) -> Result<StepEnd, Stop> {
+        self.log_step_input(agent, messages).await?;
+        loop {
+            let route = self.request_config(agent, at).await?;
+            self.log_request_header(agent, &route, assembly).await?;
+            self.refresh_history(agent).await?;
+            // A cancel from an `agent/request` listener (or during the
+            // appends above) stops the step before the model is called.
+            self.check(abort)?;
+            let stream = self.open_stream(agent, &route.config, assembly)?;
+            let answer = self.stream_answer(agent, at, stream, abort).await?;
+            if answer.interrupted || abort.is_aborted() {
+                self.log_interrupted_answer(agent, at, &route, answer)
+                    .await?;
+                return Err(Stop::Aborted);
+            }
+            let kind = answer.assembler.finish_kind();
+            if kind == "error" || kind == "aborted" {
+                self.retry_or_fail(agent, at, &route, &answer.assembler, abort)
+                    .await?;
+                continue;
+            }
+            return self.commit_answer(agent, at, &route, answer, abort).await;
+        }
+    }
+
+    /// The step's input messages enter the log (and so the history).
+    async fn log_step_input(&self, agent: &str, messages: &[Value]) -> Result<()> {
         for m in messages {
             self.append(agent, event::USER_MESSAGE, m.clone(), true, None)
                 .await?;
         }
-        let system = assembly["system"].as_str().unwrap_or_default().to_owned();
-        let tools = assembly["tools"].clone();
-        loop {
-            let (seed, first) = {
-                let agents = self.agents.borrow();
-                let a = agents.get(agent).ok_or_else(|| Error::msg("agent gone"))?;
-                let (provider, model) = a
-                    .assembled
-                    .clone()
-                    .unwrap_or_else(|| (a.provider.clone(), a.model.clone()));
-                let mut seed = json!({"provider": provider, "model": model});
-                if let Some(mt) = a.max_tokens {
-                    seed["maxTokens"] = json!(mt);
-                }
-                (seed, a.first_request)
-            };
-            let config = self
-                .ctx
-                .dispatch(bus::AGENT_REQUEST)
-                .scope(agent)
-                .waterfall(
-                    json!({"agent": agent, "turn": turn, "step": step, "config": seed}),
-                    |p| async move { Ok(p["config"].clone()) },
-                )
-                .await?;
-            let provider = config["provider"].as_str().unwrap_or_default().to_owned();
-            let model = config["model"].as_str().unwrap_or_default().to_owned();
-            if provider.is_empty() || model.is_empty() {
-                return Err(Error::new(codes::UNKNOWN, format!(
-                    "agent \"{agent}\" has no provider/model: set AgentOptions.provider and AgentOptions.model or supply both via the agent/request waterfall"
-                )).into());
-            }
-            let mut header = json!({"config": config});
-            if !system.is_empty() {
-                header["system"] = json!(system);
-            }
-            if tools.as_array().is_some_and(|t| !t.is_empty()) {
-                header["tools"] = tools.clone();
-            }
-            let logged = self
-                .agents
-                .borrow()
-                .get(agent)
-                .and_then(|a| a.logged_header.clone());
-            if first || !logged.as_ref().is_some_and(|l| header_equals(l, &header)) {
-                let reason = if !first {
-                    "change"
-                } else if logged.is_some() {
-                    "resume"
-                } else {
-                    "initial"
-                };
-                self.append(
-                    agent,
-                    event::REQUEST_HEADER,
-                    json!({"header": header, "reason": reason}),
-                    false,
-                    None,
-                )
-                .await?;
-            }
-            let context = json!({"provider": provider, "model": model});
-            let logged_ctx = self
-                .agents
-                .borrow()
-                .get(agent)
-                .and_then(|a| a.logged_context.clone());
-            if logged_ctx.as_ref() != Some(&context) {
-                self.append(agent, event::REQUEST_CONTEXT, context.clone(), false, None)
-                    .await?;
-            }
-            if let Some(a) = self.agents.borrow_mut().get_mut(agent) {
-                a.first_request = false;
-                a.logged_header = Some(header.clone());
-                a.logged_context = Some(context);
-            }
-            self.refresh_history(agent).await?;
-            let request = self.stream_request(agent, &config, &system, &tools)?;
+        Ok(())
+    }
 
-            // A cancel from an `agent/request` listener (or during the
-            // appends above) stops the step before the model is called.
-            self.check(abort)?;
-            let mut assembler = BlockAssembler::default();
-            let mut chunk_seqs: Vec<u64> = Vec::new();
-            let mut stream = self
-                .ctx
-                .service(service::LLM)
-                .stream_payload(llm::STREAM, request);
-            let mut interrupted = false;
-            loop {
-                let item = tokio::select! {
-                    _ = abort.notify.notified() => { interrupted = true; break; }
-                    item = stream.next() => item,
-                };
-                let Some(item) = item else { break };
-                let first_chunk = item.map_err(Stop::Failed)?;
-                let mut batch = vec![first_chunk];
-                while let Some(more) = stream.try_next() {
-                    batch.push(more.map_err(Stop::Failed)?);
-                }
-                let events: Vec<Value> = batch
-                    .iter()
-                    .map(|c| json!({"type": event::ASSISTANT_CHUNK, "data": {"turn": turn, "step": step, "chunk": c}}))
-                    .collect();
-                let seqs = self
-                    .ctx
-                    .service(service::SESSIONS)
-                    .call(
-                        sessions::APPEND_MANY,
-                        json!({"id": agent, "events": events}),
-                    )
-                    .await?;
-                chunk_seqs.extend(
-                    seqs.as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter_map(Value::as_u64),
-                );
-                for c in &batch {
-                    assembler.push(c);
-                }
-                if abort.is_aborted() {
-                    interrupted = true;
-                    break;
-                }
+    /// The call config of a request: the route of the step's assembly and
+    /// the agent's `maxTokens`, through the `agent/request` waterfall; a
+    /// route without a provider or a model fails the turn.
+    async fn request_config(&self, agent: &str, (turn, step): (u64, u64)) -> Result<Route> {
+        let seed = {
+            let agents = self.agents.borrow();
+            let a = agents.get(agent).ok_or_else(|| Error::msg("agent gone"))?;
+            let (provider, model) = a
+                .assembled
+                .clone()
+                .unwrap_or_else(|| (a.provider.clone(), a.model.clone()));
+            RequestConfig {
+                provider,
+                model,
+                max_tokens: a.max_tokens,
             }
-            drop(stream);
-            if interrupted || abort.is_aborted() {
-                let blocks = assembler.interrupted_blocks();
-                if !blocks.is_empty() {
-                    let route = (provider.as_str(), model.as_str());
-                    let at = (turn, step);
-                    self.append_assistant(agent, at, route, blocks, &assembler, chunk_seqs, true)
-                        .await?;
-                }
-                return Err(Stop::Aborted);
-            }
-            let kind = assembler.finish_kind();
-            if kind == "error" || kind == "aborted" {
-                let failure = assembler
-                    .finish
-                    .as_ref()
-                    .map(|f| f["failure"].clone())
-                    .unwrap_or(Value::Null);
-                let decide = self
-                    .ctx
-                    .dispatch(bus::AGENT_REQUEST_ERROR)
-                    .scope(agent)
-                    .waterfall(
-                        json!({"agent": agent, "turn": turn, "step": step, "provider": provider, "failure": failure,
-                               "retryPolicy": {"mode": "normal", "maxRetries": 5, "initialDelayMs": 500, "maxDelayMs": 10000, "jitterRatio": 0.1}}),
-                        |_| async { Ok(Value::Null) },
-                    );
-                let action = self.unless_aborted(abort, decide).await??;
-                if action["kind"] == "retry" {
-                    continue;
-                }
-                let code = failure["code"].as_str().unwrap_or(codes::UNKNOWN);
-                let message = failure["message"]
-                    .as_str()
-                    .unwrap_or("the model request failed");
-                return Err(Error::new(code, message).into());
-            }
-            let blocks = assembler.blocks();
-            let calls: Vec<Value> = blocks
-                .iter()
-                .filter(|b| b["type"] == "tool-call")
-                .cloned()
-                .collect();
-            let route = (provider.as_str(), model.as_str());
-            self.append_assistant(
+        };
+        let payload = AgentRequest {
+            agent: agent.to_owned(),
+            turn,
+            step,
+            config: seed,
+        };
+        let config = self
+            .ctx
+            .dispatch(bus::AGENT_REQUEST)
+            .scope(agent)
+            .waterfall(payload, |p| async move { Ok(p["config"].clone()) })
+            .await?;
+        let provider = config["provider"].as_str().unwrap_or_default().to_owned();
+        let model = config["model"].as_str().unwrap_or_default().to_owned();
+        if provider.is_empty() || model.is_empty() {
+            return Err(Error::new(codes::UNKNOWN, format!(
+                "agent \"{agent}\" has no provider/model: set AgentOptions.provider and AgentOptions.model or supply both via the agent/request waterfall"
+            )));
+        }
+        Ok(Route {
+            config,
+            provider,
+            model,
+        })
+    }
+
+    /// Logs `request/header` when this is the agent's first request or
+    /// the header changed, and `request/context` when the route changed.
+    async fn log_request_header(
+        &self,
+        agent: &str,
+        route: &Route,
+        assembly: &Assembly,
+    ) -> Result<()> {
+        let mut header = json!({"config": route.config});
+        if !assembly.system.is_empty() {
+            header["system"] = json!(assembly.system);
+        }
+        if !assembly.tools.is_empty() {
+            header["tools"] = json!(assembly.tools);
+        }
+        let (first, logged, logged_ctx) = {
+            let agents = self.agents.borrow();
+            let a = agents.get(agent);
+            (
+                a.is_none_or(|a| a.first_request),
+                a.and_then(|a| a.logged_header.clone()),
+                a.and_then(|a| a.logged_context.clone()),
+            )
+        };
+        if first || !logged.as_ref().is_some_and(|l| header_equals(l, &header)) {
+            let reason = if !first {
+                "change"
+            } else if logged.is_some() {
+                "resume"
+            } else {
+                "initial"
+            };
+            self.append(
                 agent,
-                (turn, step),
-                route,
-                blocks,
-                &assembler,
-                chunk_seqs,
+                event::REQUEST_HEADER,
+                json!({"header": header, "reason": reason}),
                 false,
+                None,
             )
             .await?;
-            if kind == "max-tokens" {
-                return Ok(Some("max-tokens"));
-            }
-            if calls.is_empty() {
-                return Ok(Some("completed"));
-            }
-            let concluded = self
-                .run_tool_calls(agent, turn, step, &calls, abort)
-                .await?;
-            if abort.is_aborted() {
-                return Err(Stop::Aborted);
-            }
-            // A tool that concluded the turn ends it after this step's
-            // results, unless next-step input (its contexts) is pending.
-            return Ok(concluded.then_some("completed"));
         }
+        let context = json!({"provider": route.provider, "model": route.model});
+        if logged_ctx.as_ref() != Some(&context) {
+            self.append(agent, event::REQUEST_CONTEXT, context.clone(), false, None)
+                .await?;
+        }
+        if let Some(a) = self.agents.borrow_mut().get_mut(agent) {
+            a.first_request = false;
+            a.logged_header = Some(header);
+            a.logged_context = Some(context);
+        }
+        Ok(())
+    }
+
+    /// Streams the model's answer: each batch of chunks is logged as
+    /// `assistant/chunk`s and fed to the block assembler, until the stream
+    /// ends or the turn is aborted.
+    async fn stream_answer(
+        &self,
+        agent: &str,
+        (turn, step): (u64, u64),
+        mut stream: CallStream,
+        abort: &Abort,
+    ) -> Result<Answer, Stop> {
+        let mut answer = Answer::default();
+        loop {
+            let item = tokio::select! {
+                _ = abort.notify.notified() => { answer.interrupted = true; break; }
+                item = stream.next() => item,
+            };
+            let Some(item) = item else { break };
+            let first_chunk = item.map_err(Stop::Failed)?;
+            let mut batch = vec![first_chunk];
+            while let Some(more) = stream.try_next() {
+                batch.push(more.map_err(Stop::Failed)?);
+            }
+            let events: Vec<Value> = batch
+                .iter()
+                .map(|c| json!({"type": event::ASSISTANT_CHUNK, "data": {"turn": turn, "step": step, "chunk": c}}))
+                .collect();
+            let seqs = self
+                .ctx
+                .service(service::SESSIONS)
+                .call(
+                    sessions::APPEND_MANY,
+                    json!({"id": agent, "events": events}),
+                )
+                .await?;
+            answer.chunk_seqs.extend(
+                seqs.as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_u64),
+            );
+            for c in &batch {
+                answer.assembler.push(c);
+            }
+            if abort.is_aborted() {
+                answer.interrupted = true;
+                break;
+            }
+        }
+        Ok(answer)
+    }
+
+    /// An aborted stream keeps what the model said so far, marked
+    /// interrupted.
+    async fn log_interrupted_answer(
+        &self,
+        agent: &str,
+        at: (u64, u64),
+        route: &Route,
+        answer: Answer,
+    ) -> Result<()> {
+        let blocks = answer.assembler.interrupted_blocks();
+        if !blocks.is_empty() {
+            let route = (route.provider.as_str(), route.model.as_str());
+            let Answer {
+                assembler,
+                chunk_seqs,
+                ..
+            } = answer;
+            self.append_assistant(agent, at, route, blocks, &assembler, chunk_seqs, true)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// A failed request: the `agent/request-error` waterfall decides. Ok
+    /// when it is to run again; the failure (or the abort that came while
+    /// a listener waited) otherwise.
+    async fn retry_or_fail(
+        &self,
+        agent: &str,
+        (turn, step): (u64, u64),
+        route: &Route,
+        assembler: &BlockAssembler,
+        abort: &Abort,
+    ) -> Result<(), Stop> {
+        let failure = assembler
+            .finish
+            .as_ref()
+            .map(|f| f["failure"].clone())
+            .unwrap_or(Value::Null);
+        let payload = RequestError {
+            agent: agent.to_owned(),
+            turn,
+            step,
+            provider: route.provider.clone(),
+            failure: failure.clone(),
+            retry_policy: RetryPolicy::default(),
+        };
+        let decide = self
+            .ctx
+            .dispatch(bus::AGENT_REQUEST_ERROR)
+            .scope(agent)
+            .waterfall(payload, |_| async { Ok(Value::Null) });
+        let action = self.unless_aborted(abort, decide).await??;
+        let decision: Option<RequestErrorDecision> = serde_json::from_value(action).ok().flatten();
+        if decision.is_some_and(|d| d.is_retry()) {
+            return Ok(());
+        }
+        let code = failure["code"].as_str().unwrap_or(codes::UNKNOWN);
+        let message = failure["message"]
+            .as_str()
+            .unwrap_or("the model request failed");
+        Err(Error::new(code, message).into())
+    }
+
+    /// Logs the model's answer, then runs its tool calls: the step ends
+    /// the turn when the answer hit the token limit or called no tool, or
+    /// when a tool concluded it.
+    async fn commit_answer(
+        &self,
+        agent: &str,
+        (turn, step): (u64, u64),
+        route: &Route,
+        answer: Answer,
+        abort: &Abort,
+    ) -> Result<StepEnd, Stop> {
+        let kind = answer.assembler.finish_kind();
+        let blocks = answer.assembler.blocks();
+        let calls: Vec<Value> = blocks
+            .iter()
+            .filter(|b| b["type"] == "tool-call")
+            .cloned()
+            .collect();
+        let Answer {
+            assembler,
+            chunk_seqs,
+            ..
+        } = answer;
+        self.append_assistant(
+            agent,
+            (turn, step),
+            (route.provider.as_str(), route.model.as_str()),
+            blocks,
+            &assembler,
+            chunk_seqs,
+            false,
+        )
+        .await?;
+        if kind == "max-tokens" {
+            return Ok(Some("max-tokens"));
+        }
+        if calls.is_empty() {
+            return Ok(Some("completed"));
+        }
+        let concluded = self
+            .run_tool_calls(agent, turn, step, &calls, abort)
+            .await?;
+        if abort.is_aborted() {
+            return Err(Stop::Aborted);
+        }
+        // A tool that concluded the turn ends it after this step's
+        // results, unless next-step input (its contexts) is pending.
+        Ok(concluded.then_some("completed"))
     }
 
     /// Logs the assistant message of a step, citing its chunks.

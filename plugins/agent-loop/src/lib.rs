@@ -3,16 +3,23 @@
 mod driver;
 mod inbox;
 mod runtime_context;
+mod services;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use dsh_sdk::names::{agent_loop, agents, bus, code, service, session_persistence, sessions};
+use dsh_sdk::api::agent_loop::{
+    AgentOptions, AgentRef, ConfigStartFailed, CreateMeta, CreateParams, InboxMessage, MaxTokens,
+    ResumeParams, SessionSource, SessionStart, StatusChanged,
+};
+use dsh_sdk::api::agents::{MaintenanceTask, RunStatus, SendReply, WhenIdleReply};
+use dsh_sdk::api::sessions::{self as session_api, ResumeReply, Sessions};
+use dsh_sdk::names::{bus, code, service, session_persistence, sessions};
 use dsh_sdk::new_id;
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::event;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::{oneshot, Mutex, Notify};
 
 pub(crate) use inbox::{Inbox, NEXT_STEP, NEXT_TURN};
@@ -62,18 +69,12 @@ impl ConfigAgent {
             .filter(|id| !id.is_empty())
     }
 
-    fn agent_options(&self) -> Value {
-        let mut options = json!({});
-        for (key, value) in [
-            ("provider", self.provider.clone().map(Value::from)),
-            ("model", self.model.clone().map(Value::from)),
-            ("maxTokens", self.max_tokens.clone()),
-        ] {
-            if let Some(v) = value {
-                options[key] = v;
-            }
+    fn agent_options(&self) -> AgentOptions {
+        AgentOptions {
+            provider: self.provider.clone(),
+            model: self.model.clone(),
+            max_tokens: self.max_tokens.clone().map(MaxTokens::from),
         }
-        options
     }
 }
 
@@ -216,7 +217,7 @@ pub(crate) struct Loop {
 
 impl Loop {
     /// Emits an agent-scoped notification (contained).
-    pub fn notify(&self, agent: &str, name: &str, payload: Value) {
+    pub fn notify(&self, agent: &str, name: &str, payload: impl Serialize) {
         let _ = self.ctx.dispatch(name).scope(agent).emit(payload);
     }
 
@@ -250,33 +251,29 @@ impl Loop {
         Ok(a.inbox_lock.clone())
     }
 
-    fn agent_id(req: &Request) -> Result<String> {
-        req.params["agent"]
-            .as_str()
-            .map(str::to_owned)
-            .ok_or_else(|| Error::new(codes::INVALID_PAYLOAD, "missing `agent`"))
-    }
-
     /// Adds an agent for session `id`; `summary` is what `sessions.resume`
-    /// returns (null for a new session). Fails, adding nothing, when a
+    /// returns (none for a new session). Fails, adding nothing, when a
     /// logged inbox splice does not replay.
     fn register(
         &self,
         id: &str,
-        options: &Value,
+        options: &AgentOptions,
         cwd: Option<String>,
-        summary: &Value,
+        summary: Option<&ResumeReply>,
     ) -> Result<()> {
-        let seqs = summary["spliceSeqs"].as_array();
-        let splices = summary["splices"].as_array().into_iter().flatten();
-        let inbox = Inbox::replay(splices.enumerate().map(|(i, splice)| {
-            let seq = seqs.and_then(|s| s.get(i)).and_then(Value::as_u64);
-            (seq.unwrap_or(0), splice)
-        }))?;
+        let inbox = match summary {
+            Some(s) => Inbox::replay(
+                s.splices
+                    .iter()
+                    .enumerate()
+                    .map(|(i, splice)| (s.splice_seqs.get(i).copied().unwrap_or(0), splice)),
+            )?,
+            None => Inbox::default(),
+        };
         let agent = Agent {
-            provider: options["provider"].as_str().unwrap_or_default().to_owned(),
-            model: options["model"].as_str().unwrap_or_default().to_owned(),
-            max_tokens: options["maxTokens"].as_u64(),
+            provider: options.provider.clone().unwrap_or_default(),
+            model: options.model.clone().unwrap_or_default(),
+            max_tokens: options.max_tokens.as_ref().and_then(MaxTokens::get),
             selection: None,
             assembled: None,
             cwd,
@@ -285,14 +282,20 @@ impl Loop {
             registration: new_id(),
             running: false,
             maintenance: false,
-            last_turn: summary["lastTurn"].as_u64().unwrap_or(0),
-            last_end: summary["lastEnd"].clone(),
+            last_turn: summary.map_or(0, |s| s.last_turn),
+            last_end: summary
+                .and_then(|s| s.last_end.clone())
+                .unwrap_or(Value::Null),
             abort: None,
             idle: Vec::new(),
-            logged_header: Some(summary["requestHeader"].clone()).filter(|h| !h.is_null()),
+            logged_header: summary
+                .and_then(|s| s.request_header.clone())
+                .filter(|h| !h.is_null()),
             // The route in force (`session.requestContext()`), so a
             // resumed agent logs `request/context` only when it changes.
-            logged_context: Some(summary["requestContext"].clone()).filter(|c| !c.is_null()),
+            logged_context: summary
+                .and_then(|s| s.request_context.clone())
+                .filter(|c| !c.is_null()),
             history: Vec::new(),
             history_seq: 0,
             runtime_context: Default::default(),
@@ -300,14 +303,17 @@ impl Loop {
             wake_requested: false,
         };
         self.agents.borrow_mut().insert(id.to_owned(), agent);
-        self.notify(id, bus::AGENT_CREATED, json!({"agent": id}));
+        let created = AgentRef {
+            agent: id.to_owned(),
+        };
+        self.notify(id, bus::AGENT_CREATED, created);
         Ok(())
     }
 
-    async fn create(&self, params: &Value) -> Result<Value> {
-        let options = params["agentOptions"].clone();
-        if let Some(mt) = options.get("maxTokens").filter(|v| !v.is_null()) {
-            if mt.as_u64().is_none_or(|n| n == 0 || n > MAX_SAFE_INTEGER) {
+    async fn create(&self, params: &CreateParams) -> Result<AgentRef> {
+        let options = &params.agent_options;
+        if let Some(mt) = options.max_tokens.as_ref().filter(|v| !v.is_null()) {
+            if mt.get().is_none_or(|n| n == 0 || n > MAX_SAFE_INTEGER) {
                 return Err(Error::new(
                     codes::INVALID_PAYLOAD,
                     "agent maxTokens must be a positive safe integer",
@@ -315,59 +321,41 @@ impl Loop {
             }
         }
         // Without `meta.cwd` the session has no cwd (not `/`).
-        let cwd = params["meta"]["cwd"].as_str().map(str::to_owned);
-        let mut args = json!({"meta": {}});
-        if let Some(cwd) = &cwd {
-            args["meta"]["cwd"] = json!(cwd);
-        }
-        if let Some(id) = params["sessionId"].as_str() {
-            args["id"] = json!(id);
-        }
-        let created = self
-            .ctx
-            .service(service::SESSIONS)
-            .call(sessions::CREATE, args)
-            .await?;
-        let id = created["id"].as_str().unwrap_or_default().to_owned();
-        self.register(&id, &options, cwd, &Value::Null)?;
-        self.notify(
-            &id,
-            bus::AGENT_SESSION_START,
-            json!({"agent": id, "source": "startup"}),
-        );
-        Ok(json!({"agent": id}))
+        let cwd = params.meta.as_ref().and_then(|m| m.cwd.clone());
+        let args = session_api::CreateParams {
+            id: params.session_id.clone(),
+            meta: Some(session_api::CreateMeta { cwd: cwd.clone() }),
+            ..Default::default()
+        };
+        let id = Sessions::new(&self.ctx).create(&args).await?.id;
+        self.register(&id, options, cwd, None)?;
+        let start = SessionStart {
+            agent: id.clone(),
+            source: SessionSource::Startup,
+        };
+        self.notify(&id, bus::AGENT_SESSION_START, start);
+        Ok(AgentRef { agent: id })
     }
 
-    async fn resume(&self, params: &Value) -> Result<Value> {
-        let id = params["sessionId"]
-            .as_str()
-            .ok_or_else(|| Error::new(codes::INVALID_PAYLOAD, "missing `sessionId`"))?
-            .to_owned();
+    async fn resume(&self, params: &ResumeParams) -> Result<AgentRef> {
+        let id = params.session_id.clone();
         if self.agents.borrow().contains_key(&id) {
-            return Ok(json!({"agent": id}));
+            return Ok(AgentRef { agent: id });
         }
-        let summary = self
-            .ctx
-            .service(service::SESSIONS)
-            .call(sessions::RESUME, json!({"id": id}))
-            .await?;
-        let cwd = summary["header"]["cwd"].as_str().map(str::to_owned);
-        let options = params["agentOptions"].clone();
-        if let Err(e) = self.register(&id, &options, cwd, &summary) {
+        let sessions = Sessions::new(&self.ctx);
+        let summary = sessions.resume(&id).await?;
+        let cwd = summary.header.cwd.clone();
+        if let Err(e) = self.register(&id, &params.agent_options, cwd, Some(&summary)) {
             // No agent: release the session the resume made live.
-            let _ = self
-                .ctx
-                .service(service::SESSIONS)
-                .call(sessions::CLOSE, json!({"id": id}))
-                .await;
+            let _ = sessions.close(&id).await;
             return Err(e);
         }
-        self.notify(
-            &id,
-            bus::AGENT_SESSION_START,
-            json!({"agent": id, "source": "resume"}),
-        );
-        Ok(json!({"agent": id}))
+        let start = SessionStart {
+            agent: id.clone(),
+            source: SessionSource::Resume,
+        };
+        self.notify(&id, bus::AGENT_SESSION_START, start);
+        Ok(AgentRef { agent: id })
     }
 
     /// Starts the configured `agents[]` (reference §4.7), in order. Without
@@ -381,7 +369,10 @@ impl Loop {
             let options = a.agent_options();
             let (action, session_id, outcome) = match a.resume_id() {
                 Some(resume_id) => {
-                    let params = json!({"sessionId": resume_id, "agentOptions": options});
+                    let params = ResumeParams {
+                        session_id: resume_id.to_owned(),
+                        agent_options: options,
+                    };
                     ("resume", resume_id.to_owned(), self.resume(&params).await)
                 }
                 None => {
@@ -389,12 +380,13 @@ impl Loop {
                         .session_id
                         .clone()
                         .unwrap_or_else(|| format!("{}-session-{}", a.id, new_id()));
-                    let mut create = json!({"sessionId": id, "agentOptions": options});
-                    if let Some(cwd) = &a.cwd {
-                        create["meta"] = json!({"cwd": cwd});
-                    }
+                    let create = CreateParams {
+                        session_id: Some(id.clone()),
+                        agent_options: options,
+                        meta: a.cwd.clone().map(|cwd| CreateMeta { cwd: Some(cwd) }),
+                    };
                     let outcome = match &a.session_id {
-                        Some(_) => self.restore_or_create(&id, &options, &create).await,
+                        Some(_) => self.restore_or_create(&create).await,
                         None => self.create(&create).await,
                     };
                     ("restore", id, outcome)
@@ -407,7 +399,10 @@ impl Loop {
                 );
                 let _ = self.ctx.emit(
                     bus::AGENT_LOOP_CONFIG_START_FAILED,
-                    json!({"sessionId": session_id, "error": {"code": e.code, "message": e.message}}),
+                    ConfigStartFailed {
+                        session_id,
+                        error: e,
+                    },
                 );
             }
         }
@@ -415,9 +410,13 @@ impl Loop {
 
     /// An exact configured id: resumed when stored, created when absent;
     /// a stored session that does not resume (corrupt, unreadable) fails.
-    async fn restore_or_create(&self, id: &str, options: &Value, create: &Value) -> Result<Value> {
+    async fn restore_or_create(&self, create: &CreateParams) -> Result<AgentRef> {
+        let id = create.session_id.clone().unwrap_or_default();
         let resumed = self
-            .resume(&json!({"sessionId": id, "agentOptions": options}))
+            .resume(&ResumeParams {
+                session_id: id.clone(),
+                agent_options: create.agent_options.clone(),
+            })
             .await;
         let Err(error) = resumed else {
             return resumed;
@@ -430,7 +429,7 @@ impl Loop {
         {
             Ok(list) => list
                 .as_array()
-                .is_some_and(|l| l.iter().any(|h| h["id"] == id)),
+                .is_some_and(|l| l.iter().any(|h| h["id"] == id.as_str())),
             // No persistence: nothing is stored, so this is a first use.
             Err(e) if e.code == codes::SERVICE_UNAVAILABLE => false,
             Err(e) => return Err(e),
@@ -446,9 +445,8 @@ impl Loop {
     /// idle; a cancel aborts it (the call is dropped, which stops it in its
     /// plugin) and the reply is `ABORTED`. Waking sends meanwhile are
     /// latched and replayed when the task ends, if work is still pending.
-    async fn run_maintenance(&self, agent: &str, task: &Value) -> Result<Value> {
-        let (Some(service), Some(method)) = (task["service"].as_str(), task["method"].as_str())
-        else {
+    async fn run_maintenance(&self, agent: &str, task: MaintenanceTask) -> Result<Value> {
+        let (Some(service), Some(method)) = (task.service, task.method) else {
             return Err(Error::new(
                 codes::INVALID_PAYLOAD,
                 "maintenance needs `task.service` and `task.method`",
@@ -474,7 +472,7 @@ impl Loop {
             tokio::pin!(aborted);
             aborted.as_mut().enable();
             let callee = self.ctx.service(service);
-            let call = callee.call(method, task["params"].clone());
+            let call = callee.call(&method, task.params);
             tokio::select! {
                 biased;
                 _ = aborted => Err(Error::new(code::ABORTED, "maintenance aborted")),
@@ -514,7 +512,10 @@ impl Loop {
         }
         let _ = self.when_idle(agent).await;
         if self.agents.borrow_mut().remove(agent).is_some() {
-            self.notify(agent, bus::AGENT_DISPOSED, json!({"agent": agent}));
+            let disposed = AgentRef {
+                agent: agent.to_owned(),
+            };
+            self.notify(agent, bus::AGENT_DISPOSED, disposed);
         }
     }
 
@@ -523,10 +524,8 @@ impl Loop {
     /// original's registry unregisters an agent with its owner. A later
     /// agent under the same id (the first disposed, the id reopened) is not
     /// that owner's and stays.
-    fn own(&self, req: &Request, reply: &Value) {
-        let Some(id) = reply["agent"].as_str().map(str::to_owned) else {
-            return;
-        };
+    fn own(&self, req: &Request, reply: &AgentRef) {
+        let id = reply.agent.clone();
         let Some(registration) = self
             .agents
             .borrow()
@@ -552,7 +551,7 @@ impl Loop {
         message: Value,
         target: &'static str,
         wakeup: bool,
-    ) -> Result<Value> {
+    ) -> Result<SendReply> {
         let message = normalize_message(message)?;
         let id = message["id"].clone();
         // Whether this wake lands in an aborting turn is decided just
@@ -572,7 +571,7 @@ impl Loop {
         if wakeup {
             self.wake_opening_turn(agent).await;
         }
-        Ok(json!({"messageId": id}))
+        Ok(SendReply { message_id: id })
     }
 
     /// One live inbox mutation (reference §4.2). `plan` picks the splice
@@ -616,14 +615,20 @@ impl Loop {
             self.notify(
                 agent,
                 bus::AGENT_INBOX_DISCARDED,
-                json!({"agent": agent, "message": message}),
+                InboxMessage {
+                    agent: agent.to_owned(),
+                    message,
+                },
             );
         }
         for message in splice["inserted"].as_array().into_iter().flatten() {
             self.notify(
                 agent,
                 bus::AGENT_INBOX_INSERTED,
-                json!({"agent": agent, "message": message}),
+                InboxMessage {
+                    agent: agent.to_owned(),
+                    message,
+                },
             );
         }
         Ok(Some(removed))
@@ -729,17 +734,23 @@ impl Loop {
         self.notify(
             agent,
             bus::AGENT_STATUS,
-            json!({"agent": agent, "status": "running"}),
+            StatusChanged {
+                agent: agent.to_owned(),
+                status: RunStatus::Running,
+            },
         );
         true
     }
 
-    async fn when_idle(&self, agent: &str) -> Result<Value> {
+    async fn when_idle(&self, agent: &str) -> Result<WhenIdleReply> {
         let rx = {
             let mut agents = self.agents.borrow_mut();
             let a = agents.get_mut(agent).ok_or_else(|| no_agent(agent))?;
             if !a.running && !a.maintenance {
-                return Ok(json!({"reason": a.last_end, "lastTurn": a.last_turn}));
+                return Ok(WhenIdleReply {
+                    reason: a.last_end.clone(),
+                    last_turn: a.last_turn,
+                });
             }
             let (tx, rx) = oneshot::channel();
             a.idle.push(tx);
@@ -749,7 +760,7 @@ impl Loop {
             .await
             .map_err(|_| Error::new(codes::DISPOSED, "the agent was disposed"))?;
         let last_turn = self.agents.borrow().get(agent).map_or(0, |a| a.last_turn);
-        Ok(json!({"reason": reason, "lastTurn": last_turn}))
+        Ok(WhenIdleReply { reason, last_turn })
     }
 
     /// `cancel(cause, {keepInbox})` of reference §4.3. Without `keepInbox`
@@ -800,7 +811,10 @@ impl Loop {
                 self.notify(
                     agent,
                     bus::AGENT_INBOX_DISCARDED,
-                    json!({"agent": agent, "message": message}),
+                    InboxMessage {
+                        agent: agent.to_owned(),
+                        message,
+                    },
                 );
             }
         }
@@ -812,13 +826,6 @@ fn no_agent(id: &str) -> Error {
     Error::new("AGENT_NOT_FOUND", format!("no agent `{id}`"))
 }
 
-fn message_id(req: &Request) -> Result<String> {
-    req.params["messageId"]
-        .as_str()
-        .map(str::to_owned)
-        .ok_or_else(|| Error::new(codes::INVALID_PAYLOAD, "missing `messageId`"))
-}
-
 /// Accepts a full user message or `{text}` shorthand.
 fn normalize_message(m: Value) -> Result<Value> {
     if m.get("role").is_some() {
@@ -828,97 +835,6 @@ fn normalize_message(m: Value) -> Result<Value> {
         .as_str()
         .ok_or_else(|| Error::new(codes::INVALID_PAYLOAD, "a message needs `role` or `text`"))?;
     Ok(dsh_sdk::vocab::msg::user_text(&new_id(), text))
-}
-
-async fn handle_agents(l: Loop, req: Request) -> Result<Reply> {
-    let agent = Loop::agent_id(&req)?;
-    let message = req.params["message"].clone();
-    match req.method.as_str() {
-        agents::FOLLOWUP => Ok(l.send(&agent, message, NEXT_TURN, true).await?.into()),
-        agents::STEER => Ok(l.send(&agent, message, NEXT_STEP, true).await?.into()),
-        agents::INJECT => Ok(l.send(&agent, message, NEXT_STEP, false).await?.into()),
-        agents::REPLACE => Reply::json(l.replace(&agent, &message_id(&req)?, message).await?),
-        agents::REMOVE => Reply::json(l.remove(&agent, &message_id(&req)?).await?),
-        agents::PENDING => {
-            let agents = l.agents.borrow();
-            let a = agents.get(&agent).ok_or_else(|| no_agent(&agent))?;
-            Reply::json(json!({"nextTurn": a.inbox.next_turn, "nextStep": a.inbox.next_step}))
-        }
-        agents::CANCEL => {
-            let cause = match req.params.get("cause") {
-                Some(c) if !c.is_null() => c.clone(),
-                _ => json!({"kind": "user"}),
-            };
-            l.cancel(&agent, cause, req.params["keepInbox"] == json!(true))
-                .await?;
-            Ok(Value::Null.into())
-        }
-        agents::WHEN_IDLE => Ok(l.when_idle(&agent).await?.into()),
-        agents::SELECT_MODEL => {
-            // `{provider, model}` selects a route from the next step's
-            // assembly on; neither clears the selection (the agent's own
-            // options again).
-            let selection = match (
-                req.params["provider"].as_str(),
-                req.params["model"].as_str(),
-            ) {
-                (Some(p), Some(m)) => Some((p.to_owned(), m.to_owned())),
-                (None, None) => None,
-                _ => {
-                    return Err(Error::new(
-                        codes::INVALID_PAYLOAD,
-                        "selectModel needs both `provider` and `model`, or neither",
-                    ))
-                }
-            };
-            let mut agents = l.agents.borrow_mut();
-            let a = agents.get_mut(&agent).ok_or_else(|| no_agent(&agent))?;
-            a.selection = selection;
-            Ok(Value::Null.into())
-        }
-        agents::RUN_MAINTENANCE => Ok(l.run_maintenance(&agent, &req.params["task"]).await?.into()),
-        agents::STATUS => {
-            let agents = l.agents.borrow();
-            let a = agents.get(&agent).ok_or_else(|| no_agent(&agent))?;
-            Reply::json(
-                json!({"status": if a.running { "running" } else { "idle" }, "maintenance": a.maintenance, "lastTurn": a.last_turn, "lastEnd": a.last_end}),
-            )
-        }
-        agents::DISPOSE => {
-            if !l.agents.borrow().contains_key(&agent) {
-                return Err(no_agent(&agent));
-            }
-            l.dispose(&agent).await;
-            Ok(Value::Null.into())
-        }
-        _ => Err(req.unknown_method()),
-    }
-}
-
-async fn handle_loop(l: Loop, req: Request) -> Result<Reply> {
-    match req.method.as_str() {
-        agent_loop::CREATE => {
-            let created = l.create(&req.params).await?;
-            l.own(&req, &created);
-            Ok(created.into())
-        }
-        agent_loop::RESUME => {
-            let live = req.params["sessionId"]
-                .as_str()
-                .is_some_and(|id| l.agents.borrow().contains_key(id));
-            let resumed = l.resume(&req.params).await?;
-            // A live agent keeps the owner that created it.
-            if !live {
-                l.own(&req, &resumed);
-            }
-            Ok(resumed.into())
-        }
-        agent_loop::LIST => {
-            let ids: Vec<String> = l.agents.borrow().keys().cloned().collect();
-            Reply::json(ids)
-        }
-        _ => Err(req.unknown_method()),
-    }
 }
 
 struct AgentLoop;
@@ -944,9 +860,13 @@ impl Plugin for AgentLoop {
             config,
         };
         let l2 = l.clone();
-        ctx.provide(service::AGENTS, move |req| handle_agents(l2.clone(), req));
+        ctx.provide(service::AGENTS, move |req| {
+            services::handle_agents(l2.clone(), req)
+        });
         let l3 = l.clone();
-        ctx.provide(service::AGENT_LOOP, move |req| handle_loop(l3.clone(), req));
+        ctx.provide(service::AGENT_LOOP, move |req| {
+            services::handle_loop(l3.clone(), req)
+        });
         if !l.config.agents.is_empty() {
             let starter = l.clone();
             ctx.spawn(async move { starter.start_configured().await });

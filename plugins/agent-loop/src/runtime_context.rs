@@ -12,6 +12,7 @@
 //! owned snapshot still visible in the model history is the retained one
 //! (as the original's projection does when it is built over a loaded log).
 
+use dsh_sdk::api::system_prompt::NamedText;
 use dsh_sdk::vocab::{derive_messages, event, SessionEvent};
 use serde_json::{json, Value};
 
@@ -112,7 +113,7 @@ impl Projection {
     /// The snapshot message to append, when the retained one differs from
     /// `current` (the rendered snapshot, `""` when no context is active);
     /// `sections` are its named parts.
-    pub fn project(&self, current: &str, sections: &Value) -> Option<Value> {
+    pub fn project(&self, current: &str, sections: &[NamedText]) -> Option<Value> {
         if self.retained == Retained::Never && current.is_empty() {
             return None;
         }
@@ -122,7 +123,7 @@ impl Projection {
                 return None;
             }
         }
-        let empty = sections.as_array().is_none_or(Vec::is_empty);
+        let empty = sections.is_empty();
         // The cleared marker has no contributions left to attribute.
         let source = if empty {
             json!({"kind": "plugin", "plugin": SOURCE})
@@ -141,6 +142,13 @@ impl Projection {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn text(name: &str, text: &str) -> NamedText {
+        NamedText {
+            name: name.into(),
+            text: text.into(),
+        }
+    }
 
     fn ev(
         seq: u64,
@@ -170,10 +178,8 @@ mod tests {
     #[test]
     fn nothing_is_emitted_before_any_context_and_an_equal_retained_snapshot_is_kept() {
         let mut p = Projection::default();
-        assert_eq!(p.project("", &json!([])), None);
-        let m = p
-            .project(SNAP, &json!([{"name": "policy", "text": "Mode: a."}]))
-            .unwrap();
+        assert_eq!(p.project("", &[]), None);
+        let m = p.project(SNAP, &[text("policy", "Mode: a.")]).unwrap();
         assert_eq!(m["content"], json!([{"type": "text", "text": SNAP}]));
         assert_eq!(
             m["source"],
@@ -182,9 +188,9 @@ mod tests {
         );
         p.follow(&[ev(4, event::USER_MESSAGE, m, Some(json!("append")), None)]);
         assert_eq!(p.seen, 5);
-        assert_eq!(p.project(SNAP, &json!([])), None);
+        assert_eq!(p.project(SNAP, &[]), None);
         // Gone: the cleared marker, without sections.
-        let c = p.project("", &json!([])).unwrap();
+        let c = p.project("", &[]).unwrap();
         assert_eq!(c["content"][0]["text"], CLEARED);
         assert_eq!(c["source"], json!({"kind": "plugin", "plugin": SOURCE}));
     }
@@ -208,7 +214,7 @@ mod tests {
             replace(0),
             Some(vec![0]),
         )]);
-        assert_eq!(p.project(SNAP, &json!([])), None);
+        assert_eq!(p.project(SNAP, &[]), None);
         p.follow(&[ev(
             3,
             event::USER_MESSAGE,
@@ -216,7 +222,7 @@ mod tests {
             replace(1),
             Some(vec![1]),
         )]);
-        assert!(p.project(SNAP, &json!([])).is_some());
+        assert!(p.project(SNAP, &[]).is_some());
     }
 
     #[test]
@@ -252,12 +258,9 @@ mod tests {
             ),
         ]);
         assert_eq!(p.seen, 3);
-        assert_eq!(p.project("retained", &json!([])), None);
+        assert_eq!(p.project("retained", &[]), None);
         let m = p
-            .project(
-                "next",
-                &json!([{"name": "sandbox:policy", "text": "policy"}]),
-            )
+            .project("next", &[text("sandbox:policy", "policy")])
             .unwrap();
         assert_eq!(
             m["source"],
@@ -279,7 +282,7 @@ mod tests {
             Some(json!("append")),
             None,
         )]);
-        let m = p.project(SNAP, &json!([])).unwrap();
+        let m = p.project(SNAP, &[]).unwrap();
         assert_eq!(m["content"][0]["text"], SNAP);
     }
 }

@@ -6,7 +6,11 @@
 //! App arguments: `[--output text|jsonl] [--resume <session-id>] task...`;
 //! `--list-sessions` prints the stored sessions of the current directory.
 
-use dsh_sdk::names::{agent_loop, agents, bus, host, service, session_persistence, sessions};
+use dsh_sdk::api::agent_loop::{
+    AgentLoop, AgentOptions, CreateMeta, CreateParams, MaxTokens, ResumeParams,
+};
+use dsh_sdk::api::agents::Agents;
+use dsh_sdk::names::{bus, host, service, session_persistence, sessions};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::{event, msg};
 use serde::Deserialize;
@@ -148,30 +152,32 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
         .await;
         return Ok(1);
     }
-    let mut options = json!({"provider": config.provider, "model": config.model});
-    if let Some(mt) = config.max_tokens {
-        options["maxTokens"] = json!(mt);
-    }
-    let loop_ = ctx.service(service::AGENT_LOOP);
+    let options = AgentOptions {
+        provider: Some(config.provider.clone()),
+        model: Some(config.model.clone()),
+        max_tokens: config.max_tokens.map(MaxTokens::from),
+    };
+    let loop_ = AgentLoop::new(&ctx);
     let created = match &args.resume {
         Some(id) => {
-            loop_
-                .call(
-                    agent_loop::RESUME,
-                    json!({"sessionId": id, "agentOptions": options}),
-                )
-                .await?
+            let params = ResumeParams {
+                session_id: id.clone(),
+                agent_options: options,
+            };
+            loop_.resume(&params).await?
         }
         None => {
-            loop_
-                .call(
-                    agent_loop::CREATE,
-                    json!({"agentOptions": options, "meta": {"cwd": cwd}}),
-                )
-                .await?
+            let params = CreateParams {
+                session_id: None,
+                agent_options: options,
+                meta: Some(CreateMeta {
+                    cwd: Some(cwd.clone()),
+                }),
+            };
+            loop_.create(&params).await?
         }
     };
-    let agent = created["agent"].as_str().unwrap_or_default().to_owned();
+    let agent = created.agent;
     let sessions = ctx.service(service::SESSIONS);
     let start = sessions
         .call(sessions::HEADER, json!({"id": agent}))
@@ -231,16 +237,9 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
             }
         });
     }
-    let agents = ctx.service(service::AGENTS);
-    agents
-        .call(
-            agents::FOLLOWUP,
-            json!({"agent": agent, "message": {"text": args.task}}),
-        )
-        .await?;
-    let idle = agents
-        .call(agents::WHEN_IDLE, json!({"agent": agent}))
-        .await?;
+    let agents = Agents::new(&ctx);
+    agents.followup(&agent, json!({"text": args.task})).await?;
+    let idle = agents.when_idle(&agent).await?;
     sessions.call(sessions::FLUSH, json!({"id": agent})).await?;
     let events: Vec<dsh_sdk::vocab::SessionEvent> = sessions
         .call_as(sessions::EVENTS, json!({"id": agent, "from": start}))
@@ -255,7 +254,7 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
         input_tokens += e.data["usage"]["inputTokens"].as_u64().unwrap_or(0);
         output_tokens += e.data["usage"]["outputTokens"].as_u64().unwrap_or(0);
     }
-    let reason = &idle["reason"];
+    let reason = &idle.reason;
     let completed = reason["kind"] == "completed";
     if args.jsonl {
         // Let the last session_event lines go out first.

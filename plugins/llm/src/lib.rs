@@ -19,6 +19,7 @@ use std::rc::Rc;
 
 use tokio::sync::Notify;
 
+use dsh_sdk::api::llm::{AdaptersUpdated, CancelParams, RegisterAdapterParams};
 use dsh_sdk::names::{bus, code, llm, llm_adapter, service};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::LlmFailure;
@@ -78,83 +79,91 @@ fn take_signal(signals: &Signals, request: &mut RawObject) -> Option<(String, Rc
 
 async fn handle(ctx: Context, registry: Registry, signals: Signals, req: Request) -> Result<Reply> {
     match req.method.as_str() {
-        llm::REGISTER_ADAPTER => {
-            let providers: Vec<String> = serde_json::from_value(req.params["providers"].clone())?;
-            let service = req.params["service"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
-            if providers.is_empty() || providers.iter().any(String::is_empty) || service.is_empty()
-            {
-                return Err(Error::new(
-                    "INVALID_ADAPTER",
-                    "an adapter needs routes and a service",
-                ));
-            }
-            {
-                let reg = registry.borrow();
-                if let Some(p) = providers
-                    .iter()
-                    .find(|p| reg.iter().any(|a| a.providers.contains(p)))
-                {
-                    return Err(Error::new(
-                        "DUPLICATE_ADAPTER",
-                        format!("provider route `{p}` is already served"),
-                    ));
-                }
-            }
-            let owner = req.caller;
-            registry.borrow_mut().push(Adapter {
-                providers,
-                service,
-                owner,
-            });
-            let r2 = registry.clone();
-            req.on_caller_gone(move || r2.borrow_mut().retain(|a| a.owner != owner));
-            ctx.emit(bus::LLM_ADAPTERS_UPDATED, json!({}))?;
-            Ok(Value::Null.into())
-        }
-        llm::PROVIDERS => {
-            let v: Vec<String> = registry
-                .borrow()
-                .iter()
-                .flat_map(|a| a.providers.clone())
-                .collect();
-            Reply::json(v)
-        }
-        llm::CANCEL => {
-            let name = req.params["signal"].as_str().unwrap_or_default();
-            let signal = signals.borrow().get(name).cloned();
-            let Some(signal) = signal else {
-                return Err(Error::new(
-                    "NOT_STREAMING",
-                    format!("no request with signal \"{name}\" is streaming"),
-                ));
-            };
-            signal.abort();
-            Ok(Value::Null.into())
-        }
-        llm::STREAM => {
-            let (tx, reply) = Reply::stream();
-            // The request stays raw: this hop reads `signal` and `provider`
-            // and hands the history on without parsing it.
-            let mut request: RawObject = req.params_as()?;
-            let signal = take_signal(&signals, &mut request);
-            let task_ctx = ctx.clone();
-            task_ctx.spawn(async move {
-                let own = signal.as_ref().map(|(_, s)| s.clone()).unwrap_or_default();
-                route(&ctx, &registry, request, &own, tx).await;
-                if let Some((name, signal)) = signal {
-                    let mut live = signals.borrow_mut();
-                    if live.get(&name).is_some_and(|s| Rc::ptr_eq(s, &signal)) {
-                        live.remove(&name);
-                    }
-                }
-            });
-            Ok(reply)
-        }
+        llm::REGISTER_ADAPTER => register_adapter(&ctx, &registry, &req),
+        llm::PROVIDERS => providers(&registry),
+        llm::CANCEL => cancel(&signals, &req),
+        llm::STREAM => stream(ctx, registry, signals, &req),
         _ => Err(req.unknown_method()),
     }
+}
+
+/// `registerAdapter`: routes nobody serves yet, to a service; removed
+/// again when the adapter's plugin goes.
+fn register_adapter(ctx: &Context, registry: &Registry, req: &Request) -> Result<Reply> {
+    let RegisterAdapterParams { providers, service } = req.params_as()?;
+    if providers.is_empty() || providers.iter().any(String::is_empty) || service.is_empty() {
+        return Err(Error::new(
+            "INVALID_ADAPTER",
+            "an adapter needs routes and a service",
+        ));
+    }
+    {
+        let reg = registry.borrow();
+        if let Some(p) = providers
+            .iter()
+            .find(|p| reg.iter().any(|a| a.providers.contains(p)))
+        {
+            return Err(Error::new(
+                "DUPLICATE_ADAPTER",
+                format!("provider route `{p}` is already served"),
+            ));
+        }
+    }
+    let owner = req.caller;
+    registry.borrow_mut().push(Adapter {
+        providers,
+        service,
+        owner,
+    });
+    let r2 = registry.clone();
+    req.on_caller_gone(move || r2.borrow_mut().retain(|a| a.owner != owner));
+    ctx.emit(bus::LLM_ADAPTERS_UPDATED, AdaptersUpdated {})?;
+    Ok(Value::Null.into())
+}
+
+/// `providers`: every route served, in registration order.
+fn providers(registry: &Registry) -> Result<Reply> {
+    let v: Vec<String> = registry
+        .borrow()
+        .iter()
+        .flat_map(|a| a.providers.clone())
+        .collect();
+    Reply::json(v)
+}
+
+/// `cancel`: aborts the request streaming under the signal.
+fn cancel(signals: &Signals, req: &Request) -> Result<Reply> {
+    let CancelParams { signal: name } = req.params_as()?;
+    let signal = signals.borrow().get(&name).cloned();
+    let Some(signal) = signal else {
+        return Err(Error::new(
+            "NOT_STREAMING",
+            format!("no request with signal \"{name}\" is streaming"),
+        ));
+    };
+    signal.abort();
+    Ok(Value::Null.into())
+}
+
+/// `stream`: the chunks of the request, routed on a task.
+fn stream(ctx: Context, registry: Registry, signals: Signals, req: &Request) -> Result<Reply> {
+    let (tx, reply) = Reply::stream();
+    // The request stays raw: this hop reads `signal` and `provider`
+    // and hands the history on without parsing it.
+    let mut request: RawObject = req.params_as()?;
+    let signal = take_signal(&signals, &mut request);
+    let task_ctx = ctx.clone();
+    task_ctx.spawn(async move {
+        let own = signal.as_ref().map(|(_, s)| s.clone()).unwrap_or_default();
+        route(&ctx, &registry, request, &own, tx).await;
+        if let Some((name, signal)) = signal {
+            let mut live = signals.borrow_mut();
+            if live.get(&name).is_some_and(|s| Rc::ptr_eq(s, &signal)) {
+                live.remove(&name);
+            }
+        }
+    });
+    Ok(reply)
 }
 
 /// Streams `request` from the adapter of its provider into `tx`, ending

@@ -11,8 +11,13 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
+use dsh_sdk::api::system_prompt::{
+    AssembleParams, Changed, ProviderRequest, ScopeParams, SectionParams, SectionProvider,
+    VariableParams,
+};
 use dsh_sdk::names::{bus, service, system_prompt};
 use dsh_sdk::prelude::*;
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 /// The reserved `toolOrder` entry where unlisted tools are inserted,
@@ -267,18 +272,10 @@ struct Section {
     order: f64,
     /// The text, or (with `provider`) what the provider last answered.
     text: String,
-    /// A service method answering the text at each assembly.
-    provider: Option<Provider>,
+    /// A service method answering the text at each assembly, called with
+    /// [`ProviderRequest`] (the assembly's parameters without the tools).
+    provider: Option<SectionProvider>,
     complete: bool,
-}
-
-/// `{service, method}`: called with `{kind, name, scope, context}` (the
-/// assembly's parameters without the tools), answering the text.
-#[derive(Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Provider {
-    service: String,
-    method: String,
 }
 
 #[derive(Default)]
@@ -352,54 +349,85 @@ fn register<T: 'static>(
     let (r2, ctx2) = (reg.clone(), ctx.clone());
     req.on_caller_gone(move || {
         field(&mut r2.borrow_mut()).retain(|e| e.id != id);
-        let _ = ctx2.emit(bus::SYSTEM_PROMPT_CHANGE, json!({}));
+        let _ = ctx2.emit(bus::SYSTEM_PROMPT_CHANGE, Changed {});
     });
-    ctx.emit(bus::SYSTEM_PROMPT_CHANGE, json!({}))?;
+    ctx.emit(bus::SYSTEM_PROMPT_CHANGE, Changed {})?;
     Ok(Value::Null.into())
 }
 
-fn scope_of(req: &Request) -> Result<Option<String>> {
-    match &req.params["scope"] {
-        Value::Null => Ok(None),
-        Value::String(s) if !s.is_empty() => Ok(Some(s.clone())),
-        _ => Err(Error::new(
-            codes::INVALID_PAYLOAD,
-            "`scope` must be an agent id (a non-empty string)",
-        )),
+/// The refusal of a `scope` that is not an agent id.
+fn bad_scope() -> Error {
+    Error::new(
+        codes::INVALID_PAYLOAD,
+        "`scope` must be an agent id (a non-empty string)",
+    )
+}
+
+/// Parses a registration's params. When they do not parse, a field with a
+/// message of its own (a `scope` that is not a string, or what `field`
+/// names) is refused with that message; otherwise the parse error names
+/// the field.
+fn params<T: DeserializeOwned>(
+    req: &Request,
+    field: impl Fn(&Value) -> Option<Error>,
+) -> Result<T> {
+    req.params_as().map_err(|e| {
+        if !matches!(req.params["scope"], Value::Null | Value::String(_)) {
+            return bad_scope();
+        }
+        field(&req.params).unwrap_or(e)
+    })
+}
+
+/// The registration's layer: global, or an agent's.
+fn scope_of(scope: Option<String>) -> Result<Option<String>> {
+    match scope {
+        Some(s) if s.is_empty() => Err(bad_scope()),
+        scope => Ok(scope),
     }
 }
 
 /// A `section` or `context` registration's fields.
-fn section_of(req: &Request, what: &str) -> Result<Section> {
-    let p = &req.params;
-    let name = p["name"].as_str().unwrap_or_default().to_owned();
-    // A missing or non-numeric order is refused, not read as 0.
-    let order = p["order"].as_f64().unwrap_or(f64::NAN);
-    if name.is_empty() {
-        return Err(Error::new(
+fn section_of(req: &Request, what: &str) -> Result<(Option<String>, Section)> {
+    let unnamed = || {
+        Error::new(
             codes::INVALID_PAYLOAD,
             format!("a prompt {what} needs a name and a finite order"),
-        ));
+        )
+    };
+    let bad_provider = |name: &str| {
+        Error::new(
+            codes::INVALID_PAYLOAD,
+            format!("prompt {what} \"{name}\" provider must be {{service, method}}"),
+        )
+    };
+    let p: SectionParams = params(req, |p| {
+        if !p["name"].is_string() {
+            return Some(unnamed());
+        }
+        let provider = &p["provider"];
+        let malformed = !provider.is_null() && SectionProvider::deserialize(provider).is_err();
+        malformed.then(|| bad_provider(p["name"].as_str().unwrap_or_default()))
+    })?;
+    let scope = scope_of(p.scope)?;
+    let name = p.name;
+    if name.is_empty() {
+        return Err(unnamed());
     }
-    if !order.is_finite() {
+    // A missing or non-numeric order is refused, not read as 0.
+    let Some(order) = p.order.get() else {
         return Err(Error::new(
             codes::INVALID_PAYLOAD,
             format!("prompt {what} \"{name}\" order must be a finite number"),
         ));
-    }
-    let provider = match &p["provider"] {
-        Value::Null => None,
-        v => {
-            let provider: Provider = serde_json::from_value(v.clone())
-                .ok()
-                .filter(|p: &Provider| !p.service.is_empty() && !p.method.is_empty())
-                .ok_or_else(|| {
-                    Error::new(
-                        codes::INVALID_PAYLOAD,
-                        format!("prompt {what} \"{name}\" provider must be {{service, method}}"),
-                    )
-                })?;
-            if !p["text"].is_null() {
+    };
+    let provider = match p.provider {
+        None => None,
+        Some(provider) => {
+            if provider.service.is_empty() || provider.method.is_empty() {
+                return Err(bad_provider(&name));
+            }
+            if p.text.is_some() {
                 return Err(Error::new(
                     codes::INVALID_PAYLOAD,
                     format!("prompt {what} \"{name}\" takes a `text` or a `provider`, not both"),
@@ -408,13 +436,24 @@ fn section_of(req: &Request, what: &str) -> Result<Section> {
             Some(provider)
         }
     };
-    Ok(Section {
+    let section = Section {
         name,
         order,
-        text: p["text"].as_str().unwrap_or_default().to_owned(),
+        text: p.text.unwrap_or_default(),
         provider,
-        complete: p["complete"] == json!(true),
-    })
+        complete: p.complete,
+    };
+    Ok((scope, section))
+}
+
+/// What a section provider is told of the assembly: its params without
+/// the tools, as the caller sent them.
+fn provider_context(req: &Request) -> Value {
+    let mut context = req.params.value().clone();
+    if let Some(o) = context.as_object_mut() {
+        o.remove("tools");
+    }
+    context
 }
 
 /// Asks each provider of `list` (sections or contexts, `kind`) for its text
@@ -424,20 +463,19 @@ async fn resolve(
     kind: &str,
     list: &mut [Section],
     scope: Option<&str>,
-    params: &Value,
+    req: &Request,
 ) -> Result<()> {
-    let mut context = params.clone();
-    if let Some(o) = context.as_object_mut() {
-        o.remove("tools");
-    }
     for s in list.iter_mut() {
         let Some(p) = &s.provider else { continue };
+        let request = ProviderRequest {
+            kind: kind.to_owned(),
+            name: s.name.clone(),
+            scope: scope.map(str::to_owned),
+            context: provider_context(req),
+        };
         let answer = ctx
             .service(p.service.as_str())
-            .call(
-                &p.method,
-                json!({"kind": kind, "name": s.name, "scope": scope, "context": context}),
-            )
+            .call(&p.method, &request)
             .await
             .map_err(|e| {
                 Error::new(
@@ -471,73 +509,89 @@ async fn handle(
     req: Request,
 ) -> Result<Reply> {
     match req.method.as_str() {
-        system_prompt::SECTION => {
-            let scope = scope_of(&req)?;
-            let section = section_of(&req, "section")?;
-            let taken = reg
-                .borrow()
-                .sections
-                .iter()
-                .any(|e| e.scope == scope && e.item.name == section.name);
-            if taken {
-                let msg = duplicate("section", &section.name, scope.is_some());
-                return Err(Error::new(DUPLICATE_SECTION, msg));
-            }
-            register(&ctx, &reg, &req, |r| &mut r.sections, scope, section)
-        }
-        system_prompt::CONTEXT => {
-            let scope = scope_of(&req)?;
-            let context = section_of(&req, "context")?;
-            let taken = reg
-                .borrow()
-                .contexts
-                .iter()
-                .any(|e| e.scope == scope && e.item.name == context.name);
-            if taken {
-                let msg = duplicate("context", &context.name, scope.is_some());
-                return Err(Error::new(DUPLICATE_CONTEXT, msg));
-            }
-            register(&ctx, &reg, &req, |r| &mut r.contexts, scope, context)
-        }
-        system_prompt::VARIABLE => {
-            let scope = scope_of(&req)?;
-            let name = req.params["name"].as_str().unwrap_or_default().to_owned();
-            if !valid_variable_name(&name) {
-                return Err(Error::new(
-                    INVALID_VARIABLE_NAME,
-                    format!(
-                        "invalid prompt variable name \"{name}\" (must match /^[a-z][a-z0-9_]*$/)"
-                    ),
-                ));
-            }
-            let value = match &req.params["value"] {
-                Value::Null => None,
-                Value::String(s) => Some(s.clone()),
-                _ => {
-                    return Err(Error::new(
-                        codes::INVALID_PAYLOAD,
-                        format!("prompt variable \"{name}\" value must be a string or null"),
-                    ))
-                }
-            };
-            let taken = reg
-                .borrow()
-                .variables
-                .iter()
-                .any(|e| e.scope == scope && e.item.0 == name);
-            if taken {
-                let msg = duplicate("variable", &name, scope.is_some());
-                return Err(Error::new(DUPLICATE_VARIABLE, msg));
-            }
-            register(&ctx, &reg, &req, |r| &mut r.variables, scope, (name, value))
-        }
-        system_prompt::SUPPRESS_RUNTIME_CONTEXT => {
-            let scope = scope_of(&req)?;
-            register(&ctx, &reg, &req, |r| &mut r.suppressors, scope, ())
-        }
-        system_prompt::ASSEMBLE => assemble(&ctx, &reg, tool_order.as_deref(), &req.params).await,
+        system_prompt::SECTION => section(&ctx, &reg, &req),
+        system_prompt::CONTEXT => context(&ctx, &reg, &req),
+        system_prompt::VARIABLE => variable(&ctx, &reg, &req),
+        system_prompt::SUPPRESS_RUNTIME_CONTEXT => suppress_runtime_context(&ctx, &reg, &req),
+        system_prompt::ASSEMBLE => assemble(&ctx, &reg, tool_order.as_deref(), &req).await,
         _ => Err(req.unknown_method()),
     }
+}
+
+/// `section`: one name per layer.
+fn section(ctx: &Context, reg: &Shared, req: &Request) -> Result<Reply> {
+    let (scope, section) = section_of(req, "section")?;
+    let taken = reg
+        .borrow()
+        .sections
+        .iter()
+        .any(|e| e.scope == scope && e.item.name == section.name);
+    if taken {
+        let msg = duplicate("section", &section.name, scope.is_some());
+        return Err(Error::new(DUPLICATE_SECTION, msg));
+    }
+    register(ctx, reg, req, |r| &mut r.sections, scope, section)
+}
+
+/// `context`: one name per layer.
+fn context(ctx: &Context, reg: &Shared, req: &Request) -> Result<Reply> {
+    let (scope, context) = section_of(req, "context")?;
+    let taken = reg
+        .borrow()
+        .contexts
+        .iter()
+        .any(|e| e.scope == scope && e.item.name == context.name);
+    if taken {
+        let msg = duplicate("context", &context.name, scope.is_some());
+        return Err(Error::new(DUPLICATE_CONTEXT, msg));
+    }
+    register(ctx, reg, req, |r| &mut r.contexts, scope, context)
+}
+
+/// `variable`: a valid name, once per layer, with a string or no value.
+fn variable(ctx: &Context, reg: &Shared, req: &Request) -> Result<Reply> {
+    let p: VariableParams = params(req, |p| {
+        let name = p["name"].as_str().unwrap_or_default();
+        if !valid_variable_name(name) {
+            return Some(invalid_variable_name(name));
+        }
+        (!matches!(p["value"], Value::Null | Value::String(_))).then(|| {
+            Error::new(
+                codes::INVALID_PAYLOAD,
+                format!("prompt variable \"{name}\" value must be a string or null"),
+            )
+        })
+    })?;
+    let scope = scope_of(p.scope)?;
+    let name = p.name;
+    if !valid_variable_name(&name) {
+        return Err(invalid_variable_name(&name));
+    }
+    let taken = reg
+        .borrow()
+        .variables
+        .iter()
+        .any(|e| e.scope == scope && e.item.0 == name);
+    if taken {
+        let msg = duplicate("variable", &name, scope.is_some());
+        return Err(Error::new(DUPLICATE_VARIABLE, msg));
+    }
+    let item = (name, p.value);
+    register(ctx, reg, req, |r| &mut r.variables, scope, item)
+}
+
+fn invalid_variable_name(name: &str) -> Error {
+    Error::new(
+        INVALID_VARIABLE_NAME,
+        format!("invalid prompt variable name \"{name}\" (must match /^[a-z][a-z0-9_]*$/)"),
+    )
+}
+
+/// `suppressRuntimeContext`: for the scope's assemblies (or all).
+fn suppress_runtime_context(ctx: &Context, reg: &Shared, req: &Request) -> Result<Reply> {
+    let p: ScopeParams = params(req, |_| None)?;
+    let scope = scope_of(p.scope)?;
+    register(ctx, reg, req, |r| &mut r.suppressors, scope, ())
 }
 
 /// `assemble`: the visible registrations of the caller's scope, the tools
@@ -548,12 +602,13 @@ async fn assemble(
     ctx: &Context,
     reg: &Shared,
     tool_order: Option<&[String]>,
-    params: &Value,
+    req: &Request,
 ) -> Result<Reply> {
-    let scope = params["scope"].as_str();
+    let params: AssembleParams = req.params_as()?;
+    let scope = params.scope.as_deref();
     // The caller's variables (the loop's `provider`, `model`, `cwd`),
     // then the registered ones, a scoped value shadowing a global one.
-    let mut variables = params["variables"].as_object().cloned().unwrap_or_default();
+    let mut variables = params.variables;
     let (mut sections, complete, mut contexts, suppressed) = {
         let r = reg.borrow();
         for (name, value) in visible(&r.variables, scope, |v| v.0.as_str()) {
@@ -596,18 +651,15 @@ async fn assemble(
     };
     // Shadowing and suppression come first: a shadowed or suppressed
     // provider is never asked.
-    resolve(ctx, "section", &mut sections, scope, params).await?;
-    resolve(ctx, "context", &mut contexts, scope, params).await?;
+    resolve(ctx, "section", &mut sections, scope, req).await?;
+    resolve(ctx, "context", &mut contexts, scope, req).await?;
     let complete = complete.and_then(|name| {
         let s = sections.iter().find(|s| s.name == name)?;
         Some(json!([{"name": s.name, "text": s.text}]))
     });
-    let tools = params["tools"].as_array().cloned().unwrap_or_default();
-    let known: Vec<String> = match params["knownTools"].as_array() {
-        Some(names) => names
-            .iter()
-            .filter_map(|n| n.as_str().map(str::to_owned))
-            .collect(),
+    let tools = params.tools;
+    let known: Vec<String> = match params.known_tools {
+        Some(names) => names,
         None => tools.iter().map(|t| tool_name(t).to_owned()).collect(),
     };
     let tools = order_tools(tools, tool_order, &known)?;

@@ -9,6 +9,10 @@
 //! method, the payloads of the bus events the provider dispatches, and a
 //! client struct with one async method per service method.
 
+pub mod agent_loop;
+pub mod agents;
 pub mod approval;
+pub mod llm;
 pub mod session_persistence;
 pub mod sessions;
+pub mod system_prompt;

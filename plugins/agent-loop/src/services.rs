@@ -1,0 +1,182 @@
+//! The `agents` and `agentLoop` services: one function per method, each
+//! parsing its params into the SDK's type and answering its reply type
+//! (`dsh_sdk::api::agents`, `dsh_sdk::api::agent_loop`).
+
+use dsh_sdk::api::agent_loop::{CreateParams, ResumeParams};
+use dsh_sdk::api::agents::{
+    AgentParams, CancelParams, PendingReply, RemoveParams, ReplaceParams, RunMaintenanceParams,
+    RunStatus, SelectModelParams, SendParams, StatusReply,
+};
+use dsh_sdk::names::{agent_loop, agents};
+use dsh_sdk::prelude::*;
+use serde::de::DeserializeOwned;
+
+use crate::{no_agent, Loop, NEXT_STEP, NEXT_TURN};
+
+/// Parses a method's params. When they do not parse and one of `ids` (the
+/// fields that name the agent, message or session, in the order they are
+/// checked) is not a string, the error is the loop's own `missing `id``.
+fn params<T: DeserializeOwned>(req: &Request, ids: &[&str]) -> Result<T> {
+    req.params_as().map_err(
+        |e| match ids.iter().find(|id| !req.params[**id].is_string()) {
+            Some(id) => Error::new(codes::INVALID_PAYLOAD, format!("missing `{id}`")),
+            None => e,
+        },
+    )
+}
+
+const AGENT: &[&str] = &["agent"];
+const MESSAGE: &[&str] = &["agent", "messageId"];
+
+/// The `agents` service.
+pub(crate) async fn handle_agents(l: Loop, req: Request) -> Result<Reply> {
+    match req.method.as_str() {
+        agents::FOLLOWUP => send(&l, &req, NEXT_TURN, true).await,
+        agents::STEER => send(&l, &req, NEXT_STEP, true).await,
+        agents::INJECT => send(&l, &req, NEXT_STEP, false).await,
+        agents::REPLACE => replace(&l, &req).await,
+        agents::REMOVE => remove(&l, &req).await,
+        agents::PENDING => pending(&l, &req),
+        agents::CANCEL => cancel(&l, &req).await,
+        agents::WHEN_IDLE => when_idle(&l, &req).await,
+        agents::SELECT_MODEL => select_model(&l, &req),
+        agents::RUN_MAINTENANCE => run_maintenance(&l, &req).await,
+        agents::STATUS => status(&l, &req),
+        agents::DISPOSE => dispose(&l, &req).await,
+        _ => Err(req.unknown_method()),
+    }
+}
+
+/// `followup`, `steer`, `inject`: queues the message in `target`, waking
+/// the agent when `wakeup`.
+async fn send(l: &Loop, req: &Request, target: &'static str, wakeup: bool) -> Result<Reply> {
+    let p: SendParams = params(req, AGENT)?;
+    Reply::json(l.send(&p.agent, p.message, target, wakeup).await?)
+}
+
+/// `replace`: true when a pending message was replaced.
+async fn replace(l: &Loop, req: &Request) -> Result<Reply> {
+    let p: ReplaceParams = params(req, MESSAGE)?;
+    Reply::json(l.replace(&p.agent, &p.message_id, p.message).await?)
+}
+
+/// `remove`: true when a pending message was removed.
+async fn remove(l: &Loop, req: &Request) -> Result<Reply> {
+    let p: RemoveParams = params(req, MESSAGE)?;
+    Reply::json(l.remove(&p.agent, &p.message_id).await?)
+}
+
+/// `pending`: both inbox lists.
+fn pending(l: &Loop, req: &Request) -> Result<Reply> {
+    let p: AgentParams = params(req, AGENT)?;
+    let agents = l.agents.borrow();
+    let a = agents.get(&p.agent).ok_or_else(|| no_agent(&p.agent))?;
+    Reply::json(PendingReply {
+        next_turn: &a.inbox.next_turn,
+        next_step: &a.inbox.next_step,
+    })
+}
+
+/// `cancel`: a user cause unless one is given.
+async fn cancel(l: &Loop, req: &Request) -> Result<Reply> {
+    let p: CancelParams = params(req, AGENT)?;
+    let cause = p.cause.unwrap_or_else(|| json!({"kind": "user"}));
+    l.cancel(&p.agent, cause, p.keep_inbox).await?;
+    Ok(Value::Null.into())
+}
+
+/// `whenIdle`.
+async fn when_idle(l: &Loop, req: &Request) -> Result<Reply> {
+    let p: AgentParams = params(req, AGENT)?;
+    Reply::json(l.when_idle(&p.agent).await?)
+}
+
+/// `selectModel`: `{provider, model}` selects a route from the next
+/// step's assembly on; neither clears the selection (the agent's own
+/// options again).
+fn select_model(l: &Loop, req: &Request) -> Result<Reply> {
+    let p: SelectModelParams = params(req, AGENT)?;
+    let selection = match (p.provider, p.model) {
+        (Some(provider), Some(model)) => Some((provider, model)),
+        (None, None) => None,
+        _ => {
+            return Err(Error::new(
+                codes::INVALID_PAYLOAD,
+                "selectModel needs both `provider` and `model`, or neither",
+            ))
+        }
+    };
+    let mut agents = l.agents.borrow_mut();
+    let a = agents.get_mut(&p.agent).ok_or_else(|| no_agent(&p.agent))?;
+    a.selection = selection;
+    Ok(Value::Null.into())
+}
+
+/// `runMaintenance`: the task's own reply.
+async fn run_maintenance(l: &Loop, req: &Request) -> Result<Reply> {
+    let p: RunMaintenanceParams = params(req, AGENT)?;
+    Ok(l.run_maintenance(&p.agent, p.task).await?.into())
+}
+
+/// `status`.
+fn status(l: &Loop, req: &Request) -> Result<Reply> {
+    let p: AgentParams = params(req, AGENT)?;
+    let agents = l.agents.borrow();
+    let a = agents.get(&p.agent).ok_or_else(|| no_agent(&p.agent))?;
+    Reply::json(StatusReply {
+        status: if a.running {
+            RunStatus::Running
+        } else {
+            RunStatus::Idle
+        },
+        maintenance: a.maintenance,
+        last_turn: a.last_turn,
+        last_end: a.last_end.clone(),
+    })
+}
+
+/// `dispose`.
+async fn dispose(l: &Loop, req: &Request) -> Result<Reply> {
+    let p: AgentParams = params(req, AGENT)?;
+    if !l.agents.borrow().contains_key(&p.agent) {
+        return Err(no_agent(&p.agent));
+    }
+    l.dispose(&p.agent).await;
+    Ok(Value::Null.into())
+}
+
+/// The `agentLoop` service.
+pub(crate) async fn handle_loop(l: Loop, req: Request) -> Result<Reply> {
+    match req.method.as_str() {
+        agent_loop::CREATE => create(&l, &req).await,
+        agent_loop::RESUME => resume(&l, &req).await,
+        agent_loop::LIST => list(&l),
+        _ => Err(req.unknown_method()),
+    }
+}
+
+/// `create`: the agent belongs to the caller.
+async fn create(l: &Loop, req: &Request) -> Result<Reply> {
+    let p: CreateParams = params(req, &[])?;
+    let created = l.create(&p).await?;
+    l.own(req, &created);
+    Reply::json(created)
+}
+
+/// `resume`: a resumed agent belongs to the caller; a live one keeps the
+/// owner that created it.
+async fn resume(l: &Loop, req: &Request) -> Result<Reply> {
+    let p: ResumeParams = params(req, &["sessionId"])?;
+    let live = l.agents.borrow().contains_key(&p.session_id);
+    let resumed = l.resume(&p).await?;
+    if !live {
+        l.own(req, &resumed);
+    }
+    Reply::json(resumed)
+}
+
+/// `list`: the live agents' ids.
+fn list(l: &Loop) -> Result<Reply> {
+    let ids: Vec<String> = l.agents.borrow().keys().cloned().collect();
+    Reply::json(ids)
+}

@@ -1,0 +1,178 @@
+//! The types of `agentLoop` and of the `agent/*` events against the JSON
+//! the loop and its callers send today: the wire does not change.
+
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use super::*;
+
+fn parse<T: DeserializeOwned>(v: Value) -> T {
+    serde_json::from_value(v).unwrap()
+}
+
+fn wire(v: impl Serialize) -> String {
+    serde_json::to_string(&v).unwrap()
+}
+
+#[test]
+fn create_and_resume_params_read_what_callers_send() {
+    // headless: options and a cwd.
+    let p: CreateParams = parse(
+        json!({"agentOptions": {"provider": "p", "model": "m", "maxTokens": 9}, "meta": {"cwd": "/w"}}),
+    );
+    assert_eq!(p.agent_options.provider.as_deref(), Some("p"));
+    assert_eq!(
+        p.agent_options.max_tokens.as_ref().and_then(MaxTokens::get),
+        Some(9)
+    );
+    assert_eq!(p.meta.as_ref().and_then(|m| m.cwd.as_deref()), Some("/w"));
+    assert_eq!(
+        wire(&p),
+        r#"{"agentOptions":{"provider":"p","model":"m","maxTokens":9},"meta":{"cwd":"/w"}}"#
+    );
+    assert_eq!(wire(CreateParams::default()), r#"{"agentOptions":{}}"#);
+    // A maxTokens that is not a positive integer still parses: `create`
+    // refuses it with the original's message.
+    for bad in [json!(-1), json!(1.5), json!("9")] {
+        let p: CreateParams = parse(json!({"agentOptions": {"maxTokens": bad}}));
+        assert_eq!(p.agent_options.max_tokens.and_then(|m| m.get()), None);
+    }
+    let r: ResumeParams = parse(json!({"sessionId": "s"}));
+    assert_eq!(r.agent_options, AgentOptions::default());
+    assert_eq!(wire(&r), r#"{"sessionId":"s","agentOptions":{}}"#);
+    let e = serde_json::from_value::<ResumeParams>(json!({})).unwrap_err();
+    assert!(e.to_string().contains("missing field `sessionId`"), "{e}");
+    assert_eq!(wire(AgentRef { agent: "a".into() }), r#"{"agent":"a"}"#);
+}
+
+#[test]
+fn the_step_events_are_what_the_loop_dispatches() {
+    let pre = PreStep {
+        agent: "a".into(),
+        messages: vec![json!({"role": "user"})],
+        turn: 1,
+        step: 2,
+    };
+    assert_eq!(
+        wire(&pre),
+        r#"{"agent":"a","messages":[{"role":"user"}],"turn":1,"step":2}"#
+    );
+    let enter: PreStepDecision = parse(json!({"kind": "enter", "messages": []}));
+    assert_eq!(enter.kind, PreStepKind::Enter);
+    let reject: PreStepDecision = parse(json!({"kind": "reject"}));
+    assert_eq!(reject.kind, PreStepKind::Reject);
+    // A listener that answers the payload as it came enters its messages.
+    let passed: PreStepDecision = parse(serde_json::to_value(&pre).unwrap());
+    assert_eq!(
+        (passed.kind, passed.messages.len()),
+        (PreStepKind::Enter, 1)
+    );
+
+    let request = AgentRequest {
+        agent: "a".into(),
+        turn: 1,
+        step: 1,
+        config: RequestConfig {
+            provider: "p".into(),
+            model: "m".into(),
+            max_tokens: None,
+        },
+    };
+    assert_eq!(
+        wire(&request),
+        r#"{"agent":"a","turn":1,"step":1,"config":{"provider":"p","model":"m"}}"#
+    );
+    let open: AgentRequest = parse(
+        json!({"agent": "a", "turn": 1, "step": 1, "config": {"model": "m", "provider": "p", "x": 1}}),
+    );
+    assert_eq!(
+        wire(&open.config),
+        r#"{"model":"m","provider":"p","x":1}"#,
+        "a listener's config keeps its keys and their order"
+    );
+
+    let error = RequestError {
+        agent: "a".into(),
+        turn: 1,
+        step: 2,
+        provider: "p".into(),
+        failure: json!({"code": "SERVER"}),
+        retry_policy: RetryPolicy::default(),
+    };
+    assert_eq!(
+        wire(&error),
+        r#"{"agent":"a","turn":1,"step":2,"provider":"p","failure":{"code":"SERVER"},"retryPolicy":{"mode":"normal","maxRetries":5,"initialDelayMs":500,"maxDelayMs":10000,"jitterRatio":0.1}}"#
+    );
+    let retry: RequestErrorDecision = parse(json!({"kind": "retry"}));
+    assert!(retry.is_retry());
+    assert_eq!(wire(RequestErrorDecision::retry()), r#"{"kind":"retry"}"#);
+    let none: Option<RequestErrorDecision> = parse(Value::Null);
+    assert!(none.is_none());
+}
+
+#[test]
+fn the_notifications_are_what_the_loop_emits() {
+    let m = json!({"id": "m"});
+    assert_eq!(
+        wire(InboxMessage {
+            agent: "a".into(),
+            message: &m
+        }),
+        r#"{"agent":"a","message":{"id":"m"}}"#
+    );
+    assert_eq!(
+        wire(InboxClaimed {
+            agent: "a".into(),
+            message: &m,
+            turn: 3
+        }),
+        r#"{"agent":"a","message":{"id":"m"},"turn":3}"#
+    );
+    assert_eq!(
+        wire(StatusChanged {
+            agent: "a".into(),
+            status: super::super::agents::RunStatus::Running
+        }),
+        r#"{"agent":"a","status":"running"}"#
+    );
+    assert_eq!(
+        wire(TurnStopping {
+            agent: "a".into(),
+            turn: 1
+        }),
+        r#"{"agent":"a","turn":1}"#
+    );
+    let error = Error::new("X", "broke");
+    assert_eq!(
+        wire(AgentError {
+            agent: "a".into(),
+            turn: 1,
+            step: Some(0),
+            error: error.clone()
+        }),
+        r#"{"agent":"a","turn":1,"step":0,"error":{"code":"X","message":"broke"}}"#
+    );
+    assert_eq!(
+        wire(AgentError {
+            agent: "a".into(),
+            turn: 1,
+            step: None,
+            error: error.clone()
+        }),
+        r#"{"agent":"a","turn":1,"error":{"code":"X","message":"broke"}}"#
+    );
+    assert_eq!(
+        wire(SessionStart {
+            agent: "a".into(),
+            source: SessionSource::Resume
+        }),
+        r#"{"agent":"a","source":"resume"}"#
+    );
+    assert_eq!(
+        wire(ConfigStartFailed {
+            session_id: "s".into(),
+            error
+        }),
+        r#"{"sessionId":"s","error":{"code":"X","message":"broke"}}"#
+    );
+}

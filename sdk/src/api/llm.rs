@@ -1,0 +1,155 @@
+//! The `llm` service (plugin `llm`, reference dsh-core §3): the params and
+//! reply of each method of [`crate::names::llm`], the payloads of the bus
+//! events the provider dispatches, and [`Llm`], a client with one method
+//! per service method.
+//!
+//! A stream request keeps its history raw: [`StreamRequest::messages`] is a
+//! slice of the JSON texts the messages were logged as, serialized as they
+//! are, and the router hands them to the adapter without parsing them.
+//! `serde_json::Value` stays where a payload is open: the call config (an
+//! `agent/request` listener may add options the adapter reads), tool
+//! schemas, and the chunks an adapter streams.
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use crate::names::{llm as method, service};
+use crate::{CallStream, Context, Payload, Result, Service};
+
+// ---- params ----------------------------------------------------------------
+
+/// Params of `registerAdapter`: the provider routes an adapter serves, and
+/// its service (which answers [`crate::names::llm_adapter::STREAM`]). The
+/// registration lives until the adapter's plugin is disposed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegisterAdapterParams {
+    /// The routes (non-empty, each non-empty and not served already).
+    pub providers: Vec<String>,
+    /// The adapter's service (non-empty).
+    #[serde(default)]
+    pub service: String,
+}
+
+/// Params of `providers` (none).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProvidersParams {}
+
+/// Params of `cancel`: stops the request streaming under `signal`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CancelParams {
+    /// The name the request was given in its `signal` field.
+    #[serde(default)]
+    pub signal: String,
+}
+
+/// Params of `stream` (reference §3.2 `LlmRequest`), as a caller writes
+/// them: the call config flattened first, then the history (raw), the
+/// system prompt, the tools and the session id, in that key order.
+#[derive(Debug, Clone, Copy, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StreamRequest<'a> {
+    /// The call config: `provider`, `model`, `maxTokens` and whatever an
+    /// `agent/request` listener added. It must not hold the keys below.
+    #[serde(flatten)]
+    pub config: &'a Map<String, Value>,
+    /// The model history, each message the JSON text it was logged as.
+    pub messages: &'a [Box<RawValue>],
+    /// The system prompt, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system: Option<&'a str>,
+    /// The tool schemas, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tools: Option<&'a [Value]>,
+    /// The session the request is for.
+    pub session_id: &'a str,
+    /// A name for the request, so `cancel` can stop it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signal: Option<&'a str>,
+}
+
+impl StreamRequest<'_> {
+    /// The keys the request always sets itself, which a call config must
+    /// not hold (a caller removes them from a config it did not build).
+    /// `signal` is not among them: a config may name the request, and then
+    /// [`StreamRequest::signal`] stays `None`.
+    pub const OWN_KEYS: [&'static str; 4] = ["messages", "system", "tools", "sessionId"];
+}
+
+// ---- bus payloads ----------------------------------------------------------
+
+/// Payload of [`crate::names::bus::LLM_STREAM`] (waterfall, before the
+/// request reaches its adapter): the request without its history and its
+/// signal. A listener may re-route (`provider`) or reconfigure it; the
+/// innermost answer is the payload itself. Fields other than the route are
+/// open (`rest`), kept in their order.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StreamRouting {
+    /// The provider route the adapter is chosen by.
+    #[serde(default)]
+    pub provider: String,
+    /// The model.
+    #[serde(default)]
+    pub model: String,
+    /// Every other field (`maxTokens`, `system`, `tools`, `sessionId`,
+    /// options).
+    #[serde(flatten)]
+    pub rest: Map<String, Value>,
+}
+
+/// Payload of [`crate::names::bus::LLM_ADAPTERS_UPDATED`] (emitted when an
+/// adapter registers): nothing, `{}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdaptersUpdated {}
+
+// ---- client ----------------------------------------------------------------
+
+/// A typed client of the `llm` service: one method per service method,
+/// each sending the params type above and parsing the reply type (an
+/// unexpected reply is `INVALID_PAYLOAD`).
+#[derive(Clone)]
+pub struct Llm(Service);
+
+impl Llm {
+    /// The `llm` service of `ctx`.
+    pub fn new(ctx: &Context) -> Llm {
+        Llm(ctx.service(service::LLM))
+    }
+
+    /// The untyped client underneath.
+    pub fn service(&self) -> &Service {
+        &self.0
+    }
+
+    /// `registerAdapter`: serves `params.providers` with `params.service`.
+    pub async fn register_adapter(&self, params: &RegisterAdapterParams) -> Result<()> {
+        self.0.call_as(method::REGISTER_ADAPTER, params).await
+    }
+
+    /// `providers`: the routes served now.
+    pub async fn providers(&self) -> Result<Vec<String>> {
+        self.0.call_as(method::PROVIDERS, ProvidersParams {}).await
+    }
+
+    /// `cancel`: stops the request named `signal` (it ends
+    /// `finish{aborted}`); `NOT_STREAMING` when none is.
+    pub async fn cancel(&self, signal: &str) -> Result<()> {
+        let params = CancelParams {
+            signal: signal.to_owned(),
+        };
+        self.0.call_as(method::CANCEL, &params).await
+    }
+
+    /// `stream`: the request's chunks (text, reasoning, tool calls, one
+    /// terminal `finish`); the history is serialized as it is, not
+    /// re-encoded. Dropping the stream cancels the request.
+    pub fn stream(&self, request: &StreamRequest<'_>) -> Result<CallStream> {
+        Ok(self
+            .0
+            .stream_payload(method::STREAM, Payload::json(request)?))
+    }
+}
+
+#[cfg(test)]
+mod tests;
