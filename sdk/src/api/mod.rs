@@ -9,4 +9,6 @@
 //! method, the payloads of the bus events the provider dispatches, and a
 //! client struct with one async method per service method.
 
+pub mod approval;
 pub mod sessions;
+pub mod tools;
