@@ -533,8 +533,9 @@ pub enum PreExecuteKind {
 }
 
 /// The answer of a [`crate::names::bus::TOOLS_PRE_EXECUTE`] waterfall
-/// (payload [`ExecParams`]); the dispatcher's default is `{kind: allow}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// (payload [`ExecParams`]); the dispatcher's default is `{kind: allow}`,
+/// and so is a listener's `null`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PreExecuteDecision {
     /// The decision (allow when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -576,8 +577,9 @@ pub enum PostExecuteKind {
 }
 
 /// The answer of a [`crate::names::bus::TOOLS_POST_EXECUTE`] waterfall
-/// (payload [`Outcome`]); the dispatcher's default is `{kind: accept}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// (payload [`Outcome`]); the dispatcher's default is `{kind: accept}`,
+/// and so is a listener's `null`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PostExecuteDecision {
     /// The decision.
