@@ -8,6 +8,7 @@ use std::rc::Rc;
 
 use serde_json::{json, Value};
 
+use crate::api::tools::Exec;
 use crate::context::{Context, Reply, Request};
 use crate::error::Result;
 use crate::names::{llm, llm_adapter, service, tool_service, tools};
@@ -73,6 +74,13 @@ where
         )
         .await?;
     Ok(())
+}
+
+/// The call an `execute` request carries (its agent, working directory,
+/// arguments, fence, approval...); a field of the wrong type is
+/// `INVALID_PAYLOAD` naming it.
+pub fn exec(req: &Request) -> Result<Exec> {
+    req.params_as()
 }
 
 /// A tool reply of one text block.

@@ -39,6 +39,12 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<Value>
     Value::deserialize(d).map(Some)
 }
 
+/// A flag that is set only by an exact `true`: any other value (`"true"`,
+/// `1`, `null`) reads as `false`, as the registry has always read flags.
+fn exactly_true<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<bool, D::Error> {
+    Ok(Value::deserialize(d)? == Value::Bool(true))
+}
+
 fn is_false(b: &bool) -> bool {
     !*b
 }
@@ -81,11 +87,19 @@ pub struct Exec {
     pub sandbox: Option<Fence>,
     /// The user allowed this call beyond the fence (an `ask` decision that
     /// was approved): the tool must not refuse it again.
-    #[serde(default, skip_serializing_if = "is_false")]
+    #[serde(
+        default,
+        deserialize_with = "exactly_true",
+        skip_serializing_if = "is_false"
+    )]
     pub approved: bool,
     /// `execute` only: the caller's signal was aborted before the call was
     /// made, so only its `tools/result` is published.
-    #[serde(default, skip_serializing_if = "is_false")]
+    #[serde(
+        default,
+        deserialize_with = "exactly_true",
+        skip_serializing_if = "is_false"
+    )]
     pub cancelled: bool,
     /// Fields of other plugins, passed on as they came.
     #[serde(flatten)]
@@ -127,6 +141,12 @@ impl Exec {
     /// [`crate::names::code::INVALID_ARGS`] naming the field).
     pub fn arguments_as<T: DeserializeOwned>(&self) -> Result<T> {
         crate::tool::args(&self.arguments)
+    }
+
+    /// The arguments of a call of tool `T`, parsed into its
+    /// [`crate::tool::ToolSpec::Args`].
+    pub fn arguments_for<T: crate::tool::ToolSpec>(&self) -> Result<T::Args> {
+        self.arguments_as()
     }
 }
 
@@ -193,7 +213,11 @@ pub struct ToolReply {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub additional_contexts: Option<Vec<Value>>,
     /// The call ends the turn.
-    #[serde(default, skip_serializing_if = "is_false")]
+    #[serde(
+        default,
+        deserialize_with = "exactly_true",
+        skip_serializing_if = "is_false"
+    )]
     pub concludes_turn: bool,
 }
 
@@ -233,7 +257,7 @@ pub struct ToolResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<Value>,
     /// Content blocks the model sees.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     pub content: Vec<Value>,
     /// Presentation meta.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -242,7 +266,11 @@ pub struct ToolResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub additional_contexts: Option<Vec<Value>>,
     /// The call ends the turn.
-    #[serde(default, skip_serializing_if = "is_false")]
+    #[serde(
+        default,
+        deserialize_with = "exactly_true",
+        skip_serializing_if = "is_false"
+    )]
     pub concludes_turn: bool,
     /// Fields of other plugins.
     #[serde(flatten)]
@@ -289,7 +317,11 @@ pub struct RegisterParams {
     #[serde(default, deserialize_with = "nullable")]
     pub service: String,
     /// Its calls may run alongside other calls of the same step.
-    #[serde(default, skip_serializing_if = "is_false")]
+    #[serde(
+        default,
+        deserialize_with = "exactly_true",
+        skip_serializing_if = "is_false"
+    )]
     pub parallel: bool,
     /// An agent id: the tool is that agent's alone (and shadows a global
     /// tool of the same name for it).
@@ -299,7 +331,11 @@ pub struct RegisterParams {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<OutputField>,
     /// Its service answers `finalizeContent`.
-    #[serde(default, skip_serializing_if = "is_false")]
+    #[serde(
+        default,
+        deserialize_with = "exactly_true",
+        skip_serializing_if = "is_false"
+    )]
     pub finalize_content: bool,
     /// The longest its body may run, in milliseconds, as sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -314,7 +350,11 @@ pub struct OutputContract {
     #[serde(default)]
     pub schema: Value,
     /// The service projects a value into content and meta (`render`).
-    #[serde(default, skip_serializing_if = "is_false")]
+    #[serde(
+        default,
+        deserialize_with = "exactly_true",
+        skip_serializing_if = "is_false"
+    )]
     pub render: bool,
 }
 

@@ -338,3 +338,21 @@ fn fs_payloads_are_what_tool_read_and_tool_fs_send() {
     assert!(deny.is_deny());
     assert!(!parse::<FsIntentDecision>(json!({"kind": "allow"})).is_deny());
 }
+
+#[test]
+fn flags_are_set_only_by_an_exact_true() {
+    for (v, set) in [
+        (json!(true), true),
+        (json!("true"), false),
+        (json!(1), false),
+        (json!(false), false),
+        (json!(null), false),
+    ] {
+        let p: RegisterParams = parse(json!({"parallel": v, "finalizeContent": v}));
+        assert_eq!((p.parallel, p.finalize_content), (set, set), "{v}");
+        let e: Exec = parse(json!({"approved": v, "cancelled": v}));
+        assert_eq!((e.approved, e.cancelled), (set, set), "{v}");
+        let r: ToolResult = parse(json!({"concludesTurn": v}));
+        assert_eq!(r.concludes_turn, set, "{v}");
+    }
+}
