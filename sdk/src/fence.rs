@@ -64,7 +64,8 @@ impl FromStr for Mode {
     }
 }
 
-/// What a policy hands a tool with each call (`exec.sandbox`): the mode, the
+/// What a policy hands a tool with each call (`exec.sandbox`, read as
+/// [`crate::api::tools::Exec::sandbox`]): the mode, the
 /// workspace, where changes are allowed and what is never the agent's.
 /// Every path is canonical.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -122,14 +123,6 @@ impl Fence {
                 .iter()
                 .map(|p| resolve(Path::new("/"), p))
                 .collect(),
-        }
-    }
-
-    /// The fence a policy handed this call (`exec.sandbox`), if any.
-    pub fn of_exec(exec: &serde_json::Value) -> serde_json::Result<Option<Fence>> {
-        match exec.get("sandbox") {
-            Some(s) if !s.is_null() => serde_json::from_value(s.clone()).map(Some),
-            _ => Ok(None),
         }
     }
 

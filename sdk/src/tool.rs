@@ -8,18 +8,20 @@ use std::rc::Rc;
 
 use serde_json::{json, Value};
 
+use crate::api::tools::{Exec, RegisterParams, ToolReply, Tools};
 use crate::context::{Context, Reply, Request};
 use crate::error::Result;
-use crate::names::{llm, llm_adapter, service, tool_service, tools};
-use crate::vocab::msg;
+use crate::names::{llm, llm_adapter, service, tool_service};
 
 mod typed;
 
 pub use typed::{args, arguments, declaration, parameters, Number, ToolSpec, INVALID_ARGS};
 
 /// Serves the tools described by `schemas` (`{name, description,
-/// parameters, parallel?}`, made by [`declaration`]) with `handler`, which receives each
-/// `execute` request (`params.name` says which tool).
+/// parameters, parallel?}`, made by [`declaration`]; read as
+/// [`RegisterParams`], a malformed one is `INVALID_PAYLOAD`) with `handler`,
+/// which receives each `execute` request (its params are the call's
+/// [`Exec`], read with [`exec`]; `name` says which tool).
 pub async fn register_tools<F, Fut>(ctx: &Context, schemas: Vec<Value>, handler: F) -> Result<()>
 where
     F: Fn(Request) -> Fut + 'static,
@@ -36,10 +38,11 @@ where
             handler(req).await
         }
     });
-    let tools = ctx.service(service::TOOLS);
-    for mut schema in schemas {
-        schema["service"] = json!(service);
-        tools.call(tools::REGISTER, schema).await?;
+    let tools = Tools::new(ctx);
+    for schema in schemas {
+        let mut params: RegisterParams = serde_json::from_value(schema)?;
+        params.service = service.clone();
+        tools.register(&params).await?;
     }
     Ok(())
 }
@@ -75,9 +78,16 @@ where
     Ok(())
 }
 
+/// The call an `execute` request carries (its agent, working directory,
+/// arguments, fence, approval...); a field of the wrong type is
+/// `INVALID_PAYLOAD` naming it.
+pub fn exec(req: &Request) -> Result<Exec> {
+    req.params_as()
+}
+
 /// A tool reply of one text block.
 pub fn text_reply(text: &str) -> Result<Reply> {
-    Reply::json(json!({"content": [msg::text(text)]}))
+    Reply::json(ToolReply::text(text))
 }
 
 /// `file` resolved against the call's working directory, as the fence sees

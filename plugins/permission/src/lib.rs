@@ -2,8 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
+use dsh_sdk::api::tools::{forward_as, on_pre_execute, Exec, PreExecuteDecision, PreExecuteKind};
 use dsh_sdk::fence::{resolve, Fence, Mode, RefusalKind};
-use dsh_sdk::names::{bus, host, service};
+use dsh_sdk::names::{host, service};
 use dsh_sdk::prelude::*;
 use serde::Deserialize;
 
@@ -17,20 +18,20 @@ struct Config {
     approval: Option<String>,
 }
 
-/// The file a `write` or `edit` call would change, resolved as the fence
-/// sees it.
-fn mutation_target(exec: &Value) -> Option<PathBuf> {
-    let name = exec["name"].as_str()?;
-    if name != "write" && name != "edit" {
-        return None;
-    }
-    let file = exec["arguments"]["file_path"].as_str()?;
-    let cwd = exec["cwd"].as_str().unwrap_or("/");
-    Some(resolve(Path::new(cwd), Path::new(file)))
+/// The part of a `write` or `edit` call's arguments the policy reads.
+#[derive(Deserialize)]
+struct FileArgs {
+    file_path: String,
 }
 
-fn deny(reason: String) -> Value {
-    json!({"kind": "deny", "reason": reason})
+/// The file a `write` or `edit` call would change, resolved as the fence
+/// sees it (none when the arguments name no file: the tool refuses them).
+fn mutation_target(exec: &Exec) -> Option<PathBuf> {
+    if exec.name != "write" && exec.name != "edit" {
+        return None;
+    }
+    let FileArgs { file_path } = exec.arguments_as().ok()?;
+    Some(resolve(Path::new(exec.cwd_or("/")), Path::new(&file_path)))
 }
 
 struct Permission;
@@ -72,30 +73,37 @@ impl Plugin for Permission {
         let protected: Vec<PathBuf> =
             serde_json::from_value(info["protected"].clone()).unwrap_or_default();
         let temp = std::env::temp_dir();
-        ctx.on(bus::TOOLS_PRE_EXECUTE, move |ev| {
+        on_pre_execute(&ctx, move |exec, ev| {
             let (temp, protected) = (temp.clone(), protected.clone());
             async move {
-                let exec = &ev.payload["exec"];
-                let cwd = Path::new(exec["cwd"].as_str().unwrap_or("/"));
+                let cwd = Path::new(exec.cwd_or("/"));
                 let fence = Fence::new(mode, cwd, &temp, &protected);
-                let sandbox = serde_json::to_value(&fence)?;
-                if let Some(target) = mutation_target(exec) {
-                    let name = exec["name"].as_str().unwrap_or_default();
-                    if let Err(refusal) = fence.check_write(name, &target) {
+                if let Some(target) = mutation_target(&exec) {
+                    if let Err(refusal) = fence.check_write(&exec.name, &target) {
                         // `ask`: the approval seam decides what lies beyond
                         // the workspace (and denies with this reason when no
                         // one can answer); the harness's own files and
                         // read-only mode are never asked about.
                         return Ok(if ask && refusal.kind == RefusalKind::Outside {
-                            json!({"kind": "ask", "reason": refusal.message, "sandbox": sandbox})
+                            PreExecuteDecision {
+                                sandbox: Some(fence),
+                                ..PreExecuteDecision::new(
+                                    PreExecuteKind::Ask,
+                                    Some(refusal.message),
+                                )
+                            }
                         } else {
-                            deny(refusal.message)
+                            PreExecuteDecision::new(PreExecuteKind::Deny, Some(refusal.message))
                         });
                     }
                 }
-                let mut decision = ev.forward().await?;
-                if decision["kind"] == "allow" || decision["kind"] == "ask" {
-                    decision["sandbox"] = sandbox;
+                let mut decision: PreExecuteDecision =
+                    forward_as::<Option<_>>(&ev).await?.unwrap_or_default();
+                if matches!(
+                    decision.kind,
+                    Some(PreExecuteKind::Allow | PreExecuteKind::Ask)
+                ) {
+                    decision.sandbox = Some(fence);
                 }
                 Ok(decision)
             }

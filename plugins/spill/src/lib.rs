@@ -8,7 +8,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use dsh_sdk::names::bus;
+use dsh_sdk::api::tools::{forward_as, on_post_execute, PostExecuteDecision, PostExecuteKind};
 use dsh_sdk::prelude::*;
 use dsh_sdk::tempdir::{self, PrivateDir};
 use dsh_sdk::vocab::msg;
@@ -116,18 +116,19 @@ impl Plugin for Spill {
         let dir = Rc::new(SpillDir::default());
         let owned = dir.clone();
         ctx.effect(move || async move { owned.remove() });
-        ctx.on(bus::TOOLS_POST_EXECUTE, move |ev| {
+        on_post_execute(&ctx, move |outcome, ev| {
             let dir = dir.clone();
             async move {
-                let mut decision = ev.forward().await?;
-                let exec = &ev.payload["exec"];
-                if exec["name"] == "read" || decision["kind"] != "accept" {
+                let mut decision: PostExecuteDecision =
+                    forward_as::<Option<_>>(&ev).await?.unwrap_or_default();
+                let name = outcome.exec.name.as_str();
+                if name == "read" || decision.kind != Some(PostExecuteKind::Accept) {
                     return Ok(decision);
                 }
-                let content = decision
-                    .get("content")
-                    .cloned()
-                    .unwrap_or_else(|| ev.payload["result"]["content"].clone());
+                let content = match &decision.content {
+                    Some(content) => content.clone(),
+                    None => Value::Array(outcome.result.content),
+                };
                 let text: String = content
                     .as_array()
                     .into_iter()
@@ -138,12 +139,15 @@ impl Plugin for Spill {
                 if text.len() <= max {
                     return Ok(decision);
                 }
-                let name = exec["name"].as_str().unwrap_or("tool");
+                let name = if name.is_empty() { "tool" } else { name };
                 let Ok(path) = dir.write(name, &text) else {
                     return Ok(decision);
                 };
-                decision["content"] =
-                    json!([msg::text(&preview(&text, &path.display().to_string(), max))]);
+                decision.content = Some(json!([msg::text(&preview(
+                    &text,
+                    &path.display().to_string(),
+                    max
+                ))]));
                 Ok(decision)
             }
         });

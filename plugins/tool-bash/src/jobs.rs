@@ -7,9 +7,10 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use dsh_sdk::api::tools::Exec;
 use dsh_sdk::names::{agents, service};
 use dsh_sdk::prelude::*;
-use dsh_sdk::tool::{arguments, declaration, ToolSpec};
+use dsh_sdk::tool::{declaration, ToolSpec};
 use dsh_sdk::vocab::msg;
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -190,11 +191,11 @@ fn status_of(job: &Job) -> String {
 }
 
 /// `job_output`, `job_list`, `job_kill`.
-pub async fn tool(jobs: &Jobs, req: &Request) -> Result<Reply> {
-    let agent = req.params["agent"].as_str().unwrap_or_default();
-    let text = match req.params["name"].as_str() {
+pub async fn tool(jobs: &Jobs, req: &Request, exec: &Exec) -> Result<Reply> {
+    let agent = exec.agent();
+    let text = match Some(exec.name.as_str()) {
         Some(JobList::NAME) => {
-            let JobListArgs {} = arguments::<JobList>(req)?;
+            let JobListArgs {} = exec.arguments_for::<JobList>()?;
             let table = jobs.table.borrow();
             let lines: Vec<String> = table
                 .iter()
@@ -208,7 +209,7 @@ pub async fn tool(jobs: &Jobs, req: &Request) -> Result<Reply> {
             }
         }
         Some(JobOutput::NAME) => {
-            let args = arguments::<JobOutput>(req)?;
+            let args = exec.arguments_for::<JobOutput>()?;
             let id = args.job_id;
             let wait = args.wait == Some(true);
             let timeout = Duration::from_millis(args.timeout_ms.unwrap_or(30_000).min(600_000));
@@ -256,7 +257,7 @@ pub async fn tool(jobs: &Jobs, req: &Request) -> Result<Reply> {
             format!("{body}\n[status: {status}]")
         }
         Some(JobKill::NAME) => {
-            let args = arguments::<JobKill>(req)?;
+            let args = exec.arguments_for::<JobKill>()?;
             let id = args.job_id.as_str();
             let table = jobs.table.borrow();
             let job = table

@@ -15,11 +15,12 @@ use std::time::{Duration, Instant};
 
 use capture::Capture;
 use contain::{Fenced, Plan};
+use dsh_sdk::api::tools::Exec;
 use dsh_sdk::fence::{Fence, Mode};
 use dsh_sdk::names::service;
 use dsh_sdk::prelude::*;
 use dsh_sdk::tempdir::PrivateDir;
-use dsh_sdk::tool::{arguments, declaration, register_tools, ToolSpec};
+use dsh_sdk::tool::{declaration, register_tools, ToolSpec};
 use dsh_sdk::vocab::msg;
 use exec::{Cancel, Stream};
 use schemars::JsonSchema;
@@ -292,9 +293,9 @@ impl Bash {
         works
     }
 
-    fn prepare(&self, params: &Value, args: &BashArgs) -> Result<Prepared> {
+    fn prepare(&self, exec: &Exec, args: &BashArgs) -> Result<Prepared> {
         let command = args.command.clone();
-        let cwd = params["cwd"].as_str().unwrap_or(".").to_owned();
+        let cwd = exec.cwd_or(".").to_owned();
         let workdir = match args.workdir.as_deref() {
             Some(w) if Path::new(w).is_absolute() => PathBuf::from(w),
             Some(w) => Path::new(&cwd).join(w),
@@ -304,10 +305,10 @@ impl Bash {
             .timeout_ms
             .unwrap_or(DEFAULT_TIMEOUT_MS)
             .clamp(1, MAX_TIMEOUT_MS);
-        let fence = Fence::of_exec(params)?;
-        let mode = fence.as_ref().map(|f| f.mode);
+        let fence = exec.sandbox.as_ref();
+        let mode = fence.map(|f| f.mode);
         let mut landlock = None;
-        let (mut cmd, plan) = match fence.as_ref().filter(|f| f.mode != Mode::DangerFullAccess) {
+        let (mut cmd, plan) = match fence.filter(|f| f.mode != Mode::DangerFullAccess) {
             None => {
                 let mut cmd = Command::new("bash");
                 cmd.arg("-c").arg(&command);
@@ -385,11 +386,11 @@ impl Bash {
     }
 }
 
-async fn execute(ctx: Context, bash: Rc<Bash>, jobs: jobs::Jobs, req: Request) -> Result<Reply> {
-    let args = arguments::<BashTool>(&req)?;
-    let prepared = bash.prepare(&req.params, &args)?;
+async fn execute(ctx: Context, bash: Rc<Bash>, jobs: jobs::Jobs, exec: Exec) -> Result<Reply> {
+    let args = exec.arguments_for::<BashTool>()?;
+    let prepared = bash.prepare(&exec, &args)?;
     if args.run_in_background == Some(true) {
-        let agent = req.params["agent"].as_str().unwrap_or_default().to_owned();
+        let agent = exec.agent().to_owned();
         // A blank summary labels the job with its command.
         let label = if args.description.trim().is_empty() {
             prepared.command.clone()
@@ -468,9 +469,11 @@ impl Plugin for BashPlugin {
         register_tools(&ctx, schemas, move |req| {
             let (c, b, j) = (c.clone(), bash.clone(), j.clone());
             async move {
-                match req.params["name"].as_str() {
-                    Some(BashTool::NAME) => execute(c, b, j, req).await,
-                    _ => jobs::tool(&j, &req).await,
+                let exec = dsh_sdk::tool::exec(&req)?;
+                if exec.name == BashTool::NAME {
+                    execute(c, b, j, exec).await
+                } else {
+                    jobs::tool(&j, &req, &exec).await
                 }
             }
         })

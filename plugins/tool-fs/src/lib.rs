@@ -7,14 +7,15 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
+use dsh_sdk::api::tools::{Exec, FsEditIntent, FsIntentDecision, FsObserved, FsWriteIntent};
 use dsh_sdk::beneath::{open_parent, Dir};
-use dsh_sdk::fence::{resolve, version, Fence};
+use dsh_sdk::fence::{resolve, version};
 use dsh_sdk::names::{bus, code, service};
 use dsh_sdk::prelude::*;
-use dsh_sdk::tool::{arguments, declaration, register_tools, ToolSpec};
+use dsh_sdk::tool::{declaration, register_tools, ToolSpec};
 use dsh_sdk::vocab::msg;
 use schemars::JsonSchema;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// The `write` tool (the original's schema, reference dsh-product §4.1).
 struct WriteTool;
@@ -83,17 +84,14 @@ struct Target {
 }
 
 impl Target {
-    fn open(req: &Request, tool: &str, file: &str) -> Result<Target> {
-        let cwd = req.params["cwd"].as_str().unwrap_or(".");
-        let path = resolve(Path::new(cwd), Path::new(file));
-        let fence = Fence::of_exec(&req.params)?;
-        let approved = req.params["approved"] == json!(true);
-        if let Some(f) = fence.as_ref().filter(|_| !approved) {
+    fn open(exec: &Exec, tool: &str, file: &str) -> Result<Target> {
+        let path = resolve(Path::new(exec.cwd_or(".")), Path::new(file));
+        let fence = exec.sandbox.as_ref();
+        if let Some(f) = fence.filter(|_| !exec.approved) {
             f.check_write(tool, &path)
                 .map_err(|r| fs_error("FS_DENIED", r.message))?;
         }
         let root = fence
-            .as_ref()
             .and_then(|f| f.root_for(&path))
             .unwrap_or(Path::new("/"))
             .to_owned();
@@ -155,28 +153,34 @@ fn require_observed(
     }
 }
 
-async fn intent(ctx: &Context, event: &str, agent: &str, payload: Value) -> Result<()> {
+/// The `fs/*-intent` waterfall `event` over `payload`: a `deny` refuses
+/// the change (`FS_DENIED` with the listener's reason).
+async fn intent(ctx: &Context, event: &str, agent: &str, payload: impl Serialize) -> Result<()> {
     let mut d = ctx.dispatch(event);
     if !agent.is_empty() {
         d = d.scope(agent);
     }
     let decision = d
-        .waterfall(payload, |_| async { Ok(json!({"kind": "allow"})) })
+        .waterfall(payload, |_| async {
+            Ok(json!({"kind": FsIntentDecision::ALLOW}))
+        })
         .await?;
-    if decision["kind"] == "deny" {
-        let reason = decision["reason"].as_str().unwrap_or("denied by policy");
+    let decision: FsIntentDecision =
+        serde_json::from_value::<Option<FsIntentDecision>>(decision)?.unwrap_or_default();
+    if decision.is_deny() {
+        let reason = decision.reason.as_deref().unwrap_or("denied by policy");
         return Err(fs_error("FS_DENIED", reason.to_owned()));
     }
     Ok(())
 }
 
-async fn write(ctx: &Context, observed: &Observed, req: &Request) -> Result<Value> {
+async fn write(ctx: &Context, observed: &Observed, exec: &Exec) -> Result<Value> {
     let WriteArgs {
         file_path: file,
         content,
-    } = arguments::<WriteTool>(req)?;
-    let agent = req.params["agent"].as_str().unwrap_or_default().to_owned();
-    let target = Target::open(req, "write", &file)?;
+    } = exec.arguments_for::<WriteTool>()?;
+    let agent = exec.agent().to_owned();
+    let target = Target::open(exec, "write", &file)?;
     let current = target.stat(&file)?;
     if current.as_ref().is_some_and(|m| m.is_dir()) {
         return Err(fs_error(
@@ -193,7 +197,11 @@ async fn write(ctx: &Context, observed: &Observed, req: &Request) -> Result<Valu
         ctx,
         bus::FS_WRITE_INTENT,
         &agent,
-        json!({"agent": agent, "path": path, "exists": exists}),
+        FsWriteIntent {
+            agent: agent.clone(),
+            path: path.clone(),
+            exists,
+        },
     )
     .await?;
     if let Some(v) = target.write(&file, content.into_bytes()).await? {
@@ -209,16 +217,16 @@ async fn write(ctx: &Context, observed: &Observed, req: &Request) -> Result<Valu
     )
 }
 
-async fn edit(ctx: &Context, observed: &Observed, req: &Request) -> Result<Value> {
+async fn edit(ctx: &Context, observed: &Observed, exec: &Exec) -> Result<Value> {
     let EditArgs {
         file_path: file,
         old_string: old,
         new_string: new,
         replace_all,
-    } = arguments::<EditTool>(req)?;
+    } = exec.arguments_for::<EditTool>()?;
     let all = replace_all.unwrap_or(false);
-    let agent = req.params["agent"].as_str().unwrap_or_default().to_owned();
-    let target = Target::open(req, "edit", &file)?;
+    let agent = exec.agent().to_owned();
+    let target = Target::open(exec, "edit", &file)?;
     let current = target.stat(&file)?;
     if !current.as_ref().is_some_and(|m| m.is_file()) {
         return Err(fs_error(
@@ -270,7 +278,11 @@ async fn edit(ctx: &Context, observed: &Observed, req: &Request) -> Result<Value
         ctx,
         bus::FS_EDIT_INTENT,
         &agent,
-        json!({"agent": agent, "path": path, "count": count}),
+        FsEditIntent {
+            agent: agent.clone(),
+            path: path.clone(),
+            count,
+        },
     )
     .await?;
     let updated = if all {
@@ -303,13 +315,9 @@ impl Plugin for ToolFs {
         ctx.on(bus::FS_OBSERVED, move |ev| {
             let o = o.clone();
             async move {
-                let agent = ev.payload["agent"].as_str().unwrap_or_default().to_owned();
-                let path = PathBuf::from(ev.payload["path"].as_str().unwrap_or_default());
-                let version = ev.payload["version"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned();
-                o.borrow_mut().insert((agent, path), version);
+                let seen: FsObserved = ev.payload_as()?;
+                let agent = seen.agent.unwrap_or_default();
+                o.borrow_mut().insert((agent, seen.path), seen.version);
                 Ok(Value::Null)
             }
         });
@@ -318,10 +326,11 @@ impl Plugin for ToolFs {
         register_tools(&ctx, tools, move |req| {
             let (c, o) = (c.clone(), o.clone());
             async move {
-                let out = if req.params["name"] == WriteTool::NAME {
-                    write(&c, &o, &req).await?
+                let exec = dsh_sdk::tool::exec(&req)?;
+                let out = if exec.name == WriteTool::NAME {
+                    write(&c, &o, &exec).await?
                 } else {
-                    edit(&c, &o, &req).await?
+                    edit(&c, &o, &exec).await?
                 };
                 Ok(out.into())
             }

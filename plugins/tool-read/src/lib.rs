@@ -5,11 +5,12 @@
 
 use std::path::Path;
 
+use dsh_sdk::api::tools::FsObserved;
 use dsh_sdk::blocking::cancellable;
 use dsh_sdk::file::{open_regular, OpenError};
 use dsh_sdk::names::{bus, code, service};
 use dsh_sdk::prelude::*;
-use dsh_sdk::tool::{arguments, declaration, register_tools, resolve, text_reply, ToolSpec};
+use dsh_sdk::tool::{declaration, register_tools, resolve, text_reply, ToolSpec};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -41,14 +42,15 @@ struct ReadArgs {
 }
 
 async fn execute(ctx: Context, req: Request) -> Result<Reply> {
-    let args = arguments::<ReadTool>(&req)?;
+    let exec = dsh_sdk::tool::exec(&req)?;
+    let args = exec.arguments_for::<ReadTool>()?;
     let file = args.file_path;
-    let cwd = req.params["cwd"].as_str().unwrap_or(".").to_owned();
+    let cwd = exec.cwd_or(".");
     let offset = args.offset.unwrap_or(1).max(1) as usize;
     let limit = args
         .limit
         .map_or(MAX_LINES, |l| (l as usize).clamp(1, MAX_LINES));
-    let path = resolve(&cwd, &file);
+    let path = resolve(cwd, &file);
     let read_path = path.clone();
     let shown = file.clone();
     let rendered = cancellable(move |cancel| {
@@ -59,10 +61,12 @@ async fn execute(ctx: Context, req: Request) -> Result<Reply> {
     // Tell the read-before-write policy which version the agent has seen
     // (`path` is already resolved as the fence resolves it).
     if let Some(version) = version_of(&path) {
-        let _ = ctx.emit(
-            bus::FS_OBSERVED,
-            json!({"agent": req.params["agent"], "path": path, "version": version}),
-        );
+        let seen = FsObserved {
+            agent: exec.agent,
+            path,
+            version,
+        };
+        let _ = ctx.emit(bus::FS_OBSERVED, seen);
     }
     text_reply(&rendered)
 }

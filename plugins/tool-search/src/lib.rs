@@ -3,10 +3,11 @@
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use dsh_sdk::api::tools::Exec;
 use dsh_sdk::blocking::{cancellable, Cancel};
 use dsh_sdk::names::service;
 use dsh_sdk::prelude::*;
-use dsh_sdk::tool::{arguments, declaration, register_tools, resolve, text_reply, ToolSpec};
+use dsh_sdk::tool::{declaration, register_tools, resolve, text_reply, ToolSpec};
 use globset::{GlobBuilder, GlobMatcher};
 use ignore::WalkBuilder;
 use schemars::JsonSchema;
@@ -62,10 +63,10 @@ enum Call {
 }
 
 impl Call {
-    fn parse(req: &Request) -> Result<Call> {
-        match req.params["name"].as_str() {
-            Some(GlobTool::NAME) => Ok(Call::Glob(arguments::<GlobTool>(req)?)),
-            Some(GrepTool::NAME) => Ok(Call::Grep(arguments::<GrepTool>(req)?)),
+    fn parse(req: &Request, exec: &Exec) -> Result<Call> {
+        match exec.name.as_str() {
+            GlobTool::NAME => Ok(Call::Glob(exec.arguments_for::<GlobTool>()?)),
+            GrepTool::NAME => Ok(Call::Grep(exec.arguments_for::<GrepTool>()?)),
             _ => Err(req.unknown_method()),
         }
     }
@@ -177,8 +178,9 @@ impl Plugin for Search {
     async fn apply(ctx: Context, _config: ()) -> Result<()> {
         let schemas = vec![declaration::<GlobTool>(), declaration::<GrepTool>()];
         register_tools(&ctx, schemas, |req| async move {
-            let cwd = req.params["cwd"].as_str().unwrap_or(".").to_owned();
-            let call = Call::parse(&req)?;
+            let exec = dsh_sdk::tool::exec(&req)?;
+            let cwd = exec.cwd_or(".").to_owned();
+            let call = Call::parse(&req, &exec)?;
             let out = cancellable(move |cancel| match call {
                 Call::Glob(args) => glob(&cwd, &args, cancel),
                 Call::Grep(args) => grep::grep(&cwd, &args, cancel),

@@ -2,9 +2,10 @@
 
 use std::collections::HashSet;
 
-use dsh_sdk::names::{service, sessions};
+use dsh_sdk::api::sessions::{NewEvent, Sessions};
+use dsh_sdk::names::service;
 use dsh_sdk::prelude::*;
-use dsh_sdk::tool::{arguments, declaration, register_tools, text_reply, ToolSpec, INVALID_ARGS};
+use dsh_sdk::tool::{declaration, register_tools, text_reply, ToolSpec, INVALID_ARGS};
 use dsh_sdk::vocab::event;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -47,7 +48,8 @@ enum Status {
 }
 
 async fn execute(ctx: Context, req: Request) -> Result<Reply> {
-    let todos = arguments::<TodoWrite>(&req)?.todos;
+    let exec = dsh_sdk::tool::exec(&req)?;
+    let todos = exec.arguments_for::<TodoWrite>()?.todos;
     let mut seen = HashSet::new();
     let (mut pending, mut doing, mut done) = (0, 0, 0);
     for t in &todos {
@@ -67,12 +69,10 @@ async fn execute(ctx: Context, req: Request) -> Result<Reply> {
             Status::Completed => done += 1,
         }
     }
-    if let Some(agent) = req.params["agent"].as_str() {
-        ctx.service(service::SESSIONS)
-            .call(
-                sessions::APPEND,
-                json!({"id": agent, "type": event::TODO_WRITE, "data": {"todos": todos}}),
-            )
+    if let Some(agent) = exec.agent.as_deref() {
+        let data = json!({"todos": todos});
+        Sessions::new(&ctx)
+            .append(agent, NewEvent::new(event::TODO_WRITE, data))
             .await?;
     }
     let text =

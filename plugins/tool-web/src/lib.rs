@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use dsh_sdk::names::service;
 use dsh_sdk::prelude::*;
-use dsh_sdk::tool::{arguments, declaration, register_tools, text_reply, ToolSpec};
+use dsh_sdk::tool::{declaration, register_tools, text_reply, ToolSpec};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -184,7 +184,7 @@ impl Plugin for Web {
         register_tools(&ctx, vec![declaration::<WebFetch>()], move |req| {
             let c = config.clone();
             async move {
-                let url = arguments::<WebFetch>(&req)?.url;
+                let url = dsh_sdk::tool::exec(&req)?.arguments_for::<WebFetch>()?.url;
                 text_reply(&fetch(&c, &url).await?)
             }
         })

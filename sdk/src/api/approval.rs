@@ -1,52 +1,52 @@
-//! The `approval` service (reference dsh-product §3 `user-approval`): a
-//! tool call that the permission policy marks `ask` is put to whoever
-//! provides `approval` (the chat's person, a test's fixture). Headless runs
-//! have no provider, and a missing provider denies: approval fails closed.
+//! The `approval` service (provided by a front end; asked by plugin `tools`
+//! when a `tools/pre-execute` policy answers `ask`): the params and reply
+//! of [`crate::names::approval::REQUEST`], and [`Approval`], a client.
 
 use serde::{Deserialize, Serialize};
 
 use crate::names::{approval as method, service};
 use crate::{Context, Result, Service};
 
-/// Params of `request`: the call that needs approval.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// Params of `request`: one tool call that needs the user's approval.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ApprovalRequest {
     /// The agent whose call it is.
     pub agent: String,
-    /// The tool called.
+    /// The tool.
     pub tool_name: String,
-    /// The call's id, when it has one.
+    /// The call (null when the caller gave none).
     #[serde(default)]
     pub call_id: Option<String>,
-    /// Why the policy asks, when it says.
+    /// The policy's reason (null when it gave none).
     #[serde(default)]
     pub reason: Option<String>,
 }
 
-/// What the approver decided.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// What the user decided.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Outcome {
-    /// Run this call.
+pub enum ApprovalOutcome {
+    /// This call may run.
     AllowedOnce,
-    /// Do not run it.
+    /// The user refused it.
     Rejected,
-    /// The question was withdrawn (the turn was cancelled).
+    /// The question was withdrawn (the caller cancelled).
     Cancelled,
-    /// Nobody can answer; also any outcome this build does not know.
-    #[serde(other)]
-    Unavailable,
+    /// Another answer: taken as "no approval channel".
+    #[serde(untagged)]
+    Other(String),
 }
 
 /// Reply of `request`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApprovalReply {
-    /// The decision.
-    pub outcome: Outcome,
+    /// The decision (none: no approval channel could answer).
+    #[serde(default)]
+    pub outcome: Option<ApprovalOutcome>,
 }
 
-/// A client of the `approval` service.
+/// A typed client of the `approval` service.
 #[derive(Clone)]
 pub struct Approval(Service);
 
@@ -56,7 +56,12 @@ impl Approval {
         Approval(ctx.service(service::APPROVAL))
     }
 
-    /// `request`: asks whether the call may run.
+    /// The untyped client underneath.
+    pub fn service(&self) -> &Service {
+        &self.0
+    }
+
+    /// `request`: asks the user about one call.
     pub async fn request(&self, params: &ApprovalRequest) -> Result<ApprovalReply> {
         self.0.call_as(method::REQUEST, params).await
     }
@@ -68,26 +73,34 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn the_request_and_outcomes_have_the_wire_shape() {
+    fn a_request_writes_every_field_and_nulls_for_the_absent_ones() {
         let r = ApprovalRequest {
-            agent: "a".into(),
+            agent: "a1".into(),
             tool_name: "write".into(),
-            call_id: Some("c".into()),
+            call_id: Some("c1".into()),
             reason: None,
         };
         assert_eq!(
-            serde_json::to_value(&r).unwrap(),
-            json!({"agent": "a", "toolName": "write", "callId": "c", "reason": null})
+            serde_json::to_string(&r).unwrap(),
+            r#"{"agent":"a1","toolName":"write","callId":"c1","reason":null}"#
         );
-        for (text, outcome) in [
-            ("allowed-once", Outcome::AllowedOnce),
-            ("rejected", Outcome::Rejected),
-            ("cancelled", Outcome::Cancelled),
-            ("unavailable", Outcome::Unavailable),
-            ("something-new", Outcome::Unavailable),
-        ] {
-            let reply: ApprovalReply = serde_json::from_value(json!({"outcome": text})).unwrap();
-            assert_eq!(reply.outcome, outcome);
-        }
+    }
+
+    #[test]
+    fn outcomes_read_the_known_answers_and_keep_others() {
+        let read = |v| serde_json::from_value::<ApprovalReply>(v).unwrap().outcome;
+        assert_eq!(
+            read(json!({"outcome": "allowed-once"})),
+            Some(ApprovalOutcome::AllowedOnce)
+        );
+        assert_eq!(
+            read(json!({"outcome": "cancelled"})),
+            Some(ApprovalOutcome::Cancelled)
+        );
+        assert_eq!(
+            read(json!({"outcome": "maybe"})),
+            Some(ApprovalOutcome::Other("maybe".into()))
+        );
+        assert_eq!(read(json!({})), None);
     }
 }

@@ -16,3 +16,4 @@ pub mod llm;
 pub mod session_persistence;
 pub mod sessions;
 pub mod system_prompt;
+pub mod tools;
