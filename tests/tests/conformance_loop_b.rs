@@ -201,8 +201,10 @@ async fn at_most_cap_calls_are_in_flight() {
     let (t, fake) = setup(&extra).await;
     fake.push([
         calls(&[
+            // Each of the first two waits for the other's start, so both
+            // are in flight at once however the threads are scheduled.
             ("c0", "p", json!({"awaitStart": "c1"})),
-            ("c1", "p", json!({})),
+            ("c1", "p", json!({"awaitStart": "c0"})),
             ("c2", "p", json!({})),
             ("c3", "p", json!({})),
         ]),
