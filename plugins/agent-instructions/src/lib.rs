@@ -3,7 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use dsh_sdk::names::{bus, host, service, sessions};
+use dsh_sdk::api::agent_loop::PreStep;
+use dsh_sdk::api::sessions::Sessions;
+use dsh_sdk::names::{bus, host, service};
 use dsh_sdk::prelude::*;
 use serde::Deserialize;
 
@@ -94,13 +96,12 @@ impl Plugin for Instructions {
         ctx.on(bus::AGENT_PRE_STEP, move |ev| {
             let (c, home) = (c.clone(), home.clone());
             async move {
-                let p = &ev.payload;
-                if p["turn"] != json!(1) || p["step"] != json!(1) {
+                let mut p: PreStep = ev.payload_as()?;
+                if p.turn != 1 || p.step != 1 {
                     return ev.forward().await;
                 }
-                let agent = p["agent"].as_str().unwrap_or_default();
-                let header = c.service(service::SESSIONS).call(sessions::HEADER, json!({"id": agent})).await?;
-                let cwd = PathBuf::from(header["header"]["cwd"].as_str().unwrap_or("/"));
+                let header = Sessions::new(&c).header(&p.agent).await?;
+                let cwd = PathBuf::from(header.header.cwd.as_deref().unwrap_or("/"));
                 let mut files: Vec<(PathBuf, &str, String)> = Vec::new();
                 let user = home.join("AGENTS.md");
                 if let Ok(t) = std::fs::read_to_string(&user) {
@@ -117,11 +118,8 @@ impl Plugin for Instructions {
                 let message = json!({"id": dsh_sdk::new_id(), "role": "user",
                     "content": [{"type": "text", "text": text}],
                     "source": {"kind": "plugin", "plugin": "agent-instructions", "form": "instructions"}});
-                let mut next = p.value().clone();
-                let mut messages = vec![message];
-                messages.extend(p["messages"].as_array().cloned().unwrap_or_default());
-                next["messages"] = json!(messages);
-                ev.next(next).await
+                p.messages.insert(0, message);
+                ev.next(&p).await
             }
         });
         Ok(())

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
+use dsh_sdk::api::agent_loop::{RequestError, RequestErrorDecision};
 use dsh_sdk::names::{bus, service, sessions};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::event;
@@ -122,17 +123,17 @@ impl Plugin for Retry {
         ctx.on(bus::AGENT_REQUEST_ERROR, move |ev| {
             let (c, config, attempts) = (c.clone(), config.clone(), attempts.clone());
             async move {
-                let p = &ev.payload;
-                let code = p["failure"]["code"].as_str().unwrap_or_default();
-                let agent = p["agent"].as_str().unwrap_or_default().to_owned();
-                let (turn, step) = (p["turn"].as_u64().unwrap_or(0), p["step"].as_u64().unwrap_or(0));
+                let p: RequestError = ev.payload_as()?;
+                let failure = &p.failure;
+                let code = failure["code"].as_str().unwrap_or_default();
+                let (agent, turn, step) = (p.agent.clone(), p.turn, p.step);
                 let key = (agent.clone(), turn, step);
                 let attempt = attempts.borrow().get(&key).copied().unwrap_or(0) + 1;
                 if config.mode == Mode::Always {
                     // Specialized recovery downstream decides first; a
                     // retry it chose stands, anything else falls back here.
-                    match ev.next(p.clone()).await {
-                        Ok(d) if d["kind"] == "retry" => return Ok(d),
+                    match ev.forward().await {
+                        Ok(d) if d["kind"] == RequestErrorDecision::RETRY => return Ok(d),
                         Ok(_) => {}
                         Err(e) => dsh_sdk::tracing::warn!(
                             "llm-retry: the always policy ignored a downstream recovery failure: {e}"
@@ -141,16 +142,16 @@ impl Plugin for Retry {
                 }
                 if !config.retries(code, attempt) {
                     attempts.borrow_mut().remove(&key);
-                    return ev.next(p.clone()).await;
+                    return ev.forward().await;
                 }
                 attempts.borrow_mut().insert(key, attempt);
-                let wait = delay_ms(&config, attempt, p["failure"]["providerRetryAfterMs"].as_u64());
-                let data = config.retry_event((turn, step), attempt, wait, &p["failure"]);
+                let wait = delay_ms(&config, attempt, failure["providerRetryAfterMs"].as_u64());
+                let data = config.retry_event((turn, step), attempt, wait, failure);
                 c.service(service::SESSIONS)
                     .call(sessions::APPEND, json!({"id": agent, "type": event::LLM_RETRY, "data": data}))
                     .await?;
                 tokio::time::sleep(Duration::from_millis(wait)).await;
-                Ok(json!({"kind": "retry"}))
+                Ok(serde_json::to_value(RequestErrorDecision::retry())?)
             }
         });
         Ok(())
