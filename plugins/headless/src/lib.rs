@@ -10,10 +10,21 @@ use dsh_sdk::api::agent_loop::{
     AgentLoop, AgentOptions, CreateMeta, CreateParams, MaxTokens, ResumeParams,
 };
 use dsh_sdk::api::agents::Agents;
-use dsh_sdk::names::{bus, host, service, session_persistence, sessions};
+use dsh_sdk::api::sessions::{SessionAppended, Sessions};
+use dsh_sdk::names::{bus, host, service, session_persistence};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::{event, msg};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+
+/// One line of `--output jsonl`.
+#[derive(Serialize)]
+struct JsonlLine<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(rename = "sessionId")]
+    session_id: &'a str,
+    event: &'a Payload,
+}
 
 #[derive(Deserialize, Default, Clone)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
@@ -178,30 +189,26 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
         }
     };
     let agent = created.agent;
-    let sessions = ctx.service(service::SESSIONS);
-    let start = sessions
-        .call(sessions::HEADER, json!({"id": agent}))
-        .await?["seq"]
-        .as_u64()
-        .unwrap_or(0);
+    let start = Sessions::new(&ctx).header(&agent).await?.seq;
     if config.stream && !args.jsonl {
         let (c, id) = (ctx.clone(), agent.clone());
         ctx.on(bus::SESSION_EVENT, move |ev| {
             let (c, id) = (c.clone(), id.clone());
             async move {
-                if ev.payload["sessionId"] != json!(id) {
+                let appended: SessionAppended = ev.payload_as()?;
+                if appended.session_id != id {
                     return Ok(Value::Null);
                 }
-                let e = &ev.payload["event"];
-                let text = match e["type"].as_str() {
-                    Some(event::ASSISTANT_CHUNK) if e["data"]["chunk"]["type"] == "text-delta" => e
-                        ["data"]["chunk"]["text"]
+                let e = &appended.event;
+                let text = match Some(e.kind.as_str()) {
+                    Some(event::ASSISTANT_CHUNK) if e.data["chunk"]["type"] == "text-delta" => e
+                        .data["chunk"]["text"]
                         .as_str()
                         .unwrap_or_default()
                         .to_owned(),
                     Some(event::ASSISTANT_MESSAGE) => "\n".to_owned(),
                     Some(event::TOOL_RESULT) => {
-                        let body = &e["data"]["message"]["content"][0]["content"][0]["text"];
+                        let body = &e.data["message"]["content"][0]["content"][0]["text"];
                         // The last line that is not markup (read ends with `</content>`).
                         let first = body
                             .as_str()
@@ -214,8 +221,8 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
                     }
                     Some(event::TOOL_CALL) => format!(
                         "  [{} {}]\n",
-                        e["data"]["name"].as_str().unwrap_or("?"),
-                        e["data"]["arguments"].as_str().unwrap_or_default()
+                        e.data["name"].as_str().unwrap_or("?"),
+                        e.data["arguments"].as_str().unwrap_or_default()
                     ),
                     _ => return Ok(Value::Null),
                 };
@@ -229,8 +236,14 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
         ctx.on(bus::SESSION_EVENT, move |ev| {
             let (c, id) = (c.clone(), id.clone());
             async move {
-                if ev.payload["sessionId"] == json!(id) {
-                    let line = json!({"type": "session_event", "sessionId": id, "event": ev.payload["event"]});
+                // The event is printed as it was emitted, never re-encoded.
+                let appended: SessionAppended<Payload> = ev.payload_as()?;
+                if appended.session_id == id {
+                    let line = serde_json::to_string(&JsonlLine {
+                        kind: "session_event",
+                        session_id: &id,
+                        event: &appended.event,
+                    })?;
                     print(&c, &format!("{line}\n")).await;
                 }
                 Ok(Value::Null)
@@ -240,10 +253,9 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
     let agents = Agents::new(&ctx);
     agents.followup(&agent, json!({"text": args.task})).await?;
     let idle = agents.when_idle(&agent).await?;
-    sessions.call(sessions::FLUSH, json!({"id": agent})).await?;
-    let events: Vec<dsh_sdk::vocab::SessionEvent> = sessions
-        .call_as(sessions::EVENTS, json!({"id": agent, "from": start}))
-        .await?;
+    let sessions = Sessions::new(&ctx);
+    sessions.flush(&agent).await?;
+    let events = sessions.events(&agent, start).await?;
     let mut output = String::new();
     let (mut input_tokens, mut output_tokens) = (0u64, 0u64);
     for e in events.iter().filter(|e| e.kind == event::ASSISTANT_MESSAGE) {
