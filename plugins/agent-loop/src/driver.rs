@@ -9,6 +9,7 @@ use dsh_sdk::api::agent_loop::{
 };
 use dsh_sdk::api::agents::RunStatus;
 use dsh_sdk::api::llm::{Llm, StreamRequest};
+use dsh_sdk::api::sessions::Sessions;
 use dsh_sdk::api::system_prompt::{AssembleParams, Assembly, SystemPrompt};
 use dsh_sdk::names::{bus, code, service, sessions, tools};
 use dsh_sdk::new_id;
@@ -362,12 +363,7 @@ impl Loop {
             .borrow()
             .get(agent)
             .map_or(0, |a| a.runtime_context.seen);
-        let events: Vec<dsh_sdk::vocab::SessionEvent> = serde_json::from_value(
-            self.ctx
-                .service(service::SESSIONS)
-                .call(sessions::EVENTS, json!({"id": agent, "from": from}))
-                .await?,
-        )?;
+        let events = Sessions::new(&self.ctx).events(agent, from).await?;
         let mut agents = self.agents.borrow_mut();
         let a = agents
             .get_mut(agent)

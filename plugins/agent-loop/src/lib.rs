@@ -14,7 +14,7 @@ use dsh_sdk::api::agent_loop::{
     ResumeParams, SessionSource, SessionStart, StatusChanged,
 };
 use dsh_sdk::api::agents::{MaintenanceTask, RunStatus, SendReply, WhenIdleReply};
-use dsh_sdk::api::sessions::{self as session_api, ResumeReply, Sessions};
+use dsh_sdk::api::sessions::{self as session_api, NewEvent, ResumeReply, Sessions};
 use dsh_sdk::names::{bus, code, service, session_persistence, sessions};
 use dsh_sdk::new_id;
 use dsh_sdk::prelude::*;
@@ -229,19 +229,12 @@ impl Loop {
         surface: bool,
         sources: Option<Vec<u64>>,
     ) -> Result<u64> {
-        let mut args = json!({"id": session, "type": kind, "data": data});
+        let mut event = NewEvent::new(kind, data);
         if surface {
-            args["surfaceOp"] = json!("append");
+            event.surface_op = Some(json!("append"));
         }
-        if let Some(s) = sources {
-            args["sourceEventSeqs"] = json!(s);
-        }
-        let ev = self
-            .ctx
-            .service(service::SESSIONS)
-            .call(sessions::APPEND, args)
-            .await?;
-        Ok(ev["seq"].as_u64().unwrap_or(0))
+        event.source_event_seqs = sources;
+        Ok(Sessions::new(&self.ctx).append(session, event).await?.seq)
     }
 
     /// The lock that orders `agent`'s inbox mutations (see `Agent::inbox_lock`).
