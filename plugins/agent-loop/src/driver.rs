@@ -9,7 +9,7 @@ use dsh_sdk::api::agent_loop::{
 };
 use dsh_sdk::api::agents::RunStatus;
 use dsh_sdk::api::llm::{Llm, StreamRequest};
-use dsh_sdk::api::sessions::Sessions;
+use dsh_sdk::api::sessions::{NewEvent, Sessions};
 use dsh_sdk::api::system_prompt::{AssembleParams, Assembly, SystemPrompt};
 use dsh_sdk::names::{bus, code, service, sessions, tools};
 use dsh_sdk::new_id;
@@ -685,24 +685,17 @@ impl Loop {
             while let Some(more) = stream.try_next() {
                 batch.push(more.map_err(Stop::Failed)?);
             }
-            let events: Vec<Value> = batch
+            let events: Vec<NewEvent> = batch
                 .iter()
-                .map(|c| json!({"type": event::ASSISTANT_CHUNK, "data": {"turn": turn, "step": step, "chunk": c}}))
+                .map(|c| {
+                    NewEvent::new(
+                        event::ASSISTANT_CHUNK,
+                        json!({"turn": turn, "step": step, "chunk": c}),
+                    )
+                })
                 .collect();
-            let seqs = self
-                .ctx
-                .service(service::SESSIONS)
-                .call(
-                    sessions::APPEND_MANY,
-                    json!({"id": agent, "events": events}),
-                )
-                .await?;
-            answer.chunk_seqs.extend(
-                seqs.as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Value::as_u64),
-            );
+            let seqs = Sessions::new(&self.ctx).append_many(agent, events).await?;
+            answer.chunk_seqs.extend(seqs);
             for c in &batch {
                 answer.assembler.push(c);
             }
