@@ -74,26 +74,26 @@ impl Payload {
 
     /// The payload as a [`Value`], parsed on first use.
     pub fn value(&self) -> &Value {
-        &self
-            .value
-            .get_or_init(|| match serde_json::from_str(&self.text) {
-                Ok(v) => (v, true),
-                Err(e) => {
-                    tracing::warn!("a payload is not JSON ({e}); it reads as null");
-                    (Value::Null, false)
-                }
-            })
-            .0
+        &self.value.get_or_init(|| parse_or_null(&self.text)).0
     }
 
     /// The payload as an owned [`Value`].
     pub fn into_value(self) -> Value {
-        match self.value.into_inner() {
-            Some((v, _)) => v,
-            None => serde_json::from_str(&self.text).unwrap_or_else(|e| {
-                tracing::warn!("a payload is not JSON ({e}); it reads as null");
-                Value::Null
-            }),
+        self.value
+            .into_inner()
+            .unwrap_or_else(|| parse_or_null(&self.text))
+            .0
+    }
+}
+
+/// The value of `text`, and whether it was JSON (text that is not reads as
+/// `null`, and is logged).
+fn parse_or_null(text: &str) -> (Value, bool) {
+    match serde_json::from_str(text) {
+        Ok(v) => (v, true),
+        Err(e) => {
+            tracing::warn!("a payload is not JSON ({e}); it reads as null");
+            (Value::Null, false)
         }
     }
 }

@@ -89,6 +89,18 @@ impl Loop {
     /// Runs turns until the inbox is empty (or a turn did not complete).
     /// `claimed` is told once the first turn has claimed its first batch
     /// (see `wake_opening_turn`).
+    /// Tells `agent/error` listeners that the turn (at `step`, when known)
+    /// failed with `error`.
+    fn report_error(&self, agent: &str, turn: u64, step: Option<u64>, error: Error) {
+        let error = AgentError {
+            agent: agent.to_owned(),
+            turn,
+            step,
+            error,
+        };
+        self.notify(agent, bus::AGENT_ERROR, error);
+    }
+
     pub(crate) async fn drive(&self, agent: &str, mut claimed: Option<FirstClaim>) {
         while self.turn(agent, claimed.take()).await {}
         let (waiters, end, again) = {
@@ -131,13 +143,7 @@ impl Loop {
             .append(agent, event::TURN_START, json!({"turn": turn}), false, None)
             .await
         {
-            let error = AgentError {
-                agent: agent.to_owned(),
-                turn,
-                step: Some(0),
-                error: e,
-            };
-            self.notify(agent, bus::AGENT_ERROR, error);
+            self.report_error(agent, turn, Some(0), e);
             return false;
         }
         if let Some(a) = self.agents.borrow_mut().get_mut(agent) {
@@ -168,13 +174,7 @@ impl Loop {
             Err(Stop::Failed(e)) => {
                 let reason =
                     json!({"kind": "error", "error": {"message": e.message, "code": e.code}});
-                let error = AgentError {
-                    agent: agent.to_owned(),
-                    turn,
-                    step: None,
-                    error: e,
-                };
-                self.notify(agent, bus::AGENT_ERROR, error);
+                self.report_error(agent, turn, None, e);
                 reason
             }
         };
@@ -188,13 +188,7 @@ impl Loop {
             )
             .await
         {
-            let error = AgentError {
-                agent: agent.to_owned(),
-                turn,
-                step: None,
-                error: e,
-            };
-            self.notify(agent, bus::AGENT_ERROR, error);
+            self.report_error(agent, turn, None, e);
         }
         let mut agents = self.agents.borrow_mut();
         let Some(a) = agents.get_mut(agent) else {
