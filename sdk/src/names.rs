@@ -101,6 +101,9 @@ pub mod session_persistence {
         LIST = "list";
         /// Stored snapshots of a session.
         LIST_SNAPSHOTS = "listSnapshots";
+        /// Deletes a stored session that no host is writing (a dsh
+        /// extension: the original has no delete; `dsh-host sessions rm`).
+        REMOVE = "remove";
     }
 }
 

@@ -11,16 +11,20 @@ use dsh_sdk::api::agents::RunStatus;
 use dsh_sdk::api::llm::{Llm, StreamRequest};
 use dsh_sdk::api::sessions::{NewEvent, Sessions};
 use dsh_sdk::api::system_prompt::{AssembleParams, Assembly, SystemPrompt};
-use dsh_sdk::names::{bus, code, service, sessions, tools};
+use dsh_sdk::api::tools::{
+    Dispatched, ErrorInfo, Exec, Outcome, ScopeParams, StageKind, ToolError, ToolMode, ToolResult,
+    Tools,
+};
+use dsh_sdk::names::{bus, code, tools};
 use dsh_sdk::new_id;
 use dsh_sdk::prelude::*;
-use dsh_sdk::vocab::history::{self, SurfaceTail};
+use dsh_sdk::vocab::history;
 use dsh_sdk::vocab::{event, header_equals, msg, BlockAssembler};
 use dsh_sdk::CallStream;
-use serde_json::value::RawValue;
+use serde::Deserialize;
 use serde_json::Map;
 
-use crate::{Abort, Loop, MAX_STEPS_FIELD, NEXT_STEP, STEP_LIMIT};
+use crate::{Abort, Inbox, Loop, MAX_STEPS_FIELD, NEXT_STEP, NEXT_TURN, STEP_LIMIT};
 
 /// Told when a turn has claimed its first batch.
 pub(crate) type FirstClaim = tokio::sync::oneshot::Sender<()>;
@@ -208,17 +212,13 @@ impl Loop {
     /// Messages are kept as the JSON text they were logged as, so a request
     /// copies the history instead of parsing and re-encoding it.
     async fn refresh_history(&self, agent: &str) -> Result<()> {
-        let sessions = self.ctx.service(service::SESSIONS);
+        let sessions = Sessions::new(&self.ctx);
         let from = self.agents.borrow().get(agent).map_or(0, |a| a.history_seq);
-        let tail: SurfaceTail = sessions
-            .call_as(sessions::SURFACE, json!({"id": agent, "from": from}))
-            .await?;
+        let tail = sessions.surface_tail(agent, from).await?;
         let seq = tail.seq;
         let fresh = tail.replaced || from == 0;
-        let messages: Vec<Box<RawValue>> = if fresh {
-            sessions
-                .call_as(sessions::DERIVE, json!({"id": agent}))
-                .await?
+        let messages = if fresh {
+            sessions.derive_raw(agent).await?
         } else {
             history::appended_messages(tail.events)?
         };
@@ -270,7 +270,7 @@ impl Loop {
             self.append(
                 agent,
                 event::INBOX_SPLICED,
-                json!({"target": "next-step", "start": 0, "removedCount": steps, "inserted": []}),
+                Inbox::removal(NEXT_STEP, steps, None),
                 false,
                 None,
             )
@@ -280,7 +280,7 @@ impl Loop {
             self.append(
                 agent,
                 event::INBOX_SPLICED,
-                json!({"target": "next-turn", "start": 0, "removedCount": 1, "inserted": []}),
+                Inbox::removal(NEXT_TURN, 1, None),
                 false,
                 None,
             )
@@ -331,18 +331,19 @@ impl Loop {
         variables.insert("provider".to_owned(), var(provider));
         variables.insert("model".to_owned(), var(model));
         variables.insert("cwd".to_owned(), cwd.map_or(Value::Null, Value::String));
-        let tools = self
-            .ctx
-            .service(service::TOOLS)
-            .call(tools::SCHEMAS, json!({"scope": agent}))
+        // The schemas go on to the model as the registry gave them.
+        let tools = Tools::new(&self.ctx)
+            .service()
+            .call_as(
+                tools::SCHEMAS,
+                &ScopeParams {
+                    scope: Some(agent.to_owned()),
+                },
+            )
             .await?;
         let params = AssembleParams {
             scope: Some(agent.to_owned()),
-            // The registry answers a list; anything else is no tools.
-            tools: match tools {
-                Value::Array(tools) => tools,
-                _ => Vec::new(),
-            },
+            tools,
             variables,
             known_tools: None,
         };
@@ -778,11 +779,7 @@ impl Loop {
     ) -> Result<StepEnd, Stop> {
         let kind = answer.assembler.finish_kind();
         let blocks = answer.assembler.blocks();
-        let calls: Vec<Value> = blocks
-            .iter()
-            .filter(|b| b["type"] == "tool-call")
-            .cloned()
-            .collect();
+        let calls = Call::of(&blocks);
         let Answer {
             assembler,
             chunk_seqs,
@@ -852,17 +849,23 @@ impl Loop {
         agent: &str,
         turn: u64,
         step: u64,
-        calls: &[Value],
+        calls: &[Call],
         abort: &Abort,
     ) -> Result<bool> {
         let mut concluded = false;
-        let cwd = self
-            .agents
-            .borrow()
-            .get(agent)
-            .map(|a| a.cwd.clone())
-            .unwrap_or_default();
-        let tools = self.ctx.service(service::TOOLS);
+        let cwd = self.agents.borrow().get(agent).and_then(|a| a.cwd.clone());
+        let tools = Tools::new(&self.ctx);
+        // An unknown tool, or a registry that cannot say, runs alone.
+        let mode = |name: &str| {
+            let tools = tools.clone();
+            let name = name.to_owned();
+            async move {
+                tools
+                    .mode(&name, Some(agent))
+                    .await
+                    .unwrap_or(ToolMode::Exclusive)
+            }
+        };
         let mut i = 0;
         while i < calls.len() {
             if abort.is_aborted() {
@@ -874,24 +877,12 @@ impl Loop {
                 }
                 return Ok(concluded);
             }
-            let mode = tools
-                .call(
-                    tools::MODE,
-                    json!({"name": calls[i]["name"], "scope": agent}),
-                )
-                .await
-                .unwrap_or(json!("exclusive"));
             let mut group = vec![i];
-            if mode == "parallel" {
+            if mode(&calls[i].name).await == ToolMode::Parallel {
                 while group.len() < self.config.max_parallel_tool_calls.max(1)
                     && i + group.len() < calls.len()
                 {
-                    let next = &calls[i + group.len()];
-                    let m = tools
-                        .call(tools::MODE, json!({"name": next["name"], "scope": agent}))
-                        .await
-                        .unwrap_or(json!("exclusive"));
-                    if m != "parallel" {
+                    if mode(&calls[i + group.len()].name).await != ToolMode::Parallel {
                         break;
                     }
                     group.push(i + group.len());
@@ -910,34 +901,31 @@ impl Loop {
                 }
                 let call = &calls[k];
                 let seq = self.log_call(agent, turn, step, call).await?;
-                let raw = call["arguments"].as_str().unwrap_or_default();
-                let arguments = if raw.trim().is_empty() {
-                    json!({})
-                } else {
-                    serde_json::from_str(raw).unwrap_or_else(|_| json!(raw))
-                };
-                let exec = json!({"callId": call["id"], "name": call["name"], "arguments": arguments, "agent": agent, "cwd": cwd});
-                let slot = match tools.call(tools::PREPARE, exec).await {
-                    Err(e) => Slot::Settled(Tail::None, transport_failure(&e)),
+                let exec = call.exec(agent, cwd.clone());
+                let slot = match tools.prepare(&exec).await {
+                    Err(e) => Slot::Settled(Tail::None, Box::new(transport_failure(&e))),
                     Ok(prepared) => {
-                        let exec = prepared["exec"].clone();
-                        let result = prepared["result"].clone();
-                        match prepared["kind"].as_str() {
+                        let result = Box::new(prepared.result.unwrap_or_default());
+                        match prepared.kind {
                             // Cancelled while pre-execute ran: no dispatch,
                             // but post-execute still sees the outcome.
-                            Some("dispatch") if abort.is_aborted() => {
-                                Slot::Settled(Tail::Post(exec), aborted_before_dispatch())
-                            }
-                            Some("dispatch") => {
+                            StageKind::Dispatch if abort.is_aborted() => Slot::Settled(
+                                Tail::Post(prepared.exec),
+                                Box::new(aborted_before_dispatch()),
+                            ),
+                            StageKind::Dispatch => {
                                 let t = tools.clone();
-                                let x = exec.clone();
-                                let handle = tokio::task::spawn_local(async move {
-                                    t.call(tools::DISPATCH, x).await
-                                });
-                                Slot::Running(exec, handle)
+                                let x = prepared.exec.clone();
+                                let handle =
+                                    tokio::task::spawn_local(async move { t.dispatch(&x).await });
+                                Slot::Running(prepared.exec, handle)
                             }
-                            Some("post-result") => Slot::Settled(Tail::Post(exec), result),
-                            _ => Slot::Settled(Tail::Finish(exec), result),
+                            StageKind::PostResult => {
+                                Slot::Settled(Tail::Post(prepared.exec), result)
+                            }
+                            StageKind::FinalResult => {
+                                Slot::Settled(Tail::Finish(prepared.exec), result)
+                            }
                         }
                     }
                 };
@@ -946,60 +934,55 @@ impl Loop {
             let count = started.len();
             for (k, seq, slot) in started {
                 let (tail, result) = match slot {
-                    Slot::Settled(tail, result) => (tail, result),
-                    Slot::Running(exec, mut handle) => {
-                        // A cancel stops the calls still running: dropping
-                        // the call cancels it in the tool's plugin (bash
-                        // kills its process group), and the result is the
-                        // original's ABORTED. A call that finished before
-                        // the cancel keeps its result.
-                        let outcome = if handle.is_finished() {
-                            Some((&mut handle).await)
-                        } else {
-                            self.unless_aborted(abort, &mut handle).await.ok()
-                        };
-                        match outcome {
-                            None => {
-                                handle.abort();
-                                let aborted = json!({"isError": true, "error": {"message": "tool call aborted", "info": {"name": "AbortError", "code": code::ABORTED}},
-                                                     "content": [msg::text("Error: tool call aborted")]});
-                                (Tail::Post(exec), aborted)
-                            }
-                            Some(Ok(Ok(d))) if d["kind"] == "post-result" => {
-                                (Tail::Post(exec), d["result"].clone())
-                            }
-                            Some(Ok(Ok(d))) => (Tail::Finish(exec), d["result"].clone()),
-                            Some(Ok(Err(e))) => (Tail::None, transport_failure(&e)),
-                            Some(Err(e)) => {
-                                let failed = json!({"isError": true, "error": {"message": e.to_string()}, "content": [msg::text("Error: the tool task failed")]});
-                                (Tail::None, failed)
-                            }
-                        }
-                    }
+                    Slot::Settled(tail, result) => (tail, *result),
+                    Slot::Running(exec, handle) => self.await_dispatch(abort, exec, handle).await,
                 };
                 let result = match tail {
-                    Tail::Post(exec) => tools
-                        .call(tools::FINALIZE, json!({"exec": exec, "result": result}))
-                        .await
-                        .unwrap_or_else(|e| transport_failure(&e)),
-                    Tail::Finish(exec) => tools
-                        .call(tools::FINISH, json!({"exec": exec, "result": result}))
-                        .await
-                        .unwrap_or_else(|e| transport_failure(&e)),
-                    Tail::None => result,
-                };
+                    Tail::Post(exec) => tools.finalize(&Outcome { exec, result }).await,
+                    Tail::Finish(exec) => tools.finish(&Outcome { exec, result }).await,
+                    Tail::None => Ok(result),
+                }
+                .unwrap_or_else(|e| transport_failure(&e));
                 self.commit_result(agent, turn, step, &calls[k], seq, &result)
                     .await?;
-                concluded |= result["concludesTurn"] == json!(true);
-                if let Some(contexts) = result["additionalContexts"].as_array() {
-                    for m in contexts {
-                        self.queue_next_step(agent, m.clone()).await?;
-                    }
+                concluded |= result.concludes_turn;
+                for m in result.additional_contexts.into_iter().flatten() {
+                    self.queue_next_step(agent, m).await?;
                 }
             }
             i += count;
         }
         Ok(concluded)
+    }
+
+    /// Waits for a dispatching call. A cancel stops the calls still
+    /// running: dropping the call cancels it in the tool's plugin (bash
+    /// kills its process group), and the result is the original's
+    /// ABORTED. A call that finished before the cancel keeps its result.
+    async fn await_dispatch(
+        &self,
+        abort: &Abort,
+        exec: Exec,
+        mut handle: Dispatching,
+    ) -> (Tail, ToolResult) {
+        let outcome = if handle.is_finished() {
+            Some((&mut handle).await)
+        } else {
+            self.unless_aborted(abort, &mut handle).await.ok()
+        };
+        match outcome {
+            None => {
+                handle.abort();
+                (Tail::Post(exec), aborted_in_dispatch())
+            }
+            Some(Ok(Ok(d))) if d.kind == StageKind::PostResult => (Tail::Post(exec), d.result),
+            Some(Ok(Ok(d))) => (Tail::Finish(exec), d.result),
+            Some(Ok(Err(e))) => (Tail::None, transport_failure(&e)),
+            Some(Err(e)) => (
+                Tail::None,
+                failure(&e.to_string(), None, "Error: the tool task failed"),
+            ),
+        }
     }
 
     /// Appends a tool's additional context to the end of the `next-step`
@@ -1009,11 +992,11 @@ impl Loop {
         self.append_inbox(agent, NEXT_STEP, message).await
     }
 
-    async fn log_call(&self, agent: &str, turn: u64, step: u64, call: &Value) -> Result<u64> {
+    async fn log_call(&self, agent: &str, turn: u64, step: u64, call: &Call) -> Result<u64> {
         self.append(
             agent,
             event::TOOL_CALL,
-            json!({"turn": turn, "step": step, "callId": call["id"], "name": call["name"], "arguments": call["arguments"]}),
+            json!({"turn": turn, "step": step, "callId": call.id, "name": call.name, "arguments": call.arguments}),
             false,
             None,
         )
@@ -1025,19 +1008,17 @@ impl Loop {
         agent: &str,
         turn: u64,
         step: u64,
-        call: &Value,
+        call: &Call,
         call_seq: u64,
-        result: &Value,
+        result: &ToolResult,
     ) -> Result<u64> {
-        let is_error = result["isError"] == json!(true);
-        let content = result["content"].as_array().cloned().unwrap_or_default();
-        let call_id = call["id"].as_str().unwrap_or_default();
-        let message = msg::tool_result(&new_id(), call_id, content, is_error);
+        let message =
+            msg::tool_result(&new_id(), &call.id, result.content.clone(), result.is_error);
         let mut data = json!({"turn": turn, "step": step, "message": message});
-        if let Some(info) = result["error"].get("info") {
-            data["error"] = info.clone();
+        if let Some(info) = result.error.as_ref().and_then(|e| e.info.as_ref()) {
+            data["error"] = json!(info);
         }
-        if let Some(meta) = result.get("meta") {
+        if let Some(meta) = &result.meta {
             data["meta"] = meta.clone();
         }
         self.append(agent, event::TOOL_RESULT, data, true, Some(vec![call_seq]))
@@ -1045,31 +1026,102 @@ impl Loop {
     }
 }
 
+/// One tool call of the model's answer (a `tool-call` block).
+#[derive(Debug, Deserialize)]
+pub(crate) struct Call {
+    #[serde(default)]
+    id: String,
+    #[serde(default)]
+    name: String,
+    /// The model's arguments text, logged as it came.
+    #[serde(default)]
+    arguments: Value,
+}
+
+impl Call {
+    /// The tool-call blocks of an answer.
+    fn of(blocks: &[Value]) -> Vec<Call> {
+        blocks
+            .iter()
+            .filter(|b| b["type"] == "tool-call")
+            .filter_map(|b| Call::deserialize(b).ok())
+            .collect()
+    }
+
+    /// The registry's `exec` of this call: its arguments parsed (blank is
+    /// no arguments; text that is not JSON goes to the tool as a string,
+    /// for the registry's schema check to refuse).
+    fn exec(&self, agent: &str, cwd: Option<String>) -> Exec {
+        let raw = self.arguments.as_str().unwrap_or_default();
+        let arguments = if raw.trim().is_empty() {
+            json!({})
+        } else {
+            serde_json::from_str(raw).unwrap_or_else(|_| json!(raw))
+        };
+        Exec {
+            call_id: Some(self.id.clone()),
+            agent: Some(agent.to_owned()),
+            cwd,
+            ..Exec::new(self.name.clone(), arguments)
+        }
+    }
+}
+
+/// A call dispatching on its own task.
+type Dispatching = tokio::task::JoinHandle<Result<Dispatched<ToolResult>>>;
+
 /// One started call of a group: settled (with the stage still owed), or
 /// dispatching.
 enum Slot {
-    Settled(Tail, Value),
-    Running(
-        Value,
-        tokio::task::JoinHandle<std::result::Result<Value, Error>>,
-    ),
+    Settled(Tail, Box<ToolResult>),
+    Running(Exec, Dispatching),
 }
 
 /// What a settled result still owes the registry: post-execute (and the
 /// result emit), only the emit, or nothing (the registry itself failed).
 enum Tail {
-    Post(Value),
-    Finish(Value),
+    Post(Exec),
+    Finish(Exec),
     None,
 }
 
+/// A failed result: `message`, the error's class and code when known, and
+/// the `text` the model sees.
+fn failure(message: &str, info: Option<&str>, text: &str) -> ToolResult {
+    ToolResult {
+        is_error: true,
+        error: Some(ToolError {
+            message: message.to_owned(),
+            info: info.map(|code| ErrorInfo {
+                name: "AbortError".to_owned(),
+                code: Some(code.to_owned()),
+                ..ErrorInfo::default()
+            }),
+        }),
+        content: vec![msg::text(text)],
+        ..ToolResult::default()
+    }
+}
+
 /// The original's result for a call that never reached its tool.
-fn aborted_before_dispatch() -> Value {
-    json!({"isError": true, "error": {"message": "tool call aborted before dispatch", "info": {"name": "AbortError", "code": code::ABORTED_BEFORE_DISPATCH}},
-           "content": [msg::text("Error: tool call aborted before dispatch")]})
+fn aborted_before_dispatch() -> ToolResult {
+    failure(
+        "tool call aborted before dispatch",
+        Some(code::ABORTED_BEFORE_DISPATCH),
+        "Error: tool call aborted before dispatch",
+    )
+}
+
+/// The original's result for a call cancelled while its tool ran.
+fn aborted_in_dispatch() -> ToolResult {
+    failure(
+        "tool call aborted",
+        Some(code::ABORTED),
+        "Error: tool call aborted",
+    )
 }
 
 /// The registry itself failed to answer for a call.
-fn transport_failure(e: &Error) -> Value {
-    json!({"isError": true, "error": {"message": e.message}, "content": [msg::text(&format!("Error: {}", e.message))]})
+fn transport_failure(e: &Error) -> ToolResult {
+    failure(&e.message, None, &format!("Error: {}", e.message))
 }

@@ -125,6 +125,17 @@ impl Inbox {
         Some(splice)
     }
 
+    /// The splice that removes the first `count` messages of `target`
+    /// (a claim, or a cancel's clear with `outcome: "canceled"`).
+    pub fn removal(target: &str, count: usize, outcome: Option<&str>) -> Value {
+        let mut splice =
+            json!({"target": target, "start": 0, "removedCount": count, "inserted": []});
+        if let Some(outcome) = outcome {
+            splice["outcome"] = json!(outcome);
+        }
+        splice
+    }
+
     /// Checks one normalized splice against the current lists: a known
     /// target, integer coordinates inside the list, and no message id pending
     /// twice across both lists afterwards.

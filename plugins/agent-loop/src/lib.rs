@@ -14,8 +14,9 @@ use dsh_sdk::api::agent_loop::{
     ResumeParams, SessionSource, SessionStart, StatusChanged,
 };
 use dsh_sdk::api::agents::{MaintenanceTask, RunStatus, SendReply, WhenIdleReply};
+use dsh_sdk::api::session_persistence::SessionPersistence;
 use dsh_sdk::api::sessions::{self as session_api, NewEvent, ResumeReply, Sessions};
-use dsh_sdk::names::{bus, code, service, session_persistence, sessions};
+use dsh_sdk::names::{bus, code, service};
 use dsh_sdk::new_id;
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::event;
@@ -414,15 +415,8 @@ impl Loop {
         let Err(error) = resumed else {
             return resumed;
         };
-        let stored = match self
-            .ctx
-            .service(service::SESSION_PERSISTENCE)
-            .call(session_persistence::LIST, json!({}))
-            .await
-        {
-            Ok(list) => list
-                .as_array()
-                .is_some_and(|l| l.iter().any(|h| h["id"] == id.as_str())),
+        let stored = match SessionPersistence::new(&self.ctx).list(None).await {
+            Ok(list) => list.iter().any(|h| h.id == id),
             // No persistence: nothing is stored, so this is a first use.
             Err(e) if e.code == codes::SERVICE_UNAVAILABLE => false,
             Err(e) => return Err(e),
@@ -785,20 +779,14 @@ impl Loop {
             return Ok(());
         }
         // One batch, so no send can land between the two splices.
-        let events: Vec<Value> = removed
+        let events = removed
             .iter()
             .map(|(target, list)| {
-                json!({"type": event::INBOX_SPLICED, "data": {"target": target, "start": 0,
-                       "removedCount": list.len(), "inserted": [], "outcome": "canceled"}})
+                let splice = Inbox::removal(target, list.len(), Some("canceled"));
+                NewEvent::new(event::INBOX_SPLICED, splice)
             })
             .collect();
-        self.ctx
-            .service(service::SESSIONS)
-            .call(
-                sessions::APPEND_MANY,
-                json!({"id": agent, "events": events}),
-            )
-            .await?;
+        Sessions::new(&self.ctx).append_many(agent, events).await?;
         for (_, list) in removed {
             for message in list {
                 self.notify(

@@ -9,7 +9,8 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use dsh_sdk::api::agent_loop::{RequestError, RequestErrorDecision};
-use dsh_sdk::names::{bus, service, sessions};
+use dsh_sdk::api::sessions::{NewEvent, Sessions};
+use dsh_sdk::names::{bus, service};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::event;
 use dsh_sdk::vocab::RETRYABLE_CODES;
@@ -147,8 +148,8 @@ impl Plugin for Retry {
                 attempts.borrow_mut().insert(key, attempt);
                 let wait = delay_ms(&config, attempt, failure["providerRetryAfterMs"].as_u64());
                 let data = config.retry_event((turn, step), attempt, wait, failure);
-                c.service(service::SESSIONS)
-                    .call(sessions::APPEND, json!({"id": agent, "type": event::LLM_RETRY, "data": data}))
+                Sessions::new(&c)
+                    .append(&agent, NewEvent::new(event::LLM_RETRY, data))
                     .await?;
                 tokio::time::sleep(Duration::from_millis(wait)).await;
                 Ok(serde_json::to_value(RequestErrorDecision::retry())?)

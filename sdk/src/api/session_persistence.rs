@@ -117,6 +117,13 @@ impl SessionPersistence {
         self.0.call_as(method::LOCATE, &params).await
     }
 
+    /// `remove`: deletes stored session `id` (refused while another host
+    /// writes it); `SESSION_NOT_FOUND` when nothing is stored under it.
+    pub async fn remove(&self, id: &str) -> Result<()> {
+        let params = IdParams { id: id.to_owned() };
+        self.0.call_as(method::REMOVE, &params).await
+    }
+
     /// `list`: the stored sessions (of `cwd`, when given).
     pub async fn list(&self, cwd: Option<&str>) -> Result<Vec<Listed>> {
         let params = ListParams {

@@ -14,10 +14,13 @@
 
 use std::fmt;
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::names::{service, sessions as method};
+use crate::vocab::history::SurfaceTail;
 use crate::vocab::{SessionEvent, SessionHeader};
 use crate::{Context, Result, Service};
 
@@ -348,8 +351,24 @@ impl Sessions {
         self.0.call_as(method::DERIVE, Self::id(id)).await
     }
 
+    /// `derive`, each message kept as the JSON text it was logged as (for
+    /// a caller that only copies the history on).
+    pub async fn derive_raw(&self, id: &str) -> Result<Vec<Box<RawValue>>> {
+        self.0.call_as(method::DERIVE, Self::id(id)).await
+    }
+
     /// `surface`: surface events from seq `from` on.
     pub async fn surface(&self, id: &str, from: u64) -> Result<SurfaceReply> {
+        self.surface_as(id, from).await
+    }
+
+    /// `surface`, its events read only as far as an incremental history
+    /// needs them ([`crate::vocab::history::SurfaceTail`]).
+    pub async fn surface_tail(&self, id: &str, from: u64) -> Result<SurfaceTail> {
+        self.surface_as(id, from).await
+    }
+
+    async fn surface_as<T: DeserializeOwned>(&self, id: &str, from: u64) -> Result<T> {
         let params = FromParams {
             id: id.to_owned(),
             from,

@@ -288,13 +288,19 @@ pub struct ToolError {
 }
 
 /// The `info` of a [`ToolError`]: `{name, code}` (`ToolError`,
-/// `INVALID_ARGS`...).
+/// `INVALID_ARGS`...). A hook may replace a result with an `info` of its
+/// own: missing fields read as absent and unknown ones are kept.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorInfo {
     /// The error class (`ToolError`, `ToolArgsError`, `AbortError`...).
+    #[serde(default, deserialize_with = "nullable")]
     pub name: String,
-    /// The error code.
-    pub code: String,
+    /// The error code, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// Fields of other plugins.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
 }
 
 // ---- params ----------------------------------------------------------------

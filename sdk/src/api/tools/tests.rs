@@ -228,7 +228,10 @@ fn results_read_successes_failures_and_unknown_fields() {
         "error": {"message": "m", "info": {"name": "ToolError", "code": "X"}},
         "content": [{"type": "text", "text": "Error: m"}]}));
     let info = failed.error.as_ref().and_then(|e| e.info.as_ref()).unwrap();
-    assert_eq!((info.name.as_str(), info.code.as_str()), ("ToolError", "X"));
+    assert_eq!(
+        (info.name.as_str(), info.code.as_deref().unwrap()),
+        ("ToolError", "X")
+    );
     assert_eq!(
         wire(&failed),
         r#"{"isError":true,"error":{"message":"m","info":{"name":"ToolError","code":"X"}},"content":[{"type":"text","text":"Error: m"}]}"#
@@ -355,4 +358,19 @@ fn flags_are_set_only_by_an_exact_true() {
         let r: ToolResult = parse(json!({"concludesTurn": v}));
         assert_eq!(r.concludes_turn, set, "{v}");
     }
+}
+
+#[test]
+fn an_error_info_of_a_hook_keeps_its_fields_and_may_lack_a_code() {
+    let failed: ToolResult = parse(json!({"isError": true,
+        "error": {"message": "m", "info": {"name": "HookError", "hook": "h"}}, "content": []}));
+    let info = failed.error.as_ref().and_then(|e| e.info.as_ref()).unwrap();
+    assert_eq!(
+        (info.name.as_str(), info.code.as_deref()),
+        ("HookError", None)
+    );
+    assert_eq!(
+        wire(&failed),
+        r#"{"isError":true,"error":{"message":"m","info":{"name":"HookError","hook":"h"}},"content":[]}"#
+    );
 }
