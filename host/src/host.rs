@@ -5,17 +5,19 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use dsh_wire::host_service as host_methods;
+use dsh_wire::host_service::{self as host_methods, Info};
 use dsh_wire::{codes, Error, Mode};
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::Tree;
+use crate::host_service::HostService;
 use crate::loader::STATS;
 use crate::report::{Report, Reports};
 use crate::router::{Builtin, HostInner, HostReply, Router};
 use crate::staging::Staging;
 use crate::supervisor::{Command, FiberStatus, Supervisor, Timeouts};
+use crate::terminal::Terminal;
 
 /// How to start a host.
 #[derive(Debug, Clone)]
@@ -41,6 +43,7 @@ pub struct Host {
     reports: Reports,
     commands: mpsc::UnboundedSender<Command>,
     exit: Arc<tokio::sync::watch::Sender<Option<i32>>>,
+    terminal: Terminal,
 }
 
 /// Unload counters (see [`crate::loader::UnloadStats`]).
@@ -115,49 +118,30 @@ impl Host {
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let (exit_tx, _) = tokio::sync::watch::channel(None);
         let exit = Arc::new(exit_tx);
+        let (commands, commands_rx) = mpsc::unbounded_channel();
+        let terminal = Terminal::default();
+        let service = HostService {
+            args: config.args.clone(),
+            info: Info {
+                home: config.home.display().to_string(),
+                protected: std::iter::once(&config.home)
+                    .chain(&config.protected)
+                    .map(|p| p.display().to_string())
+                    .collect(),
+                cwd: None,
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+                pid: std::process::id(),
+            },
+            exit: exit.clone(),
+            terminal: terminal.clone(),
+            commands: commands.clone(),
+            runtime: tokio::runtime::Handle::current(),
+        };
         let mut builtins: HashMap<String, Builtin> = HashMap::new();
-        let args = config.args.clone();
-        let home = config.home.clone();
-        let mut protected = vec![home.clone()];
-        protected.extend(config.protected.iter().cloned());
-        let exit2 = exit.clone();
         builtins.insert(
             host_methods::NAME.into(),
-            Arc::new(move |method, params, _caller| match method {
-                host_methods::ARGS => Ok(json!(args)),
-                host_methods::EXIT => {
-                    let code = params.get("code").and_then(Value::as_i64).unwrap_or(0);
-                    exit2.send_replace(Some(code as i32));
-                    Ok(Value::Null)
-                }
-                host_methods::INFO => Ok(json!({
-                    "home": home,
-                    "protected": protected,
-                    "cwd": std::env::current_dir().ok(),
-                    "version": env!("CARGO_PKG_VERSION"),
-                    "pid": std::process::id(),
-                })),
-                host_methods::STATS => Ok(json!(stats())),
-                host_methods::PRINT | host_methods::EPRINT => {
-                    use std::io::Write;
-                    let text = params
-                        .get("text")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default();
-                    let result = if method == host_methods::PRINT {
-                        let mut out = std::io::stdout().lock();
-                        out.write_all(text.as_bytes()).and_then(|_| out.flush())
-                    } else {
-                        std::io::stderr().lock().write_all(text.as_bytes())
-                    };
-                    result
-                        .map(|_| Value::Null)
-                        .map_err(|e| Error::msg(e.to_string()))
-                }
-                other => Err(Error::new(
-                    codes::UNKNOWN_METHOD,
-                    format!("service `{}` has no method `{other}`", host_methods::NAME),
-                )),
+            Arc::new(move |method, params, _caller, responder| {
+                service.call(method, params, responder)
             }),
         );
         let builtin_names: Vec<String> = builtins.keys().cloned().collect();
@@ -173,13 +157,13 @@ impl Host {
             staging,
             builtin_names,
         );
-        let (commands, commands_rx) = mpsc::unbounded_channel();
         tokio::spawn(supervisor.run(commands_rx, events_rx));
         Ok(Host {
             router,
             reports,
             commands,
             exit,
+            terminal,
         })
     }
 
@@ -209,9 +193,16 @@ impl Host {
         self.command(Command::Status).await.unwrap_or_default()
     }
 
-    /// Disposes everything and unloads every library.
+    /// Disposes everything and unloads every library, then puts the
+    /// terminal back the way the host found it.
     pub async fn shutdown(&self) {
         self.command(Command::Shutdown).await;
+        self.terminal.restore();
+    }
+
+    /// Puts the terminal back the way the host found it (raw mode off).
+    pub fn restore_terminal(&self) {
+        self.terminal.restore();
     }
 
     /// Everything reported so far.

@@ -11,6 +11,7 @@
 mod boot;
 mod config;
 mod host;
+mod host_service;
 mod inbox;
 pub mod inspect;
 #[doc(hidden)]
@@ -23,6 +24,7 @@ mod report;
 mod router;
 mod staging;
 mod supervisor;
+mod terminal;
 #[doc(hidden)]
 pub mod threads;
 mod watch;

@@ -46,6 +46,12 @@ struct RunArgs {
     /// Print the composed configuration and exit.
     #[arg(long)]
     dump_config: bool,
+    /// Continue the latest session of this directory (chat or headless).
+    #[arg(long = "continue", conflicts_with = "resume")]
+    continue_latest: bool,
+    /// Continue stored session ID (chat or headless).
+    #[arg(long, value_name = "ID")]
+    resume: Option<String>,
     /// Arguments for the profile's app.
     #[arg(
         trailing_var_arg = true,
@@ -316,13 +322,41 @@ fn say_writable_plugin_dirs(dirs: &[PathBuf]) {
     }
 }
 
-fn run(args: RunArgs) -> anyhow::Result<u8> {
-    let Some(profile) = args.profile.clone() else {
-        anyhow::bail!("--profile <NAME> is required (or a subcommand: plugins list|check|soak)");
-    };
-    if profile.is_empty() {
-        anyhow::bail!("--profile needs a name");
+/// The profile to run: the one named, else the one-shot `headless` app for
+/// a task and the `chat` for none (which needs a terminal).
+fn pick_profile(args: &RunArgs) -> anyhow::Result<String> {
+    if let Some(profile) = &args.profile {
+        if profile.is_empty() {
+            anyhow::bail!("--profile needs a name");
+        }
+        return Ok(profile.clone());
     }
+    if !args.args.is_empty() {
+        return Ok("headless".to_owned());
+    }
+    if args.dump_config || std::io::stdin().is_terminal() {
+        return Ok("chat".to_owned());
+    }
+    anyhow::bail!(
+        "no task and no terminal: give a task (dsh-host \"run the tests\"), run in a terminal for the chat, or pick a profile with --profile <NAME>"
+    )
+}
+
+/// The app's arguments: `--continue` or `--resume ID`, then the task.
+fn app_args(args: &RunArgs) -> Vec<String> {
+    let mut out = Vec::new();
+    if args.continue_latest {
+        out.push("--continue".to_owned());
+    }
+    if let Some(id) = &args.resume {
+        out.extend(["--resume".to_owned(), id.clone()]);
+    }
+    out.extend(args.args.iter().cloned());
+    out
+}
+
+fn run(args: RunArgs) -> anyhow::Result<u8> {
+    let profile = pick_profile(&args)?;
     let opts = boot_options(
         profile,
         args.patches.clone(),
@@ -366,7 +400,7 @@ async fn serve(
         home: opts.home.clone(),
         plugin_dirs: composition.plugin_dirs.clone(),
         timeouts: Timeouts::default(),
-        args: args.args.clone(),
+        args: app_args(&args),
         protected: opts.protected(&composition),
     })?;
     let (change_tx, mut change_rx) = mpsc::unbounded_channel();

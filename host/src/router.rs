@@ -49,8 +49,40 @@ impl HostReply {
     }
 }
 
-/// A service implemented by the host itself (always active).
-pub type Builtin = Arc<dyn Fn(&str, Value, FiberId) -> Result<Value, Error> + Send + Sync>;
+/// A service implemented by the host itself (always active). It answers at
+/// once (`Some`), or keeps the [`Responder`] and answers later (`None`),
+/// from any thread; it runs under the router's lock, so it must not block.
+pub type Builtin =
+    Arc<dyn Fn(&str, Value, FiberId, Responder) -> Option<Result<Value, Error>> + Send + Sync>;
+
+/// Where the late answer of a builtin call goes (see [`Builtin`]).
+pub struct Responder(ReplyTo);
+
+impl Responder {
+    /// Sends the final answer; false when the caller is gone (its
+    /// generation stopped), so the answer was not delivered.
+    pub fn reply(self, result: Result<Value, Error>) -> bool {
+        let (kind, payload) = match result {
+            Ok(v) => (ReplyKind::Ok, v.to_string()),
+            Err(e) => (ReplyKind::Err, e.to_payload()),
+        };
+        match self.0 {
+            ReplyTo::Plugin {
+                inbox, local_id, ..
+            } => inbox.push(
+                ToPlugin::Reply {
+                    id: local_id,
+                    kind,
+                    payload: Cow::Owned(payload),
+                }
+                .encode(),
+            ),
+            ReplyTo::Host(tx) => tx.send(HostReply { kind, payload }).is_ok(),
+            // Listeners' chains never call a builtin.
+            ReplyTo::Chain { .. } => false,
+        }
+    }
+}
 
 /// The innermost default of a host-dispatched waterfall.
 pub type HostInner = Box<dyn FnOnce(Value) -> Result<Value, Error> + Send>;
@@ -837,17 +869,10 @@ impl Router {
     ) -> mpsc::UnboundedReceiver<HostReply> {
         let (tx, rx) = mpsc::unbounded_channel();
         if let Some(builtin) = self.builtins.get(service) {
-            let reply = match builtin(method, params.clone(), 0) {
-                Ok(v) => HostReply {
-                    kind: ReplyKind::Ok,
-                    payload: v.to_string(),
-                },
-                Err(e) => HostReply {
-                    kind: ReplyKind::Err,
-                    payload: e.to_payload(),
-                },
-            };
-            let _ = tx.send(reply);
+            let responder = Responder(ReplyTo::Host(tx.clone()));
+            if let Some(result) = builtin(method, params.clone(), 0, responder) {
+                Responder(ReplyTo::Host(tx)).reply(result);
+            }
             return rx;
         }
         let mut s = self.lock();
@@ -1033,11 +1058,14 @@ impl Router {
     ) {
         if let Some(builtin) = self.builtins.get(service) {
             let params = serde_json::from_str(&params).unwrap_or(Value::Null);
-            let (kind, text) = match builtin(method, params, gen.fiber) {
-                Ok(v) => (ReplyKind::Ok, v.to_string()),
-                Err(e) => (ReplyKind::Err, e.to_payload()),
-            };
-            return s.route_reply(caller, kind, text);
+            if let Some(result) = builtin(method, params, gen.fiber, Responder(caller.clone())) {
+                let (kind, text) = match result {
+                    Ok(v) => (ReplyKind::Ok, v.to_string()),
+                    Err(e) => (ReplyKind::Err, e.to_payload()),
+                };
+                s.route_reply(caller, kind, text);
+            }
+            return;
         }
         let provider = s.services.get(service).copied().filter(|f| s.is_active(*f));
         let Some(provider) = provider else {

@@ -246,7 +246,9 @@ pub mod approval {
 
 /// Methods of [`service::HOST`] (the host itself).
 pub mod host {
-    pub use dsh_wire::host_service::{ARGS, EPRINT, EXIT, INFO, PRINT, STATS};
+    pub use dsh_wire::host_service::{
+        ARGS, EPRINT, EXIT, INFO, PLUGINS, PRINT, READ_INPUT, SET_RAW_MODE, STATS, TERMINAL,
+    };
 
     /// Every method of the host service.
     pub const ALL: &[&str] = &dsh_wire::host_service::METHODS;
@@ -335,6 +337,8 @@ pub mod code {
         INVALID_ARGS = "INVALID_ARGS";
         /// No session (open or stored) has this id.
         SESSION_NOT_FOUND = "SESSION_NOT_FOUND";
+        /// No live agent has this id.
+        AGENT_NOT_FOUND = "AGENT_NOT_FOUND";
         /// A session with this id exists already.
         SESSION_ALREADY_EXISTS = "SESSION_ALREADY_EXISTS";
         /// A stored session cannot be read back.

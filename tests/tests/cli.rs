@@ -103,9 +103,17 @@ fn malformed_toml_and_unknown_profiles_are_clear_errors() {
             .to_string()
     ));
 
-    let (code, _, err) = output(dsh_host().env("DSH_HOME", home.path()));
+    // No task and stdin not a terminal: no chat to open, a clear error.
+    let (code, _, err) = output(
+        dsh_host()
+            .env("DSH_HOME", home.path())
+            .stdin(std::process::Stdio::null()),
+    );
     assert_eq!(code, 1);
-    assert!(err.contains("--profile <NAME> is required"), "{err}");
+    assert!(
+        err.contains("no task and no terminal: give a task (dsh-host \"run the tests\")"),
+        "{err}"
+    );
 }
 
 #[test]

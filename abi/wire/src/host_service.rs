@@ -1,32 +1,185 @@
 //! The `host` service: the one service the host itself provides to every
-//! plugin (no plugin row provides it). Its name and methods live here, in
-//! the boundary layer, so the host and the SDK spell them once.
+//! plugin (no plugin row provides it). Its names and the params and replies
+//! of its methods live here, in the boundary layer, so the host and the SDK
+//! spell them once.
+
+use serde::{Deserialize, Serialize};
 
 /// The service name.
 pub const NAME: &str = "host";
 /// The process arguments after the host's own (`Vec<String>`).
 pub const ARGS: &str = "args";
-/// Ends the process with `{code}` once the generation has stopped.
+/// Ends the process with [`ExitParams`] once the generation has stopped.
 pub const EXIT: &str = "exit";
-/// `{home, protected, cwd, version, pid}` of this host.
+/// [`Info`] of this host.
 pub const INFO: &str = "info";
 /// Router statistics (messages, calls, listeners).
 pub const STATS: &str = "stats";
-/// Writes `{text}` to stdout.
+/// Writes [`TextParams`] to stdout.
 pub const PRINT: &str = "print";
-/// Writes `{text}` to stderr.
+/// Writes [`TextParams`] to stderr.
 pub const EPRINT: &str = "eprint";
+/// [`TerminalInfo`]: whether stdin and stdout are a terminal, and its size.
+pub const TERMINAL: &str = "terminal";
+/// The next terminal input after [`ReadInputParams::ack`], waiting for it
+/// ([`Input`]); the host reads stdin on a thread of its own, so a plugin
+/// never blocks in a read and a reload loses no keystroke.
+pub const READ_INPUT: &str = "readInput";
+/// Puts the terminal in raw mode or back ([`RawModeParams`]); the host
+/// restores the original mode when it exits.
+pub const SET_RAW_MODE: &str = "setRawMode";
+/// The rows of the running composition ([`PluginRow`] list).
+pub const PLUGINS: &str = "plugins";
 
 /// Every method of the service.
-pub const METHODS: [&str; 6] = [ARGS, EXIT, INFO, STATS, PRINT, EPRINT];
+pub const METHODS: [&str; 10] = [
+    ARGS,
+    EXIT,
+    INFO,
+    STATS,
+    PRINT,
+    EPRINT,
+    TERMINAL,
+    READ_INPUT,
+    SET_RAW_MODE,
+    PLUGINS,
+];
+
+/// Params of [`PRINT`] and [`EPRINT`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TextParams {
+    /// Written as it is (no newline added).
+    #[serde(default)]
+    pub text: String,
+}
+
+/// Params of [`EXIT`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitParams {
+    /// The process exit code.
+    #[serde(default)]
+    pub code: i32,
+}
+
+/// Reply of [`INFO`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Info {
+    /// `$DSH_HOME`.
+    pub home: String,
+    /// Paths no tool may write (the home first).
+    #[serde(default)]
+    pub protected: Vec<String>,
+    /// The host's working directory (absent when it cannot be read).
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// The host's version.
+    #[serde(default)]
+    pub version: String,
+    /// The host's process id.
+    #[serde(default)]
+    pub pid: u32,
+}
+
+/// Reply of [`TERMINAL`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TerminalInfo {
+    /// Stdin is a terminal (input can be read).
+    pub stdin: bool,
+    /// Stdout is a terminal (escape sequences are understood).
+    pub stdout: bool,
+    /// Columns (0 when unknown).
+    pub cols: u16,
+    /// Rows (0 when unknown).
+    pub rows: u16,
+}
+
+/// Params of [`READ_INPUT`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadInputParams {
+    /// The last input seq the caller has handled: the host forgets input up
+    /// to it and answers with what follows. Without it, everything not yet
+    /// acknowledged (by this plugin's earlier generation, say) is answered
+    /// again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ack: Option<u64>,
+}
+
+/// Reply of [`READ_INPUT`]: the input after the acknowledged seq, as text
+/// (escape sequences included; a character split across reads is kept
+/// whole).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Input {
+    /// The seq of the last input in `text` (acknowledge it next).
+    pub seq: u64,
+    /// What was typed or pasted.
+    pub text: String,
+    /// Stdin reached its end (nothing more will come).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub eof: bool,
+}
+
+/// Params of [`SET_RAW_MODE`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RawModeParams {
+    /// Raw (no echo, no line buffering, no signals from keys) or the mode
+    /// the host started with.
+    pub raw: bool,
+}
+
+/// One row of [`PLUGINS`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginRow {
+    /// The row id.
+    pub id: String,
+    /// The plugin it runs.
+    pub plugin: String,
+    /// Its state (`active`, `failed`, `pending`...).
+    pub state: String,
+    /// Its generation (0 before the first load).
+    #[serde(default)]
+    pub generation: u64,
+    /// Why it failed, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn host_methods_are_unique() {
         let mut seen = super::METHODS.to_vec();
         seen.sort_unstable();
         seen.dedup();
         assert_eq!(seen.len(), super::METHODS.len());
+    }
+
+    #[test]
+    fn params_and_replies_keep_their_wire_names() {
+        let info = TerminalInfo {
+            stdin: true,
+            stdout: false,
+            cols: 80,
+            rows: 24,
+        };
+        assert_eq!(
+            serde_json::to_string(&info).unwrap(),
+            r#"{"stdin":true,"stdout":false,"cols":80,"rows":24}"#
+        );
+        let input = Input {
+            seq: 3,
+            text: "a".into(),
+            eof: false,
+        };
+        assert_eq!(
+            serde_json::to_string(&input).unwrap(),
+            r#"{"seq":3,"text":"a"}"#
+        );
+        let ack: ReadInputParams = serde_json::from_str("{}").unwrap();
+        assert_eq!(ack.ack, None);
+        let exit: ExitParams = serde_json::from_str(r#"{"code":2}"#).unwrap();
+        assert_eq!(exit.code, 2);
     }
 }

@@ -260,11 +260,13 @@ fn a_cancelled_call_cancels_the_provider_and_its_late_reply_is_dropped() {
 
 #[test]
 fn builtins_answer_inline_for_plugins_and_for_the_host() {
-    let echo: Builtin = Arc::new(|method, params, caller| {
+    let echo: Builtin = Arc::new(|method, params, caller, _late| {
         if method == "fail" {
-            return Err(Error::new("NOPE", "asked to"));
+            return Some(Err(Error::new("NOPE", "asked to")));
         }
-        Ok(serde_json::json!({"method": method, "params": params, "caller": caller}))
+        Some(Ok(
+            serde_json::json!({"method": method, "params": params, "caller": caller}),
+        ))
     });
     let n = net_with(HashMap::from([("host".to_owned(), echo)]));
     let caller = n.fiber(4, "a");
@@ -284,6 +286,28 @@ fn builtins_answer_inline_for_plugins_and_for_the_host() {
     let mut rx = n.router.host_call("missing", "m", &Value::Null);
     let e = rx.try_recv().unwrap().result().unwrap_err();
     assert_eq!(e.code, codes::SERVICE_UNAVAILABLE);
+}
+
+#[test]
+fn a_builtin_may_answer_later_and_knows_when_its_caller_is_gone() {
+    let kept: Arc<std::sync::Mutex<Vec<Responder>>> = Arc::default();
+    let k = kept.clone();
+    let late: Builtin = Arc::new(move |_, _, _, responder| {
+        k.lock().unwrap().push(responder);
+        None
+    });
+    let n = net_with(HashMap::from([("host".to_owned(), late)]));
+    let caller = n.fiber(4, "a");
+    n.call(&caller, 7, "host", "{}");
+    assert!(recv(&caller).is_empty());
+    let responder = kept.lock().unwrap().pop().unwrap();
+    assert!(responder.reply(Ok(serde_json::json!(42))));
+    assert_eq!(one(&caller), reply(7, ReplyKind::Ok, "42"));
+    // From the host too; and a caller that is gone is told apart.
+    let rx = n.router.host_call("host", "m", &Value::Null);
+    drop(rx);
+    let responder = kept.lock().unwrap().pop().unwrap();
+    assert!(!responder.reply(Ok(Value::Null)));
 }
 
 #[test]

@@ -4,8 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use dsh_sdk::api::agent_loop::PreStep;
+use dsh_sdk::api::host::Host;
 use dsh_sdk::api::sessions::Sessions;
-use dsh_sdk::names::{bus, host, service};
+use dsh_sdk::names::{bus, service};
 use dsh_sdk::prelude::*;
 use serde::Deserialize;
 
@@ -87,11 +88,7 @@ impl Plugin for Instructions {
     type Config = Config;
 
     async fn apply(ctx: Context, config: Config) -> Result<()> {
-        let info = ctx
-            .service(service::HOST)
-            .call(host::INFO, json!({}))
-            .await?;
-        let home = PathBuf::from(info["home"].as_str().unwrap_or("."));
+        let home = PathBuf::from(Host::new(&ctx).info().await?.home);
         let c = ctx.clone();
         ctx.on(bus::AGENT_PRE_STEP, move |ev| {
             let (c, home) = (c.clone(), home.clone());

@@ -804,7 +804,7 @@ impl Loop {
 }
 
 fn no_agent(id: &str) -> Error {
-    Error::new("AGENT_NOT_FOUND", format!("no agent `{id}`"))
+    Error::new(code::AGENT_NOT_FOUND, format!("no agent `{id}`"))
 }
 
 /// Accepts a full user message or `{text}` shorthand.

@@ -10,8 +10,10 @@ use dsh_sdk::api::agent_loop::{
     AgentLoop, AgentOptions, CreateMeta, CreateParams, MaxTokens, ResumeParams,
 };
 use dsh_sdk::api::agents::Agents;
+use dsh_sdk::api::host::Host;
+use dsh_sdk::api::session_persistence::SessionPersistence;
 use dsh_sdk::api::sessions::{SessionAppended, Sessions};
-use dsh_sdk::names::{bus, host, service, session_persistence};
+use dsh_sdk::names::{bus, service};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::{event, msg};
 use serde::{Deserialize, Serialize};
@@ -69,48 +71,30 @@ fn parse(args: &[String]) -> std::result::Result<Args, String> {
 }
 
 async fn print(ctx: &Context, text: &str) {
-    let _ = ctx
-        .service(service::HOST)
-        .call(host::PRINT, json!({"text": text}))
-        .await;
+    let _ = Host::new(ctx).print(text).await;
 }
 
 async fn eprint(ctx: &Context, text: &str) {
-    let _ = ctx
-        .service(service::HOST)
-        .call(host::EPRINT, json!({"text": text}))
-        .await;
+    let _ = Host::new(ctx).eprint(text).await;
 }
 
 async fn exit(ctx: &Context, code: i32) {
-    let _ = ctx
-        .service(service::HOST)
-        .call(host::EXIT, json!({"code": code}))
-        .await;
+    let _ = Host::new(ctx).exit(code).await;
 }
 
 async fn list_sessions(ctx: &Context, cwd: &str) -> Result<i32> {
-    let sessions = ctx
-        .service(service::SESSION_PERSISTENCE)
-        .call(session_persistence::LIST, json!({"cwd": cwd}))
-        .await?;
+    let sessions = SessionPersistence::new(ctx).list(Some(cwd)).await?;
     let mut out = format!(
         "{:<48} {:<25} {:>5}  LAST PROMPT\n",
         "ID", "CREATED", "TURNS"
     );
-    for s in sessions.as_array().into_iter().flatten() {
-        let created = s["createdAt"].as_u64().unwrap_or(0);
-        let prompt: String = s["lastPrompt"]
-            .as_str()
-            .unwrap_or_default()
-            .chars()
-            .take(60)
-            .collect();
+    for s in &sessions {
+        let prompt: String = s.last_prompt.chars().take(60).collect();
         out.push_str(&format!(
             "{:<48} {:<25} {:>5}  {}\n",
-            s["id"].as_str().unwrap_or_default(),
-            format_time(created),
-            s["turns"],
+            s.id,
+            format_time(s.created_at),
+            s.turns,
             prompt.replace('\n', " ")
         ));
     }
@@ -141,8 +125,8 @@ fn format_time(ms: u64) -> String {
 }
 
 async fn run(ctx: Context, config: Config) -> Result<i32> {
-    let host = ctx.service(service::HOST);
-    let argv: Vec<String> = host.call_as(host::ARGS, json!({})).await?;
+    let host = Host::new(&ctx);
+    let argv = host.args().await?;
     let args = match parse(&argv) {
         Ok(a) => a,
         Err(e) => {
@@ -150,8 +134,7 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
             return Ok(1);
         }
     };
-    let info = host.call(host::INFO, json!({})).await?;
-    let cwd = info["cwd"].as_str().unwrap_or("/").to_owned();
+    let cwd = host.info().await?.cwd.unwrap_or_else(|| "/".to_owned());
     if args.list {
         return list_sessions(&ctx, &cwd).await;
     }

@@ -2,9 +2,10 @@
 
 use std::path::{Path, PathBuf};
 
+use dsh_sdk::api::host::Host;
 use dsh_sdk::api::tools::{forward_as, on_pre_execute, Exec, PreExecuteDecision, PreExecuteKind};
 use dsh_sdk::fence::{resolve, Fence, Mode, RefusalKind};
-use dsh_sdk::names::{host, service};
+use dsh_sdk::names::service;
 use dsh_sdk::prelude::*;
 use serde::Deserialize;
 
@@ -66,12 +67,8 @@ impl Plugin for Permission {
             }
         };
         // The harness's own files, which no tool may change.
-        let info = ctx
-            .service(service::HOST)
-            .call(host::INFO, json!({}))
-            .await?;
-        let protected: Vec<PathBuf> =
-            serde_json::from_value(info["protected"].clone()).unwrap_or_default();
+        let info = Host::new(&ctx).info().await?;
+        let protected: Vec<PathBuf> = info.protected.iter().map(PathBuf::from).collect();
         let temp = std::env::temp_dir();
         on_pre_execute(&ctx, move |exec, ev| {
             let (temp, protected) = (temp.clone(), protected.clone());

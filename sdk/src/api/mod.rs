@@ -12,6 +12,7 @@
 pub mod agent_loop;
 pub mod agents;
 pub mod approval;
+pub mod host;
 pub mod llm;
 pub mod session_persistence;
 pub mod sessions;

@@ -44,8 +44,14 @@ static SEQ: AtomicU64 = AtomicU64::new(0);
 impl TempDir {
     /// Creates a fresh directory under the system temp dir.
     pub fn new(label: &str) -> TempDir {
+        TempDir::new_in(&std::env::temp_dir(), label)
+    }
+
+    /// Creates a fresh directory under `base` (for a path outside the
+    /// temp dir, which the workspace fence leaves writable).
+    pub fn new_in(base: &Path, label: &str) -> TempDir {
         let n = SEQ.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("dsh-{label}-{}-{n}", std::process::id()));
+        let dir = base.join(format!("dsh-{label}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)
             .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));

@@ -575,6 +575,68 @@ async fn bench_tools() -> Result<()> {
     Ok(())
 }
 
+/// The chat, staged release tree, in a real pseudo-terminal: process start
+/// to the input prompt and the RSS then (medians of 10), and the render
+/// work per streamed chunk.
+async fn bench_chat(stage: &Path) -> Result<(f64, f64, f64)> {
+    use portable_pty::{native_pty_system, CommandBuilder, PtySize};
+    use std::io::{Read, Write};
+    let home = Scratch::new("chat")?;
+    let patch = headless_patch(&home.0, "http://127.0.0.1:9")?;
+    let (mut starts, mut rss) = (Vec::new(), Vec::new());
+    for _ in 0..10 {
+        let pair = native_pty_system().openpty(PtySize {
+            rows: 40,
+            cols: 100,
+            pixel_width: 0,
+            pixel_height: 0,
+        })?;
+        let mut cmd = CommandBuilder::new(stage.join("bin/dsh-host"));
+        cmd.cwd(&home.0);
+        cmd.env("DSH_HOME", &home.0);
+        cmd.env_remove("DSH_LOG");
+        cmd.args(["--patch", &patch.display().to_string()]);
+        let t = Instant::now();
+        let mut child = pair.slave.spawn_command(cmd)?;
+        drop(pair.slave);
+        let mut reader = pair.master.try_clone_reader()?;
+        let mut writer = pair.master.take_writer()?;
+        let seen = tokio::task::spawn_blocking(move || -> Result<(f64, Box<dyn Read + Send>)> {
+            let mut all = Vec::new();
+            let mut buf = [0u8; 4096];
+            loop {
+                let n = reader.read(&mut buf)?;
+                anyhow::ensure!(n > 0, "the chat ended before its prompt");
+                all.extend_from_slice(&buf[..n]);
+                if String::from_utf8_lossy(&all).contains('›') {
+                    return Ok((t.elapsed().as_secs_f64() * 1e3, reader));
+                }
+            }
+        });
+        let (ms, mut reader) = seen.await??;
+        starts.push(ms);
+        let pid = child.process_id().context("the chat's pid")?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        let kib: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        rss.push(kib / 1024.0);
+        writer.write_all(b"\x04")?;
+        tokio::task::spawn_blocking(move || {
+            let mut sink = Vec::new();
+            let _ = reader.read_to_end(&mut sink);
+            let _ = child.wait();
+        })
+        .await?;
+    }
+    let n = 20_000;
+    let render = dsh_plugin_chat::bench::render_chunks(n).as_secs_f64() * 1e6 / n as f64;
+    Ok((median(starts), median(rss), render))
+}
+
 fn main() -> Result<()> {
     if std::env::var_os("DSH_BENCH_ONLY_RESUME").is_some() {
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -635,6 +697,11 @@ fn main() -> Result<()> {
         println!("  1000-step session: total {:8.0} ms (target <= 2000 ms); per step first 100 {first:.3} ms, last 100 {last:.3} ms", total);
         let resume = bench_resume(15_000).await.context("resume")?;
         println!("  load + prepare-to-resume of a 15,000-event session .... {resume:8.1} ms   (target <= 15 ms)");
+        println!("chat (release)");
+        let (start, rss, render) = bench_chat(&stage).await.context("chat")?;
+        println!("  dsh-host start to the input prompt ..................... {start:8.1} ms   (target <= 50 ms)");
+        println!("  idle chat RSS .......................................... {rss:8.1} MiB  (target <= 25 MiB)");
+        println!("  render work per streamed chunk ......................... {render:8.2} us   (target <= 50 us)");
         println!("coding tools (release)");
         bench_tools().await.context("tools")?;
         println!("host soak");

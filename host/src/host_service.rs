@@ -1,0 +1,121 @@
+//! The `host` service: the methods the host itself answers for every
+//! plugin (names and payload types in `dsh_wire::host_service`).
+
+use std::sync::Arc;
+
+use dsh_wire::host_service::{
+    self as method, ExitParams, Info, PluginRow, RawModeParams, ReadInputParams, TextParams,
+};
+use dsh_wire::{codes, Error};
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::host::stats;
+use crate::router::Responder;
+use crate::supervisor::Command;
+use crate::terminal::Terminal;
+
+/// What the methods answer from.
+pub(crate) struct HostService {
+    pub args: Vec<String>,
+    /// `cwd` is read at each call.
+    pub info: Info,
+    pub exit: Arc<tokio::sync::watch::Sender<Option<i32>>>,
+    pub terminal: Terminal,
+    pub commands: mpsc::UnboundedSender<Command>,
+    pub runtime: tokio::runtime::Handle,
+}
+
+impl HostService {
+    /// One call: answered now, or later through `responder` (`None`).
+    pub fn call(
+        &self,
+        name: &str,
+        params: Value,
+        responder: Responder,
+    ) -> Option<Result<Value, Error>> {
+        Some(match name {
+            method::ARGS => Ok(json!(self.args)),
+            method::EXIT => parse::<ExitParams>(params).map(|p| {
+                self.exit.send_replace(Some(p.code));
+                Value::Null
+            }),
+            method::INFO => {
+                let info = Info {
+                    cwd: std::env::current_dir()
+                        .ok()
+                        .map(|d| d.display().to_string()),
+                    ..self.info.clone()
+                };
+                serde_json::to_value(info).map_err(Error::from)
+            }
+            method::STATS => Ok(json!(stats())),
+            method::PRINT => parse::<TextParams>(params).and_then(|p| print(&p.text, false)),
+            method::EPRINT => parse::<TextParams>(params).and_then(|p| print(&p.text, true)),
+            method::TERMINAL => serde_json::to_value(Terminal::info()).map_err(Error::from),
+            method::READ_INPUT => match parse::<ReadInputParams>(params) {
+                Ok(p) => return self.terminal.read(p.ack, responder),
+                Err(e) => Err(e),
+            },
+            method::SET_RAW_MODE => parse::<RawModeParams>(params)
+                .and_then(|p| self.terminal.set_raw(p.raw))
+                .map(|()| Value::Null),
+            method::PLUGINS => return self.plugins(responder),
+            other => Err(Error::new(
+                codes::UNKNOWN_METHOD,
+                format!("service `{}` has no method `{other}`", method::NAME),
+            )),
+        })
+    }
+
+    /// `plugins`: asks the supervisor, answering when it has.
+    fn plugins(&self, responder: Responder) -> Option<Result<Value, Error>> {
+        let (tx, rx) = oneshot::channel();
+        if self.commands.send(Command::Status(tx)).is_err() {
+            return Some(Err(Error::msg("the host is shutting down")));
+        }
+        self.runtime.spawn(async move {
+            let rows: Vec<PluginRow> = match rx.await {
+                Ok(status) => status
+                    .into_iter()
+                    .map(|s| PluginRow {
+                        id: s.id,
+                        plugin: s.plugin,
+                        state: serde_json::to_value(s.state)
+                            .ok()
+                            .and_then(|v| v.as_str().map(str::to_owned))
+                            .unwrap_or_default(),
+                        generation: s.generations,
+                        error: s.error,
+                    })
+                    .collect(),
+                Err(_) => {
+                    responder.reply(Err(Error::msg("the host is shutting down")));
+                    return;
+                }
+            };
+            responder.reply(serde_json::to_value(rows).map_err(Error::from));
+        });
+        None
+    }
+}
+
+/// The params of a method, or `INVALID_PAYLOAD` saying what is wrong.
+fn parse<T: DeserializeOwned>(params: Value) -> Result<T, Error> {
+    let params = if params.is_null() { json!({}) } else { params };
+    serde_json::from_value(params).map_err(|e| Error::new(codes::INVALID_PAYLOAD, e.to_string()))
+}
+
+fn print(text: &str, to_stderr: bool) -> Result<Value, Error> {
+    use std::io::Write;
+    let result = if to_stderr {
+        std::io::stderr().lock().write_all(text.as_bytes())
+    } else {
+        let mut out = std::io::stdout().lock();
+        out.write_all(text.as_bytes()).and_then(|_| out.flush())
+    };
+    result
+        .map(|_| Value::Null)
+        .map_err(|e| Error::msg(e.to_string()))
+}

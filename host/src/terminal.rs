@@ -1,0 +1,292 @@
+//! The terminal, as the host service offers it: stdin read on a thread of
+//! the host's own, raw mode, and the size.
+//!
+//! A plugin (the chat front end) never reads the terminal itself: a
+//! blocking read on a thread of its own would outlive its generation and
+//! pin the library, and a line editor that installs signal handlers from a
+//! library would leave them pointing into unmapped code after a reload.
+//! Instead the host reads stdin on one thread for the whole process and
+//! keeps what it read, numbered, until the reader acknowledges it: a
+//! `readInput` that was dropped, or a generation replaced mid-read, loses
+//! nothing — the next read (of the next generation too) gets it again.
+
+use std::collections::VecDeque;
+use std::io::IsTerminal;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use dsh_wire::host_service::{Input, TerminalInfo};
+use dsh_wire::{codes, Error};
+use serde_json::Value;
+
+use crate::router::Responder;
+
+/// Unacknowledged input kept at most (bytes); older input is dropped with a
+/// warning beyond it (nobody is reading).
+const MAX_UNACKED: usize = 1 << 20;
+
+/// The terminal of the process (one per host).
+#[derive(Clone, Default)]
+pub struct Terminal(Arc<Mutex<State>>);
+
+#[derive(Default)]
+struct State {
+    /// Input not yet acknowledged: (seq, text), in order.
+    queue: VecDeque<(u64, String)>,
+    /// Bytes held in `queue`.
+    queued: usize,
+    /// The seq of the last input read.
+    last: u64,
+    /// Stdin ended.
+    eof: bool,
+    /// The read waiting for input.
+    waiter: Option<Responder>,
+    /// The reader thread runs.
+    reading: bool,
+    /// The mode the terminal had before raw mode (set while raw).
+    saved: Option<libc::termios>,
+    /// Ctrl-C typed in raw mode while nobody was reading.
+    unread_interrupts: u32,
+}
+
+impl Terminal {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether stdin and stdout are terminals, and the size.
+    pub fn info() -> TerminalInfo {
+        let (cols, rows) = size();
+        TerminalInfo {
+            stdin: std::io::stdin().is_terminal(),
+            stdout: std::io::stdout().is_terminal(),
+            cols,
+            rows,
+        }
+    }
+
+    /// `readInput`: forgets input up to `ack`, then answers with what
+    /// follows, now or (keeping `responder`) when it arrives. A newer read
+    /// replaces a waiting one.
+    pub fn read(&self, ack: Option<u64>, responder: Responder) -> Option<Result<Value, Error>> {
+        let mut s = self.lock();
+        if let Some(ack) = ack {
+            while s.queue.front().is_some_and(|(seq, _)| *seq <= ack) {
+                if let Some((_, text)) = s.queue.pop_front() {
+                    s.queued -= text.len();
+                }
+            }
+        }
+        s.unread_interrupts = 0;
+        if !s.reading {
+            s.reading = true;
+            let this = self.clone();
+            let spawned = std::thread::Builder::new()
+                .name("dsh-stdin".into())
+                .spawn(move || this.read_stdin());
+            if let Err(e) = spawned {
+                s.reading = false;
+                return Some(Err(Error::msg(format!("cannot read stdin: {e}"))));
+            }
+        }
+        if let Some(input) = s.pending() {
+            return Some(to_value(&input));
+        }
+        if let Some(old) = s.waiter.replace(responder) {
+            old.reply(Err(Error::new(
+                codes::HOST_REFUSED,
+                "a newer readInput replaced this one",
+            )));
+        }
+        None
+    }
+
+    /// `setRawMode`: raw (keys arrive one by one, unechoed, Ctrl-C as a
+    /// byte; output still turns `\n` into `\r\n`) or the mode the host
+    /// started with.
+    pub fn set_raw(&self, raw: bool) -> Result<(), Error> {
+        let mut s = self.lock();
+        if raw {
+            if s.saved.is_some() {
+                return Ok(());
+            }
+            let saved = get_mode()?;
+            let mut mode = saved;
+            // SAFETY: `mode` is a valid termios read from the terminal.
+            unsafe { libc::cfmakeraw(&mut mode) };
+            mode.c_oflag |= libc::OPOST | libc::ONLCR;
+            set_mode(&mode)?;
+            s.saved = Some(saved);
+        } else if let Some(saved) = s.saved.take() {
+            set_mode(&saved)?;
+        }
+        Ok(())
+    }
+
+    /// Puts the terminal back the way the host found it (at exit).
+    pub fn restore(&self) {
+        if let Some(saved) = self.lock().saved.take() {
+            let _ = set_mode(&saved);
+        }
+    }
+
+    /// The reader thread: stdin to the queue until it ends.
+    fn read_stdin(&self) {
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut partial: Vec<u8> = Vec::new();
+        loop {
+            // SAFETY: reading into a buffer we own, at most its length.
+            let n = unsafe { libc::read(0, buf.as_mut_ptr().cast(), buf.len()) };
+            if n < 0 {
+                if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                self.push(String::new(), true);
+                return;
+            }
+            if n == 0 {
+                let rest = String::from_utf8_lossy(&partial).into_owned();
+                self.push(rest, true);
+                return;
+            }
+            partial.extend_from_slice(&buf[..n as usize]);
+            let text = take_utf8(&mut partial);
+            if !text.is_empty() {
+                self.push(text, false);
+            }
+        }
+    }
+
+    /// Queues `text` (and the end of stdin) and answers a waiting read.
+    fn push(&self, text: String, eof: bool) {
+        let mut s = self.lock();
+        if !text.is_empty() {
+            if s.saved.is_some() && s.waiter.is_none() && text.contains('\u{3}') {
+                s.unread_interrupts += 1;
+                // Two Ctrl-C and nobody reading: the front end is gone, so
+                // the keys are the user's way out. Give them back.
+                if s.unread_interrupts >= 2 {
+                    if let Some(saved) = s.saved.take() {
+                        let _ = set_mode(&saved);
+                    }
+                    // SAFETY: raising a signal in our own process.
+                    unsafe { libc::raise(libc::SIGINT) };
+                }
+            }
+            s.last += 1;
+            let seq = s.last;
+            s.queued += text.len();
+            s.queue.push_back((seq, text));
+            while s.queued > MAX_UNACKED {
+                let Some((_, old)) = s.queue.pop_front() else {
+                    break;
+                };
+                s.queued -= old.len();
+                tracing::warn!("terminal input dropped: nobody read it");
+            }
+        }
+        s.eof |= eof;
+        let Some(input) = s.pending() else {
+            return;
+        };
+        if let Some(waiter) = s.waiter.take() {
+            // A caller that is gone gets nothing; the input stays queued
+            // until a read acknowledges it.
+            waiter.reply(to_value(&input));
+        }
+    }
+}
+
+impl State {
+    /// Everything unacknowledged, or `None` when there is nothing to say.
+    fn pending(&self) -> Option<Input> {
+        if self.queue.is_empty() && !self.eof {
+            return None;
+        }
+        Some(Input {
+            seq: self.last,
+            text: self.queue.iter().map(|(_, t)| t.as_str()).collect(),
+            eof: self.eof,
+        })
+    }
+}
+
+fn to_value(input: &Input) -> Result<Value, Error> {
+    serde_json::to_value(input).map_err(Error::from)
+}
+
+/// The longest complete UTF-8 prefix of `bytes` as text (invalid bytes
+/// replaced), leaving an incomplete final character in `bytes`.
+fn take_utf8(bytes: &mut Vec<u8>) -> String {
+    let keep = match std::str::from_utf8(bytes) {
+        Ok(_) => 0,
+        Err(e) if e.error_len().is_none() => bytes.len() - e.valid_up_to(),
+        Err(_) => 0,
+    };
+    let tail = bytes.split_off(bytes.len() - keep);
+    let text = String::from_utf8_lossy(bytes).into_owned();
+    *bytes = tail;
+    text
+}
+
+/// (cols, rows) of stdout's terminal, or (0, 0).
+fn size() -> (u16, u16) {
+    // SAFETY: `winsize` is plain data; TIOCGWINSZ fills it or fails.
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: fd 1 and a valid pointer to `ws`.
+    let rc = unsafe { libc::ioctl(1, libc::TIOCGWINSZ, &mut ws) };
+    if rc == 0 {
+        (ws.ws_col, ws.ws_row)
+    } else {
+        (0, 0)
+    }
+}
+
+fn get_mode() -> Result<libc::termios, Error> {
+    // SAFETY: `termios` is plain data; tcgetattr fills it or fails.
+    let mut mode: libc::termios = unsafe { std::mem::zeroed() };
+    // SAFETY: fd 0 and a valid pointer.
+    if unsafe { libc::tcgetattr(0, &mut mode) } != 0 {
+        return Err(Error::new(
+            codes::HOST_REFUSED,
+            format!(
+                "stdin is not a terminal: {}",
+                std::io::Error::last_os_error()
+            ),
+        ));
+    }
+    Ok(mode)
+}
+
+fn set_mode(mode: &libc::termios) -> Result<(), Error> {
+    // SAFETY: fd 0 and a valid termios.
+    if unsafe { libc::tcsetattr(0, libc::TCSANOW, mode) } != 0 {
+        return Err(Error::msg(format!(
+            "cannot set the terminal mode: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::take_utf8;
+
+    #[test]
+    fn a_character_split_across_reads_is_kept_whole() {
+        let mut bytes = "aé".as_bytes().to_vec();
+        let last = bytes.pop().unwrap();
+        assert_eq!(take_utf8(&mut bytes), "a");
+        assert_eq!(bytes.len(), 1);
+        bytes.push(last);
+        assert_eq!(take_utf8(&mut bytes), "é");
+        assert!(bytes.is_empty());
+    }
+
+    #[test]
+    fn invalid_bytes_are_replaced_not_kept() {
+        let mut bytes = vec![b'a', 0xff, b'b'];
+        assert_eq!(take_utf8(&mut bytes), "a\u{fffd}b");
+        assert!(bytes.is_empty());
+    }
+}

@@ -1,0 +1,758 @@
+//! The chat loop: terminal input in (through the host, never a read of our
+//! own), session events and turn ends out, approvals asked in between.
+//! Everything the next generation needs to go on after a reload lives in
+//! [`View`], handed over on dispose.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+
+use dsh_sdk::api::agent_loop::{
+    AgentLoop, AgentOptions, AgentRef, CreateMeta, CreateParams, ResumeParams,
+};
+use dsh_sdk::api::agents::{Agents, CancelParams, RunStatus, WhenIdleReply};
+use dsh_sdk::api::approval::{ApprovalOutcome, ApprovalReply, ApprovalRequest};
+use dsh_sdk::api::host::{Host, Input};
+use dsh_sdk::api::session_persistence::SessionPersistence;
+use dsh_sdk::api::sessions::{ForkParams, Sessions};
+use dsh_sdk::names::{bus, code};
+use dsh_sdk::prelude::*;
+use dsh_sdk::vocab::{event, msg, SessionEvent};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::editor::{Action, Editor};
+use crate::keys::{Key, KeyParser};
+use crate::render::{Out, Renderer, Theme, Tone};
+use crate::screen::{sanitize, Prompt, Screen};
+use crate::Config;
+
+/// What reaches the loop besides input.
+pub enum Msg {
+    /// An event of the current session's log.
+    Event(SessionEvent),
+    /// The turn started by the chat went idle.
+    TurnDone(String, Result<WhenIdleReply>),
+    /// A tool call asks for approval; the answer goes back on the sender.
+    Approval(ApprovalRequest, oneshot::Sender<ApprovalReply>),
+}
+
+/// What survives a reload (handed to the next generation).
+#[derive(Serialize, Deserialize, Default)]
+pub struct View {
+    /// The agent (its id is the session id).
+    pub agent: String,
+    /// The last terminal input handled.
+    pub ack: Option<u64>,
+    pub editor: Editor,
+    pub screen: Screen,
+    pub renderer: Renderer,
+    /// A turn started here runs.
+    pub running: bool,
+    /// (agent, tool) pairs the user allowed for the session.
+    pub allowed: Vec<(String, String)>,
+    /// Tool calls seen: callId → (name, arguments), for approval prompts.
+    pub calls: HashMap<String, (String, String)>,
+    /// A Ctrl-C at an empty prompt was seen (the next one exits).
+    pub armed_exit: bool,
+}
+
+/// The approval being asked.
+struct Asking {
+    request: ApprovalRequest,
+    reply: oneshot::Sender<ApprovalReply>,
+}
+
+/// The running chat.
+pub struct App {
+    ctx: Context,
+    host: Host,
+    config: Config,
+    pub view: Rc<RefCell<View>>,
+    keys: KeyParser,
+    asking: Option<Asking>,
+    queued_approvals: Vec<Asking>,
+    tx: mpsc::UnboundedSender<Msg>,
+    quit: bool,
+}
+
+type Reading = Pin<Box<dyn Future<Output = Result<Input>>>>;
+
+/// How long a reloaded chat waits for its predecessor's agent to go.
+const REOPEN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl App {
+    /// A chat on `view` (a fresh one, or the predecessor's).
+    pub fn new(
+        ctx: &Context,
+        config: Config,
+        view: Rc<RefCell<View>>,
+        tx: mpsc::UnboundedSender<Msg>,
+    ) -> App {
+        App {
+            ctx: ctx.clone(),
+            host: Host::new(ctx),
+            config,
+            view,
+            keys: KeyParser::default(),
+            asking: None,
+            queued_approvals: Vec::new(),
+            tx,
+            quit: false,
+        }
+    }
+
+    async fn print(&self, text: &str) {
+        if !text.is_empty() {
+            let _ = self.host.print(text).await;
+        }
+    }
+
+    /// Prints output above the input area and draws the input again.
+    async fn show(&self, out: &Out) {
+        let text = {
+            let mut v = self.view.borrow_mut();
+            let styled = if v.renderer.theme.color {
+                &out.styled
+            } else {
+                &out.plain
+            };
+            let mut text = v.screen.output(styled, &out.plain);
+            text.push_str(&self.input_area(&mut v));
+            text
+        };
+        self.print(&text).await;
+    }
+
+    /// A line of our own (a notice), on a line of its own.
+    async fn notice(&self, tone: Tone, text: &str) {
+        let out = {
+            let mut v = self.view.borrow_mut();
+            let mut out = v.renderer.finish_block();
+            let theme = v.renderer.theme;
+            theme.push(&mut out, tone, text);
+            if !text.ends_with('\n') {
+                theme.push(&mut out, Tone::Plain, "\n");
+            }
+            out
+        };
+        self.show(&out).await;
+    }
+
+    /// The input area's text: drawn at an idle prompt, while an approval
+    /// is asked, or when something is typed during a turn.
+    fn input_area(&self, v: &mut View) -> String {
+        if let Some(a) = &self.asking {
+            let question = approval_question(&a.request, &v.calls);
+            let prompt = Prompt {
+                prefix: "? ",
+                styled_prefix: "? ",
+                text: &question,
+                cursor: question.chars().count(),
+            };
+            return v.screen.draw_input(&prompt);
+        }
+        let text = v.editor.text();
+        if v.running && text.is_empty() {
+            return v.screen.erase_input();
+        }
+        let styled = if v.renderer.theme.color {
+            format!(
+                "{}› {}",
+                anstyle::Effects::BOLD.render(),
+                anstyle::Reset.render()
+            )
+        } else {
+            "› ".to_owned()
+        };
+        let prompt = Prompt {
+            prefix: "› ",
+            styled_prefix: &styled,
+            text: &text,
+            cursor: v.editor.cursor(),
+        };
+        v.screen.draw_input(&prompt)
+    }
+
+    async fn redraw(&self) {
+        let text = {
+            let mut v = self.view.borrow_mut();
+            self.input_area(&mut v)
+        };
+        self.print(&text).await;
+    }
+
+    fn agent(&self) -> String {
+        self.view.borrow().agent.clone()
+    }
+
+    fn options(&self) -> AgentOptions {
+        self.config.agent_options()
+    }
+
+    /// Opens the session to chat in: the predecessor's, one to resume, or
+    /// a new one.
+    pub async fn open(&mut self, resume: Option<String>, cwd: &str) -> Result<()> {
+        if !self.view.borrow().agent.is_empty() {
+            return self.reopen().await;
+        }
+        match resume {
+            Some(id) => self.resume(&id).await?,
+            None => self.new_session(cwd).await?,
+        }
+        Ok(())
+    }
+
+    /// After a reload: the agent-loop disposes an agent with the plugin
+    /// generation that created it (a turn running then ends `disposed`),
+    /// so this generation waits for that and resumes the session, which
+    /// the disposal left stored.
+    async fn reopen(&mut self) -> Result<()> {
+        let agent = self.agent();
+        let (tx, disposed) = oneshot::channel();
+        let tx = RefCell::new(Some(tx));
+        let id = agent.clone();
+        let tx = Rc::new(tx);
+        let listener = self.ctx.on(bus::AGENT_DISPOSED, move |ev| {
+            let (tx, id) = (tx.clone(), id.clone());
+            async move {
+                let gone: AgentRef = ev.payload_as()?;
+                if gone.agent == id {
+                    if let Some(tx) = tx.borrow_mut().take() {
+                        let _ = tx.send(());
+                    }
+                }
+                Ok(Value::Null)
+            }
+        });
+        let agents = Agents::new(&self.ctx);
+        match agents.status(&agent).await {
+            Err(e) if e.code == code::AGENT_NOT_FOUND => {}
+            Err(e) => return Err(e),
+            Ok(_) => {
+                if tokio::time::timeout(REOPEN_WAIT, disposed).await.is_err() {
+                    drop(listener);
+                    return self.adopt_live(&agent).await;
+                }
+            }
+        }
+        drop(listener);
+        let was_running = self.view.borrow().running;
+        let params = ResumeParams {
+            session_id: agent.clone(),
+            agent_options: self.options(),
+        };
+        let resumed = AgentLoop::new(&self.ctx).resume(&params).await?;
+        self.switch_to(resumed.agent);
+        if was_running {
+            self.notice(Tone::Dim, "(the reload ended the running turn)")
+                .await;
+        }
+        self.redraw().await;
+        Ok(())
+    }
+
+    /// The agent outlived the reload (an agent-loop that does not dispose
+    /// with its creator): go on with it as it is.
+    async fn adopt_live(&mut self, agent: &str) -> Result<()> {
+        let status = Agents::new(&self.ctx).status(agent).await?;
+        let running = status.status == RunStatus::Running;
+        self.view.borrow_mut().running = running;
+        if running {
+            self.watch_turn(agent.to_owned());
+        }
+        self.redraw().await;
+        Ok(())
+    }
+
+    async fn new_session(&mut self, cwd: &str) -> Result<()> {
+        let params = CreateParams {
+            session_id: None,
+            agent_options: self.options(),
+            meta: Some(CreateMeta {
+                cwd: Some(cwd.to_owned()),
+            }),
+        };
+        let created = AgentLoop::new(&self.ctx).create(&params).await?;
+        self.switch_to(created.agent);
+        let banner = format!(
+            "dsh chat · {} · {}   /help for commands · Ctrl-D exits\n",
+            self.config.model, self.config.provider
+        );
+        self.notice(Tone::Dim, &banner).await;
+        Ok(())
+    }
+
+    async fn resume(&mut self, id: &str) -> Result<()> {
+        let params = ResumeParams {
+            session_id: id.to_owned(),
+            agent_options: self.options(),
+        };
+        let resumed = AgentLoop::new(&self.ctx).resume(&params).await?;
+        self.switch_to(resumed.agent.clone());
+        let events = Sessions::new(&self.ctx).events(&resumed.agent, 0).await?;
+        self.notice(
+            Tone::Dim,
+            &format!(
+                "resumed session {} ({} events)",
+                resumed.agent,
+                events.len()
+            ),
+        )
+        .await;
+        // The last exchange, as a reminder of where it stood.
+        let last_user = events.iter().rev().find(|e| {
+            e.kind == event::USER_MESSAGE && e.data["message"]["source"]["kind"] == "user"
+        });
+        let last_answer = events
+            .iter()
+            .rev()
+            .find(|e| e.kind == event::ASSISTANT_MESSAGE);
+        if let Some(u) = last_user {
+            let text = msg::joined_text(&u.data["message"]);
+            self.notice(Tone::Dim, &format!("› {}", sanitize(&text)))
+                .await;
+        }
+        if let Some(a) = last_answer {
+            let text = msg::joined_text(&a.data["message"]);
+            if !text.trim().is_empty() {
+                self.notice(Tone::Plain, &sanitize(&text)).await;
+            }
+        }
+        Ok(())
+    }
+
+    fn switch_to(&mut self, agent: String) {
+        let mut v = self.view.borrow_mut();
+        v.agent = agent;
+        v.running = false;
+        v.calls.clear();
+    }
+
+    /// The loop: until the user exits.
+    pub async fn run(&mut self, rx: &mut mpsc::UnboundedReceiver<Msg>) -> Result<()> {
+        self.redraw().await;
+        let mut reading = self.read_input();
+        while !self.quit {
+            tokio::select! {
+                input = &mut reading => {
+                    match input {
+                        Ok(input) => {
+                            self.view.borrow_mut().ack = Some(input.seq);
+                            let eof = input.eof;
+                            for key in self.keys.feed(&input.text) {
+                                self.key(key).await;
+                                if self.quit {
+                                    break;
+                                }
+                            }
+                            if eof && !self.quit {
+                                self.exit().await;
+                            }
+                        }
+                        Err(e) => {
+                            self.notice(Tone::Error, &format!("✗ cannot read the terminal: {e}")).await;
+                            self.exit().await;
+                        }
+                    }
+                    reading = self.read_input();
+                }
+                msg = rx.recv() => match msg {
+                    Some(msg) => self.message(msg).await,
+                    None => break,
+                },
+            }
+        }
+        Ok(())
+    }
+
+    fn read_input(&self) -> Reading {
+        let host = self.host.clone();
+        let ack = self.view.borrow().ack;
+        Box::pin(async move { host.read_input(ack).await })
+    }
+
+    async fn message(&mut self, msg: Msg) {
+        match msg {
+            Msg::Event(e) => {
+                if e.kind == event::TOOL_CALL {
+                    let id = e.data["callId"].as_str().unwrap_or_default().to_owned();
+                    let name = e.data["name"].as_str().unwrap_or_default().to_owned();
+                    let args = e.data["arguments"].as_str().unwrap_or_default().to_owned();
+                    self.view.borrow_mut().calls.insert(id, (name, args));
+                }
+                let out = self.view.borrow_mut().renderer.event(&e);
+                if !out.plain.is_empty() {
+                    self.show(&out).await;
+                }
+            }
+            Msg::TurnDone(agent, done) => {
+                if agent != self.agent() {
+                    return;
+                }
+                self.view.borrow_mut().running = false;
+                let out = match done {
+                    Ok(idle) => self.view.borrow_mut().renderer.turn_end(&idle.reason),
+                    Err(e) => {
+                        let theme = self.view.borrow().renderer.theme;
+                        theme.one(Tone::Error, &format!("✗ {}: {}\n", e.code, e.message))
+                    }
+                };
+                self.show(&out).await;
+                let _ = Sessions::new(&self.ctx).flush(&self.agent()).await;
+            }
+            Msg::Approval(request, reply) => {
+                let key = (request.agent.clone(), request.tool_name.clone());
+                if self.view.borrow().allowed.contains(&key) {
+                    let _ = reply.send(ApprovalReply {
+                        outcome: Some(ApprovalOutcome::AllowedOnce),
+                    });
+                    return;
+                }
+                let asking = Asking { request, reply };
+                if self.asking.is_some() {
+                    self.queued_approvals.push(asking);
+                } else {
+                    self.asking = Some(asking);
+                    self.redraw().await;
+                }
+            }
+        }
+    }
+
+    async fn key(&mut self, key: Key) {
+        if self.asking.is_some() {
+            return self.approval_key(key).await;
+        }
+        let action = self.view.borrow_mut().editor.handle(key);
+        match action {
+            Action::Edited => {
+                self.view.borrow_mut().armed_exit = false;
+                self.redraw().await;
+            }
+            Action::Submit(text) => {
+                self.view.borrow_mut().armed_exit = false;
+                self.submit(text).await;
+            }
+            Action::Interrupt { had_input } => self.interrupt(had_input).await,
+            Action::Eof => self.exit().await,
+            Action::ClearScreen => {
+                self.view.borrow_mut().screen.forget_input();
+                self.print("\x1b[H\x1b[2J").await;
+                self.redraw().await;
+            }
+            Action::ToggleReasoning => {
+                let shown = {
+                    let mut v = self.view.borrow_mut();
+                    v.renderer.show_reasoning = !v.renderer.show_reasoning;
+                    v.renderer.show_reasoning
+                };
+                let text = if shown {
+                    "(reasoning shown)"
+                } else {
+                    "(reasoning folded)"
+                };
+                self.notice(Tone::Dim, text).await;
+            }
+        }
+    }
+
+    /// Ctrl-C: cancels a running turn; at the prompt it clears the input,
+    /// and a second one on an empty prompt exits.
+    async fn interrupt(&mut self, had_input: bool) {
+        let running = self.view.borrow().running;
+        if running {
+            let params = CancelParams {
+                agent: self.agent(),
+                cause: Some(json!({"kind": "user"})),
+                keep_inbox: false,
+            };
+            if let Err(e) = Agents::new(&self.ctx).cancel(&params).await {
+                self.notice(Tone::Error, &format!("✗ cannot cancel: {e}"))
+                    .await;
+            }
+            return;
+        }
+        if had_input {
+            self.redraw().await;
+            return;
+        }
+        let armed = std::mem::replace(&mut self.view.borrow_mut().armed_exit, true);
+        if armed {
+            return self.exit().await;
+        }
+        self.notice(Tone::Dim, "(Ctrl-C again or Ctrl-D to exit)")
+            .await;
+    }
+
+    async fn approval_key(&mut self, key: Key) {
+        let outcome = match key {
+            Key::Char('y' | 'Y') | Key::Enter => ApprovalOutcome::AllowedOnce,
+            Key::Char('a' | 'A') => {
+                if let Some(a) = &self.asking {
+                    let pair = (a.request.agent.clone(), a.request.tool_name.clone());
+                    self.view.borrow_mut().allowed.push(pair);
+                }
+                ApprovalOutcome::AllowedOnce
+            }
+            Key::Char('n' | 'N') | Key::Esc => ApprovalOutcome::Rejected,
+            Key::Interrupt => ApprovalOutcome::Rejected,
+            _ => return,
+        };
+        let Some(asking) = self.asking.take() else {
+            return;
+        };
+        let word = match (
+            &outcome,
+            key_is_session(&self.view.borrow().allowed, &asking),
+        ) {
+            (ApprovalOutcome::AllowedOnce, true) => "allowed for this session",
+            (ApprovalOutcome::AllowedOnce, false) => "allowed once",
+            _ => "rejected",
+        };
+        let tone = if outcome == ApprovalOutcome::Rejected {
+            Tone::Error
+        } else {
+            Tone::Ok
+        };
+        let _ = asking.reply.send(ApprovalReply {
+            outcome: Some(outcome),
+        });
+        self.notice(tone, &format!("  {} {word}", asking.request.tool_name))
+            .await;
+        if !self.queued_approvals.is_empty() {
+            self.asking = Some(self.queued_approvals.remove(0));
+        }
+        self.redraw().await;
+    }
+
+    async fn submit(&mut self, text: String) {
+        crate::history::save(&self.config.history_path, &text);
+        let running = self.view.borrow().running;
+        // The line as typed stays above the output.
+        let echo = {
+            let mut v = self.view.borrow_mut();
+            let mut out = v.renderer.finish_block();
+            let theme = v.renderer.theme;
+            let mark = if running { "↳ " } else { "› " };
+            theme.push(&mut out, Tone::Bold, mark);
+            theme.push(&mut out, Tone::Plain, &format!("{}\n", sanitize(&text)));
+            out
+        };
+        self.show(&echo).await;
+        let trimmed = text.trim();
+        if trimmed.is_empty() {
+            return;
+        }
+        if trimmed.starts_with('/') {
+            return self.command(trimmed).await;
+        }
+        let agents = Agents::new(&self.ctx);
+        let message = json!({ "text": text });
+        if running {
+            if let Err(e) = agents.steer(&self.agent(), message).await {
+                self.notice(Tone::Error, &format!("✗ {}: {}", e.code, e.message))
+                    .await;
+            }
+            return;
+        }
+        match agents.followup(&self.agent(), message).await {
+            Ok(_) => {
+                self.view.borrow_mut().running = true;
+                self.watch_turn(self.agent());
+                self.redraw().await;
+            }
+            Err(e) => {
+                self.notice(Tone::Error, &format!("✗ {}: {}", e.code, e.message))
+                    .await
+            }
+        }
+    }
+
+    /// Tells the loop when the agent's turn(s) end.
+    fn watch_turn(&self, agent: String) {
+        let (ctx, tx) = (self.ctx.clone(), self.tx.clone());
+        self.ctx.spawn(async move {
+            let done = Agents::new(&ctx).when_idle(&agent).await;
+            let _ = tx.send(Msg::TurnDone(agent, done));
+        });
+    }
+
+    async fn command(&mut self, line: &str) {
+        let (name, rest) = line[1..]
+            .split_once(char::is_whitespace)
+            .map_or((&line[1..], ""), |(n, r)| (n, r.trim()));
+        let running = self.view.borrow().running;
+        let result = match name {
+            "exit" | "quit" => {
+                self.exit().await;
+                return;
+            }
+            "help" => Ok(HELP.to_owned()),
+            "new" if !running => self.command_new().await,
+            "sessions" => self.command_sessions().await,
+            "resume" if !running => match rest {
+                "" => Err(Error::msg("/resume needs a session id (see /sessions)")),
+                id => self.resume(id).await.map(|()| String::new()),
+            },
+            "fork" if !running => self.command_fork().await,
+            "plugins" => self.command_plugins().await,
+            "new" | "resume" | "fork" => Err(Error::msg(format!(
+                "/{name} waits until the turn ends (Ctrl-C cancels it)"
+            ))),
+            _ => Err(Error::msg(format!("unknown command /{name} (try /help)"))),
+        };
+        match result {
+            Ok(text) if text.is_empty() => self.redraw().await,
+            Ok(text) => self.notice(Tone::Plain, &text).await,
+            Err(e) => self.notice(Tone::Error, &format!("✗ {}", e.message)).await,
+        }
+    }
+
+    async fn command_new(&mut self) -> Result<String> {
+        let _ = Sessions::new(&self.ctx).flush(&self.agent()).await;
+        let cwd = self.host.info().await?.cwd.unwrap_or_else(|| "/".into());
+        self.new_session(&cwd).await?;
+        Ok(String::new())
+    }
+
+    async fn command_sessions(&self) -> Result<String> {
+        let cwd = self.host.info().await?.cwd;
+        let list = SessionPersistence::new(&self.ctx)
+            .list(cwd.as_deref())
+            .await?;
+        if list.is_empty() {
+            return Ok("no stored sessions for this directory".into());
+        }
+        let current = self.agent();
+        let mut out = String::new();
+        for s in list.iter().take(20) {
+            let mark = if s.id == current { "*" } else { " " };
+            let prompt: String = s.last_prompt.chars().take(50).collect();
+            out.push_str(&format!(
+                "{mark} {}  {:>3} turns  {}\n",
+                s.id,
+                s.turns,
+                sanitize(&prompt).replace('\n', " ")
+            ));
+        }
+        out.push_str("/resume <id> continues one");
+        Ok(out)
+    }
+
+    async fn command_fork(&mut self) -> Result<String> {
+        let sessions = Sessions::new(&self.ctx);
+        let source = self.agent();
+        sessions.flush(&source).await?;
+        let forked = sessions
+            .fork(&ForkParams {
+                id: source.clone(),
+                child_id: None,
+                boundary: None,
+            })
+            .await?;
+        self.resume(&forked.id).await?;
+        Ok(format!("forked {source} into {}", forked.id))
+    }
+
+    async fn command_plugins(&self) -> Result<String> {
+        let rows = self.host.plugins().await?;
+        let mut out = format!(
+            "{:<22} {:<22} {:<10} {:>4}\n",
+            "ROW", "PLUGIN", "STATE", "GEN"
+        );
+        for r in rows {
+            out.push_str(&format!(
+                "{:<22} {:<22} {:<10} {:>4}",
+                r.id, r.plugin, r.state, r.generation
+            ));
+            if let Some(e) = r.error {
+                out.push_str(&format!("  {}", sanitize(&e).replace('\n', " ")));
+            }
+            out.push('\n');
+        }
+        Ok(out.trim_end().to_owned())
+    }
+
+    /// Flushes the session, gives the terminal back and ends the process.
+    async fn exit(&mut self) {
+        self.quit = true;
+        if self.view.borrow().running {
+            let params = CancelParams {
+                agent: self.agent(),
+                cause: Some(json!({"kind": "user"})),
+                keep_inbox: false,
+            };
+            let _ = Agents::new(&self.ctx).cancel(&params).await;
+            let _ = Agents::new(&self.ctx).when_idle(&self.agent()).await;
+        }
+        let agent = self.agent();
+        if !agent.is_empty() {
+            let _ = Sessions::new(&self.ctx).flush(&agent).await;
+        }
+        let text = {
+            let mut v = self.view.borrow_mut();
+            let mut text = v.screen.erase_input();
+            text.push_str(&v.screen.end_line());
+            text
+        };
+        self.print(&text).await;
+        self.print("\x1b[?2004l").await;
+        let _ = self.host.set_raw_mode(false).await;
+        let _ = self.host.exit(0).await;
+    }
+}
+
+fn key_is_session(allowed: &[(String, String)], asking: &Asking) -> bool {
+    allowed
+        .iter()
+        .any(|(a, t)| *a == asking.request.agent && *t == asking.request.tool_name)
+}
+
+/// The approval question: the tool, its arguments, the policy's reason
+/// and the choices.
+fn approval_question(
+    request: &ApprovalRequest,
+    calls: &HashMap<String, (String, String)>,
+) -> String {
+    let args = request
+        .call_id
+        .as_ref()
+        .and_then(|id| calls.get(id))
+        .map(|(_, args)| args.as_str())
+        .unwrap_or_default();
+    let args: String = sanitize(args)
+        .replace('\n', " ")
+        .chars()
+        .take(200)
+        .collect();
+    let mut q = format!("{} {args}", request.tool_name);
+    if let Some(reason) = &request.reason {
+        q.push_str(&format!("\n({})", sanitize(reason)));
+    }
+    q.push_str("\nallow once [y] · allow for this session [a] · reject [n]");
+    q
+}
+
+const HELP: &str = "\
+/help              this list
+/new               a new session
+/sessions          the stored sessions of this directory
+/resume <id>       continue a stored session
+/fork              continue in a copy of this session
+/plugins           every row: state, generation, why it failed
+/exit              leave (Ctrl-D, or Ctrl-C twice)
+keys: Enter sends · Alt-Enter or Ctrl-J new line · Up/Down history ·
+      Ctrl-C cancels a turn · Ctrl-T shows or folds reasoning · Ctrl-L clears
+typing while a turn runs steers it";
+
+/// The theme for this terminal: colors unless `NO_COLOR` is set or stdout
+/// is not a terminal.
+pub fn theme(stdout_is_terminal: bool) -> Theme {
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    Theme {
+        color: stdout_is_terminal && !no_color,
+    }
+}

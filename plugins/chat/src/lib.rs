@@ -1,0 +1,274 @@
+//! `chat`: the interactive terminal front end (`dsh-host` with no task).
+//! Streams the agent's answers, tool calls and results as they are logged,
+//! takes input through the host's terminal (the host reads stdin; a
+//! plugin never blocks in a read, so a reload mid-conversation keeps the
+//! session, the typed input and every keystroke), steers a running turn
+//! with what is typed during it, cancels it with Ctrl-C, and is the
+//! `approval` service's approver.
+//!
+//! App arguments: `[--continue] [--resume <session-id>]`.
+
+mod app;
+mod editor;
+mod history;
+mod keys;
+mod render;
+mod screen;
+
+use std::cell::RefCell;
+use std::path::PathBuf;
+use std::rc::Rc;
+
+use dsh_sdk::api::agent_loop::{AgentOptions, MaxTokens};
+use dsh_sdk::api::approval::{ApprovalOutcome, ApprovalReply, ApprovalRequest};
+use dsh_sdk::api::host::Host;
+use dsh_sdk::api::session_persistence::SessionPersistence;
+use dsh_sdk::api::sessions::SessionAppended;
+use dsh_sdk::names::{bus, service};
+use dsh_sdk::prelude::*;
+use serde::Deserialize;
+use tokio::sync::{mpsc, oneshot};
+
+use app::{App, Msg, View};
+use editor::Editor;
+use render::Renderer;
+use screen::Screen;
+
+/// The chat's configuration (its row's `config`).
+#[derive(Deserialize, Default, Clone)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+pub struct Config {
+    provider: String,
+    model: String,
+    max_tokens: Option<u64>,
+    /// The input history (default `$DSH_HOME/chat-history`).
+    history_file: Option<PathBuf>,
+    #[serde(skip)]
+    history_path: PathBuf,
+}
+
+impl Config {
+    fn agent_options(&self) -> AgentOptions {
+        AgentOptions {
+            provider: Some(self.provider.clone()),
+            model: Some(self.model.clone()),
+            max_tokens: self.max_tokens.map(MaxTokens::from),
+        }
+    }
+}
+
+/// What the app arguments ask for.
+enum Start {
+    New,
+    Continue,
+    Resume(String),
+}
+
+fn parse_args(args: &[String]) -> std::result::Result<Start, String> {
+    let mut start = Start::New;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        start = match a.as_str() {
+            "--continue" => Start::Continue,
+            "--resume" => Start::Resume(it.next().ok_or("--resume needs a session id")?.clone()),
+            other => {
+                return Err(format!(
+                    "chat takes no task (`{other}`): type it at the prompt, or run `dsh-host \"task\"` for a one-shot run"
+                ))
+            }
+        };
+    }
+    Ok(start)
+}
+
+async fn run(
+    ctx: Context,
+    mut config: Config,
+    view: Rc<RefCell<View>>,
+    mut rx: mpsc::UnboundedReceiver<Msg>,
+    tx: mpsc::UnboundedSender<Msg>,
+) -> Result<i32> {
+    let host = Host::new(&ctx);
+    let info = host.info().await?;
+    config.history_path = config
+        .history_file
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(&info.home).join("chat-history"));
+    let fresh = view.borrow().agent.is_empty();
+    let mut resume = None;
+    if fresh {
+        let start = match parse_args(&host.args().await?) {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = host.eprint(&format!("dsh: {e}\n")).await;
+                return Ok(1);
+            }
+        };
+        let term = host.terminal().await?;
+        if !term.stdin {
+            let _ = host
+                .eprint("dsh: chat needs a terminal on stdin; for a one-shot run give a task: dsh-host \"run the tests\"\n")
+                .await;
+            return Ok(1);
+        }
+        let cwd = info.cwd.clone().unwrap_or_else(|| "/".to_owned());
+        resume = match start {
+            Start::New => None,
+            Start::Resume(id) => Some(id),
+            Start::Continue => match SessionPersistence::new(&ctx)
+                .list(Some(&cwd))
+                .await?
+                .into_iter()
+                .max_by_key(|s| s.created_at)
+            {
+                Some(latest) => Some(latest.id),
+                None => {
+                    let _ = host
+                        .eprint("dsh: --continue: no stored session for this directory\n")
+                        .await;
+                    return Ok(1);
+                }
+            },
+        };
+        {
+            let mut v = view.borrow_mut();
+            let cols = usize::from(term.cols).max(20);
+            v.screen = Screen::new(cols);
+            v.renderer = Renderer::new(app::theme(term.stdout), cols);
+            v.editor = Editor::new(history::load(&config.history_path));
+        }
+        host.set_raw_mode(true).await?;
+        // Bracketed paste: a paste arrives as one key, newlines and all.
+        host.print("\x1b[?2004h").await?;
+    }
+    let cwd = info.cwd.unwrap_or_else(|| "/".to_owned());
+    let mut app = App::new(&ctx, config, view, tx);
+    if let Err(e) = app.open(resume, &cwd).await {
+        let _ = host.set_raw_mode(false).await;
+        let _ = host
+            .eprint(&format!("dsh: {}: {}\n", e.code, e.message))
+            .await;
+        return Ok(1);
+    }
+    app.run(&mut rx).await?;
+    Ok(0)
+}
+
+struct Chat;
+
+impl Plugin for Chat {
+    const NAME: &'static str = "chat";
+    const DESCRIPTION: &'static str = "interactive terminal chat";
+    const INJECT: &'static [&'static str] =
+        &[service::AGENTS, service::AGENT_LOOP, service::SESSIONS];
+    const PROVIDES: &'static [&'static str] = &[service::APPROVAL];
+    type Config = Config;
+
+    async fn apply(ctx: Context, config: Config) -> Result<()> {
+        let inherited: Option<View> = ctx.inherited()?;
+        let view = Rc::new(RefCell::new(inherited.unwrap_or_default()));
+        let (tx, rx) = mpsc::unbounded_channel();
+        // The next generation goes on where this one stands.
+        let v = view.clone();
+        ctx.handoff(move || serde_json::to_value(&*v.borrow()).unwrap_or(Value::Null));
+        // The current session's events, as they are logged.
+        let (v, t) = (view.clone(), tx.clone());
+        ctx.on(bus::SESSION_EVENT, move |ev| {
+            let (v, t) = (v.clone(), t.clone());
+            async move {
+                let appended: SessionAppended = ev.payload_as()?;
+                if appended.session_id == v.borrow().agent {
+                    let _ = t.send(Msg::Event(appended.event));
+                }
+                Ok(Value::Null)
+            }
+        });
+        // The terminal is the approver.
+        let t = tx.clone();
+        ctx.provide(service::APPROVAL, move |req| {
+            let t = t.clone();
+            async move {
+                let request: ApprovalRequest = req.params_as()?;
+                let (reply, answer) = oneshot::channel();
+                let cancelled = ApprovalReply {
+                    outcome: Some(ApprovalOutcome::Cancelled),
+                };
+                if t.send(Msg::Approval(request, reply)).is_err() {
+                    return Reply::json(cancelled);
+                }
+                Reply::json(answer.await.unwrap_or(cancelled))
+            }
+        });
+        let c = ctx.clone();
+        ctx.spawn(async move {
+            let code = match run(c.clone(), config, view, rx, tx).await {
+                Ok(code) => code,
+                Err(e) => {
+                    let host = Host::new(&c);
+                    let _ = host.set_raw_mode(false).await;
+                    let _ = host
+                        .eprint(&format!("dsh: {}: {}\n", e.code, e.message))
+                        .await;
+                    1
+                }
+            };
+            if code != 0 {
+                let _ = Host::new(&c).exit(code).await;
+            }
+        });
+        Ok(())
+    }
+}
+
+dsh_sdk::export_plugin!(Chat);
+
+/// For `cargo xtask bench`: the rendering work of streamed chunks.
+#[doc(hidden)]
+pub mod bench {
+    use std::time::{Duration, Instant};
+
+    use dsh_sdk::json;
+    use dsh_sdk::vocab::{event, SessionEvent};
+
+    use crate::render::{Renderer, Theme};
+    use crate::screen::Screen;
+
+    /// Time to render `n` streamed text chunks (a word each, a fenced code
+    /// block among them) as the chat does for each: the event to styled
+    /// text, placed above the input area.
+    pub fn render_chunks(n: usize) -> Duration {
+        let words = [
+            "Here ",
+            "is ",
+            "the ",
+            "fix:\n",
+            "```rs\n",
+            "let x = 1;\n",
+            "```\n",
+            "done. ",
+        ];
+        let events: Vec<SessionEvent> = (0..n)
+            .map(|i| SessionEvent {
+                kind: event::ASSISTANT_CHUNK.to_owned(),
+                seq: i as u64,
+                time: 0,
+                data: json!({"turn": 1, "step": 1, "chunk": {"type": "text-delta", "index": 0, "text": words[i % words.len()]}}),
+                source_event_seqs: None,
+                surface_op: None,
+                ignorable: None,
+            })
+            .collect();
+        let mut renderer = Renderer::new(Theme { color: true }, 100);
+        let mut screen = Screen::new(100);
+        let mut bytes = 0;
+        let t = Instant::now();
+        for e in &events {
+            let out = renderer.event(e);
+            let text = screen.output(&out.styled, &out.plain);
+            bytes += text.len();
+        }
+        let elapsed = t.elapsed();
+        std::hint::black_box(bytes);
+        elapsed
+    }
+}

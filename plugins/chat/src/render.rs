@@ -1,0 +1,466 @@
+//! Session events as the chat shows them: assistant text as it streams
+//! (fenced code set apart), reasoning dimmed or folded, each tool call as
+//! one line and its result as its first and last meaningful lines, errors
+//! marked. Colors only when the terminal takes them (not with `NO_COLOR`
+//! or when stdout is not a terminal).
+
+use anstyle::{AnsiColor, Effects, Style};
+use dsh_sdk::vocab::{event, SessionEvent};
+use dsh_sdk::Value;
+use serde::{Deserialize, Serialize};
+
+use crate::screen::sanitize;
+
+/// Styled text and the same text plain (for column counting and for a
+/// terminal without colors).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Out {
+    /// What to print.
+    pub styled: String,
+    /// The same without escape sequences.
+    pub plain: String,
+}
+
+/// Which styles a piece of text gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tone {
+    Plain,
+    Dim,
+    Code,
+    Fence,
+    Tool,
+    Error,
+    Ok,
+    Bold,
+}
+
+impl Tone {
+    fn style(self) -> Style {
+        match self {
+            Tone::Plain => Style::new(),
+            Tone::Dim => Style::new().effects(Effects::DIMMED),
+            Tone::Code => Style::new().fg_color(Some(AnsiColor::Cyan.into())),
+            Tone::Fence => Style::new().effects(Effects::DIMMED),
+            Tone::Tool => Style::new().fg_color(Some(AnsiColor::Magenta.into())),
+            Tone::Error => Style::new()
+                .fg_color(Some(AnsiColor::Red.into()))
+                .effects(Effects::BOLD),
+            Tone::Ok => Style::new().fg_color(Some(AnsiColor::Green.into())),
+            Tone::Bold => Style::new().effects(Effects::BOLD),
+        }
+    }
+}
+
+/// Builds [`Out`]s in one theme.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct Theme {
+    /// Escape sequences allowed.
+    pub color: bool,
+}
+
+impl Theme {
+    /// Appends `text` (already sanitized) in `tone`.
+    pub fn push(&self, out: &mut Out, tone: Tone, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        out.plain.push_str(text);
+        let style = tone.style();
+        if self.color && tone != Tone::Plain {
+            out.styled
+                .push_str(&format!("{}{text}{}", style.render(), style.render_reset()));
+        } else {
+            out.styled.push_str(text);
+        }
+    }
+
+    /// One piece of text in one tone.
+    pub fn one(&self, tone: Tone, text: &str) -> Out {
+        let mut out = Out::default();
+        self.push(&mut out, tone, text);
+        out
+    }
+}
+
+/// Where the streamed text is: inside a fenced code block, at a line
+/// start, holding back backticks that may open a fence, inside a
+/// reasoning block.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Renderer {
+    pub theme: Theme,
+    /// Reasoning printed (dimmed) instead of folded to one line.
+    pub show_reasoning: bool,
+    /// Terminal columns (for shortening lines).
+    pub cols: usize,
+    in_code: bool,
+    in_fence_line: bool,
+    mid_line: bool,
+    held: String,
+    /// The kind of the last streamed delta (`text`/`reasoning`).
+    last_delta: String,
+}
+
+impl Renderer {
+    /// A renderer in `theme`, `cols` wide.
+    pub fn new(theme: Theme, cols: usize) -> Renderer {
+        Renderer {
+            theme,
+            cols: cols.max(20),
+            ..Renderer::default()
+        }
+    }
+
+    /// The display of one logged event (empty for events not shown).
+    pub fn event(&mut self, e: &SessionEvent) -> Out {
+        match e.kind.as_str() {
+            event::ASSISTANT_CHUNK => self.chunk(&e.data["chunk"]),
+            event::ASSISTANT_MESSAGE => self.finish_block(),
+            event::TOOL_CALL => {
+                let mut out = self.finish_block();
+                let name = e.data["name"].as_str().unwrap_or("?");
+                let args = short_args(
+                    &e.data["arguments"],
+                    self.cols.saturating_sub(name.len() + 6),
+                );
+                self.theme
+                    .push(&mut out, Tone::Tool, &format!("• {}", sanitize(name)));
+                self.theme.push(&mut out, Tone::Dim, &format!(" {args}\n"));
+                out
+            }
+            event::TOOL_RESULT => self.tool_result(&e.data),
+            event::LLM_RETRY => {
+                let mut out = self.finish_block();
+                let text = format!(
+                    "  retrying the model request (attempt {}) in {} ms: {}\n",
+                    e.data["attempt"],
+                    e.data["delayMs"].as_u64().unwrap_or(0),
+                    e.data["code"].as_str().unwrap_or("error")
+                );
+                self.theme.push(&mut out, Tone::Dim, &text);
+                out
+            }
+            _ => Out::default(),
+        }
+    }
+
+    /// The end of a turn: an error or an interruption is said.
+    pub fn turn_end(&mut self, reason: &Value) -> Out {
+        let mut out = self.finish_block();
+        match reason["kind"].as_str() {
+            Some("completed") | None => {}
+            Some("error") => {
+                let code = reason["error"]["code"].as_str().unwrap_or("ERROR");
+                let message = reason["error"]["message"].as_str().unwrap_or_default();
+                self.theme.push(
+                    &mut out,
+                    Tone::Error,
+                    &format!("✗ {}: {}\n", sanitize(code), sanitize(message)),
+                );
+            }
+            Some("aborted") => self.theme.push(&mut out, Tone::Dim, "(turn cancelled)\n"),
+            Some(other) => self.theme.push(
+                &mut out,
+                Tone::Dim,
+                &format!("(turn ended: {})\n", sanitize(other)),
+            ),
+        }
+        out
+    }
+
+    fn chunk(&mut self, chunk: &Value) -> Out {
+        let kind = chunk["type"].as_str().unwrap_or_default();
+        let text = sanitize(chunk["text"].as_str().unwrap_or_default());
+        match kind {
+            "text-delta" => {
+                let mut out = self.switch_delta("text");
+                self.text(&mut out, &text);
+                out
+            }
+            "reasoning-delta" => {
+                let mut out = self.switch_delta("reasoning");
+                if self.show_reasoning {
+                    self.theme.push(&mut out, Tone::Dim, &text);
+                    self.mid_line = !text.ends_with('\n') && (self.mid_line || !text.is_empty());
+                }
+                out
+            }
+            _ => Out::default(),
+        }
+    }
+
+    /// Starting a delta of another kind ends the line of the last one; a
+    /// folded reasoning block is one dim line.
+    fn switch_delta(&mut self, kind: &str) -> Out {
+        if self.last_delta == kind {
+            return Out::default();
+        }
+        let mut out = self.finish_block();
+        self.last_delta = kind.to_owned();
+        if kind == "reasoning" && !self.show_reasoning {
+            self.theme.push(
+                &mut out,
+                Tone::Dim,
+                "∴ thinking… (Ctrl-T shows reasoning)\n",
+            );
+        }
+        out
+    }
+
+    /// Ends the streamed block (its line, a held fence prefix).
+    pub fn finish_block(&mut self) -> Out {
+        let mut out = Out::default();
+        let held = std::mem::take(&mut self.held);
+        let tone = if self.in_code {
+            Tone::Code
+        } else {
+            Tone::Plain
+        };
+        self.theme.push(&mut out, tone, &held);
+        if self.mid_line || !held.is_empty() {
+            self.theme.push(&mut out, Tone::Plain, "\n");
+        }
+        self.mid_line = false;
+        self.in_fence_line = false;
+        self.in_code = false;
+        self.last_delta.clear();
+        out
+    }
+
+    /// Assistant text, with fenced code blocks set apart.
+    fn text(&mut self, out: &mut Out, text: &str) {
+        for c in text.chars() {
+            if self.in_fence_line {
+                self.theme
+                    .push(out, Tone::Fence, c.encode_utf8(&mut [0; 4]));
+                if c == '\n' {
+                    self.in_fence_line = false;
+                    self.mid_line = false;
+                }
+                continue;
+            }
+            if !self.mid_line && (c == '`' || !self.held.is_empty()) && self.held.len() < 3 {
+                if c == '`' {
+                    self.held.push(c);
+                    if self.held.len() == 3 {
+                        self.held.clear();
+                        self.in_code = !self.in_code;
+                        self.in_fence_line = true;
+                        self.mid_line = true;
+                        self.theme.push(out, Tone::Fence, "```");
+                    }
+                    continue;
+                }
+                let held = std::mem::take(&mut self.held);
+                let tone = if self.in_code {
+                    Tone::Code
+                } else {
+                    Tone::Plain
+                };
+                self.theme.push(out, tone, &held);
+                self.mid_line = true;
+            }
+            let tone = if self.in_code {
+                Tone::Code
+            } else {
+                Tone::Plain
+            };
+            self.theme.push(out, tone, c.encode_utf8(&mut [0; 4]));
+            self.mid_line = c != '\n';
+        }
+    }
+
+    fn tool_result(&mut self, data: &Value) -> Out {
+        let mut out = self.finish_block();
+        let block = &data["message"]["content"][0];
+        let is_error = block["isError"] == Value::Bool(true);
+        let text: String = block["content"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let text = sanitize(&text);
+        let lines: Vec<&str> = text
+            .lines()
+            .map(str::trim_end)
+            .filter(|l| !l.trim().is_empty() && !is_markup(l))
+            .collect();
+        let width = self.cols.saturating_sub(6);
+        let (mark, tone) = if is_error {
+            ("  ✗ ", Tone::Error)
+        } else {
+            ("  └ ", Tone::Dim)
+        };
+        match lines.as_slice() {
+            [] => self
+                .theme
+                .push(&mut out, tone, &format!("{mark}(no output)\n")),
+            [one] => self
+                .theme
+                .push(&mut out, tone, &format!("{mark}{}\n", shorten(one, width))),
+            [first, .., last] => {
+                self.theme.push(
+                    &mut out,
+                    tone,
+                    &format!("{mark}{}\n", shorten(first, width)),
+                );
+                if lines.len() > 2 {
+                    self.theme.push(
+                        &mut out,
+                        Tone::Dim,
+                        &format!("    … {} more lines\n", lines.len() - 2),
+                    );
+                }
+                self.theme
+                    .push(&mut out, tone, &format!("    {}\n", shorten(last, width)));
+            }
+        }
+        out
+    }
+}
+
+/// A line of a tool's markup (`<content>`, `</content>`) or its footer
+/// (`(End of file - total 3 lines)`): not meaningful.
+fn is_markup(line: &str) -> bool {
+    let t = line.trim();
+    (t.starts_with('<') && t.ends_with('>') && !t.contains(' '))
+        || (t.starts_with('(') && t.ends_with(')'))
+}
+
+/// `text` cut to `width` characters with an ellipsis.
+fn shorten(text: &str, width: usize) -> String {
+    let width = width.max(10);
+    if text.chars().count() <= width {
+        return text.to_owned();
+    }
+    let mut s: String = text.chars().take(width - 1).collect();
+    s.push('…');
+    s
+}
+
+/// The short form of a tool call's arguments: its main argument when it
+/// has one of the usual names, else its compact JSON.
+fn short_args(arguments: &Value, width: usize) -> String {
+    let parsed: Value = match arguments {
+        Value::String(s) => serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone())),
+        other => other.clone(),
+    };
+    const MAIN: [&str; 8] = [
+        "command",
+        "path",
+        "file_path",
+        "pattern",
+        "url",
+        "query",
+        "glob",
+        "name",
+    ];
+    let text = MAIN
+        .iter()
+        .find_map(|k| parsed[k].as_str().map(str::to_owned))
+        .unwrap_or_else(|| match &parsed {
+            Value::Object(m) if m.is_empty() => String::new(),
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        });
+    shorten(&sanitize(&text).replace('\n', " "), width)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dsh_sdk::json;
+
+    fn ev(kind: &str, data: Value) -> SessionEvent {
+        SessionEvent {
+            kind: kind.into(),
+            seq: 0,
+            time: 0,
+            data,
+            source_event_seqs: None,
+            surface_op: None,
+            ignorable: None,
+        }
+    }
+
+    fn text(r: &mut Renderer, t: &str) -> String {
+        r.event(&ev(
+            event::ASSISTANT_CHUNK,
+            json!({"chunk": {"type": "text-delta", "text": t}}),
+        ))
+        .plain
+    }
+
+    #[test]
+    fn streamed_text_with_a_fence_split_across_deltas() {
+        let mut r = Renderer::new(Theme { color: true }, 80);
+        let mut all = String::new();
+        for t in ["Look:\n`", "``rs\nfn x", "() {}\n```\nok"] {
+            all.push_str(&text(&mut r, t));
+        }
+        assert_eq!(all, "Look:\n```rs\nfn x() {}\n```\nok");
+        assert!(!r.in_code);
+        assert_eq!(
+            r.event(&ev(event::ASSISTANT_MESSAGE, json!({}))).plain,
+            "\n"
+        );
+    }
+
+    #[test]
+    fn code_is_colored_only_with_colors_on() {
+        let mut plain = Renderer::new(Theme { color: false }, 80);
+        let out = plain.event(&ev(
+            event::ASSISTANT_CHUNK,
+            json!({"chunk": {"type": "text-delta", "text": "```\ncode\n```\n"}}),
+        ));
+        assert_eq!(out.styled, out.plain);
+        let mut colored = Renderer::new(Theme { color: true }, 80);
+        let out = colored.event(&ev(
+            event::ASSISTANT_CHUNK,
+            json!({"chunk": {"type": "text-delta", "text": "```\ncode\n```\n"}}),
+        ));
+        assert!(out.styled.contains("\x1b["), "{:?}", out.styled);
+    }
+
+    #[test]
+    fn a_tool_call_is_one_line_and_its_result_first_and_last_lines() {
+        let mut r = Renderer::new(Theme::default(), 80);
+        let call = r.event(&ev(
+            event::TOOL_CALL,
+            json!({"name": "bash", "arguments": "{\"command\":\"ls -la\"}"}),
+        ));
+        assert_eq!(call.plain, "• bash ls -la\n");
+        let result = r.event(&ev(event::TOOL_RESULT, json!({"message": {"content": [
+            {"type": "tool-result", "isError": false, "content": [{"type": "text", "text": "a\n\nb\nc\n"}]}]}})));
+        assert_eq!(result.plain, "  └ a\n    … 1 more lines\n    c\n");
+        let failed = r.event(&ev(event::TOOL_RESULT, json!({"message": {"content": [
+            {"type": "tool-result", "isError": true, "content": [{"type": "text", "text": "Error: no"}]}]}})));
+        assert_eq!(failed.plain, "  ✗ Error: no\n");
+    }
+
+    #[test]
+    fn reasoning_folds_to_one_line_unless_shown() {
+        let mut r = Renderer::new(Theme::default(), 80);
+        let chunk = |t: &str| {
+            ev(
+                event::ASSISTANT_CHUNK,
+                json!({"chunk": {"type": "reasoning-delta", "text": t}}),
+            )
+        };
+        assert!(r.event(&chunk("hmm")).plain.starts_with("∴ thinking"));
+        assert_eq!(r.event(&chunk("more")).plain, "");
+        r.finish_block();
+        r.show_reasoning = true;
+        assert_eq!(r.event(&chunk("deep")).plain, "deep");
+    }
+
+    #[test]
+    fn errors_are_marked_and_model_escapes_are_dropped() {
+        let mut r = Renderer::new(Theme::default(), 80);
+        let out =
+            r.turn_end(&json!({"kind": "error", "error": {"code": "AUTH", "message": "bad key"}}));
+        assert_eq!(out.plain, "✗ AUTH: bad key\n");
+        assert_eq!(text(&mut r, "\x1b[2Jhi"), "hi");
+    }
+}

@@ -1,0 +1,339 @@
+//! The interactive chat (`dsh-host` with no task), driven through a real
+//! pseudo-terminal against the fake model server: streamed turns, tool
+//! calls, Ctrl-C, approvals, resuming, colors, and a reload of the chat
+//! plugin in the middle of a conversation.
+
+mod support;
+
+use std::path::Path;
+
+use dsh_sdk::vocab::event;
+use dsh_testkit::fake_llm::{slow_text, stall_after, text, tool_calls, FakeLlm};
+use dsh_testkit::headless::{lines_so_far, Headless, KEY};
+use dsh_testkit::{replace_library, target_dir, TempDir};
+use serde_json::{json, Value};
+use support::pty::Pty;
+
+/// The chat in `e`'s workspace, with `args` and `env`.
+fn chat(e: &Headless, args: &[&str], env: &[(&str, &str)]) -> Pty {
+    let mut all = vec!["--patch", e.patch.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let home = e.home.path().to_str().unwrap().to_owned();
+    let mut vars = vec![("DSH_HOME", home.as_str()), (KEY, "sk-testkit-chat")];
+    vars.extend_from_slice(env);
+    Pty::spawn(&target_dir().join("dsh-host"), &all, e.work.path(), &vars)
+}
+
+/// The messages of the `n`th request the model got.
+fn messages(fake: &FakeLlm, n: usize) -> Vec<Value> {
+    fake.requests()[n]["messages"].as_array().unwrap().clone()
+}
+
+fn user_texts(messages: &[Value]) -> Vec<String> {
+    messages
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .filter_map(|m| m["content"].as_str().map(str::to_owned))
+        .filter(|t| !t.starts_with("<system-reminder>"))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_two_turn_conversation_streams_and_ctrl_d_exits_with_the_session_flushed() {
+    let fake = FakeLlm::start().await;
+    fake.push([text("Hello from the model."), text("Second answer here.")]);
+    let e = Headless::new(&fake, "");
+    let mut p = chat(&e, &[], &[]);
+    p.wait_for("dsh chat", 20).await;
+    p.send("hi there\r");
+    p.wait_for("Hello from the model.", 20).await;
+    p.send("and again\r");
+    p.wait_for("Second answer here.", 20).await;
+    // The second request carries the first exchange.
+    let second = messages(&fake, 1);
+    assert_eq!(user_texts(&second), ["hi there", "and again"]);
+    assert!(second
+        .iter()
+        .any(|m| m["role"] == "assistant" && m["content"] == "Hello from the model."));
+    p.send("\x04");
+    assert_eq!(p.wait_exit(20).await, 0);
+    let files = e.session_files();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let log = lines_so_far(&files[0]);
+    let ends = log.iter().filter(|l| l["type"] == event::TURN_END).count();
+    assert_eq!(ends, 2);
+}
+
+#[tokio::test]
+async fn a_tool_call_and_its_result_are_one_line_each() {
+    let fake = FakeLlm::start().await;
+    fake.push([
+        tool_calls(&[("read", json!({"file_path": "notes.md"}))]),
+        text("The notes say hello."),
+    ]);
+    let e = Headless::new(&fake, "");
+    std::fs::write(
+        e.work.path().join("notes.md"),
+        "first line\nmiddle\nlast line\n",
+    )
+    .unwrap();
+    let mut p = chat(&e, &[], &[]);
+    p.wait_for("dsh chat", 20).await;
+    p.send("read the notes\r");
+    p.wait_for("The notes say hello.", 20).await;
+    let screen = p.contents();
+    assert!(screen.contains("• read notes.md"), "{screen}");
+    assert!(screen.contains("first line"), "{screen}");
+    assert!(screen.contains("last line"), "{screen}");
+    p.send("\x04");
+    assert_eq!(p.wait_exit(20).await, 0);
+}
+
+#[tokio::test]
+async fn ctrl_c_cancels_the_running_turn_and_the_next_prompt_works() {
+    let fake = FakeLlm::start().await;
+    fake.push([stall_after("Thinking hard"), text("Back again.")]);
+    let e = Headless::new(&fake, "");
+    let mut p = chat(&e, &[], &[]);
+    p.wait_for("dsh chat", 20).await;
+    p.send("never ending\r");
+    p.wait_for("Thinking hard", 20).await;
+    p.send("\x03");
+    p.wait_for("(turn cancelled)", 20).await;
+    p.send("next\r");
+    p.wait_for("Back again.", 20).await;
+    wait_turn_ends(&e, 2).await;
+    // Ctrl-C twice at an empty prompt exits.
+    p.send("\x03");
+    p.wait_for("Ctrl-C again", 20).await;
+    p.send("\x03");
+    assert_eq!(p.wait_exit(20).await, 0);
+}
+
+#[tokio::test]
+async fn typing_during_a_turn_steers_it() {
+    let fake = FakeLlm::start().await;
+    fake.push([
+        tool_calls(&[(
+            "bash",
+            json!({"command": "sleep 1; echo done", "description": "wait"}),
+        )]),
+        text("Steered."),
+    ]);
+    let e = Headless::new(&fake, "").env("DSH_PERMISSION_MODE", "danger-full-access");
+    let mut p = chat(&e, &[], &[("DSH_PERMISSION_MODE", "danger-full-access")]);
+    p.wait_for("dsh chat", 20).await;
+    p.send("run it\r");
+    p.wait_for("• bash", 20).await;
+    p.send("also check the logs\r");
+    p.wait_for("Steered.", 30).await;
+    let second = messages(&fake, 1);
+    assert!(
+        user_texts(&second)
+            .iter()
+            .any(|t| t == "also check the logs"),
+        "{second:?}"
+    );
+    p.send("\x04");
+    assert_eq!(p.wait_exit(20).await, 0);
+}
+
+#[tokio::test]
+async fn an_approval_is_asked_and_answered_allow_then_reject() {
+    let fake = FakeLlm::start().await;
+    // Outside the workspace and the temp directory (both writable).
+    let outside = TempDir::new_in(target_dir().parent().unwrap(), "chat-outside");
+    let allowed = outside.path().join("allowed.txt");
+    let refused = outside.path().join("refused.txt");
+    fake.push([
+        tool_calls(&[(
+            "write",
+            json!({"file_path": allowed.to_str().unwrap(), "content": "yes"}),
+        )]),
+        text("Wrote it."),
+        tool_calls(&[(
+            "write",
+            json!({"file_path": refused.to_str().unwrap(), "content": "no"}),
+        )]),
+        text("Could not write."),
+    ]);
+    let e = Headless::new(&fake, "");
+    let mut p = chat(&e, &[], &[]);
+    p.wait_for("dsh chat", 20).await;
+    p.send("write outside\r");
+    p.wait_for("allow once [y]", 20).await;
+    assert!(p.contents().contains("allowed.txt"), "{}", p.contents());
+    p.send("y");
+    p.wait_for("Wrote it.", 20).await;
+    assert_eq!(std::fs::read_to_string(&allowed).unwrap(), "yes");
+    p.send("again\r");
+    p.wait_for_count("allow once [y]", 1, 20).await;
+    p.wait_for("refused.txt", 20).await;
+    p.send("n");
+    p.wait_for("Could not write.", 20).await;
+    assert!(!refused.exists());
+    let results: Vec<Value> = fake.requests()[3]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .cloned()
+        .collect();
+    let last = results.last().unwrap()["content"].as_str().unwrap();
+    assert!(last.contains("rejected"), "{last}");
+    p.send("\x04");
+    assert_eq!(p.wait_exit(20).await, 0);
+}
+
+#[tokio::test]
+async fn continue_and_resume_see_the_earlier_history() {
+    let fake = FakeLlm::start().await;
+    fake.push([
+        text("First session answer."),
+        text("Continued answer."),
+        text("Resumed answer."),
+    ]);
+    let e = Headless::new(&fake, "");
+    let mut p = chat(&e, &[], &[]);
+    p.wait_for("dsh chat", 20).await;
+    p.send("remember the word apple\r");
+    p.wait_for("First session answer.", 20).await;
+    p.send("\x04");
+    assert_eq!(p.wait_exit(20).await, 0);
+    let id = session_id(&e.session_files()[0]);
+
+    let mut p = chat(&e, &["--continue"], &[]);
+    p.wait_for(&format!("resumed session {id}"), 20).await;
+    p.wait_for("First session answer.", 20).await;
+    p.send("what was the word?\r");
+    p.wait_for("Continued answer.", 20).await;
+    assert_eq!(
+        user_texts(&messages(&fake, 1)),
+        ["remember the word apple", "what was the word?"]
+    );
+    // /new, then /resume <id> back into it.
+    wait_turn_ends(&e, 2).await;
+    p.send("/new\r");
+    p.wait_for("dsh chat", 20).await;
+    p.send(&format!("/resume {id}\r"));
+    p.wait_for_count(&format!("resumed session {id}"), 2, 20)
+        .await;
+    p.send("once more\r");
+    p.wait_for("Resumed answer.", 20).await;
+    assert_eq!(
+        user_texts(&messages(&fake, 2)),
+        ["remember the word apple", "what was the word?", "once more"]
+    );
+    p.send("\x04");
+    assert_eq!(p.wait_exit(20).await, 0);
+}
+
+#[tokio::test]
+async fn no_color_output_has_no_style_sequences_and_colors_are_on_otherwise() {
+    let fake = FakeLlm::start().await;
+    fake.push([
+        text("Plain ```\ncode\n``` text."),
+        text("Colored ```\ncode\n``` text."),
+    ]);
+    let e = Headless::new(&fake, "");
+    let mut p = chat(&e, &[], &[("NO_COLOR", "1")]);
+    p.wait_for("dsh chat", 20).await;
+    p.send("go\r");
+    p.wait_for("text.", 20).await;
+    p.send("\x04");
+    assert_eq!(p.wait_exit(20).await, 0);
+    assert!(
+        !has_sgr(&p.raw()),
+        "{:?}",
+        String::from_utf8_lossy(&p.raw())
+    );
+
+    let mut p = chat(&e, &[], &[]);
+    p.wait_for("dsh chat", 20).await;
+    p.send("go\r");
+    p.wait_for("Colored", 20).await;
+    p.send("\x04");
+    assert_eq!(p.wait_exit(20).await, 0);
+    assert!(has_sgr(&p.raw()));
+}
+
+#[tokio::test]
+async fn the_chat_plugin_reloaded_mid_session_keeps_the_conversation() {
+    let fake = FakeLlm::start().await;
+    fake.push([
+        text("Before the reload."),
+        slow_text("After the reload.", 5),
+    ]);
+    let e = Headless::new(&fake, "");
+    let plugins = TempDir::new("chat-plugins");
+    let lib = plugins.path().join("libdsh_plugin_chat.so");
+    replace_library("dsh-plugin-chat", &lib);
+    let dir = plugins.path().to_str().unwrap().to_owned();
+    let mut p = chat(&e, &["--watch", "--plugins-dir", &dir], &[]);
+    p.wait_for("dsh chat", 20).await;
+    p.send("first\r");
+    p.wait_for("Before the reload.", 20).await;
+    // Typed before the reload, finished after it.
+    p.send("sec");
+    replace_library("dsh-plugin-chat", &lib);
+    p.wait_for("reloaded chat (chat) generation 2", 20).await;
+    p.send("ond\r");
+    p.wait_for("After the reload.", 20).await;
+    assert_eq!(user_texts(&messages(&fake, 1)), ["first", "second"]);
+    assert!(p.contents().contains("Before the reload."));
+    p.send("\x04");
+    assert_eq!(p.wait_exit(20).await, 0);
+    assert_eq!(e.session_files().len(), 1);
+}
+
+#[tokio::test]
+async fn a_chat_without_a_terminal_is_a_clear_error() {
+    let fake = FakeLlm::start().await;
+    let e = Headless::new(&fake, "");
+    let out = std::process::Command::new(target_dir().join("dsh-host"))
+        .args(["--profile", "chat", "--patch"])
+        .arg(&e.patch)
+        .current_dir(e.work.path())
+        .env("DSH_HOME", e.home.path())
+        .env_remove("DSH_LOG")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("chat needs a terminal on stdin"), "{err}");
+}
+
+/// Waits until the session logs hold `n` ends of turns (the chat flushes
+/// at each).
+async fn wait_turn_ends(e: &Headless, n: usize) {
+    for _ in 0..1000 {
+        let ends = e.session_files().first().map_or(0, |f| {
+            lines_so_far(f)
+                .iter()
+                .filter(|l| l["type"] == event::TURN_END)
+                .count()
+        });
+        if ends >= n {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("the log never held {n} turn ends");
+}
+
+/// The session id in a log's header line.
+fn session_id(file: &Path) -> String {
+    lines_so_far(file)[0]["id"].as_str().unwrap().to_owned()
+}
+
+/// True when `raw` holds an SGR (style) sequence: `ESC [ params m`.
+fn has_sgr(raw: &[u8]) -> bool {
+    let s = String::from_utf8_lossy(raw);
+    s.match_indices("\x1b[").any(|(i, _)| {
+        s[i + 2..]
+            .chars()
+            .find(|c| !(c.is_ascii_digit() || *c == ';'))
+            == Some('m')
+    })
+}
