@@ -65,6 +65,31 @@ async fn a_two_turn_conversation_streams_and_ctrl_d_exits_with_the_session_flush
 }
 
 #[tokio::test]
+async fn a_large_multi_line_paste_is_sent_whole_and_shown_folded() {
+    let fake = FakeLlm::start().await;
+    fake.push([text("Got the paste.")]);
+    let e = Headless::new(&fake, "");
+    let mut p = chat(&e, &[], &[]);
+    p.wait_for("dsh chat", 20).await;
+    let pasted: String = (0..3000)
+        .map(|i| format!("line {i} of the paste\n"))
+        .collect();
+    p.send("look at this:");
+    p.send("\n");
+    p.send(&format!("\x1b[200~{pasted}\x1b[201~"));
+    p.wait_for("characters in all", 20).await;
+    p.send("\r");
+    p.wait_for("Got the paste.", 30).await;
+    let sent = user_texts(&messages(&fake, 0));
+    assert_eq!(sent.len(), 1);
+    assert!(sent[0].starts_with("look at this:"), "{}", &sent[0][..40]);
+    assert!(sent[0].ends_with("line 2999 of the paste\n"));
+    assert_eq!(sent[0].lines().count(), 3001);
+    p.send("\x04");
+    assert_eq!(p.wait_exit(20).await, 0);
+}
+
+#[tokio::test]
 async fn a_tool_call_and_its_result_are_one_line_each() {
     let fake = FakeLlm::start().await;
     fake.push([

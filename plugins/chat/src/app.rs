@@ -158,6 +158,14 @@ impl App {
         if v.running && text.is_empty() {
             return v.screen.erase_input();
         }
+        // A large paste is shown folded: the screen never floods.
+        let (text, cursor) = match folded(&text) {
+            Some(short) => {
+                let end = short.chars().count();
+                (short, end)
+            }
+            None => (text, v.editor.cursor()),
+        };
         let styled = if v.renderer.theme.color {
             format!(
                 "{}› {}",
@@ -171,7 +179,7 @@ impl App {
             prefix: "› ",
             styled_prefix: &styled,
             text: &text,
-            cursor: v.editor.cursor(),
+            cursor,
         };
         v.screen.draw_input(&prompt)
     }
@@ -530,6 +538,14 @@ impl App {
 
     async fn submit(&mut self, text: String) {
         crate::history::save(&self.config.history_path, &text);
+        // The terminal may have been resized since the last prompt.
+        if let Ok(term) = self.host.terminal().await {
+            if term.cols > 0 {
+                let mut v = self.view.borrow_mut();
+                v.screen.cols = usize::from(term.cols);
+                v.renderer.cols = usize::from(term.cols).max(20);
+            }
+        }
         let running = self.view.borrow().running;
         // The line as typed stays above the output.
         let echo = {
@@ -538,7 +554,8 @@ impl App {
             let theme = v.renderer.theme;
             let mark = if running { "↳ " } else { "› " };
             theme.push(&mut out, Tone::Bold, mark);
-            theme.push(&mut out, Tone::Plain, &format!("{}\n", sanitize(&text)));
+            let shown = folded(&text).unwrap_or_else(|| text.clone());
+            theme.push(&mut out, Tone::Plain, &format!("{}\n", sanitize(&shown)));
             out
         };
         self.show(&echo).await;
@@ -703,6 +720,29 @@ impl App {
         let _ = self.host.set_raw_mode(false).await;
         let _ = self.host.exit(0).await;
     }
+}
+
+/// Inputs longer than this are shown folded.
+const FOLD_LINES: usize = 12;
+const FOLD_CHARS: usize = 2000;
+
+/// The folded form of a long input: its first lines and how much more
+/// there is (`None` when it fits).
+fn folded(text: &str) -> Option<String> {
+    let lines = text.lines().count();
+    if lines <= FOLD_LINES && text.len() <= FOLD_CHARS {
+        return None;
+    }
+    let head: String = text
+        .lines()
+        .take(3)
+        .map(|l| l.chars().take(200).collect::<String>())
+        .collect::<Vec<_>>()
+        .join("\n");
+    Some(format!(
+        "{head}\n[… {lines} lines, {} characters in all; Enter sends it]",
+        text.chars().count()
+    ))
 }
 
 fn key_is_session(allowed: &[(String, String)], asking: &Asking) -> bool {
