@@ -153,6 +153,35 @@ pub mod tool_service {
     }
 }
 
+/// The names of the shipped tools, as the model calls them (policies and
+/// front ends that treat a tool specially name it through these).
+pub mod tool {
+    names! {
+        /// Reads a file (plugin `tool-read`).
+        READ = "read";
+        /// Creates or replaces a file (plugin `tool-fs`).
+        WRITE = "write";
+        /// Replaces text in a file (plugin `tool-fs`).
+        EDIT = "edit";
+        /// Finds files by pattern (plugin `tool-search`).
+        GLOB = "glob";
+        /// Searches file contents (plugin `tool-search`).
+        GREP = "grep";
+        /// Runs a command (plugin `tool-bash`).
+        BASH = "bash";
+        /// Output of a background job (plugin `tool-bash`).
+        JOB_OUTPUT = "job_output";
+        /// The background jobs (plugin `tool-bash`).
+        JOB_LIST = "job_list";
+        /// Stops a background job (plugin `tool-bash`).
+        JOB_KILL = "job_kill";
+        /// Replaces the todo list (plugin `tool-todo`).
+        TODO_WRITE = "todo_write";
+        /// Fetches a web page (plugin `tool-web`).
+        WEB_FETCH = "web_fetch";
+    }
+}
+
 /// Methods of [`service::LLM`] (plugin `llm`).
 pub mod llm {
     names! {
@@ -422,6 +451,7 @@ mod tests {
             ("session_persistence", session_persistence::ALL),
             ("tools", tools::ALL),
             ("tool_service", tool_service::ALL),
+            ("tool", tool::ALL),
             ("llm", llm::ALL),
             ("llm_adapter", llm_adapter::ALL),
             ("system_prompt", system_prompt::ALL),

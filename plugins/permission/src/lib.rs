@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use dsh_sdk::api::host::Host;
 use dsh_sdk::api::tools::{forward_as, on_pre_execute, Exec, PreExecuteDecision, PreExecuteKind};
 use dsh_sdk::fence::{resolve, Fence, Mode, RefusalKind};
-use dsh_sdk::names::service;
+use dsh_sdk::names::{service, tool};
 use dsh_sdk::prelude::*;
 use serde::Deserialize;
 
@@ -28,7 +28,7 @@ struct FileArgs {
 /// The file a `write` or `edit` call would change, resolved as the fence
 /// sees it (none when the arguments name no file: the tool refuses them).
 fn mutation_target(exec: &Exec) -> Option<PathBuf> {
-    if exec.name != "write" && exec.name != "edit" {
+    if exec.name != tool::WRITE && exec.name != tool::EDIT {
         return None;
     }
     let FileArgs { file_path } = exec.arguments_as().ok()?;

@@ -9,6 +9,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use dsh_sdk::api::tools::{forward_as, on_post_execute, PostExecuteDecision, PostExecuteKind};
+use dsh_sdk::names::tool;
 use dsh_sdk::prelude::*;
 use dsh_sdk::tempdir::{self, PrivateDir};
 use dsh_sdk::vocab::msg;
@@ -122,7 +123,7 @@ impl Plugin for Spill {
                 let mut decision: PostExecuteDecision =
                     forward_as::<Option<_>>(&ev).await?.unwrap_or_default();
                 let name = outcome.exec.name.as_str();
-                if name == "read" || decision.kind != Some(PostExecuteKind::Accept) {
+                if name == tool::READ || decision.kind != Some(PostExecuteKind::Accept) {
                     return Ok(decision);
                 }
                 let content = match &decision.content {

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dsh_sdk::api::tools::Exec;
-use dsh_sdk::names::{agents, service};
+use dsh_sdk::names::{agents, service, tool};
 use dsh_sdk::prelude::*;
 use dsh_sdk::tool::{declaration, ToolSpec};
 use dsh_sdk::vocab::msg;
@@ -23,7 +23,7 @@ use crate::Prepared;
 struct JobOutput;
 
 impl ToolSpec for JobOutput {
-    const NAME: &'static str = "job_output";
+    const NAME: &'static str = tool::JOB_OUTPUT;
     const DESCRIPTION: &'static str =
         "Read new output of a background job. Every response ends with [status: ...].";
     type Args = JobOutputArgs;
@@ -43,7 +43,7 @@ struct JobOutputArgs {
 struct JobList;
 
 impl ToolSpec for JobList {
-    const NAME: &'static str = "job_list";
+    const NAME: &'static str = tool::JOB_LIST;
     const DESCRIPTION: &'static str = "List this agent's background jobs.";
     type Args = JobListArgs;
 }
@@ -55,7 +55,7 @@ struct JobListArgs {}
 struct JobKill;
 
 impl ToolSpec for JobKill {
-    const NAME: &'static str = "job_kill";
+    const NAME: &'static str = tool::JOB_KILL;
     const DESCRIPTION: &'static str = "Stop a background job.";
     type Args = JobKillArgs;
 }

@@ -17,7 +17,7 @@ use capture::Capture;
 use contain::{Fenced, Plan};
 use dsh_sdk::api::tools::Exec;
 use dsh_sdk::fence::{Fence, Mode};
-use dsh_sdk::names::service;
+use dsh_sdk::names::{service, tool};
 use dsh_sdk::prelude::*;
 use dsh_sdk::tempdir::PrivateDir;
 use dsh_sdk::tool::{declaration, register_tools, ToolSpec};
@@ -36,7 +36,7 @@ const SPILL_PREFIX: &str = "dsh-bash-";
 struct BashTool;
 
 impl ToolSpec for BashTool {
-    const NAME: &'static str = "bash";
+    const NAME: &'static str = tool::BASH;
     const DESCRIPTION: &'static str = "Execute a bash command (`bash -c`) and return its stdout/stderr. Each call runs in a fresh shell: no state (cwd, variables, functions) persists between calls — pass `workdir` instead of using `cd`. Non-zero exits are reported as `[exit code: N]`. Current harness environment facts are exposed through managed `$DSH_*` variables; inspect them when needed. Commands may run under a file sandbox; a blocked file operation is reported as `[sandbox: file access denied under <mode> mode]` — a policy denial, not a bug in the command; do not retry another way. Long output is truncated to its tail; the full output is saved to a file whose path is reported when available. Set `run_in_background: true` for long-running commands: the call returns a job id immediately; read its output with `job_output` and stop it with `job_kill`.";
     type Args = BashArgs;
 }

@@ -10,7 +10,7 @@ use std::rc::Rc;
 use dsh_sdk::api::tools::{Exec, FsEditIntent, FsIntentDecision, FsObserved, FsWriteIntent};
 use dsh_sdk::beneath::{open_parent, Dir};
 use dsh_sdk::fence::{resolve, version};
-use dsh_sdk::names::{bus, code, service};
+use dsh_sdk::names::{bus, code, service, tool};
 use dsh_sdk::prelude::*;
 use dsh_sdk::tool::{declaration, register_tools, ToolSpec};
 use dsh_sdk::vocab::msg;
@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 struct WriteTool;
 
 impl ToolSpec for WriteTool {
-    const NAME: &'static str = "write";
+    const NAME: &'static str = tool::WRITE;
     const DESCRIPTION: &'static str = "Create or fully replace a UTF-8 text file.";
     type Args = WriteArgs;
 }
@@ -38,7 +38,7 @@ struct WriteArgs {
 struct EditTool;
 
 impl ToolSpec for EditTool {
-    const NAME: &'static str = "edit";
+    const NAME: &'static str = tool::EDIT;
     const DESCRIPTION: &'static str = "Edit an existing UTF-8 text file by replacing literal text.";
     type Args = EditArgs;
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 use dsh_sdk::api::tools::FsObserved;
 use dsh_sdk::blocking::cancellable;
 use dsh_sdk::file::{open_regular, OpenError};
-use dsh_sdk::names::{bus, code, service};
+use dsh_sdk::names::{bus, code, service, tool};
 use dsh_sdk::prelude::*;
 use dsh_sdk::tool::{declaration, register_tools, resolve, text_reply, ToolSpec};
 use schemars::JsonSchema;
@@ -23,7 +23,7 @@ pub use window::{render, MAX_BYTES, MAX_LINES, MAX_LINE_CHARS};
 struct ReadTool;
 
 impl ToolSpec for ReadTool {
-    const NAME: &'static str = "read";
+    const NAME: &'static str = tool::READ;
     const DESCRIPTION: &'static str = "Read a UTF-8 text file and return line-numbered content.";
     const PARALLEL: bool = true;
     type Args = ReadArgs;

@@ -5,7 +5,7 @@ use std::time::SystemTime;
 
 use dsh_sdk::api::tools::Exec;
 use dsh_sdk::blocking::{cancellable, Cancel};
-use dsh_sdk::names::service;
+use dsh_sdk::names::{service, tool};
 use dsh_sdk::prelude::*;
 use dsh_sdk::tool::{declaration, register_tools, resolve, text_reply, ToolSpec};
 use globset::{GlobBuilder, GlobMatcher};
@@ -22,7 +22,7 @@ const VCS: [&str; 6] = [".git", ".svn", ".hg", ".bzr", ".jj", ".sl"];
 struct GlobTool;
 
 impl ToolSpec for GlobTool {
-    const NAME: &'static str = "glob";
+    const NAME: &'static str = tool::GLOB;
     const DESCRIPTION: &'static str = "Find files whose paths match a glob pattern. Returns matching file paths — never directories — including hidden and ignored files (VCS metadata directories are excluded). Up to 100 paths come back in modification-time order; a larger result returns the first 100 paths in modification-time order, says so, and reports where the complete sorted list was saved. This tool does not enumerate directory entries.";
     const PARALLEL: bool = true;
     type Args = GlobArgs;
@@ -40,7 +40,7 @@ struct GlobArgs {
 struct GrepTool;
 
 impl ToolSpec for GrepTool {
-    const NAME: &'static str = "grep";
+    const NAME: &'static str = tool::GREP;
     const DESCRIPTION: &'static str = "Search file contents with a ripgrep regular expression. Returns matching lines with line numbers, grouped by file. Returns the first 250 matches inline; a capped result reports where the complete match list was saved. Use read on a matched file for surrounding context.";
     const PARALLEL: bool = true;
     type Args = GrepArgs;

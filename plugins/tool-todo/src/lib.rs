@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 
 use dsh_sdk::api::sessions::{NewEvent, Sessions};
-use dsh_sdk::names::service;
+use dsh_sdk::names::{service, tool};
 use dsh_sdk::prelude::*;
 use dsh_sdk::tool::{declaration, register_tools, text_reply, ToolSpec, INVALID_ARGS};
 use dsh_sdk::vocab::event;
@@ -15,7 +15,7 @@ use serde_json::Map;
 struct TodoWrite;
 
 impl ToolSpec for TodoWrite {
-    const NAME: &'static str = "todo_write";
+    const NAME: &'static str = tool::TODO_WRITE;
     const DESCRIPTION: &'static str =
         "Replace the session's todo list with the given items, to plan and track multi-step work.";
     type Args = TodoArgs;

@@ -3,7 +3,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use dsh_sdk::names::service;
+use dsh_sdk::names::{service, tool};
 use dsh_sdk::prelude::*;
 use dsh_sdk::tool::{declaration, register_tools, text_reply, ToolSpec};
 use schemars::JsonSchema;
@@ -157,7 +157,7 @@ async fn fetch(config: &Config, url: &str) -> Result<String> {
 struct WebFetch;
 
 impl ToolSpec for WebFetch {
-    const NAME: &'static str = "web_fetch";
+    const NAME: &'static str = tool::WEB_FETCH;
     const DESCRIPTION: &'static str = "Fetch a web page (http or https) and return it as Markdown.";
     const PARALLEL: bool = true;
     type Args = WebFetchArgs;
