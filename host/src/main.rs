@@ -134,6 +134,12 @@ fn init_logging() {
 
 fn main() -> ExitCode {
     init_logging();
+    // A panic must not leave the user's terminal in raw mode.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        dsh_host::restore_terminal();
+        default_hook(info);
+    }));
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Cmd::Plugins(cmd)) => plugins(cmd),

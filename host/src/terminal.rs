@@ -24,6 +24,22 @@ use crate::router::Responder;
 /// warning beyond it (nobody is reading).
 const MAX_UNACKED: usize = 1 << 20;
 
+/// The mode the terminal had before raw mode (set while raw): one per
+/// process, so a panic hook can put it back.
+static SAVED: Mutex<Option<libc::termios>> = Mutex::new(None);
+
+fn saved() -> MutexGuard<'static, Option<libc::termios>> {
+    SAVED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Puts the terminal back the way the host found it, if raw mode is on
+/// (at exit, and from the host's panic hook).
+pub fn restore_terminal() {
+    if let Some(mode) = saved().take() {
+        let _ = set_mode(&mode);
+    }
+}
+
 /// The terminal of the process (one per host).
 #[derive(Clone, Default)]
 pub struct Terminal(Arc<Mutex<State>>);
@@ -42,8 +58,6 @@ struct State {
     waiter: Option<Responder>,
     /// The reader thread runs.
     reading: bool,
-    /// The mode the terminal had before raw mode (set while raw).
-    saved: Option<libc::termios>,
     /// Ctrl-C typed in raw mode while nobody was reading.
     unread_interrupts: u32,
 }
@@ -104,29 +118,27 @@ impl Terminal {
     /// byte; output still turns `\n` into `\r\n`) or the mode the host
     /// started with.
     pub fn set_raw(&self, raw: bool) -> Result<(), Error> {
-        let mut s = self.lock();
+        let mut saved = saved();
         if raw {
-            if s.saved.is_some() {
+            if saved.is_some() {
                 return Ok(());
             }
-            let saved = get_mode()?;
-            let mut mode = saved;
+            let original = get_mode()?;
+            let mut mode = original;
             // SAFETY: `mode` is a valid termios read from the terminal.
             unsafe { libc::cfmakeraw(&mut mode) };
             mode.c_oflag |= libc::OPOST | libc::ONLCR;
             set_mode(&mode)?;
-            s.saved = Some(saved);
-        } else if let Some(saved) = s.saved.take() {
-            set_mode(&saved)?;
+            *saved = Some(original);
+        } else if let Some(original) = saved.take() {
+            set_mode(&original)?;
         }
         Ok(())
     }
 
     /// Puts the terminal back the way the host found it (at exit).
     pub fn restore(&self) {
-        if let Some(saved) = self.lock().saved.take() {
-            let _ = set_mode(&saved);
-        }
+        restore_terminal();
     }
 
     /// The reader thread: stdin to the queue until it ends.
@@ -160,14 +172,12 @@ impl Terminal {
     fn push(&self, text: String, eof: bool) {
         let mut s = self.lock();
         if !text.is_empty() {
-            if s.saved.is_some() && s.waiter.is_none() && text.contains('\u{3}') {
+            if s.waiter.is_none() && text.contains('\u{3}') && saved().is_some() {
                 s.unread_interrupts += 1;
                 // Two Ctrl-C and nobody reading: the front end is gone, so
                 // the keys are the user's way out. Give them back.
                 if s.unread_interrupts >= 2 {
-                    if let Some(saved) = s.saved.take() {
-                        let _ = set_mode(&saved);
-                    }
+                    restore_terminal();
                     // SAFETY: raising a signal in our own process.
                     unsafe { libc::raise(libc::SIGINT) };
                 }

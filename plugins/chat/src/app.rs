@@ -401,6 +401,10 @@ impl App {
                     return;
                 }
                 self.view.borrow_mut().running = false;
+                // Questions of the ended turn are moot (their callers
+                // were cancelled with it).
+                self.asking = None;
+                self.queued_approvals.clear();
                 let out = match done {
                     Ok(idle) => self.view.borrow_mut().renderer.turn_end(&idle.reason),
                     Err(e) => {
