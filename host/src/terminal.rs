@@ -84,11 +84,7 @@ impl Terminal {
     pub fn read(&self, ack: Option<u64>, responder: Responder) -> Option<Result<Value, Error>> {
         let mut s = self.lock();
         if let Some(ack) = ack {
-            while s.queue.front().is_some_and(|(seq, _)| *seq <= ack) {
-                if let Some((_, text)) = s.queue.pop_front() {
-                    s.queued -= text.len();
-                }
-            }
+            s.acknowledge(ack);
         }
         s.unread_interrupts = 0;
         if !s.reading {
@@ -182,17 +178,7 @@ impl Terminal {
                     unsafe { libc::raise(libc::SIGINT) };
                 }
             }
-            s.last += 1;
-            let seq = s.last;
-            s.queued += text.len();
-            s.queue.push_back((seq, text));
-            while s.queued > MAX_UNACKED {
-                let Some((_, old)) = s.queue.pop_front() else {
-                    break;
-                };
-                s.queued -= old.len();
-                tracing::warn!("terminal input dropped: nobody read it");
-            }
+            s.queue_input(text);
         }
         s.eof |= eof;
         let Some(input) = s.pending() else {
@@ -207,6 +193,30 @@ impl Terminal {
 }
 
 impl State {
+    /// Forgets input up to `ack`.
+    fn acknowledge(&mut self, ack: u64) {
+        while self.queue.front().is_some_and(|(seq, _)| *seq <= ack) {
+            if let Some((_, text)) = self.queue.pop_front() {
+                self.queued -= text.len();
+            }
+        }
+    }
+
+    /// Numbers and keeps `text`, dropping the oldest input beyond
+    /// [`MAX_UNACKED`].
+    fn queue_input(&mut self, text: String) {
+        self.last += 1;
+        self.queued += text.len();
+        self.queue.push_back((self.last, text));
+        while self.queued > MAX_UNACKED && self.queue.len() > 1 {
+            let Some((_, old)) = self.queue.pop_front() else {
+                break;
+            };
+            self.queued -= old.len();
+            tracing::warn!("terminal input dropped: nobody read it");
+        }
+    }
+
     /// Everything unacknowledged, or `None` when there is nothing to say.
     fn pending(&self) -> Option<Input> {
         if self.queue.is_empty() && !self.eof {
@@ -280,7 +290,53 @@ fn set_mode(mode: &libc::termios) -> Result<(), Error> {
 
 #[cfg(test)]
 mod tests {
-    use super::take_utf8;
+    use super::{take_utf8, State, MAX_UNACKED};
+
+    #[test]
+    fn input_is_answered_again_until_acknowledged() {
+        let mut s = State::default();
+        assert!(s.pending().is_none());
+        s.queue_input("ab".into());
+        s.queue_input("c".into());
+        let first = s.pending().unwrap();
+        assert_eq!((first.seq, first.text.as_str()), (2, "abc"));
+        // A read that was dropped acknowledged nothing: all of it again.
+        assert_eq!(s.pending().unwrap().text, "abc");
+        s.acknowledge(1);
+        assert_eq!(s.pending().unwrap().text, "c");
+        s.acknowledge(2);
+        assert!(s.pending().is_none());
+        // A stale acknowledgement changes nothing.
+        s.queue_input("d".into());
+        s.acknowledge(1);
+        assert_eq!(s.pending().unwrap().text, "d");
+    }
+
+    #[test]
+    fn unread_input_is_bounded_but_keeps_the_newest() {
+        let mut s = State::default();
+        for _ in 0..3 {
+            s.queue_input("x".repeat(MAX_UNACKED / 2));
+        }
+        assert!(s.queued <= MAX_UNACKED);
+        assert_eq!(s.pending().unwrap().seq, 3);
+        s.queue_input("y".repeat(MAX_UNACKED * 2));
+        assert_eq!(
+            s.queue.len(),
+            1,
+            "a paste larger than the bound stays whole"
+        );
+    }
+
+    #[test]
+    fn the_end_of_stdin_is_said_even_with_nothing_queued() {
+        let s = State {
+            eof: true,
+            ..State::default()
+        };
+        let end = s.pending().unwrap();
+        assert!(end.eof && end.text.is_empty());
+    }
 
     #[test]
     fn a_character_split_across_reads_is_kept_whole() {
