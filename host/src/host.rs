@@ -11,7 +11,7 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::Tree;
-use crate::host_service::HostService;
+use crate::host_service::{HostService, Output};
 use crate::loader::STATS;
 use crate::report::{Report, Reports};
 use crate::router::{Builtin, HostInner, HostReply, Router};
@@ -136,6 +136,7 @@ impl Host {
             terminal: terminal.clone(),
             commands: commands.clone(),
             runtime: tokio::runtime::Handle::current(),
+            output: Output::start().context("cannot start the output thread")?,
         };
         let mut builtins: HashMap<String, Builtin> = HashMap::new();
         builtins.insert(

@@ -25,6 +25,40 @@ pub(crate) struct HostService {
     pub terminal: Terminal,
     pub commands: mpsc::UnboundedSender<Command>,
     pub runtime: tokio::runtime::Handle,
+    pub output: Output,
+}
+
+/// Writes for `print` and `eprint`, on a thread of their own: a slow
+/// terminal (a full pty, a slow ssh link) holds up the printing caller
+/// only, never the router.
+#[derive(Clone)]
+pub(crate) struct Output(std::sync::mpsc::Sender<(String, bool, Responder)>);
+
+impl Output {
+    /// Starts the writer thread.
+    pub fn start() -> std::io::Result<Output> {
+        let (tx, rx) = std::sync::mpsc::channel::<(String, bool, Responder)>();
+        std::thread::Builder::new()
+            .name("dsh-output".into())
+            .spawn(move || {
+                for (text, to_stderr, responder) in rx {
+                    responder.reply(print(&text, to_stderr));
+                }
+            })?;
+        Ok(Output(tx))
+    }
+
+    fn write(
+        &self,
+        text: String,
+        to_stderr: bool,
+        responder: Responder,
+    ) -> Option<Result<Value, Error>> {
+        match self.0.send((text, to_stderr, responder)) {
+            Ok(()) => None,
+            Err(_) => Some(Err(Error::msg("the output thread is gone"))),
+        }
+    }
 }
 
 impl HostService {
@@ -51,8 +85,10 @@ impl HostService {
                 serde_json::to_value(info).map_err(Error::from)
             }
             method::STATS => Ok(json!(stats())),
-            method::PRINT => parse::<TextParams>(params).and_then(|p| print(&p.text, false)),
-            method::EPRINT => parse::<TextParams>(params).and_then(|p| print(&p.text, true)),
+            method::PRINT | method::EPRINT => match parse::<TextParams>(params) {
+                Ok(p) => return self.output.write(p.text, name == method::EPRINT, responder),
+                Err(e) => Err(e),
+            },
             method::TERMINAL => serde_json::to_value(Terminal::info()).map_err(Error::from),
             method::READ_INPUT => match parse::<ReadInputParams>(params) {
                 Ok(p) => return self.terminal.read(p.ack, responder),

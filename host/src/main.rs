@@ -136,8 +136,12 @@ fn main() -> ExitCode {
     init_logging();
     // A panic must not leave the user's terminal in raw mode.
     let default_hook = std::panic::take_hook();
+    // (Plugin threads' panics are caught and survived: only the main
+    // thread's end the process.)
     std::panic::set_hook(Box::new(move |info| {
-        dsh_host::restore_terminal();
+        if std::thread::current().name() == Some("main") {
+            dsh_host::restore_terminal();
+        }
         default_hook(info);
     }));
     let cli = Cli::parse();
@@ -300,6 +304,7 @@ fn signals(tx: mpsc::UnboundedSender<Stop>) -> anyhow::Result<()> {
                 let code = if sig == SIGINT { 130 } else { 0 };
                 if seen {
                     // Second signal: leave at once.
+                    dsh_host::restore_terminal();
                     std::process::exit(code);
                 }
                 seen = true;

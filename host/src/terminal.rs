@@ -36,8 +36,18 @@ fn saved() -> MutexGuard<'static, Option<libc::termios>> {
 /// (at exit, and from the host's panic hook).
 pub fn restore_terminal() {
     if let Some(mode) = saved().take() {
+        paste_brackets(false);
         let _ = set_mode(&mode);
     }
+}
+
+/// Bracketed paste on or off (the terminal marks where a paste starts and
+/// ends, so its newlines are not Enter).
+fn paste_brackets(on: bool) {
+    use std::io::Write;
+    let seq: &[u8] = if on { b"\x1b[?2004h" } else { b"\x1b[?2004l" };
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(seq).and_then(|()| out.flush());
 }
 
 /// The terminal of the process (one per host).
@@ -126,7 +136,9 @@ impl Terminal {
             mode.c_oflag |= libc::OPOST | libc::ONLCR;
             set_mode(&mode)?;
             *saved = Some(original);
+            paste_brackets(true);
         } else if let Some(original) = saved.take() {
+            paste_brackets(false);
             set_mode(&original)?;
         }
         Ok(())
@@ -186,8 +198,10 @@ impl Terminal {
         };
         if let Some(waiter) = s.waiter.take() {
             // A caller that is gone gets nothing; the input stays queued
-            // until a read acknowledges it.
-            waiter.reply(to_value(&input));
+            // until a read acknowledges it, and nobody is reading.
+            if !waiter.reply(to_value(&input)) && input.text.contains('\u{3}') {
+                s.unread_interrupts += 1;
+            }
         }
     }
 }

@@ -110,6 +110,8 @@ async fn a_tool_call_and_its_result_are_one_line_each() {
     assert!(screen.contains("• read notes.md"), "{screen}");
     assert!(screen.contains("first line"), "{screen}");
     assert!(screen.contains("last line"), "{screen}");
+    assert!(!screen.contains("middle"), "{screen}");
+    assert!(screen.contains("… 1 more lines"), "{screen}");
     p.send("\x04");
     assert_eq!(p.wait_exit(20).await, 0);
 }
@@ -127,7 +129,7 @@ async fn ctrl_c_cancels_the_running_turn_and_the_next_prompt_works() {
     p.wait_for("(turn cancelled)", 20).await;
     p.send("next\r");
     p.wait_for("Back again.", 20).await;
-    wait_turn_ends(&e, 2).await;
+    p.wait_idle(20).await;
     // Ctrl-C twice at an empty prompt exits.
     p.send("\x03");
     p.wait_for("Ctrl-C again", 20).await;
@@ -188,12 +190,19 @@ async fn an_approval_is_asked_and_answered_allow_then_reject() {
     p.send("write outside\r");
     p.wait_for("allow once [y]", 20).await;
     assert!(p.contents().contains("allowed.txt"), "{}", p.contents());
+    // Keys right after the prompt shows, and Enter, answer nothing.
+    p.send("y");
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    p.send("\r");
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert!(!allowed.exists());
     p.send("y");
     p.wait_for("Wrote it.", 20).await;
     assert_eq!(std::fs::read_to_string(&allowed).unwrap(), "yes");
+    p.wait_idle(20).await;
     p.send("again\r");
-    p.wait_for_count("allow once [y]", 1, 20).await;
     p.wait_for("refused.txt", 20).await;
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
     p.send("n");
     p.wait_for("Could not write.", 20).await;
     assert!(!refused.exists());
@@ -237,7 +246,7 @@ async fn continue_and_resume_see_the_earlier_history() {
         ["remember the word apple", "what was the word?"]
     );
     // /new, then /resume <id> back into it.
-    wait_turn_ends(&e, 2).await;
+    p.wait_idle(20).await;
     p.send("/new\r");
     p.wait_for("dsh chat", 20).await;
     p.send(&format!("/resume {id}\r"));
@@ -257,8 +266,8 @@ async fn continue_and_resume_see_the_earlier_history() {
 async fn no_color_output_has_no_style_sequences_and_colors_are_on_otherwise() {
     let fake = FakeLlm::start().await;
     fake.push([
-        text("Plain ```\ncode\n``` text."),
-        text("Colored ```\ncode\n``` text."),
+        text("Plain:\n```\ncode\n```\ntext."),
+        text("Colored:\n```\ncode\n```\ntext."),
     ]);
     let e = Headless::new(&fake, "");
     let mut p = chat(&e, &[], &[("NO_COLOR", "1")]);
@@ -277,9 +286,12 @@ async fn no_color_output_has_no_style_sequences_and_colors_are_on_otherwise() {
     p.wait_for("dsh chat", 20).await;
     p.send("go\r");
     p.wait_for("Colored", 20).await;
+    p.wait_for("text.", 20).await;
     p.send("\x04");
     assert_eq!(p.wait_exit(20).await, 0);
-    assert!(has_sgr(&p.raw()));
+    // The code block in the theme's code color.
+    let raw = String::from_utf8_lossy(&p.raw()).into_owned();
+    assert!(raw.contains("\x1b[36mc"), "{raw:?}");
 }
 
 #[tokio::test]
@@ -327,24 +339,6 @@ async fn a_chat_without_a_terminal_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("chat needs a terminal on stdin"), "{err}");
-}
-
-/// Waits until the session logs hold `n` ends of turns (the chat flushes
-/// at each).
-async fn wait_turn_ends(e: &Headless, n: usize) {
-    for _ in 0..1000 {
-        let ends = e.session_files().first().map_or(0, |f| {
-            lines_so_far(f)
-                .iter()
-                .filter(|l| l["type"] == event::TURN_END)
-                .count()
-        });
-        if ends >= n {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    panic!("the log never held {n} turn ends");
 }
 
 /// The session id in a log's header line.

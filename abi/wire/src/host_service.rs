@@ -25,8 +25,8 @@ pub const TERMINAL: &str = "terminal";
 /// ([`Input`]); the host reads stdin on a thread of its own, so a plugin
 /// never blocks in a read and a reload loses no keystroke.
 pub const READ_INPUT: &str = "readInput";
-/// Puts the terminal in raw mode or back ([`RawModeParams`]); the host
-/// restores the original mode when it exits.
+/// Puts the terminal in raw mode with bracketed paste, or back
+/// ([`RawModeParams`]); the host restores the original mode when it exits.
 pub const SET_RAW_MODE: &str = "setRawMode";
 /// The rows of the running composition ([`PluginRow`] list).
 pub const PLUGINS: &str = "plugins";
@@ -122,8 +122,8 @@ pub struct Input {
 /// Params of [`SET_RAW_MODE`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RawModeParams {
-    /// Raw (no echo, no line buffering, no signals from keys) or the mode
-    /// the host started with.
+    /// Raw (no echo, no line buffering, no signals from keys, pastes
+    /// bracketed) or the mode the host started with.
     pub raw: bool,
 }
 

@@ -5,8 +5,6 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::rc::Rc;
 
 use dsh_sdk::api::agent_loop::{
@@ -14,7 +12,7 @@ use dsh_sdk::api::agent_loop::{
 };
 use dsh_sdk::api::agents::{Agents, CancelParams, RunStatus, WhenIdleReply};
 use dsh_sdk::api::approval::{ApprovalOutcome, ApprovalReply, ApprovalRequest};
-use dsh_sdk::api::host::{Host, Input};
+use dsh_sdk::api::host::Host;
 use dsh_sdk::api::session_persistence::SessionPersistence;
 use dsh_sdk::api::sessions::{ForkParams, Sessions};
 use dsh_sdk::names::{bus, code};
@@ -37,6 +35,9 @@ pub enum Msg {
     TurnDone(String, Result<WhenIdleReply>),
     /// A tool call asks for approval; the answer goes back on the sender.
     Approval(ApprovalRequest, oneshot::Sender<ApprovalReply>),
+    /// Keys were queued in [`View::keys`] (false: the terminal ended), or
+    /// reading failed.
+    Input(Result<bool>),
 }
 
 /// What survives a reload (handed to the next generation).
@@ -44,8 +45,13 @@ pub enum Msg {
 pub struct View {
     /// The agent (its id is the session id).
     pub agent: String,
-    /// The last terminal input handled.
+    /// The last terminal input received: acknowledged once its keys are
+    /// in `keys` (handed over with them).
     pub ack: Option<u64>,
+    /// Keys received and not yet handled (a reload hands them over).
+    pub keys: std::collections::VecDeque<Key>,
+    /// An escape sequence or paste split across reads.
+    pub parser: KeyParser,
     pub editor: Editor,
     pub screen: Screen,
     pub renderer: Renderer,
@@ -71,14 +77,17 @@ pub struct App {
     host: Host,
     config: Config,
     pub view: Rc<RefCell<View>>,
-    keys: KeyParser,
     asking: Option<Asking>,
+    /// When the approval prompt was drawn (keys typed before a person could
+    /// have seen it do not answer it).
+    asked_at: Option<std::time::Instant>,
     queued_approvals: Vec<Asking>,
     tx: mpsc::UnboundedSender<Msg>,
     quit: bool,
 }
 
-type Reading = Pin<Box<dyn Future<Output = Result<Input>>>>;
+/// Keys this soon after an approval prompt was drawn do not answer it.
+const APPROVAL_GRACE: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// How long a reloaded chat waits for its predecessor's agent to go.
 const REOPEN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -96,8 +105,8 @@ impl App {
             host: Host::new(ctx),
             config,
             view,
-            keys: KeyParser::default(),
             asking: None,
+            asked_at: None,
             queued_approvals: Vec::new(),
             tx,
             quit: false,
@@ -132,7 +141,8 @@ impl App {
             let mut v = self.view.borrow_mut();
             let mut out = v.renderer.finish_block();
             let theme = v.renderer.theme;
-            theme.push(&mut out, tone, text);
+            let text = sanitize(text);
+            theme.push(&mut out, tone, &text);
             if !text.ends_with('\n') {
                 theme.push(&mut out, Tone::Plain, "\n");
             }
@@ -342,49 +352,77 @@ impl App {
     /// The loop: until the user exits.
     pub async fn run(&mut self, rx: &mut mpsc::UnboundedReceiver<Msg>) -> Result<()> {
         self.redraw().await;
-        let mut reading = self.read_input();
+        self.read_terminal();
+        // Keys a predecessor received and did not handle.
+        self.handle_keys().await;
         while !self.quit {
-            tokio::select! {
-                input = &mut reading => {
-                    match input {
-                        Ok(input) => {
-                            self.view.borrow_mut().ack = Some(input.seq);
-                            let eof = input.eof;
-                            for key in self.keys.feed(&input.text) {
-                                self.key(key).await;
-                                if self.quit {
-                                    break;
-                                }
-                            }
-                            if eof && !self.quit {
-                                self.exit().await;
-                            }
-                        }
-                        Err(e) => {
-                            self.notice(Tone::Error, &format!("✗ cannot read the terminal: {e}")).await;
-                            self.exit().await;
-                        }
-                    }
-                    reading = self.read_input();
-                }
-                msg = rx.recv() => match msg {
-                    Some(msg) => self.message(msg).await,
-                    None => break,
-                },
+            match rx.recv().await {
+                Some(msg) => self.message(msg).await,
+                None => break,
             }
         }
         Ok(())
     }
 
-    fn read_input(&self) -> Reading {
-        let host = self.host.clone();
-        let ack = self.view.borrow().ack;
-        Box::pin(async move { host.read_input(ack).await })
+    /// Reads the terminal on a task of its own, so a read is always
+    /// outstanding (the host's Ctrl-C fail-safe sees a live reader) and
+    /// input is parsed into [`View::keys`] before it is acknowledged: a
+    /// reload at any point hands over every key not yet handled.
+    fn read_terminal(&self) {
+        let (host, view, tx) = (self.host.clone(), self.view.clone(), self.tx.clone());
+        self.ctx.spawn(async move {
+            loop {
+                let ack = view.borrow().ack;
+                let (more, done) = match host.read_input(ack).await {
+                    Ok(input) => {
+                        let mut v = view.borrow_mut();
+                        let keys = v.parser.feed(&input.text);
+                        v.keys.extend(keys);
+                        v.ack = Some(input.seq);
+                        (!input.eof, Ok(!input.eof))
+                    }
+                    Err(e) => (false, Err(e)),
+                };
+                if tx.send(Msg::Input(done)).is_err() || !more {
+                    return;
+                }
+            }
+        });
+    }
+
+    /// Handles the queued keys, one at a time.
+    async fn handle_keys(&mut self) {
+        loop {
+            let key = self.view.borrow_mut().keys.pop_front();
+            let Some(key) = key else {
+                return;
+            };
+            self.key(key).await;
+            if self.quit {
+                return;
+            }
+        }
     }
 
     async fn message(&mut self, msg: Msg) {
         match msg {
+            Msg::Input(Ok(open)) => {
+                self.handle_keys().await;
+                if !open && !self.quit {
+                    self.exit().await;
+                }
+            }
+            Msg::Input(Err(e)) => {
+                self.notice(Tone::Error, &format!("✗ cannot read the terminal: {e}"))
+                    .await;
+                self.exit().await;
+            }
             Msg::Event(e) => {
+                if e.kind == event::TOOL_RESULT {
+                    if let Some(id) = e.data["message"]["content"][0]["toolCallId"].as_str() {
+                        self.view.borrow_mut().calls.remove(id);
+                    }
+                }
                 if e.kind == event::TOOL_CALL {
                     let id = e.data["callId"].as_str().unwrap_or_default().to_owned();
                     let name = e.data["name"].as_str().unwrap_or_default().to_owned();
@@ -399,6 +437,14 @@ impl App {
             Msg::TurnDone(agent, done) => {
                 if agent != self.agent() {
                     return;
+                }
+                // Input sent as the turn ended may have started another:
+                // then the chat still runs one, and watches it.
+                if let Ok(status) = Agents::new(&self.ctx).status(&agent).await {
+                    if status.status == RunStatus::Running {
+                        self.watch_turn(agent);
+                        return;
+                    }
                 }
                 self.view.borrow_mut().running = false;
                 // Questions of the ended turn are moot (their callers
@@ -427,8 +473,7 @@ impl App {
                 if self.asking.is_some() {
                     self.queued_approvals.push(asking);
                 } else {
-                    self.asking = Some(asking);
-                    self.redraw().await;
+                    self.ask(asking).await;
                 }
             }
         }
@@ -499,9 +544,20 @@ impl App {
             .await;
     }
 
+    /// Shows an approval prompt; keys typed before it was drawn (a steer
+    /// being typed, say) are not taken as its answer.
+    async fn ask(&mut self, asking: Asking) {
+        self.asking = Some(asking);
+        self.redraw().await;
+        self.asked_at = Some(std::time::Instant::now());
+    }
+
     async fn approval_key(&mut self, key: Key) {
+        if self.asked_at.is_some_and(|t| t.elapsed() < APPROVAL_GRACE) {
+            return;
+        }
         let outcome = match key {
-            Key::Char('y' | 'Y') | Key::Enter => ApprovalOutcome::AllowedOnce,
+            Key::Char('y' | 'Y') => ApprovalOutcome::AllowedOnce,
             Key::Char('a' | 'A') => {
                 if let Some(a) = &self.asking {
                     let pair = (a.request.agent.clone(), a.request.tool_name.clone());
@@ -534,10 +590,14 @@ impl App {
         });
         self.notice(tone, &format!("  {} {word}", asking.request.tool_name))
             .await;
-        if !self.queued_approvals.is_empty() {
-            self.asking = Some(self.queued_approvals.remove(0));
+        // The rest of what was typed with the answer answers nothing.
+        self.view.borrow_mut().keys.clear();
+        if self.queued_approvals.is_empty() {
+            self.redraw().await;
+        } else {
+            let next = self.queued_approvals.remove(0);
+            self.ask(next).await;
         }
-        self.redraw().await;
     }
 
     async fn submit(&mut self, text: String) {
@@ -720,15 +780,15 @@ impl App {
             text
         };
         self.print(&text).await;
-        self.print("\x1b[?2004l").await;
         let _ = self.host.set_raw_mode(false).await;
         let _ = self.host.exit(0).await;
     }
 }
 
-/// Inputs longer than this are shown folded.
-const FOLD_LINES: usize = 12;
-const FOLD_CHARS: usize = 2000;
+/// Inputs longer than this are shown folded (so the input area stays well
+/// inside a 24-row terminal).
+const FOLD_LINES: usize = 8;
+const FOLD_CHARS: usize = 800;
 
 /// The folded form of a long input: its first lines and how much more
 /// there is (`None` when it fits).
@@ -761,18 +821,21 @@ fn approval_question(
     request: &ApprovalRequest,
     calls: &HashMap<String, (String, String)>,
 ) -> String {
-    let args = request
-        .call_id
-        .as_ref()
-        .and_then(|id| calls.get(id))
-        .map(|(_, args)| args.as_str())
-        .unwrap_or_default();
-    let args: String = sanitize(args)
+    let args = match &request.arguments {
+        Some(a) if !a.is_null() => a.to_string(),
+        _ => request
+            .call_id
+            .as_ref()
+            .and_then(|id| calls.get(id))
+            .map(|(_, args)| args.clone())
+            .unwrap_or_default(),
+    };
+    let args: String = sanitize(&args)
         .replace('\n', " ")
         .chars()
-        .take(200)
+        .take(1000)
         .collect();
-    let mut q = format!("{} {args}", request.tool_name);
+    let mut q = format!("{} {args}", sanitize(&request.tool_name));
     if let Some(reason) = &request.reason {
         q.push_str(&format!("\n({})", sanitize(reason)));
     }

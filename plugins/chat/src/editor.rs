@@ -67,7 +67,7 @@ impl Editor {
             Key::Paste(text) => {
                 let chars: Vec<char> = text
                     .chars()
-                    .filter(|c| *c == '\n' || !c.is_control())
+                    .filter(|c| matches!(c, '\n' | '\t') || !c.is_control())
                     .collect();
                 self.insert(&chars)
             }
@@ -136,6 +136,8 @@ impl Editor {
         self.clear();
         if !text.trim().is_empty() && self.history.last() != Some(&text) {
             self.history.push(text.clone());
+            let over = self.history.len().saturating_sub(crate::history::KEEP);
+            self.history.drain(..over);
         }
         Action::Submit(text)
     }

@@ -6,7 +6,10 @@ use std::io::Write;
 use std::path::Path;
 
 /// Entries kept.
-const KEEP: usize = 1000;
+pub const KEEP: usize = 1000;
+
+/// Longer entries (a big paste) are not kept.
+const MAX_ENTRY: usize = 64 * 1024;
 
 /// The entries of `path`, oldest first (none when it is missing;
 /// unreadable lines are skipped).
@@ -20,13 +23,35 @@ pub fn load(path: &Path) -> Vec<String> {
         .collect();
     let skip = entries.len().saturating_sub(KEEP);
     entries.drain(..skip);
+    // Twice as long as kept: rewrite it with what is kept.
+    if skip > KEEP {
+        if let Err(e) = rewrite(path, &entries) {
+            dsh_sdk::tracing::warn!("chat: cannot compact {}: {e}", path.display());
+        }
+    }
     entries
+}
+
+fn rewrite(path: &Path, entries: &[String]) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    for e in entries {
+        writeln!(f, "{}", serde_json::to_string(e)?)?;
+    }
+    f.sync_all()?;
+    std::fs::rename(tmp, path)
 }
 
 /// Appends `entry` (blank entries are not kept); a failure is logged, the
 /// chat goes on.
 pub fn save(path: &Path, entry: &str) {
-    if entry.trim().is_empty() {
+    if entry.trim().is_empty() || entry.len() > MAX_ENTRY {
         return;
     }
     if let Err(e) = append(path, entry) {
@@ -60,5 +85,23 @@ mod tests {
         save(&path, "  ");
         save(&path, "two\nlines");
         assert_eq!(load(&path), ["one", "two\nlines"]);
+        save(&path, &"x".repeat(MAX_ENTRY + 1));
+        assert_eq!(load(&path).len(), 2);
+    }
+
+    #[test]
+    fn a_long_history_is_compacted_to_what_is_kept() {
+        let dir = dsh_sdk::tempdir::PrivateDir::new("chat-history").unwrap();
+        let path = dir.path().join("history");
+        for i in 0..(KEEP * 2 + 5) {
+            save(&path, &format!("entry {i}"));
+        }
+        let kept = load(&path);
+        assert_eq!(kept.len(), KEEP);
+        assert_eq!(kept.last().unwrap(), &format!("entry {}", KEEP * 2 + 4));
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap().lines().count(),
+            KEEP
+        );
     }
 }

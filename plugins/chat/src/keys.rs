@@ -4,7 +4,7 @@
 //! the next read.
 
 /// One key press (or one paste).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Key {
     /// A printable character.
     Char(char),
@@ -45,9 +45,14 @@ pub enum Key {
 const PASTE_START: &str = "\x1b[200~";
 const PASTE_END: &str = "\x1b[201~";
 
+/// A paste is cut into pieces of at most this many bytes when its end
+/// marker does not come (a terminal that lost it must not swallow every
+/// key after it).
+const MAX_PASTE: usize = 16 << 20;
+
 /// Parses input text into keys, keeping an incomplete sequence (or an
 /// unfinished paste) for the next read.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct KeyParser {
     pending: String,
 }
@@ -92,6 +97,14 @@ fn parse_one(s: &str) -> Parsed {
                     PASTE_START.len() + end + PASTE_END.len(),
                 )
             }
+            None if body.len() > MAX_PASTE => {
+                let cut = (0..=MAX_PASTE)
+                    .rev()
+                    .find(|i| body.is_char_boundary(*i))
+                    .unwrap_or(0);
+                let text = body[..cut].replace("\r\n", "\n").replace('\r', "\n");
+                Parsed::Key(Some(Key::Paste(text)), PASTE_START.len() + cut)
+            }
             None => Parsed::Incomplete,
         };
     }
@@ -130,9 +143,10 @@ fn escape(s: &str) -> Parsed {
     match b.get(1) {
         None => Parsed::Key(Some(Key::Esc), 1),
         Some(b'[') => csi(s),
-        Some(b'O') => match b.get(2) {
+        Some(b'O') => match s[2..].chars().next() {
             None => Parsed::Incomplete,
-            Some(&f) => Parsed::Key(final_key(f, ""), 3),
+            Some(c) if c.is_ascii() => Parsed::Key(final_key(c as u8, ""), 3),
+            Some(c) => Parsed::Key(None, 2 + c.len_utf8()),
         },
         Some(b'\r') => Parsed::Key(Some(Key::Newline), 2),
         Some(b'\x7f') => Parsed::Key(Some(Key::KillWordBack), 2),
@@ -225,5 +239,20 @@ mod tests {
         assert_eq!(keys(&["\x1b\r"]), vec![Key::Newline]);
         assert_eq!(keys(&["\x1b"]), vec![Key::Esc]);
         assert_eq!(keys(&["\x1bz"]), Vec::<Key>::new());
+    }
+
+    #[test]
+    fn a_non_ascii_character_after_ss3_is_dropped_whole() {
+        assert_eq!(keys(&["\x1bOé!"]), vec![Key::Char('!')]);
+    }
+
+    #[test]
+    fn a_paste_that_never_ends_is_cut_not_kept_forever() {
+        let mut p = KeyParser::default();
+        let big = "x".repeat(MAX_PASTE + 10);
+        let keys = p.feed(&format!("{PASTE_START}{big}"));
+        assert!(matches!(&keys[0], Key::Paste(t) if t.len() == MAX_PASTE));
+        assert_eq!(keys[1..], vec![Key::Char('x'); 10]);
+        assert_eq!(p.feed("\x03"), vec![Key::Interrupt]);
     }
 }

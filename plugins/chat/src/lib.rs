@@ -137,9 +137,8 @@ async fn run(
             v.renderer = Renderer::new(app::theme(term.stdout), cols);
             v.editor = Editor::new(history::load(&config.history_path));
         }
+        // Raw, with bracketed paste: a paste arrives as one key.
         host.set_raw_mode(true).await?;
-        // Bracketed paste: a paste arrives as one key, newlines and all.
-        host.print("\x1b[?2004h").await?;
     }
     let cwd = info.cwd.unwrap_or_else(|| "/".to_owned());
     let mut app = App::new(&ctx, config, view, tx);

@@ -19,6 +19,8 @@ pub struct Out {
     pub styled: String,
     /// The same without escape sequences.
     pub plain: String,
+    /// The tone of the last piece (a run of one tone is styled once).
+    last: Option<Tone>,
 }
 
 /// Which styles a piece of text gets.
@@ -67,11 +69,19 @@ impl Theme {
         out.plain.push_str(text);
         let style = tone.style();
         if self.color && tone != Tone::Plain {
-            out.styled
-                .push_str(&format!("{}{text}{}", style.render(), style.render_reset()));
+            let reset = style.render_reset().to_string();
+            if out.last == Some(tone) && out.styled.ends_with(&reset) {
+                out.styled.truncate(out.styled.len() - reset.len());
+                out.styled.push_str(text);
+                out.styled.push_str(&reset);
+            } else {
+                out.styled
+                    .push_str(&format!("{}{text}{reset}", style.render()));
+            }
         } else {
             out.styled.push_str(text);
         }
+        out.last = Some(tone);
     }
 
     /// One piece of text in one tone.
@@ -405,6 +415,16 @@ mod tests {
             r.event(&ev(event::ASSISTANT_MESSAGE, json!({}))).plain,
             "\n"
         );
+    }
+
+    #[test]
+    fn a_run_of_one_tone_is_styled_once() {
+        let theme = Theme { color: true };
+        let mut out = Out::default();
+        theme.push(&mut out, Tone::Code, "a");
+        theme.push(&mut out, Tone::Code, "b");
+        assert_eq!(out.styled.matches("\x1b[").count(), 2, "{:?}", out.styled);
+        assert_eq!(out.plain, "ab");
     }
 
     #[test]

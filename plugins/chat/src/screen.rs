@@ -66,9 +66,14 @@ impl Screen {
             if c == '\n' {
                 self.out_col = 0;
             } else {
-                self.out_col += c.width().unwrap_or(0);
+                let w = c.width().unwrap_or(0);
+                if self.out_col + w > self.cols {
+                    // Too wide for what is left of the row: it wraps whole.
+                    self.out_col = 0;
+                }
+                self.out_col += w;
                 if self.out_col >= self.cols {
-                    self.out_col %= self.cols;
+                    self.out_col = 0;
                 }
             }
         }
@@ -94,22 +99,28 @@ impl Screen {
         let (mut row, mut col) = (0usize, width(prompt.prefix));
         let (mut cur_row, mut cur_col) = (row, col);
         for (i, c) in prompt.text.chars().enumerate() {
-            if i == prompt.cursor {
-                (cur_row, cur_col) = (row, col);
-            }
             if c == '\n' {
+                if i == prompt.cursor {
+                    (cur_row, cur_col) = (row, col);
+                }
                 s.push_str("\r\n");
                 s.push_str(&indent);
                 row += 1;
                 col = indent.len();
                 continue;
             }
-            let w = c.width().unwrap_or(0);
+            let (text, w) = match c {
+                '\t' => ("    ".to_owned(), 4),
+                c => (c.to_string(), c.width().unwrap_or(0)),
+            };
             if col + w > self.cols {
                 row += 1;
                 col = 0;
             }
-            s.push(c);
+            if i == prompt.cursor {
+                (cur_row, cur_col) = (row, col);
+            }
+            s.push_str(&text);
             col += w;
         }
         if prompt.cursor >= prompt.text.chars().count() {

@@ -129,6 +129,7 @@ async fn approve(
         tool_name: name.to_owned(),
         call_id: exec.call_id.clone(),
         reason: reason.clone(),
+        arguments: Some(exec.arguments.clone()),
     };
     let asked = ctx
         .service(service::APPROVAL)

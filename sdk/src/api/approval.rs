@@ -21,6 +21,10 @@ pub struct ApprovalRequest {
     /// The policy's reason (null when it gave none).
     #[serde(default)]
     pub reason: Option<String>,
+    /// The call's arguments, for the person to see what they approve (a
+    /// dsh extension; absent from older callers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<serde_json::Value>,
 }
 
 /// What the user decided.
@@ -79,11 +83,19 @@ mod tests {
             tool_name: "write".into(),
             call_id: Some("c1".into()),
             reason: None,
+            arguments: None,
         };
         assert_eq!(
             serde_json::to_string(&r).unwrap(),
             r#"{"agent":"a1","toolName":"write","callId":"c1","reason":null}"#
         );
+        let with_args = ApprovalRequest {
+            arguments: Some(json!({"file_path": "/x"})),
+            ..r
+        };
+        assert!(serde_json::to_string(&with_args)
+            .unwrap()
+            .ends_with(r#""reason":null,"arguments":{"file_path":"/x"}}"#));
     }
 
     #[test]

@@ -125,6 +125,23 @@ impl Pty {
         }
     }
 
+    /// Waits until the chat is idle: its prompt is the last line shown (a
+    /// running turn hides an empty prompt).
+    pub async fn wait_idle(&self, secs: u64) {
+        self.wait_until(
+            secs,
+            |s| {
+                s.lines()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .map(str::trim)
+                    == Some("›")
+            },
+            "the idle prompt",
+        )
+        .await;
+    }
+
     /// Waits for the process to exit; its exit code.
     pub async fn wait_exit(&mut self, secs: u64) -> u32 {
         let deadline = Instant::now() + Duration::from_secs(secs);
