@@ -140,7 +140,11 @@ async fn a_new_session_is_the_originals_zstd_transcript_one_frame_per_flush() {
         .join(CWD_KEY)
         .join("s~002F1")
         .join("session.jsonl.zstd");
-    assert_eq!(found, [expected.clone()], "<key> from the cwd, id encoded");
+    assert_eq!(
+        found,
+        std::slice::from_ref(&expected),
+        "<key> from the cwd, id encoded"
+    );
     let frames = originals_zstd_frames(&expected);
     assert_eq!(
         frames.len(),
@@ -207,7 +211,7 @@ async fn compression_none_writes_session_jsonl_in_the_session_directory() {
     two_batches(&t, "plain-1").await;
     let found = originals_root_check(&root, "session.jsonl", "session.jsonl.zstd");
     let expected = root.join(CWD_KEY).join("plain-1").join("session.jsonl");
-    assert_eq!(found, [expected.clone()]);
+    assert_eq!(found, std::slice::from_ref(&expected));
     let log = lines(&expected);
     assert_eq!(log[0]["type"], "session");
     assert_eq!(log.len(), 5, "header + 4 events, plain text");
@@ -391,7 +395,7 @@ async fn sessions_list_show_fork_and_rm_from_the_command_line() {
         (0, format!("removed {child}\n").as_str()),
         "{stderr}"
     );
-    assert_eq!(listed(&e), [id.clone()]);
+    assert_eq!(listed(&e), std::slice::from_ref(&id));
 
     for args in [["rm", &child], ["show", "nope"], ["fork", "nope"]] {
         let (code, stdout, stderr) = sessions_cmd(&e, &args);
