@@ -488,9 +488,11 @@ impl Store {
     /// (see `adopt_live_sessions`): its log, when it has one, must be a
     /// prefix of `events`.
     fn adopt(&self, header: SessionHeader, events: Vec<SessionEvent>) -> Result<()> {
+        // An old flat log is never appended to: the session's whole
+        // history goes to the new layout instead.
         let path = match self.find(&header.id) {
-            Ok(path) => path,
-            Err(_) => self.path_for(&header)?,
+            Ok(path) if !self.is_flat(&path) => path,
+            _ => self.path_for(&header)?,
         };
         self.open_live(header, events, 0, path)
     }
