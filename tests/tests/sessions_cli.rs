@@ -369,8 +369,15 @@ async fn sessions_list_show_fork_and_rm_from_the_command_line() {
     assert!(conversation[2].starts_with("tool result: "), "{shown}");
     assert_eq!(conversation[3], "assistant: The notes say hi.", "{shown}");
 
+    let source_log = e.log_file();
+    let before = std::fs::read(&source_log).unwrap();
     let (code, forked, stderr) = sessions_cmd(&e, &["fork", &id]);
     assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        std::fs::read(&source_log).unwrap(),
+        before,
+        "forking leaves the source as it was"
+    );
     let child = forked.trim().to_owned();
     assert!(!child.is_empty() && child != id, "{forked}");
     let mut both = listed(&e);

@@ -1,10 +1,10 @@
 //! The stored sessions, as `dsh-host sessions list | show | fork | rm`
-//! prints them: through `sessionPersistence` (reading) and `sessions`
-//! (forking). An unknown id is the backend's `SESSION_NOT_FOUND`, which
+//! prints them: through `sessionPersistence` (reading, removing) and
+//! `sessions` (a fork is a new session seeded with the source's history). An unknown id is the backend's `SESSION_NOT_FOUND`, which
 //! the caller prints as `dsh: <CODE>: <message>` with exit 1.
 
 use dsh_sdk::api::session_persistence::SessionPersistence;
-use dsh_sdk::api::sessions::{ForkParams, Sessions};
+use dsh_sdk::api::sessions::{CreateParams, Sessions};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::{event, msg, SessionEvent, SessionHeader};
 
@@ -100,29 +100,34 @@ fn conversation_line(e: &SessionEvent) -> Option<String> {
     }
 }
 
-/// A new stored session holding a copy of `id`'s history: `id` is made
-/// live (locked, so a session another host writes is refused), forked,
-/// the child flushed to disk, and both closed. The child's id.
+/// A new stored session holding a copy of `id`'s history, its lineage in
+/// its header (the source as `parentSession`, the seed's length), written
+/// to disk and closed. The source is read with `inspect`, so it is left as
+/// it was (an interrupted turn is closed in the copy only). The child's id.
 async fn fork(ctx: &Context, id: &str) -> Result<String> {
-    let sessions = Sessions::new(ctx);
-    sessions.resume(id).await?;
-    let forked = sessions
-        .fork(&ForkParams {
-            id: id.to_owned(),
-            child_id: None,
-            boundary: None,
-        })
-        .await;
-    let written = match &forked {
-        Ok(child) => sessions.flush(&child.id).await.map(|_| ()),
-        Err(_) => Ok(()),
+    let source = SessionPersistence::new(ctx).inspect(id).await?;
+    let child = format!("session-{}", dsh_sdk::new_id());
+    let header = SessionHeader {
+        id: child.clone(),
+        created_at: dsh_sdk::now_ms(),
+        cwd: source.header.cwd.clone(),
+        parent_session: Some(id.to_owned()),
+        seed_length: Some(source.events.len() as u64),
+        ..SessionHeader::default()
     };
-    if let Ok(child) = &forked {
-        sessions.close(&child.id).await?;
-    }
-    sessions.close(id).await?;
+    let sessions = Sessions::new(ctx);
+    sessions
+        .create(&CreateParams {
+            id: Some(child.clone()),
+            header: Some(header),
+            seed: Some(source.events),
+            ..CreateParams::default()
+        })
+        .await?;
+    let written = sessions.flush(&child).await;
+    sessions.close(&child).await?;
     written?;
-    Ok(forked?.id)
+    Ok(child)
 }
 
 /// `text` on one line (newlines as spaces), at most `max` characters.

@@ -634,6 +634,10 @@ impl Store {
             held.push(lock::lock_path(path).map_err(|r| refusal(id, path, r))?);
         }
         for path in &paths {
+            // A session directory holding both encodings went with the first.
+            if !path.exists() {
+                continue;
+            }
             let gone = if self.is_flat(path) {
                 std::fs::remove_file(path)
             } else {
