@@ -206,6 +206,62 @@ async fn a_new_session_is_the_originals_zstd_transcript_one_frame_per_flush() {
 }
 
 #[tokio::test]
+async fn a_torn_final_frame_is_repaired_and_a_bad_checksum_is_corruption() {
+    let (t, root) = store("").await;
+    two_batches(&t, "crash").await;
+    two_batches(&t, "flip").await;
+    for id in ["crash", "flip"] {
+        t.call(service::SESSIONS, sessions::CLOSE, json!({"id": id}))
+            .await;
+    }
+    let path = |id: &str| root.join(CWD_KEY).join(id).join("session.jsonl.zstd");
+
+    // A crash mid-append: the last frame lacks its last bytes. It is cut
+    // off, the turn it ended is closed again, and the log is whole.
+    let raw = std::fs::read(path("crash")).unwrap();
+    std::fs::write(path("crash"), &raw[..raw.len() - 3]).unwrap();
+    let stored = t
+        .call(
+            service::SESSION_PERSISTENCE,
+            session_persistence::LOAD,
+            json!({"id": "crash"}),
+        )
+        .await;
+    let kinds: Vec<&str> = stored["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["type"].as_str())
+        .collect();
+    assert_eq!(kinds[..2], [event::TURN_START, event::STEP_START]);
+    assert_eq!(kinds.last(), Some(&event::TURN_END), "{kinds:?}");
+    let frames = originals_zstd_frames(&path("crash"));
+    assert_eq!(frames.len(), 3, "the repair is one frame");
+
+    // A flipped byte in a complete frame fails its checksum: corruption,
+    // and the file is left as it was.
+    let mut raw = std::fs::read(path("flip")).unwrap();
+    let last = raw.len() - 1;
+    raw[last] ^= 0xff;
+    std::fs::write(path("flip"), &raw).unwrap();
+    let refused = t
+        .host
+        .call(
+            service::SESSION_PERSISTENCE,
+            session_persistence::LOAD,
+            json!({"id": "flip"}),
+        )
+        .await
+        .err()
+        .map(|e| (e.code.clone(), e.message.clone()));
+    let (code, message) = refused.expect("refused");
+    assert_eq!(code, "SESSION_CORRUPT", "{message}");
+    assert!(message.contains("checksum"), "{message}");
+    assert_eq!(std::fs::read(path("flip")).unwrap(), raw);
+    t.shutdown().await;
+}
+
+#[tokio::test]
 async fn compression_none_writes_session_jsonl_in_the_session_directory() {
     let (t, root) = store(", compression = 'none'").await;
     two_batches(&t, "plain-1").await;
