@@ -47,7 +47,7 @@ struct RunArgs {
     #[arg(long)]
     dump_config: bool,
     /// Continue the latest session of this directory (chat or headless).
-    #[arg(long = "continue", conflicts_with = "resume")]
+    #[arg(long = "continue")]
     continue_latest: bool,
     /// Continue stored session ID (chat or headless).
     #[arg(long, value_name = "ID")]
@@ -75,16 +75,59 @@ enum Cmd {
 enum SessionsCmd {
     /// List the sessions stored for the current directory.
     List {
-        /// The profile whose plugins read the store.
-        #[arg(long, value_name = "NAME", default_value = "headless")]
-        profile: String,
-        /// An extra plugin directory (repeatable).
-        #[arg(long = "plugins-dir", value_name = "DIR")]
-        plugin_dirs: Vec<PathBuf>,
-        /// An extra patch layer (repeatable).
-        #[arg(long = "patch", value_name = "FILE")]
-        patches: Vec<PathBuf>,
+        #[command(flatten)]
+        store: StoreArgs,
     },
+    /// Print a stored session: its header, then its conversation.
+    Show {
+        /// The session id.
+        id: String,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Store a new session holding a copy of ID's history; prints its id.
+    Fork {
+        /// The session id.
+        id: String,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Delete a stored session (refused while another host writes it).
+    Rm {
+        /// The session id.
+        id: String,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+}
+
+impl SessionsCmd {
+    /// The app arguments the profile's app (`headless`) takes for this
+    /// command, and the profile that reads the store.
+    fn app_args(self) -> (Vec<String>, StoreArgs) {
+        let (flag, id, store) = match self {
+            SessionsCmd::List { store } => ("--list-sessions", None, store),
+            SessionsCmd::Show { id, store } => ("--show-session", Some(id), store),
+            SessionsCmd::Fork { id, store } => ("--fork-session", Some(id), store),
+            SessionsCmd::Rm { id, store } => ("--remove-session", Some(id), store),
+        };
+        let args = std::iter::once(flag.to_owned()).chain(id).collect();
+        (args, store)
+    }
+}
+
+/// Which profile and plugins read the session store.
+#[derive(Args, Debug)]
+struct StoreArgs {
+    /// The profile whose plugins read the store.
+    #[arg(long, value_name = "NAME", default_value = "headless")]
+    profile: String,
+    /// An extra plugin directory (repeatable).
+    #[arg(long = "plugins-dir", value_name = "DIR")]
+    plugin_dirs: Vec<PathBuf>,
+    /// An extra patch layer (repeatable).
+    #[arg(long = "patch", value_name = "FILE")]
+    patches: Vec<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -148,17 +191,16 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Cmd::Plugins(cmd)) => plugins(cmd),
         // The product behavior (reading the store) lives in the app plugin.
-        Some(Cmd::Sessions(SessionsCmd::List {
-            profile,
-            plugin_dirs,
-            patches,
-        })) => run(RunArgs {
-            profile: Some(profile),
-            patches,
-            plugin_dirs,
-            args: vec!["--list-sessions".into()],
-            ..RunArgs::default()
-        }),
+        Some(Cmd::Sessions(cmd)) => {
+            let (args, store) = cmd.app_args();
+            run(RunArgs {
+                profile: Some(store.profile),
+                patches: store.patches,
+                plugin_dirs: store.plugin_dirs,
+                args,
+                ..RunArgs::default()
+            })
+        }
         None => run(cli.run),
     };
     match result {

@@ -29,9 +29,10 @@ async fn host() -> (TestHost, PathBuf) {
 }
 
 /// Places a raw log of session `id` (header line first) where the backend
-/// reads it, and returns its path.
+/// reads it (the original's session directory layout, plain), and returns
+/// its path.
 fn write_log(root: &Path, id: &str, events: &[Value]) -> PathBuf {
-    let dir = root.join("--conformance-w3-persistence--");
+    let dir = root.join("--conformance-w3-persistence--").join(id);
     std::fs::create_dir_all(&dir).unwrap();
     let mut text = format!(
         "{}\n",
@@ -40,7 +41,7 @@ fn write_log(root: &Path, id: &str, events: &[Value]) -> PathBuf {
     for e in events {
         text.push_str(&format!("{e}\n"));
     }
-    let path = dir.join(format!("{id}.jsonl"));
+    let path = dir.join("session.jsonl");
     std::fs::write(&path, text).unwrap();
     path
 }

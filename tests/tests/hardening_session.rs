@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use dsh_sdk::names::{service, session_persistence, sessions};
 use dsh_sdk::vocab::event;
 use dsh_testkit::fake_llm::{text, tool_calls, Answer, FakeLlm};
-use dsh_testkit::headless::{assert_seqs_contiguous, lines, Headless};
+use dsh_testkit::headless::{assert_seqs_contiguous, lines, log_text, Headless};
 use dsh_testkit::{out, wait_for, TempDir, TestHost};
 use serde_json::{json, Value};
 
@@ -95,9 +95,7 @@ async fn of_two_concurrent_resumes_one_wins_and_the_other_is_locked_out_writing_
     assert_eq!((code, stdout.as_str()), (0, "Third.\n"), "{stderr}");
     let log = lines(&file);
     assert_contiguous(&log);
-    assert!(!std::fs::read_to_string(&file)
-        .unwrap()
-        .contains("loser task"));
+    assert!(!log_text(&file).contains("loser task"));
     let seeds = log.iter().filter(|l| l["type"] == event::SESSION_END_SEED);
     assert_eq!(seeds.count(), 2, "one per successful resume");
     let ends: Vec<&Value> = log

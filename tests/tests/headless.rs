@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use dsh_sdk::vocab::event;
 use dsh_testkit::fake_llm::{text, tool_calls, Answer, FakeLlm};
-use dsh_testkit::headless::{assert_seqs_contiguous, lines_so_far, Headless, KEY};
+use dsh_testkit::headless::{assert_seqs_contiguous, lines, lines_so_far, Headless, KEY};
 use dsh_testkit::{out, target_dir};
 use serde_json::{json, Value};
 
@@ -206,7 +206,7 @@ async fn kill_9_mid_turn_then_resume_repairs_the_tail_and_continues() {
 }
 
 #[tokio::test]
-async fn a_log_in_the_original_format_loads_and_resumes() {
+async fn an_old_flat_log_loads_and_resumes_in_the_session_directory_layout() {
     let fake = FakeLlm::start().await;
     fake.push([text("Continuing.")]);
     let e = env(&fake);
@@ -230,8 +230,8 @@ async fn a_log_in_the_original_format_loads_and_resumes() {
         json!({"type": event::STEP_END, "seq": 7, "time": 4, "data": {"turn": 1, "step": 1}}),
         json!({"type": event::TURN_END, "seq": 8, "time": 4, "data": {"turn": 1, "reason": {"kind": "completed"}}}),
     ];
-    let text: String = log.iter().map(|l| format!("{l}\n")).collect();
-    std::fs::write(dir.join("orig-1.jsonl"), text).unwrap();
+    let flat: String = log.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(dir.join("orig-1.jsonl"), &flat).unwrap();
     let (code, stdout, stderr) = out(&e.run(&["--resume", "orig-1", "and", "now?"]).await);
     assert_eq!((code, stdout.as_str()), (0, "Continuing.\n"), "{stderr}");
     let msgs = fake.requests()[0]["messages"].clone();
@@ -245,8 +245,16 @@ async fn a_log_in_the_original_format_loads_and_resumes() {
         &contents[1..],
         ["earlier question", "earlier answer", "and now?"]
     );
-    // The packed row stays as written; our events follow, seq 9 on.
-    let stored = lines_so_far(&dir.join("orig-1.jsonl"));
+    // The old flat log is read, never written: the resumed session goes on
+    // in the session directory layout, its whole history copied first.
+    assert_eq!(
+        std::fs::read_to_string(dir.join("orig-1.jsonl")).unwrap(),
+        flat,
+        "the flat log is left as it was"
+    );
+    let moved = dir.join("orig-1").join("session.jsonl.zstd");
+    let stored = lines(&moved);
+    assert_eq!(stored[0]["id"], "orig-1");
     assert_eq!(stored[4]["type"], "text-chunks");
     assert_eq!(stored[8]["type"], event::SESSION_END_SEED);
     assert_eq!(stored[8]["seq"], 9);
@@ -254,6 +262,19 @@ async fn a_log_in_the_original_format_loads_and_resumes() {
         .iter()
         .find(|l| l["type"] == event::TURN_START && l["data"]["turn"] == 2);
     assert!(turn2.is_some(), "{stored:?}");
+    // It resumes from the new log from now on.
+    fake.push([text("Once more.")]);
+    let (code, stdout, stderr) = out(&e.run(&["--resume", "orig-1", "again"]).await);
+    assert_eq!((code, stdout.as_str()), (0, "Once more.\n"), "{stderr}");
+    let turns = lines(&moved)
+        .iter()
+        .filter(|l| l["type"] == event::TURN_START)
+        .count();
+    assert_eq!(turns, 3);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("orig-1.jsonl")).unwrap(),
+        flat
+    );
 }
 
 #[tokio::test]

@@ -13,13 +13,14 @@ fn rows(root: &Path) -> String {
     )
 }
 
-/// Writes a raw log where session-jsonl reads session `id` of `cwd`.
+/// Writes a raw log where session-jsonl reads session `id` of `cwd`: the
+/// original's session directory layout, plain (`compression: 'none'`).
 fn writer(root: PathBuf) -> impl Fn(&str, &str, &str) {
     move |id, cwd, text| {
         let key = cwd.replace('/', "-").trim_start_matches('-').to_owned();
-        let dir = root.join(format!("--{key}--"));
+        let dir = root.join(format!("--{key}--")).join(id);
         std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join(format!("{id}.jsonl")), text).unwrap();
+        std::fs::write(dir.join("session.jsonl"), text).unwrap();
     }
 }
 

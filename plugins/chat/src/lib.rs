@@ -68,6 +68,9 @@ fn parse_args(args: &[String]) -> std::result::Result<Start, String> {
     let mut start = Start::New;
     let mut it = args.iter();
     while let Some(a) = it.next() {
+        if !matches!(start, Start::New) {
+            return Err("--continue and --resume <id> cannot be combined: pick one session".into());
+        }
         start = match a.as_str() {
             "--continue" => Start::Continue,
             "--resume" => Start::Resume(it.next().ok_or("--resume needs a session id")?.clone()),
@@ -115,12 +118,7 @@ async fn run(
         resume = match start {
             Start::New => None,
             Start::Resume(id) => Some(id),
-            Start::Continue => match SessionPersistence::new(&ctx)
-                .list(Some(&cwd))
-                .await?
-                .into_iter()
-                .max_by_key(|s| s.created_at)
-            {
+            Start::Continue => match SessionPersistence::new(&ctx).latest(&cwd).await? {
                 Some(latest) => Some(latest.id),
                 None => {
                     let _ = host

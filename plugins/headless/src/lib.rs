@@ -3,8 +3,13 @@
 //! directory, prints the last assistant text on stdout and exits 0 iff the
 //! final turn completed (else 1, with `dsh: <CODE>: <message>` on stderr).
 //!
-//! App arguments: `[--output text|jsonl] [--resume <session-id>] task...`;
-//! `--list-sessions` prints the stored sessions of the current directory.
+//! App arguments: `[--output text|jsonl] [--resume <session-id> |
+//! --continue] task...` (`--continue`: the latest stored session of the
+//! current directory). The stored sessions (`dsh-host sessions ...`):
+//! `--list-sessions` (of the current directory), `--show-session <id>`,
+//! `--fork-session <id>` (prints the new id), `--remove-session <id>`.
+
+mod stored;
 
 use dsh_sdk::api::agent_loop::{
     AgentLoop, AgentOptions, CreateMeta, CreateParams, MaxTokens, ResumeParams,
@@ -39,12 +44,34 @@ struct Config {
     stream: bool,
 }
 
-#[derive(Default)]
+/// What to do with the stored sessions instead of running a task.
+#[derive(Debug, PartialEq)]
+enum Stored {
+    List,
+    Show(String),
+    Fork(String),
+    Remove(String),
+}
+
+#[derive(Default, Debug)]
 struct Args {
     jsonl: bool,
     resume: Option<String>,
-    list: bool,
+    /// `--continue`: resume the latest session of the current directory.
+    latest: bool,
+    stored: Option<Stored>,
     task: String,
+}
+
+/// The id after `flag`, or why there is none.
+fn id_after<'a>(
+    flag: &str,
+    it: &mut impl Iterator<Item = &'a String>,
+) -> std::result::Result<String, String> {
+    it.next()
+        .filter(|id| !id.is_empty())
+        .cloned()
+        .ok_or_else(|| format!("{flag} needs a session id"))
 }
 
 fn parse(args: &[String]) -> std::result::Result<Args, String> {
@@ -52,19 +79,31 @@ fn parse(args: &[String]) -> std::result::Result<Args, String> {
     let mut words = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
+        let stored = match a.as_str() {
+            "--list-sessions" => Some(Stored::List),
+            "--show-session" => Some(Stored::Show(id_after(a, &mut it)?)),
+            "--fork-session" => Some(Stored::Fork(id_after(a, &mut it)?)),
+            "--remove-session" => Some(Stored::Remove(id_after(a, &mut it)?)),
+            _ => None,
+        };
+        if stored.is_some() {
+            out.stored = stored;
+            continue;
+        }
         match a.as_str() {
             "--output" => match it.next().map(String::as_str) {
                 Some("jsonl") => out.jsonl = true,
                 Some("text") => out.jsonl = false,
                 other => return Err(format!("--output takes `text` or `jsonl`, got {other:?}")),
             },
-            "--resume" => {
-                out.resume = Some(it.next().ok_or("--resume needs a session id")?.clone())
-            }
-            "--list-sessions" => out.list = true,
+            "--resume" => out.resume = Some(id_after(a, &mut it)?),
+            "--continue" => out.latest = true,
             "--" => words.extend(it.by_ref().cloned()),
             _ => words.push(a.clone()),
         }
+    }
+    if out.latest && out.resume.is_some() {
+        return Err("--continue and --resume <id> cannot be combined: pick one session".into());
     }
     out.task = words.join(" ");
     Ok(out)
@@ -82,48 +121,6 @@ async fn exit(ctx: &Context, code: i32) {
     let _ = Host::new(ctx).exit(code).await;
 }
 
-async fn list_sessions(ctx: &Context, cwd: &str) -> Result<i32> {
-    let sessions = SessionPersistence::new(ctx).list(Some(cwd)).await?;
-    let mut out = format!(
-        "{:<48} {:<25} {:>5}  LAST PROMPT\n",
-        "ID", "CREATED", "TURNS"
-    );
-    for s in &sessions {
-        let prompt: String = s.last_prompt.chars().take(60).collect();
-        out.push_str(&format!(
-            "{:<48} {:<25} {:>5}  {}\n",
-            s.id,
-            format_time(s.created_at),
-            s.turns,
-            prompt.replace('\n', " ")
-        ));
-    }
-    print(ctx, &out).await;
-    Ok(0)
-}
-
-/// Epoch ms as `YYYY-MM-DD HH:MM:SS UTC`.
-fn format_time(ms: u64) -> String {
-    let secs = ms / 1000;
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
 async fn run(ctx: Context, config: Config) -> Result<i32> {
     let host = Host::new(&ctx);
     let argv = host.args().await?;
@@ -135,9 +132,24 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
         }
     };
     let cwd = host.info().await?.cwd.unwrap_or_else(|| "/".to_owned());
-    if args.list {
-        return list_sessions(&ctx, &cwd).await;
+    if let Some(what) = &args.stored {
+        return stored::run(&ctx, what, &cwd).await;
     }
+    let resume = match (&args.resume, args.latest) {
+        (Some(id), _) => Some(id.clone()),
+        (None, true) => match SessionPersistence::new(&ctx).latest(&cwd).await? {
+            Some(latest) => Some(latest.id),
+            None => {
+                eprint(
+                    &ctx,
+                    &format!("dsh: no stored session of {cwd} to continue; run a task without --continue to start one\n"),
+                )
+                .await;
+                return Ok(1);
+            }
+        },
+        (None, false) => None,
+    };
     if args.task.trim().is_empty() {
         eprint(
             &ctx,
@@ -152,7 +164,7 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
         max_tokens: config.max_tokens.map(MaxTokens::from),
     };
     let loop_ = AgentLoop::new(&ctx);
-    let created = match &args.resume {
+    let created = match &resume {
         Some(id) => {
             let params = ResumeParams {
                 session_id: id.clone(),
@@ -312,3 +324,36 @@ impl Plugin for Headless {
 }
 
 dsh_sdk::export_plugin!(Headless);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(words: &[&str]) -> std::result::Result<Args, String> {
+        parse(&words.iter().map(|w| w.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn session_flags_parse_and_bad_ones_say_why() {
+        let a = args(&["--continue", "next", "task"]).unwrap();
+        assert!(a.latest && a.resume.is_none());
+        assert_eq!(a.task, "next task");
+        let a = args(&["--show-session", "s-1"]).unwrap();
+        assert_eq!(a.stored, Some(Stored::Show("s-1".into())));
+        assert_eq!(
+            args(&["--fork-session", "s-1"]).unwrap().stored,
+            Some(Stored::Fork("s-1".into()))
+        );
+        assert_eq!(
+            args(&["--remove-session", "s-1"]).unwrap().stored,
+            Some(Stored::Remove("s-1".into()))
+        );
+        assert_eq!(
+            args(&["--remove-session"]).unwrap_err(),
+            "--remove-session needs a session id"
+        );
+        assert!(args(&["--continue", "--resume", "s", "t"])
+            .unwrap_err()
+            .contains("cannot be combined"));
+    }
+}

@@ -11,6 +11,7 @@ use dsh_sdk::vocab::event;
 use dsh_sdk::vocab::{SessionEvent, SessionHeader};
 use serde_json::{json, Map, Value};
 
+use crate::frames::{self, Framer};
 use crate::lock::{self, LogLock};
 
 /// Session logs hold whole conversations: only their owner may read them.
@@ -456,21 +457,67 @@ fn create_private_file(path: &Path) -> std::io::Result<File> {
         .open(path)
 }
 
+/// How a new log's bytes are encoded (config `compression`, as the
+/// original's: `zstd` by default, `none` for plain JSONL).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    /// `session.jsonl.zstd`: a checksummed frame holding only the header
+    /// line, then one frame per durable append batch.
+    Zstd,
+    /// `session.jsonl`: newline-delimited UTF-8 text.
+    None,
+}
+
+impl Compression {
+    /// The transcript's file name in its session directory.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            Compression::Zstd => "session.jsonl.zstd",
+            Compression::None => "session.jsonl",
+        }
+    }
+}
+
+/// The bytes of a new log: header and first batch, as separate frames in a
+/// zstd log (the original lists a session from its header frame alone).
+fn first_bytes(
+    path: &Path,
+    header: &SessionHeader,
+    events: &str,
+    framer: &mut Framer,
+) -> std::io::Result<Vec<u8>> {
+    let head = header_line(header);
+    if !is_zstd(path) {
+        return Ok([head.as_bytes(), events.as_bytes()].concat());
+    }
+    let mut bytes = framer.frame(head.as_bytes())?;
+    bytes.extend(framer.frame(events.as_bytes())?);
+    Ok(bytes)
+}
+
 /// First write: header + batch into a temp file (locked, so the log is
 /// locked from the moment it appears), fsync, then published without
 /// overwriting (hard link) and the directory fsynced. A log that already
-/// exists fails with `AlreadyExists` and is left as it was.
-pub fn publish_new(path: &Path, header: &SessionHeader, events: &str) -> std::io::Result<LogLock> {
+/// exists fails with `AlreadyExists` and is left as it was. A `.zstd` path
+/// gets the original's frames.
+pub fn publish_new(
+    path: &Path,
+    header: &SessionHeader,
+    events: &str,
+    framer: &mut Framer,
+) -> std::io::Result<LogLock> {
     if let Some(dir) = path.parent() {
         create_private_dir(dir)?;
     }
-    let tmp = path.with_extension(format!("jsonl.tmp-{}", std::process::id()));
+    let bytes = first_bytes(path, header, events, framer)?;
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = path.with_file_name(format!("{name}.tmp-{}", std::process::id()));
     let written = create_private_file(&tmp).and_then(|f| {
         let lock = lock::lock_file(f)
             .map_err(|r| std::io::Error::other(format!("cannot lock {}: {r:?}", tmp.display())))?;
         let mut f = lock.file();
-        f.write_all(header_line(header).as_bytes())?;
-        f.write_all(events.as_bytes())?;
+        f.write_all(&bytes)?;
         f.sync_all()?;
         Ok(lock)
     });
@@ -481,18 +528,20 @@ pub fn publish_new(path: &Path, header: &SessionHeader, events: &str) -> std::io
     Ok(lock)
 }
 
-fn is_zstd(path: &Path) -> bool {
+/// True for a zstd-framed log (`*.jsonl.zstd`).
+pub fn is_zstd(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "zstd")
 }
 
 /// A log's text, and for a zstd log where its frames start, so a repair can
 /// cut the file at a frame boundary.
 pub struct Log {
-    /// The decoded JSONL text (complete frames only).
+    /// The decoded JSONL text: every complete frame, then what decodes of a
+    /// torn final frame.
     pub text: Vec<u8>,
-    /// zstd only: (text offset, file offset) of each decoded frame.
-    frames: Vec<(usize, u64)>,
-    /// zstd only: file offset of a torn (incomplete or undecodable) tail.
+    /// zstd only: how much of `text` the complete frames hold.
+    complete: usize,
+    /// zstd only: file offset of a final frame the end of the file cuts off.
     torn_frame: Option<u64>,
     zstd: bool,
 }
@@ -502,16 +551,34 @@ impl Log {
     pub fn is_torn(&self) -> bool {
         self.torn_frame.is_some()
     }
+
+    /// The original's rule for a zstd log: a defect (an unparsable line, a
+    /// seq gap, a line cut short) inside a complete frame is corruption;
+    /// only the frame the file ends inside may be torn.
+    pub fn check_defect(&self, torn_at: Option<usize>) -> Result<(), String> {
+        match torn_at {
+            Some(at) if self.zstd && at < self.complete => Err(format!(
+                "corrupt Zstandard session log: a complete frame holds a damaged JSONL record (text byte {at})"
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn corrupt(why: String) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, why)
 }
 
 /// Reads a log: zstd-framed logs (the original's default) are decoded frame
-/// by frame, so a crash mid-append loses only the frame being written.
+/// by frame, so a crash mid-append loses only the frame being written. A
+/// zstd log that cannot be read as the original reads it fails
+/// `InvalidData` (corruption).
 pub fn read(path: &Path) -> std::io::Result<Log> {
     let raw = std::fs::read(path)?;
     if !is_zstd(path) {
         return Ok(Log {
+            complete: raw.len(),
             text: raw,
-            frames: Vec::new(),
             torn_frame: None,
             zstd: false,
         });
@@ -520,69 +587,45 @@ pub fn read(path: &Path) -> std::io::Result<Log> {
 }
 
 fn decode_frames(raw: &[u8]) -> std::io::Result<Log> {
-    let mut log = Log {
-        text: Vec::new(),
-        frames: Vec::new(),
-        torn_frame: None,
-        zstd: true,
+    let scan = frames::scan(raw).map_err(corrupt)?;
+    let Some(&(h0, h1)) = scan.frames.first() else {
+        return Err(corrupt("empty or header-less Zstandard session log".into()));
     };
-    let mut pos = 0;
-    while pos < raw.len() {
-        let size = zstd::zstd_safe::find_frame_compressed_size(&raw[pos..]).unwrap_or(0);
-        let decoded = (size > 0 && pos + size <= raw.len())
-            .then(|| zstd::stream::decode_all(&raw[pos..pos + size]).ok())
-            .flatten();
-        let Some(decoded) = decoded else {
-            log.torn_frame = Some(pos as u64);
-            check_nothing_completes_after(&raw[pos..], pos)?;
-            break;
-        };
-        log.frames.push((log.text.len(), pos as u64));
-        log.text.extend_from_slice(&decoded);
-        pos += size;
+    let mut text = frames::decode(&raw[h0..h1]).map_err(|e| {
+        corrupt(format!(
+            "corrupt Zstandard session log: the header frame does not decode ({e})"
+        ))
+    })?;
+    if text.is_empty() || text.iter().position(|b| *b == b'\n') != Some(text.len() - 1) {
+        return Err(corrupt(
+            "corrupt Zstandard session log: first frame is not exactly one header line".into(),
+        ));
     }
-    Ok(log)
-}
-
-/// A damaged frame is a torn tail only if no later frame completes a turn;
-/// otherwise the log is corrupt, as with a damaged line. The damaged frame's
-/// length is unknown, so later frames are found by their magic number.
-fn check_nothing_completes_after(rest: &[u8], at: usize) -> std::io::Result<()> {
-    const MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
-    let starts = rest
-        .windows(MAGIC.len())
-        .enumerate()
-        .skip(1)
-        .filter(|(_, w)| *w == MAGIC)
-        .map(|(i, _)| i);
-    for i in starts {
-        let Ok(size) = zstd::zstd_safe::find_frame_compressed_size(&rest[i..]) else {
-            continue;
-        };
-        if i + size > rest.len() {
-            continue;
-        }
-        let Ok(text) = zstd::stream::decode_all(&rest[i..i + size]) else {
-            continue;
-        };
-        let completes = text.split(|b| *b == b'\n').any(|line| {
-            serde_json::from_slice::<Value>(line).is_ok_and(|v| v["type"] == event::TURN_END)
-        });
-        if completes {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("a damaged zstd frame at byte {at} precedes a completed turn"),
-            ));
-        }
+    for &(start, end) in &scan.frames[1..] {
+        let decoded = frames::decode(&raw[start..end]).map_err(|e| {
+            corrupt(format!(
+                "corrupt Zstandard session log: the frame at byte {start} fails its checksum or does not decode ({e})"
+            ))
+        })?;
+        text.extend(decoded);
     }
-    Ok(())
+    let complete = text.len();
+    if let Some(at) = scan.torn_start {
+        text.extend(frames::decode_prefix(&raw[at..]));
+    }
+    Ok(Log {
+        text,
+        complete,
+        torn_frame: scan.torn_start.map(|at| at as u64),
+        zstd: true,
+    })
 }
 
 /// Appends a batch and fsyncs (as one new frame in a zstd log); a failed
 /// write is truncated back.
-pub fn append(path: &Path, events: &str) -> std::io::Result<()> {
+pub fn append(path: &Path, events: &str, framer: &mut Framer) -> std::io::Result<()> {
     let bytes = if is_zstd(path) {
-        zstd::stream::encode_all(events.as_bytes(), 3)?
+        framer.frame(events.as_bytes())?
     } else {
         events.as_bytes().to_vec()
     };
@@ -624,29 +667,26 @@ fn write_or_roll_back(f: &mut impl LogFile, bytes: &[u8]) -> std::io::Result<()>
 
 /// Truncates a torn tail (`torn_at` is a text offset from [`scan`]) and
 /// appends the closers, durably. In a zstd log the cut falls on the start of
-/// the frame holding the defect, and that frame's lines before the defect are
-/// written again.
+/// the torn final frame, and the complete lines that decoded from it are
+/// written again (with the closers, as one frame).
 pub fn repair(
     path: &Path,
     log: &Log,
     torn_at: Option<usize>,
     closers: &[SessionEvent],
+    framer: &mut Framer,
 ) -> std::io::Result<()> {
-    let (cut, mut text) = match (torn_at, log.zstd) {
-        (Some(at), false) => (Some(at as u64), String::new()),
-        (None, false) => (None, String::new()),
-        (Some(at), true) => {
-            let (start, file_at) = log
-                .frames
-                .iter()
-                .rev()
-                .find(|(start, _)| *start <= at)
-                .copied()
-                .unwrap_or((0, 0));
-            let kept = String::from_utf8_lossy(&log.text[start..at]).into_owned();
-            (Some(file_at), kept)
+    let (cut, mut text) = if log.zstd {
+        match log.torn_frame {
+            Some(at) => {
+                let end = torn_at.unwrap_or(log.text.len()).max(log.complete);
+                let kept = String::from_utf8_lossy(&log.text[log.complete..end]).into_owned();
+                (Some(at), kept)
+            }
+            None => (None, String::new()),
         }
-        (None, true) => (log.torn_frame, String::new()),
+    } else {
+        (torn_at.map(|at| at as u64), String::new())
     };
     if let Some(at) = cut {
         let f = std::fs::OpenOptions::new().write(true).open(path)?;
@@ -658,7 +698,7 @@ pub fn repair(
         text.push('\n');
     }
     if !text.is_empty() {
-        append(path, &text)?;
+        append(path, &text, framer)?;
     }
     Ok(())
 }
@@ -777,7 +817,7 @@ mod tests {
     }
 
     fn frame(text: &str) -> Vec<u8> {
-        zstd::stream::encode_all(text.as_bytes(), 3).unwrap()
+        Framer::new().unwrap().frame(text.as_bytes()).unwrap()
     }
 
     /// A zstd log in a fresh temp file, from raw frame bytes.
@@ -789,66 +829,118 @@ mod tests {
         path
     }
 
-    #[test]
-    fn a_torn_zstd_frame_loses_only_itself_and_is_cut_off() {
-        let first = format!("{HEAD}{}", line(event::TURN_START, 0));
-        let second = line(event::STEP_START, 1);
-        let mut raw = [frame(&first), frame(&second)].concat();
-        let whole = raw.len();
-        let third = frame(&line(event::STEP_END, 2));
-        raw.extend_from_slice(&third[..third.len() / 2]);
-        let path = zstd_file("torn", &raw);
-        let log = read(&path).unwrap();
-        assert!(log.is_torn());
-        assert_eq!(log.text, format!("{first}{second}").into_bytes());
-        let s = scan(&log.text).unwrap();
-        assert_eq!((s.events.len(), s.torn_at), (2, None));
-        repair(&path, &log, s.torn_at, &[]).unwrap();
-        assert_eq!(std::fs::metadata(&path).unwrap().len(), whole as u64);
-        let again = read(&path).unwrap();
-        assert!(!again.is_torn());
-        assert_eq!(again.text, log.text);
-        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    fn corruption(raw: &[u8]) -> String {
+        let err = decode_frames(raw).err().unwrap();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
+        err.to_string()
     }
 
     #[test]
-    fn a_defect_inside_a_zstd_frame_keeps_the_lines_before_it() {
-        let first = format!("{HEAD}{}", line(event::TURN_START, 0));
-        let good = line(event::STEP_START, 1);
-        let raw = [frame(&first), frame(&format!("{good}garbage\n"))].concat();
-        let path = zstd_file("defect", &raw);
+    fn a_torn_zstd_frame_is_cut_off_and_its_complete_lines_written_again() {
+        let mut framer = Framer::new().unwrap();
+        let second = line(event::STEP_START, 1);
+        let mut raw = [
+            frame(HEAD),
+            frame(&line(event::TURN_START, 0)),
+            frame(&second),
+        ]
+        .concat();
+        let whole = raw.len();
+        // A frame that decodes to one whole line and part of the next.
+        // Noise over several 128 KiB blocks, so the blocks before the cut
+        // decode.
+        let mut x: u64 = 1;
+        let noise: String = (0..400_000)
+            .map(|_| {
+                x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                char::from(b'a' + (x >> 59) as u8)
+            })
+            .collect();
+        let big = format!("{}{noise}", line(event::STEP_END, 2));
+        let third = framer.frame(big.as_bytes()).unwrap();
+        raw.extend_from_slice(&third[..third.len() - 10]);
+        let path = zstd_file("torn", &raw);
         let log = read(&path).unwrap();
+        assert!(log.is_torn());
         let s = scan(&log.text).unwrap();
-        assert_eq!(s.torn_at, Some(first.len() + good.len()));
-        let closer = SessionEvent {
-            seq: 2,
-            ..serde_json::from_str(line(event::STEP_END, 2).trim_end()).unwrap()
-        };
-        repair(&path, &log, s.torn_at, &[closer]).unwrap();
+        assert_eq!(s.events.len(), 3, "the torn frame's whole line is kept");
+        log.check_defect(s.torn_at).unwrap();
+        repair(&path, &log, s.torn_at, &[], &mut framer).unwrap();
         let again = read(&path).unwrap();
         assert!(!again.is_torn());
-        let expected = format!("{first}{good}{}", line(event::STEP_END, 2));
+        assert!(std::fs::metadata(&path).unwrap().len() > whole as u64);
+        let expected = format!(
+            "{HEAD}{}{second}{}",
+            line(event::TURN_START, 0),
+            line(event::STEP_END, 2)
+        );
         assert_eq!(String::from_utf8(again.text).unwrap(), expected);
         let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 
     #[test]
-    fn a_damaged_zstd_frame_before_a_completed_turn_is_corruption() {
-        // A damaged magic number: the frame cannot even be sized.
-        let mut bad = frame(&line(event::STEP_START, 1));
-        bad[0] ^= 0xff;
+    fn a_defect_inside_a_complete_zstd_frame_is_corruption() {
+        let good = line(event::STEP_START, 1);
         let raw = [
-            frame(&format!("{HEAD}{}", line(event::TURN_START, 0))),
-            bad,
-            frame(&line(event::TURN_END, 2)),
+            frame(HEAD),
+            frame(&line(event::TURN_START, 0)),
+            frame(&format!("{good}garbage\n")),
         ]
         .concat();
-        let err = decode_frames(&raw).err().map(|e| e.to_string());
+        let log = decode_frames(&raw).unwrap();
+        let s = scan(&log.text).unwrap();
+        assert!(log.check_defect(s.torn_at).is_err());
+        // A frame whose text stops mid-line is damaged the same way.
+        let raw = [frame(HEAD), frame("{\"type\":\"turn/st")].concat();
+        let log = decode_frames(&raw).unwrap();
+        assert!(log.check_defect(scan(&log.text).unwrap().torn_at).is_err());
+    }
+
+    #[test]
+    fn a_bad_checksum_a_bad_magic_or_a_header_frame_with_more_is_corruption() {
+        let mut bad = frame(&line(event::STEP_START, 1));
+        let last = bad.len() - 1;
+        bad[last] ^= 0xff;
+        let raw = [frame(HEAD), bad].concat();
         assert!(
-            err.as_deref()
-                .is_some_and(|e| e.contains("precedes a completed turn")),
-            "{err:?}"
+            corruption(&raw).contains("checksum"),
+            "{}",
+            corruption(&raw)
         );
+        let mut magic = frame(&line(event::STEP_START, 1));
+        magic[0] ^= 0xff;
+        let raw = [frame(HEAD), magic].concat();
+        assert!(corruption(&raw).contains("invalid frame magic"));
+        let together = frame(&format!("{HEAD}{}", line(event::TURN_START, 0)));
+        assert!(corruption(&together).contains("exactly one header line"));
+        assert!(corruption(&frame(HEAD)[..5]).contains("header-less"));
+    }
+
+    #[test]
+    fn a_new_zstd_log_is_a_header_frame_then_one_frame_per_batch() {
+        let root = std::env::temp_dir().join(format!("dsh-frames-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let path = root.join("s").join(Compression::Zstd.file_name());
+        let header = SessionHeader {
+            id: "s".into(),
+            created_at: 1,
+            ..SessionHeader::default()
+        };
+        let mut framer = Framer::new().unwrap();
+        let lock = publish_new(&path, &header, &line(event::TURN_START, 0), &mut framer).unwrap();
+        append(&path, &line(event::TURN_END, 1), &mut framer).unwrap();
+        let raw = std::fs::read(&path).unwrap();
+        let found = frames::scan(&raw).unwrap();
+        assert_eq!(found.frames.len(), 3);
+        let texts: Vec<Vec<u8>> = found
+            .frames
+            .iter()
+            .map(|(a, b)| frames::decode(&raw[*a..*b]).unwrap())
+            .collect();
+        assert_eq!(texts[0], header_line(&header).into_bytes());
+        assert_eq!(texts[2], line(event::TURN_END, 1).into_bytes());
+        drop(lock);
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]
@@ -856,15 +948,17 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let root = std::env::temp_dir().join(format!("dsh-publish-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
-        let path = root.join("project").join("s.jsonl");
+        let path = root.join("project").join("s").join("session.jsonl");
         let header = SessionHeader {
             id: "s".into(),
             created_at: 1,
             ..SessionHeader::default()
         };
-        let held = publish_new(&path, &header, &line(event::TURN_START, 0)).unwrap();
+        let mut framer = Framer::new().unwrap();
+        let held = publish_new(&path, &header, &line(event::TURN_START, 0), &mut framer).unwrap();
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&path), LOG_MODE);
+        assert_eq!(mode(&root.join("project").join("s")), DIR_MODE);
         assert_eq!(mode(&root.join("project")), DIR_MODE);
         assert_eq!(mode(&root), DIR_MODE, "missing parents too");
         assert!(matches!(
@@ -872,12 +966,12 @@ mod tests {
             Err(lock::Refused::Busy { .. })
         ));
         let before = std::fs::read(&path).unwrap();
-        let again = publish_new(&path, &header, "other\n")
+        let again = publish_new(&path, &header, "other\n", &mut framer)
             .err()
             .map(|e| e.kind());
         assert_eq!(again, Some(std::io::ErrorKind::AlreadyExists));
         assert_eq!(std::fs::read(&path).unwrap(), before);
-        let left: Vec<_> = std::fs::read_dir(root.join("project")).unwrap().collect();
+        let left: Vec<_> = std::fs::read_dir(path.parent().unwrap()).unwrap().collect();
         assert_eq!(left.len(), 1, "no temp file is left behind");
         drop(held);
         assert!(lock::lock_path(&path).is_ok());

@@ -1,6 +1,9 @@
 //! `session-jsonl`: one JSONL log per session under
-//! `<root>/--<project-key(cwd)>--/<encoded-id>.jsonl` (root defaults to
-//! `$DSH_HOME/sessions`), header line first. Events are buffered from
+//! `<root>/--<project-key(cwd)>--/<encoded-id>/session.jsonl.zstd` (the
+//! original's layout and default encoding; `session.jsonl` with
+//! `compression = "none"`; root defaults to `$DSH_HOME/sessions`), header
+//! line first. Our old flat `<encoded-id>.jsonl` logs are still read, never
+//! written: resuming one continues in the new layout. Events are buffered from
 //! `session/event` and written at `session/flush` (fsync) or after a batch
 //! window; `load` repairs a torn tail and closes an interrupted turn
 //! (reference dsh-core §8). One host writes a log at a time (an exclusive
@@ -8,6 +11,7 @@
 //! directories.
 
 mod format;
+mod frames;
 mod legacy;
 mod lock;
 
@@ -24,7 +28,8 @@ use dsh_sdk::api::sessions::{IdParams, SessionAppended, SessionCreated, SessionR
 use dsh_sdk::names::{bus, host, service, session_persistence, sessions};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::{event, interrupted_turn_closers, SessionEvent, SessionHeader};
-use format::{encode_segment, project_key, scan, Scan};
+use format::{encode_segment, project_key, scan, Compression, Scan};
+use frames::Framer;
 use lock::{LogLock, Refused};
 use serde::Deserialize;
 
@@ -75,6 +80,9 @@ struct Config {
     /// The original's `packChunks`: delta chunk runs are stored as packed
     /// rows (both layouts load the same).
     pack_chunks: bool,
+    /// The encoding of new logs (the original's `compression`): `zstd`
+    /// (default) or `none`. Existing logs keep theirs.
+    compression: Compression,
 }
 
 impl Default for Config {
@@ -83,6 +91,7 @@ impl Default for Config {
             root: None,
             write_batch_max_delay_ms: 200,
             pack_chunks: true,
+            compression: Compression::Zstd,
         }
     }
 }
@@ -96,6 +105,9 @@ struct Live {
     /// This host's writer lock; `None` until the first write creates the
     /// log (locked from the start).
     lock: Option<LogLock>,
+    /// The old flat log a resumed session was read from (never written):
+    /// kept locked so no other host continues it at the same time.
+    legacy: Option<LogLock>,
 }
 
 struct Store {
@@ -103,6 +115,10 @@ struct Store {
     delay: Duration,
     /// Whether batches are written with packed chunk rows.
     pack_chunks: bool,
+    /// The encoding of new logs.
+    compression: Compression,
+    /// The one compressor context every zstd frame is written with.
+    framer: RefCell<Framer>,
     live: RefCell<HashMap<String, Live>>,
     /// Logs `load` locked for a resume whose `session/created` is to come.
     claimed: RefCell<HashMap<String, LogLock>>,
@@ -174,6 +190,54 @@ fn collision(id: &str, path: &Path) -> Error {
     }
 }
 
+/// `SESSION_NOT_FOUND` for `id`.
+fn not_found(id: &str) -> Error {
+    Error::new(
+        code::SESSION_NOT_FOUND,
+        format!("stored session \"{id}\" not found"),
+    )
+}
+
+/// A log that could not be read: `SESSION_CORRUPT` when its bytes break
+/// the format (a zstd log the original would refuse), else `PERSISTENCE`.
+fn read_failed(id: &str, path: &Path, e: std::io::Error) -> Error {
+    let code = if e.kind() == std::io::ErrorKind::InvalidData {
+        code::SESSION_CORRUPT
+    } else {
+        code::PERSISTENCE
+    };
+    Error::new(
+        code,
+        format!(
+            "cannot read stored session \"{id}\": {e} ({})",
+            path.display()
+        ),
+    )
+}
+
+/// The log a project directory entry holds: a session directory's
+/// transcript (zstd first), or one of our old flat logs; `None` for
+/// anything else (a temp file, say).
+fn log_of_entry(entry: &Path) -> Option<PathBuf> {
+    if entry.is_dir() {
+        return [Compression::Zstd, Compression::None]
+            .iter()
+            .map(|c| entry.join(c.file_name()))
+            .find(|p| p.is_file());
+    }
+    let name = entry.file_name()?.to_str()?;
+    (name.ends_with(".jsonl") || name.ends_with(".jsonl.zstd")).then(|| entry.to_path_buf())
+}
+
+/// The log's modification time, epoch ms (0 when unknown).
+fn modified_ms(path: &Path) -> u64 {
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// True for the errors that mean "this log is not ours to write".
 fn is_refusal(e: &Error) -> bool {
     matches!(
@@ -237,33 +301,47 @@ impl Store {
         let name = encode_segment(&header.id).map_err(|e| err(code::INVALID_ID, e))?;
         Ok(self
             .dir_for(header.cwd.as_deref())
-            .join(format!("{name}.jsonl")))
+            .join(name)
+            .join(self.compression.file_name()))
     }
 
-    /// Finds a stored session by id in any project directory: our layout
-    /// (`<id>.jsonl`) or the original's (`<id>/session.jsonl[.zstd]`).
-    fn find(&self, id: &str) -> Result<PathBuf> {
+    /// Every stored log of `id` in any project directory, the session
+    /// directory layout (`<id>/session.jsonl[.zstd]`) before our old flat
+    /// one (`<id>.jsonl[.zstd]`).
+    fn artifacts(&self, id: &str) -> Result<Vec<PathBuf>> {
         let name = encode_segment(id).map_err(|e| err(code::INVALID_ID, e))?;
         let candidates = [
+            format!("{name}/{}", Compression::Zstd.file_name()),
+            format!("{name}/{}", Compression::None.file_name()),
             format!("{name}.jsonl"),
             format!("{name}.jsonl.zstd"),
-            format!("{name}/session.jsonl"),
-            format!("{name}/session.jsonl.zstd"),
         ];
-        if let Ok(dirs) = std::fs::read_dir(&self.root) {
-            for d in dirs.flatten() {
-                for c in &candidates {
-                    let p = d.path().join(c);
-                    if p.is_file() {
-                        return Ok(p);
-                    }
-                }
-            }
+        let dirs: Vec<PathBuf> = std::fs::read_dir(&self.root)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|d| d.path())
+            .collect();
+        let mut out = Vec::new();
+        for c in &candidates {
+            out.extend(dirs.iter().map(|d| d.join(c)).filter(|p| p.is_file()));
         }
-        Err(Error::new(
-            code::SESSION_NOT_FOUND,
-            format!("stored session \"{id}\" not found"),
-        ))
+        Ok(out)
+    }
+
+    /// Finds a stored session by id (see [`Store::artifacts`] for which
+    /// log wins).
+    fn find(&self, id: &str) -> Result<PathBuf> {
+        self.artifacts(id)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| not_found(id))
+    }
+
+    /// True for a log of our old flat layout, `<root>/<project>/<id>.jsonl`:
+    /// read, never written (the original refuses a root holding one).
+    fn is_flat(&self, path: &Path) -> bool {
+        path.parent().and_then(Path::parent) == Some(self.root.as_path())
     }
 
     /// The stored logs (path and scan) of project `cwd`, or of every
@@ -278,28 +356,30 @@ impl Store {
                 .map(|d| d.path())
                 .collect(),
         };
-        let mut out = Vec::new();
+        let mut found: HashMap<String, (PathBuf, Scan)> = HashMap::new();
         for dir in dirs {
             for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-                let path = if e.path().is_dir() {
-                    let plain = e.path().join("session.jsonl");
-                    if plain.is_file() {
-                        plain
-                    } else {
-                        e.path().join("session.jsonl.zstd")
-                    }
-                } else {
-                    e.path()
+                let Some(path) = log_of_entry(&e.path()) else {
+                    continue;
                 };
                 let Ok(log) = format::read(&path) else {
                     continue;
                 };
-                if let Ok(s) = scan(&log.text) {
-                    out.push((path, s));
+                let Ok(s) = scan(&log.text) else {
+                    continue;
+                };
+                // A flat log a resume has since continued in the session
+                // directory layout is that session's older copy.
+                let flat = self.is_flat(&path);
+                let keep = found
+                    .get(&s.header.id)
+                    .is_none_or(|(p, _)| self.is_flat(p) && !flat);
+                if keep {
+                    found.insert(s.header.id.clone(), (path, s));
                 }
             }
         }
-        out
+        found.into_values().collect()
     }
 
     /// Takes the lock this store already holds on `id`'s log, if any.
@@ -356,7 +436,11 @@ impl Store {
         // whose id already has a log is an id collision: refused, so
         // nothing of it reaches that log.
         let path = if resumed || stored > 0 {
-            self.find(&id)?
+            let found = self.find(&id)?;
+            if self.is_flat(&found) {
+                return self.migrate(header, events, stored, &found);
+            }
+            found
         } else if let Ok(existing) = self.find(&id) {
             let e = collision(&id, &existing);
             self.live.borrow_mut().remove(&id);
@@ -368,13 +452,47 @@ impl Store {
         self.open_live(header, events, stored, path)
     }
 
+    /// Continues a session resumed from our old flat log in the session
+    /// directory layout: its first write publishes the whole history (what
+    /// `load` answered, then `events`) as a new log. The flat log is left
+    /// as it was, and stays locked while the session is live.
+    fn migrate(
+        &self,
+        header: SessionHeader,
+        events: Vec<SessionEvent>,
+        stored: u64,
+        flat: &Path,
+    ) -> Result<()> {
+        let id = header.id.clone();
+        let (_, mut history) = self.read_view(&id, flat, View::Inspect)?;
+        if history.len() as u64 != stored {
+            return Err(Error::new(
+                code::SESSION_CORRUPT,
+                format!(
+                    "stored session \"{id}\" changed while it was resumed ({})",
+                    flat.display()
+                ),
+            ));
+        }
+        history.extend(events.into_iter().filter(|e| e.seq >= stored));
+        let legacy = self.take_held(&id);
+        let path = self.path_for(&header)?;
+        self.open_live(header, history, 0, path)?;
+        if let Some(l) = self.live.borrow_mut().get_mut(&id) {
+            l.legacy = legacy;
+        }
+        Ok(())
+    }
+
     /// Takes over a session that was live before this generation loaded
     /// (see `adopt_live_sessions`): its log, when it has one, must be a
     /// prefix of `events`.
     fn adopt(&self, header: SessionHeader, events: Vec<SessionEvent>) -> Result<()> {
+        // An old flat log is never appended to: the session's whole
+        // history goes to the new layout instead.
         let path = match self.find(&header.id) {
-            Ok(path) => path,
-            Err(_) => self.path_for(&header)?,
+            Ok(path) if !self.is_flat(&path) => path,
+            _ => self.path_for(&header)?,
         };
         self.open_live(header, events, 0, path)
     }
@@ -427,6 +545,7 @@ impl Store {
             pending,
             armed: false,
             lock,
+            legacy: None,
         };
         self.live.borrow_mut().insert(id, live);
         Ok(())
@@ -447,7 +566,7 @@ impl Store {
             if s.pending.is_empty() {
                 return Ok(());
             }
-            Self::write_pending(id, s, self.pack_chunks)
+            Self::write_pending(id, s, self.pack_chunks, &mut self.framer.borrow_mut())
         };
         if let Err(e) = &outcome {
             if is_refusal(e) {
@@ -461,7 +580,7 @@ impl Store {
     /// Appends `s.pending` to its log, creating the log (locked) on the
     /// first write. Fails `PERSISTENCE` (events kept for the next try) or,
     /// when another writer's log is already there, with that reason.
-    fn write_pending(id: &str, s: &mut Live, pack_chunks: bool) -> Result<()> {
+    fn write_pending(id: &str, s: &mut Live, pack_chunks: bool, framer: &mut Framer) -> Result<()> {
         let text = format::storage_lines(&s.pending, pack_chunks).map_err(|e| {
             err(
                 code::PERSISTENCE,
@@ -469,9 +588,9 @@ impl Store {
             )
         })?;
         if s.lock.is_some() {
-            format::append(&s.path, &text).map_err(|e| err(code::PERSISTENCE, e))?;
+            format::append(&s.path, &text, framer).map_err(|e| err(code::PERSISTENCE, e))?;
         } else {
-            match format::publish_new(&s.path, &s.header, &text) {
+            match format::publish_new(&s.path, &s.header, &text, framer) {
                 Ok(lock) => s.lock = Some(lock),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                     return Err(collision(id, &s.path))
@@ -491,6 +610,50 @@ impl Store {
         self.refused.borrow_mut().remove(id);
     }
 
+    /// `remove`: deletes every stored log of `id` (its session directory,
+    /// or an old flat file), each locked first so a log another host is
+    /// writing is refused with `SESSION_LOCKED` and nothing is deleted.
+    fn remove(&self, id: &str) -> Result<()> {
+        let paths = self.artifacts(id)?;
+        let Some(first) = paths.first() else {
+            return Err(not_found(id));
+        };
+        if self.live.borrow().contains_key(id) {
+            return Err(Error::new(
+                code::SESSION_LOCKED,
+                format!(
+                    "session \"{id}\" is open in this host; close it before removing it ({})",
+                    first.display()
+                ),
+            ));
+        }
+        // A `load` of this host that no resume followed holds no session.
+        self.claimed.borrow_mut().remove(id);
+        let mut held = Vec::new();
+        for path in &paths {
+            held.push(lock::lock_path(path).map_err(|r| refusal(id, path, r))?);
+        }
+        for path in &paths {
+            // A session directory holding both encodings went with the first.
+            if !path.exists() {
+                continue;
+            }
+            let gone = if self.is_flat(path) {
+                std::fs::remove_file(path)
+            } else {
+                path.parent().map_or(Ok(()), std::fs::remove_dir_all)
+            };
+            gone.map_err(|e| {
+                err(
+                    code::PERSISTENCE,
+                    format!("cannot remove session \"{id}\" ({}): {e}", path.display()),
+                )
+            })?;
+        }
+        drop(held);
+        Ok(())
+    }
+
     /// `load` (`repair`: the resume path, which commits crash repair) or
     /// `inspect`. `load` locks the log first and keeps the lock for the
     /// session it is about to become, so a log another host is writing is
@@ -501,10 +664,17 @@ impl Store {
         }
         let path = self.find(id)?;
         if !repair {
-            return Self::read_view(id, &path, View::Inspect);
+            return self.read_view(id, &path, View::Inspect);
         }
         let fresh = self.claim(id, &path)?;
-        let view = Self::read_view(id, &path, View::Repair);
+        // An old flat log is never written: its repair stays in memory and
+        // reaches disk with the new log its resume publishes.
+        let view = if self.is_flat(&path) {
+            View::Inspect
+        } else {
+            View::Repair
+        };
+        let view = self.read_view(id, &path, view);
         if view.is_err() && fresh {
             self.claimed.borrow_mut().remove(id);
         }
@@ -517,7 +687,7 @@ impl Store {
     fn load_live(&self, id: &str) -> Result<(SessionHeader, Vec<SessionEvent>)> {
         self.write(id)?;
         let path = self.find(id)?;
-        Self::read_view(id, &path, View::Live)
+        self.read_view(id, &path, View::Live)
     }
 
     /// Scans a log and imports its events (legacy records upgraded,
@@ -533,12 +703,18 @@ impl Store {
             )
         };
         let mut s = scan(&log.text).map_err(corrupt)?;
+        log.check_defect(s.torn_at).map_err(corrupt)?;
         s.events = legacy::import(id, std::mem::take(&mut s.events)).map_err(corrupt)?;
         Ok(s)
     }
 
-    fn read_view(id: &str, path: &Path, view: View) -> Result<(SessionHeader, Vec<SessionEvent>)> {
-        let log = format::read(path).map_err(|e| err(code::PERSISTENCE, e))?;
+    fn read_view(
+        &self,
+        id: &str,
+        path: &Path,
+        view: View,
+    ) -> Result<(SessionHeader, Vec<SessionEvent>)> {
+        let log = format::read(path).map_err(|e| read_failed(id, path, e))?;
         let Scan {
             header,
             mut events,
@@ -565,7 +741,8 @@ impl Store {
             ));
         }
         if view == View::Repair && (torn_at.is_some() || log.is_torn() || !closers.is_empty()) {
-            format::repair(path, &log, torn_at, &closers).map_err(|e| err(code::PERSISTENCE, e))?;
+            format::repair(path, &log, torn_at, &closers, &mut self.framer.borrow_mut())
+                .map_err(|e| err(code::PERSISTENCE, e))?;
         }
         events.extend(closers);
         Ok((header, events))
@@ -605,6 +782,10 @@ async fn handle(store: Shared, req: Request) -> Result<Reply> {
             })
         }
         session_persistence::LIST => list(&store, req.params_as()?),
+        session_persistence::REMOVE => {
+            store.remove(&req.params_as::<IdParams>()?.id)?;
+            Reply::json(Value::Null)
+        }
         session_persistence::LIST_SNAPSHOTS => list_snapshots(&store, req.params_as()?),
         _ => Err(req.unknown_method()),
     }
@@ -625,7 +806,7 @@ fn read_from(store: &Store, req: &Request) -> Result<Reply> {
         )
     })?;
     let path = store.find(&p.id)?;
-    let log = format::read(&path).map_err(|e| err(code::PERSISTENCE, e))?;
+    let log = format::read(&path).map_err(|e| read_failed(&p.id, &path, e))?;
     let s = Store::scan_log(&p.id, &path, &log)?;
     let events: Vec<&SessionEvent> = s.events.iter().filter(|e| e.seq >= p.from_seq).collect();
     Reply::json(StoredSession {
@@ -638,7 +819,7 @@ fn list(store: &Store, p: ListParams) -> Result<Reply> {
     let mut out: Vec<Listed> = store
         .logs(p.cwd.as_deref())
         .into_iter()
-        .map(|(_, s)| {
+        .map(|(path, s)| {
             let turns = s
                 .events
                 .iter()
@@ -656,6 +837,7 @@ fn list(store: &Store, p: ListParams) -> Result<Reply> {
                 created_at: s.header.created_at,
                 turns,
                 last_prompt,
+                updated_at: modified_ms(&path),
             }
         })
         .collect();
@@ -750,6 +932,11 @@ impl Plugin for Jsonl {
             root,
             delay: Duration::from_millis(config.write_batch_max_delay_ms),
             pack_chunks: config.pack_chunks,
+            compression: config.compression,
+            framer: RefCell::new(
+                Framer::new()
+                    .map_err(|e| err(code::PERSISTENCE, format!("cannot set up zstd: {e}")))?,
+            ),
             live: RefCell::default(),
             claimed: RefCell::default(),
             refused: RefCell::default(),

@@ -69,6 +69,20 @@ pub struct Listed {
     pub turns: u64,
     /// The text of its last user prompt (`""` when none).
     pub last_prompt: String,
+    /// When its log was last written, epoch milliseconds (0 when the
+    /// backend does not say).
+    #[serde(default)]
+    pub updated_at: u64,
+}
+
+/// The session `--continue` picks from `list`: the one written most
+/// recently (its creation time breaks a tie, then its id), `None` when
+/// there is none. One rule for every front end that continues "the latest
+/// session of this directory".
+pub fn latest(sessions: Vec<Listed>) -> Option<Listed> {
+    sessions.into_iter().max_by(|a, b| {
+        (a.updated_at, a.created_at, &a.id).cmp(&(b.updated_at, b.created_at, &b.id))
+    })
 }
 
 /// One session of the `listSnapshots` reply (oldest first).
@@ -132,6 +146,12 @@ impl SessionPersistence {
         self.0.call_as(method::LIST, &params).await
     }
 
+    /// The latest stored session of `cwd` (see [`latest`]), `None` when
+    /// `cwd` has none.
+    pub async fn latest(&self, cwd: &str) -> Result<Option<Listed>> {
+        Ok(latest(self.list(Some(cwd)).await?))
+    }
+
     /// `listSnapshots`: the stored sessions with their log revisions.
     pub async fn list_snapshots(&self, cwd: Option<&str>) -> Result<Vec<Snapshot>> {
         let params = ListParams {
@@ -165,12 +185,25 @@ mod tests {
         )
         .unwrap();
         assert_eq!(listed.last_prompt, "hi");
+        assert_eq!(listed.updated_at, 0, "absent when a backend does not say");
         let stored: StoredSession = serde_json::from_value(json!({
             "header": {"version": 0, "id": "s", "createdAt": 1},
             "events": [{"type": "turn/start", "seq": 0, "time": 1, "data": {"turn": 1}}]
         }))
         .unwrap();
         assert_eq!(stored.events[0].kind, "turn/start");
+        let at = |id: &str, created_at, updated_at| Listed {
+            id: id.into(),
+            created_at,
+            turns: 0,
+            last_prompt: String::new(),
+            updated_at,
+        };
+        assert_eq!(latest(Vec::new()), None);
+        let picked = latest(vec![at("old-but-used", 1, 9), at("new", 5, 3)]);
+        assert_eq!(picked.map(|l| l.id), Some("old-but-used".into()));
+        let tie = latest(vec![at("b", 2, 0), at("a", 1, 0)]);
+        assert_eq!(tie.map(|l| l.id), Some("b".into()));
         let loc: Location =
             serde_json::from_value(json!({"kind": "jsonl", "path": "/x/s.jsonl"})).unwrap();
         assert_eq!(loc.path, PathBuf::from("/x/s.jsonl"));

@@ -236,7 +236,7 @@ pub async fn persistence(t: &TestHost, backend: &Backend<'_>) {
         .as_str()
         .map(str::to_owned)
         .unwrap_or_default();
-    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let text = crate::headless::log_text(std::path::Path::new(&path));
     let lines: Vec<&str> = text.lines().skip(1).collect();
     let want: Vec<String> = live
         .as_array()
@@ -816,7 +816,7 @@ pub async fn coordinator(t: &TestHost, backend: &Backend<'_>) {
         .as_str()
         .map(str::to_owned)
         .unwrap_or_default();
-    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let text = crate::headless::log_text(std::path::Path::new(&path));
     assert!(!text.contains("\"ti\n") && text.ends_with('\n'), "{text}");
     assert_eq!(text.lines().count(), 11, "header + 10 events: {text}");
     t.call(service::SESSIONS, sessions::RESUME, json!({"id": "k-torn"}))

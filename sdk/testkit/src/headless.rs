@@ -106,14 +106,21 @@ impl Headless {
         Running(Some(child))
     }
 
-    /// Every entry of every project directory under `$DSH_HOME/sessions`
-    /// (none while there is no such directory), in directory order.
+    /// Every file of every project directory under `$DSH_HOME/sessions`,
+    /// a session directory standing for the files in it (its transcript
+    /// `session.jsonl[.zstd]`); none while there is no such directory.
     pub fn session_files(&self) -> Vec<PathBuf> {
         let mut out = Vec::new();
         if let Ok(dirs) = std::fs::read_dir(self.home.path().join("sessions")) {
             for d in dirs.flatten() {
-                if let Ok(files) = std::fs::read_dir(d.path()) {
-                    out.extend(files.flatten().map(|f| f.path()));
+                for entry in std::fs::read_dir(d.path()).into_iter().flatten().flatten() {
+                    let path = entry.path();
+                    if path.is_dir() {
+                        let inner = std::fs::read_dir(&path).into_iter().flatten().flatten();
+                        out.extend(inner.map(|f| f.path()));
+                    } else {
+                        out.push(path);
+                    }
                 }
             }
         }
@@ -121,11 +128,17 @@ impl Headless {
     }
 
     /// The one session log: panics unless [`Headless::session_files`] is
-    /// exactly one plain `.jsonl` log.
+    /// exactly one log, `session.jsonl.zstd` (the default) or
+    /// `session.jsonl` in its session directory.
     pub fn log_file(&self) -> PathBuf {
         let mut files = self.session_files();
+        let name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
         assert!(
-            files.len() == 1 && files[0].extension().is_some_and(|e| e == "jsonl"),
+            files.len() == 1
+                && matches!(
+                    name(&files[0]).as_deref(),
+                    Some("session.jsonl.zstd" | "session.jsonl")
+                ),
             "not one session log: {files:?}"
         );
         files.remove(0)
@@ -170,11 +183,48 @@ impl Drop for Running {
     }
 }
 
-/// The records of a plain JSONL file, one a line; panics when the file
-/// cannot be read or a line is not JSON.
+/// The JSONL text of a session log: a `.zstd` log decoded frame by frame
+/// (a torn final frame left out), a plain one as it is (invalid UTF-8
+/// replaced); a missing file is empty.
+pub fn log_text(path: &Path) -> String {
+    let raw = std::fs::read(path).unwrap_or_default();
+    if path.extension().is_none_or(|e| e != "zstd") {
+        return String::from_utf8_lossy(&raw).into_owned();
+    }
+    let mut text = Vec::new();
+    for frame in zstd_frames(&raw) {
+        match zstd::stream::decode_all(frame) {
+            Ok(t) => text.extend(t),
+            Err(_) => break,
+        }
+    }
+    String::from_utf8_lossy(&text).into_owned()
+}
+
+/// The frames of a concatenated zstd stream, split at each frame's
+/// compressed size; a final frame the bytes cut off is left out.
+pub fn zstd_frames(raw: &[u8]) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < raw.len() {
+        match zstd::zstd_safe::find_frame_compressed_size(&raw[at..]) {
+            Ok(size) if size > 0 && at + size <= raw.len() => {
+                out.push(&raw[at..at + size]);
+                at += size;
+            }
+            _ => break,
+        }
+    }
+    out
+}
+
+/// The records of a session log (plain or zstd, see [`log_text`]), one a
+/// line; panics when the file cannot be read or a line is not JSON.
 pub fn lines(path: &Path) -> Vec<Value> {
-    let text = std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    if let Err(e) = std::fs::metadata(path) {
+        panic!("cannot read {}: {e}", path.display());
+    }
+    let text = log_text(path);
     text.lines()
         .map(|l| {
             serde_json::from_str(l)
@@ -187,8 +237,7 @@ pub fn lines(path: &Path) -> Vec<Value> {
 /// was killed writing): a missing file is empty, a line that is not JSON
 /// (a torn tail) is skipped.
 pub fn lines_so_far(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
+    log_text(path)
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect()

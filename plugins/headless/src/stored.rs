@@ -1,0 +1,208 @@
+//! The stored sessions, as `dsh-host sessions list | show | fork | rm`
+//! prints them: through `sessionPersistence` (reading, removing) and
+//! `sessions` (a fork is a new session seeded with the source's history). An unknown id is the backend's `SESSION_NOT_FOUND`, which
+//! the caller prints as `dsh: <CODE>: <message>` with exit 1.
+
+use dsh_sdk::api::session_persistence::SessionPersistence;
+use dsh_sdk::api::sessions::{CreateParams, Sessions};
+use dsh_sdk::prelude::*;
+use dsh_sdk::vocab::{event, msg, SessionEvent, SessionHeader};
+
+use crate::{print, Stored};
+
+/// Runs one stored-session command; the exit code.
+pub async fn run(ctx: &Context, what: &Stored, cwd: &str) -> Result<i32> {
+    let out = match what {
+        Stored::List => list(ctx, cwd).await?,
+        Stored::Show(id) => show(ctx, id).await?,
+        Stored::Fork(id) => format!("{}\n", fork(ctx, id).await?),
+        Stored::Remove(id) => {
+            SessionPersistence::new(ctx).remove(id).await?;
+            format!("removed {id}\n")
+        }
+    };
+    print(ctx, &out).await;
+    Ok(0)
+}
+
+/// The stored sessions of `cwd`, one line each (oldest first).
+async fn list(ctx: &Context, cwd: &str) -> Result<String> {
+    let sessions = SessionPersistence::new(ctx).list(Some(cwd)).await?;
+    let mut out = format!(
+        "{:<48} {:<25} {:>5}  LAST PROMPT\n",
+        "ID", "CREATED", "TURNS"
+    );
+    for s in sessions {
+        out.push_str(&format!(
+            "{:<48} {:<25} {:>5}  {}\n",
+            s.id,
+            format_time(s.created_at),
+            s.turns,
+            one_line(&s.last_prompt, 60)
+        ));
+    }
+    Ok(out)
+}
+
+/// A stored session's header, then its conversation one line per user
+/// prompt, assistant text, tool call and tool result. Read with `inspect`,
+/// so the log is not changed.
+async fn show(ctx: &Context, id: &str) -> Result<String> {
+    let stored = SessionPersistence::new(ctx).inspect(id).await?;
+    let mut out = header_lines(&stored.header, stored.events.len());
+    out.push('\n');
+    for e in &stored.events {
+        if let Some(line) = conversation_line(e) {
+            out.push_str(&line);
+            out.push('\n');
+        }
+    }
+    Ok(out)
+}
+
+fn header_lines(h: &SessionHeader, events: usize) -> String {
+    let mut out = format!("session {}\ncreated {}\n", h.id, format_time(h.created_at));
+    if let Some(cwd) = &h.cwd {
+        out.push_str(&format!("cwd     {cwd}\n"));
+    }
+    if let Some(parent) = &h.parent_session {
+        out.push_str(&format!("forked  from {parent}\n"));
+    }
+    out.push_str(&format!("events  {events}\n"));
+    out
+}
+
+/// One readable line for a conversation event, `None` for the rest
+/// (chunks, framing, bookkeeping).
+fn conversation_line(e: &SessionEvent) -> Option<String> {
+    match e.kind.as_str() {
+        event::USER_MESSAGE if e.data["source"]["kind"] == "user" => Some(format!(
+            "user: {}",
+            one_line(&msg::joined_text(&e.data), 200)
+        )),
+        event::ASSISTANT_MESSAGE => {
+            let text = msg::joined_text(&e.data["message"]);
+            (!text.trim().is_empty()).then(|| format!("assistant: {}", one_line(&text, 200)))
+        }
+        event::TOOL_CALL => Some(format!(
+            "tool call: {} {}",
+            e.data["name"].as_str().unwrap_or("?"),
+            one_line(e.data["arguments"].as_str().unwrap_or_default(), 120)
+        )),
+        event::TOOL_RESULT => {
+            let body = &e.data["message"]["content"][0]["content"][0]["text"];
+            Some(format!(
+                "tool result: {}",
+                one_line(body.as_str().unwrap_or_default(), 120)
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// A new stored session holding a copy of `id`'s history, its lineage in
+/// its header (the source as `parentSession`, the seed's length), written
+/// to disk and closed. The source is read with `inspect`, so it is left as
+/// it was (an interrupted turn is closed in the copy only). The child's id.
+async fn fork(ctx: &Context, id: &str) -> Result<String> {
+    let source = SessionPersistence::new(ctx).inspect(id).await?;
+    let child = format!("session-{}", dsh_sdk::new_id());
+    let header = SessionHeader {
+        id: child.clone(),
+        created_at: dsh_sdk::now_ms(),
+        cwd: source.header.cwd.clone(),
+        parent_session: Some(id.to_owned()),
+        seed_length: Some(source.events.len() as u64),
+        ..SessionHeader::default()
+    };
+    let sessions = Sessions::new(ctx);
+    sessions
+        .create(&CreateParams {
+            id: Some(child.clone()),
+            header: Some(header),
+            seed: Some(source.events),
+            ..CreateParams::default()
+        })
+        .await?;
+    let written = sessions.flush(&child).await;
+    sessions.close(&child).await?;
+    written?;
+    Ok(child)
+}
+
+/// `text` on one line (newlines as spaces), at most `max` characters.
+fn one_line(text: &str, max: usize) -> String {
+    let flat: String = text.trim().replace(['\n', '\r'], " ");
+    if flat.chars().count() <= max {
+        return flat;
+    }
+    let cut: String = flat.chars().take(max).collect();
+    format!("{cut}…")
+}
+
+/// Epoch ms as `YYYY-MM-DD HH:MM:SS UTC`.
+fn format_time(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(kind: &str, data: Value) -> SessionEvent {
+        SessionEvent {
+            kind: kind.into(),
+            seq: 0,
+            time: 0,
+            data,
+            source_event_seqs: None,
+            surface_op: None,
+            ignorable: None,
+        }
+    }
+
+    #[test]
+    fn the_conversation_reads_one_line_per_message_and_call() {
+        let user = ev(
+            event::USER_MESSAGE,
+            json!({"role": "user", "content": [{"type": "text", "text": "fix\nit"}], "source": {"kind": "user"}}),
+        );
+        assert_eq!(conversation_line(&user).as_deref(), Some("user: fix it"));
+        let said = ev(
+            event::ASSISTANT_MESSAGE,
+            json!({"message": {"role": "assistant", "content": [{"type": "text", "text": "Done."}]}}),
+        );
+        assert_eq!(
+            conversation_line(&said).as_deref(),
+            Some("assistant: Done.")
+        );
+        let call = ev(
+            event::TOOL_CALL,
+            json!({"name": "read", "arguments": "{\"path\":\"a\"}"}),
+        );
+        assert_eq!(
+            conversation_line(&call).as_deref(),
+            Some("tool call: read {\"path\":\"a\"}")
+        );
+        assert_eq!(conversation_line(&ev(event::TURN_START, json!({}))), None);
+        assert_eq!(one_line("abcdef", 3), "abc…");
+        assert_eq!(format_time(0), "1970-01-01 00:00:00 UTC");
+    }
+}
