@@ -7,9 +7,12 @@
 //! `/permission` and `/status`.
 
 use dsh_sdk::api::commands::event as command_event;
-use dsh_sdk::names::{bus, code, commands, permission, service};
-use dsh_testkit::agent::{core_host_staged, create, events, new_agent, of_type, turn};
-use dsh_testkit::fake_llm::{text, tool_calls, FakeLlm};
+use dsh_sdk::names::{agents, bus, code, commands, permission, service};
+use dsh_sdk::vocab::event;
+use dsh_testkit::agent::{
+    core_host_staged, create, events, idle, logged, new_agent, of_type, send, turn,
+};
+use dsh_testkit::fake_llm::{text, text_payloads, tool_calls, Answer, FakeLlm, Gate};
 use dsh_testkit::fixtures::{probe_journal, probe_row, PROBE};
 use dsh_testkit::{eventually, TestHost};
 use serde_json::{json, Value};
@@ -429,5 +432,28 @@ async fn status_sums_the_sessions_usage_and_prices_known_models() {
         text_of(&t, &priced, "/status").await.1,
         "tokens: 20 in (8 cache hit, 12 cache miss), 5 out, over 1 model answer\ncost: $0.000006"
     );
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_command_runs_while_a_turn_streams_and_stays_out_of_the_history() {
+    let (t, fake, _core) = setup().await;
+    let gate = Gate::new();
+    let mut payloads = text_payloads("a streamed answer");
+    let rest = payloads.split_off(1);
+    fake.push([Answer::Gated(payloads, gate.clone(), rest), text("next")]);
+    let agent = new_agent(&t, "/tmp").await;
+    send(&t, agents::FOLLOWUP, &agent, "start").await;
+    logged(&t, &agent, event::ASSISTANT_CHUNK).await;
+    assert_eq!(text_of(&t, &agent, "/echo mid-turn").await.1, " mid-turn");
+    gate.open();
+    assert_eq!(idle(&t, &agent).await, json!({"kind": "completed"}));
+    // The next request's history has the user's prompts and the answer,
+    // never the command.
+    turn(&t, &agent, "more").await;
+    let request = fake.requests().last().unwrap().to_string();
+    assert!(!request.contains("mid-turn"), "{request}");
+    let log = events(&t, &agent).await;
+    assert_eq!(of_type(&log, command_event::COMMAND_DONE).len(), 1);
     t.shutdown().await;
 }
