@@ -46,6 +46,11 @@ pub mod service {
         /// Asked by `tools` when a policy says `ask`; provided by a front end
         /// (none in-tree; the test probe provides one).
         APPROVAL = "approval";
+        /// The human-command registry (plugin `commands`): plugins register
+        /// slash commands, front ends list and execute them.
+        COMMANDS = "commands";
+        /// The permission presets of each agent (plugin `permission`).
+        PERMISSION = "permission";
         /// Provided by the host itself (see [`super::host`]).
         HOST = dsh_wire::host_service::NAME;
     }
@@ -265,6 +270,42 @@ pub mod agent_loop {
     }
 }
 
+/// Methods of [`service::COMMANDS`] (plugin `commands`).
+pub mod commands {
+    names! {
+        /// A plugin registers `{name, description, input?, recordInput?,
+        /// service, scope?}`, owned by its fiber; emits
+        /// [`super::bus::COMMANDS_CHANGE`].
+        REGISTER = "register";
+        /// The commands `{agent}` sees, sorted by name.
+        LIST = "list";
+        /// Runs the command line `{agent, line}`: logs `command/run`, calls
+        /// the handler, logs `command/done`; null when the line is not a
+        /// known command.
+        EXECUTE = "execute";
+    }
+}
+
+/// Methods a command's own service answers (called by plugin `commands`;
+/// `dsh_sdk::api::commands::serve` provides it).
+pub mod command_service {
+    names! {
+        /// Runs the command `{commandId, agent, name, args}`; answers
+        /// `{kind, text?}`.
+        RUN = "run";
+    }
+}
+
+/// Methods of [`service::PERMISSION`] (plugin `permission`).
+pub mod permission {
+    names! {
+        /// The preset in force for `{agent}` and the presets there are.
+        PRESET = "preset";
+        /// Switches `{agent}` to `{preset}` for the rest of its life.
+        SET_PRESET = "setPreset";
+    }
+}
+
 /// Methods of [`service::APPROVAL`] (provided by a front end).
 pub mod approval {
     names! {
@@ -351,6 +392,8 @@ pub mod bus {
         /// Emitted by `system-prompt` when a section, context or variable
         /// changes.
         SYSTEM_PROMPT_CHANGE = "system-prompt/change";
+        /// Emitted by `commands` when a command is registered or removed.
+        COMMANDS_CHANGE = "commands/change";
     }
 }
 
@@ -396,6 +439,13 @@ pub mod code {
         FS_NOT_FOUND = "FS_NOT_FOUND";
         /// A file tool's file is not text.
         FS_NOT_TEXT = "FS_NOT_TEXT";
+        /// A command of this name is already registered in that scope.
+        DUPLICATE_COMMAND = "DUPLICATE_COMMAND";
+        /// A command registration is malformed (name, description, hint,
+        /// service).
+        INVALID_COMMAND = "INVALID_COMMAND";
+        /// A permission preset that does not exist.
+        UNKNOWN_PRESET = "UNKNOWN_PRESET";
     }
 }
 
@@ -458,6 +508,9 @@ mod tests {
             ("agents", agents::ALL),
             ("agent_loop", agent_loop::ALL),
             ("approval", approval::ALL),
+            ("commands", commands::ALL),
+            ("command_service", command_service::ALL),
+            ("permission", permission::ALL),
             ("host", host::ALL),
             ("bus", bus::ALL),
             ("code", code::ALL),

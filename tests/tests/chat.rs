@@ -324,6 +324,43 @@ async fn the_chat_plugin_reloaded_mid_session_keeps_the_conversation() {
 }
 
 #[tokio::test]
+async fn slash_commands_go_through_the_registry_and_are_logged() {
+    let fake = FakeLlm::start().await;
+    fake.push([text("Counted.")]);
+    let e = Headless::new(&fake, "");
+    let mut p = chat(&e, &[], &[]);
+    p.wait_for("dsh chat", 20).await;
+    p.send("hello\r");
+    p.wait_for("Counted.", 20).await;
+    p.wait_idle(20).await;
+    // /help: the registry's commands, the chat's own among them, and the keys.
+    p.send("/help\r");
+    p.wait_for("keys: Enter sends", 20).await;
+    let screen = p.contents();
+    for name in ["/status", "/model", "/permission", "/new", "/resume <id>", "/plugins", "/exit"] {
+        assert!(screen.contains(name), "{name} missing:\n{screen}");
+    }
+    p.send("/plugins\r");
+    p.wait_for("agent-loop", 20).await;
+    assert!(p.contents().contains("active"), "{}", p.contents());
+    p.send("/status\r");
+    p.wait_for("tokens", 20).await;
+    p.send("/nope\r");
+    p.wait_for("unknown command /nope (try /help)", 20).await;
+    p.send("/exit\r");
+    assert_eq!(p.wait_exit(20).await, 0);
+    let log = lines_so_far(&e.session_files()[0]);
+    let runs: Vec<&str> = log
+        .iter()
+        .filter(|l| l["type"] == "command/run")
+        .filter_map(|l| l["data"]["name"].as_str())
+        .collect();
+    assert_eq!(runs, ["help", "plugins", "status", "exit"]);
+    let done = log.iter().filter(|l| l["type"] == "command/done").count();
+    assert_eq!(done, 4);
+}
+
+#[tokio::test]
 async fn a_chat_without_a_terminal_is_a_clear_error() {
     let fake = FakeLlm::start().await;
     let e = Headless::new(&fake, "");

@@ -12,6 +12,9 @@ use dsh_sdk::api::agent_loop::{
 };
 use dsh_sdk::api::agents::{Agents, CancelParams, RunStatus, WhenIdleReply};
 use dsh_sdk::api::approval::{ApprovalOutcome, ApprovalReply, ApprovalRequest};
+use dsh_sdk::api::commands::{
+    CommandResult, Commands, ExecuteReply, RegisterParams, ResultKind, RunParams,
+};
 use dsh_sdk::api::host::Host;
 use dsh_sdk::api::session_persistence::SessionPersistence;
 use dsh_sdk::api::sessions::{ForkParams, Sessions};
@@ -38,6 +41,24 @@ pub enum Msg {
     /// Keys were queued in [`View::keys`] (false: the terminal ended), or
     /// reading failed.
     Input(Result<bool>),
+    /// The registry runs one of the chat's own commands; the result goes
+    /// back on the sender.
+    Command(RunParams, oneshot::Sender<CommandResult>),
+    /// A command line the chat sent to the registry settled.
+    CommandDone(String, Result<ExecuteReply>),
+}
+
+/// The chat's own commands, registered with the `commands` seam (so they
+/// are listed and logged like any other) and run by the chat loop.
+pub fn own_commands() -> Vec<RegisterParams> {
+    vec![
+        RegisterParams::new("new", "start a new session"),
+        RegisterParams::new("sessions", "the stored sessions of this directory"),
+        RegisterParams::new("resume", "continue a stored session").with_hint("<id>"),
+        RegisterParams::new("fork", "continue in a copy of this session"),
+        RegisterParams::new("plugins", "every row: state, generation, why it failed"),
+        RegisterParams::new("exit", "leave (Ctrl-D, or Ctrl-C twice)"),
+    ]
 }
 
 /// What survives a reload (handed to the next generation).
@@ -84,6 +105,9 @@ pub struct App {
     queued_approvals: Vec<Asking>,
     tx: mpsc::UnboundedSender<Msg>,
     quit: bool,
+    /// `/exit` ran through the registry: leave once it settled (so its
+    /// `command/done` is logged).
+    exit_after_command: bool,
 }
 
 /// Keys this soon after an approval prompt was drawn do not answer it.
@@ -110,6 +134,7 @@ impl App {
             queued_approvals: Vec::new(),
             tx,
             quit: false,
+            exit_after_command: false,
         }
     }
 
@@ -412,6 +437,11 @@ impl App {
                     self.exit().await;
                 }
             }
+            Msg::Command(run, reply) => {
+                let result = self.run_own(&run.name, run.args.trim()).await;
+                let _ = reply.send(result);
+            }
+            Msg::CommandDone(line, done) => self.command_done(&line, done).await,
             Msg::Input(Err(e)) => {
                 self.notice(Tone::Error, &format!("✗ cannot read the terminal: {e}"))
                     .await;
@@ -661,34 +691,89 @@ impl App {
         });
     }
 
+    /// A `/` line: through the `commands` registry when one is loaded
+    /// (logged as `command/run` and `command/done`, other plugins'
+    /// commands included), else the chat's own commands directly. The
+    /// registry may call back into the chat, so the loop does not wait
+    /// for it: the outcome arrives as [`Msg::CommandDone`].
     async fn command(&mut self, line: &str) {
-        let (name, rest) = line[1..]
-            .split_once(char::is_whitespace)
-            .map_or((&line[1..], ""), |(n, r)| (n, r.trim()));
+        let (ctx, tx, agent, line) = (
+            self.ctx.clone(),
+            self.tx.clone(),
+            self.agent(),
+            line.to_owned(),
+        );
+        self.ctx.spawn(async move {
+            let done = Commands::new(&ctx).execute(&agent, &line).await;
+            let _ = tx.send(Msg::CommandDone(line, done));
+        });
+    }
+
+    async fn command_done(&mut self, line: &str, done: Result<ExecuteReply>) {
+        let result = match done {
+            Ok(Some(execution)) => execution.result,
+            Ok(None) => {
+                let name = line[1..].split_whitespace().next().unwrap_or_default();
+                CommandResult::error(format!("unknown command /{name} (try /help)"))
+            }
+            // No registry in this composition: the chat's own commands.
+            Err(e) if e.code == codes::SERVICE_UNAVAILABLE => {
+                let (name, rest) = line[1..]
+                    .split_once(char::is_whitespace)
+                    .unwrap_or((&line[1..], ""));
+                match name {
+                    "help" => CommandResult::success(HELP),
+                    name if own_commands().iter().any(|c| c.name == name) => {
+                        self.run_own(name, rest.trim()).await
+                    }
+                    _ => CommandResult::error(format!("unknown command /{name} (try /help)")),
+                }
+            }
+            Err(e) => CommandResult::error(format!("{}: {}", e.code, e.message)),
+        };
+        let help = line.trim() == "/help";
+        match (result.kind, result.text.as_deref()) {
+            (ResultKind::Error, text) => {
+                let text = text.unwrap_or("the command failed");
+                self.notice(Tone::Error, &format!("✗ {text}")).await
+            }
+            (ResultKind::Success, Some(text)) if !text.trim().is_empty() => {
+                self.notice(Tone::Plain, text).await
+            }
+            (ResultKind::Success, _) => self.redraw().await,
+        }
+        if help {
+            self.notice(Tone::Dim, KEYS).await;
+        }
+        if std::mem::take(&mut self.exit_after_command) {
+            self.exit().await;
+        }
+    }
+
+    /// Runs one of the chat's own commands.
+    async fn run_own(&mut self, name: &str, rest: &str) -> CommandResult {
         let running = self.view.borrow().running;
         let result = match name {
-            "exit" | "quit" => {
-                self.exit().await;
-                return;
+            "exit" => {
+                self.exit_after_command = true;
+                Ok(String::new())
             }
-            "help" => Ok(HELP.to_owned()),
-            "new" if !running => self.command_new().await,
+            "new" | "resume" | "fork" if running => Err(Error::msg(format!(
+                "/{name} waits until the turn ends (Ctrl-C cancels it)"
+            ))),
+            "new" => self.command_new().await,
             "sessions" => self.command_sessions().await,
-            "resume" if !running => match rest {
+            "resume" => match rest {
                 "" => Err(Error::msg("/resume needs a session id (see /sessions)")),
                 id => self.resume(id).await.map(|()| String::new()),
             },
-            "fork" if !running => self.command_fork().await,
+            "fork" => self.command_fork().await,
             "plugins" => self.command_plugins().await,
-            "new" | "resume" | "fork" => Err(Error::msg(format!(
-                "/{name} waits until the turn ends (Ctrl-C cancels it)"
-            ))),
-            _ => Err(Error::msg(format!("unknown command /{name} (try /help)"))),
+            other => Err(Error::msg(format!("the chat has no command /{other}"))),
         };
         match result {
-            Ok(text) if text.is_empty() => self.redraw().await,
-            Ok(text) => self.notice(Tone::Plain, &text).await,
-            Err(e) => self.notice(Tone::Error, &format!("✗ {}", e.message)).await,
+            Ok(text) => CommandResult::success(text),
+            Err(e) => CommandResult::error(e.message),
         }
     }
 
@@ -843,6 +928,7 @@ fn approval_question(
     q
 }
 
+/// `/help` without a registry.
 const HELP: &str = "\
 /help              this list
 /new               a new session
@@ -850,7 +936,10 @@ const HELP: &str = "\
 /resume <id>       continue a stored session
 /fork              continue in a copy of this session
 /plugins           every row: state, generation, why it failed
-/exit              leave (Ctrl-D, or Ctrl-C twice)
+/exit              leave (Ctrl-D, or Ctrl-C twice)";
+
+/// The keys, after `/help`.
+const KEYS: &str = "\
 keys: Enter sends · Alt-Enter or Ctrl-J new line · Up/Down history ·
       Ctrl-C cancels a turn · Ctrl-T shows or folds reasoning · Ctrl-L clears
 typing while a turn runs steers it";

@@ -156,8 +156,12 @@ struct Chat;
 impl Plugin for Chat {
     const NAME: &'static str = "chat";
     const DESCRIPTION: &'static str = "interactive terminal chat";
-    const INJECT: &'static [&'static str] =
-        &[service::AGENTS, service::AGENT_LOOP, service::SESSIONS];
+    const INJECT: &'static [&'static str] = &[
+        service::AGENTS,
+        service::AGENT_LOOP,
+        service::SESSIONS,
+        service::COMMANDS,
+    ];
     const PROVIDES: &'static [&'static str] = &[service::APPROVAL];
     type Config = Config;
 
@@ -196,6 +200,25 @@ impl Plugin for Chat {
                 Reply::json(answer.await.unwrap_or(cancelled))
             }
         });
+        // The chat's own commands, through the registry when there is one.
+        let t = tx.clone();
+        let serve = dsh_sdk::api::commands::serve(&ctx, app::own_commands(), move |run| {
+            let t = t.clone();
+            async move {
+                let (reply, answer) = oneshot::channel();
+                t.send(Msg::Command(run, reply))
+                    .map_err(|_| Error::msg("the chat is gone"))?;
+                answer
+                    .await
+                    .map_err(|_| Error::msg("the chat ended before the command did"))
+            }
+        })
+        .await;
+        if let Err(e) = serve {
+            if e.code != codes::SERVICE_UNAVAILABLE {
+                return Err(e);
+            }
+        }
         let c = ctx.clone();
         ctx.spawn(async move {
             let code = match run(c.clone(), config, view, rx, tx).await {

@@ -1,13 +1,20 @@
-//! `permission`: permission modes as a `tools/pre-execute` listener.
+//! `permission`: permission modes as a `tools/pre-execute` listener, and
+//! the `permission` service: the preset in force for each agent and a
+//! switch to another one (`presets`).
+
+mod presets;
 
 use std::path::{Path, PathBuf};
 
 use dsh_sdk::api::host::Host;
+use dsh_sdk::api::permission::ApprovalPolicy;
 use dsh_sdk::api::tools::{forward_as, on_pre_execute, Exec, PreExecuteDecision, PreExecuteKind};
 use dsh_sdk::fence::{resolve, Fence, Mode, RefusalKind};
 use dsh_sdk::names::{service, tool};
 use dsh_sdk::prelude::*;
 use serde::Deserialize;
+
+use presets::Presets;
 
 #[derive(Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
@@ -41,6 +48,7 @@ impl Plugin for Permission {
     const NAME: &'static str = "permission";
     const DESCRIPTION: &'static str = "permission modes and the workspace fence";
     const INJECT: &'static [&'static str] = &[service::TOOLS];
+    const PROVIDES: &'static [&'static str] = &[service::PERMISSION];
     type Config = Config;
 
     async fn apply(ctx: Context, config: Config) -> Result<()> {
@@ -70,8 +78,17 @@ impl Plugin for Permission {
         let info = Host::new(&ctx).info().await?;
         let protected: Vec<PathBuf> = info.protected.iter().map(PathBuf::from).collect();
         let temp = std::env::temp_dir();
+        let approval = if ask {
+            ApprovalPolicy::Ask
+        } else {
+            ApprovalPolicy::Never
+        };
+        let presets = Presets::new(mode, approval);
+        presets::provide(&ctx, &presets);
         on_pre_execute(&ctx, move |exec, ev| {
             let (temp, protected) = (temp.clone(), protected.clone());
+            let (mode, approval) = presets.of(exec.agent());
+            let ask = approval == ApprovalPolicy::Ask;
             async move {
                 let cwd = Path::new(exec.cwd_or("/"));
                 let fence = Fence::new(mode, cwd, &temp, &protected);

@@ -12,8 +12,10 @@
 pub mod agent_loop;
 pub mod agents;
 pub mod approval;
+pub mod commands;
 pub mod host;
 pub mod llm;
+pub mod permission;
 pub mod session_persistence;
 pub mod sessions;
 pub mod system_prompt;

@@ -1,0 +1,86 @@
+//! `/model [<provider>] <model>`: with no argument, the route the agent
+//! uses (the one `/model` selected, else the session's last
+//! `request/context`); with a model, switches to it on the current
+//! provider; with a provider and a model, to that route. The provider must
+//! be registered with `llm`; the switch is `agents.selectModel`, in force
+//! from the agent's next step.
+
+use dsh_sdk::api::agents::{Agents, SelectModelParams};
+use dsh_sdk::api::commands::{CommandResult, RunParams};
+use dsh_sdk::api::llm::Llm;
+use dsh_sdk::api::sessions::Sessions;
+use dsh_sdk::prelude::*;
+use serde::Deserialize;
+
+use crate::registry::Registry;
+
+/// The route fields of a `request/context`.
+#[derive(Deserialize)]
+struct RouteContext {
+    #[serde(default)]
+    provider: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+}
+
+/// The usage line.
+const USAGE: &str = "usage: /model [<provider>] <model>";
+
+/// Runs `/model` for `inv`.
+pub async fn run(ctx: &Context, registry: &Registry, inv: &RunParams) -> Result<CommandResult> {
+    let words: Vec<&str> = inv.args.split_whitespace().collect();
+    let current = current(ctx, registry, &inv.agent).await?;
+    let (provider, model) = match (words.as_slice(), &current) {
+        ([], Some((p, m))) => return Ok(CommandResult::success(format!("model {p}/{m}"))),
+        ([], None) => {
+            return Ok(CommandResult::success(
+                "no model has answered in this session yet",
+            ))
+        }
+        ([model], Some((p, _))) => (p.clone(), (*model).to_owned()),
+        ([_], None) => {
+            return Ok(CommandResult::error(format!(
+                "no provider is known for this session yet; {USAGE}"
+            )))
+        }
+        ([provider, model], _) => ((*provider).to_owned(), (*model).to_owned()),
+        _ => return Ok(CommandResult::error(USAGE)),
+    };
+    let providers = Llm::new(ctx).providers().await?;
+    if !providers.contains(&provider) {
+        return Ok(CommandResult::error(format!(
+            "unknown provider \"{provider}\" (available: {})",
+            providers.join(", ")
+        )));
+    }
+    Agents::new(ctx)
+        .select_model(&SelectModelParams {
+            agent: inv.agent.clone(),
+            provider: Some(provider.clone()),
+            model: Some(model.clone()),
+        })
+        .await?;
+    let text = format!("model {provider}/{model} from the next step");
+    registry
+        .borrow_mut()
+        .selections
+        .insert(inv.agent.clone(), (provider, model));
+    Ok(CommandResult::success(text))
+}
+
+/// The route `agent` uses: the one `/model` selected, else the one of the
+/// session's last `request/context`.
+async fn current(
+    ctx: &Context,
+    registry: &Registry,
+    agent: &str,
+) -> Result<Option<(String, String)>> {
+    if let Some(selected) = registry.borrow().selections.get(agent) {
+        return Ok(Some(selected.clone()));
+    }
+    let Some(context) = Sessions::new(ctx).request_context(agent).await? else {
+        return Ok(None);
+    };
+    let route: RouteContext = serde_json::from_value(context)?;
+    Ok(route.provider.zip(route.model))
+}

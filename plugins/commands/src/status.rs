@@ -1,0 +1,151 @@
+//! `/status`: the tokens of the session so far — the `usage` of every
+//! `assistant/message` summed (the adapter's `inputTokens` are the uncached
+//! input, `cacheReadTokens` the cached input, `outputTokens` the output) —
+//! and their cost from [`crate::prices`], per model; "cost unknown" when a
+//! model that answered has no price.
+
+use std::collections::BTreeMap;
+
+use dsh_sdk::api::commands::{CommandResult, RunParams};
+use dsh_sdk::api::sessions::Sessions;
+use dsh_sdk::prelude::*;
+use dsh_sdk::vocab::{event, SessionEvent};
+use serde::Deserialize;
+
+use crate::prices;
+
+/// The usage fields an assistant message carries.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Usage {
+    /// Uncached input tokens.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Cached input tokens.
+    pub cache_read_tokens: u64,
+}
+
+impl Usage {
+    fn add(&mut self, other: Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cache_read_tokens += other.cache_read_tokens;
+    }
+}
+
+/// The usage of the session, per model (`""` when a message names none),
+/// and how many answers it sums.
+#[derive(Debug, Default)]
+pub struct Totals {
+    /// Per model.
+    pub by_model: BTreeMap<String, Usage>,
+    /// Answers counted.
+    pub answers: usize,
+}
+
+/// Sums the usage of `events`' assistant messages.
+pub fn totals(events: &[SessionEvent]) -> Totals {
+    let mut t = Totals::default();
+    for e in events.iter().filter(|e| e.kind == event::ASSISTANT_MESSAGE) {
+        // A message without usage (or with one this harness cannot read)
+        // adds nothing; /status must still answer for the rest.
+        let usage: Usage = serde_json::from_value(e.data["usage"].clone()).unwrap_or_default();
+        let model = e.data["message"]["source"]["model"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        t.by_model.entry(model).or_default().add(usage);
+        t.answers += 1;
+    }
+    t
+}
+
+/// The text for `totals`.
+pub fn render(t: &Totals) -> String {
+    let mut all = Usage::default();
+    for u in t.by_model.values() {
+        all.add(*u);
+    }
+    let input = all.input_tokens + all.cache_read_tokens;
+    let tokens = format!(
+        "tokens: {input} in ({} cache hit, {} cache miss), {} out, over {} model answer{}",
+        all.cache_read_tokens,
+        all.input_tokens,
+        all.output_tokens,
+        t.answers,
+        if t.answers == 1 { "" } else { "s" }
+    );
+    format!("{tokens}\n{}", cost(t))
+}
+
+/// The cost line.
+fn cost(t: &Totals) -> String {
+    let unpriced: Vec<&str> = t
+        .by_model
+        .keys()
+        .filter(|m| prices::of(m).is_none())
+        .map(String::as_str)
+        .collect();
+    if !unpriced.is_empty() {
+        let names: Vec<String> = unpriced.iter().map(|m| format!("\"{m}\"")).collect();
+        return format!("cost unknown (no price for model {})", names.join(", "));
+    }
+    let dollars: f64 = t
+        .by_model
+        .iter()
+        .filter_map(|(m, u)| {
+            prices::of(m).map(|p| p.cost(u.input_tokens, u.cache_read_tokens, u.output_tokens))
+        })
+        .fold(0.0, |a, b| a + b);
+    format!("cost: ${dollars:.6}")
+}
+
+/// Runs `/status` for `inv`.
+pub async fn run(ctx: &Context, inv: &RunParams) -> Result<CommandResult> {
+    let events = Sessions::new(ctx).events(&inv.agent, 0).await?;
+    Ok(CommandResult::success(render(&totals(&events))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(model: &str, usage: Value) -> SessionEvent {
+        serde_json::from_value(json!({"type": "assistant/message", "seq": 0, "time": 0,
+            "data": {"message": {"source": {"kind": "model", "model": model}}, "usage": usage}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn usage_is_summed_and_priced_per_model() {
+        let events = [
+            answer(
+                "deepseek-chat",
+                json!({"inputTokens": 12, "outputTokens": 5, "cacheReadTokens": 8}),
+            ),
+            answer(
+                "deepseek-chat",
+                json!({"inputTokens": 1000000, "outputTokens": 0}),
+            ),
+        ];
+        let text = render(&totals(&events));
+        assert_eq!(
+            text,
+            "tokens: 1000020 in (8 cache hit, 1000012 cache miss), 5 out, over 2 model answers\ncost: $0.280006"
+        );
+    }
+
+    #[test]
+    fn an_unpriced_model_makes_the_cost_unknown() {
+        let events = [answer("m1", json!({"inputTokens": 2, "outputTokens": 1}))];
+        assert_eq!(
+            render(&totals(&events)),
+            "tokens: 2 in (0 cache hit, 2 cache miss), 1 out, over 1 model answer\ncost unknown (no price for model \"m1\")"
+        );
+        assert_eq!(
+            render(&totals(&[])).lines().last().unwrap(),
+            "cost: $0.000000"
+        );
+    }
+}
