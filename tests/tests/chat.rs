@@ -337,7 +337,15 @@ async fn slash_commands_go_through_the_registry_and_are_logged() {
     p.send("/help\r");
     p.wait_for("keys: Enter sends", 20).await;
     let screen = p.contents();
-    for name in ["/status", "/model", "/permission", "/new", "/resume <id>", "/plugins", "/exit"] {
+    for name in [
+        "/status",
+        "/model",
+        "/permission",
+        "/new",
+        "/resume <id>",
+        "/plugins",
+        "/exit",
+    ] {
         assert!(screen.contains(name), "{name} missing:\n{screen}");
     }
     p.send("/plugins\r");

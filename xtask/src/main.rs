@@ -26,6 +26,15 @@ fn root() -> PathBuf {
         .unwrap_or_default()
 }
 
+/// Cargo's target directory: `$CARGO_TARGET_DIR` when set (relative to the
+/// workspace root), else `target/` in the workspace.
+fn target_root() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) if !dir.is_empty() => root().join(dir),
+        _ => root().join("target"),
+    }
+}
+
 fn cargo() -> Command {
     let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     c.current_dir(root());
@@ -97,8 +106,8 @@ fn build(release: bool) -> Result<PathBuf> {
     }
     run(c)?;
     let profile = if release { "release" } else { "debug" };
-    let target = root().join("target").join(profile);
-    let stage = root().join("target").join("dsh");
+    let target = target_root().join(profile);
+    let stage = target_root().join("dsh");
     let _ = std::fs::remove_dir_all(&stage);
     for d in ["bin", "plugins", "profiles"] {
         std::fs::create_dir_all(stage.join(d))?;

@@ -88,8 +88,8 @@ pub const STAGE_ENV: &str = "DSH_STAGE";
 /// The staged tree (`bin/dsh-host`, `plugins/`, `profiles/`, as `cargo
 /// xtask build` makes it) whose plugins a [`TestHost`] searches after the
 /// test's own target directory: `$DSH_STAGE` when set (it must be a staged
-/// tree), else `target/dsh` of the checkout this test kit was built from,
-/// when it has been staged.
+/// tree), else `dsh/` beside the test's build directory, else `target/dsh`
+/// of the checkout this test kit was built from, when it has been staged.
 pub fn stage() -> Option<PathBuf> {
     if let Some(dir) = std::env::var_os(STAGE_ENV).filter(|v| !v.is_empty()) {
         let dir = PathBuf::from(dir);
@@ -100,12 +100,18 @@ pub fn stage() -> Option<PathBuf> {
         );
         return Some(dir);
     }
+    // The staged tree beside the running test's build (`<target>/dsh`,
+    // wherever `CARGO_TARGET_DIR` put it), else the checkout's.
+    let beside = target_dir().parent().map(|t| t.join("dsh"));
     let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let dir = checkout
+    let checkout = checkout
         .canonicalize()
         .unwrap_or(checkout)
         .join("target/dsh");
-    dir.join("plugins").is_dir().then_some(dir)
+    beside
+        .into_iter()
+        .chain([checkout])
+        .find(|dir| dir.join("plugins").is_dir())
 }
 
 /// Where a [`TestHost`] looks for plugins after its own directory: the
