@@ -172,6 +172,8 @@ async fn an_approval_is_asked_and_answered_allow_then_reject() {
     let outside = TempDir::new_in(target_dir().parent().unwrap(), "chat-outside");
     let allowed = outside.path().join("allowed.txt");
     let refused = outside.path().join("refused.txt");
+    let session_a = outside.path().join("session-a.txt");
+    let session_b = outside.path().join("session-b.txt");
     fake.push([
         tool_calls(&[(
             "write",
@@ -183,6 +185,17 @@ async fn an_approval_is_asked_and_answered_allow_then_reject() {
             json!({"file_path": refused.to_str().unwrap(), "content": "no"}),
         )]),
         text("Could not write."),
+        tool_calls(&[
+            (
+                "write",
+                json!({"file_path": session_a.to_str().unwrap(), "content": "1"}),
+            ),
+            (
+                "write",
+                json!({"file_path": session_b.to_str().unwrap(), "content": "2"}),
+            ),
+        ]),
+        text("Both written."),
     ]);
     let e = Headless::new(&fake, "");
     let mut p = chat(&e, &[], &[]);
@@ -215,6 +228,23 @@ async fn an_approval_is_asked_and_answered_allow_then_reject() {
         .collect();
     let last = results.last().unwrap()["content"].as_str().unwrap();
     assert!(last.contains("rejected"), "{last}");
+    // Allowed for the session: the next write of the same tool is not asked.
+    p.wait_idle(20).await;
+    p.send("two more\r");
+    p.wait_for("session-a.txt", 20).await;
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    p.send("a");
+    p.wait_for("Both written.", 20).await;
+    assert_eq!(std::fs::read_to_string(&session_b).unwrap(), "2");
+    assert_eq!(
+        p.contents()
+            .matches("write allowed for this session")
+            .count(),
+        1,
+        "{}",
+        p.contents()
+    );
+    assert_eq!(std::fs::read_to_string(&session_a).unwrap(), "1");
     p.send("\x04");
     assert_eq!(p.wait_exit(20).await, 0);
 }
