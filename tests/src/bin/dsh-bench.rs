@@ -398,6 +398,13 @@ async fn bench_steps(steps: usize) -> Result<Vec<f64>> {
 }
 
 /// Load and prepare-to-resume of a stored session of `n` events.
+/// `text` as one zstd frame with its content checksum.
+fn zstd_frame(text: &[u8]) -> Result<Vec<u8>> {
+    let mut c = zstd::bulk::Compressor::new(zstd::DEFAULT_COMPRESSION_LEVEL)?;
+    c.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))?;
+    Ok(c.compress(text)?)
+}
+
 async fn bench_resume(n: usize) -> Result<f64> {
     let fake = dsh_testkit::fake_llm::FakeLlm::start().await;
     let home = Scratch::new("resume")?;
@@ -466,7 +473,13 @@ async fn bench_resume(n: usize) -> Result<f64> {
     for i in 0..5 {
         let id = format!("big-{i}");
         let header = json!({"type": "session", "version": 0, "id": id, "createdAt": 1, "cwd": cwd, "delegationDepth": 0});
-        std::fs::write(dir.join(format!("{id}.jsonl")), format!("{header}\n{body}"))?;
+        // As the store writes it: the header frame alone, then the body
+        // (one frame: one flush), each with its checksum.
+        let session = dir.join(&id);
+        std::fs::create_dir_all(&session)?;
+        let mut log = zstd_frame(format!("{header}\n").as_bytes())?;
+        log.extend(zstd_frame(body.as_bytes())?);
+        std::fs::write(session.join("session.jsonl.zstd"), log)?;
         let t = Instant::now();
         ensure(
             h.call(
