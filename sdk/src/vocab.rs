@@ -153,6 +153,22 @@ pub struct SessionEvent {
     pub ignorable: Option<bool>,
 }
 
+impl SessionEvent {
+    /// A non-surface event of `kind` at `seq` with `data` (time 0, no
+    /// sources): what a test or a renderer builds by hand.
+    pub fn new(kind: impl Into<String>, seq: u64, data: Value) -> SessionEvent {
+        SessionEvent {
+            kind: kind.into(),
+            seq,
+            time: 0,
+            data,
+            source_event_seqs: None,
+            surface_op: None,
+            ignorable: None,
+        }
+    }
+}
+
 /// The header of a stored session (kept out of the event log).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -289,6 +305,18 @@ pub mod msg {
         json!({"id": id, "role": "user",
                "content": [{"type": "tool-result", "toolCallId": call_id, "content": content, "isError": is_error}],
                "source": {"kind": "tool", "callId": call_id}})
+    }
+
+    /// The texts of a list of content blocks (a tool result's), one per
+    /// line.
+    pub fn joined_lines(content: &Value) -> String {
+        content
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     /// The joined text of a message's text blocks.

@@ -268,14 +268,11 @@ pub mod bench {
             "done. ",
         ];
         let events: Vec<SessionEvent> = (0..n)
-            .map(|i| SessionEvent {
-                kind: event::ASSISTANT_CHUNK.to_owned(),
-                seq: i as u64,
-                time: 0,
-                data: json!({"turn": 1, "step": 1, "chunk": {"type": "text-delta", "index": 0, "text": words[i % words.len()]}}),
-                source_event_seqs: None,
-                surface_op: None,
-                ignorable: None,
+            .map(|i| {
+                let chunk =
+                    json!({"type": "text-delta", "index": 0, "text": words[i % words.len()]});
+                let data = json!({"turn": 1, "step": 1, "chunk": chunk});
+                SessionEvent::new(event::ASSISTANT_CHUNK, i as u64, data)
             })
             .collect();
         let mut renderer = Renderer::new(Theme { color: true }, 100);

@@ -283,14 +283,7 @@ impl Renderer {
         let mut out = self.finish_block();
         let block = &data["message"]["content"][0];
         let is_error = block["isError"] == Value::Bool(true);
-        let text: String = block["content"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|b| b["text"].as_str())
-            .collect::<Vec<_>>()
-            .join("\n");
-        let text = sanitize(&text);
+        let text = sanitize(&dsh_sdk::vocab::msg::joined_lines(&block["content"]));
         let lines: Vec<&str> = text
             .lines()
             .map(str::trim_end)
@@ -383,15 +376,7 @@ mod tests {
     use dsh_sdk::json;
 
     fn ev(kind: &str, data: Value) -> SessionEvent {
-        SessionEvent {
-            kind: kind.into(),
-            seq: 0,
-            time: 0,
-            data,
-            source_event_seqs: None,
-            surface_op: None,
-            ignorable: None,
-        }
+        SessionEvent::new(kind, 0, data)
     }
 
     fn text(r: &mut Renderer, t: &str) -> String {

@@ -167,15 +167,7 @@ mod tests {
     use super::*;
 
     fn ev(kind: &str, data: Value) -> SessionEvent {
-        SessionEvent {
-            kind: kind.into(),
-            seq: 0,
-            time: 0,
-            data,
-            source_event_seqs: None,
-            surface_op: None,
-            ignorable: None,
-        }
+        SessionEvent::new(kind, 0, data)
     }
 
     #[test]

@@ -183,15 +183,7 @@ mod tests {
     use serde_json::{json, Value};
 
     fn ev(kind: &str, data: Value) -> SessionEvent {
-        SessionEvent {
-            kind: kind.to_owned(),
-            seq: 0,
-            time: 0,
-            data,
-            source_event_seqs: None,
-            surface_op: None,
-            ignorable: None,
-        }
+        SessionEvent::new(kind, 0, data)
     }
 
     /// Feeds `events` through check+apply; the index of the first refusal.

@@ -130,13 +130,7 @@ impl Plugin for Spill {
                     Some(content) => content.clone(),
                     None => Value::Array(outcome.result.content),
                 };
-                let text: String = content
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|b| b["text"].as_str())
-                    .collect::<Vec<_>>()
-                    .join("\n");
+                let text = msg::joined_lines(&content);
                 if text.len() <= max {
                     return Ok(decision);
                 }
