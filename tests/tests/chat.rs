@@ -168,8 +168,7 @@ async fn typing_during_a_turn_steers_it() {
 #[tokio::test]
 async fn an_approval_is_asked_and_answered_allow_then_reject() {
     let fake = FakeLlm::start().await;
-    // Outside the workspace and the temp directory (both writable).
-    let outside = TempDir::new_in(target_dir().parent().unwrap(), "chat-outside");
+    let outside = outside_the_fence();
     let allowed = outside.path().join("allowed.txt");
     let refused = outside.path().join("refused.txt");
     let session_a = outside.path().join("session-a.txt");
@@ -414,6 +413,23 @@ async fn a_chat_without_a_terminal_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("chat needs a terminal on stdin"), "{err}");
+}
+
+/// A fresh directory outside the workspace and the temp directory (both
+/// writable under the default mode), so a write there asks for approval.
+fn outside_the_fence() -> TempDir {
+    let temp = std::env::temp_dir().canonicalize().unwrap();
+    let candidates = [
+        std::env::var_os("HOME").map(std::path::PathBuf::from),
+        Some("/var/tmp".into()),
+    ];
+    let base = candidates
+        .into_iter()
+        .flatten()
+        .filter_map(|d| d.canonicalize().ok())
+        .find(|d| !d.starts_with(&temp) && !temp.starts_with(d) && d.is_dir())
+        .expect("a writable directory outside the temp directory ($HOME or /var/tmp)");
+    TempDir::new_in(&base, "chat-outside")
 }
 
 /// The session id in a log's header line.
