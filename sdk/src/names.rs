@@ -267,6 +267,11 @@ pub mod agent_loop {
         RESUME = "resume";
         /// The live agents.
         LIST = "list";
+        /// Lets go of an agent `{agent}` the caller owns: its owner going
+        /// away no longer disposes it, and the next `resume` of it owns it
+        /// (a front end handing its agent to its next generation; a dsh
+        /// extension).
+        RELEASE = "release";
     }
 }
 

@@ -329,6 +329,7 @@ async fn the_chat_plugin_reloaded_mid_session_keeps_the_conversation() {
     fake.push([
         text("Before the reload."),
         slow_text("After the reload.", 5),
+        slow_text("A turn that runs across a reload of the chat.", 150),
     ]);
     let e = Headless::new(&fake, "");
     let plugins = TempDir::new("chat-plugins");
@@ -347,9 +348,29 @@ async fn the_chat_plugin_reloaded_mid_session_keeps_the_conversation() {
     p.wait_for("After the reload.", 20).await;
     assert_eq!(user_texts(&messages(&fake, 1)), ["first", "second"]);
     assert!(p.contents().contains("Before the reload."));
+    // A reload in the middle of a turn: the agent is handed over, and the
+    // turn goes on to its end.
+    p.wait_idle(20).await;
+    p.send("third\r");
+    p.wait_for("A turn", 20).await;
+    replace_library("dsh-plugin-chat", &lib);
+    p.wait_for("reloaded chat (chat) generation 3", 20).await;
+    p.wait_for("across a reload of the chat.", 20).await;
+    p.wait_idle(20).await;
+    assert!(
+        !p.contents().contains("the reload ended"),
+        "{}",
+        p.contents()
+    );
     p.send("\x04");
     assert_eq!(p.wait_exit(20).await, 0);
     assert_eq!(e.session_files().len(), 1);
+    let log = lines_so_far(&e.session_files()[0]);
+    let completed = log
+        .iter()
+        .filter(|l| l["type"] == event::TURN_END && l["data"]["reason"]["kind"] == "completed")
+        .count();
+    assert_eq!(completed, 3, "every turn ran to its end");
 }
 
 #[tokio::test]

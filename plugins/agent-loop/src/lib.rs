@@ -187,6 +187,8 @@ pub(crate) struct Agent {
     /// This registration of the id: an owner's cleanup disposes the agent
     /// only while it is still the one that owner created.
     pub registration: String,
+    /// Its owner let go of it (`release`): the next `resume` owns it.
+    pub released: bool,
     pub running: bool,
     /// A `runMaintenance` task is running (status stays idle; waking sends
     /// are latched and replayed when it ends).
@@ -274,6 +276,7 @@ impl Loop {
             inbox,
             inbox_lock: Rc::default(),
             registration: new_id(),
+            released: false,
             running: false,
             maintenance: false,
             last_turn: summary.map_or(0, |s| s.last_turn),
@@ -513,12 +516,10 @@ impl Loop {
     /// that owner's and stays.
     fn own(&self, req: &Request, reply: &AgentRef) {
         let id = reply.agent.clone();
-        let Some(registration) = self
-            .agents
-            .borrow()
-            .get(&id)
-            .map(|a| a.registration.clone())
-        else {
+        let Some(registration) = self.agents.borrow_mut().get_mut(&id).map(|a| {
+            a.released = false;
+            a.registration.clone()
+        }) else {
             return;
         };
         let l = self.clone();
@@ -529,6 +530,16 @@ impl Loop {
                 l.ctx.spawn(async move { l2.dispose(&id).await });
             }
         });
+    }
+
+    /// Lets go of `agent`: a fresh registration, so its owner's cleanup no
+    /// longer matches it, and the next `resume` owns it.
+    pub(crate) fn release(&self, agent: &str) -> Result<()> {
+        let mut agents = self.agents.borrow_mut();
+        let a = agents.get_mut(agent).ok_or_else(|| no_agent(agent))?;
+        a.registration = new_id();
+        a.released = true;
+        Ok(())
     }
 
     /// `send(m, target, wakeup)` of reference §4.3.

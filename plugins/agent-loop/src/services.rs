@@ -151,6 +151,11 @@ pub(crate) async fn handle_loop(l: Loop, req: Request) -> Result<Reply> {
         agent_loop::CREATE => create(&l, &req).await,
         agent_loop::RESUME => resume(&l, &req).await,
         agent_loop::LIST => list(&l),
+        agent_loop::RELEASE => {
+            let p: AgentParams = params(&req, AGENT)?;
+            l.release(&p.agent)?;
+            Ok(Value::Null.into())
+        }
         _ => Err(req.unknown_method()),
     }
 }
@@ -164,12 +169,14 @@ async fn create(l: &Loop, req: &Request) -> Result<Reply> {
 }
 
 /// `resume`: a resumed agent belongs to the caller; a live one keeps the
-/// owner that created it.
+/// owner that created it, unless it was released (then the caller owns
+/// it).
 async fn resume(l: &Loop, req: &Request) -> Result<Reply> {
     let p: ResumeParams = params(req, &["sessionId"])?;
-    let live = l.agents.borrow().contains_key(&p.session_id);
+    let live = l.agents.borrow().get(&p.session_id).map(|a| a.released);
     let resumed = l.resume(&p).await?;
-    if !live {
+    // Not live (resumed from the store), or live and released.
+    if live != Some(false) {
         l.own(req, &resumed);
     }
     Reply::json(resumed)

@@ -84,6 +84,10 @@ pub struct View {
     pub calls: HashMap<String, (String, String)>,
     /// A Ctrl-C at an empty prompt was seen (the next one exits).
     pub armed_exit: bool,
+    /// The predecessor released the agent to this generation (see
+    /// [`App::reopen`]).
+    #[serde(default)]
+    pub released: bool,
 }
 
 /// The approval being asked.
@@ -254,6 +258,17 @@ impl App {
     /// the disposal left stored.
     async fn reopen(&mut self) -> Result<()> {
         let agent = self.agent();
+        if std::mem::take(&mut self.view.borrow_mut().released) {
+            // Released by the predecessor: resuming the live agent owns
+            // it, a running turn included.
+            let params = ResumeParams {
+                session_id: agent.clone(),
+                agent_options: self.options(),
+            };
+            if AgentLoop::new(&self.ctx).resume(&params).await.is_ok() {
+                return self.adopt_live(&agent).await;
+            }
+        }
         let (tx, disposed) = oneshot::channel();
         let tx = RefCell::new(Some(tx));
         let id = agent.clone();

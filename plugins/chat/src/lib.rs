@@ -19,7 +19,7 @@ use std::cell::RefCell;
 use std::path::PathBuf;
 use std::rc::Rc;
 
-use dsh_sdk::api::agent_loop::{AgentOptions, MaxTokens};
+use dsh_sdk::api::agent_loop::{AgentLoop, AgentOptions, MaxTokens};
 use dsh_sdk::api::approval::{ApprovalOutcome, ApprovalReply, ApprovalRequest};
 use dsh_sdk::api::host::Host;
 use dsh_sdk::api::session_persistence::SessionPersistence;
@@ -170,8 +170,25 @@ impl Plugin for Chat {
         let view = Rc::new(RefCell::new(inherited.unwrap_or_default()));
         let (tx, rx) = mpsc::unbounded_channel();
         // The next generation goes on where this one stands.
-        let v = view.clone();
-        ctx.handoff(move || serde_json::to_value(&*v.borrow()).unwrap_or(Value::Null));
+        // The agent is released to it (agent-loop disposes an agent with
+        // its owner), so a running turn goes on across the reload.
+        let (v, reloading) = (view.clone(), Rc::new(std::cell::Cell::new(false)));
+        let r = reloading.clone();
+        ctx.handoff(move || {
+            let mut view = v.borrow_mut();
+            view.released = !view.agent.is_empty();
+            r.set(view.released);
+            serde_json::to_value(&*view).unwrap_or(Value::Null)
+        });
+        let (c, v) = (ctx.clone(), view.clone());
+        ctx.effect(move || async move {
+            if reloading.get() {
+                let agent = v.borrow().agent.clone();
+                if let Err(e) = AgentLoop::new(&c).release(&agent).await {
+                    dsh_sdk::tracing::warn!("chat: cannot hand the agent over: {e}");
+                }
+            }
+        });
         // The current session's events, as they are logged.
         let (v, t) = (view.clone(), tx.clone());
         ctx.on(bus::SESSION_EVENT, move |ev| {

@@ -389,6 +389,18 @@ impl AgentLoop {
     pub async fn list(&self) -> Result<Vec<String>> {
         self.0.call_as(method::LIST, ListParams {}).await
     }
+
+    /// `release`: the agent outlives its owner until the next `resume` of
+    /// it (which owns it) or an explicit dispose.
+    pub async fn release(&self, agent: &str) -> Result<()> {
+        let params = AgentRef {
+            agent: agent.to_owned(),
+        };
+        self.0
+            .call_as::<serde_json::Value>(method::RELEASE, &params)
+            .await
+            .map(drop)
+    }
 }
 
 #[cfg(test)]
