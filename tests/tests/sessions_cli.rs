@@ -43,6 +43,23 @@ async fn append(t: &TestHost, id: &str, kind: &str, data: Value) {
     .await;
 }
 
+/// The event types of stored session `id`, as `load` reads them back.
+async fn stored_kinds(t: &TestHost, id: &str) -> Vec<String> {
+    let stored = t
+        .call(
+            service::SESSION_PERSISTENCE,
+            session_persistence::LOAD,
+            json!({ "id": id }),
+        )
+        .await;
+    stored["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["type"].as_str().map(str::to_owned))
+        .collect()
+}
+
 async fn flush(t: &TestHost, id: &str) {
     t.call(service::SESSIONS, sessions::FLUSH, json!({"id": id}))
         .await;
@@ -174,19 +191,7 @@ async fn a_new_session_is_the_originals_zstd_transcript_one_frame_per_flush() {
     t.call(service::SESSIONS, sessions::CLOSE, json!({"id": "s/1"}))
         .await;
     let t2 = t;
-    let stored = t2
-        .call(
-            service::SESSION_PERSISTENCE,
-            session_persistence::LOAD,
-            json!({"id": "s/1"}),
-        )
-        .await;
-    let kinds: Vec<&str> = stored["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|e| e["type"].as_str())
-        .collect();
+    let kinds = stored_kinds(&t2, "s/1").await;
     assert_eq!(
         kinds,
         [
@@ -220,21 +225,9 @@ async fn a_torn_final_frame_is_repaired_and_a_bad_checksum_is_corruption() {
     // off, the turn it ended is closed again, and the log is whole.
     let raw = std::fs::read(path("crash")).unwrap();
     std::fs::write(path("crash"), &raw[..raw.len() - 3]).unwrap();
-    let stored = t
-        .call(
-            service::SESSION_PERSISTENCE,
-            session_persistence::LOAD,
-            json!({"id": "crash"}),
-        )
-        .await;
-    let kinds: Vec<&str> = stored["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|e| e["type"].as_str())
-        .collect();
+    let kinds = stored_kinds(&t, "crash").await;
     assert_eq!(kinds[..2], [event::TURN_START, event::STEP_START]);
-    assert_eq!(kinds.last(), Some(&event::TURN_END), "{kinds:?}");
+    assert_eq!(kinds.last().map(String::as_str), Some(event::TURN_END), "{kinds:?}");
     let frames = originals_zstd_frames(&path("crash"));
     assert_eq!(frames.len(), 3, "the repair is one frame");
 
