@@ -8,6 +8,7 @@ use serde_json::{json, Map, Value};
 
 use crate::names::{code, llm_failure};
 
+pub mod compaction;
 pub mod history;
 pub mod request_header;
 pub mod shape;

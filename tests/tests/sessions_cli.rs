@@ -227,7 +227,11 @@ async fn a_torn_final_frame_is_repaired_and_a_bad_checksum_is_corruption() {
     std::fs::write(path("crash"), &raw[..raw.len() - 3]).unwrap();
     let kinds = stored_kinds(&t, "crash").await;
     assert_eq!(kinds[..2], [event::TURN_START, event::STEP_START]);
-    assert_eq!(kinds.last().map(String::as_str), Some(event::TURN_END), "{kinds:?}");
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some(event::TURN_END),
+        "{kinds:?}"
+    );
     let frames = originals_zstd_frames(&path("crash"));
     assert_eq!(frames.len(), 3, "the repair is one frame");
 
