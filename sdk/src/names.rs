@@ -200,6 +200,10 @@ pub mod llm {
         /// Streams a model request as chunks (dispatches
         /// [`super::bus::LLM_STREAM`] first).
         STREAM = "stream";
+        /// What a route knows of a model `{provider, model}`: its name, its
+        /// context window and default output cap (the original's
+        /// `resolveModelInfo`).
+        RESOLVE_MODEL_INFO = "resolveModelInfo";
     }
 }
 
@@ -208,6 +212,8 @@ pub mod llm_adapter {
     names! {
         /// Streams one request to the provider as chunks.
         STREAM = "stream";
+        /// The adapter's metadata of one model (`{provider, model}`).
+        RESOLVE_MODEL = "resolveModel";
     }
 }
 

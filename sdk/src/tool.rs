@@ -8,6 +8,7 @@ use std::rc::Rc;
 
 use serde_json::{json, Value};
 
+use crate::api::llm::{ModelInfo, ModelInfoParams};
 use crate::api::tools::{Exec, RegisterParams, ToolReply, Tools};
 use crate::context::{Context, Reply, Request};
 use crate::error::Result;
@@ -48,7 +49,8 @@ where
 }
 
 /// Serves the model routes `providers` with `handler`, which receives each
-/// `stream` request and answers with a stream of chunks.
+/// `stream` request and answers with a stream of chunks; `resolveModel`
+/// answers [`ModelInfo::bare`] (see [`register_model_adapter`]).
 pub async fn register_adapter<F, Fut>(
     ctx: &Context,
     providers: Vec<String>,
@@ -58,15 +60,32 @@ where
     F: Fn(Request) -> Fut + 'static,
     Fut: Future<Output = Result<Reply>> + 'static,
 {
+    register_model_adapter(ctx, providers, handler, |p| Ok(ModelInfo::bare(p))).await
+}
+
+/// [`register_adapter`], with `models` answering `resolveModel` (the
+/// adapter's catalog: names, context windows, default output caps).
+pub async fn register_model_adapter<F, Fut, M>(
+    ctx: &Context,
+    providers: Vec<String>,
+    handler: F,
+    models: M,
+) -> Result<()>
+where
+    F: Fn(Request) -> Fut + 'static,
+    Fut: Future<Output = Result<Reply>> + 'static,
+    M: Fn(&ModelInfoParams) -> Result<ModelInfo> + 'static,
+{
     let service = format!("llm:{}:{}", ctx.plugin_name(), ctx.fiber());
-    let handler = Rc::new(handler);
+    let (handler, models) = (Rc::new(handler), Rc::new(models));
     ctx.provide(service.clone(), move |req| {
-        let handler = handler.clone();
+        let (handler, models) = (handler.clone(), models.clone());
         async move {
-            if req.method != llm_adapter::STREAM {
-                return Err(req.unknown_method());
+            match req.method.as_str() {
+                llm_adapter::STREAM => handler(req).await,
+                llm_adapter::RESOLVE_MODEL => Reply::json(models(&req.params_as()?)?),
+                _ => Err(req.unknown_method()),
             }
-            handler(req).await
         }
     });
     ctx.service(service::LLM)

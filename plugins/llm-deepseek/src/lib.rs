@@ -3,6 +3,7 @@
 //! `reasoning = false` and its own `baseUrl` — any OpenAI-compatible
 //! endpoint (Ollama, vLLM, llama.cpp server).
 
+mod models;
 mod request;
 mod sse;
 mod wire;
@@ -12,7 +13,7 @@ use std::time::Duration;
 
 use dsh_sdk::names::service;
 use dsh_sdk::prelude::*;
-use dsh_sdk::tool::register_adapter;
+use dsh_sdk::tool::register_model_adapter;
 use dsh_sdk::vocab::LlmFailure;
 use serde::Deserialize;
 
@@ -38,6 +39,11 @@ pub(crate) struct Config {
     pub stream_idle_timeout_ms: u64,
     /// Default `max_tokens` when the request sets none.
     pub max_tokens: Option<u64>,
+    /// The context window of a model `models` does not list (positive;
+    /// default [`models::DEFAULT_CONTEXT_WINDOW`]).
+    pub default_context_window: u64,
+    /// The route's models (default: DeepSeek's), for `resolveModel`.
+    pub models: Option<Vec<models::Model>>,
     /// The most bytes one SSE line (and one event's `data`) may hold; a
     /// longer one fails the stream with `MALFORMED_RESPONSE`. 0: the default,
     /// [`sse::MAX_LINE_BYTES`].
@@ -68,6 +74,8 @@ impl Default for Config {
             reasoning: true,
             stream_idle_timeout_ms: 300_000,
             max_tokens: None,
+            default_context_window: models::DEFAULT_CONTEXT_WINDOW,
+            models: None,
             max_sse_line_bytes: sse::MAX_LINE_BYTES,
         }
     }
@@ -257,21 +265,34 @@ impl Plugin for DeepSeek {
         let client = reqwest::Client::builder()
             .build()
             .map_err(|e| Error::msg(format!("cannot build the HTTP client: {e}")))?;
+        if config.default_context_window == 0 {
+            return Err(Error::new(
+                codes::INVALID_CONFIG,
+                "defaultContextWindow must be a positive integer",
+            ));
+        }
         let provider = config.provider.clone();
+        let catalog = config.models.clone().unwrap_or_else(models::deepseek);
+        let (window, max_tokens) = (config.default_context_window, config.max_tokens);
         let adapter = Rc::new(Adapter {
             config,
             client,
             converter: request::Converter::default(),
         });
         let c = ctx.clone();
-        register_adapter(&ctx, vec![provider], move |req| {
-            let (adapter, c) = (adapter.clone(), c.clone());
-            async move {
-                let (tx, reply) = Reply::stream();
-                c.spawn(adapter.stream(req.params, tx));
-                Ok(reply)
-            }
-        })
+        register_model_adapter(
+            &ctx,
+            vec![provider],
+            move |req| {
+                let (adapter, c) = (adapter.clone(), c.clone());
+                async move {
+                    let (tx, reply) = Reply::stream();
+                    c.spawn(adapter.stream(req.params, tx));
+                    Ok(reply)
+                }
+            },
+            move |params| models::resolve(&catalog, window, max_tokens, params),
+        )
         .await
     }
 }

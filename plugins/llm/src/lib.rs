@@ -19,7 +19,9 @@ use std::rc::Rc;
 
 use tokio::sync::Notify;
 
-use dsh_sdk::api::llm::{AdaptersUpdated, CancelParams, RegisterAdapterParams};
+use dsh_sdk::api::llm::{
+    AdaptersUpdated, CancelParams, ModelInfo, ModelInfoParams, RegisterAdapterParams,
+};
 use dsh_sdk::names::{bus, code, llm, llm_adapter, service};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::LlmFailure;
@@ -83,8 +85,55 @@ async fn handle(ctx: Context, registry: Registry, signals: Signals, req: Request
         llm::PROVIDERS => providers(&registry),
         llm::CANCEL => cancel(&signals, &req),
         llm::STREAM => stream(ctx, registry, signals, &req),
+        llm::RESOLVE_MODEL_INFO => resolve_model_info(&ctx, &registry, &req).await,
         _ => Err(req.unknown_method()),
     }
+}
+
+/// The adapter service serving `provider`.
+fn adapter_of(registry: &Registry, provider: &str) -> Option<String> {
+    registry
+        .borrow()
+        .iter()
+        .find(|a| a.providers.iter().any(|p| p == provider))
+        .map(|a| a.service.clone())
+}
+
+/// `resolveModelInfo`: the adapter's metadata of one model, checked as the
+/// original checks it (its identity as asked, a non-empty name, a positive
+/// integer window and output cap).
+async fn resolve_model_info(ctx: &Context, registry: &Registry, req: &Request) -> Result<Reply> {
+    let params: ModelInfoParams = req.params_as()?;
+    let Some(service) = adapter_of(registry, &params.provider) else {
+        return Err(Error::new(
+            "NO_ADAPTER",
+            format!("no adapter serves provider `{}`", params.provider),
+        ));
+    };
+    let info: ModelInfo = ctx
+        .service(service)
+        .call_as(llm_adapter::RESOLVE_MODEL, &params)
+        .await?;
+    let (provider, model) = (&params.provider, &params.model);
+    if info.provider != *provider || info.id != *model || info.name.is_empty() {
+        return Err(Error::new(
+            "INVALID_MODEL_INFO",
+            format!("adapter returned invalid exact model metadata for provider \"{provider}\" model \"{model}\""),
+        ));
+    }
+    if info.context.is_some_and(|c| c.context_window == 0) {
+        return Err(Error::new(
+            "INVALID_MODEL_CONTEXT",
+            format!("adapter returned invalid context metadata for provider \"{provider}\" model \"{model}\""),
+        ));
+    }
+    if info.default_max_tokens == Some(0) {
+        return Err(Error::new(
+            "INVALID_MODEL_MAX_TOKENS",
+            format!("adapter returned invalid default maxTokens for provider \"{provider}\" model \"{model}\""),
+        ));
+    }
+    Reply::json(info)
 }
 
 /// `registerAdapter`: routes nobody serves yet, to a service; removed
@@ -233,12 +282,7 @@ async fn stream_from_adapter(
         .ok()
         .flatten()
         .unwrap_or_default();
-    let service = registry
-        .borrow()
-        .iter()
-        .find(|a| a.providers.contains(&provider))
-        .map(|a| a.service.clone());
-    let Some(service) = service else {
+    let Some(service) = adapter_of(registry, &provider) else {
         return Some((
             "NO_ADAPTER".to_owned(),
             format!("no adapter serves provider `{provider}`"),

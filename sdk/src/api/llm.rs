@@ -19,6 +19,63 @@ use crate::{CallStream, Context, Payload, Result, Service};
 
 // ---- params ----------------------------------------------------------------
 
+/// Params of `resolveModelInfo` (and of an adapter's `resolveModel`): one
+/// model of one route.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelInfoParams {
+    /// The provider route.
+    pub provider: String,
+    /// The exact model id the adapter is given.
+    pub model: String,
+}
+
+/// A model's context capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelContext {
+    /// Tokens the model reads at most (a positive integer).
+    pub context_window: u64,
+}
+
+/// Reply of `resolveModelInfo`: the model's identity and what is known of
+/// its capacity (the original's `LlmResolvedModelInfo`; fields of other
+/// adapters are kept).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelInfo {
+    /// The route, as asked.
+    pub provider: String,
+    /// The model id, as asked.
+    pub id: String,
+    /// A display name (non-empty).
+    pub name: String,
+    /// What it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Its context window, when the adapter knows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<ModelContext>,
+    /// The output cap used when a request sets none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_max_tokens: Option<u64>,
+    /// Fields of other adapters (modalities, reasoning...).
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl ModelInfo {
+    /// What an adapter that knows nothing of `model` answers: its id as its
+    /// name, no capacity.
+    pub fn bare(params: &ModelInfoParams) -> ModelInfo {
+        ModelInfo {
+            provider: params.provider.clone(),
+            id: params.model.clone(),
+            name: params.model.clone(),
+            ..ModelInfo::default()
+        }
+    }
+}
+
 /// Params of `registerAdapter`: the provider routes an adapter serves, and
 /// its service (which answers [`crate::names::llm_adapter::STREAM`]). The
 /// registration lives until the adapter's plugin is disposed.
@@ -125,6 +182,15 @@ impl Llm {
     /// `registerAdapter`: serves `params.providers` with `params.service`.
     pub async fn register_adapter(&self, params: &RegisterAdapterParams) -> Result<()> {
         self.0.call_as(method::REGISTER_ADAPTER, params).await
+    }
+
+    /// `resolveModelInfo`: what route `provider` knows of `model`.
+    pub async fn resolve_model_info(&self, provider: &str, model: &str) -> Result<ModelInfo> {
+        let params = ModelInfoParams {
+            provider: provider.to_owned(),
+            model: model.to_owned(),
+        };
+        self.0.call_as(method::RESOLVE_MODEL_INFO, &params).await
     }
 
     /// `providers`: the routes served now.
