@@ -601,35 +601,28 @@ impl App {
         if self.asked_at.is_some_and(|t| t.elapsed() < APPROVAL_GRACE) {
             return;
         }
-        let outcome = match key {
-            Key::Char('y' | 'Y') => ApprovalOutcome::AllowedOnce,
-            Key::Char('a' | 'A') => {
-                if let Some(a) = &self.asking {
-                    let pair = (a.request.agent.clone(), a.request.tool_name.clone());
-                    self.view.borrow_mut().allowed.push(pair);
-                }
-                ApprovalOutcome::AllowedOnce
+        let (outcome, word, tone) = match key {
+            Key::Char('y' | 'Y') => (ApprovalOutcome::AllowedOnce, "allowed once", Tone::Ok),
+            Key::Char('a' | 'A') => (
+                ApprovalOutcome::AllowedOnce,
+                "allowed for this session",
+                Tone::Ok,
+            ),
+            Key::Char('n' | 'N') | Key::Esc | Key::Interrupt => {
+                (ApprovalOutcome::Rejected, "rejected", Tone::Error)
             }
-            Key::Char('n' | 'N') | Key::Esc => ApprovalOutcome::Rejected,
-            Key::Interrupt => ApprovalOutcome::Rejected,
             _ => return,
         };
         let Some(asking) = self.asking.take() else {
             return;
         };
-        let word = match (
-            &outcome,
-            key_is_session(&self.view.borrow().allowed, &asking),
-        ) {
-            (ApprovalOutcome::AllowedOnce, true) => "allowed for this session",
-            (ApprovalOutcome::AllowedOnce, false) => "allowed once",
-            _ => "rejected",
-        };
-        let tone = if outcome == ApprovalOutcome::Rejected {
-            Tone::Error
-        } else {
-            Tone::Ok
-        };
+        if matches!(key, Key::Char('a' | 'A')) {
+            let pair = (
+                asking.request.agent.clone(),
+                asking.request.tool_name.clone(),
+            );
+            self.view.borrow_mut().allowed.push(pair);
+        }
         let _ = asking.reply.send(ApprovalReply {
             outcome: Some(outcome),
         });
@@ -907,12 +900,6 @@ fn folded(text: &str) -> Option<String> {
         "{head}\n[… {lines} lines, {} characters in all; Enter sends it]",
         text.chars().count()
     ))
-}
-
-fn key_is_session(allowed: &[(String, String)], asking: &Asking) -> bool {
-    allowed
-        .iter()
-        .any(|(a, t)| *a == asking.request.agent && *t == asking.request.tool_name)
 }
 
 /// The approval question: the tool, its arguments, the policy's reason
