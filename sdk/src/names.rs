@@ -51,6 +51,13 @@ pub mod service {
         COMMANDS = "commands";
         /// The permission presets of each agent (plugin `permission`).
         PERMISSION = "permission";
+        /// Context compaction (plugin `compaction-basic`, or any engine
+        /// that provides it): measures each session's context and replaces
+        /// old spans with a summary.
+        COMPACTION = "compaction";
+        /// Model-free pruning of oversized tool results (plugin
+        /// `tool-result-pruner`), used by compaction engines.
+        TOOL_RESULT_PRUNER = "toolResultPruner";
         /// Provided by the host itself (see [`super::host`]).
         HOST = dsh_wire::host_service::NAME;
     }
@@ -317,6 +324,31 @@ pub mod permission {
     }
 }
 
+/// Methods of [`service::COMPACTION`] (see [`crate::api::compaction`]).
+pub mod compaction {
+    names! {
+        /// The context in use of `{agent}`: `{totalTokens, surfaceTokens,
+        /// contextWindow?, thresholdTokens?}`.
+        MEASURE = "measure";
+        /// Compacts `{agent}` now, below the pressure threshold too
+        /// (`/compact`); the agent must be idle. Answers the result, or
+        /// null when nothing can be compacted.
+        COMPACT_NOW = "compactNow";
+        /// The idle part of [`COMPACT_NOW`], run by it through
+        /// `agents.runMaintenance` (not for other callers).
+        COMPACT_IDLE = "compactIdle";
+    }
+}
+
+/// Methods of [`service::TOOL_RESULT_PRUNER`].
+pub mod tool_result_pruner {
+    names! {
+        /// Prunes the oversized tool results of `{agent}` on its surface
+        /// before `{keepFrom}`; answers `{pruned, charsRemoved}`.
+        PRUNE_SESSION = "pruneSession";
+    }
+}
+
 /// Methods of [`service::APPROVAL`] (provided by a front end).
 pub mod approval {
     names! {
@@ -457,6 +489,13 @@ pub mod code {
         INVALID_COMMAND = "INVALID_COMMAND";
         /// A permission preset that does not exist.
         UNKNOWN_PRESET = "UNKNOWN_PRESET";
+        /// A compaction of this session is under way, or the agent is not
+        /// idle for a manual one.
+        COMPACTION_BUSY = "COMPACTION_BUSY";
+        /// A compaction failed (the summary request, a summary that is not
+        /// smaller, a span that changed meanwhile); the surface is as it
+        /// was and the log holds a `compaction/end` with the error.
+        COMPACTION_FAILED = "COMPACTION_FAILED";
     }
 }
 
@@ -519,6 +558,8 @@ mod tests {
             ("agents", agents::ALL),
             ("agent_loop", agent_loop::ALL),
             ("approval", approval::ALL),
+            ("compaction", compaction::ALL),
+            ("tool_result_pruner", tool_result_pruner::ALL),
             ("commands", commands::ALL),
             ("command_service", command_service::ALL),
             ("permission", permission::ALL),

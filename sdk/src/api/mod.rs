@@ -13,6 +13,7 @@ pub mod agent_loop;
 pub mod agents;
 pub mod approval;
 pub mod commands;
+pub mod compaction;
 pub mod host;
 pub mod llm;
 pub mod permission;
