@@ -13,6 +13,7 @@ pub mod history;
 pub mod request_header;
 pub mod shape;
 pub mod surface;
+pub mod tokens;
 
 pub use request_header::{canonical_header, header_equals};
 

@@ -1,0 +1,123 @@
+//! The fixed-density token estimate the original's token meter prices
+//! content with (`packages/llm/token-meter/src/estimate.ts`): a quarter
+//! token per UTF-16 unit of text, rounded up, plus a structural overhead
+//! per block and per message. Compaction and pruning price with it, so
+//! both sides of a log agree on every `shadowedTokenCount`.
+
+use serde_json::Value;
+
+/// UTF-16 units per estimated token.
+const CHARS_PER_TOKEN: u64 = 4;
+
+/// Per-block overhead (JSON framing, type tags).
+pub const BLOCK_OVERHEAD: u64 = 4;
+
+/// Per-message overhead (the role field).
+pub const ROLE_OVERHEAD: u64 = 4;
+
+/// `ceil(len / 4)` for a text of `len` UTF-16 units.
+pub fn of_len(len: u64) -> u64 {
+    len.div_ceil(CHARS_PER_TOKEN)
+}
+
+/// The estimate of a text (UTF-16 units, as JavaScript counts them).
+pub fn of_text(text: &str) -> u64 {
+    of_len(utf16_len(text))
+}
+
+/// The length of `text` in UTF-16 units.
+pub fn utf16_len(text: &str) -> u64 {
+    text.chars().map(|c| c.len_utf16() as u64).sum()
+}
+
+/// The estimate of content blocks: text and reasoning by their text, a
+/// tool call by its name and arguments, a tool result by its content,
+/// anything else by its JSON.
+pub fn of_content(blocks: &[Value]) -> u64 {
+    blocks.iter().map(of_block).sum()
+}
+
+fn of_block(block: &Value) -> u64 {
+    let str_of = |key: &str| block[key].as_str().unwrap_or_default();
+    BLOCK_OVERHEAD
+        + match block["type"].as_str() {
+            Some("text" | "reasoning") => of_text(str_of("text")),
+            Some("tool-call") => {
+                let arguments = match &block["arguments"] {
+                    Value::String(s) => of_text(s),
+                    other => of_text(&other.to_string()),
+                };
+                of_text(str_of("name")) + arguments
+            }
+            Some("tool-result") => {
+                of_content(block["content"].as_array().map_or(&[], Vec::as_slice))
+            }
+            _ => of_text(&block.to_string()),
+        }
+}
+
+/// The estimate of one model-visible message: its content and the role.
+pub fn of_message(message: &Value) -> u64 {
+    of_content(message["content"].as_array().map_or(&[], Vec::as_slice)) + ROLE_OVERHEAD
+}
+
+/// The estimate of a request's system prompt (0 when there is none).
+pub fn of_system(system: Option<&str>) -> u64 {
+    system.map_or(0, |s| of_text(s) + ROLE_OVERHEAD)
+}
+
+/// The estimate of a request's tool schemas (0 when there are none).
+pub fn of_tools(tools: &[Value]) -> u64 {
+    if tools.is_empty() {
+        return 0;
+    }
+    of_text(&Value::from(tools.to_vec()).to_string()) + BLOCK_OVERHEAD
+}
+
+/// The total a provider's usage reports: input, cache reads and writes,
+/// and output (disjoint buckets).
+pub fn of_usage(usage: &Value) -> u64 {
+    [
+        "inputTokens",
+        "cacheReadTokens",
+        "cacheWriteTokens",
+        "outputTokens",
+    ]
+    .iter()
+    .map(|k| usage[*k].as_u64().unwrap_or(0))
+    .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn text_is_priced_by_utf16_units_rounded_up() {
+        assert_eq!(of_text(""), 0);
+        assert_eq!(of_text("abcd"), 1);
+        assert_eq!(of_text("abcde"), 2);
+        // One astral character is two UTF-16 units, as JavaScript counts.
+        assert_eq!(utf16_len("😀"), 2);
+        assert_eq!(utf16_len("é"), 1);
+    }
+
+    #[test]
+    fn messages_are_priced_like_the_originals_meter() {
+        let user = json!({"role": "user", "content": [{"type": "text", "text": "12345678"}]});
+        assert_eq!(of_message(&user), 2 + BLOCK_OVERHEAD + ROLE_OVERHEAD);
+        let call =
+            json!({"type": "tool-call", "id": "c", "name": "read", "arguments": "{\"p\":1}"});
+        assert_eq!(of_content(&[call]), 1 + 2 + BLOCK_OVERHEAD);
+        let result = json!({"role": "tool", "content": [{"type": "tool-result", "callId": "c",
+            "content": [{"type": "text", "text": "abcd"}]}]});
+        assert_eq!(of_message(&result), 1 + 2 * BLOCK_OVERHEAD + ROLE_OVERHEAD);
+        assert_eq!(
+            of_usage(&json!({"inputTokens": 10, "cacheReadTokens": 5, "outputTokens": 2})),
+            17
+        );
+        assert_eq!(of_system(None), 0);
+        assert_eq!(of_tools(&[]), 0);
+    }
+}
