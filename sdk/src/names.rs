@@ -492,6 +492,13 @@ pub mod code {
         /// A compaction of this session is under way, or the agent is not
         /// idle for a manual one.
         COMPACTION_BUSY = "COMPACTION_BUSY";
+        /// A model answer hit its output cap where a whole answer was
+        /// needed (a compaction summary).
+        MAX_TOKENS = "MAX_TOKENS";
+        /// An agent already has active work (a turn or maintenance).
+        AGENT_BUSY = "AGENT_BUSY";
+        /// `appendMany` with an `expectSeq` the log's length has passed.
+        APPEND_CONFLICT = "APPEND_CONFLICT";
         /// A compaction failed (the summary request, a summary that is not
         /// smaller, a span that changed meanwhile); the surface is as it
         /// was and the log holds a `compaction/end` with the error.

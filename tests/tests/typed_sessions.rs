@@ -82,6 +82,7 @@ async fn every_method_speaks_its_types() {
         &t,
         sessions::APPEND_MANY,
         AppendManyParams {
+            expect_seq: None,
             id: "typed".into(),
             events: vec![
                 surface(event::USER_MESSAGE, msg::user_text("u1", "hi")),

@@ -80,7 +80,7 @@ impl ConfigAgent {
 }
 
 /// `runMaintenance` on an agent that is running or already in maintenance.
-pub(crate) const AGENT_BUSY: &str = "AGENT_BUSY";
+pub(crate) use dsh_sdk::names::code::AGENT_BUSY;
 
 impl Default for Config {
     fn default() -> Self {

@@ -11,6 +11,7 @@ mod wire;
 use std::rc::Rc;
 use std::time::Duration;
 
+use dsh_sdk::api::llm::purpose;
 use dsh_sdk::names::service;
 use dsh_sdk::prelude::*;
 use dsh_sdk::tool::register_model_adapter;
@@ -118,6 +119,7 @@ impl Adapter {
             }
         };
         let session = request.session_id.clone();
+        let compaction = request.purpose.as_deref() == Some(purpose::COMPACTION);
         let body = match self.converter.body(&self.config, request) {
             Ok(b) => b,
             Err(e) => {
@@ -142,6 +144,9 @@ impl Adapter {
         }
         if let Some(s) = session.as_deref() {
             http = http.header("x-deepseek-harness-session-id", s);
+        }
+        if compaction {
+            http = http.header("x-deepseek-harness-compact", "1");
         }
         let idle = Duration::from_millis(self.config.stream_idle_timeout_ms);
         let response = match tokio::time::timeout(idle, http.send()).await {

@@ -36,6 +36,10 @@ pub(crate) struct Request {
     /// Sent as `x-deepseek-harness-session-id`.
     #[serde(default)]
     pub session_id: Option<String>,
+    /// An auxiliary call's purpose (`compaction` adds
+    /// `x-deepseek-harness-compact: 1`).
+    #[serde(default)]
+    pub purpose: Option<String>,
 }
 
 #[derive(Serialize)]

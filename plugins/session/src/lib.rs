@@ -376,13 +376,38 @@ impl Log {
     }
 
     fn append_many(&self, p: AppendManyParams) -> Result<Reply> {
-        let AppendManyParams { id, events } = p;
-        let appended = self.with_mut(&id, |s| {
-            events
-                .into_iter()
-                .map(|e| s.append(e))
-                .collect::<Result<Vec<_>>>()
-        })?;
+        let AppendManyParams {
+            id,
+            events,
+            expect_seq,
+        } = p;
+        // Events before an invalid one stay appended, and are announced
+        // like any other, so persistence never misses one.
+        let mut appended = Vec::with_capacity(events.len());
+        let outcome = self.with_mut(&id, |s| {
+            let len = s.events.len() as u64;
+            if let Some(expected) = expect_seq.filter(|e| *e != len) {
+                return Err(Error::new(
+                    code::APPEND_CONFLICT,
+                    format!(
+                        "appendMany expected the log of {id} at seq {expected}, it is at {len}"
+                    ),
+                ));
+            }
+            for (i, e) in events.into_iter().enumerate() {
+                let ev = s.append(e).map_err(|e| {
+                    Error::new(
+                        e.code.clone(),
+                        format!(
+                            "appendMany event {i}: {} ({i} earlier events were appended)",
+                            e.message
+                        ),
+                    )
+                })?;
+                appended.push(ev);
+            }
+            Ok(())
+        });
         let seqs: Vec<u64> = appended.iter().map(|e| e.seq).collect();
         for event in appended {
             self.ctx.emit(
@@ -393,6 +418,7 @@ impl Log {
                 },
             )?;
         }
+        outcome?;
         Reply::json(seqs)
     }
 

@@ -100,6 +100,17 @@ pub struct CancelParams {
     pub signal: String,
 }
 
+/// The `purpose` a call config may carry (the original's
+/// `GenerateOptions.purpose`): an auxiliary call an adapter may treat
+/// apart from conversation requests.
+pub mod purpose {
+    /// A compaction's summary request (`x-deepseek-harness-compact: 1`
+    /// under `llm-deepseek`).
+    pub const COMPACTION: &str = "compaction";
+    /// A session title request.
+    pub const SESSION_TITLE: &str = "session-title";
+}
+
 /// Params of `stream` (reference §3.2 `LlmRequest`), as a caller writes
 /// them: the call config flattened first, then the history (raw), the
 /// system prompt, the tools and the session id, in that key order.

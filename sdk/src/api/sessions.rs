@@ -109,13 +109,19 @@ pub struct AppendParams {
     pub event: NewEvent,
 }
 
-/// Params of `appendMany`: events appended in order, all or none.
+/// Params of `appendMany`: events appended in order, up to the first
+/// invalid one (those before it stay appended; the error says how many).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct AppendManyParams {
     /// The live session.
     pub id: String,
     /// The events.
     pub events: Vec<NewEvent>,
+    /// Appends only when the log's length is this (`APPEND_CONFLICT`
+    /// otherwise), so the events may cite each other's seqs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expect_seq: Option<u64>,
 }
 
 /// Params of the methods that name only a session: `derive`,
@@ -333,6 +339,24 @@ impl Sessions {
         let params = AppendManyParams {
             id: id.to_owned(),
             events,
+            expect_seq: None,
+        };
+        self.0.call_as(method::APPEND_MANY, &params).await
+    }
+
+    /// `appendMany` at a known position: the first event gets seq
+    /// `expect_seq`, or nothing is appended (`APPEND_CONFLICT`) because
+    /// the log has moved on.
+    pub async fn append_many_at(
+        &self,
+        id: &str,
+        expect_seq: u64,
+        events: Vec<NewEvent>,
+    ) -> Result<Vec<u64>> {
+        let params = AppendManyParams {
+            id: id.to_owned(),
+            events,
+            expect_seq: Some(expect_seq),
         };
         self.0.call_as(method::APPEND_MANY, &params).await
     }

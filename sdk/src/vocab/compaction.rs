@@ -145,14 +145,19 @@ pub fn is_checkpoint(message: &Value) -> bool {
 /// `CHECKPOINT_PREAMBLE`, byte for byte).
 pub const PREAMBLE: &str = "This is an automatically generated checkpoint condensing an earlier span of the conversation to free up context. Treat the captured context as established background and build on it without restating it. Continue the task directly from the messages that follow, without acknowledging this checkpoint.";
 
+/// The tag that opens the summary inside a checkpoint.
+pub const SUMMARY_OPEN_TAG: &str = "<compacted-summary>";
+/// The tag that closes it.
+pub const SUMMARY_CLOSE_TAG: &str = "</compacted-summary>";
+
 /// The content of a checkpoint: the preamble, the summary inside
 /// `<compacted-summary>`, as the original frames it.
 pub fn checkpoint_content(summary: &[Value]) -> Vec<Value> {
     let mut content = vec![crate::vocab::msg::text(&format!(
-        "{PREAMBLE}\n\n<compacted-summary>"
+        "{PREAMBLE}\n\n{SUMMARY_OPEN_TAG}"
     ))];
     content.extend(summary.iter().cloned());
-    content.push(crate::vocab::msg::text("</compacted-summary>"));
+    content.push(crate::vocab::msg::text(SUMMARY_CLOSE_TAG));
     content
 }
 

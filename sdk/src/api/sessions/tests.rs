@@ -100,6 +100,7 @@ fn append_params_are_the_id_beside_the_event_fields() {
     let many = AppendManyParams {
         id: "s".into(),
         events: vec![NewEvent::new(event::TURN_START, json!({"turn": 1}))],
+        expect_seq: None,
     };
     assert_eq!(
         wire(&many),

@@ -1,0 +1,589 @@
+//! The engine: one meter per session, the pressure and overflow policies,
+//! and the compaction transaction that replaces a span of the surface with
+//! one checkpoint.
+//!
+//! A compaction is logged in one atomic `appendMany` at a known position
+//! (`compaction/start`, `compaction/summary`, the checkpoint
+//! `user/message` replacing the span, `compaction/end`), so the records
+//! stay adjacent and cite each other's seqs, and a compaction abandoned
+//! mid-way (its turn cancelled) leaves no trace. A failed one logs only
+//! `compaction/start` and `compaction/end` with the error; the surface is
+//! untouched.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
+
+use dsh_sdk::api::compaction::{
+    CompactNowParams, CompactionResult, Measurement, PruneParams, ToolResultPruner,
+};
+use dsh_sdk::api::llm::Llm;
+use dsh_sdk::api::sessions::{NewEvent, Sessions};
+use dsh_sdk::names::code;
+use dsh_sdk::prelude::*;
+use dsh_sdk::vocab::compaction::{
+    checkpoint_content, CheckpointSource, CompactionEnd, CompactionStart, CompactionSummary,
+    ShadowedRange, END, START, SUMMARY,
+};
+use dsh_sdk::vocab::{event, tokens, SessionEvent};
+
+use crate::config::Config;
+use crate::meter::Meter;
+use crate::summarizer::{self, Input};
+
+/// Who a compaction belongs to: the open turn (automatic), or none
+/// (`/compact` between turns).
+pub type Owner = Option<u64>;
+
+/// The plugin's state.
+pub struct Engine {
+    ctx: Context,
+    pub config: Config,
+    meters: RefCell<HashMap<String, Meter>>,
+    busy: RefCell<HashSet<String>>,
+    windows: RefCell<HashMap<(String, String), Option<u64>>>,
+    /// Overflow retries of each agent's current (turn, step).
+    overflow: RefCell<HashMap<String, Attempts>>,
+}
+
+/// The overflow retries spent at a (turn, step).
+type Attempts = ((u64, u64), u32);
+
+/// Holds a session's compaction lock until dropped.
+struct Lock<'a>(&'a Engine, String);
+
+impl Drop for Lock<'_> {
+    fn drop(&mut self) {
+        self.0.busy.borrow_mut().remove(&self.1);
+    }
+}
+
+fn failed(message: impl Into<String>) -> Error {
+    Error::new(code::COMPACTION_FAILED, message)
+}
+
+impl Engine {
+    /// An engine with `config`.
+    pub fn new(ctx: Context, config: Config) -> Rc<Engine> {
+        Rc::new(Engine {
+            ctx,
+            config,
+            meters: RefCell::default(),
+            busy: RefCell::default(),
+            windows: RefCell::default(),
+            overflow: RefCell::default(),
+        })
+    }
+
+    /// Forgets a closed session.
+    pub fn forget(&self, agent: &str) {
+        self.meters.borrow_mut().remove(agent);
+        self.overflow.borrow_mut().remove(agent);
+    }
+
+    /// Brings `agent`'s meter up to the log's end: the surface events
+    /// appended since the last look (all of them the first time).
+    async fn sync(&self, agent: &str) -> Result<()> {
+        let from = self.meters.borrow().get(agent).map_or(0, |m| m.consumed);
+        let tail = Sessions::new(&self.ctx).surface_tail(agent, from).await?;
+        let folded = self
+            .meters
+            .borrow_mut()
+            .entry(agent.to_owned())
+            .or_default()
+            .fold(tail);
+        if let Err(why) = folded {
+            dsh_sdk::tracing::warn!("compaction: the meter of {agent} is refolded: {why}");
+            let tail = Sessions::new(&self.ctx).surface_tail(agent, 0).await?;
+            let mut fresh = Meter::default();
+            fresh.fold(tail).map_err(failed)?;
+            self.meters.borrow_mut().insert(agent.to_owned(), fresh);
+        }
+        Ok(())
+    }
+
+    fn with_meter<T>(&self, agent: &str, f: impl FnOnce(&Meter) -> T) -> T {
+        let meters = self.meters.borrow();
+        match meters.get(agent) {
+            Some(m) => f(m),
+            None => f(&Meter::default()),
+        }
+    }
+
+    /// The context window of a route (asked once per route).
+    async fn window(&self, route: &(String, String)) -> Result<Option<u64>> {
+        if let Some(w) = self.windows.borrow().get(route) {
+            return Ok(*w);
+        }
+        let info = Llm::new(&self.ctx)
+            .resolve_model_info(&route.0, &route.1)
+            .await?;
+        let window = info.context.map(|c| c.context_window);
+        self.windows.borrow_mut().insert(route.clone(), window);
+        Ok(window)
+    }
+
+    /// `measure`.
+    pub async fn measure(&self, agent: &str) -> Result<Measurement> {
+        self.sync(agent).await?;
+        let (total, baseline, nodes, surface, route) = self.with_meter(agent, |m| {
+            let (t, b) = m.total();
+            (
+                t,
+                b,
+                m.nodes().len() as u64,
+                m.surface_tokens(),
+                m.route.clone(),
+            )
+        });
+        let window = match route {
+            Some(r) => self.window(&r).await?,
+            None => None,
+        };
+        Ok(Measurement {
+            total_tokens: total,
+            surface_tokens: surface,
+            baseline,
+            nodes,
+            context_window: window,
+            threshold_tokens: window.map(|w| self.config.threshold(w)),
+        })
+    }
+
+    /// Before a step of turn `turn`: compacts when the context reached the
+    /// threshold (pruning first), until it is below it or the attempts run
+    /// out. `None` when nothing was summarized.
+    pub async fn on_pressure(&self, agent: &str, turn: u64) -> Result<Option<CompactionResult>> {
+        self.sync(agent).await?;
+        let Some(route) = self.with_meter(agent, |m| m.route.clone()) else {
+            return Ok(None);
+        };
+        let Some(window) = self.window(&route).await? else {
+            return Ok(None);
+        };
+        let threshold = self.config.threshold(window);
+        let retain = self.config.retain(window);
+        let over = |e: &Engine| e.with_meter(agent, |m| m.total().0 >= threshold);
+        if !over(self) {
+            return Ok(None);
+        }
+        let keep_from = self.with_meter(agent, |m| {
+            m.nodes().get(m.retained_from(retain)).map(|n| n.seq)
+        });
+        self.prune(agent, keep_from).await?;
+        if !over(self) {
+            return Ok(None);
+        }
+        let mut result = None;
+        for _ in 0..=self.config.compaction_retries {
+            let Some(cut) = self.with_meter(agent, |m| m.select(retain)) else {
+                return Ok(result);
+            };
+            result = Some(self.compact(agent, cut, Some(turn), None, None).await?);
+            self.sync(agent).await?;
+            if !over(self) {
+                return Ok(result);
+            }
+        }
+        let total = self.with_meter(agent, |m| m.total().0);
+        Err(failed(format!(
+            "compaction still above threshold after {} compaction attempts ({total} estimated tokens >= threshold {threshold})",
+            self.config.compaction_retries + 1
+        )))
+    }
+
+    /// After `CONTEXT_WINDOW_EXCEEDED` in (turn, step): prunes every
+    /// oversized result, then compacts all but the newest balanced unit.
+    /// True when the surface changed, so the step is worth retrying.
+    pub async fn on_overflow(&self, agent: &str, (turn, step): (u64, u64)) -> Result<bool> {
+        {
+            let mut overflow = self.overflow.borrow_mut();
+            let entry = overflow
+                .entry(agent.to_owned())
+                .or_insert(((turn, step), 0));
+            if entry.0 != (turn, step) {
+                *entry = ((turn, step), 0);
+            }
+            if entry.1 >= self.config.max_overflow_retries {
+                return Ok(false);
+            }
+            entry.1 += 1;
+        }
+        self.sync(agent).await?;
+        let generation = self.with_meter(agent, |m| m.replace_generation);
+        let outcome = async {
+            self.prune(agent, None).await?;
+            self.sync(agent).await?;
+            if let Some(cut) = self.with_meter(agent, |m| m.select(0)) {
+                self.compact(agent, cut, Some(turn), None, None).await?;
+            }
+            Ok::<_, Error>(())
+        }
+        .await;
+        self.sync(agent).await?;
+        let changed = self.with_meter(agent, |m| m.replace_generation) > generation;
+        match outcome {
+            Err(e) if !changed => Err(e),
+            Err(e) => {
+                dsh_sdk::tracing::warn!(
+                    "context-overflow compaction failed after pruning: {e}; retrying from the pruned surface"
+                );
+                Ok(true)
+            }
+            Ok(()) => Ok(changed),
+        }
+    }
+
+    /// `compactIdle`: the idle agent's history, all but its newest
+    /// balanced unit, into one checkpoint; then a flush.
+    pub async fn compact_idle(&self, p: CompactNowParams) -> Result<Option<CompactionResult>> {
+        self.sync(&p.agent).await?;
+        let Some(cut) = self.with_meter(&p.agent, |m| m.select(0)) else {
+            return Ok(None);
+        };
+        let result = self
+            .compact(
+                &p.agent,
+                cut,
+                None,
+                p.source_command_id.clone(),
+                p.instructions.as_deref(),
+            )
+            .await?;
+        Sessions::new(&self.ctx).flush(&p.agent).await?;
+        Ok(Some(result))
+    }
+
+    /// The pruner's pass, when one is loaded.
+    async fn prune(&self, agent: &str, keep_from: Option<u64>) -> Result<()> {
+        let params = PruneParams {
+            agent: agent.to_owned(),
+            keep_from,
+        };
+        match ToolResultPruner::new(&self.ctx)
+            .prune_session(&params)
+            .await
+        {
+            Ok(r) if !r.pruned.is_empty() => {
+                dsh_sdk::tracing::info!(
+                    "compaction: pruned {} tool results of {agent} ({} characters)",
+                    r.pruned.len(),
+                    r.chars_removed
+                );
+                self.sync(agent).await
+            }
+            Ok(_) => Ok(()),
+            Err(e) if e.code == codes::SERVICE_UNAVAILABLE => Ok(()),
+            Err(e) => {
+                dsh_sdk::tracing::warn!("compaction: pruning {agent} failed: {e}");
+                Ok(())
+            }
+        }
+    }
+
+    /// Replaces the first `cut` surface nodes of `agent` with a summary.
+    async fn compact(
+        &self,
+        agent: &str,
+        cut: usize,
+        owner: Owner,
+        source_command_id: Option<String>,
+        instructions: Option<&str>,
+    ) -> Result<CompactionResult> {
+        if !self.busy.borrow_mut().insert(agent.to_owned()) {
+            return Err(Error::new(
+                code::COMPACTION_BUSY,
+                format!("a compaction of {agent} is already under way"),
+            ));
+        }
+        let _lock = Lock(self, agent.to_owned());
+        let (shadowed, shadowed_tokens, route) = self.with_meter(agent, |m| {
+            let nodes = &m.nodes()[..cut.min(m.nodes().len())];
+            (
+                nodes.iter().map(|n| n.seq).collect::<Vec<u64>>(),
+                nodes.iter().map(|n| n.tokens).sum::<u64>(),
+                m.route.clone(),
+            )
+        });
+        let sessions = Sessions::new(&self.ctx);
+        let log = sessions.events(agent, 0).await?;
+        check_entry(agent, &log, owner)?;
+        let id = uuid::Uuid::new_v4().to_string();
+        let txn = Txn {
+            id: &id,
+            owner,
+            source_command_id,
+            shadowed: &shadowed,
+            shadowed_tokens,
+        };
+        let header = log
+            .iter()
+            .rev()
+            .find(|e| e.kind == event::REQUEST_HEADER)
+            .map(|e| e.data["header"].clone())
+            .unwrap_or(Value::Null);
+        let route = self
+            .config
+            .summarization_route()
+            .or(route)
+            .or_else(|| header_route(&header))
+            .ok_or_else(|| failed("no provider/model for the summary: no request was routed yet and compaction-basic names no summarizationProvider/summarizationModel"))?;
+        let messages = shadowed_messages(&log, &shadowed)?;
+        let tools = header["tools"].as_array().cloned().unwrap_or_default();
+        let input = Input {
+            provider: &route.0,
+            model: &route.1,
+            max_tokens: self.config.max_tokens,
+            system: header["system"].as_str(),
+            tools: &tools,
+            messages,
+            session_id: agent,
+            instructions,
+        };
+        let outcome = match summarizer::summarize(&self.ctx, input).await {
+            Ok(s) => {
+                let checkpoint = checkpoint_message(&txn, &s.summary);
+                let framed = tokens::of_message(&checkpoint);
+                if framed >= shadowed_tokens {
+                    Err(failed(format!("summary is not smaller than the shadowed content ({framed} estimated framed tokens >= {shadowed_tokens})")))
+                } else {
+                    Ok((s, checkpoint))
+                }
+            }
+            Err(e) => Err(failed(format!("{} ({})", e.message, e.code))),
+        };
+        let since = log.len() as u64;
+        match outcome {
+            Ok((summary, checkpoint)) => {
+                let summary = CompactionSummary {
+                    compaction_id: id.clone(),
+                    source_command_id: txn.source_command_id.clone(),
+                    summary: summary.summary,
+                    raw_output: Some(summary.raw_output),
+                    llm_stream_call: Some(true),
+                    shadowed_range: txn.range(),
+                    shadowed_seqs: shadowed.clone(),
+                    shadowed_token_count: shadowed_tokens,
+                    provider: route.0.clone(),
+                    model: route.1.clone(),
+                    max_tokens: Some(self.config.max_tokens),
+                    usage: summary.usage,
+                };
+                self.commit(agent, since, &txn, summary, checkpoint).await
+            }
+            Err(e) => {
+                self.record_failure(agent, since, &txn, &e).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Logs a successful compaction at the log's end, unless the turn it
+    /// belongs to ended or the span changed meanwhile.
+    async fn commit(
+        &self,
+        agent: &str,
+        since: u64,
+        txn: &Txn<'_>,
+        summary: CompactionSummary,
+        checkpoint: Value,
+    ) -> Result<CompactionResult> {
+        let sessions = Sessions::new(&self.ctx);
+        let later = sessions.events(agent, since).await?;
+        txn.still_valid(&later)?;
+        let at = since + later.len() as u64;
+        let range = txn.range();
+        let mut sources = vec![at, at + 1];
+        sources.extend_from_slice(txn.shadowed);
+        let summary_blocks = summary.summary.clone();
+        let events = vec![
+            NewEvent::new(START, serde_json::to_value(txn.start())?),
+            NewEvent::new(SUMMARY, serde_json::to_value(summary)?),
+            NewEvent {
+                surface_op: Some(json!({"op": "replace", "start": range.start, "end": range.end})),
+                source_event_seqs: Some(sources),
+                ..NewEvent::new(event::USER_MESSAGE, checkpoint)
+            },
+            NewEvent::new(END, serde_json::to_value(txn.end(None))?),
+        ];
+        let seqs = sessions.append_many_at(agent, at, events).await?;
+        dsh_sdk::tracing::info!(
+            "compaction of {agent}: shadowed {} surface nodes (seqs {}-{}, ~{} tokens)",
+            txn.shadowed.len(),
+            range.start,
+            range.end,
+            txn.shadowed_tokens
+        );
+        Ok(CompactionResult {
+            compaction_id: txn.id.to_owned(),
+            source_command_id: txn.source_command_id.clone(),
+            start_seq: seqs[0],
+            summary_seq: seqs[1],
+            end_seq: seqs[3],
+            summary: summary_blocks,
+            shadowed_range: range,
+            shadowed_seqs: txn.shadowed.to_vec(),
+            shadowed_token_count: txn.shadowed_tokens,
+        })
+    }
+
+    /// Logs a failed attempt (`compaction/start`, then `compaction/end`
+    /// with the error) while its turn is still open; never fails itself.
+    async fn record_failure(&self, agent: &str, since: u64, txn: &Txn<'_>, e: &Error) {
+        let sessions = Sessions::new(&self.ctx);
+        let open = match sessions.events(agent, since).await {
+            Ok(later) => !txn.turn_ended(&later),
+            Err(_) => false,
+        };
+        if !open {
+            return;
+        }
+        let events = [START, END]
+            .into_iter()
+            .zip([
+                serde_json::to_value(txn.start()),
+                serde_json::to_value(txn.end(Some(e.message.clone()))),
+            ])
+            .filter_map(|(kind, data)| Some(NewEvent::new(kind, data.ok()?)))
+            .collect();
+        if let Err(err) = sessions.append_many(agent, events).await {
+            dsh_sdk::tracing::warn!("compaction: the failure of {agent} was not logged: {err}");
+        }
+    }
+}
+
+/// One compaction's identity and span.
+struct Txn<'a> {
+    id: &'a str,
+    owner: Owner,
+    source_command_id: Option<String>,
+    shadowed: &'a [u64],
+    shadowed_tokens: u64,
+}
+
+impl Txn<'_> {
+    fn range(&self) -> ShadowedRange {
+        ShadowedRange {
+            start: self.shadowed.first().copied().unwrap_or_default(),
+            end: self.shadowed.last().copied().unwrap_or_default(),
+        }
+    }
+
+    fn start(&self) -> CompactionStart {
+        CompactionStart {
+            compaction_id: self.id.to_owned(),
+            source_command_id: self.source_command_id.clone(),
+            turn: self.owner,
+        }
+    }
+
+    fn end(&self, error: Option<String>) -> CompactionEnd {
+        CompactionEnd {
+            compaction_id: self.id.to_owned(),
+            source_command_id: self.source_command_id.clone(),
+            turn: self.owner,
+            error,
+        }
+    }
+
+    /// True when the owning turn ended in `later` (or, for a manual one,
+    /// a turn started).
+    fn turn_ended(&self, later: &[SessionEvent]) -> bool {
+        later.iter().any(|e| match self.owner {
+            Some(t) => e.kind == event::TURN_END && e.data["turn"].as_u64() == Some(t),
+            None => e.kind == event::TURN_START,
+        })
+    }
+
+    /// Refuses to commit after the turn ended or the surface was rewritten.
+    fn still_valid(&self, later: &[SessionEvent]) -> Result<()> {
+        if self.turn_ended(later) {
+            return Err(Error::new(
+                code::ABORTED,
+                "the turn ended while its compaction ran; nothing was replaced",
+            ));
+        }
+        let rewritten = later
+            .iter()
+            .any(|e| e.surface_op.as_ref().is_some_and(|op| op != "append"));
+        if rewritten {
+            return Err(failed(
+                "the session surface changed during summarization; nothing was replaced",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The checkpoint message that replaces the span.
+fn checkpoint_message(txn: &Txn<'_>, summary: &[Value]) -> Value {
+    json!({"id": dsh_sdk::new_id(), "role": "user", "content": checkpoint_content(summary),
+           "source": CheckpointSource::new(txn.id, txn.source_command_id.clone())})
+}
+
+/// The route of a request header's config.
+fn header_route(header: &Value) -> Option<(String, String)> {
+    let c = &header["config"];
+    Some((
+        c["provider"].as_str().filter(|s| !s.is_empty())?.to_owned(),
+        c["model"].as_str().filter(|s| !s.is_empty())?.to_owned(),
+    ))
+}
+
+/// Refuses a compaction while another one is open in the log, a manual
+/// one inside a turn, and an automatic one outside its turn.
+fn check_entry(agent: &str, log: &[SessionEvent], owner: Owner) -> Result<()> {
+    let busy = |why: String| Err(Error::new(code::COMPACTION_BUSY, why));
+    let last_compaction = log.iter().rev().find(|e| e.kind == START || e.kind == END);
+    if let Some(start) = last_compaction.filter(|e| e.kind == START) {
+        let seeded_after = log[start.seq as usize..]
+            .iter()
+            .any(|e| e.kind == event::SESSION_END_SEED);
+        if !seeded_after {
+            return busy(format!(
+                "{agent}: compaction already in progress (compaction/start at seq {} has no end)",
+                start.seq
+            ));
+        }
+    }
+    let open_turn = log
+        .iter()
+        .rev()
+        .find(|e| e.kind == event::TURN_START || e.kind == event::TURN_END)
+        .filter(|e| e.kind == event::TURN_START)
+        .and_then(|e| e.data["turn"].as_u64());
+    match (owner, open_turn) {
+        (None, Some(t)) => busy(format!(
+            "manual compaction of {agent}: turn {t} is still open"
+        )),
+        (Some(t), open) if open != Some(t) => Err(failed(format!(
+            "automatic compaction of {agent} belongs to turn {t}, which is not open"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The model messages of the shadowed nodes, as the history derives them.
+fn shadowed_messages(
+    log: &[SessionEvent],
+    shadowed: &[u64],
+) -> Result<Vec<Box<serde_json::value::RawValue>>> {
+    let mut out = Vec::with_capacity(shadowed.len());
+    for seq in shadowed {
+        let e = log
+            .get(*seq as usize)
+            .filter(|e| e.seq == *seq)
+            .ok_or_else(|| failed(format!("surface seq {seq} is not in the log")))?;
+        let message = if e.kind == event::USER_MESSAGE {
+            &e.data
+        } else {
+            &e.data["message"]
+        };
+        let empty_answer = e.kind == event::ASSISTANT_MESSAGE
+            && message["content"].as_array().is_none_or(Vec::is_empty);
+        if !empty_answer {
+            out.push(serde_json::value::to_raw_value(message)?);
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,139 @@
+//! `compaction-basic`: the `compaction` service (see
+//! `dsh_sdk::api::compaction`). Before each step it compacts a session
+//! whose context reached `floor(window × 0.8)`, keeping the most recent
+//! `0.16 × window` tokens verbatim; after `CONTEXT_WINDOW_EXCEEDED` it
+//! prunes and compacts, then retries the step once; `compactNow` compacts
+//! an idle agent on request (`/compact`). Matches the original's
+//! `packages/compaction/compaction-basic`.
+
+mod config;
+mod engine;
+mod meter;
+mod summarizer;
+
+use std::rc::Rc;
+
+use dsh_sdk::api::agent_loop::{PreStep, RequestError, RequestErrorDecision};
+use dsh_sdk::api::agents::{Agents, MaintenanceTask};
+use dsh_sdk::api::compaction::{AgentParams, CompactNowParams, CompactionResult};
+use dsh_sdk::api::sessions::SessionRef;
+use dsh_sdk::names::{bus, compaction, llm_failure, service};
+use dsh_sdk::prelude::*;
+
+use config::Config;
+use engine::Engine;
+
+struct CompactionBasic;
+
+impl Plugin for CompactionBasic {
+    const NAME: &'static str = "compaction-basic";
+    const DESCRIPTION: &'static str = "compacts long sessions into checkpoints";
+    const INJECT: &'static [&'static str] = &[service::SESSIONS, service::LLM];
+    const PROVIDES: &'static [&'static str] = &[service::COMPACTION];
+    type Config = Config;
+
+    async fn apply(ctx: Context, config: Config) -> Result<()> {
+        let engine = Engine::new(ctx.clone(), config.checked()?);
+        provide(&ctx, &engine);
+        if engine.config.auto {
+            on_pre_step(&ctx, &engine);
+            on_request_error(&ctx, &engine);
+        }
+        let e = engine.clone();
+        ctx.on(bus::SESSION_DISPOSED, move |ev| {
+            let e = e.clone();
+            async move {
+                let SessionRef { session_id } = ev.payload_as()?;
+                e.forget(&session_id);
+                Ok(Value::Null)
+            }
+        });
+        Ok(())
+    }
+}
+
+/// The `compaction` service.
+fn provide(ctx: &Context, engine: &Rc<Engine>) {
+    let (e, c) = (engine.clone(), ctx.clone());
+    ctx.provide(service::COMPACTION, move |req| {
+        let (e, c) = (e.clone(), c.clone());
+        async move {
+            match req.method.as_str() {
+                compaction::MEASURE => {
+                    let AgentParams { agent } = req.params_as()?;
+                    Reply::json(e.measure(&agent).await?)
+                }
+                compaction::COMPACT_NOW => {
+                    let p: CompactNowParams = req.params_as()?;
+                    Reply::json(compact_now(&c, p).await?)
+                }
+                compaction::COMPACT_IDLE => Reply::json(e.compact_idle(req.params_as()?).await?),
+                _ => Err(req.unknown_method()),
+            }
+        }
+    });
+}
+
+/// `compactNow`: the idle part runs as the agent's maintenance, so no turn
+/// starts while it does (a busy agent is `COMPACTION_BUSY`).
+async fn compact_now(ctx: &Context, p: CompactNowParams) -> Result<Option<CompactionResult>> {
+    let agent = p.agent.clone();
+    let task = MaintenanceTask {
+        service: Some(service::COMPACTION.to_owned()),
+        method: Some(compaction::COMPACT_IDLE.to_owned()),
+        params: serde_json::to_value(p)?,
+    };
+    match Agents::new(ctx).run_maintenance(&agent, task).await {
+        Ok(v) => Ok(serde_json::from_value(v)?),
+        Err(e) if e.code == dsh_sdk::names::code::AGENT_BUSY => Err(Error::new(
+            dsh_sdk::names::code::COMPACTION_BUSY,
+            format!("manual compaction needs an idle agent: {}", e.message),
+        )),
+        Err(e) => Err(e),
+    }
+}
+
+/// Pressure: checked before every step; a failure is logged and the turn
+/// goes on.
+fn on_pre_step(ctx: &Context, engine: &Rc<Engine>) {
+    let e = engine.clone();
+    ctx.on(bus::AGENT_PRE_STEP, move |ev| {
+        let e = e.clone();
+        async move {
+            let p: PreStep = ev.payload_as()?;
+            if let Err(err) = e.on_pressure(&p.agent, p.turn).await {
+                dsh_sdk::tracing::warn!(
+                    "step compaction of {} failed: {err}; continuing the turn",
+                    p.agent
+                );
+            }
+            ev.forward().await
+        }
+    });
+}
+
+/// Overflow: prune, compact, and retry the step once when that changed
+/// the surface.
+fn on_request_error(ctx: &Context, engine: &Rc<Engine>) {
+    let e = engine.clone();
+    ctx.on(bus::AGENT_REQUEST_ERROR, move |ev| {
+        let e = e.clone();
+        async move {
+            let p: RequestError = ev.payload_as()?;
+            if p.failure["code"] != llm_failure::CONTEXT_WINDOW_EXCEEDED {
+                return ev.forward().await;
+            }
+            match e.on_overflow(&p.agent, (p.turn, p.step)).await {
+                Ok(true) => return Ok(serde_json::to_value(RequestErrorDecision::retry())?),
+                Ok(false) => {}
+                Err(err) => dsh_sdk::tracing::warn!(
+                    "context-overflow compaction of {} failed: {err}; keeping the request error",
+                    p.agent
+                ),
+            }
+            ev.forward().await
+        }
+    });
+}
+
+dsh_sdk::export_plugin!(CompactionBasic);

@@ -1,0 +1,332 @@
+//! The token meter: a fold over one session's surface events that keeps
+//! each surface node's estimated tokens and the provider's usage of the
+//! last answer, so the context in use is known in O(1) per step (the last
+//! request's usage plus the estimate of what was appended since), as the
+//! original's `token-meter` measures it.
+
+use dsh_sdk::api::compaction::Baseline;
+use dsh_sdk::vocab::event;
+use dsh_sdk::vocab::history::{RawSurfaceEvent, SurfaceTail};
+use dsh_sdk::vocab::tokens;
+use serde_json::Value;
+
+/// One surface node: a message the model sees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    /// Its event's seq.
+    pub seq: u64,
+    /// Its estimated tokens.
+    pub tokens: u64,
+    /// Tool calls it opens (an answer) minus the one it closes (a result).
+    delta: i64,
+}
+
+/// The measure at the last answer: the provider's usage (or the estimate
+/// when it reported none or less) and the surface it covered.
+#[derive(Debug, Clone, Copy)]
+struct Anchor {
+    tokens: u64,
+    surface_tokens: u64,
+    usage: bool,
+}
+
+/// One session's fold.
+#[derive(Debug, Default)]
+pub struct Meter {
+    /// The log length folded so far.
+    pub consumed: u64,
+    nodes: Vec<Node>,
+    surface_tokens: u64,
+    anchor: Option<Anchor>,
+    /// The provider and model of the last answer.
+    pub route: Option<(String, String)>,
+    /// Replaces folded so far.
+    pub replace_generation: u64,
+}
+
+impl Meter {
+    /// Folds the surface events of `tail` not folded yet; an event that
+    /// does not fit (a replace of nodes this fold lacks) is an error, and
+    /// the caller folds afresh.
+    pub fn fold(&mut self, tail: SurfaceTail) -> Result<(), String> {
+        for e in tail.events {
+            if e.seq >= self.consumed {
+                self.fold_event(e)?;
+            }
+        }
+        self.consumed = self.consumed.max(tail.seq);
+        Ok(())
+    }
+
+    fn fold_event(&mut self, e: RawSurfaceEvent) -> Result<(), String> {
+        let data: Value = serde_json::from_str(e.data.get())
+            .map_err(|err| format!("surface event {} is not JSON: {err}", e.seq))?;
+        let message = if e.kind == event::USER_MESSAGE {
+            &data
+        } else {
+            &data["message"]
+        };
+        let node = Node {
+            seq: e.seq,
+            tokens: tokens::of_message(message),
+            delta: match e.kind.as_str() {
+                event::ASSISTANT_MESSAGE => message["content"]
+                    .as_array()
+                    .map_or(0, |c| c.iter().filter(|b| b["type"] == "tool-call").count())
+                    as i64,
+                event::TOOL_RESULT => -1,
+                _ => 0,
+            },
+        };
+        match e.surface_op.as_ref().and_then(replace_range) {
+            Some((start, end)) => self.replace(start, end, node)?,
+            None => {
+                self.surface_tokens += node.tokens;
+                self.nodes.push(node);
+            }
+        }
+        if e.kind == event::ASSISTANT_MESSAGE {
+            let source = &message["source"];
+            if let (Some(p), Some(m)) = (source["provider"].as_str(), source["model"].as_str()) {
+                self.route = Some((p.to_owned(), m.to_owned()));
+            }
+            let estimate = self.surface_tokens;
+            let reported = data.get("usage").map(tokens::of_usage);
+            self.anchor = Some(match reported {
+                Some(u) if u >= estimate => Anchor {
+                    tokens: u,
+                    surface_tokens: self.surface_tokens,
+                    usage: true,
+                },
+                _ => Anchor {
+                    tokens: estimate,
+                    surface_tokens: self.surface_tokens,
+                    usage: false,
+                },
+            });
+        }
+        Ok(())
+    }
+
+    fn replace(&mut self, start: u64, end: u64, node: Node) -> Result<(), String> {
+        let at = |seq: u64| {
+            self.nodes
+                .iter()
+                .rposition(|n| n.seq == seq)
+                .ok_or_else(|| format!("replace of seq {seq}, which is not on the metered surface"))
+        };
+        let (si, ei) = (at(start)?, at(end)?);
+        if si > ei {
+            return Err(format!("replace of {start}..{end} runs backwards"));
+        }
+        let removed: u64 = self.nodes[si..=ei].iter().map(|n| n.tokens).sum();
+        self.surface_tokens = self.surface_tokens - removed + node.tokens;
+        self.nodes.splice(si..=ei, [node]);
+        self.replace_generation += 1;
+        Ok(())
+    }
+
+    /// The context the next request uses, and what the figure rests on.
+    pub fn total(&self) -> (u64, Baseline) {
+        match self.anchor {
+            Some(a) => {
+                let now = a.tokens as i128 + self.surface_tokens as i128 - a.surface_tokens as i128;
+                let baseline = if a.usage {
+                    Baseline::Usage
+                } else {
+                    Baseline::Estimated
+                };
+                (now.max(0) as u64, baseline)
+            }
+            None if self.surface_tokens == 0 => (0, Baseline::None),
+            None => (self.surface_tokens, Baseline::Estimated),
+        }
+    }
+
+    /// The estimated tokens of the history alone.
+    pub fn surface_tokens(&self) -> u64 {
+        self.surface_tokens
+    }
+
+    /// The surface nodes, in order.
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// The first node of the most recent `retain` tokens (the whole
+    /// surface's length when there is nothing to keep).
+    pub fn retained_from(&self, retain: u64) -> usize {
+        let mut kept = 0;
+        for (i, n) in self.nodes.iter().enumerate().rev() {
+            kept += n.tokens;
+            if kept >= retain {
+                return i;
+            }
+        }
+        0
+    }
+
+    /// How many leading nodes to compact so that the most recent `retain`
+    /// tokens stay verbatim and no tool call is parted from its result:
+    /// the cut moves back to the nearest position with no call open
+    /// before it. `None` when no such cut leaves anything to compact.
+    pub fn select(&self, retain: u64) -> Option<usize> {
+        if self.nodes.is_empty() {
+            return None;
+        }
+        let mut keep = self.retained_from(retain);
+        let mut open = 0i64;
+        let balanced: Vec<bool> = std::iter::once(true)
+            .chain(self.nodes.iter().map(|n| {
+                open += n.delta;
+                open == 0
+            }))
+            .collect();
+        while keep > 0 && !balanced[keep] {
+            keep -= 1;
+        }
+        (keep > 0).then_some(keep)
+    }
+}
+
+/// The `(start, end)` of a `{op: replace}` surface op.
+fn replace_range(op: &Value) -> Option<(u64, u64)> {
+    (op["op"] == "replace").then_some((op["start"].as_u64()?, op["end"].as_u64()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ev(kind: &str, seq: u64, data: Value, op: Value) -> Value {
+        json!({"type": kind, "seq": seq, "surfaceOp": op, "data": data})
+    }
+
+    fn tail(events: Vec<Value>, seq: u64) -> SurfaceTail {
+        serde_json::from_value(json!({"events": events, "replaced": false, "seq": seq})).unwrap()
+    }
+
+    fn user(seq: u64, text: &str) -> Value {
+        ev(
+            event::USER_MESSAGE,
+            seq,
+            json!({"role": "user", "content": [{"type": "text", "text": text}]}),
+            json!("append"),
+        )
+    }
+
+    fn answer(seq: u64, calls: &[&str], usage: Option<Value>) -> Value {
+        let content: Vec<Value> = calls
+            .iter()
+            .map(|id| json!({"type": "tool-call", "id": id, "name": "read", "arguments": "{}"}))
+            .collect();
+        let mut data = json!({"turn": 1, "step": 1, "message": {"role": "assistant", "content": content,
+            "source": {"kind": "model", "provider": "p", "model": "m"}}});
+        if let Some(u) = usage {
+            data["usage"] = u;
+        }
+        ev(event::ASSISTANT_MESSAGE, seq, data, json!("append"))
+    }
+
+    fn result(seq: u64, id: &str) -> Value {
+        ev(
+            event::TOOL_RESULT,
+            seq,
+            json!({"message": {"role": "user", "content": [{"type": "tool-result",
+            "toolCallId": id, "content": [{"type": "text", "text": "x".repeat(400)}]}]}}),
+            json!("append"),
+        )
+    }
+
+    #[test]
+    fn usage_anchors_the_measure_and_appends_add_their_estimate() {
+        let mut m = Meter::default();
+        assert_eq!(m.total(), (0, Baseline::None));
+        m.fold(tail(vec![user(0, &"a".repeat(40))], 1)).unwrap();
+        assert_eq!(m.total(), (18, Baseline::Estimated));
+        m.fold(tail(
+            vec![answer(
+                2,
+                &[],
+                Some(json!({"inputTokens": 900, "outputTokens": 100})),
+            )],
+            3,
+        ))
+        .unwrap();
+        assert_eq!(m.total(), (1000, Baseline::Usage));
+        assert_eq!(m.route, Some(("p".into(), "m".into())));
+        m.fold(tail(vec![user(3, &"b".repeat(40))], 4)).unwrap();
+        assert_eq!(m.total(), (1018, Baseline::Usage));
+        // Already folded events are skipped.
+        m.fold(tail(vec![user(3, &"b".repeat(40))], 4)).unwrap();
+        assert_eq!(m.total().0, 1018);
+    }
+
+    #[test]
+    fn a_replace_splices_the_span_and_lowers_the_measure() {
+        let mut m = Meter::default();
+        m.fold(tail(
+            vec![
+                user(0, "q"),
+                answer(
+                    1,
+                    &["c1"],
+                    Some(json!({"inputTokens": 500, "outputTokens": 5})),
+                ),
+                result(2, "c1"),
+                user(3, "next"),
+            ],
+            4,
+        ))
+        .unwrap();
+        let before = m.total().0;
+        let checkpoint = ev(
+            event::USER_MESSAGE,
+            5,
+            json!({"role": "user", "content": [{"type": "text", "text": "sum"}]}),
+            json!({"op": "replace", "start": 0, "end": 2}),
+        );
+        m.fold(tail(vec![checkpoint], 6)).unwrap();
+        assert_eq!(m.nodes().iter().map(|n| n.seq).collect::<Vec<_>>(), [5, 3]);
+        assert!(m.total().0 < before);
+        assert_eq!(m.replace_generation, 1);
+        let bad = ev(
+            event::USER_MESSAGE,
+            7,
+            json!({"role": "user", "content": []}),
+            json!({"op": "replace", "start": 0, "end": 0}),
+        );
+        assert!(m.fold(tail(vec![bad], 8)).is_err());
+    }
+
+    #[test]
+    fn the_cut_keeps_the_recent_tail_and_never_parts_a_call_from_its_result() {
+        let mut m = Meter::default();
+        m.fold(tail(
+            vec![
+                user(0, "q"),
+                answer(1, &["c1", "c2"], None),
+                result(2, "c1"),
+                result(3, "c2"),
+                user(4, "next"),
+                answer(5, &["c3"], None),
+                result(6, "c3"),
+            ],
+            7,
+        ))
+        .unwrap();
+        // Keeping only the last node would cut between c3 and its result:
+        // the cut moves back before the answer that opened it.
+        assert_eq!(m.select(1), Some(5));
+        // Keeping the last three nodes cuts before `next`.
+        let tail_tokens: u64 = m.nodes()[4..].iter().map(|n| n.tokens).sum();
+        assert_eq!(m.select(tail_tokens), Some(4));
+        // Between c1 and c2 is never a cut.
+        let from_c2: u64 = m.nodes()[3..].iter().map(|n| n.tokens).sum();
+        assert_eq!(m.select(from_c2), Some(1));
+        // Keeping everything leaves nothing to compact.
+        assert_eq!(m.select(u64::MAX), None);
+        assert_eq!(Meter::default().select(0), None);
+    }
+}

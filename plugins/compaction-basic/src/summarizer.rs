@@ -1,0 +1,172 @@
+//! The summary request: one `llm.stream` call that replays the
+//! conversation's own system prompt, tools and the shadowed messages, then
+//! asks for the checkpoint in a final user message, so the provider's
+//! prefix cache is reused (the original's `summarizer.ts`).
+
+use dsh_sdk::api::llm::{purpose, Llm, StreamRequest};
+use dsh_sdk::names::code;
+use dsh_sdk::prelude::*;
+use dsh_sdk::vocab::compaction::SUMMARY_OPEN_TAG;
+use dsh_sdk::vocab::{msg, BlockAssembler};
+use serde_json::value::RawValue;
+use serde_json::Map;
+
+/// The instruction, byte for byte the original's `COMPACTION_INSTRUCTION`.
+pub fn instruction() -> String {
+    [
+        "You are now acting as a compaction engine for this AI coding assistant. Condense the conversation ABOVE into a structured checkpoint that lets another model resume the work with no loss of essential context.",
+        "",
+        "Output EXACTLY the Markdown structure below: keep every section, in order. Use terse bullets, not prose paragraphs. Write \"(none)\" for an empty section — never drop a section.",
+        "",
+        "## Primary Request and Intent",
+        "- [the user's original and evolving goals; quote verbatim where the exact wording matters]",
+        "",
+        "## Key Technical Concepts",
+        "- [technologies, frameworks, patterns, and conventions in play]",
+        "",
+        "## Files and Code",
+        "- [exact path: why it matters, key changes or snippets]",
+        "",
+        "## Errors and Fixes",
+        "- [error: how it was resolved, plus any related user feedback]",
+        "",
+        "## Pending Jobs",
+        "- [explicitly requested work not yet completed]",
+        "",
+        "## Current Work",
+        "- [precisely what was in progress at this checkpoint]",
+        "",
+        "## Next Step",
+        "- [the single next action, directly in line with the most recent request, or \"(none)\"]",
+        "",
+        "## Critical Context",
+        "- [decisions and their rationale, constraints, user preferences, open questions, data needed to continue]",
+        "",
+        "Rules:",
+        "- Write concise English engineering prose. Preserve exact file paths, commands, error strings, identifiers, numeric values, function signatures, and syntax fragments.",
+        "- Capture user feedback and explicit instructions faithfully, especially corrections.",
+        "- Do NOT mention this summarization request or that the context was compacted.",
+        "- Output only the checkpoint text: do not call any tool or take any other action.",
+        &format!("- If the conversation already contains a {SUMMARY_OPEN_TAG} block, it is a PRIOR checkpoint. Do not copy it forward verbatim: preserve still-true facts, drop stale ones, and merge newer information into a single consolidated summary under the same structure."),
+    ]
+    .join("\n")
+}
+
+/// What the summary is made from.
+pub struct Input<'a> {
+    /// The route that writes it.
+    pub provider: &'a str,
+    /// Its model.
+    pub model: &'a str,
+    /// The output cap.
+    pub max_tokens: u64,
+    /// The conversation's system prompt.
+    pub system: Option<&'a str>,
+    /// The conversation's tools.
+    pub tools: &'a [Value],
+    /// The shadowed messages, as logged.
+    pub messages: Vec<Box<RawValue>>,
+    /// The session.
+    pub session_id: &'a str,
+    /// What the user asked the summary to focus on (`/compact …`).
+    pub instructions: Option<&'a str>,
+}
+
+/// A summary and the call's output.
+pub struct Summary {
+    /// Its text blocks.
+    pub summary: Vec<Value>,
+    /// The model's whole output.
+    pub raw_output: Vec<Value>,
+    /// The call's usage, if reported.
+    pub usage: Option<Value>,
+}
+
+/// Runs the summary request; a failed, truncated or empty answer is an
+/// error with the model's code and message.
+pub async fn summarize(ctx: &Context, input: Input<'_>) -> Result<Summary> {
+    let mut text = instruction();
+    if let Some(extra) = input.instructions.filter(|s| !s.trim().is_empty()) {
+        text.push_str("\n\nAdditional instructions from the user for this checkpoint:\n");
+        text.push_str(extra.trim());
+    }
+    let ask = json!({"id": dsh_sdk::new_id(), "role": "user", "content": [msg::text(&text)],
+                     "source": {"kind": "plugin", "plugin": "dsh-compaction-basic"}});
+    let mut messages = input.messages;
+    messages.push(serde_json::value::to_raw_value(&ask)?);
+    let mut config = Map::new();
+    config.insert("provider".into(), json!(input.provider));
+    config.insert("model".into(), json!(input.model));
+    config.insert("maxTokens".into(), json!(input.max_tokens));
+    config.insert("purpose".into(), json!(purpose::COMPACTION));
+    let request = StreamRequest {
+        config: &config,
+        messages: &messages,
+        system: input.system.filter(|s| !s.is_empty()),
+        tools: (!input.tools.is_empty()).then_some(input.tools),
+        session_id: input.session_id,
+        signal: None,
+    };
+    let mut stream = Llm::new(ctx).stream(&request)?;
+    let mut assembler = BlockAssembler::default();
+    while let Some(chunk) = stream.next().await {
+        assembler.push(&chunk?);
+    }
+    match assembler.finish_kind().as_str() {
+        "error" | "aborted" => {
+            let failure = assembler
+                .finish
+                .as_ref()
+                .map(|f| f["failure"].clone())
+                .unwrap_or(Value::Null);
+            return Err(Error::new(
+                failure["code"].as_str().unwrap_or(codes::UNKNOWN),
+                format!(
+                    "the summary request failed: {}",
+                    failure["message"].as_str().unwrap_or("no message")
+                ),
+            ));
+        }
+        "max-tokens" => {
+            return Err(Error::new(
+                code::MAX_TOKENS,
+                "summarization truncated at the token cap (incomplete checkpoint)",
+            ))
+        }
+        _ => {}
+    }
+    let raw_output = assembler.blocks();
+    let summary: Vec<Value> = raw_output
+        .iter()
+        .filter(|b| b["type"] == "text")
+        .cloned()
+        .collect();
+    if !summary
+        .iter()
+        .any(|b| b["text"].as_str().is_some_and(|t| !t.trim().is_empty()))
+    {
+        return Err(Error::msg("summarization produced no text summary content"));
+    }
+    Ok(Summary {
+        summary,
+        raw_output,
+        usage: assembler.usage.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_instruction_is_the_originals() {
+        let i = instruction();
+        assert!(i.starts_with(
+            "You are now acting as a compaction engine for this AI coding assistant."
+        ));
+        assert!(i.ends_with("under the same structure."));
+        // The original's 34 lines and 1,804 bytes (its `.join('\n')`).
+        assert_eq!((i.split('\n').count(), i.len()), (34, 1804));
+        assert!(i.contains("contains a <compacted-summary> block, it is a PRIOR checkpoint"));
+    }
+}
