@@ -1,0 +1,350 @@
+//! Context management through the real plugins against the fake model:
+//! automatic compaction at 80% of the window (one marked summary request,
+//! then a request holding the checkpoint, the recent turns verbatim and
+//! only whole tool-call/result pairs), recovery from
+//! `CONTEXT_WINDOW_EXCEEDED`, a failed summary that changes nothing, and a
+//! resume after a compaction that derives the same history.
+
+use dsh_sdk::names::{service, sessions, tool};
+use dsh_sdk::vocab::compaction::{self as records, PREAMBLE};
+use dsh_sdk::vocab::event;
+use dsh_testkit::agent::{events, kinds, new_agent, of_type, turn};
+use dsh_testkit::fake_llm::{text, tool_calls, Answer, FakeLlm};
+use dsh_testkit::{core_rows, TempDir, TestHost};
+use serde_json::{json, Value};
+
+/// A window of 10,000 tokens for the kit's `fake` route: compaction at
+/// 8,000, 1,600 kept verbatim.
+fn rows(fake: &FakeLlm, root: &std::path::Path, compaction: &str) -> String {
+    core_rows(&fake.base_url, root).replace(
+        "streamIdleTimeoutMs = 1500 }",
+        "streamIdleTimeoutMs = 1500, defaultContextWindow = 10000 }",
+    ) + &format!(
+        "[[row]]\nid = \"compaction-basic\"\nplugin = \"compaction-basic\"\n{compaction}\n"
+    )
+}
+
+async fn host(fake: &FakeLlm, root: &std::path::Path, compaction: &str) -> TestHost {
+    let t = TestHost::start().await;
+    t.apply(&rows(fake, root, compaction)).await;
+    t.assert_all_active().await;
+    t
+}
+
+/// A text answer whose usage reports `prompt` input tokens.
+fn answer_using(answer: &str, prompt: u64) -> Answer {
+    Answer::Sse(vec![
+        Some(json!({"choices": [{"delta": {"content": answer}}]}).to_string()),
+        Some(json!({"choices": [{"delta": {}, "finish_reason": "stop"}]}).to_string()),
+        Some(
+            json!({"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": 10}})
+                .to_string(),
+        ),
+        Some("[DONE]".into()),
+    ])
+}
+
+const SUMMARY: &str = "## Primary Request and Intent\n- the summary";
+
+fn derive(v: Value) -> Vec<Value> {
+    serde_json::from_value(v).unwrap()
+}
+
+async fn derived(t: &TestHost, agent: &str) -> Vec<Value> {
+    derive(
+        t.call(service::SESSIONS, sessions::DERIVE, json!({"id": agent}))
+            .await,
+    )
+}
+
+/// The compaction records and the checkpoint, adjacent and in order.
+fn assert_compaction_records(ev: &[Value], turn: u64) -> Value {
+    let start = ev
+        .iter()
+        .position(|e| e["type"] == records::START)
+        .expect("a compaction/start");
+    let k: Vec<&str> = ev[start..start + 4]
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        k,
+        [
+            records::START,
+            records::SUMMARY,
+            event::USER_MESSAGE,
+            records::END
+        ]
+    );
+    let (s, summary, checkpoint, end) =
+        (&ev[start], &ev[start + 1], &ev[start + 2], &ev[start + 3]);
+    assert_eq!(s["data"]["turn"], turn);
+    assert_eq!(end["data"]["turn"], turn);
+    assert!(end["data"].get("error").is_none(), "{end}");
+    let id = &s["data"]["compactionId"];
+    assert_eq!(&summary["data"]["compactionId"], id);
+    assert_eq!(summary["data"]["llmStreamCall"], true);
+    assert_eq!(summary["data"]["maxTokens"], 8192);
+    assert_eq!(checkpoint["surfaceOp"]["op"], "replace");
+    assert_eq!(checkpoint["data"]["source"]["plugin"], "compact");
+    assert_eq!(&checkpoint["data"]["source"]["compactionId"], id);
+    let sources = checkpoint["sourceEventSeqs"].as_array().unwrap();
+    assert_eq!(sources[0], s["seq"]);
+    assert_eq!(sources[1], summary["seq"]);
+    assert_eq!(
+        &sources[2..],
+        summary["data"]["shadowedSeqs"]
+            .as_array()
+            .unwrap()
+            .as_slice()
+    );
+    checkpoint.clone()
+}
+
+#[tokio::test]
+async fn crossing_the_threshold_compacts_once_and_keeps_the_recent_turns() {
+    let fake = FakeLlm::start().await;
+    let root = TempDir::new("sessions");
+    let t = host(&fake, root.path(), "").await;
+    let agent = new_agent(&t, "/tmp").await;
+    let first = "alpha ".repeat(1400);
+    let big = "x".repeat(6400);
+    let answer = "omega ".repeat(1000);
+    fake.push([
+        tool_calls(&[(
+            tool::BASH,
+            json!({"command": "echo small", "description": "echo"}),
+        )]),
+        text("done"),
+        tool_calls(&[(
+            tool::BASH,
+            json!({"command": format!("printf '{big}'"), "description": "print"}),
+        )]),
+        answer_using(&answer, 8500),
+        text(SUMMARY),
+        text("third answer"),
+    ]);
+    assert_eq!(turn(&t, &agent, &first).await["kind"], "completed");
+    assert_eq!(turn(&t, &agent, "second").await["kind"], "completed");
+    assert_eq!(
+        fake.requests().len(),
+        4,
+        "no compaction below the threshold"
+    );
+    assert_eq!(turn(&t, &agent, "third").await["kind"], "completed");
+
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 6, "one summary request, then the step's");
+    let headers = fake.headers();
+    let marked: Vec<usize> = (0..headers.len())
+        .filter(|i| {
+            headers[*i]
+                .to_lowercase()
+                .contains("x-deepseek-harness-compact: 1")
+        })
+        .collect();
+    assert_eq!(marked, [4], "only the summary request is marked");
+    let summary_request = &requests[4];
+    assert_eq!(summary_request["max_tokens"], 8192);
+    let asked = summary_request["messages"].as_array().unwrap();
+    let last = asked.last().unwrap()["content"].as_str().unwrap();
+    assert!(
+        last.starts_with("You are now acting as a compaction engine"),
+        "{last}"
+    );
+    // The same system prompt and tools as the conversation's requests.
+    assert_eq!(asked[0], requests[3]["messages"][0]);
+    assert_eq!(summary_request["tools"], requests[3]["tools"]);
+    assert!(asked
+        .iter()
+        .any(|m| m["content"].as_str().is_some_and(|c| c.contains("alpha"))));
+
+    // The next request: the checkpoint first, then the kept turn verbatim
+    // with its whole tool pair, then the new prompt.
+    let sent = requests[5]["messages"].as_array().unwrap();
+    let texts: Vec<String> = sent.iter().map(|m| m["content"].to_string()).collect();
+    assert!(
+        texts[1].contains("<compacted-summary>") && texts[1].contains("the summary"),
+        "{}",
+        texts[1]
+    );
+    assert!(texts[1].contains(&PREAMBLE[..40]));
+    assert!(
+        !texts.iter().any(|t| t.contains("alpha")),
+        "the first turn is summarized"
+    );
+    assert!(
+        texts.iter().any(|t| t.contains(&big[..100])),
+        "the kept tool result: {}",
+        texts
+            .iter()
+            .map(|t| &t[..t.len().min(200)])
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(texts.iter().any(|t| t.contains("omega")));
+    assert!(texts.last().unwrap().contains("third"));
+    let mut calls = std::collections::HashSet::new();
+    for m in sent {
+        for c in m["tool_calls"].as_array().into_iter().flatten() {
+            calls.insert(c["id"].as_str().unwrap().to_owned());
+        }
+        if m["role"] == "tool" {
+            assert!(
+                calls.contains(m["tool_call_id"].as_str().unwrap()),
+                "a result without its call: {m}"
+            );
+        }
+    }
+    assert_eq!(calls.len(), 1, "the kept call only");
+
+    // The log keeps every original event; the history has the checkpoint.
+    let ev = events(&t, &agent).await;
+    let checkpoint = assert_compaction_records(&ev, 3);
+    assert!(ev
+        .iter()
+        .any(|e| e["data"]["content"][0]["text"].as_str() == Some(first.as_str())));
+    let history = derived(&t, &agent).await;
+    assert_eq!(history[0]["content"], checkpoint["data"]["content"]);
+    assert_eq!(of_type(&ev, records::START).len(), 1);
+}
+
+#[tokio::test]
+async fn context_window_exceeded_compacts_and_retries_the_step() {
+    let fake = FakeLlm::start().await;
+    let root = TempDir::new("sessions");
+    let t = host(&fake, root.path(), "").await;
+    let agent = new_agent(&t, "/tmp").await;
+    fake.push([
+        text("ok"),
+        Answer::Status(
+            400,
+            vec![],
+            "{\"error\":{\"message\":\"This model's maximum context length is 10000 tokens\"}}"
+                .into(),
+        ),
+        text(SUMMARY),
+        text("recovered"),
+    ]);
+    assert_eq!(
+        turn(&t, &agent, &"alpha ".repeat(1400)).await["kind"],
+        "completed"
+    );
+    assert_eq!(turn(&t, &agent, "next").await["kind"], "completed");
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 4);
+    let sent = requests[3]["messages"].as_array().unwrap();
+    assert!(sent[1]["content"]
+        .as_str()
+        .unwrap()
+        .contains("<compacted-summary>"));
+    assert!(sent.last().unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .contains("next"));
+    let ev = events(&t, &agent).await;
+    assert_compaction_records(&ev, 2);
+    // One step: the failed request and its retry.
+    assert_eq!(of_type(&ev, event::STEP_START).len(), 2);
+    assert_eq!(
+        of_type(&ev, event::ASSISTANT_MESSAGE).last().unwrap()["data"]["message"]["content"][0]
+            ["text"],
+        "recovered"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_summary_changes_no_history_and_the_turn_goes_on() {
+    let fake = FakeLlm::start().await;
+    let root = TempDir::new("sessions");
+    let t = host(&fake, root.path(), "").await;
+    let agent = new_agent(&t, "/tmp").await;
+    fake.push([
+        answer_using(&"omega ".repeat(1100), 8500),
+        Answer::Status(
+            400,
+            vec![],
+            "{\"error\":{\"message\":\"bad summary request\"}}".into(),
+        ),
+        text("still here"),
+    ]);
+    assert_eq!(
+        turn(&t, &agent, &"alpha ".repeat(1400)).await["kind"],
+        "completed"
+    );
+    let before = derived(&t, &agent).await;
+    assert_eq!(turn(&t, &agent, "next").await["kind"], "completed");
+    assert_eq!(fake.requests().len(), 3);
+    let ev = events(&t, &agent).await;
+    let k = kinds(&ev);
+    assert!(
+        !ev.iter().any(|e| e["surfaceOp"]["op"] == "replace"),
+        "{k:?}"
+    );
+    let end = of_type(&ev, records::END);
+    assert_eq!(end.len(), 1);
+    let error = end[0]["data"]["error"].as_str().unwrap();
+    assert!(error.contains("bad summary request"), "{error}");
+    assert_eq!(of_type(&ev, records::START).len(), 1);
+    assert!(of_type(&ev, records::SUMMARY).is_empty());
+    // The history is what it was, plus the new turn.
+    let after = derived(&t, &agent).await;
+    assert_eq!(after[..before.len()], before[..]);
+    assert_eq!(after.len(), before.len() + 2);
+    // The request after the failed summary still carried everything.
+    let sent = fake.requests()[2]["messages"].to_string();
+    assert!(sent.contains("alpha"));
+}
+
+#[tokio::test]
+async fn resume_after_a_compaction_derives_the_same_history_and_a_session_over_the_threshold_compacts_first(
+) {
+    let fake = FakeLlm::start().await;
+    let root = TempDir::new("sessions");
+    // A session over the threshold, written with automatic compaction off.
+    let t = host(&fake, root.path(), "config = { auto = false }").await;
+    let agent = new_agent(&t, "/tmp").await;
+    fake.push([answer_using(&"omega ".repeat(1100), 8500)]);
+    assert_eq!(
+        turn(&t, &agent, &"alpha ".repeat(1400)).await["kind"],
+        "completed"
+    );
+    t.call(service::SESSIONS, sessions::FLUSH, json!({"id": agent}))
+        .await;
+    t.shutdown().await;
+
+    // Resumed with compaction on: the first request comes after a summary.
+    let t = host(&fake, root.path(), "").await;
+    let resume = json!({"sessionId": agent, "agentOptions": {"provider": "fake", "model": "m1"}});
+    t.call(
+        service::AGENT_LOOP,
+        dsh_sdk::names::agent_loop::RESUME,
+        resume.clone(),
+    )
+    .await;
+    fake.push([text(SUMMARY), text("after resume")]);
+    assert_eq!(turn(&t, &agent, "next").await["kind"], "completed");
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 3);
+    assert!(fake.headers()[1]
+        .to_lowercase()
+        .contains("x-deepseek-harness-compact: 1"));
+    assert!(!requests[2]["messages"].to_string().contains("alpha"));
+    let history = derived(&t, &agent).await;
+    t.call(service::SESSIONS, sessions::FLUSH, json!({"id": agent}))
+        .await;
+    t.shutdown().await;
+
+    // Resumed again: the same history, checkpoint included.
+    let t = host(&fake, root.path(), "").await;
+    t.call(
+        service::AGENT_LOOP,
+        dsh_sdk::names::agent_loop::RESUME,
+        resume,
+    )
+    .await;
+    assert_eq!(derived(&t, &agent).await, history);
+    assert!(history[0]["content"]
+        .to_string()
+        .contains("<compacted-summary>"));
+}
