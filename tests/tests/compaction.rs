@@ -348,3 +348,142 @@ async fn resume_after_a_compaction_derives_the_same_history_and_a_session_over_t
         .to_string()
         .contains("<compacted-summary>"));
 }
+
+/// The file of session `id` under `root` (the original's layout).
+fn log_file(root: &std::path::Path, id: &str) -> std::path::PathBuf {
+    for dir in std::fs::read_dir(root).unwrap().flatten() {
+        let f = dir.path().join(id).join("session.jsonl");
+        if f.exists() {
+            return f;
+        }
+    }
+    panic!("no session.jsonl of {id} under {}", root.display());
+}
+
+#[tokio::test]
+async fn an_original_log_with_a_prune_and_a_compaction_derives_what_the_original_derives() {
+    let fake = FakeLlm::start().await;
+    let root = TempDir::new("sessions");
+    let plain = |rows: String| {
+        rows.replace(
+            "plugin = \"session-jsonl\"\nconfig = {",
+            "plugin = \"session-jsonl\"\nconfig = { compression = \"none\",",
+        )
+    };
+    let t = TestHost::start().await;
+    t.apply(&plain(rows(
+        &fake,
+        root.path(),
+        "config = { auto = false }",
+    )))
+    .await;
+    t.assert_all_active().await;
+    let agent = new_agent(&t, "/tmp").await;
+    fake.push([
+        tool_calls(&[(
+            tool::BASH,
+            json!({"command": "seq 1 3000", "description": "count"}),
+        )]),
+        text("counted"),
+        text("second answer"),
+    ]);
+    assert_eq!(turn(&t, &agent, "count to 3000").await["kind"], "completed");
+    assert_eq!(turn(&t, &agent, "and now?").await["kind"], "completed");
+    t.call(service::SESSIONS, sessions::FLUSH, json!({"id": agent}))
+        .await;
+    let ev = events(&t, &agent).await;
+    t.shutdown().await;
+
+    // What the original appends between turns: a prune of the tool result,
+    // then a compaction of the first turn, in its records' shapes.
+    let seq_of = |kind: &str, nth: usize| of_type(&ev, kind)[nth]["seq"].as_u64().unwrap();
+    let (u1, a1, r1, a2) = (
+        seq_of(event::USER_MESSAGE, 0),
+        seq_of(event::ASSISTANT_MESSAGE, 0),
+        seq_of(event::TOOL_RESULT, 0),
+        seq_of(event::ASSISTANT_MESSAGE, 1),
+    );
+    let mut next = ev.len() as u64;
+    let mut row = |kind: &str, data: Value, extra: Value| {
+        let mut e =
+            json!({"type": kind, "seq": next, "time": 1_800_000_000_000u64 + next, "data": data});
+        for (k, v) in extra.as_object().unwrap() {
+            e[k] = v.clone();
+        }
+        next += 1;
+        e
+    };
+    let mut pruned = ev[r1 as usize]["data"].clone();
+    pruned["message"]["content"][0]["content"] = json!([{"type": "text", "text": "1\n2\n\n\n[... tool result middle pruned ...]\n\n2999\n3000\n"}]);
+    let prune = row(
+        records::PRUNE,
+        json!({"shadowedRange": {"start": r1, "end": r1}, "shadowedSeqs": [r1], "shadowedTokenCount": 3500}),
+        json!({}),
+    );
+    let r1b = prune["seq"].as_u64().unwrap() + 1;
+    let replacement = row(
+        event::TOOL_RESULT,
+        pruned.clone(),
+        json!({"sourceEventSeqs": [r1], "surfaceOp": {"op": "replace", "start": r1, "end": r1}}),
+    );
+    let start = row(
+        records::START,
+        json!({"compactionId": "c-orig", "sourceCommandId": "cmd-1", "turn": null}),
+        json!({}),
+    );
+    let summary_blocks =
+        json!([{"type": "text", "text": "## Primary Request and Intent\n- count"}]);
+    let summary = row(
+        records::SUMMARY,
+        json!({"compactionId": "c-orig", "sourceCommandId": "cmd-1", "summary": summary_blocks,
+        "rawOutput": summary_blocks, "llmStreamCall": true, "shadowedRange": {"start": u1, "end": a2},
+        "shadowedSeqs": [u1, a1, r1b, a2], "shadowedTokenCount": 120, "provider": "fake", "model": "m1", "maxTokens": 8192}),
+        json!({}),
+    );
+    let checkpoint_message = json!({"id": "ckpt-1", "role": "user",
+        "content": records::checkpoint_content(summary_blocks.as_array().unwrap()),
+        "source": {"kind": "plugin", "plugin": "compact", "compactionId": "c-orig", "sourceCommandId": "cmd-1"}});
+    let checkpoint = row(
+        event::USER_MESSAGE,
+        checkpoint_message.clone(),
+        json!({
+        "sourceEventSeqs": [start["seq"], summary["seq"], u1, a1, r1b, a2],
+        "surfaceOp": {"op": "replace", "start": u1, "end": a2}}),
+    );
+    let end = row(
+        records::END,
+        json!({"compactionId": "c-orig", "sourceCommandId": "cmd-1", "turn": null}),
+        json!({}),
+    );
+    let file = log_file(root.path(), &agent);
+    let mut text = std::fs::read_to_string(&file).unwrap();
+    for e in [prune, replacement, start, summary, checkpoint, end] {
+        text.push_str(&format!("{e}\n"));
+    }
+    std::fs::write(&file, &text).unwrap();
+
+    // The original's derivation: the checkpoint in place of the first
+    // turn, then the second turn as logged.
+    let u2 = &ev[seq_of(event::USER_MESSAGE, 1) as usize]["data"];
+    let a3 = &ev[seq_of(event::ASSISTANT_MESSAGE, 2) as usize]["data"]["message"];
+    let expected = vec![checkpoint_message, u2.clone(), a3.clone()];
+
+    let t = TestHost::start().await;
+    t.apply(&plain(rows(&fake, root.path(), ""))).await;
+    t.assert_all_active().await;
+    t.call(service::SESSIONS, sessions::RESUME, json!({"id": agent}))
+        .await;
+    assert_eq!(derived(&t, &agent).await, expected);
+    // The meter folds the same surface.
+    let m = t
+        .call(
+            service::COMPACTION,
+            dsh_sdk::names::compaction::MEASURE,
+            json!({"agent": agent}),
+        )
+        .await;
+    assert_eq!(m["nodes"], 3, "{m}");
+    assert_eq!(m["contextWindow"], 10000, "{m}");
+    // The file on disk is as written.
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
+}
