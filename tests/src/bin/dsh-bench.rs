@@ -348,14 +348,21 @@ async fn bench_hardening(stage: &Path) -> Result<()> {
 
 /// An agent session driven through `steps` read steps; returns the time
 /// between consecutive model requests.
-async fn bench_steps(steps: usize) -> Result<Vec<f64>> {
+async fn bench_steps(steps: usize, compaction: bool) -> Result<Vec<f64>> {
     let fake = dsh_testkit::fake_llm::FakeLlm::start().await;
     let home = Scratch::new("steps")?;
     std::fs::write(home.0.join("f.txt"), "one line\n")?;
     let h = host(&home.0, vec![libs()])?;
     // One turn of `steps` steps: past the loop's default step limit.
+    // With compaction-basic, the pressure check runs before every step
+    // (the kit's window is DeepSeek's default, never reached here).
+    let compaction = if compaction {
+        "[[row]]\nid = 'compaction-basic'\nplugin = 'compaction-basic'\n"
+    } else {
+        ""
+    };
     let rows = format!(
-        "{}[[patch]]\nid = 'agent-loop'\nconfig = {{ maxStepsPerTurn = {} }}\n",
+        "{}{compaction}[[patch]]\nid = 'agent-loop'\nconfig = {{ maxStepsPerTurn = {} }}\n",
         core_rows(&fake.base_url, &home.0.join("sessions")),
         steps + 1
     );
@@ -405,7 +412,9 @@ fn zstd_frame(text: &[u8]) -> Result<Vec<u8>> {
     Ok(c.compress(text)?)
 }
 
-async fn bench_resume(n: usize) -> Result<f64> {
+/// With `compacted`, the log ends with a compaction whose checkpoint
+/// replaces all its messages but the last 20.
+async fn bench_resume(n: usize, compacted: bool) -> Result<f64> {
     let fake = dsh_testkit::fake_llm::FakeLlm::start().await;
     let home = Scratch::new("resume")?;
     let root = home.0.join("sessions");
@@ -415,6 +424,7 @@ async fn bench_resume(n: usize) -> Result<f64> {
     let mut body = String::new();
     let mut seq = 0u64;
     let mut turn = 0u64;
+    let mut messages = Vec::new();
     while (seq as usize) < n {
         turn += 1;
         let mut push = |kind: &str, data: Value, surface: bool, body: &mut String| {
@@ -422,6 +432,7 @@ async fn bench_resume(n: usize) -> Result<f64> {
                 json!({"type": kind, "seq": seq, "time": 1_700_000_000_000u64 + seq, "data": data});
             if surface {
                 e["surfaceOp"] = json!("append");
+                messages.push(seq);
             }
             body.push_str(&e.to_string());
             body.push('\n');
@@ -467,6 +478,13 @@ async fn bench_resume(n: usize) -> Result<f64> {
             &mut body,
         );
     }
+    if compacted {
+        append_compaction(
+            &mut body,
+            seq,
+            &messages[..messages.len().saturating_sub(20)],
+        );
+    }
     let h = host(&home.0, vec![libs()])?;
     h.apply(tree(&core_rows(&fake.base_url, &root))?).await;
     let mut times = Vec::new();
@@ -493,6 +511,33 @@ async fn bench_resume(n: usize) -> Result<f64> {
     }
     h.shutdown().await;
     Ok(median(times))
+}
+
+/// Appends, from `seq` on, a compaction replacing the messages `shadowed`
+/// (the records as compaction-basic writes them).
+fn append_compaction(body: &mut String, seq: u64, shadowed: &[u64]) {
+    use dsh_sdk::vocab::compaction as records;
+    let (Some(first), Some(last)) = (shadowed.first(), shadowed.last()) else {
+        return;
+    };
+    let summary =
+        vec![json!({"type": "text", "text": "## Primary Request and Intent\n- the bench"})];
+    let mut sources = vec![seq, seq + 1];
+    sources.extend_from_slice(shadowed);
+    let rows = [
+        json!({"type": records::START, "seq": seq, "time": 1_800_000_000_000u64, "data": {"compactionId": "c", "turn": null}}),
+        json!({"type": records::SUMMARY, "seq": seq + 1, "time": 1_800_000_000_001u64, "data": {"compactionId": "c",
+            "summary": summary, "rawOutput": summary, "llmStreamCall": true, "shadowedRange": {"start": first, "end": last},
+            "shadowedSeqs": shadowed, "shadowedTokenCount": 40 * shadowed.len(), "provider": "fake", "model": "m", "maxTokens": 8192}}),
+        json!({"type": event::USER_MESSAGE, "seq": seq + 2, "time": 1_800_000_000_002u64, "data": {"id": "ckpt", "role": "user",
+            "content": records::checkpoint_content(&summary), "source": records::CheckpointSource::new("c", None)},
+            "sourceEventSeqs": sources, "surfaceOp": {"op": "replace", "start": first, "end": last}}),
+        json!({"type": records::END, "seq": seq + 3, "time": 1_800_000_000_003u64, "data": {"compactionId": "c", "turn": null}}),
+    ];
+    for r in rows {
+        body.push_str(&r.to_string());
+        body.push('\n');
+    }
 }
 
 /// Coding tools: grep over the repository against `rg`, `read` of a
@@ -655,14 +700,22 @@ fn main() -> Result<()> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        println!("resume: {:.1} ms", rt.block_on(bench_resume(15_000))?);
+        println!(
+            "resume: {:.1} ms",
+            rt.block_on(bench_resume(15_000, false))?
+        );
+        println!(
+            "compacted resume: {:.1} ms",
+            rt.block_on(bench_resume(14_000, true))?
+        );
         return Ok(());
     }
     if let Ok(n) = std::env::var("DSH_BENCH_ONLY_STEPS") {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let times = rt.block_on(bench_steps(n.parse()?))?;
+        let compaction = std::env::var_os("DSH_BENCH_COMPACTION").is_some();
+        let times = rt.block_on(bench_steps(n.parse()?, compaction))?;
         println!(
             "per step: first {:.3} ms, last {:.3} ms",
             times[0],
@@ -701,15 +754,24 @@ fn main() -> Result<()> {
         let (wall, peak) = bench_one_shot(&stage).await.context("one-shot")?;
         println!("  one-shot text answer, process start to exit ........... {wall:8.1} ms   (target <= 30 ms)");
         println!("  peak RSS of that process ............................... {:8.1} MiB  (target <= 20 MiB)", peak / 1024.0);
-        let twenty = bench_steps(20).await.context("20 steps")?;
+        let twenty = bench_steps(20, false).await.context("20 steps")?;
         println!("  20 sequential read steps, per step ..................... {:8.3} ms   (target <= 1 ms)", median(twenty));
-        let thousand = bench_steps(1000).await.context("1000 steps")?;
+        let thousand = bench_steps(1000, false).await.context("1000 steps")?;
         let total: f64 = thousand.iter().sum();
         let first = median(thousand[..100].to_vec());
         let last = median(thousand[thousand.len() - 100..].to_vec());
         println!("  1000-step session: total {:8.0} ms (target <= 2000 ms); per step first 100 {first:.3} ms, last 100 {last:.3} ms", total);
-        let resume = bench_resume(15_000).await.context("resume")?;
+        let checked = bench_steps(1000, true).await.context("1000 steps, compaction")?;
+        let (c_first, c_last) = (median(checked[..100].to_vec()), median(checked[checked.len() - 100..].to_vec()));
+        println!(
+            "  the same with compaction-basic: per step first 100 {c_first:.3} ms, last 100 {c_last:.3} ms; growth {:.2}x against {:.2}x without (target: no more growth)",
+            c_last / c_first,
+            last / first
+        );
+        let resume = bench_resume(15_000, false).await.context("resume")?;
         println!("  load + prepare-to-resume of a 15,000-event session .... {resume:8.1} ms   (target <= 15 ms)");
+        let compacted = bench_resume(14_000, true).await.context("compacted resume")?;
+        println!("  resume of a compacted 2,000-message session ........... {compacted:8.1} ms   (target <= 15 ms)");
         println!("chat (release)");
         let (start, rss, render) = bench_chat(&stage).await.context("chat")?;
         println!("  dsh-host start to the input prompt ..................... {start:8.1} ms   (target <= 50 ms)");
