@@ -5,7 +5,7 @@
 //! or when stdout is not a terminal).
 
 use anstyle::{AnsiColor, Effects, Style};
-use dsh_sdk::vocab::{event, SessionEvent};
+use dsh_sdk::vocab::{compaction, event, SessionEvent};
 use dsh_sdk::Value;
 use serde::{Deserialize, Serialize};
 
@@ -149,6 +149,28 @@ impl Renderer {
                 self.theme.push(&mut out, Tone::Dim, &text);
                 out
             }
+            compaction::SUMMARY => {
+                let mut out = self.finish_block();
+                let text = format!(
+                    "  context compacted: {} messages (~{} tokens) summarized\n",
+                    e.data["shadowedSeqs"].as_array().map_or(0, Vec::len),
+                    e.data["shadowedTokenCount"].as_u64().unwrap_or(0)
+                );
+                self.theme.push(&mut out, Tone::Dim, &text);
+                out
+            }
+            compaction::END => match e.data["error"].as_str() {
+                Some(error) => {
+                    let mut out = self.finish_block();
+                    let text = format!(
+                        "✗ compaction failed (history unchanged): {}\n",
+                        sanitize(error)
+                    );
+                    self.theme.push(&mut out, Tone::Error, &text);
+                    out
+                }
+                None => Out::default(),
+            },
             _ => Out::default(),
         }
     }
@@ -377,6 +399,31 @@ mod tests {
 
     fn ev(kind: &str, data: Value) -> SessionEvent {
         SessionEvent::new(kind, 0, data)
+    }
+
+    #[test]
+    fn compactions_are_said_and_a_failed_one_is_an_error() {
+        let mut r = Renderer::new(Theme { color: false }, 80);
+        let done = r.event(&ev(
+            compaction::SUMMARY,
+            json!({"shadowedSeqs": [1, 2, 3], "shadowedTokenCount": 1200}),
+        ));
+        assert_eq!(
+            done.plain,
+            "  context compacted: 3 messages (~1200 tokens) summarized\n"
+        );
+        assert!(r
+            .event(&ev(compaction::END, json!({"compactionId": "c"})))
+            .plain
+            .is_empty());
+        let failed = r.event(&ev(
+            compaction::END,
+            json!({"compactionId": "c", "error": "summary is not smaller\u{1b}[2J"}),
+        ));
+        assert!(failed
+            .plain
+            .starts_with("✗ compaction failed (history unchanged): summary is not smaller"));
+        assert!(!failed.plain.contains('\u{1b}'));
     }
 
     fn text(r: &mut Renderer, t: &str) -> String {
