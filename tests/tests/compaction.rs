@@ -487,3 +487,53 @@ async fn an_original_log_with_a_prune_and_a_compaction_derives_what_the_original
     // The file on disk is as written.
     assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
 }
+
+#[tokio::test]
+async fn a_cancel_during_a_summary_stops_it_and_the_turn_ends_with_the_failure_logged() {
+    let fake = FakeLlm::start().await;
+    let root = TempDir::new("sessions");
+    let t = host(&fake, root.path(), "").await;
+    let agent = new_agent(&t, "/tmp").await;
+    fake.push([
+        answer_using(&"omega ".repeat(1100), 8500),
+        dsh_testkit::fake_llm::stall_after("## Primary"),
+    ]);
+    assert_eq!(
+        turn(&t, &agent, &"alpha ".repeat(1400)).await["kind"],
+        "completed"
+    );
+    dsh_testkit::agent::send(&t, dsh_sdk::names::agents::FOLLOWUP, &agent, "next").await;
+    // The summary request is under way.
+    dsh_testkit::wait_for("the summary request", || fake.requests().len() == 2).await;
+    let asked = std::time::Instant::now();
+    t.call(
+        service::AGENTS,
+        dsh_sdk::names::agents::CANCEL,
+        json!({"agent": agent}),
+    )
+    .await;
+    assert_eq!(
+        dsh_testkit::agent::idle(&t, &agent).await["kind"],
+        "aborted"
+    );
+    assert!(
+        asked.elapsed() < std::time::Duration::from_secs(1),
+        "the cancel waited for the summary (its stream idles 1.5 s)"
+    );
+    // Its failure is logged inside the turn, before the turn's end.
+    let ev = events(&t, &agent).await;
+    let end = of_type(&ev, records::END);
+    assert_eq!(end.len(), 1, "{:?}", kinds(&ev));
+    assert_eq!(end[0]["data"]["turn"], 2);
+    let error = end[0]["data"]["error"].as_str().unwrap();
+    assert!(error.contains("ABORTED"), "{error}");
+    let turn_end = of_type(&ev, event::TURN_END)[1]["seq"].as_u64().unwrap();
+    assert!(end[0]["seq"].as_u64().unwrap() < turn_end);
+    // The lock is free: the next turn compacts.
+    fake.push([text(SUMMARY), text("after")]);
+    assert_eq!(turn(&t, &agent, "again").await["kind"], "completed");
+    assert_eq!(
+        of_type(&events(&t, &agent).await, records::SUMMARY).len(),
+        1
+    );
+}

@@ -396,7 +396,9 @@ impl Loop {
             // A changed runtime context joins the step's input, after the
             // claimed messages, unless a pre-step listener decides otherwise.
             let context = self.runtime_context(agent, &assembly).await?;
-            let decision = self.pre_step(agent, (turn, next), claimed, context).await?;
+            let decision = self
+                .pre_step(agent, (turn, next), claimed, context, abort)
+                .await?;
             self.check(abort)?;
             if decision.kind == PreStepKind::Reject {
                 *ends = Some("blocked");
@@ -461,21 +463,26 @@ impl Loop {
 
     /// The `agent/pre-step` waterfall over the claimed messages: the
     /// innermost answer enters them, followed by the changed runtime
-    /// context, if any.
+    /// context, if any. A cancel meanwhile stops the model requests the
+    /// listeners run under the payload's `signal`; the loop still waits
+    /// for the listeners to answer.
     async fn pre_step(
         &self,
         agent: &str,
         (turn, step): (u64, u64),
         claimed: Vec<Value>,
         context: Option<Value>,
+        abort: &Abort,
     ) -> Result<PreStepDecision> {
+        let signal = format!("pre-step:{agent}:{turn}:{step}");
         let payload = PreStep {
             agent: agent.to_owned(),
             messages: claimed,
             turn,
             step,
+            signal: Some(signal.clone()),
         };
-        let decision = self
+        let waterfall = self
             .ctx
             .dispatch(bus::AGENT_PRE_STEP)
             .scope(agent)
@@ -487,8 +494,21 @@ impl Loop {
                     messages,
                 };
                 Ok(serde_json::to_value(enter)?)
-            })
-            .await?;
+            });
+        tokio::pin!(waterfall);
+        let aborted = abort.notify.notified();
+        tokio::pin!(aborted);
+        aborted.as_mut().enable();
+        let decision = tokio::select! {
+            biased;
+            d = &mut waterfall => d,
+            _ = aborted => {
+                if let Err(e) = Llm::new(&self.ctx).cancel(&signal).await {
+                    dsh_sdk::tracing::debug!("cancelling the pre-step requests of {agent}: {e}");
+                }
+                waterfall.await
+            }
+        }?;
         serde_json::from_value(decision).map_err(|e| {
             Error::new(
                 codes::INVALID_PAYLOAD,

@@ -153,7 +153,12 @@ impl Engine {
     /// Before a step of turn `turn`: compacts when the context reached the
     /// threshold (pruning first), until it is below it or the attempts run
     /// out. `None` when nothing was summarized.
-    pub async fn on_pressure(&self, agent: &str, turn: u64) -> Result<Option<CompactionResult>> {
+    pub async fn on_pressure(
+        &self,
+        agent: &str,
+        turn: u64,
+        signal: Option<&str>,
+    ) -> Result<Option<CompactionResult>> {
         self.sync(agent).await?;
         let Some(route) = self.with_meter(agent, |m| m.route.clone()) else {
             return Ok(None);
@@ -179,7 +184,8 @@ impl Engine {
             let Some(cut) = self.with_meter(agent, |m| m.select(retain)) else {
                 return Ok(result);
             };
-            result = Some(self.compact(agent, cut, Some(turn), None, None).await?);
+            let at = Some(turn);
+            result = Some(self.compact(agent, cut, at, None, None, signal).await?);
             self.sync(agent).await?;
             if !over(self) {
                 return Ok(result);
@@ -215,7 +221,8 @@ impl Engine {
             self.prune(agent, None).await?;
             self.sync(agent).await?;
             if let Some(cut) = self.with_meter(agent, |m| m.select(0)) {
-                self.compact(agent, cut, Some(turn), None, None).await?;
+                self.compact(agent, cut, Some(turn), None, None, None)
+                    .await?;
             }
             Ok::<_, Error>(())
         }
@@ -248,6 +255,7 @@ impl Engine {
                 None,
                 p.source_command_id.clone(),
                 p.instructions.as_deref(),
+                None,
             )
             .await?;
         Sessions::new(&self.ctx).flush(&p.agent).await?;
@@ -289,6 +297,7 @@ impl Engine {
         owner: Owner,
         source_command_id: Option<String>,
         instructions: Option<&str>,
+        signal: Option<&str>,
     ) -> Result<CompactionResult> {
         if !self.busy.borrow_mut().insert(agent.to_owned()) {
             return Err(Error::new(
@@ -339,6 +348,7 @@ impl Engine {
             messages,
             session_id: agent,
             instructions,
+            signal,
         };
         let outcome = match summarizer::summarize(&self.ctx, input).await {
             Ok(s) => {

@@ -101,7 +101,7 @@ fn on_pre_step(ctx: &Context, engine: &Rc<Engine>) {
         let e = e.clone();
         async move {
             let p: PreStep = ev.payload_as()?;
-            if let Err(err) = e.on_pressure(&p.agent, p.turn).await {
+            if let Err(err) = e.on_pressure(&p.agent, p.turn, p.signal.as_deref()).await {
                 dsh_sdk::tracing::warn!(
                     "step compaction of {} failed: {err}; continuing the turn",
                     p.agent

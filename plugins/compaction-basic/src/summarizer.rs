@@ -70,6 +70,8 @@ pub struct Input<'a> {
     pub session_id: &'a str,
     /// What the user asked the summary to focus on (`/compact …`).
     pub instructions: Option<&'a str>,
+    /// The name `llm.cancel` stops the request by (a pre-step's signal).
+    pub signal: Option<&'a str>,
 }
 
 /// A summary and the call's output.
@@ -105,7 +107,7 @@ pub async fn summarize(ctx: &Context, input: Input<'_>) -> Result<Summary> {
         system: input.system.filter(|s| !s.is_empty()),
         tools: (!input.tools.is_empty()).then_some(input.tools),
         session_id: input.session_id,
-        signal: None,
+        signal: input.signal,
     };
     let mut stream = Llm::new(ctx).stream(&request)?;
     let mut assembler = BlockAssembler::default();

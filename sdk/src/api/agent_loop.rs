@@ -136,6 +136,12 @@ pub struct PreStep {
     pub turn: u64,
     /// The step about to start (1 for the first).
     pub step: u64,
+    /// The name under which a listener may run model requests
+    /// (`StreamRequest::signal`): when the turn is cancelled while the
+    /// waterfall runs, the loop calls `llm.cancel` with it, then still
+    /// waits for the listeners (the original's `signal`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<String>,
 }
 
 /// What a pre-step listener decides.

@@ -52,10 +52,11 @@ fn the_step_events_are_what_the_loop_dispatches() {
         messages: vec![json!({"role": "user"})],
         turn: 1,
         step: 2,
+        signal: Some("s".into()),
     };
     assert_eq!(
         wire(&pre),
-        r#"{"agent":"a","messages":[{"role":"user"}],"turn":1,"step":2}"#
+        r#"{"agent":"a","messages":[{"role":"user"}],"turn":1,"step":2,"signal":"s"}"#
     );
     let enter: PreStepDecision = parse(json!({"kind": "enter", "messages": []}));
     assert_eq!(enter.kind, PreStepKind::Enter);
