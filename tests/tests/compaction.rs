@@ -537,3 +537,119 @@ async fn a_cancel_during_a_summary_stops_it_and_the_turn_ends_with_the_failure_l
         1
     );
 }
+
+/// `answer` with its usage line reporting `prompt` input tokens.
+fn with_usage(answer: Answer, prompt: u64) -> Answer {
+    let Answer::Sse(events) = answer else {
+        panic!("not an SSE answer")
+    };
+    let usage = json!({"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": 10}})
+        .to_string();
+    let mut events: Vec<Option<String>> = events
+        .into_iter()
+        .filter(|e| !e.as_deref().is_some_and(|l| l.contains("\"usage\"")))
+        .collect();
+    let done = events.len() - 1;
+    events.insert(done, Some(usage));
+    Answer::Sse(events)
+}
+
+#[tokio::test]
+async fn pressure_prunes_old_results_first_and_leaves_the_unanswered_ones() {
+    let fake = FakeLlm::start().await;
+    let root = TempDir::new("sessions");
+    let pruner = "[[row]]\nid = \"tool-result-pruner\"\nplugin = \"tool-result-pruner\"\n";
+    let t = TestHost::start().await;
+    t.apply(&(rows(&fake, root.path(), "") + pruner)).await;
+    t.assert_all_active().await;
+    let agent = new_agent(&t, "/tmp").await;
+    let bash = |c: char, n: usize| {
+        let command = format!("yes {c} | tr -d '\\n' | head -c {n}");
+        let id = format!("call-{c}");
+        dsh_testkit::fake_llm::calls(&[(
+            id.as_str(),
+            tool::BASH,
+            json!({"command": command, "description": "print"}),
+        )])
+    };
+    fake.push([
+        bash('y', 20_000),
+        with_usage(bash('z', 9_000), 8500),
+        text("done"),
+    ]);
+    assert_eq!(turn(&t, &agent, "print").await["kind"], "completed");
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 3, "pruning was enough: no summary request");
+    let results: Vec<String> = requests[2]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    let shape: Vec<String> = requests[2]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| format!("{}:{}", m["role"], m.to_string().len()))
+        .collect();
+    assert_eq!(
+        results.len(),
+        2,
+        "{shape:?} of {} requests: {:?}",
+        requests.len(),
+        kinds(&events(&t, &agent).await)
+    );
+    let marker = "\n\n[... tool result middle pruned ...]\n\n";
+    assert!(results[0].contains(marker), "{}", &results[0][..200]);
+    assert!(results[0].starts_with(&"y".repeat(100)));
+    assert_eq!(results[0].matches('y').count(), 4096 + 1024);
+    assert_eq!(
+        results[1].matches('z').count(),
+        9_000,
+        "the unanswered result is whole"
+    );
+
+    let ev = events(&t, &agent).await;
+    let prunes = of_type(&ev, records::PRUNE);
+    assert_eq!(prunes.len(), 1);
+    let original = of_type(&ev, event::TOOL_RESULT)[0]["seq"].clone();
+    assert_eq!(prunes[0]["data"]["shadowedSeqs"], json!([original]));
+    let replacement = &ev[prunes[0]["seq"].as_u64().unwrap() as usize + 1];
+    assert_eq!(replacement["type"], event::TOOL_RESULT);
+    assert_eq!(
+        replacement["surfaceOp"],
+        json!({"op": "replace", "start": original, "end": original})
+    );
+    assert!(of_type(&ev, records::START).is_empty());
+    // The log keeps the whole original.
+    assert!(
+        ev[original.as_u64().unwrap() as usize]["data"]
+            .to_string()
+            .matches('y')
+            .count()
+            >= 20_000
+    );
+
+    // Nothing is left to prune before the last result; a keepFrom off the
+    // surface is refused.
+    let last = of_type(&ev, event::TOOL_RESULT)[1]["seq"].clone();
+    let again = t
+        .call(
+            service::TOOL_RESULT_PRUNER,
+            dsh_sdk::names::tool_result_pruner::PRUNE_SESSION,
+            json!({"agent": agent, "keepFrom": last}),
+        )
+        .await;
+    assert_eq!(again, json!({"pruned": [], "charsRemoved": 0}));
+    let bad = t
+        .host
+        .call(
+            service::TOOL_RESULT_PRUNER,
+            dsh_sdk::names::tool_result_pruner::PRUNE_SESSION,
+            json!({"agent": agent, "keepFrom": 99_999}),
+        )
+        .await
+        .unwrap_err();
+    assert!(bad.message.contains("keepFrom 99999"), "{bad}");
+}

@@ -172,9 +172,7 @@ impl Engine {
         if !over(self) {
             return Ok(None);
         }
-        let keep_from = self.with_meter(agent, |m| {
-            m.nodes().get(m.retained_from(retain)).map(|n| n.seq)
-        });
+        let keep_from = self.with_meter(agent, Meter::unanswered_from);
         self.prune(agent, keep_from).await?;
         if !over(self) {
             return Ok(None);
@@ -314,9 +312,6 @@ impl Engine {
                 m.route.clone(),
             )
         });
-        let sessions = Sessions::new(&self.ctx);
-        let log = sessions.events(agent, 0).await?;
-        check_entry(agent, &log, owner)?;
         let id = uuid::Uuid::new_v4().to_string();
         let txn = Txn {
             id: &id,
@@ -325,6 +320,17 @@ impl Engine {
             shadowed: &shadowed,
             shadowed_tokens,
         };
+        // A span no bigger than an empty checkpoint cannot shrink: no
+        // summary is asked for.
+        let floor = tokens::of_message(&checkpoint_message(&txn, &[]));
+        if shadowed_tokens <= floor {
+            return Err(failed(format!(
+                "the span to compact (~{shadowed_tokens} tokens) is no bigger than an empty checkpoint (~{floor}); nothing was summarized"
+            )));
+        }
+        let sessions = Sessions::new(&self.ctx);
+        let log = sessions.events(agent, 0).await?;
+        check_entry(agent, &log, owner)?;
         let header = log
             .iter()
             .rev()

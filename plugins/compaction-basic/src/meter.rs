@@ -19,6 +19,8 @@ pub struct Node {
     pub tokens: u64,
     /// Tool calls it opens (an answer) minus the one it closes (a result).
     delta: i64,
+    /// An assistant answer.
+    answer: bool,
 }
 
 /// The measure at the last answer: the provider's usage (or the estimate
@@ -77,6 +79,7 @@ impl Meter {
                 event::TOOL_RESULT => -1,
                 _ => 0,
             },
+            answer: e.kind == event::ASSISTANT_MESSAGE,
         };
         match e.surface_op.as_ref().and_then(replace_range) {
             Some((start, end)) => self.replace(start, end, node)?,
@@ -151,6 +154,14 @@ impl Meter {
     /// The surface nodes, in order.
     pub fn nodes(&self) -> &[Node] {
         &self.nodes
+    }
+
+    /// The first node the model has not answered yet (after the last
+    /// answer): what pruning leaves alone, so no result is cut before the
+    /// model has read it. `None` when every node was answered.
+    pub fn unanswered_from(&self) -> Option<u64> {
+        let last_answer = self.nodes.iter().rposition(|n| n.answer)?;
+        self.nodes.get(last_answer + 1).map(|n| n.seq)
     }
 
     /// The first node of the most recent `retain` tokens (the whole
@@ -325,6 +336,8 @@ mod tests {
         // Between c1 and c2 is never a cut.
         let from_c2: u64 = m.nodes()[3..].iter().map(|n| n.tokens).sum();
         assert_eq!(m.select(from_c2), Some(1));
+        // The last answer's result is what the model has not read yet.
+        assert_eq!(m.unanswered_from(), Some(6));
         // Keeping everything leaves nothing to compact.
         assert_eq!(m.select(u64::MAX), None);
         assert_eq!(Meter::default().select(0), None);
