@@ -4,11 +4,13 @@
 //! `commands/change`. Checks registration, listing, execution and its
 //! `command/run` / `command/done` pair in the session log, unwinding when
 //! the fixture unloads, refusals, and the shipped `/help`, `/model`,
-//! `/permission` and `/status`.
+//! `/permission` and `/status`; with `compaction-basic` and
+//! `command-compact` loaded too, `/compact` and the context line of
+//! `/status`.
 
 use dsh_sdk::api::commands::event as command_event;
 use dsh_sdk::names::{agents, bus, code, commands, permission, service};
-use dsh_sdk::vocab::event;
+use dsh_sdk::vocab::{compaction, event};
 use dsh_testkit::agent::{
     core_host_staged, create, events, idle, logged, new_agent, of_type, send, turn,
 };
@@ -55,6 +57,22 @@ async fn setup() -> (TestHost, FakeLlm, String) {
     })
     .await;
     (t, fake, core)
+}
+
+/// The rows of `compaction-basic` and `command-compact` (ids = plugin
+/// names).
+fn compaction_rows() -> String {
+    "[[row]]\nid = \"compaction-basic\"\nplugin = \"compaction-basic\"\n\
+     [[row]]\nid = \"command-compact\"\nplugin = \"command-compact\"\n"
+        .to_owned()
+}
+
+/// [`setup`] with a compaction engine and `/compact` loaded too.
+async fn setup_with_compaction() -> (TestHost, FakeLlm) {
+    core_host_staged(&[KIT, PROBE], |r| {
+        format!("{}{}", rows(r, true), compaction_rows())
+    })
+    .await
 }
 
 async fn execute(t: &TestHost, agent: &str, line: &str) -> Value {
@@ -455,5 +473,144 @@ async fn a_command_runs_while_a_turn_streams_and_stays_out_of_the_history() {
     assert!(!request.contains("mid-turn"), "{request}");
     let log = events(&t, &agent).await;
     assert_eq!(of_type(&log, command_event::COMMAND_DONE).len(), 1);
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn compact_replaces_the_older_turns_with_a_summary_tied_to_the_command() {
+    let (t, fake) = setup_with_compaction().await;
+    let agent = new_agent(&t, "/tmp").await;
+    // Long prompts, so the summary is smaller than what it replaces.
+    fake.push([text("one"), text("two")]);
+    turn(&t, &agent, &"a".repeat(4000)).await;
+    turn(&t, &agent, &"b".repeat(4000)).await;
+    fake.push([text("## Primary Request and Intent\n- s")]);
+    let before = events(&t, &agent).await.len();
+
+    let r = execute(&t, &agent, "/compact  keep the API notes ").await;
+    let id = r["commandId"].as_str().unwrap().to_owned();
+    assert_eq!(r["result"]["kind"], "success", "{r}");
+    let log = events(&t, &agent).await;
+    let summaries = of_type(&log, compaction::SUMMARY);
+    assert_eq!(summaries.len(), 1, "{log:?}");
+    let summary = &summaries[0]["data"];
+    assert_eq!(
+        r["result"]["text"],
+        format!(
+            "Compacted {} history items (~{} tokens).",
+            summary["shadowedSeqs"].as_array().unwrap().len(),
+            summary["shadowedTokenCount"]
+        )
+    );
+    assert_eq!(r["result"]["sourceEventSeq"], summaries[0]["seq"]);
+    assert_eq!(summary["sourceCommandId"], id.as_str());
+
+    // command/run, then the compaction's records, then command/done.
+    let kinds: Vec<&str> = log[before..]
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            command_event::COMMAND_RUN,
+            compaction::START,
+            compaction::SUMMARY,
+            event::USER_MESSAGE,
+            compaction::END,
+            command_event::COMMAND_DONE
+        ]
+    );
+    assert_eq!(log[before + 1]["data"]["sourceCommandId"], id.as_str());
+    assert_eq!(
+        log[before + 3]["surfaceOp"]["op"],
+        "replace",
+        "{}",
+        log[before + 3]
+    );
+    let end = &log[before + 4]["data"];
+    assert_eq!(end["sourceCommandId"], id.as_str());
+    assert!(end.get("error").is_none(), "{end}");
+
+    // The summary request is marked as a compaction and carries the
+    // instructions, trimmed, in its last message.
+    let head = fake.headers().last().unwrap().to_ascii_lowercase();
+    assert!(head.contains("x-deepseek-harness-compact: 1"), "{head}");
+    let request = fake.requests().last().unwrap().clone();
+    let last = request["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .to_string();
+    assert!(last.contains("keep the API notes"), "{last}");
+    assert!(!last.contains("keep the API notes "), "{last}");
+
+    // The next turn sees the checkpoint in place of the older prompts.
+    fake.push([text("three")]);
+    turn(&t, &agent, "after").await;
+    let next = fake.requests().last().unwrap().to_string();
+    assert!(
+        !next.contains(&"a".repeat(4000)),
+        "the first prompt was replaced"
+    );
+    assert!(next.contains("Primary Request and Intent"), "{next}");
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn compact_on_a_fresh_agent_has_nothing_to_do() {
+    let (t, _fake) = setup_with_compaction().await;
+    let agent = new_agent(&t, "/tmp").await;
+    assert_eq!(
+        text_of(&t, &agent, "/compact").await,
+        ("success".into(), "No compactable history yet.".into())
+    );
+    let log = events(&t, &agent).await;
+    assert!(of_type(&log, compaction::START).is_empty(), "{log:?}");
+    let help = text_of(&t, &agent, "/help").await.1;
+    assert!(help.contains("/compact [instructions] — "), "{help}");
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn status_shows_the_context_when_a_compaction_engine_measures_it() {
+    let (t, fake) = setup_with_compaction().await;
+    let agent = new_agent(&t, "/tmp").await;
+    fake.push([text("one")]);
+    turn(&t, &agent, "hi").await;
+    let (kind, status) = text_of(&t, &agent, "/status").await;
+    assert_eq!(kind, "success");
+    let lines: Vec<&str> = status.lines().collect();
+    assert_eq!(lines.len(), 3, "{status}");
+    assert!(lines[0].starts_with("tokens: 20 in "), "{status}");
+    // The fake route's window is the adapter's default, 1,000,000; the
+    // threshold is 0.8 of it.
+    let context = lines[2];
+    assert!(context.starts_with("context: ~"), "{context}");
+    assert!(
+        context.ends_with(" tokens of 1000000 (0%), compaction at 800000"),
+        "{context}"
+    );
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn compact_while_a_turn_runs_says_the_agent_is_busy() {
+    let (t, fake) = setup_with_compaction().await;
+    let gate = Gate::new();
+    let mut payloads = text_payloads("a streamed answer");
+    let rest = payloads.split_off(1);
+    fake.push([Answer::Gated(payloads, gate.clone(), rest)]);
+    let agent = new_agent(&t, "/tmp").await;
+    send(&t, agents::FOLLOWUP, &agent, "start").await;
+    logged(&t, &agent, event::ASSISTANT_CHUNK).await;
+    let (kind, text) = text_of(&t, &agent, "/compact").await;
+    assert_eq!(kind, "error");
+    assert!(text.contains("the agent is busy"), "{text}");
+    gate.open();
+    assert_eq!(idle(&t, &agent).await, json!({"kind": "completed"}));
+    let log = events(&t, &agent).await;
+    assert!(of_type(&log, compaction::START).is_empty(), "{log:?}");
     t.shutdown().await;
 }

@@ -2,11 +2,14 @@
 //! `assistant/message` summed (the adapter's `inputTokens` are the uncached
 //! input, `cacheReadTokens` the cached input, `outputTokens` the output) —
 //! and their cost from [`crate::prices`], per model; "cost unknown" when a
-//! model that answered has no price.
+//! model that answered has no price. When a `compaction` service answers
+//! `measure` for the agent, a third line gives the context the next request
+//! would use, against the model's window and the compaction threshold.
 
 use std::collections::BTreeMap;
 
 use dsh_sdk::api::commands::{CommandResult, RunParams};
+use dsh_sdk::api::compaction::{Compaction, Measurement};
 use dsh_sdk::api::sessions::Sessions;
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::{event, SessionEvent};
@@ -101,10 +104,42 @@ fn cost(t: &Totals) -> String {
     format!("cost: ${dollars:.6}")
 }
 
+/// The context line for `m`: `context: ~T tokens of W (P%), compaction at
+/// H`, or `context: ~T tokens` when the window is unknown.
+pub fn context_line(m: &Measurement) -> String {
+    let mut line = format!("context: ~{} tokens", m.total_tokens);
+    if let Some(window) = m.context_window.filter(|w| *w > 0) {
+        let percent = (m.total_tokens as f64 * 100.0 / window as f64).round();
+        line.push_str(&format!(" of {window} ({percent}%)"));
+        if let Some(at) = m.threshold_tokens {
+            line.push_str(&format!(", compaction at {at}"));
+        }
+    }
+    line
+}
+
+/// The context line of `agent`, when a compaction service measures it: none
+/// when no service is loaded, and none (with a warning) when it fails.
+async fn context(ctx: &Context, agent: &str) -> Option<String> {
+    match Compaction::new(ctx).measure(agent).await {
+        Ok(m) => Some(context_line(&m)),
+        Err(e) if e.code == codes::SERVICE_UNAVAILABLE => None,
+        Err(e) => {
+            dsh_sdk::tracing::warn!("/status: measuring the context of {agent} failed: {e}");
+            None
+        }
+    }
+}
+
 /// Runs `/status` for `inv`.
 pub async fn run(ctx: &Context, inv: &RunParams) -> Result<CommandResult> {
     let events = Sessions::new(ctx).events(&inv.agent, 0).await?;
-    Ok(CommandResult::success(render(&totals(&events))))
+    let mut text = render(&totals(&events));
+    if let Some(line) = context(ctx, &inv.agent).await {
+        text.push('\n');
+        text.push_str(&line);
+    }
+    Ok(CommandResult::success(text))
 }
 
 #[cfg(test)]
@@ -134,6 +169,25 @@ mod tests {
             text,
             "tokens: 1000020 in (8 cache hit, 1000012 cache miss), 5 out, over 2 model answers\ncost: $0.280006"
         );
+    }
+
+    #[test]
+    fn the_context_line_shows_the_window_when_known() {
+        let mut m = Measurement {
+            total_tokens: 1234,
+            surface_tokens: 1000,
+            baseline: dsh_sdk::api::compaction::Baseline::Usage,
+            nodes: 4,
+            context_window: Some(10000),
+            threshold_tokens: Some(8000),
+        };
+        assert_eq!(
+            context_line(&m),
+            "context: ~1234 tokens of 10000 (12%), compaction at 8000"
+        );
+        m.context_window = None;
+        m.threshold_tokens = None;
+        assert_eq!(context_line(&m), "context: ~1234 tokens");
     }
 
     #[test]
