@@ -49,7 +49,7 @@ impl Builtin {
             ),
             Builtin::Status => (
                 "status",
-                "Tokens in and out, cache hits and cost of this session so far",
+                "Tokens in and out, cache hits, cost and context in use of this session",
                 None,
             ),
         };

@@ -110,17 +110,34 @@ impl Engine {
         }
     }
 
-    /// The context window of a route (asked once per route).
+    /// The context window of a route, asked once per route until the
+    /// adapters change; a route that cannot say is warned about once and
+    /// left alone (no automatic compaction for it).
     async fn window(&self, route: &(String, String)) -> Result<Option<u64>> {
         if let Some(w) = self.windows.borrow().get(route) {
             return Ok(*w);
         }
-        let info = Llm::new(&self.ctx)
+        let window = match Llm::new(&self.ctx)
             .resolve_model_info(&route.0, &route.1)
-            .await?;
-        let window = info.context.map(|c| c.context_window);
+            .await
+        {
+            Ok(info) => info.context.map(|c| c.context_window),
+            Err(e) => {
+                dsh_sdk::tracing::warn!(
+                    "compaction: no context window for {}/{}: {e}; it is not compacted automatically",
+                    route.0,
+                    route.1
+                );
+                None
+            }
+        };
         self.windows.borrow_mut().insert(route.clone(), window);
         Ok(window)
+    }
+
+    /// Forgets the windows asked so far (the adapters changed).
+    pub fn forget_windows(&self) {
+        self.windows.borrow_mut().clear();
     }
 
     /// `measure`.

@@ -40,6 +40,11 @@ impl Plugin for CompactionBasic {
             on_request_error(&ctx, &engine);
         }
         let e = engine.clone();
+        ctx.on(bus::LLM_ADAPTERS_UPDATED, move |_| {
+            e.forget_windows();
+            async { Ok(Value::Null) }
+        });
+        let e = engine.clone();
         ctx.on(bus::SESSION_DISPOSED, move |ev| {
             let e = e.clone();
             async move {
