@@ -31,6 +31,15 @@ async fn host(fake: &FakeLlm, root: &std::path::Path, compaction: &str) -> TestH
     t
 }
 
+/// A fake model, a sessions root, a host with compaction on, and an agent.
+async fn agent_host() -> (FakeLlm, TempDir, TestHost, String) {
+    let fake = FakeLlm::start().await;
+    let root = TempDir::new("sessions");
+    let t = host(&fake, root.path(), "").await;
+    let agent = new_agent(&t, "/tmp").await;
+    (fake, root, t, agent)
+}
+
 /// A text answer whose usage reports `prompt` input tokens.
 fn answer_using(answer: &str, prompt: u64) -> Answer {
     Answer::Sse(vec![
@@ -103,10 +112,7 @@ fn assert_compaction_records(ev: &[Value], turn: u64) -> Value {
 
 #[tokio::test]
 async fn crossing_the_threshold_compacts_once_and_keeps_the_recent_turns() {
-    let fake = FakeLlm::start().await;
-    let root = TempDir::new("sessions");
-    let t = host(&fake, root.path(), "").await;
-    let agent = new_agent(&t, "/tmp").await;
+    let (fake, _root, t, agent) = agent_host().await;
     let first = "alpha ".repeat(1400);
     let big = "x".repeat(6400);
     let answer = "omega ".repeat(1000);
@@ -211,10 +217,7 @@ async fn crossing_the_threshold_compacts_once_and_keeps_the_recent_turns() {
 
 #[tokio::test]
 async fn context_window_exceeded_compacts_and_retries_the_step() {
-    let fake = FakeLlm::start().await;
-    let root = TempDir::new("sessions");
-    let t = host(&fake, root.path(), "").await;
-    let agent = new_agent(&t, "/tmp").await;
+    let (fake, _root, t, agent) = agent_host().await;
     fake.push([
         text("ok"),
         Answer::Status(
@@ -255,10 +258,7 @@ async fn context_window_exceeded_compacts_and_retries_the_step() {
 
 #[tokio::test]
 async fn a_failed_summary_changes_no_history_and_the_turn_goes_on() {
-    let fake = FakeLlm::start().await;
-    let root = TempDir::new("sessions");
-    let t = host(&fake, root.path(), "").await;
-    let agent = new_agent(&t, "/tmp").await;
+    let (fake, _root, t, agent) = agent_host().await;
     fake.push([
         answer_using(&"omega ".repeat(1100), 8500),
         Answer::Status(
@@ -490,10 +490,7 @@ async fn an_original_log_with_a_prune_and_a_compaction_derives_what_the_original
 
 #[tokio::test]
 async fn a_cancel_during_a_summary_stops_it_and_the_turn_ends_with_the_failure_logged() {
-    let fake = FakeLlm::start().await;
-    let root = TempDir::new("sessions");
-    let t = host(&fake, root.path(), "").await;
-    let agent = new_agent(&t, "/tmp").await;
+    let (fake, _root, t, agent) = agent_host().await;
     fake.push([
         answer_using(&"omega ".repeat(1100), 8500),
         dsh_testkit::fake_llm::stall_after("## Primary"),

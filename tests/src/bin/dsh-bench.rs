@@ -716,10 +716,11 @@ fn main() -> Result<()> {
             .build()?;
         let compaction = std::env::var_os("DSH_BENCH_COMPACTION").is_some();
         let times = rt.block_on(bench_steps(n.parse()?, compaction))?;
+        let k = (times.len() / 10).max(1);
         println!(
-            "per step: first {:.3} ms, last {:.3} ms",
-            times[0],
-            times[times.len() - 2]
+            "per step, medians of the first and last {k}: {:.3} ms, {:.3} ms",
+            median(times[..k].to_vec()),
+            median(times[times.len() - k..].to_vec())
         );
         return Ok(());
     }
