@@ -266,6 +266,14 @@ async fn a_failed_summary_changes_no_history_and_the_turn_goes_on() {
             vec![],
             "{\"error\":{\"message\":\"bad summary request\"}}".into(),
         ),
+        // Still over the threshold at the next step.
+        with_usage(
+            tool_calls(&[(
+                tool::BASH,
+                json!({"command": "true", "description": "noop"}),
+            )]),
+            8500,
+        ),
         text("still here"),
     ]);
     assert_eq!(
@@ -274,7 +282,8 @@ async fn a_failed_summary_changes_no_history_and_the_turn_goes_on() {
     );
     let before = derived(&t, &agent).await;
     assert_eq!(turn(&t, &agent, "next").await["kind"], "completed");
-    assert_eq!(fake.requests().len(), 3);
+    // One summary attempt: the turn's second step does not try again.
+    assert_eq!(fake.requests().len(), 4);
     let ev = events(&t, &agent).await;
     let k = kinds(&ev);
     assert!(
@@ -287,10 +296,10 @@ async fn a_failed_summary_changes_no_history_and_the_turn_goes_on() {
     assert!(error.contains("bad summary request"), "{error}");
     assert_eq!(of_type(&ev, records::START).len(), 1);
     assert!(of_type(&ev, records::SUMMARY).is_empty());
-    // The history is what it was, plus the new turn.
+    // The history is what it was, plus the new turn's two steps.
     let after = derived(&t, &agent).await;
     assert_eq!(after[..before.len()], before[..]);
-    assert_eq!(after.len(), before.len() + 2);
+    assert_eq!(after.len(), before.len() + 4);
     // The request after the failed summary still carried everything.
     let sent = fake.requests()[2]["messages"].to_string();
     assert!(sent.contains("alpha"));

@@ -44,6 +44,9 @@ pub struct Engine {
     windows: RefCell<HashMap<(String, String), Option<u64>>>,
     /// Overflow retries of each agent's current (turn, step).
     overflow: RefCell<HashMap<String, Attempts>>,
+    /// The turn in which each agent's pressure compaction last failed: it
+    /// is not tried again before the next turn (each try is a model call).
+    failed_turn: RefCell<HashMap<String, u64>>,
 }
 
 /// The overflow retries spent at a (turn, step).
@@ -72,6 +75,7 @@ impl Engine {
             busy: RefCell::default(),
             windows: RefCell::default(),
             overflow: RefCell::default(),
+            failed_turn: RefCell::default(),
         })
     }
 
@@ -79,6 +83,7 @@ impl Engine {
     pub fn forget(&self, agent: &str) {
         self.meters.borrow_mut().remove(agent);
         self.overflow.borrow_mut().remove(agent);
+        self.failed_turn.borrow_mut().remove(agent);
     }
 
     /// Brings `agent`'s meter up to the log's end: the surface events
@@ -169,8 +174,25 @@ impl Engine {
 
     /// Before a step of turn `turn`: compacts when the context reached the
     /// threshold (pruning first), until it is below it or the attempts run
-    /// out. `None` when nothing was summarized.
+    /// out. `None` when nothing was summarized. After a failure, the rest of
+    /// the turn is left alone.
     pub async fn on_pressure(
+        &self,
+        agent: &str,
+        turn: u64,
+        signal: Option<&str>,
+    ) -> Result<Option<CompactionResult>> {
+        if self.failed_turn.borrow().get(agent) == Some(&turn) {
+            return Ok(None);
+        }
+        let outcome = self.relieve(agent, turn, signal).await;
+        if outcome.is_err() {
+            self.failed_turn.borrow_mut().insert(agent.to_owned(), turn);
+        }
+        outcome
+    }
+
+    async fn relieve(
         &self,
         agent: &str,
         turn: u64,
