@@ -452,6 +452,14 @@ impl BlockAssembler {
             .to_owned()
     }
 
+    /// The failure the finish chunk reported (null when it had none).
+    pub fn failure(&self) -> Value {
+        self.finish
+            .as_ref()
+            .map(|f| f["failure"].clone())
+            .unwrap_or(Value::Null)
+    }
+
     /// The assembled blocks; on `max-tokens` every tool call is dropped.
     pub fn blocks(&self) -> Vec<Value> {
         let max_tokens = self.finish_kind() == "max-tokens";
@@ -479,6 +487,31 @@ impl BlockAssembler {
 /// log (reference §2.5–2.6): surface events in order, with `replace` ranges
 /// spliced out and empty assistant messages skipped.
 pub fn derive_messages(events: &[SessionEvent]) -> Vec<Value> {
+    surface_nodes(events)
+        .into_iter()
+        .filter_map(event_message)
+        .cloned()
+        .collect()
+}
+
+/// The message a surface event puts in the model history: a
+/// `user/message`'s payload, the `message` of a `tool/result` or of an
+/// `assistant/message` with content; `None` for anything else.
+pub fn event_message(e: &SessionEvent) -> Option<&Value> {
+    match e.kind.as_str() {
+        event::USER_MESSAGE => Some(&e.data),
+        event::ASSISTANT_MESSAGE | event::TOOL_RESULT => {
+            let m = &e.data["message"];
+            let empty = m["content"].as_array().is_none_or(Vec::is_empty);
+            (!(e.kind == event::ASSISTANT_MESSAGE && empty)).then_some(m)
+        }
+        _ => None,
+    }
+}
+
+/// The current surface of a log (or of its surface events): each node's
+/// event, in order, `replace` ranges spliced.
+pub fn surface_nodes(events: &[SessionEvent]) -> Vec<&SessionEvent> {
     let mut nodes: Vec<&SessionEvent> = Vec::new();
     for e in events {
         match &e.surface_op {
@@ -498,17 +531,6 @@ pub fn derive_messages(events: &[SessionEvent]) -> Vec<Value> {
         }
     }
     nodes
-        .into_iter()
-        .filter_map(|e| match e.kind.as_str() {
-            event::USER_MESSAGE => Some(e.data.clone()),
-            event::ASSISTANT_MESSAGE | event::TOOL_RESULT => {
-                let m = &e.data["message"];
-                let empty = m["content"].as_array().is_none_or(Vec::is_empty);
-                (!(e.kind == event::ASSISTANT_MESSAGE && empty)).then(|| m.clone())
-            }
-            _ => None,
-        })
-        .collect()
 }
 
 /// The closers that make a torn log balanced again (reference §2.11):

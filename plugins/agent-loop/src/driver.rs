@@ -756,11 +756,7 @@ impl Loop {
         assembler: &BlockAssembler,
         abort: &Abort,
     ) -> Result<(), Stop> {
-        let failure = assembler
-            .finish
-            .as_ref()
-            .map(|f| f["failure"].clone())
-            .unwrap_or(Value::Null);
+        let failure = assembler.failure();
         let payload = RequestError {
             agent: agent.to_owned(),
             turn,

@@ -25,7 +25,7 @@ use dsh_sdk::vocab::compaction::{
     checkpoint_content, CheckpointSource, CompactionEnd, CompactionStart, CompactionSummary,
     ShadowedRange, END, START, SUMMARY,
 };
-use dsh_sdk::vocab::{event, tokens, SessionEvent};
+use dsh_sdk::vocab::{event, event_message, tokens, SessionEvent};
 
 use crate::config::Config;
 use crate::meter::Meter;
@@ -255,8 +255,8 @@ impl Engine {
         self.sync(agent).await?;
         let generation = self.with_meter(agent, |m| m.replace_generation);
         let outcome = async {
+            // A prune that changed anything has synced the meter.
             self.prune(agent, None).await?;
-            self.sync(agent).await?;
             if let Some(cut) = self.with_meter(agent, |m| m.select(0)) {
                 self.compact(agent, cut, Some(turn), None, None, None)
                     .await?;
@@ -629,14 +629,7 @@ fn shadowed_messages(
             .get(*seq as usize)
             .filter(|e| e.seq == *seq)
             .ok_or_else(|| failed(format!("surface seq {seq} is not in the log")))?;
-        let message = if e.kind == event::USER_MESSAGE {
-            &e.data
-        } else {
-            &e.data["message"]
-        };
-        let empty_answer = e.kind == event::ASSISTANT_MESSAGE
-            && message["content"].as_array().is_none_or(Vec::is_empty);
-        if !empty_answer {
+        if let Some(message) = event_message(e) {
             out.push(serde_json::value::to_raw_value(message)?);
         }
     }

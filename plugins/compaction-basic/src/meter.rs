@@ -7,6 +7,7 @@
 use dsh_sdk::api::compaction::Baseline;
 use dsh_sdk::vocab::event;
 use dsh_sdk::vocab::history::{RawSurfaceEvent, SurfaceTail};
+use dsh_sdk::vocab::surface::replace_range;
 use dsh_sdk::vocab::tokens;
 use serde_json::Value;
 
@@ -198,11 +199,6 @@ impl Meter {
         }
         (keep > 0).then_some(keep)
     }
-}
-
-/// The `(start, end)` of a `{op: replace}` surface op.
-fn replace_range(op: &Value) -> Option<(u64, u64)> {
-    (op["op"] == "replace").then_some((op["start"].as_u64()?, op["end"].as_u64()?))
 }
 
 #[cfg(test)]

@@ -116,11 +116,7 @@ pub async fn summarize(ctx: &Context, input: Input<'_>) -> Result<Summary> {
     }
     match assembler.finish_kind().as_str() {
         "error" | "aborted" => {
-            let failure = assembler
-                .finish
-                .as_ref()
-                .map(|f| f["failure"].clone())
-                .unwrap_or(Value::Null);
+            let failure = assembler.failure();
             return Err(Error::new(
                 failure["code"].as_str().unwrap_or(codes::UNKNOWN),
                 format!(

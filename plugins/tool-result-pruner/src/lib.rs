@@ -7,7 +7,7 @@ use dsh_sdk::api::sessions::{NewEvent, Sessions};
 use dsh_sdk::names::{service, tool_result_pruner};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::compaction::{CompactionPrune, ShadowedRange, PRUNE};
-use dsh_sdk::vocab::{event, tokens, SessionEvent};
+use dsh_sdk::vocab::{event, surface_nodes, tokens};
 
 use prune::{prune_content, text_chars, Config};
 
@@ -36,40 +36,12 @@ impl Plugin for Pruner {
     }
 }
 
-/// The current surface of a session: its nodes' events, in order.
-fn surface(events: Vec<SessionEvent>) -> Result<Vec<SessionEvent>> {
-    let mut nodes: Vec<SessionEvent> = Vec::new();
-    for e in events {
-        let op = e.surface_op.clone().unwrap_or(Value::Null);
-        if op["op"] != "replace" {
-            nodes.push(e);
-            continue;
-        }
-        let at = |seq: &Value| {
-            let seq = seq.as_u64();
-            nodes.iter().position(|n| Some(n.seq) == seq)
-        };
-        match (at(&op["start"]), at(&op["end"])) {
-            (Some(s), Some(end)) if s <= end => {
-                nodes.splice(s..=end, [e]);
-            }
-            _ => {
-                return Err(Error::msg(format!(
-                    "surface replace at seq {} does not fit the surface",
-                    e.seq
-                )))
-            }
-        }
-    }
-    Ok(nodes)
-}
-
 /// Prunes the oversized results before `keepFrom`, each as a
 /// `compaction/prune` record and its replacement, in one `appendMany`.
 async fn prune_session(ctx: &Context, config: &Config, p: PruneParams) -> Result<PruneResult> {
     let sessions = Sessions::new(ctx);
     let reply = sessions.surface(&p.agent, 0).await?;
-    let nodes = surface(reply.events)?;
+    let nodes = surface_nodes(&reply.events);
     let end = match p.keep_from {
         None => nodes.len(),
         Some(seq) => nodes.iter().position(|n| n.seq == seq).ok_or_else(|| {

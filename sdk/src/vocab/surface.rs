@@ -36,8 +36,8 @@ pub enum Plan {
 }
 
 /// A `{op:"replace", start, end}` object with exactly these keys and
-/// non-negative integer seqs.
-fn replace_range(op: &Value) -> Option<(u64, u64)> {
+/// non-negative integer seqs: its `(start, end)`.
+pub fn replace_range(op: &Value) -> Option<(u64, u64)> {
     let o = op.as_object()?;
     if o.len() != 3 || o.get("op")? != "replace" {
         return None;
