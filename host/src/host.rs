@@ -119,7 +119,7 @@ impl Host {
         let (exit_tx, _) = tokio::sync::watch::channel(None);
         let exit = Arc::new(exit_tx);
         let (commands, commands_rx) = mpsc::unbounded_channel();
-        let terminal = Terminal::default();
+        let terminal = Terminal::process();
         let service = HostService {
             args: config.args.clone(),
             info: Info {

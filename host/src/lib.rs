@@ -38,5 +38,5 @@ pub use host::{Host, HostConfig, HostStream};
 pub use paths::{create_private_dir, dsh_home, privacy_warning, Install};
 pub use report::Report;
 pub use supervisor::{resolve_plugin, FiberState, FiberStatus, SupervisorError, Timeouts};
-pub use terminal::restore_terminal;
+pub use terminal::{restore_terminal, say};
 pub use watch::{watch, Change};

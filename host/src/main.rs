@@ -8,8 +8,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use dsh_host::{
-    dsh_home, inspect, privacy_warning, watch, BootOptions, Change, FiberState, Host, HostConfig,
-    Install, Timeouts,
+    dsh_home, inspect, privacy_warning, say, watch, BootOptions, Change, FiberState, Host,
+    HostConfig, Install, Timeouts,
 };
 use tokio::sync::mpsc;
 
@@ -168,11 +168,35 @@ fn init_logging() {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| SayWriter(Vec::new()))
         .without_time()
         .with_target(false)
         .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
         .try_init();
+}
+
+/// One log line, said through [`say`] when it is complete (so a warning
+/// during the chat is shown above its input, not written under it).
+struct SayWriter(Vec<u8>);
+
+impl std::io::Write for SayWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for SayWriter {
+    fn drop(&mut self) {
+        let text = String::from_utf8_lossy(&self.0);
+        let line = text.trim_end_matches('\n');
+        if !line.is_empty() {
+            say(line);
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -486,7 +510,7 @@ async fn serve(
         })
         .collect();
     for b in &broken {
-        eprintln!("dsh-host: {b}");
+        say(&format!("dsh-host: {b}"));
     }
     if !broken.is_empty() && !args.watch {
         host.shutdown().await;
@@ -528,10 +552,10 @@ async fn serve(
                             last_good = c.tree;
                         }
                     }
-                    Err(e) => eprintln!(
+                    Err(e) => say(&format!(
                         "dsh-host: configuration change in {} rejected, keeping the last good tree: {e}",
                         path.display()
-                    ),
+                    )),
                 },
             },
         }
@@ -543,16 +567,18 @@ async fn recompose(host: &Host, opts: &BootOptions, last_good: &mut dsh_host::Tr
     match opts.compose() {
         Ok(c) => {
             for w in &c.tree.warnings {
-                eprintln!("dsh-host: {w}");
+                say(&format!("dsh-host: {w}"));
             }
             host.apply(c.tree.clone()).await;
             *last_good = c.tree;
         }
-        Err(e) => eprintln!("dsh-host: recomposing after a drop-in change failed: {e}"),
+        Err(e) => say(&format!(
+            "dsh-host: recomposing after a drop-in change failed: {e}"
+        )),
     }
 }
 
-/// Reloads the rows served from `path` and says so on stderr, one line per
+/// Reloads the rows served from `path` and says so ([`say`]), one line per
 /// row that got a new generation: its id, plugin, generation and the time
 /// the reload took.
 async fn reload(host: &Host, path: PathBuf) {
@@ -567,10 +593,10 @@ async fn reload(host: &Host, path: PathBuf) {
     let took = started.elapsed().as_millis();
     for s in host.status().await {
         if before.get(&s.id).is_none_or(|g| *g < s.generations) {
-            eprintln!(
+            say(&format!(
                 "dsh-host: reloaded {} ({}) generation {} in {took} ms",
                 s.id, s.plugin, s.generations
-            );
+            ));
         }
     }
 }

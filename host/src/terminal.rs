@@ -12,7 +12,7 @@
 
 use std::collections::VecDeque;
 use std::io::IsTerminal;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use dsh_wire::host_service::{Input, TerminalInfo};
 use dsh_wire::{codes, Error};
@@ -33,12 +33,22 @@ fn saved() -> MutexGuard<'static, Option<libc::termios>> {
 }
 
 /// Puts the terminal back the way the host found it, if raw mode is on
-/// (at exit, and from the host's panic hook).
+/// (at exit, and from the host's panic hook), then writes to stderr the
+/// notices the front end never acknowledged.
 pub fn restore_terminal() {
-    if let Some(mode) = saved().take() {
+    let mode = saved().take();
+    if let Some(mode) = mode {
         paste_brackets(false);
         let _ = set_mode(&mode);
+        Terminal::process().flush_notices();
     }
+}
+
+/// Says `line` to the user: on stderr, or, while a front end holds the
+/// terminal in raw mode, as a notice the front end shows above its input
+/// (a line written under it would break its drawing).
+pub fn say(line: &str) {
+    Terminal::process().say(line);
 }
 
 /// Bracketed paste on or off (the terminal marks where a paste starts and
@@ -50,14 +60,30 @@ fn paste_brackets(on: bool) {
     let _ = out.write_all(seq).and_then(|()| out.flush());
 }
 
-/// The terminal of the process (one per host).
+/// The terminal of the process: one stdin, so one for every host in it.
 #[derive(Clone, Default)]
 pub struct Terminal(Arc<Mutex<State>>);
 
+/// One numbered piece of what `readInput` answers.
+enum Entry {
+    /// Typed or pasted.
+    Typed(String),
+    /// A line of the host's for the user ([`say`]).
+    Notice(String),
+}
+
+impl Entry {
+    fn len(&self) -> usize {
+        match self {
+            Entry::Typed(t) | Entry::Notice(t) => t.len(),
+        }
+    }
+}
+
 #[derive(Default)]
 struct State {
-    /// Input not yet acknowledged: (seq, text), in order.
-    queue: VecDeque<(u64, String)>,
+    /// Input not yet acknowledged, in order.
+    queue: VecDeque<(u64, Entry)>,
     /// Bytes held in `queue`.
     queued: usize,
     /// The seq of the last input read.
@@ -73,8 +99,52 @@ struct State {
 }
 
 impl Terminal {
+    /// The process's terminal.
+    pub fn process() -> Terminal {
+        static PROCESS: OnceLock<Terminal> = OnceLock::new();
+        PROCESS.get_or_init(Terminal::default).clone()
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// See [`say`]. Raw mode is judged under the queue's lock (the order
+    /// every path takes: queue, then mode), so a notice queued as raw mode
+    /// ends is still flushed by [`restore_terminal`].
+    fn say(&self, line: &str) {
+        let mut s = self.lock();
+        if saved().is_none() {
+            drop(s);
+            eprintln!("{line}");
+            return;
+        }
+        let dropped = s.queue_entry(Entry::Notice(line.to_owned()));
+        s.answer_waiter();
+        drop(s);
+        warn_dropped(dropped);
+    }
+
+    /// Writes the unacknowledged notices to stderr and forgets them (raw
+    /// mode ended: nobody will show them). From a panic hook too, so it
+    /// never waits for the lock.
+    fn flush_notices(&self) {
+        let mut s = match self.0.try_lock() {
+            Ok(s) => s,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return,
+        };
+        let mut kept = VecDeque::new();
+        for (seq, entry) in std::mem::take(&mut s.queue) {
+            match entry {
+                Entry::Notice(line) => {
+                    s.queued -= line.len();
+                    eprintln!("{line}");
+                }
+                typed => kept.push_back((seq, typed)),
+            }
+        }
+        s.queue = kept;
     }
 
     /// Whether stdin and stdout are terminals, and the size.
@@ -138,8 +208,10 @@ impl Terminal {
             *saved = Some(original);
             paste_brackets(true);
         } else if let Some(original) = saved.take() {
+            drop(saved);
             paste_brackets(false);
             set_mode(&original)?;
+            self.flush_notices();
         }
         Ok(())
     }
@@ -190,19 +262,23 @@ impl Terminal {
                     unsafe { libc::raise(libc::SIGINT) };
                 }
             }
-            s.queue_input(text);
-        }
-        s.eof |= eof;
-        let Some(input) = s.pending() else {
-            return;
-        };
-        if let Some(waiter) = s.waiter.take() {
-            // A caller that is gone gets nothing; the input stays queued
-            // until a read acknowledges it, and nobody is reading.
-            if !waiter.reply(to_value(&input)) && input.text.contains('\u{3}') {
-                s.unread_interrupts += 1;
+            let dropped = s.queue_entry(Entry::Typed(text));
+            if dropped > 0 {
+                drop(s);
+                warn_dropped(dropped);
+                s = self.lock();
             }
         }
+        s.eof |= eof;
+        s.answer_waiter();
+    }
+}
+
+/// Says that `n` pieces of input were dropped unread (outside the queue's
+/// lock: the warning may come back through [`say`]).
+fn warn_dropped(n: usize) {
+    if n > 0 {
+        tracing::warn!("terminal input dropped: nobody read it ({n} pieces)");
     }
 }
 
@@ -216,18 +292,34 @@ impl State {
         }
     }
 
-    /// Numbers and keeps `text`, dropping the oldest input beyond
-    /// [`MAX_UNACKED`].
-    fn queue_input(&mut self, text: String) {
+    /// Numbers and keeps `entry`, dropping the oldest input beyond
+    /// [`MAX_UNACKED`]; how many pieces were dropped.
+    fn queue_entry(&mut self, entry: Entry) -> usize {
         self.last += 1;
-        self.queued += text.len();
-        self.queue.push_back((self.last, text));
+        self.queued += entry.len();
+        self.queue.push_back((self.last, entry));
+        let mut dropped = 0;
         while self.queued > MAX_UNACKED && self.queue.len() > 1 {
             let Some((_, old)) = self.queue.pop_front() else {
                 break;
             };
             self.queued -= old.len();
-            tracing::warn!("terminal input dropped: nobody read it");
+            dropped += 1;
+        }
+        dropped
+    }
+
+    /// Answers the waiting read, if any, with everything unacknowledged.
+    fn answer_waiter(&mut self) {
+        let Some(input) = self.pending() else {
+            return;
+        };
+        if let Some(waiter) = self.waiter.take() {
+            // A caller that is gone gets nothing; the input stays queued
+            // until a read acknowledges it, and nobody is reading.
+            if !waiter.reply(to_value(&input)) && input.text.contains('\u{3}') {
+                self.unread_interrupts += 1;
+            }
         }
     }
 
@@ -236,11 +328,18 @@ impl State {
         if self.queue.is_empty() && !self.eof {
             return None;
         }
-        Some(Input {
+        let mut input = Input {
             seq: self.last,
-            text: self.queue.iter().map(|(_, t)| t.as_str()).collect(),
             eof: self.eof,
-        })
+            ..Input::default()
+        };
+        for (_, entry) in &self.queue {
+            match entry {
+                Entry::Typed(t) => input.text.push_str(t),
+                Entry::Notice(line) => input.notices.push(line.clone()),
+            }
+        }
+        Some(input)
     }
 }
 
@@ -304,14 +403,14 @@ fn set_mode(mode: &libc::termios) -> Result<(), Error> {
 
 #[cfg(test)]
 mod tests {
-    use super::{take_utf8, State, MAX_UNACKED};
+    use super::{take_utf8, Entry, State, MAX_UNACKED};
 
     #[test]
     fn input_is_answered_again_until_acknowledged() {
         let mut s = State::default();
         assert!(s.pending().is_none());
-        s.queue_input("ab".into());
-        s.queue_input("c".into());
+        s.queue_entry(Entry::Typed("ab".into()));
+        s.queue_entry(Entry::Typed("c".into()));
         let first = s.pending().unwrap();
         assert_eq!((first.seq, first.text.as_str()), (2, "abc"));
         // A read that was dropped acknowledged nothing: all of it again.
@@ -321,7 +420,7 @@ mod tests {
         s.acknowledge(2);
         assert!(s.pending().is_none());
         // A stale acknowledgement changes nothing.
-        s.queue_input("d".into());
+        s.queue_entry(Entry::Typed("d".into()));
         s.acknowledge(1);
         assert_eq!(s.pending().unwrap().text, "d");
     }
@@ -330,16 +429,30 @@ mod tests {
     fn unread_input_is_bounded_but_keeps_the_newest() {
         let mut s = State::default();
         for _ in 0..3 {
-            s.queue_input("x".repeat(MAX_UNACKED / 2));
+            s.queue_entry(Entry::Typed("x".repeat(MAX_UNACKED / 2)));
         }
         assert!(s.queued <= MAX_UNACKED);
         assert_eq!(s.pending().unwrap().seq, 3);
-        s.queue_input("y".repeat(MAX_UNACKED * 2));
+        s.queue_entry(Entry::Typed("y".repeat(MAX_UNACKED * 2)));
         assert_eq!(
             s.queue.len(),
             1,
             "a paste larger than the bound stays whole"
         );
+    }
+
+    #[test]
+    fn notices_come_apart_from_the_keys_and_are_acknowledged_with_them() {
+        let mut s = State::default();
+        s.queue_entry(Entry::Typed("se".into()));
+        s.queue_entry(Entry::Notice("reloaded chat".into()));
+        s.queue_entry(Entry::Typed("c".into()));
+        let all = s.pending().unwrap();
+        assert_eq!(all.text, "sec", "a notice never lands inside typed text");
+        assert_eq!(all.notices, ["reloaded chat"]);
+        s.acknowledge(2);
+        let rest = s.pending().unwrap();
+        assert_eq!((rest.text.as_str(), rest.notices.len()), ("c", 0));
     }
 
     #[test]

@@ -344,6 +344,17 @@ async fn the_chat_plugin_reloaded_mid_session_keeps_the_conversation() {
     p.send("sec");
     replace_library("dsh-plugin-chat", &lib);
     p.wait_for("reloaded chat (chat) generation 2", 20).await;
+    // The host's line is shown by the chat above its input, whole, and the
+    // half-typed input is drawn again under it.
+    p.wait_last_line("› sec", 20).await;
+    let screen = p.contents();
+    assert!(
+        screen.lines().any(|l| {
+            let l = l.trim();
+            l.starts_with("dsh-host: reloaded chat (chat) generation 2 in ") && l.ends_with(" ms")
+        }),
+        "{screen}"
+    );
     p.send("ond\r");
     p.wait_for("After the reload.", 20).await;
     assert_eq!(user_texts(&messages(&fake, 1)), ["first", "second"]);

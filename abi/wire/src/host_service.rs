@@ -114,6 +114,12 @@ pub struct Input {
     pub seq: u64,
     /// What was typed or pasted.
     pub text: String,
+    /// Lines the host has to say (a reload, a warning) while a front end
+    /// holds the terminal in raw mode: the front end shows them above its
+    /// input, so they never break its drawing. Acknowledged with the input;
+    /// what is never acknowledged goes to stderr when raw mode ends.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notices: Vec<String>,
     /// Stdin reached its end (nothing more will come).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub eof: bool,
@@ -171,7 +177,7 @@ mod tests {
         let input = Input {
             seq: 3,
             text: "a".into(),
-            eof: false,
+            ..Input::default()
         };
         assert_eq!(
             serde_json::to_string(&input).unwrap(),

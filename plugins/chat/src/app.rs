@@ -71,6 +71,10 @@ pub struct View {
     pub ack: Option<u64>,
     /// Keys received and not yet handled (a reload hands them over).
     pub keys: std::collections::VecDeque<Key>,
+    /// The host's lines received and not yet shown (a reload's own line
+    /// among them: it reaches the generation it announces).
+    #[serde(default)]
+    pub notices: std::collections::VecDeque<String>,
     /// An escape sequence or paste split across reads.
     pub parser: KeyParser,
     pub editor: Editor,
@@ -393,7 +397,8 @@ impl App {
     pub async fn run(&mut self, rx: &mut mpsc::UnboundedReceiver<Msg>) -> Result<()> {
         self.redraw().await;
         self.read_terminal();
-        // Keys a predecessor received and did not handle.
+        // Keys and notices a predecessor received and did not handle.
+        self.show_notices().await;
         self.handle_keys().await;
         while !self.quit {
             match rx.recv().await {
@@ -418,6 +423,7 @@ impl App {
                         let mut v = view.borrow_mut();
                         let keys = v.parser.feed(&input.text);
                         v.keys.extend(keys);
+                        v.notices.extend(input.notices);
                         v.ack = Some(input.seq);
                         (!input.eof, Ok(!input.eof))
                     }
@@ -428,6 +434,17 @@ impl App {
                 }
             }
         });
+    }
+
+    /// Shows the host's queued lines above the input, dimmed.
+    async fn show_notices(&mut self) {
+        loop {
+            let line = self.view.borrow_mut().notices.pop_front();
+            let Some(line) = line else {
+                return;
+            };
+            self.notice(Tone::Dim, &line).await;
+        }
     }
 
     /// Handles the queued keys, one at a time.
@@ -447,6 +464,7 @@ impl App {
     async fn message(&mut self, msg: Msg) {
         match msg {
             Msg::Input(Ok(open)) => {
+                self.show_notices().await;
                 self.handle_keys().await;
                 if !open && !self.quit {
                     self.exit().await;

@@ -128,6 +128,11 @@ impl Pty {
     /// Waits until the chat is idle: its prompt is the last line shown (a
     /// running turn hides an empty prompt).
     pub async fn wait_idle(&self, secs: u64) {
+        self.wait_last_line("›", secs).await;
+    }
+
+    /// Waits until the last line shown (trimmed) is `line`.
+    pub async fn wait_last_line(&self, line: &str, secs: u64) {
         self.wait_until(
             secs,
             |s| {
@@ -135,9 +140,9 @@ impl Pty {
                     .rev()
                     .find(|l| !l.trim().is_empty())
                     .map(str::trim)
-                    == Some("›")
+                    == Some(line)
             },
-            "the idle prompt",
+            line,
         )
         .await;
     }
