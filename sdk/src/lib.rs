@@ -42,6 +42,7 @@ mod context;
 mod error;
 pub mod fence;
 pub mod file;
+pub mod lazy_json;
 mod link;
 mod logging;
 pub mod names;
@@ -62,6 +63,7 @@ pub use context::{
 pub use dsh_tempdir as tempdir;
 pub use dsh_wire::Manifest;
 pub use error::{codes, Error, Result};
+pub use lazy_json::LazyJson;
 pub use payload::{Payload, RawObject};
 pub use serde_json::{json, Value};
 pub use tracing;

@@ -138,8 +138,9 @@ pub struct SessionEvent {
     pub seq: u64,
     /// Epoch milliseconds.
     pub time: u64,
-    /// The payload.
-    pub data: Value,
+    /// The payload, kept as text until it is read (most events of a long
+    /// session never are).
+    pub data: crate::LazyJson,
     /// Events this one was derived from.
     #[serde(
         rename = "sourceEventSeqs",
@@ -163,7 +164,7 @@ impl SessionEvent {
             kind: kind.into(),
             seq,
             time: 0,
-            data,
+            data: data.into(),
             source_event_seqs: None,
             surface_op: None,
             ignorable: None,
@@ -541,7 +542,13 @@ pub fn interrupted_turn_closers(events: &[SessionEvent]) -> Vec<SessionEvent> {
     let mut open_step: Option<u64> = None;
     // call id -> (step, recorded tool/call seq)
     let mut pending: Vec<(String, u64, Option<u64>)> = Vec::new();
-    for e in events {
+    // A turn/start resets everything: the last one is where to begin (the
+    // data of earlier events is not read).
+    let from = events
+        .iter()
+        .rposition(|e| e.kind == event::TURN_START)
+        .unwrap_or(0);
+    for e in &events[from..] {
         match e.kind.as_str() {
             event::TURN_START => {
                 open_turn = e.data["turn"].as_u64();
@@ -600,7 +607,7 @@ pub fn interrupted_turn_closers(events: &[SessionEvent]) -> Vec<SessionEvent> {
             kind: kind.to_owned(),
             seq: base + out.len() as u64,
             time,
-            data,
+            data: data.into(),
             source_event_seqs: sources,
             surface_op: surface.then(|| json!("append")),
             ignorable: None,
@@ -680,7 +687,7 @@ mod tests {
             kind: kind.to_owned(),
             seq,
             time: 100 + seq,
-            data,
+            data: data.into(),
             source_event_seqs: None,
             surface_op: surface.then(|| json!("append")),
             ignorable: None,

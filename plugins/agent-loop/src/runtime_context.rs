@@ -161,7 +161,7 @@ mod tests {
             kind: kind.into(),
             seq,
             time: 0,
-            data,
+            data: data.into(),
             source_event_seqs: sources,
             surface_op: op,
             ignorable: None,

@@ -89,6 +89,25 @@ pub struct Scan {
     pub torn_at: Option<usize>,
 }
 
+/// Decodes one storage line into events. An event row is read straight
+/// into its event, its data kept as text; a packed row (or a row whose
+/// fields come in another order) goes through [`decode`].
+fn decode_line(line: &str) -> Result<Vec<SessionEvent>, String> {
+    const PACKED: [&str; 3] = [
+        r#"{"type":"text-chunks""#,
+        r#"{"type":"reasoning-chunks""#,
+        r#"{"type":"tool-call-chunks""#,
+    ];
+    if !PACKED.iter().any(|p| line.starts_with(p)) {
+        if let Ok(e) = serde_json::from_str::<SessionEvent>(line) {
+            return Ok(vec![e]);
+        }
+    }
+    serde_json::from_str::<Value>(line)
+        .map_err(|e| e.to_string())
+        .and_then(decode)
+}
+
 /// Decodes one storage record into events (packed rows expand).
 fn decode(record: Value) -> Result<Vec<SessionEvent>, String> {
     let kind = record["type"].as_str().unwrap_or_default();
@@ -127,7 +146,7 @@ fn decode(record: Value) -> Result<Vec<SessionEvent>, String> {
             kind: event::ASSISTANT_CHUNK.into(),
             seq: seq0 + k as u64,
             time: time.max(0) as u64,
-            data: json!({"turn": d["turn"], "step": d["step"], "chunk": chunk}),
+            data: json!({"turn": d["turn"], "step": d["step"], "chunk": chunk}).into(),
             source_event_seqs: None,
             surface_op: None,
             ignorable: None,
@@ -410,9 +429,7 @@ pub fn scan(bytes: &[u8]) -> Result<Scan, String> {
             torn_at = Some(start);
             continue;
         }
-        let decoded = serde_json::from_str::<Value>(line.trim_end())
-            .map_err(|e| e.to_string())
-            .and_then(decode);
+        let decoded = decode_line(line.trim_end());
         match decoded {
             Ok(evs)
                 if evs
@@ -995,7 +1012,7 @@ mod tests {
             kind: "assistant/chunk".into(),
             seq,
             time,
-            data: json!({"turn": turn, "step": step, "chunk": chunk}),
+            data: json!({"turn": turn, "step": step, "chunk": chunk}).into(),
             source_event_seqs: None,
             surface_op: None,
             ignorable: None,
@@ -1194,7 +1211,10 @@ mod tests {
     #[test]
     fn off_whitelist_shapes_stay_verbatim() {
         let delta = |seq: u64| chunk_event(seq, 1000, text("text-delta", 0, "x"), 1, 1);
-        let with_data = |seq: u64, data: Value| SessionEvent { data, ..delta(seq) };
+        let with_data = |seq: u64, data: Value| SessionEvent {
+            data: data.into(),
+            ..delta(seq)
+        };
         let events = vec![
             SessionEvent {
                 surface_op: Some(json!("append")),

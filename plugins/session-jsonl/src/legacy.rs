@@ -25,11 +25,13 @@ pub fn import(id: &str, events: Vec<SessionEvent>) -> Result<Vec<SessionEvent>, 
         let e = migrate_turn_end(e, id)?;
         let e = migrate_steering(e, id)?;
         let e = migrate_message(e, id, &message_ids);
-        shape::message_shape(
-            &e.kind,
-            &e.data,
-            &format!("stored {} at seq {}", e.kind, e.seq),
-        )?;
+        if shape::is_message(&e.kind) {
+            shape::data_message_shape(
+                &e.kind,
+                &e.data,
+                &format!("stored {} at seq {}", e.kind, e.seq),
+            )?;
+        }
         if let Some(mid) = message_id(&e) {
             message_ids.insert(e.seq, mid);
         }
@@ -62,7 +64,10 @@ fn malformed(id: &str, what: &str, seq: u64) -> String {
 
 /// A pre-react-loop `turn/start` loses its obsolete `trigger`.
 fn migrate_turn_start(mut e: SessionEvent, id: &str) -> Result<SessionEvent, String> {
-    let Some(data) = e.data.as_object().filter(|_| e.kind == event::TURN_START) else {
+    if e.kind != event::TURN_START {
+        return Ok(e);
+    }
+    let Some(data) = e.data.as_object() else {
         return Ok(e);
     };
     if !data.contains_key("trigger") {
@@ -77,7 +82,7 @@ fn migrate_turn_start(mut e: SessionEvent, id: &str) -> Result<SessionEvent, Str
     {
         return Err(malformed(id, event::TURN_START, e.seq));
     }
-    e.data = json!({"turn": data["turn"]});
+    e.data = json!({"turn": data["turn"]}).into();
     Ok(e)
 }
 
@@ -85,7 +90,10 @@ fn migrate_turn_start(mut e: SessionEvent, id: &str) -> Result<SessionEvent, Str
 /// a cause → `aborted {legacy}`, `disposed` → `aborted {disposed}`, an
 /// `error` with a `failure` or a `message` → `error {error}`.
 fn migrate_turn_end(mut e: SessionEvent, id: &str) -> Result<SessionEvent, String> {
-    let Some(data) = e.data.as_object().filter(|_| e.kind == event::TURN_END) else {
+    if e.kind != event::TURN_END {
+        return Ok(e);
+    }
+    let Some(data) = e.data.as_object() else {
         return Ok(e);
     };
     let bad = || malformed(id, event::TURN_END, e.seq);
@@ -118,7 +126,7 @@ fn migrate_turn_end(mut e: SessionEvent, id: &str) -> Result<SessionEvent, Strin
     };
     let mut upgraded = data.clone();
     upgraded.insert("reason".into(), current);
-    e.data = Value::Object(upgraded);
+    e.data = Value::Object(upgraded).into();
     Ok(e)
 }
 
@@ -169,7 +177,7 @@ fn migrate_steering(mut e: SessionEvent, id: &str) -> Result<SessionEvent, Strin
     let turn_ok = data.get("turn").and_then(Value::as_u64).is_some();
     if let Some(wrapped) = data.get("message").filter(|m| m.is_object()) {
         if turn_ok && has_only_keys(&data, &["turn", "message"], &[]) {
-            e.data = wrapped.clone();
+            e.data = wrapped.clone().into();
             e.kind = event::USER_MESSAGE.into();
             return Ok(e);
         }
@@ -182,13 +190,23 @@ fn migrate_steering(mut e: SessionEvent, id: &str) -> Result<SessionEvent, Strin
     message.insert("id".into(), json!(legacy_message_id(id, e.seq)));
     message.insert("role".into(), json!("user"));
     e.kind = event::USER_MESSAGE.into();
-    e.data = Value::Object(message);
+    e.data = Value::Object(message).into();
     Ok(e)
 }
 
 /// A pre-identity message event in the current wrapper shape; an event
 /// that looks current is left for validation to judge.
 fn migrate_message(mut e: SessionEvent, id: &str, ids: &HashMap<u64, String>) -> SessionEvent {
+    // Only a message without the current wrapper is upgraded (and copied):
+    // the data of every other event is not even read.
+    let pre_identity = match e.kind.as_str() {
+        event::USER_MESSAGE => !has_any_key(&e.data, &["id", "role", "message"]),
+        event::ASSISTANT_MESSAGE | event::TOOL_RESULT => !has_any_key(&e.data, &["message"]),
+        _ => false,
+    };
+    if !pre_identity {
+        return e;
+    }
     let Some(data) = e.data.as_object().cloned() else {
         return e;
     };
@@ -233,8 +251,25 @@ fn migrate_message(mut e: SessionEvent, id: &str, ids: &HashMap<u64, String>) ->
         }
         _ => return e,
     };
-    e.data = Value::Object(upgraded);
+    e.data = Value::Object(upgraded).into();
     e
+}
+
+/// Whether `data` is an object with one of `keys` (unread text is probed,
+/// not parsed: the keys of its top level only).
+fn has_any_key(data: &dsh_sdk::LazyJson, keys: &[&str]) -> bool {
+    let Some(text) = data
+        .unread_text()
+        .filter(|t| t.trim_start().starts_with('{'))
+    else {
+        return keys.iter().any(|k| data.get(*k).is_some());
+    };
+    let fields: Result<HashMap<&str, serde::de::IgnoredAny>, _> = serde_json::from_str(text);
+    match fields {
+        Ok(fields) => keys.iter().any(|k| fields.contains_key(k)),
+        // Keys with escapes do not borrow: judge the value.
+        Err(_) => keys.iter().any(|k| data.get(*k).is_some()),
+    }
 }
 
 /// The seq a replacement's `surfaceOp` starts at.
@@ -246,10 +281,30 @@ fn replacement_start(e: &SessionEvent) -> Option<u64> {
 }
 
 /// The id of the identified message a validated event carries.
+/// Unread text is probed for the id, not parsed.
 fn message_id(e: &SessionEvent) -> Option<String> {
-    let message = match e.kind.as_str() {
-        event::USER_MESSAGE => &e.data,
-        _ => &e.data["message"],
-    };
+    #[derive(serde::Deserialize)]
+    struct Id {
+        id: Option<String>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Wrapped {
+        message: Option<Id>,
+    }
+    if !shape::is_message(&e.kind) {
+        return None;
+    }
+    let user = e.kind == event::USER_MESSAGE;
+    if let Some(text) = e.data.unread_text() {
+        let probed = if user {
+            serde_json::from_str::<Id>(text).map(|m| m.id)
+        } else {
+            serde_json::from_str::<Wrapped>(text).map(|w| w.message.and_then(|m| m.id))
+        };
+        if let Ok(id) = probed {
+            return id;
+        }
+    }
+    let message = if user { &*e.data } else { &e.data["message"] };
     message["id"].as_str().map(str::to_owned)
 }

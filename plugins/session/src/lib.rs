@@ -21,7 +21,7 @@ use dsh_sdk::names::{bus, code, service, sessions};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::surface::{Plan, Surface};
 use dsh_sdk::vocab::{
-    canonical_header, derive_messages, event, lossless, shape, SessionEvent, SessionHeader,
+    canonical_header, derive_messages, event, shape, SessionEvent, SessionHeader,
 };
 use dsh_sdk::{new_id, now_ms};
 use framing::Framing;
@@ -82,20 +82,23 @@ fn check_entry(e: &SessionEvent, seed: Option<usize>) -> Result<(), String> {
             e.kind
         ));
     }
-    if !lossless(&e.data) {
+    if !e.data.is_lossless() {
         return Err(format!(
             "session event \"{}\" carries non-JSON-serializable data",
             e.kind
         ));
     }
+    if e.kind != event::REQUEST_HEADER {
+        return Ok(());
+    }
     let location = match seed {
         Some(i) => format!("seed event at index {i}"),
         None => format!("session event \"{}\"", e.kind),
     };
-    if let Some(why) = shape::unsupported_request_header(&e.kind, &e.data, &location) {
-        return Err(why);
+    match shape::unsupported_request_header(&e.kind, &e.data, &location) {
+        Some(why) => Err(why),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 impl Session {
@@ -105,7 +108,7 @@ impl Session {
             kind: new.kind,
             seq,
             time: now_ms(),
-            data: new.data,
+            data: new.data.into(),
             source_event_seqs: new.source_event_seqs,
             surface_op: new.surface_op,
             ignorable: new.ignorable.filter(|i| *i),
@@ -127,7 +130,7 @@ impl Session {
         self.framing.apply(&ev);
         self.surface.apply(plan);
         if ev.kind == event::REQUEST_CONTEXT {
-            self.request_context = Some(ev.data.clone());
+            self.request_context = Some(ev.data.clone().into());
         }
         self.events.push(ev);
     }
@@ -181,7 +184,7 @@ impl Session {
             request_header: last(event::REQUEST_HEADER)
                 .map(|e| canonical_header(&e.data["header"])),
             request_context: self.request_context.clone(),
-            splices: logged.iter().map(|e| &e.data).collect(),
+            splices: logged.iter().map(|e| e.data.value()).collect(),
             splice_seqs: logged.iter().map(|e| e.seq).collect(),
         }
     }
@@ -249,7 +252,7 @@ fn seeded(header: SessionHeader, seed: Option<Vec<SessionEvent>>) -> Result<Sess
             kind: event::SESSION_END_SEED.into(),
             seq,
             time: now_ms(),
-            data: json!({}),
+            data: json!({}).into(),
             source_event_seqs: None,
             surface_op: None,
             ignorable: None,

@@ -69,7 +69,7 @@ async fn prune_session(ctx: &Context, config: &Config, p: PruneParams) -> Result
             shadowed_seqs: vec![node.seq],
             shadowed_token_count: tokens::of_message(message),
         };
-        let mut data = node.data.clone();
+        let mut data = node.data.value().clone();
         data["message"]["content"][0]["content"] = Value::Array(pruned.clone());
         events.push(NewEvent::new(PRUNE, serde_json::to_value(record)?));
         events.push(NewEvent {

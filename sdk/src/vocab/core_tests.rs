@@ -11,7 +11,7 @@ fn ev(kind: &str, seq: u64, data: Value) -> SessionEvent {
         kind: kind.to_owned(),
         seq,
         time: 1000 + seq,
-        data,
+        data: data.into(),
         source_event_seqs: None,
         surface_op: event::SURFACE.contains(&kind).then(|| json!("append")),
         ignorable: None,

@@ -5,9 +5,12 @@
 //! Plugin-owned block details are not looked at. Messages follow the
 //! original's wording.
 
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::{event, SessionHeader};
+use crate::LazyJson;
 
 /// The log format version (`SESSION_FORMAT_VERSION`).
 pub const SESSION_FORMAT_VERSION: u32 = 0;
@@ -28,11 +31,124 @@ pub fn seed_event_shape(e: &super::SessionEvent, index: usize) -> Result<(), Str
     if e.kind == event::REQUEST_HEADER {
         request_header_shape(&e.data["header"], index)?;
     }
-    message_shape(
+    if !is_message(&e.kind) {
+        // Its data is not read (most of a long session's never is).
+        return Ok(());
+    }
+    data_message_shape(
         &e.kind,
         &e.data,
         &format!("seed {} at index {index}", e.kind),
     )
+}
+
+/// [`message_shape`] of an event's data without parsing what it does not
+/// look at: unread text is probed for the few fields the check reads (a
+/// tool output or a long answer is skipped, not built into a tree).
+pub fn data_message_shape(kind: &str, data: &LazyJson, subject: &str) -> Result<(), String> {
+    match data.unread_text().map(|text| probe_event(kind, text)) {
+        Some(Ok(reduced)) => message_shape(kind, &reduced, subject),
+        // Text the probe cannot take apart is judged whole.
+        _ => message_shape(kind, data, subject),
+    }
+}
+
+/// The fields of a message that [`message_shape`] reads.
+#[derive(Deserialize)]
+struct MessageProbe<'a> {
+    #[serde(borrow, default)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    role: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    source: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+}
+
+/// The fields of a content block that [`message_shape`] reads.
+#[derive(Deserialize)]
+struct BlockProbe<'a> {
+    #[serde(borrow, default, rename = "type")]
+    kind: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "toolCallId")]
+    tool_call_id: Option<&'a RawValue>,
+}
+
+/// The data of a message event reduced to what [`message_shape`] reads:
+/// the message's id, role and source as they are, its content an array
+/// only when it is one (a tool result's blocks with their type, call id,
+/// and an empty array for a content that is an array). An error when the
+/// text does not take this shape (the caller then judges it whole).
+fn probe_event(kind: &str, text: &str) -> serde_json::Result<Value> {
+    #[derive(Deserialize)]
+    struct Wrapper<'a> {
+        #[serde(borrow, default)]
+        message: Option<&'a RawValue>,
+    }
+    if kind == event::USER_MESSAGE {
+        return probe_message(kind, text);
+    }
+    let wrapper: Wrapper<'_> = serde_json::from_str(object(text)?)?;
+    let message = match wrapper.message {
+        Some(m) => probe_message(kind, m.get())?,
+        None => Value::Null,
+    };
+    Ok(serde_json::json!({ "message": message }))
+}
+
+/// `text` when it is an object (a struct probe would also take an array,
+/// field by position).
+fn object(text: &str) -> serde_json::Result<&str> {
+    if text.trim_start().starts_with('{') {
+        Ok(text)
+    } else {
+        Err(serde::de::Error::custom("not an object"))
+    }
+}
+
+fn probe_message(kind: &str, text: &str) -> serde_json::Result<Value> {
+    let small = |raw: Option<&RawValue>| -> serde_json::Result<Value> {
+        raw.map_or(Ok(Value::Null), |r| serde_json::from_str(r.get()))
+    };
+    let is_array = |raw: Option<&RawValue>| raw.is_some_and(|r| r.get().starts_with('['));
+    let m: MessageProbe<'_> = serde_json::from_str(object(text)?)?;
+    let content = match m.content {
+        Some(raw) if kind == event::TOOL_RESULT && is_array(Some(raw)) => {
+            let blocks: Vec<&RawValue> = serde_json::from_str(raw.get())?;
+            let mut reduced = Vec::with_capacity(blocks.len());
+            for b in blocks {
+                let b: BlockProbe<'_> = serde_json::from_str(object(b.get())?)?;
+                let inner = if is_array(b.content) {
+                    Value::Array(Vec::new())
+                } else {
+                    small(b.content)?
+                };
+                reduced.push(serde_json::json!({
+                    "type": small(b.kind)?,
+                    "content": inner,
+                    "toolCallId": small(b.tool_call_id)?,
+                }));
+            }
+            Value::Array(reduced)
+        }
+        Some(raw) if is_array(Some(raw)) => Value::Array(Vec::new()),
+        other => small(other)?,
+    };
+    let mut out = serde_json::Map::new();
+    for (key, value) in [
+        ("id", small(m.id)?),
+        ("role", small(m.role)?),
+        ("source", small(m.source)?),
+        ("content", content),
+    ] {
+        if !value.is_null() {
+            out.insert(key.to_owned(), value);
+        }
+    }
+    Ok(Value::Object(out))
 }
 
 fn non_empty_str(v: &Value) -> bool {
@@ -79,6 +195,14 @@ fn request_header_shape(header: &Value, index: usize) -> Result<(), String> {
             "seed request/header at index {index} has invalid adapterDefaults"
         ))
     }
+}
+
+/// Whether events of `kind` hold a message ([`message_shape`] checks them).
+pub fn is_message(kind: &str) -> bool {
+    matches!(
+        kind,
+        event::USER_MESSAGE | event::ASSISTANT_MESSAGE | event::TOOL_RESULT
+    )
 }
 
 /// The identified message of a `user/message`, `assistant/message` or
@@ -174,7 +298,7 @@ mod tests {
             kind: kind.into(),
             seq: 0,
             time: 0,
-            data,
+            data: data.into(),
             source_event_seqs: None,
             surface_op: Some(json!("append")),
             ignorable: None,
@@ -251,7 +375,45 @@ mod tests {
 
     #[test]
     fn malformed_messages_are_refused_with_the_original_wording() {
-        let s = |kind: &str, data: Value| message_shape(kind, &data, "seed x at index 0");
+        // Each case is judged on the value and on the text (probed), alike.
+        let s = |kind: &str, data: Value| {
+            let whole = message_shape(kind, &data, "seed x at index 0");
+            let text = crate::LazyJson::from_text(data.to_string()).unwrap();
+            assert_eq!(
+                data_message_shape(kind, &text, "seed x at index 0"),
+                whole,
+                "{kind} {data}"
+            );
+            whole
+        };
+        let result =
+            json!({"message": msg::tool_result("r1", "c1", vec![msg::text("out")], false)});
+        let text = crate::LazyJson::from_text(result.to_string()).unwrap();
+        assert_eq!(data_message_shape(event::TOOL_RESULT, &text, "x"), Ok(()));
+        assert!(
+            text.unread_text().is_some(),
+            "the probe parsed nothing whole"
+        );
+        // Shapes a struct probe would misread are judged whole.
+        let as_array = json!(["m1", "user", {"kind": "user"}, []]);
+        assert!(s(event::USER_MESSAGE, as_array).is_err());
+        let nulls = json!({"id": null, "role": "user", "source": {"kind": "user"}, "content": []});
+        assert!(s(event::USER_MESSAGE, nulls).is_err());
+        let wrapped_array = json!([{"id": "a", "role": "assistant"}]);
+        assert!(s(event::ASSISTANT_MESSAGE, wrapped_array).is_err());
+        let blocks_not_objects = json!({"message": {"id": "r", "role": "user", "source": {"kind": "tool", "callId": "c"}, "content": [["tool-result", [], "c"]]}});
+        assert!(s(event::TOOL_RESULT, blocks_not_objects).is_err());
+        let twice = r#"{"id":"","id":"m","role":"user","source":{"kind":"user"},"content":[]}"#;
+        let whole: Value = serde_json::from_str(twice).unwrap();
+        assert_eq!(
+            data_message_shape(
+                event::USER_MESSAGE,
+                &crate::LazyJson::from_text(twice).unwrap(),
+                "x"
+            ),
+            message_shape(event::USER_MESSAGE, &whole, "x"),
+            "a duplicate key reads as the last one, as a value does"
+        );
         let user = msg::user_text("u1", "hi");
         assert_eq!(s(event::USER_MESSAGE, user.clone()), Ok(()));
         let mut no_id = user.clone();

@@ -207,7 +207,7 @@ mod tests {
             kind: kind.into(),
             seq,
             time: 0,
-            data,
+            data: data.into(),
             source_event_seqs: src,
             surface_op: (!op.is_null()).then_some(op),
             ignorable: None,

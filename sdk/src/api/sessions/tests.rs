@@ -20,7 +20,7 @@ fn event(kind: &str, seq: u64, data: Value) -> SessionEvent {
         kind: kind.into(),
         seq,
         time: 7,
-        data,
+        data: data.into(),
         source_event_seqs: None,
         surface_op: None,
         ignorable: None,
