@@ -121,7 +121,9 @@ async fn next_item(stream: &mut dsh_host::HostStream) -> Option<Result<Value, ds
 /// `service.spec`: "maps adapter failure to aborted when the request signal
 /// is aborted". A caller that cancels its request (`llm.cancel` of the
 /// request's `signal`) gets a terminal `finish{aborted}`, code `ABORTED`,
-/// not `finish{error}`; a cancel of no streaming request is refused.
+/// not `finish{error}`. Like an `AbortSignal`, the name stays aborted: a
+/// request started under it after the cancel (the cancel raced ahead of it)
+/// ends at once, without a model call.
 #[tokio::test]
 async fn a_cancelled_request_ends_with_an_aborted_finish_not_an_error() {
     let fake = FakeLlm::start().await;
@@ -133,7 +135,9 @@ async fn a_cancelled_request_ends_with_an_aborted_finish_not_an_error() {
     let request = json!({"provider": "fake", "model": "m1", "signal": "req-1", "messages": [
         {"id": "u1", "role": "user", "content": [{"type": "text", "text": "hi"}], "source": {"kind": "user"}}
     ]});
-    let mut stream = t.host.call_stream(service::LLM, llm::STREAM, request);
+    let mut stream = t
+        .host
+        .call_stream(service::LLM, llm::STREAM, request.clone());
     let first = next_item(&mut stream).await.expect("a first chunk");
     assert_ne!(first.expect("a chunk")["type"], "finish");
 
@@ -151,11 +155,28 @@ async fn a_cancelled_request_ends_with_an_aborted_finish_not_an_error() {
     assert!(fake.requests()[0].get("signal").is_none());
 
     let gone = t
-        .host
         .call(service::LLM, llm::CANCEL, json!({"signal": "req-1"}))
+        .await;
+    assert_eq!(gone, json!({"streaming": false}));
+    let early = t
+        .call(service::LLM, llm::CANCEL, json!({"signal": "req-2"}))
+        .await;
+    assert_eq!(early, json!({"streaming": false}));
+    let mut late = request.clone();
+    late["signal"] = json!("req-2");
+    let mut stream = t.host.call_stream(service::LLM, llm::STREAM, late);
+    let only = next_item(&mut stream)
         .await
-        .expect_err("no request streams under that signal now");
-    assert_eq!(gone.code, "NOT_STREAMING");
+        .expect("a chunk")
+        .expect("a chunk");
+    assert_eq!(only["type"], "finish");
+    assert_eq!(only["reason"]["failure"]["code"], code::ABORTED);
+    assert!(next_item(&mut stream).await.is_none());
+    assert_eq!(
+        fake.requests().len(),
+        1,
+        "the late request never reached the model"
+    );
     gate.open();
     t.shutdown().await;
 }

@@ -11,21 +11,22 @@
 //! A caller that wants to cancel names its request with a `signal` (any
 //! string of its choosing) and calls `llm.cancel {signal}`: the adapter call
 //! is dropped (which stops it in its plugin) and the stream ends with
-//! `finish{aborted}`.
+//! `finish{aborted}`. A name stays aborted ([`signals`]): a request that
+//! starts under it after its cancel ends at once.
 
-use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+mod signals;
+
+use std::cell::RefCell;
 use std::rc::Rc;
 
-use tokio::sync::Notify;
-
 use dsh_sdk::api::llm::{
-    AdaptersUpdated, CancelParams, ModelInfo, ModelInfoParams, RegisterAdapterParams,
+    AdaptersUpdated, CancelParams, CancelReply, ModelInfo, ModelInfoParams, RegisterAdapterParams,
 };
 use dsh_sdk::names::{bus, code, llm, llm_adapter, service};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::LlmFailure;
 use dsh_sdk::RawObject;
+use signals::{Signal, Signals};
 
 struct Adapter {
     providers: Vec<String>,
@@ -35,32 +36,8 @@ struct Adapter {
 
 type Registry = Rc<RefCell<Vec<Adapter>>>;
 
-/// The cancellation signals of the requests streaming now, by name.
-type Signals = Rc<RefCell<HashMap<String, Rc<Signal>>>>;
-
-/// One request's cancellation (the original's `AbortSignal`).
-#[derive(Default)]
-struct Signal {
-    aborted: Cell<bool>,
-    notify: Notify,
-}
-
-impl Signal {
-    fn abort(&self) {
-        self.aborted.set(true);
-        self.notify.notify_waiters();
-    }
-
-    /// Resolves once the signal is aborted (at once if it already is).
-    async fn aborted(&self) {
-        let notified = self.notify.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        if !self.aborted.get() {
-            notified.await;
-        }
-    }
-}
+/// The cancellation signals, by name.
+type SharedSignals = Rc<RefCell<Signals>>;
 
 /// The terminal chunk of a failed request: `aborted` when the caller's
 /// signal was aborted or the failure is itself `ABORTED` (the original's
@@ -69,17 +46,21 @@ fn failure_finish(code: &str, message: String, signal_aborted: bool) -> Value {
     LlmFailure::new(code, message).finish_chunk(signal_aborted || code == code::ABORTED)
 }
 
-/// Registers `request`'s `signal` (removed from the request, so adapters
+/// Joins `request`'s `signal` (removed from the request, so adapters
 /// never see it) for the life of the stream.
-fn take_signal(signals: &Signals, request: &mut RawObject) -> Option<(String, Rc<Signal>)> {
+fn take_signal(signals: &SharedSignals, request: &mut RawObject) -> Option<(String, Rc<Signal>)> {
     let raw = request.remove("signal")?;
     let name: String = serde_json::from_str(raw.get()).ok()?;
-    let signal = Rc::new(Signal::default());
-    signals.borrow_mut().insert(name.clone(), signal.clone());
+    let signal = signals.borrow_mut().join(&name);
     Some((name, signal))
 }
 
-async fn handle(ctx: Context, registry: Registry, signals: Signals, req: Request) -> Result<Reply> {
+async fn handle(
+    ctx: Context,
+    registry: Registry,
+    signals: SharedSignals,
+    req: Request,
+) -> Result<Reply> {
     match req.method.as_str() {
         llm::REGISTER_ADAPTER => register_adapter(&ctx, &registry, &req),
         llm::PROVIDERS => providers(&registry),
@@ -180,22 +161,21 @@ fn providers(registry: &Registry) -> Result<Reply> {
     Reply::json(v)
 }
 
-/// `cancel`: aborts the request streaming under the signal.
-fn cancel(signals: &Signals, req: &Request) -> Result<Reply> {
+/// `cancel`: aborts the requests under the signal, now and to come;
+/// answers whether one was streaming.
+fn cancel(signals: &SharedSignals, req: &Request) -> Result<Reply> {
     let CancelParams { signal: name } = req.params_as()?;
-    let signal = signals.borrow().get(&name).cloned();
-    let Some(signal) = signal else {
-        return Err(Error::new(
-            "NOT_STREAMING",
-            format!("no request with signal \"{name}\" is streaming"),
-        ));
-    };
-    signal.abort();
-    Ok(Value::Null.into())
+    let streaming = signals.borrow_mut().cancel(&name);
+    Reply::json(CancelReply { streaming })
 }
 
 /// `stream`: the chunks of the request, routed on a task.
-fn stream(ctx: Context, registry: Registry, signals: Signals, req: &Request) -> Result<Reply> {
+fn stream(
+    ctx: Context,
+    registry: Registry,
+    signals: SharedSignals,
+    req: &Request,
+) -> Result<Reply> {
     let (tx, reply) = Reply::stream();
     // The request stays raw: this hop reads `signal` and `provider`
     // and hands the history on without parsing it.
@@ -206,10 +186,8 @@ fn stream(ctx: Context, registry: Registry, signals: Signals, req: &Request) -> 
         let own = signal.as_ref().map(|(_, s)| s.clone()).unwrap_or_default();
         route(&ctx, &registry, request, &own, tx).await;
         if let Some((name, signal)) = signal {
-            let mut live = signals.borrow_mut();
-            if live.get(&name).is_some_and(|s| Rc::ptr_eq(s, &signal)) {
-                live.remove(&name);
-            }
+            drop(own);
+            signals.borrow_mut().leave(&name, signal);
         }
     });
     Ok(reply)
@@ -253,7 +231,7 @@ async fn route(
         request.insert("messages", m);
     }
     let terminal = match stream_from_adapter(ctx, registry, request, signal, &tx).await {
-        Some((code, message)) => failure_finish(&code, message, signal.aborted.get()),
+        Some((code, message)) => failure_finish(&code, message, signal.is_aborted()),
         None => return,
     };
     tx.send(terminal);
@@ -274,7 +252,7 @@ async fn stream_from_adapter(
             "the request was aborted".to_owned(),
         ))
     };
-    if signal.aborted.get() {
+    if signal.is_aborted() {
         return aborted();
     }
     let provider = request
@@ -318,7 +296,7 @@ impl Plugin for Llm {
 
     async fn apply(ctx: Context, _config: ()) -> Result<()> {
         let registry: Registry = Rc::default();
-        let signals: Signals = Rc::default();
+        let signals: SharedSignals = Rc::default();
         let ctx2 = ctx.clone();
         ctx.provide(service::LLM, move |req| {
             handle(ctx2.clone(), registry.clone(), signals.clone(), req)

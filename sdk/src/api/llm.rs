@@ -92,12 +92,21 @@ pub struct RegisterAdapterParams {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProvidersParams {}
 
-/// Params of `cancel`: stops the request streaming under `signal`.
+/// Params of `cancel`: aborts the requests under `signal`, streaming now
+/// or started later (a name stays aborted, like an `AbortSignal`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CancelParams {
     /// The name the request was given in its `signal` field.
     #[serde(default)]
     pub signal: String,
+}
+
+/// Reply of `cancel`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CancelReply {
+    /// A request was streaming under the signal (else the cancel waits
+    /// for the next one under it).
+    pub streaming: bool,
 }
 
 /// The `purpose` a call config may carry (the original's
@@ -209,9 +218,9 @@ impl Llm {
         self.0.call_as(method::PROVIDERS, ProvidersParams {}).await
     }
 
-    /// `cancel`: stops the request named `signal` (it ends
-    /// `finish{aborted}`); `NOT_STREAMING` when none is.
-    pub async fn cancel(&self, signal: &str) -> Result<()> {
+    /// `cancel`: stops the requests named `signal` (they end
+    /// `finish{aborted}`), and the ones started under it later.
+    pub async fn cancel(&self, signal: &str) -> Result<CancelReply> {
         let params = CancelParams {
             signal: signal.to_owned(),
         };
