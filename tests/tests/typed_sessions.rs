@@ -140,6 +140,37 @@ async fn every_method_speaks_its_types() {
     assert_eq!(fork.header.parent_session.as_deref(), Some("typed"));
     assert_eq!(fork.header.seed_length, Some(6));
     assert_eq!(fork.header.cwd.as_deref(), Some(CWD));
+    // The surface tail names the last request header in it (a meter
+    // prices the system prompt and tools from it).
+    let header = json!({"config": {"provider": "p", "model": "m"}, "system": "be brief"});
+    let seqs: Vec<u64> = ask!(
+        &t,
+        sessions::APPEND_MANY,
+        AppendManyParams {
+            expect_seq: None,
+            id: "kid".into(),
+            events: vec![
+                NewEvent::new(event::TURN_START, json!({"turn": 2})),
+                NewEvent::new(event::STEP_START, json!({"turn": 2, "step": 1})),
+                NewEvent::new(
+                    event::REQUEST_HEADER,
+                    json!({"header": header, "reason": "initial"}),
+                ),
+            ],
+        },
+    )
+    .await
+    .unwrap();
+    let logged = seqs[2];
+    let kid = |from| FromParams {
+        id: "kid".into(),
+        from,
+    };
+    let with: SurfaceReply = ask!(&t, sessions::SURFACE, kid(0)).await.unwrap();
+    let at = with.request_header.expect("the header is in the tail");
+    assert_eq!((at.seq, &at.header), (logged, &header));
+    let after: SurfaceReply = ask!(&t, sessions::SURFACE, kid(logged + 1)).await.unwrap();
+    assert!(after.request_header.is_none());
 
     let () = ask!(&t, sessions::CLOSE, id("typed")).await.unwrap();
     let resumed: ResumeReply = ask!(&t, sessions::RESUME, id("typed")).await.unwrap();

@@ -2,13 +2,18 @@
 //! each surface node's estimated tokens and the provider's usage of the
 //! last answer, so the context in use is known in O(1) per step (the last
 //! request's usage plus the estimate of what was appended since), as the
-//! original's `token-meter` measures it.
+//! original's `token-meter` measures it. The request's system prompt and
+//! tools are priced from the last `request/header`: usage stands for the
+//! context only while the header it was measured under is still the one
+//! in force, and is trusted only when it is no lower than the estimate.
+
+use dsh_sdk::api::sessions::HeaderAt;
 
 use dsh_sdk::api::compaction::Baseline;
-use dsh_sdk::vocab::event;
 use dsh_sdk::vocab::history::{RawSurfaceEvent, SurfaceTail};
 use dsh_sdk::vocab::surface::replace_range;
 use dsh_sdk::vocab::tokens;
+use dsh_sdk::vocab::{canonical_header, event, header_equals};
 use serde_json::Value;
 
 /// One surface node: a message the model sees.
@@ -25,12 +30,14 @@ pub struct Node {
 }
 
 /// The measure at the last answer: the provider's usage (or the estimate
-/// when it reported none or less) and the surface it covered.
+/// when it reported none or less), the surface it covered and the header
+/// in force then.
 #[derive(Debug, Clone, Copy)]
 struct Anchor {
     tokens: u64,
     surface_tokens: u64,
     usage: bool,
+    header_epoch: u64,
 }
 
 /// One session's fold.
@@ -41,6 +48,11 @@ pub struct Meter {
     nodes: Vec<Node>,
     surface_tokens: u64,
     anchor: Option<Anchor>,
+    /// The `request/header` in force (canonical), and its estimate.
+    header: Option<(Value, u64)>,
+    /// Bumped when a header of other content comes into force (a header
+    /// logged again unchanged, as on resume, keeps the usage good).
+    header_epoch: u64,
     /// The provider and model of the last answer.
     pub route: Option<(String, String)>,
     /// Replaces folded so far.
@@ -52,13 +64,43 @@ impl Meter {
     /// does not fit (a replace of nodes this fold lacks) is an error, and
     /// the caller folds afresh.
     pub fn fold(&mut self, tail: SurfaceTail) -> Result<(), String> {
+        let mut header = tail.request_header.filter(|h| h.seq >= self.consumed);
         for e in tail.events {
-            if e.seq >= self.consumed {
-                self.fold_event(e)?;
+            if e.seq < self.consumed {
+                continue;
             }
+            // The header logged before this event is in force for it.
+            if let Some(h) = header.take_if(|h| h.seq < e.seq) {
+                self.take_header(&h);
+            }
+            self.fold_event(e)?;
+        }
+        if let Some(h) = header {
+            self.take_header(&h);
         }
         self.consumed = self.consumed.max(tail.seq);
         Ok(())
+    }
+
+    /// A `request/header`: its system prompt and tools priced.
+    fn take_header(&mut self, h: &HeaderAt) {
+        let header = canonical_header(&h.header);
+        if self
+            .header
+            .as_ref()
+            .is_some_and(|(old, _)| header_equals(old, &header))
+        {
+            return;
+        }
+        let system = tokens::of_system(header["system"].as_str());
+        let tools = tokens::of_tools(header["tools"].as_array().map_or(&[], Vec::as_slice));
+        self.header = Some((header, system + tools));
+        self.header_epoch += 1;
+    }
+
+    /// The estimate of the header in force.
+    fn header_tokens(&self) -> u64 {
+        self.header.as_ref().map_or(0, |(_, t)| *t)
     }
 
     fn fold_event(&mut self, e: RawSurfaceEvent) -> Result<(), String> {
@@ -94,18 +136,21 @@ impl Meter {
             if let (Some(p), Some(m)) = (source["provider"].as_str(), source["model"].as_str()) {
                 self.route = Some((p.to_owned(), m.to_owned()));
             }
-            let estimate = self.surface_tokens;
+            let estimate = self.header_tokens() + self.surface_tokens;
             let reported = data.get("usage").map(tokens::of_usage);
+            let header_epoch = self.header_epoch;
             self.anchor = Some(match reported {
                 Some(u) if u >= estimate => Anchor {
                     tokens: u,
                     surface_tokens: self.surface_tokens,
                     usage: true,
+                    header_epoch,
                 },
                 _ => Anchor {
                     tokens: estimate,
                     surface_tokens: self.surface_tokens,
                     usage: false,
+                    header_epoch,
                 },
             });
         }
@@ -133,7 +178,7 @@ impl Meter {
     /// The context the next request uses, and what the figure rests on.
     pub fn total(&self) -> (u64, Baseline) {
         match self.anchor {
-            Some(a) => {
+            Some(a) if a.header_epoch == self.header_epoch => {
                 let now = a.tokens as i128 + self.surface_tokens as i128 - a.surface_tokens as i128;
                 let baseline = if a.usage {
                     Baseline::Usage
@@ -142,8 +187,12 @@ impl Meter {
                 };
                 (now.max(0) as u64, baseline)
             }
-            None if self.surface_tokens == 0 => (0, Baseline::None),
-            None => (self.surface_tokens, Baseline::Estimated),
+            // No answer yet, or one under another header: all estimated.
+            _ if self.surface_tokens == 0 && self.header.is_none() => (0, Baseline::None),
+            _ => (
+                self.header_tokens() + self.surface_tokens,
+                Baseline::Estimated,
+            ),
         }
     }
 
@@ -244,6 +293,50 @@ mod tests {
             "toolCallId": id, "content": [{"type": "text", "text": "x".repeat(400)}]}]}}),
             json!("append"),
         )
+    }
+
+    fn with_header(mut t: SurfaceTail, seq: u64, system: &str) -> SurfaceTail {
+        t.request_header = Some(HeaderAt {
+            seq,
+            header: json!({"config": {"provider": "p", "model": "m"}, "system": system}),
+        });
+        t
+    }
+
+    #[test]
+    fn the_header_is_priced_and_usage_holds_only_under_its_header() {
+        let mut m = Meter::default();
+        // The system prompt (400 chars: 100 + 4) counts before any usage.
+        m.fold(with_header(
+            tail(vec![user(0, &"a".repeat(40))], 2),
+            1,
+            &"s".repeat(400),
+        ))
+        .unwrap();
+        assert_eq!(m.total(), (104 + 18, Baseline::Estimated));
+        // Usage lower than the estimate is not trusted.
+        let low = Some(json!({"inputTokens": 50, "outputTokens": 10}));
+        m.fold(tail(vec![answer(3, &[], low)], 4)).unwrap();
+        assert_eq!(m.total().1, Baseline::Estimated);
+        let ok = Some(json!({"inputTokens": 900, "outputTokens": 100}));
+        m.fold(tail(vec![answer(5, &[], ok)], 6)).unwrap();
+        assert_eq!(m.total(), (1000, Baseline::Usage));
+        // A new header after the answer: the usage was measured under the
+        // old one, so everything is estimated again (with the new prompt).
+        m.fold(with_header(tail(vec![], 8), 7, &"s".repeat(4000)))
+            .unwrap();
+        let (total, baseline) = m.total();
+        assert_eq!(baseline, Baseline::Estimated);
+        assert_eq!(total, 1004 + m.surface_tokens());
+        // A header logged before an answer in the same tail is the one
+        // that answer was measured under.
+        let ok = Some(json!({"inputTokens": 5000, "outputTokens": 100}));
+        m.fold(with_header(tail(vec![answer(10, &[], ok)], 11), 9, "short"))
+            .unwrap();
+        assert_eq!(m.total(), (5100, Baseline::Usage));
+        // The same header logged again (a resume) keeps the usage good.
+        m.fold(with_header(tail(vec![], 13), 12, "short")).unwrap();
+        assert_eq!(m.total(), (5100, Baseline::Usage));
     }
 
     #[test]

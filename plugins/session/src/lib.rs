@@ -14,8 +14,8 @@ use std::rc::Rc;
 use dsh_sdk::api::session_persistence::SessionPersistence;
 use dsh_sdk::api::sessions::{
     AppendManyParams, AppendParams, Boundary, CreateParams, CreateReply, ForkParams, ForkReply,
-    FromParams, HeaderReply, IdParams, NewEvent, ResumeReply, SessionAppended, SessionCreated,
-    SessionRef, SurfaceReply,
+    FromParams, HeaderAt, HeaderReply, IdParams, NewEvent, ResumeReply, SessionAppended,
+    SessionCreated, SessionRef, SurfaceReply,
 };
 use dsh_sdk::names::{bus, code, service, sessions};
 use dsh_sdk::prelude::*;
@@ -158,10 +158,19 @@ impl Session {
         let replaced = events
             .iter()
             .any(|e| e.surface_op.as_ref().is_some_and(|op| op != "append"));
+        let request_header = tail
+            .iter()
+            .rev()
+            .find(|e| e.kind == event::REQUEST_HEADER)
+            .map(|e| HeaderAt {
+                seq: e.seq,
+                header: e.data["header"].clone(),
+            });
         SurfaceReply {
             events,
             replaced,
             seq: self.events.len() as u64,
+            request_header,
         }
     }
 

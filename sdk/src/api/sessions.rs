@@ -215,6 +215,23 @@ pub struct SurfaceReply<E = SessionEvent> {
     pub replaced: bool,
     /// The log's length.
     pub seq: u64,
+    /// The last `request/header` logged from `from` on, if one was: what a
+    /// token meter prices the request's system prompt and tools from.
+    #[serde(
+        rename = "requestHeader",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub request_header: Option<HeaderAt>,
+}
+
+/// A `request/header` of the log: its seq and its header.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HeaderAt {
+    /// The event's seq.
+    pub seq: u64,
+    /// The header (`config`, `system`, `tools`, ...).
+    pub header: Value,
 }
 
 /// Reply of `header`.

@@ -35,6 +35,9 @@ pub struct SurfaceTail {
     pub replaced: bool,
     /// The log length the tail covers.
     pub seq: u64,
+    /// The last `request/header` in the tail, if any.
+    #[serde(rename = "requestHeader", default)]
+    pub request_header: Option<crate::api::sessions::HeaderAt>,
 }
 
 #[derive(Deserialize)]

@@ -182,11 +182,13 @@ fn borrowed_and_owned_replies_write_the_same_json_in_the_wire_order() {
         events: vec![&ev],
         replaced: true,
         seq: 1,
+        request_header: None,
     };
     let owned = SurfaceReply {
         events: vec![ev.clone()],
         replaced: true,
         seq: 1,
+        request_header: None,
     };
     assert_eq!(wire(&borrowed), wire(&owned));
     assert_eq!(
