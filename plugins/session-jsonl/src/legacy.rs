@@ -17,10 +17,15 @@ const STEERING_MESSAGE: &str = "steering/message";
 
 /// Upgrades the legacy records of session `id` and validates the message
 /// shapes of the result; the error is the original's message.
-pub fn import(id: &str, events: Vec<SessionEvent>) -> Result<Vec<SessionEvent>, String> {
+pub fn import(id: &str, mut events: Vec<SessionEvent>) -> Result<Vec<SessionEvent>, String> {
     let mut message_ids: HashMap<u64, String> = HashMap::new();
-    let mut out = Vec::with_capacity(events.len());
-    for e in events {
+    // In place, and only the kinds an upgrade or a check concerns: most of
+    // a long log (chunks, steps) is left where it lies.
+    for slot in &mut events {
+        if !concerned(&slot.kind) {
+            continue;
+        }
+        let e = std::mem::replace(slot, SessionEvent::new("", 0, Value::Null));
         let e = migrate_turn_start(e, id)?;
         let e = migrate_turn_end(e, id)?;
         let e = migrate_steering(e, id)?;
@@ -35,9 +40,15 @@ pub fn import(id: &str, events: Vec<SessionEvent>) -> Result<Vec<SessionEvent>, 
         if let Some(mid) = message_id(&e) {
             message_ids.insert(e.seq, mid);
         }
-        out.push(e);
+        *slot = e;
     }
-    Ok(out)
+    Ok(events)
+}
+
+/// Whether events of `kind` may need an upgrade or a shape check.
+fn concerned(kind: &str) -> bool {
+    matches!(kind, event::TURN_START | event::TURN_END | STEERING_MESSAGE)
+        || shape::is_message(kind)
 }
 
 /// The deterministic id of a message persisted before identities existed.
@@ -255,21 +266,26 @@ fn migrate_message(mut e: SessionEvent, id: &str, ids: &HashMap<u64, String>) ->
     e
 }
 
-/// Whether `data` is an object with one of `keys` (unread text is probed,
-/// not parsed: the keys of its top level only).
+/// Whether `data` is an object with one of `keys` (`id`, `role`,
+/// `message`). Unread text is probed, not parsed; a null field reads as
+/// absent there, which only sends the event on to the full check.
 fn has_any_key(data: &dsh_sdk::LazyJson, keys: &[&str]) -> bool {
-    let Some(text) = data
+    #[derive(serde::Deserialize)]
+    struct Keys {
+        id: Option<serde::de::IgnoredAny>,
+        role: Option<serde::de::IgnoredAny>,
+        message: Option<serde::de::IgnoredAny>,
+    }
+    let probed = data
         .unread_text()
         .filter(|t| t.trim_start().starts_with('{'))
-    else {
-        return keys.iter().any(|k| data.get(*k).is_some());
-    };
-    let fields: Result<HashMap<&str, serde::de::IgnoredAny>, _> = serde_json::from_str(text);
-    match fields {
-        Ok(fields) => keys.iter().any(|k| fields.contains_key(k)),
-        // Keys with escapes do not borrow: judge the value.
-        Err(_) => keys.iter().any(|k| data.get(*k).is_some()),
-    }
+        .and_then(|t| serde_json::from_str::<Keys>(t).ok());
+    keys.iter().any(|k| match (&probed, *k) {
+        (Some(p), "id") => p.id.is_some(),
+        (Some(p), "role") => p.role.is_some(),
+        (Some(p), "message") => p.message.is_some(),
+        _ => data.get(*k).is_some(),
+    })
 }
 
 /// The seq a replacement's `surfaceOp` starts at.

@@ -248,7 +248,9 @@ fn seeded(header: SessionHeader, seed: Option<Vec<SessionEvent>>) -> Result<Sess
         surface: Surface::default(),
         request_context: None,
     };
-    for (i, e) in seed.unwrap_or_default().into_iter().enumerate() {
+    let seed = seed.unwrap_or_default();
+    s.events.reserve(seed.len() + 1);
+    for (i, e) in seed.into_iter().enumerate() {
         s.take_seed(i, e)?;
     }
     if has_seed

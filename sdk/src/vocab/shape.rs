@@ -5,6 +5,8 @@
 //! Plugin-owned block details are not looked at. Messages follow the
 //! original's wording.
 
+use std::borrow::Cow;
+
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -43,112 +45,120 @@ pub fn seed_event_shape(e: &super::SessionEvent, index: usize) -> Result<(), Str
 }
 
 /// [`message_shape`] of an event's data without parsing what it does not
-/// look at: unread text is probed for the few fields the check reads (a
-/// tool output or a long answer is skipped, not built into a tree).
+/// look at. Unread text is first read into borrowed probes of the few
+/// fields the check judges (a long answer or a tool output is skipped, not
+/// built into a tree); a message they show valid is valid. Anything else (a
+/// type the probes do not take, a failed check) is judged whole, so every
+/// verdict and message is [`message_shape`]'s own.
 pub fn data_message_shape(kind: &str, data: &LazyJson, subject: &str) -> Result<(), String> {
-    match data.unread_text().map(|text| probe_event(kind, text)) {
-        Some(Ok(reduced)) => message_shape(kind, &reduced, subject),
-        // Text the probe cannot take apart is judged whole.
-        _ => message_shape(kind, data, subject),
+    if data
+        .unread_text()
+        .is_some_and(|text| fast_valid(kind, text))
+    {
+        return Ok(());
     }
+    message_shape(kind, data, subject)
 }
 
-/// The fields of a message that [`message_shape`] reads.
+/// A message as the fast check reads it.
 #[derive(Deserialize)]
-struct MessageProbe<'a> {
-    #[serde(borrow, default)]
-    id: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    role: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    source: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    content: Option<&'a RawValue>,
+struct Probe<'a> {
+    #[serde(borrow)]
+    id: Cow<'a, str>,
+    #[serde(borrow)]
+    role: Cow<'a, str>,
+    #[serde(borrow)]
+    source: &'a RawValue,
+    #[serde(borrow)]
+    content: &'a RawValue,
 }
 
-/// The fields of a content block that [`message_shape`] reads.
+/// A message's source as the fast check reads it.
+#[derive(Deserialize)]
+struct SourceProbe<'a> {
+    #[serde(borrow)]
+    kind: Cow<'a, str>,
+    #[serde(borrow, default)]
+    provider: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    model: Option<Cow<'a, str>>,
+    #[serde(borrow, default, rename = "callId")]
+    call_id: Option<Cow<'a, str>>,
+}
+
+/// A tool result's block as the fast check reads it.
 #[derive(Deserialize)]
 struct BlockProbe<'a> {
-    #[serde(borrow, default, rename = "type")]
-    kind: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    content: Option<&'a RawValue>,
-    #[serde(borrow, default, rename = "toolCallId")]
-    tool_call_id: Option<&'a RawValue>,
+    #[serde(borrow, rename = "type")]
+    kind: Cow<'a, str>,
+    #[serde(borrow)]
+    content: &'a RawValue,
+    #[serde(borrow, rename = "toolCallId")]
+    tool_call_id: Cow<'a, str>,
 }
 
-/// The data of a message event reduced to what [`message_shape`] reads:
-/// the message's id, role and source as they are, its content an array
-/// only when it is one (a tool result's blocks with their type, call id,
-/// and an empty array for a content that is an array). An error when the
-/// text does not take this shape (the caller then judges it whole).
-fn probe_event(kind: &str, text: &str) -> serde_json::Result<Value> {
+/// Whether `text`, the data of a `kind` event, is certainly a valid message:
+/// every check of [`message_shape`] passes on the probed fields. `false`
+/// says nothing (the caller judges the whole value).
+fn fast_valid(kind: &str, text: &str) -> bool {
     #[derive(Deserialize)]
     struct Wrapper<'a> {
-        #[serde(borrow, default)]
-        message: Option<&'a RawValue>,
+        #[serde(borrow)]
+        message: &'a RawValue,
     }
-    if kind == event::USER_MESSAGE {
-        return probe_message(kind, text);
-    }
-    let wrapper: Wrapper<'_> = serde_json::from_str(object(text)?)?;
-    let message = match wrapper.message {
-        Some(m) => probe_message(kind, m.get())?,
-        None => Value::Null,
+    let message = if kind == event::USER_MESSAGE {
+        text
+    } else {
+        match as_object(text).and_then(|t| serde_json::from_str::<Wrapper<'_>>(t).ok()) {
+            Some(w) => w.message.get(),
+            None => return false,
+        }
     };
-    Ok(serde_json::json!({ "message": message }))
+    fast_valid_message(kind, message).unwrap_or(false)
+}
+
+fn fast_valid_message(kind: &str, text: &str) -> Option<bool> {
+    let m: Probe<'_> = serde_json::from_str(as_object(text)?).ok()?;
+    let source: SourceProbe<'_> = serde_json::from_str(as_object(m.source.get())?).ok()?;
+    let role = if kind == event::ASSISTANT_MESSAGE {
+        "assistant"
+    } else {
+        "user"
+    };
+    let filled = |s: &Option<Cow<'_, str>>| s.as_deref().is_some_and(|s| !s.is_empty());
+    if m.id.is_empty() || m.role != role || source.kind.is_empty() || !is_array(m.content) {
+        return Some(false);
+    }
+    match kind {
+        event::ASSISTANT_MESSAGE => {
+            Some(source.kind == "model" && filled(&source.provider) && filled(&source.model))
+        }
+        event::TOOL_RESULT => {
+            let call_id = source.call_id.as_deref().filter(|c| !c.is_empty());
+            if source.kind != "tool" || call_id.is_none() {
+                return Some(false);
+            }
+            let blocks: Vec<&RawValue> = serde_json::from_str(m.content.get()).ok()?;
+            let [block] = blocks.as_slice() else {
+                return Some(false);
+            };
+            let b: BlockProbe<'_> = serde_json::from_str(as_object(block.get())?).ok()?;
+            Some(
+                b.kind == "tool-result" && is_array(b.content) && Some(&*b.tool_call_id) == call_id,
+            )
+        }
+        _ => Some(true),
+    }
 }
 
 /// `text` when it is an object (a struct probe would also take an array,
 /// field by position).
-fn object(text: &str) -> serde_json::Result<&str> {
-    if text.trim_start().starts_with('{') {
-        Ok(text)
-    } else {
-        Err(serde::de::Error::custom("not an object"))
-    }
+fn as_object(text: &str) -> Option<&str> {
+    text.trim_start().starts_with('{').then_some(text)
 }
 
-fn probe_message(kind: &str, text: &str) -> serde_json::Result<Value> {
-    let small = |raw: Option<&RawValue>| -> serde_json::Result<Value> {
-        raw.map_or(Ok(Value::Null), |r| serde_json::from_str(r.get()))
-    };
-    let is_array = |raw: Option<&RawValue>| raw.is_some_and(|r| r.get().starts_with('['));
-    let m: MessageProbe<'_> = serde_json::from_str(object(text)?)?;
-    let content = match m.content {
-        Some(raw) if kind == event::TOOL_RESULT && is_array(Some(raw)) => {
-            let blocks: Vec<&RawValue> = serde_json::from_str(raw.get())?;
-            let mut reduced = Vec::with_capacity(blocks.len());
-            for b in blocks {
-                let b: BlockProbe<'_> = serde_json::from_str(object(b.get())?)?;
-                let inner = if is_array(b.content) {
-                    Value::Array(Vec::new())
-                } else {
-                    small(b.content)?
-                };
-                reduced.push(serde_json::json!({
-                    "type": small(b.kind)?,
-                    "content": inner,
-                    "toolCallId": small(b.tool_call_id)?,
-                }));
-            }
-            Value::Array(reduced)
-        }
-        Some(raw) if is_array(Some(raw)) => Value::Array(Vec::new()),
-        other => small(other)?,
-    };
-    let mut out = serde_json::Map::new();
-    for (key, value) in [
-        ("id", small(m.id)?),
-        ("role", small(m.role)?),
-        ("source", small(m.source)?),
-        ("content", content),
-    ] {
-        if !value.is_null() {
-            out.insert(key.to_owned(), value);
-        }
-    }
-    Ok(Value::Object(out))
+fn is_array(raw: &RawValue) -> bool {
+    raw.get().starts_with('[')
 }
 
 fn non_empty_str(v: &Value) -> bool {
