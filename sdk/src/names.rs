@@ -93,7 +93,8 @@ pub mod sessions {
         RESUME = "resume";
         /// A new session seeded from another one.
         FORK = "fork";
-        /// Closes `{id}`; emits [`super::bus::SESSION_DISPOSED`].
+        /// Closes `{id}`; answers once every [`super::bus::SESSION_DISPOSED`]
+        /// listener has (the store's final write done, its lock released).
         CLOSE = "close";
     }
 }

@@ -295,7 +295,7 @@ async fn handle(log: Rc<Log>, req: Request) -> Result<Reply> {
         sessions::FLUSH => log.flush(req.params_as()?).await,
         sessions::RESUME => log.resume(req.params_as()?).await,
         sessions::FORK => log.fork(req.params_as()?),
-        sessions::CLOSE => log.close(req.params_as()?),
+        sessions::CLOSE => log.close(req.params_as()?).await,
         _ => Err(req.unknown_method()),
     }
 }
@@ -557,11 +557,16 @@ impl Log {
         Reply::json(ForkReply { id: child, header })
     }
 
-    fn close(&self, p: IdParams) -> Result<Reply> {
+    /// Detaches a live session and answers once every `session/disposed`
+    /// listener has: the store's final write is durable and its writer lock
+    /// released, so another host may resume or remove the session at once.
+    /// A final write that failed is the caller's error.
+    async fn close(&self, p: IdParams) -> Result<Reply> {
         let removed = self.live.borrow_mut().remove(&p.id).is_some();
         if removed {
             self.ctx
-                .emit(bus::SESSION_DISPOSED, SessionRef { session_id: p.id })?;
+                .parallel(bus::SESSION_DISPOSED, SessionRef { session_id: p.id })
+                .await?;
         }
         Ok(Value::Null.into())
     }

@@ -449,7 +449,9 @@ impl Sessions {
         self.0.call_as(method::FORK, params).await
     }
 
-    /// `close`: detaches a live session (nothing when it is not live).
+    /// `close`: detaches a live session (nothing when it is not live),
+    /// answering once its `session/disposed` listeners have (the final
+    /// write of its store is done and the writer lock released).
     pub async fn close(&self, id: &str) -> Result<()> {
         self.0.call_as(method::CLOSE, Self::id(id)).await
     }

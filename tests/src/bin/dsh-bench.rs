@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use dsh_host::{compose, inspect, parse_layer, procfs, Host, HostConfig, Timeouts, Tree};
 use dsh_sdk::names::{agent_loop, agents, service, tools};
-use dsh_sdk::vocab::event;
+use dsh_sdk::vocab::{event, SessionEvent};
 use serde_json::{json, Value};
 
 dsh_host::interpose_pthread_keys!();
@@ -483,7 +483,7 @@ async fn bench_resume(n: usize, compacted: bool) -> Result<f64> {
             &mut body,
             seq,
             &messages[..messages.len().saturating_sub(20)],
-        );
+        )?;
     }
     let h = host(&home.0, vec![libs()])?;
     h.apply(tree(&core_rows(&fake.base_url, &root))?).await;
@@ -515,29 +515,64 @@ async fn bench_resume(n: usize, compacted: bool) -> Result<f64> {
 
 /// Appends, from `seq` on, a compaction replacing the messages `shadowed`
 /// (the records as compaction-basic writes them).
-fn append_compaction(body: &mut String, seq: u64, shadowed: &[u64]) {
+fn append_compaction(body: &mut String, seq: u64, shadowed: &[u64]) -> Result<()> {
     use dsh_sdk::vocab::compaction as records;
     let (Some(first), Some(last)) = (shadowed.first(), shadowed.last()) else {
-        return;
+        return Ok(());
     };
     let summary =
         vec![json!({"type": "text", "text": "## Primary Request and Intent\n- the bench"})];
     let mut sources = vec![seq, seq + 1];
     sources.extend_from_slice(shadowed);
+    let start = records::CompactionStart {
+        compaction_id: "c".into(),
+        source_command_id: None,
+        turn: None,
+    };
+    let record = records::CompactionSummary {
+        compaction_id: "c".into(),
+        source_command_id: None,
+        summary: summary.clone(),
+        raw_output: Some(summary.clone()),
+        llm_stream_call: Some(true),
+        shadowed_range: records::ShadowedRange {
+            start: *first,
+            end: *last,
+        },
+        shadowed_seqs: shadowed.to_vec(),
+        shadowed_token_count: 40 * shadowed.len() as u64,
+        provider: "fake".into(),
+        model: "m".into(),
+        max_tokens: Some(8192),
+        usage: None,
+    };
+    let checkpoint = json!({"id": "ckpt", "role": "user",
+        "content": records::checkpoint_content(&summary), "source": records::CheckpointSource::new("c", None)});
+    let end = records::CompactionEnd {
+        compaction_id: "c".into(),
+        source_command_id: None,
+        turn: None,
+        error: None,
+    };
+    let row = |kind: &str, at: u64, data: Value| SessionEvent {
+        time: 1_800_000_000_000 + at - seq,
+        ..SessionEvent::new(kind, at, data)
+    };
     let rows = [
-        json!({"type": records::START, "seq": seq, "time": 1_800_000_000_000u64, "data": {"compactionId": "c", "turn": null}}),
-        json!({"type": records::SUMMARY, "seq": seq + 1, "time": 1_800_000_000_001u64, "data": {"compactionId": "c",
-            "summary": summary, "rawOutput": summary, "llmStreamCall": true, "shadowedRange": {"start": first, "end": last},
-            "shadowedSeqs": shadowed, "shadowedTokenCount": 40 * shadowed.len(), "provider": "fake", "model": "m", "maxTokens": 8192}}),
-        json!({"type": event::USER_MESSAGE, "seq": seq + 2, "time": 1_800_000_000_002u64, "data": {"id": "ckpt", "role": "user",
-            "content": records::checkpoint_content(&summary), "source": records::CheckpointSource::new("c", None)},
-            "sourceEventSeqs": sources, "surfaceOp": {"op": "replace", "start": first, "end": last}}),
-        json!({"type": records::END, "seq": seq + 3, "time": 1_800_000_000_003u64, "data": {"compactionId": "c", "turn": null}}),
+        row(records::START, seq, json!(start)),
+        row(records::SUMMARY, seq + 1, json!(record)),
+        SessionEvent {
+            source_event_seqs: Some(sources),
+            surface_op: Some(json!({"op": "replace", "start": first, "end": last})),
+            ..row(event::USER_MESSAGE, seq + 2, checkpoint)
+        },
+        row(records::END, seq + 3, json!(end)),
     ];
     for r in rows {
-        body.push_str(&r.to_string());
+        body.push_str(&serde_json::to_string(&r)?);
         body.push('\n');
     }
+    Ok(())
 }
 
 /// Coding tools: grep over the repository against `rg`, `read` of a
