@@ -664,6 +664,12 @@ async fn agent_created_and_disposed_are_emitted_and_a_failing_listener_is_contai
             .await,
         json!([])
     );
+    // The disposed agent's session left the live store with it.
+    let live = t.call(service::SESSIONS, sessions::LIST, json!({})).await;
+    assert!(
+        !live.as_array().is_some_and(|l| l.contains(&json!(agent))),
+        "{live}"
+    );
     t.shutdown().await;
 }
 

@@ -506,6 +506,13 @@ impl Loop {
                 agent: agent.to_owned(),
             };
             self.notify(agent, bus::AGENT_DISPOSED, disposed);
+            // Then its session leaves the live store (the original's
+            // handle dispose): the final write lands and the log's lock is
+            // released, so the session can be resumed again, here or by
+            // another host.
+            if let Err(e) = Sessions::new(&self.ctx).close(agent).await {
+                dsh_sdk::tracing::warn!("closing the session of disposed agent {agent}: {e}");
+            }
         }
     }
 

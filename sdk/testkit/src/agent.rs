@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use crate::fake_llm::FakeLlm;
 use crate::{core_rows, TestHost};
-use dsh_sdk::names::{agent_loop, agents, service, sessions};
+use dsh_sdk::names::{agent_loop, agents, code, service, session_persistence, sessions};
 use dsh_sdk::vocab::event;
 
 /// The persona line of [`core_rows`]' `system-prompt` row.
@@ -114,11 +114,28 @@ pub async fn turn(t: &TestHost, agent: &str, prompt: &str) -> Value {
     idle(t, agent).await
 }
 
-/// Every event of session `id` (an agent's id names its session).
+/// Every event of session `id` (an agent's id names its session): the
+/// live log, or, once the session was closed (its agent disposed), the
+/// stored one as the store reads it without taking it.
 pub async fn events(t: &TestHost, id: &str) -> Vec<Value> {
-    let v = t
+    let live = t
+        .host
         .call(service::SESSIONS, sessions::EVENTS, json!({"id": id}))
         .await;
+    let v = match live {
+        Ok(v) => v,
+        Err(e) if e.code == code::SESSION_NOT_FOUND => {
+            let mut stored = t
+                .call(
+                    service::SESSION_PERSISTENCE,
+                    session_persistence::INSPECT,
+                    json!({"id": id}),
+                )
+                .await;
+            stored["events"].take()
+        }
+        Err(e) => panic!("sessions.events of {id} failed: {e}"),
+    };
     serde_json::from_value(v).unwrap_or_else(|e| panic!("sessions.events of {id}: {e}"))
 }
 
