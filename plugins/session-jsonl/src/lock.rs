@@ -9,6 +9,7 @@ use std::fs::{File, OpenOptions, TryLockError};
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// An exclusive lock on one session log, released when this is dropped.
 #[derive(Debug)]
@@ -45,15 +46,30 @@ pub fn lock_path(path: &Path) -> Result<LogLock, Refused> {
     lock_file(file)
 }
 
+/// How long a lock that this process holds is waited for before it is
+/// refused. A child being spawned (a tool's process, between its fork and
+/// its exec) shares every open file of the process for a moment, a log
+/// just closed among them, so its lock outlives the close by that moment.
+/// Another process's lock is refused at once.
+const OWN_PROCESS_WAIT: Duration = Duration::from_millis(250);
+
 /// Locks an already open file (the temp file a new log is published from:
 /// the lock then covers the log from the moment it appears).
 pub fn lock_file(file: File) -> Result<LogLock, Refused> {
-    match file.try_lock() {
-        Ok(()) => Ok(LogLock { file }),
-        Err(TryLockError::WouldBlock) => Err(Refused::Busy {
-            pid: holder_pid(&file),
-        }),
-        Err(TryLockError::Error(e)) => Err(Refused::Io(e)),
+    let deadline = Instant::now() + OWN_PROCESS_WAIT;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(LogLock { file }),
+            Err(TryLockError::WouldBlock) => {
+                let pid = holder_pid(&file);
+                if pid == Some(std::process::id()) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                }
+                return Err(Refused::Busy { pid });
+            }
+            Err(TryLockError::Error(e)) => return Err(Refused::Io(e)),
+        }
     }
 }
 
@@ -116,6 +132,29 @@ fn parse_flock_line(line: &str) -> Option<(u32, (u64, u64, u64))> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lock_of_this_process_let_go_a_moment_later_is_taken() {
+        let dir = dsh_sdk::tempdir::PrivateDir::new("dsh-lock").unwrap();
+        let path = dir.path().join("log");
+        std::fs::write(&path, "x").unwrap();
+        let held = lock_path(&path).unwrap();
+        // A spawned child's copy of the file, closed at its exec.
+        let closer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            drop(held);
+        });
+        let started = Instant::now();
+        assert!(lock_path(&path).is_ok(), "taken once let go");
+        assert!(started.elapsed() < OWN_PROCESS_WAIT);
+        closer.join().unwrap();
+        // Held for good: refused once the wait is over, naming this process.
+        let _held = lock_path(&path).unwrap();
+        match lock_path(&path) {
+            Err(Refused::Busy { pid }) => assert_eq!(pid, Some(std::process::id())),
+            other => panic!("{other:?}"),
+        }
+    }
 
     const LOCKS: &str = "\
 1: FLOCK  ADVISORY  WRITE 23167 fe:00:5398614 0 EOF
