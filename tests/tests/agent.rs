@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use dsh_sdk::names::{agent_loop, agents, code, service, sessions};
 use dsh_sdk::vocab::event;
-use dsh_testkit::agent::{core_host, events, kinds, logged, new_agent, turn, wait_log};
+use dsh_testkit::agent::{
+    core_host, events, kinds, logged, new_agent, streamed_text, turn, wait_log,
+};
 use dsh_testkit::fake_llm::{text, text_payloads, tool_calls, Answer, FakeLlm, Gate};
 use dsh_testkit::fixtures::stage_probe;
 use dsh_testkit::{library, TestHost};
@@ -468,7 +470,7 @@ async fn cancel_mid_stream_keeps_the_interrupted_prefix() {
         json!({"agent": agent, "message": {"text": "go"}}),
     )
     .await;
-    logged(&t, &agent, event::ASSISTANT_CHUNK).await;
+    streamed_text(&t, &agent).await;
     t.call(service::AGENTS, agents::CANCEL, json!({"agent": agent}))
         .await;
     let reason = t
@@ -799,7 +801,7 @@ async fn replacing_the_agent_loop_mid_turn_ends_the_turn_and_keeps_the_log_consi
         json!({"agent": agent, "message": {"text": "go"}}),
     )
     .await;
-    logged(&t, &agent, event::ASSISTANT_CHUNK).await;
+    streamed_text(&t, &agent).await;
     let tmp = t.plugins.path().join("agent-loop.so.tmp");
     std::fs::copy(library("dsh-plugin-agent-loop"), &tmp).unwrap();
     std::fs::rename(&tmp, &target).unwrap();

@@ -186,6 +186,18 @@ pub async fn wait_log(t: &TestHost, agent: &str, what: &str, cond: impl Fn(&[Val
     }
 }
 
+/// Waits (see [`wait_log`]) until the answer streaming for `agent` has
+/// logged some text: an interrupted prefix is then sure to hold it (a first
+/// chunk may be one without text, the stream's start).
+pub async fn streamed_text(t: &TestHost, agent: &str) {
+    wait_log(t, agent, "a text chunk", |ev| {
+        ev.iter().any(|e| {
+            e["type"] == event::ASSISTANT_CHUNK && e["data"]["chunk"]["type"] == "text-delta"
+        })
+    })
+    .await;
+}
+
 /// Waits (see [`wait_log`]) until the log of `agent` holds an event of
 /// type `kind`.
 pub async fn logged(t: &TestHost, agent: &str, kind: &str) {
