@@ -251,31 +251,33 @@ impl Terminal {
     /// Queues `text` (and the end of stdin) and answers a waiting read.
     fn push(&self, text: String, eof: bool) {
         let mut s = self.lock();
+        let mut escape = false;
+        let mut dropped = 0;
         if !text.is_empty() {
             if s.waiter.is_none() && text.contains('\u{3}') && saved().is_some() {
                 s.unread_interrupts += 1;
                 // Two Ctrl-C and nobody reading: the front end is gone, so
                 // the keys are the user's way out. Give them back.
-                if s.unread_interrupts >= 2 {
-                    restore_terminal();
-                    // SAFETY: raising a signal in our own process.
-                    unsafe { libc::raise(libc::SIGINT) };
-                }
+                escape = s.unread_interrupts >= 2;
             }
-            let dropped = s.queue_entry(Entry::Typed(text));
-            if dropped > 0 {
-                drop(s);
-                warn_dropped(dropped);
-                s = self.lock();
-            }
+            dropped = s.queue_entry(Entry::Typed(text));
         }
         s.eof |= eof;
         s.answer_waiter();
+        // Outside the queue's lock: a warning may come back through `say`,
+        // and putting the terminal back writes out the unshown notices.
+        drop(s);
+        warn_dropped(dropped);
+        if escape {
+            restore_terminal();
+            // SAFETY: raising a signal in our own process.
+            unsafe { libc::raise(libc::SIGINT) };
+        }
     }
 }
 
-/// Says that `n` pieces of input were dropped unread (outside the queue's
-/// lock: the warning may come back through [`say`]).
+/// Says that `n` pieces of input were dropped unread (called outside the
+/// queue's lock: the warning may come back through [`say`]).
 fn warn_dropped(n: usize) {
     if n > 0 {
         tracing::warn!("terminal input dropped: nobody read it ({n} pieces)");

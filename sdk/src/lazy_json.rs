@@ -21,7 +21,7 @@ use serde_json::Value;
 /// kept; a write (`DerefMut`) drops the text, so what is serialized is
 /// always what is read. Serializing an unread value copies its text as it
 /// came, byte for byte.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct LazyJson {
     /// The text as it came; `None` once built from a value or written.
     raw: Option<Box<RawValue>>,
@@ -156,7 +156,6 @@ impl DerefMut for LazyJson {
             .take()
             .unwrap_or_else(|| parse(self.raw.as_deref()));
         self.raw = None;
-        self.value = OnceLock::new();
         self.value.get_or_init(|| value);
         match self.value.get_mut() {
             Some(v) => v,
@@ -177,15 +176,6 @@ impl From<Value> for LazyJson {
 impl From<LazyJson> for Value {
     fn from(d: LazyJson) -> Value {
         d.into_value()
-    }
-}
-
-impl Clone for LazyJson {
-    fn clone(&self) -> LazyJson {
-        LazyJson {
-            raw: self.raw.clone(),
-            value: self.value.clone(),
-        }
     }
 }
 

@@ -141,8 +141,10 @@ async fn a_cancelled_request_ends_with_an_aborted_finish_not_an_error() {
     let first = next_item(&mut stream).await.expect("a first chunk");
     assert_ne!(first.expect("a chunk")["type"], "finish");
 
-    t.call(service::LLM, llm::CANCEL, json!({"signal": "req-1"}))
+    let live = t
+        .call(service::LLM, llm::CANCEL, json!({"signal": "req-1"}))
         .await;
+    assert_eq!(live, json!({"streaming": true}));
     let mut last = None;
     while let Some(item) = next_item(&mut stream).await {
         last = Some(item.expect("a chunk"));

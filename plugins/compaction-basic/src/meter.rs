@@ -7,9 +7,8 @@
 //! context only while the header it was measured under is still the one
 //! in force, and is trusted only when it is no lower than the estimate.
 
-use dsh_sdk::api::sessions::HeaderAt;
-
 use dsh_sdk::api::compaction::Baseline;
+use dsh_sdk::api::sessions::HeaderAt;
 use dsh_sdk::vocab::history::{RawSurfaceEvent, SurfaceTail};
 use dsh_sdk::vocab::surface::replace_range;
 use dsh_sdk::vocab::tokens;

@@ -183,10 +183,12 @@ fn stream(
     let signal = take_signal(&signals, &mut request);
     let task_ctx = ctx.clone();
     task_ctx.spawn(async move {
-        let own = signal.as_ref().map(|(_, s)| s.clone()).unwrap_or_default();
-        route(&ctx, &registry, request, &own, tx).await;
-        if let Some((name, signal)) = signal {
-            drop(own);
+        let (name, signal) = match signal {
+            Some((name, signal)) => (Some(name), signal),
+            None => (None, Rc::default()),
+        };
+        route(&ctx, &registry, request, &signal, tx).await;
+        if let Some(name) = name {
             signals.borrow_mut().leave(&name, signal);
         }
     });

@@ -62,14 +62,13 @@ impl Signals {
         self.by_name.entry(name.to_owned()).or_default().clone()
     }
 
-    /// A request under `name` ended: a signal nobody else holds and nobody
-    /// cancelled is forgotten.
+    /// A request under `name` ended: a signal nobody else holds is
+    /// forgotten, unless it is one of the aborted names kept.
     pub fn leave(&mut self, name: &str, signal: Rc<Signal>) {
         drop(signal);
-        let idle = self
-            .by_name
-            .get(name)
-            .is_some_and(|s| Rc::strong_count(s) == 1 && !s.is_aborted());
+        let idle = self.by_name.get(name).is_some_and(|s| {
+            Rc::strong_count(s) == 1 && !(s.is_aborted() && self.aborted.iter().any(|n| n == name))
+        });
         if idle {
             self.by_name.remove(name);
         }
@@ -128,6 +127,18 @@ mod tests {
         assert!(!s.cancel("pre-step:a:1:1"), "nothing was streaming");
         assert!(s.join("pre-step:a:1:1").is_aborted());
         assert!(!s.join("other").is_aborted());
+    }
+
+    #[test]
+    fn an_aborted_name_evicted_while_it_streams_goes_when_its_request_ends() {
+        let mut s = Signals::default();
+        let held = s.join("old");
+        s.cancel("old");
+        for i in 0..ABORTED_KEPT {
+            s.cancel(&format!("n{i}"));
+        }
+        s.leave("old", held);
+        assert_eq!(s.len(), ABORTED_KEPT, "nothing outlives the bound");
     }
 
     #[test]

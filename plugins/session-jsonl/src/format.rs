@@ -93,12 +93,11 @@ pub struct Scan {
 /// into its event, its data kept as text; a packed row (or a row whose
 /// fields come in another order) goes through [`decode`].
 fn decode_line(line: &str) -> Result<Vec<SessionEvent>, String> {
-    const PACKED: [&str; 3] = [
-        r#"{"type":"text-chunks""#,
-        r#"{"type":"reasoning-chunks""#,
-        r#"{"type":"tool-call-chunks""#,
-    ];
-    if !PACKED.iter().any(|p| line.starts_with(p)) {
+    // As written, a row's type comes first.
+    let row_type = line
+        .strip_prefix(r#"{"type":""#)
+        .and_then(|rest| rest.split('"').next());
+    if row_type.and_then(packed_row).is_none() {
         if let Ok(e) = serde_json::from_str::<SessionEvent>(line) {
             return Ok(vec![e]);
         }
@@ -108,16 +107,21 @@ fn decode_line(line: &str) -> Result<Vec<SessionEvent>, String> {
         .and_then(decode)
 }
 
-/// Decodes one storage record into events (packed rows expand).
-fn decode(record: Value) -> Result<Vec<SessionEvent>, String> {
-    let kind = record["type"].as_str().unwrap_or_default();
-    let packed = match kind {
+/// A packed row type's chunk type and members field; `None` for an event
+/// row.
+fn packed_row(row_type: &str) -> Option<(&'static str, &'static str)> {
+    match row_type {
         "text-chunks" => Some(("text-delta", "texts")),
         "reasoning-chunks" => Some(("reasoning-delta", "texts")),
         "tool-call-chunks" => Some(("tool-call-delta", "args")),
         _ => None,
-    };
-    let Some((chunk_type, field)) = packed else {
+    }
+}
+
+/// Decodes one storage record into events (packed rows expand).
+fn decode(record: Value) -> Result<Vec<SessionEvent>, String> {
+    let kind = record["type"].as_str().unwrap_or_default();
+    let Some((chunk_type, field)) = packed_row(kind) else {
         let e: SessionEvent = serde_json::from_value(record).map_err(|e| e.to_string())?;
         return Ok(vec![e]);
     };

@@ -30,13 +30,11 @@ pub fn import(id: &str, mut events: Vec<SessionEvent>) -> Result<Vec<SessionEven
         let e = migrate_turn_end(e, id)?;
         let e = migrate_steering(e, id)?;
         let e = migrate_message(e, id, &message_ids);
-        if shape::is_message(&e.kind) {
-            shape::data_message_shape(
-                &e.kind,
-                &e.data,
-                &format!("stored {} at seq {}", e.kind, e.seq),
-            )?;
-        }
+        shape::data_message_shape(
+            &e.kind,
+            &e.data,
+            &format!("stored {} at seq {}", e.kind, e.seq),
+        )?;
         if let Some(mid) = message_id(&e) {
             message_ids.insert(e.seq, mid);
         }

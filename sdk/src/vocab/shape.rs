@@ -33,10 +33,6 @@ pub fn seed_event_shape(e: &super::SessionEvent, index: usize) -> Result<(), Str
     if e.kind == event::REQUEST_HEADER {
         request_header_shape(&e.data["header"], index)?;
     }
-    if !is_message(&e.kind) {
-        // Its data is not read (most of a long session's never is).
-        return Ok(());
-    }
     data_message_shape(
         &e.kind,
         &e.data,
@@ -51,6 +47,10 @@ pub fn seed_event_shape(e: &super::SessionEvent, index: usize) -> Result<(), Str
 /// type the probes do not take, a failed check) is judged whole, so every
 /// verdict and message is [`message_shape`]'s own.
 pub fn data_message_shape(kind: &str, data: &LazyJson, subject: &str) -> Result<(), String> {
+    if !is_message(kind) {
+        // Its data is not read (most of a long session's never is).
+        return Ok(());
+    }
     if data
         .unread_text()
         .is_some_and(|text| fast_valid(kind, text))
