@@ -1,9 +1,12 @@
 //! `bash` as an attacker runs it, under both sandboxes (bubblewrap, and the
 //! Landlock fallback with its own namespaces): metadata changes outside the
 //! fence, the harness's own files, the harness's credentials through
-//! `/proc`, commands that outlive their call, and output that never ends.
+//! `/proc`, commands that outlive their call, output that never ends,
+//! capabilities (remount and unmount as root), the terminal, the disks,
+//! `.git`, the network, credentials in the environment, and job and
+//! process limits.
 
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -14,15 +17,25 @@ use serde_json::{json, Value};
 const SANDBOXES: [&str; 2] = ["bubblewrap", "landlock"];
 
 async fn bash_host(mode: &str, sandbox: &str) -> TestHost {
+    bash_host_with(mode, sandbox, "").await
+}
+
+/// A host whose bash row has `sandbox` and the `extra` config keys
+/// (`, key = value` TOML).
+async fn bash_host_with(mode: &str, sandbox: &str, extra: &str) -> TestHost {
     assert!(
         sandbox != "bubblewrap" || Path::new("/usr/bin/bwrap").exists(),
         "these tests need bubblewrap (`cargo xtask test` installs the Debian package `bubblewrap`)"
     );
     host(
         mode,
-        &format!("[[patch]]\nid='bash'\nconfig = {{ sandbox = '{sandbox}' }}\n"),
+        &format!("[[patch]]\nid='bash'\nconfig = {{ sandbox = '{sandbox}'{extra} }}\n"),
     )
     .await
+}
+
+fn is_root() -> bool {
+    std::fs::metadata("/proc/self").map(|m| m.uid()).ok() == Some(0)
 }
 
 async fn sh(t: &TestHost, ws: &Path, command: &str) -> Value {
@@ -299,6 +312,414 @@ async fn endless_output_stays_in_bounded_memory_and_a_capped_spill_file() {
             64 * 1024 * 1024,
             "{sandbox}"
         );
+        t.shutdown().await;
+    }
+}
+
+/// The modes with a fence.
+const FENCED: [&str; 2] = ["workspace-write", "read-only"];
+
+const NO_CAPABILITIES: &str = "CapEff:\t0000000000000000";
+
+#[tokio::test]
+async fn root_has_no_capabilities_so_the_remount_attack_changes_nothing_outside() {
+    assert!(is_root(), "the capability attacks are run as root");
+    for sandbox in SANDBOXES {
+        for mode in FENCED {
+            let t = bash_host(mode, sandbox).await;
+            let ws = TempDir::new("caps-ws");
+            let outside = Outside::new(&format!("remount-{sandbox}-{mode}"));
+            let r = sh(&t, ws.path(), "grep CapEff /proc/self/status").await;
+            assert_eq!(text_of(&r), NO_CAPABILITIES, "{sandbox} {mode}: {r}");
+            let r = sh(
+                &t,
+                ws.path(),
+                &format!(
+                    "mount -o remount,bind,rw / && echo remounted; echo pwned > {o}; chmod 777 {o}; echo done",
+                    o = outside.0.display()
+                ),
+            )
+            .await;
+            let text = text_of(&r);
+            assert!(!text.contains("remounted"), "{sandbox} {mode}: {text}");
+            assert!(text.contains("done"), "{sandbox} {mode}: {text}");
+            assert_eq!(std::fs::read_to_string(&outside.0).unwrap(), "outside\n");
+            assert_eq!(
+                std::fs::metadata(&outside.0).unwrap().mode() & 0o777,
+                0o644,
+                "{sandbox} {mode}: {text}"
+            );
+            t.shutdown().await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn unmounting_proc_does_not_reveal_the_harness_environment() {
+    assert!(is_root(), "the capability attacks are run as root");
+    // The harness here is this test process (the test host runs in it).
+    // `/proc/<pid>/environ` shows the environment it started with (where
+    // the API key would be), not what `set_var` adds later.
+    let me = std::process::id();
+    let environ = std::fs::read("/proc/self/environ").unwrap();
+    assert!(
+        !environ.is_empty(),
+        "the harness has an environment to steal"
+    );
+    for sandbox in SANDBOXES {
+        for mode in FENCED {
+            let t = bash_host(mode, sandbox).await;
+            let ws = TempDir::new("umount-proc-ws");
+            let r = sh(
+                &t,
+                ws.path(),
+                &format!(
+                    "umount -l /proc && echo unmounted; cat /proc/{me}/environ 2>/dev/null | wc -c"
+                ),
+            )
+            .await;
+            let text = text_of(&r);
+            assert!(!text.contains("unmounted"), "{sandbox} {mode}: {text}");
+            assert!(
+                text.starts_with("0\n"),
+                "{sandbox} {mode}: the harness's environ was read: {text}"
+            );
+            t.shutdown().await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn unmounting_the_home_does_not_make_the_harness_files_writable() {
+    assert!(is_root(), "the capability attacks are run as root");
+    for sandbox in SANDBOXES {
+        for mode in FENCED {
+            let t = bash_host(mode, sandbox).await;
+            // The test host's $DSH_HOME lies in the temp directory, a
+            // writable root in workspace-write, protected read-only again.
+            let home = t.home.path().to_owned();
+            std::fs::write(home.join("patch.toml"), "# mine\n").unwrap();
+            let ws = TempDir::new("umount-home-ws");
+            let r = sh(
+                &t,
+                ws.path(),
+                &format!(
+                    "umount -R {h} && echo unmounted; umount -l {h} && echo unmounted; echo '[[patch]]' >> {h}/patch.toml; echo done",
+                    h = home.display()
+                ),
+            )
+            .await;
+            let text = text_of(&r);
+            assert!(!text.contains("unmounted"), "{sandbox} {mode}: {text}");
+            assert!(text.contains("done"), "{sandbox} {mode}: {text}");
+            assert_eq!(
+                std::fs::read_to_string(home.join("patch.toml")).unwrap(),
+                "# mine\n",
+                "{sandbox} {mode}: {text}"
+            );
+            t.shutdown().await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn danger_full_access_drops_capabilities_unless_configured_to_keep_them() {
+    assert!(is_root(), "the capability attacks are run as root");
+    let ws = TempDir::new("danger-caps-ws");
+    let t = bash_host("danger-full-access", "auto").await;
+    let r = sh(&t, ws.path(), "grep CapEff /proc/self/status").await;
+    assert_eq!(text_of(&r), NO_CAPABILITIES, "{r}");
+    t.shutdown().await;
+    let t = bash_host_with("danger-full-access", "auto", ", keepCapabilities = true").await;
+    let r = sh(&t, ws.path(), "grep CapEff /proc/self/status").await;
+    let text = text_of(&r);
+    assert!(
+        text.starts_with("CapEff:") && text != NO_CAPABILITIES,
+        "{r}"
+    );
+    t.shutdown().await;
+}
+
+/// A block device of this machine (its disk), if it has one.
+fn a_disk() -> Option<PathBuf> {
+    std::fs::read_dir("/dev")
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.file_type().is_block_device())
+                && !p.to_string_lossy().contains("loop")
+        })
+}
+
+#[tokio::test]
+async fn no_terminal_no_host_ptys_and_no_disk_inside_bash() {
+    assert!(is_root(), "the device attacks are run as root");
+    for sandbox in SANDBOXES {
+        for mode in FENCED {
+            let t = bash_host(mode, sandbox).await;
+            let ws = TempDir::new("tty-ws");
+            let r = sh(
+                &t,
+                ws.path(),
+                "exec 3<>/dev/tty && echo tty-opened; ls /dev/pts | tr '\\n' ' '; echo; echo ok > /dev/null && echo null-ok; head -c 4 /dev/urandom | wc -c",
+            )
+            .await;
+            let text = text_of(&r);
+            assert!(!text.contains("tty-opened"), "{sandbox} {mode}: {text}");
+            // A fresh devpts: only its ptmx, none of the user's terminals.
+            assert!(
+                text.starts_with("ptmx \nnull-ok\n4"),
+                "{sandbox} {mode}: {text}"
+            );
+            // A pty of its own still works.
+            let r = sh(
+                &t,
+                ws.path(),
+                "python3 -c 'import os, pty; m, s = pty.openpty(); os.write(s, b\"hi\\n\"); print(os.read(m, 10))'",
+            )
+            .await;
+            assert!(text_of(&r).contains("hi"), "{sandbox} {mode}: {r}");
+            if let Some(disk) = a_disk() {
+                let r = sh(
+                    &t,
+                    ws.path(),
+                    &format!(
+                        "test -b {d} && exec 3<>{d} && echo disk-opened; echo done",
+                        d = disk.display()
+                    ),
+                )
+                .await;
+                let text = text_of(&r);
+                assert!(!text.contains("disk-opened"), "{sandbox} {mode}: {text}");
+                assert!(text.contains("done"), "{sandbox} {mode}: {text}");
+            }
+            t.shutdown().await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn git_hooks_and_git_config_are_read_only_in_workspace_write() {
+    for sandbox in SANDBOXES {
+        let t = bash_host("workspace-write", sandbox).await;
+        let ws = TempDir::new("git-ws");
+        let w = ws.path();
+        let git = std::process::Command::new("git")
+            .args(["init", "-q"])
+            .current_dir(w)
+            .status()
+            .unwrap();
+        assert!(git.success());
+        std::fs::create_dir_all(w.join(".dsh")).unwrap();
+        std::fs::create_dir_all(w.join(".claude")).unwrap();
+        std::fs::write(w.join(".claude/settings.json"), "{}\n").unwrap();
+        let config = std::fs::read_to_string(w.join(".git/config")).unwrap();
+        let marker = Path::new("/var/tmp").join(format!("dsh-fsmonitor-{}", std::process::id()));
+        let r = sh(
+            &t,
+            w,
+            &format!(
+                "echo 'touch {m}' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit; \
+                 git config core.fsmonitor 'touch {m}'; git config core.hooksPath /tmp; \
+                 echo x > .dsh/patch.toml; echo '{{\"hooks\":1}}' > .claude/settings.json; \
+                 mv .git .git-old; rm -rf .git; echo done",
+                m = marker.display()
+            ),
+        )
+        .await;
+        let text = text_of(&r);
+        assert!(text.contains("done"), "{sandbox}: {text}");
+        assert!(text.contains("Read-only file system"), "{sandbox}: {text}");
+        assert!(
+            !w.join(".git/hooks/pre-commit").exists(),
+            "{sandbox}: {text}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(w.join(".git/config")).unwrap(),
+            config,
+            "{sandbox}: {text}"
+        );
+        assert!(!w.join(".dsh/patch.toml").exists(), "{sandbox}: {text}");
+        assert_eq!(
+            std::fs::read_to_string(w.join(".claude/settings.json")).unwrap(),
+            "{}\n"
+        );
+        assert!(!w.join(".git-old").exists(), "{sandbox}: {text}");
+        // The rest of the workspace stays writable, and git still reads.
+        let r = sh(&t, w, "echo ok > file && git status --short").await;
+        assert!(text_of(&r).contains("file"), "{sandbox}: {r}");
+        assert!(!marker.exists());
+        t.shutdown().await;
+    }
+}
+
+/// A TCP listener and a unix socket of the harness (outside any sandbox),
+/// counting what connects.
+struct HostServices {
+    port: u16,
+    socket: PathBuf,
+    _tcp: std::net::TcpListener,
+    _unix: std::os::unix::net::UnixListener,
+}
+
+impl HostServices {
+    fn new(label: &str) -> HostServices {
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let socket = Path::new("/var/tmp").join(format!("dsh-{label}-{}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&socket);
+        let unix = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        HostServices {
+            port: tcp.local_addr().unwrap().port(),
+            socket,
+            _tcp: tcp,
+            _unix: unix,
+        }
+    }
+
+    /// A command printing `tcp-connected` and `unix-connected` for what it
+    /// reaches, and `own-loopback` when a server of its own on 127.0.0.1
+    /// answers it.
+    fn probe(&self) -> String {
+        format!(
+            "(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo tcp-connected; \
+             python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); s.connect(\"{sock}\"); print(\"unix-connected\")' 2>/dev/null; \
+             python3 -c 'import socket; s = socket.socket(); s.bind((\"127.0.0.1\", 0)); s.listen(); c = socket.create_connection(s.getsockname()); print(\"own-loopback\")'; echo done",
+            port = self.port,
+            sock = self.socket.display()
+        )
+    }
+}
+
+impl Drop for HostServices {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+#[tokio::test]
+async fn no_network_by_default_and_network_true_turns_it_on() {
+    let host_side = HostServices::new("net");
+    for sandbox in SANDBOXES {
+        for mode in FENCED {
+            let t = bash_host(mode, sandbox).await;
+            let ws = TempDir::new("net-ws");
+            let r = sh(&t, ws.path(), &host_side.probe()).await;
+            assert_eq!(
+                text_of(&r),
+                "own-loopback\ndone",
+                "{sandbox} {mode}: the harness's loopback and unix sockets are out of reach, its own loopback works"
+            );
+            t.shutdown().await;
+        }
+        let t = bash_host_with("workspace-write", sandbox, ", network = true").await;
+        let ws = TempDir::new("net-on-ws");
+        let r = sh(&t, ws.path(), &host_side.probe()).await;
+        assert_eq!(
+            text_of(&r),
+            "tcp-connected\nunix-connected\nown-loopback\ndone",
+            "{sandbox}: network = true"
+        );
+        t.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn credentials_by_name_and_by_value_do_not_reach_bash() {
+    std::env::set_var(
+        "GITHUB_PAT",
+        "github_pat_11AAAAAAA0123456789_abcdefghijklmnop",
+    );
+    std::env::set_var("DATABASE_URL", "postgres://u:p@h/db");
+    std::env::set_var("CI_JOB_JWT", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2ln");
+    std::env::set_var(
+        "DSH_TEST_INNOCENT_NAME",
+        "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+    );
+    std::env::set_var("DSH_TEST_PLAIN_VALUE", "plain");
+    let t = bash_host("workspace-write", "auto").await;
+    let ws = TempDir::new("env-ws");
+    let r = sh(&t, ws.path(), "env | cut -d= -f1 | sort | tr '\\n' ' '").await;
+    let names: Vec<String> = text_of(&r).split_whitespace().map(str::to_owned).collect();
+    for gone in [
+        "GITHUB_PAT",
+        "DATABASE_URL",
+        "CI_JOB_JWT",
+        "DSH_TEST_INNOCENT_NAME",
+    ] {
+        assert!(
+            !names.iter().any(|n| n == gone),
+            "{gone} reached bash: {names:?}"
+        );
+    }
+    for kept in ["PATH", "HOME", "DSH_TEST_PLAIN_VALUE"] {
+        assert!(
+            names.iter().any(|n| n == kept),
+            "{kept} is missing: {names:?}"
+        );
+    }
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn background_jobs_are_capped_per_agent_and_job_kill_makes_room() {
+    let t = bash_host_with("workspace-write", "auto", ", maxJobs = 2").await;
+    let ws = TempDir::new("jobs-ws");
+    let w = ws.path();
+    let start = || {
+        run(
+            &t,
+            w,
+            "bash",
+            json!({"command": "sleep 60", "description": "wait", "run_in_background": true}),
+        )
+    };
+    assert_eq!(text_of(&start().await), "started background job bash-1");
+    assert_eq!(text_of(&start().await), "started background job bash-2");
+    let r = start().await;
+    assert_eq!(r["error"]["info"]["code"], "TOO_MANY_JOBS", "{r}");
+    let text = text_of(&r);
+    assert!(
+        text.contains("at most 2") && text.contains("job_kill"),
+        "{text}"
+    );
+    let r = run(&t, w, "job_kill", json!({"job_id": "bash-1"})).await;
+    assert_eq!(text_of(&r), "killed background job bash-1");
+    run(
+        &t,
+        w,
+        "job_output",
+        json!({"job_id": "bash-1", "wait": true, "timeout_ms": 5000}),
+    )
+    .await;
+    assert_eq!(text_of(&start().await), "started background job bash-3");
+    t.shutdown().await;
+}
+
+/// Forks sleeping children until the kernel refuses; prints how many.
+const FORK_BOMB: &str = "python3 -c '\nimport os, time\nn = 0\ntry:\n    while n < 3000:\n        if os.fork() == 0:\n            time.sleep(30)\n            os._exit(0)\n        n += 1\n    print(\"unbounded\", n)\nexcept OSError as e:\n    print(\"refused after\", n, e.errno)\n'";
+
+#[tokio::test]
+async fn a_fork_bomb_stops_at_the_process_bound() {
+    assert!(
+        is_root(),
+        "the bound is tested as root (RLIMIT_NPROC would not hold)"
+    );
+    for (mode, sandbox) in [
+        ("workspace-write", "landlock"),
+        ("danger-full-access", "auto"),
+    ] {
+        let t = bash_host_with(mode, sandbox, ", maxProcesses = 400").await;
+        let ws = TempDir::new("bomb-ws");
+        let r = sh(&t, ws.path(), FORK_BOMB).await;
+        let text = text_of(&r);
+        let n: usize = text
+            .strip_prefix("refused after ")
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{mode}: {text}"));
+        assert!(n < 400, "{mode}: {text}");
+        assert!(text.ends_with(" 11"), "{mode}: EAGAIN: {text}");
         t.shutdown().await;
     }
 }

@@ -161,9 +161,15 @@ fn demo() -> Result<()> {
 }
 
 /// Debian packages the suite needs: bubblewrap (the sandbox tests run
-/// under it and under the Landlock fallback) and attr (`setfattr`, used to
-/// attack the fence with xattrs).
-const TEST_PACKAGES: &[(&str, &str)] = &[("bwrap", "bubblewrap"), ("setfattr", "attr")];
+/// under it and under the Landlock fallback), attr (`setfattr`, used to
+/// attack the fence with xattrs), python3 (the sandbox tests' sockets,
+/// ptys, forks and `TIOCSTI`) and git (the `.git` attacks).
+const TEST_PACKAGES: &[(&str, &str)] = &[
+    ("bwrap", "bubblewrap"),
+    ("setfattr", "attr"),
+    ("python3", "python3"),
+    ("git", "git"),
+];
 
 fn on_path(program: &str) -> bool {
     std::env::var_os("PATH")

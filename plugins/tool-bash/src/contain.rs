@@ -1,25 +1,34 @@
 //! Containment of one command, set up between `fork` and `exec`: nothing a
-//! command starts outlives it, its timeout, a cancel, or the harness.
+//! command starts outlives it, its timeout, a cancel, or the harness; it
+//! has no terminal and no capabilities.
 //!
-//! The child std forks first asks for SIGKILL when the harness thread that
-//! started it dies, then (where the kernel allows) forks once more into a
-//! new user, PID and mount namespace, writing the new child's id maps from
-//! outside. The grandchild is PID 1 of the new PID namespace: when it dies,
+//! The child std forks first starts a session of its own (`setsid`: no
+//! controlling terminal, so no `/dev/tty` and no `TIOCSTI` into the user's
+//! terminal; its process group is its pid, which `kill_group` signals),
+//! asks for SIGKILL when the harness thread that started it dies, then
+//! (where the kernel allows) forks once more into a new user, PID, mount
+//! and (without network) network namespace, writing the new child's id
+//! maps from outside. The grandchild is PID 1 of the new PID namespace: when it dies,
 //! the kernel kills every process in it, `setsid` and double forks
 //! included. The child in between only waits for it and passes its exit
 //! status on; it holds no file descriptor, so it keeps no pipe open.
 //!
 //! In a fenced mode the grandchild also remounts the whole tree read-only
 //! except the writable roots (the harness's own files under them read-only
-//! again), mounts a private `/proc` for its PID namespace (the harness's
-//! environment and memory are not there to read), then applies Landlock.
-//! Everything after `fork` is a raw syscall on memory prepared before it.
+//! again), mounts a fresh `devpts` on `/dev/pts` (the user's terminals are
+//! not there), a private `/dev/shm` and a private `/proc` for its PID
+//! namespace (the harness's environment and memory are not there to read),
+//! bounds its PID namespace's `pid_max`, brings its loopback up, drops every
+//! capability ([`crate::caps`]), then applies Landlock and the seccomp
+//! filter. Everything after `fork` is a raw syscall on memory prepared
+//! before it.
 
 use std::ffi::CString;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::sandbox;
+use crate::seccomp::Filter;
+use crate::{caps, loopback, sandbox};
 
 const SYS_MOUNT_SETATTR: libc::c_long = 442;
 const MOUNT_ATTR_RDONLY: u64 = 0x1;
@@ -51,6 +60,11 @@ struct Mounts {
     /// The command's working directory, entered again once the mounts are
     /// made (the one entered before them is on the old tree).
     cwd: CString,
+    /// A fresh `devpts` instance on `/dev/pts` (where that directory
+    /// exists).
+    devpts: bool,
+    /// A private tmpfs on `/dev/shm` (where that directory exists).
+    shm: bool,
 }
 
 /// A directory bound back on top of the scratch tmpfs.
@@ -83,9 +97,30 @@ pub struct Plan {
     parent: libc::pid_t,
     maps: Option<Maps>,
     pid_ns: bool,
+    /// A network namespace of its own (loopback only).
+    net_ns: bool,
     mounts: Option<Mounts>,
-    landlock: Option<i32>,
+    landlock: Option<Ruleset>,
+    /// Drop every capability before `exec`.
+    drop_caps: bool,
+    /// Installed last (after Landlock, which sets `no_new_privs`).
+    seccomp: Option<Filter>,
+    /// A descriptor the program run inherits (bubblewrap's `--seccomp`).
+    inherit: Option<i32>,
+    /// Written to the command's PID namespace's `pid_max` (NUL-free
+    /// digits).
+    pid_max: Option<CString>,
     c: Consts,
+}
+
+/// A Landlock ruleset to apply, and the rights of the rules the child adds
+/// for the mounts it makes.
+#[derive(Clone, Copy)]
+pub struct Ruleset {
+    /// The ruleset descriptor.
+    pub fd: i32,
+    /// Every handled right (for the child's own `/dev/pts` and `/dev/shm`).
+    pub dir_rights: u64,
 }
 
 /// C strings the child uses, made before `fork`.
@@ -97,6 +132,11 @@ struct Consts {
     tmpfs_opts: CString,
     deny: CString,
     dot: CString,
+    dev_pts: CString,
+    devpts: CString,
+    devpts_opts: CString,
+    dev_shm: CString,
+    pid_max: CString,
 }
 
 impl Consts {
@@ -110,6 +150,11 @@ impl Consts {
             tmpfs_opts: c("mode=1777"),
             deny: c("deny"),
             dot: c("."),
+            dev_pts: c("/dev/pts"),
+            devpts: c("devpts"),
+            devpts_opts: c("newinstance,ptmxmode=0666,mode=0620"),
+            dev_shm: c("/dev/shm"),
+            pid_max: c("/proc/sys/kernel/pid_max"),
         }
     }
 }
@@ -144,7 +189,12 @@ unsafe fn write_proc(pid: libc::pid_t, leaf: &[u8], bytes: &[u8]) -> io::Result<
         return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
     }
     path[n..n + leaf.len()].copy_from_slice(leaf);
-    let fd = libc::open(path.as_ptr().cast(), libc::O_WRONLY | libc::O_CLOEXEC);
+    write_file(path.as_ptr().cast(), bytes)
+}
+
+/// Writes `bytes` to the file at `path` (NUL-terminated). Async-signal-safe.
+unsafe fn write_file(path: *const libc::c_char, bytes: &[u8]) -> io::Result<()> {
+    let fd = libc::open(path, libc::O_WRONLY | libc::O_CLOEXEC);
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -169,25 +219,71 @@ pub struct Fenced<'a> {
     /// A private scratch tmpfs here (read-only mode's temp directory).
     pub scratch: Option<&'a Path>,
     /// The Landlock ruleset to apply last.
-    pub landlock: Option<i32>,
+    pub landlock: Option<Ruleset>,
     /// The command's working directory.
     pub cwd: &'a Path,
     /// The workspace, to show again if the scratch covers it.
     pub workspace: &'a Path,
+    /// A network namespace of its own (no network but its own loopback).
+    pub own_network: bool,
 }
 
 impl Plan {
-    /// Only the parent-death signal: no namespaces.
+    /// A session of its own, the parent-death signal and no capabilities:
+    /// no namespaces.
     pub fn bare() -> Plan {
         Plan {
             // SAFETY: getpid has no preconditions.
             parent: unsafe { libc::getpid() },
             maps: None,
             pid_ns: false,
+            net_ns: false,
             mounts: None,
             landlock: None,
+            drop_caps: true,
+            seccomp: None,
+            inherit: None,
+            pid_max: None,
             c: Consts::new(),
         }
+    }
+
+    /// What runs bubblewrap: a session of its own and the parent-death
+    /// signal; bubblewrap itself drops the capabilities (it needs them to
+    /// set up) and reads the seccomp program from `seccomp_fd`.
+    pub fn bubblewrap(seccomp_fd: Option<i32>) -> Plan {
+        Plan {
+            drop_caps: false,
+            inherit: seccomp_fd,
+            ..Plan::bare()
+        }
+    }
+
+    /// Keeps the capabilities (`keepCapabilities`, danger-full-access).
+    pub fn keeping_capabilities(self) -> Plan {
+        Plan {
+            drop_caps: false,
+            ..self
+        }
+    }
+
+    /// Installs `filter` last.
+    pub fn with_seccomp(self, filter: Option<Filter>) -> Plan {
+        Plan {
+            seccomp: filter,
+            ..self
+        }
+    }
+
+    /// Bounds the command's PID namespace to `pid_max` (its processes and
+    /// threads together stay below it). Only where there is such a
+    /// namespace and the kernel keeps `pid_max` per namespace (6.14):
+    /// before that the value was global, and is never written.
+    pub fn with_pid_max(self, pid_max: Option<u32>) -> Plan {
+        let pid_max = pid_max
+            .filter(|_| self.pid_ns && pid_max_per_namespace())
+            .and_then(|n| CString::new(n.to_string()).ok());
+        Plan { pid_max, ..self }
     }
 
     /// A PID namespace without a user namespace (needs CAP_SYS_ADMIN): for
@@ -200,22 +296,22 @@ impl Plan {
     }
 
     /// Landlock alone (where no namespace can be made).
-    pub fn landlock_only(fd: i32) -> Plan {
+    pub fn landlock_only(rules: Ruleset) -> Plan {
         Plan {
-            landlock: Some(fd),
+            landlock: Some(rules),
             ..Plan::bare()
         }
     }
 
-    /// User, PID and mount namespaces with the fence's mounts, then
-    /// Landlock.
+    /// User, PID, mount and (without network) network namespaces with the
+    /// fence's mounts; then no capabilities and Landlock.
     pub fn fenced(f: Fenced<'_>) -> Plan {
         // SAFETY: plain id queries.
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
         let maps = if uid == 0 {
-            // Root keeps every id (its files stay its files), but its
-            // capabilities hold only inside the new namespace: no ptrace of
-            // the harness, no remount of the fence.
+            // Root keeps every id (its files stay its files); the
+            // capabilities it holds in the new namespace serve the setup
+            // and are dropped before `exec`.
             Maps {
                 uid: b"0 0 4294967295\n".to_vec(),
                 gid: b"0 0 4294967295\n".to_vec(),
@@ -250,12 +346,15 @@ impl Plan {
         Plan {
             maps: Some(maps),
             pid_ns: true,
+            net_ns: f.own_network,
             mounts: Some(Mounts {
                 writable: existing(&outer),
                 protected: existing(&protected),
                 scratch: f.scratch.and_then(cpath),
                 reveal: f.scratch.and_then(|s| Reveal::new(f.workspace, s)),
                 cwd: cpath(f.cwd).unwrap_or_default(),
+                devpts: Path::new("/dev/pts").is_dir(),
+                shm: Path::new("/dev/shm").is_dir(),
             }),
             landlock: f.landlock,
             ..Plan::bare()
@@ -269,6 +368,11 @@ impl Plan {
     /// Call only in a freshly forked child (a `pre_exec` closure): it
     /// forks, and the process in between never returns from here.
     pub unsafe fn in_child(&self) -> io::Result<()> {
+        // First: setsid fails in a process-group leader, and nothing here
+        // makes this process one before it.
+        if libc::setsid() < 0 {
+            return Err(io::Error::last_os_error());
+        }
         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
             return Err(io::Error::last_os_error());
         }
@@ -282,8 +386,31 @@ impl Plan {
         if let Some(m) = &self.mounts {
             self.mount_fence(m)?;
         }
-        if let Some(fd) = self.landlock {
-            sandbox::restrict_self(fd)?;
+        if let Some(n) = &self.pid_max {
+            // Best effort: a bound the kernel refuses leaves the command
+            // unbounded, as before it.
+            let _ = write_file(self.c.pid_max.as_ptr(), n.as_bytes());
+        }
+        if self.net_ns {
+            // Best effort: without it the command has no loopback either.
+            let _ = loopback::up();
+        }
+        if self.drop_caps {
+            caps::drop_all()?;
+        }
+        if let Some(rules) = self.landlock {
+            sandbox::restrict_self(rules.fd)?;
+        }
+        if let Some(filter) = &self.seccomp {
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            filter.install()?;
+        }
+        if let Some(fd) = self.inherit {
+            if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
         }
         Ok(())
     }
@@ -299,6 +426,9 @@ impl Plan {
         }
         if self.mounts.is_some() {
             flags |= libc::CLONE_NEWNS;
+        }
+        if self.net_ns {
+            flags |= libc::CLONE_NEWNET;
         }
         let mut sync = [0i32; 2];
         if libc::pipe2(sync.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
@@ -470,6 +600,36 @@ impl Plan {
                 setattr(target, MOUNT_ATTR_RDONLY, 0)?;
             }
         }
+        if m.devpts {
+            // A fresh instance: the user's terminals (`/dev/pts/N`) are not
+            // in it; `/dev/ptmx` opens ptys in it.
+            ok(libc::mount(
+                self.c.devpts.as_ptr(),
+                self.c.dev_pts.as_ptr(),
+                self.c.devpts.as_ptr(),
+                libc::MS_NOSUID | libc::MS_NOEXEC,
+                self.c.devpts_opts.as_ptr().cast(),
+            ))?;
+        }
+        if m.shm {
+            ok(libc::mount(
+                self.c.tmpfs.as_ptr(),
+                self.c.dev_shm.as_ptr(),
+                self.c.tmpfs.as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                self.c.tmpfs_opts.as_ptr().cast(),
+            ))?;
+        }
+        // A Landlock rule holds an inode: these fresh mounts get theirs
+        // here (the parent's would name the host's instances).
+        if let Some(rules) = self.landlock {
+            if m.devpts {
+                sandbox::allow_beneath(rules.fd, &self.c.dev_pts, rules.dir_rights)?;
+            }
+            if m.shm {
+                sandbox::allow_beneath(rules.fd, &self.c.dev_shm, rules.dir_rights)?;
+            }
+        }
         ok(libc::mount(
             self.c.proc_type.as_ptr(),
             self.c.proc_.as_ptr(),
@@ -478,5 +638,48 @@ impl Plan {
             std::ptr::null(),
         ))?;
         ok(libc::chdir(m.cwd.as_ptr()))
+    }
+}
+
+/// Whether this kernel keeps `pid_max` per PID namespace (Linux 6.14 and
+/// later), from `uname`; asked once.
+fn pid_max_per_namespace() -> bool {
+    static KNOWN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *KNOWN.get_or_init(|| {
+        // SAFETY: uname fills the zeroed struct it is given.
+        let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid utsname.
+        if unsafe { libc::uname(&mut u) } != 0 {
+            return false;
+        }
+        // SAFETY: uname NUL-terminates release.
+        let release = unsafe { std::ffi::CStr::from_ptr(u.release.as_ptr()) };
+        kernel_at_least(&release.to_string_lossy(), (6, 14))
+    })
+}
+
+/// Whether kernel release `release` (`6.18.4-arch1`) is at least `want`.
+fn kernel_at_least(release: &str, want: (u32, u32)) -> bool {
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    let major = parts.next().and_then(|p| p.parse::<u32>().ok());
+    let minor = parts.next().and_then(|p| p.parse::<u32>().ok());
+    match (major, minor) {
+        (Some(major), Some(minor)) => (major, minor) >= want,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kernel_at_least;
+
+    #[test]
+    fn kernel_releases_compare_by_major_and_minor() {
+        assert!(kernel_at_least("6.18.44-fc-v1098", (6, 14)));
+        assert!(kernel_at_least("6.14.0", (6, 14)));
+        assert!(kernel_at_least("7.0.1", (6, 14)));
+        assert!(!kernel_at_least("6.13.9-arch1", (6, 14)));
+        assert!(!kernel_at_least("5.15.0-91-generic", (6, 14)));
+        assert!(!kernel_at_least("garbage", (6, 14)));
     }
 }

@@ -47,7 +47,8 @@ pub struct Ended {
 }
 
 /// Kills the process group `pid` leads (the whole command: it and, in a
-/// PID namespace, everything in it).
+/// PID namespace, everything in it). The command's first process starts a
+/// session of its own, so its process group id is its pid.
 pub fn kill_group(pid: i32) {
     if pid > 0 {
         // SAFETY: signalling our own child's process group.

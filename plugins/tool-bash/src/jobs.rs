@@ -114,7 +114,27 @@ fn describe(status: std::process::ExitStatus) -> String {
     }
 }
 
-/// Starts a job; returns its id.
+/// Refuses a new job of `owner` when `max` of its jobs are still running.
+fn check_room(jobs: &Jobs, owner: &str, max: usize) -> Result<()> {
+    let running = jobs
+        .table
+        .borrow()
+        .values()
+        .filter(|j| j.owner == owner && lock(&j.shared).status.is_none())
+        .count();
+    if running >= max {
+        return Err(Error::new(
+            "TOO_MANY_JOBS",
+            format!(
+                "cannot start another background job: {running} of this agent's jobs are running (at most {max}); stop one with job_kill (job_list shows them) or wait for one to finish"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Starts a job; returns its id. Refused while `max_jobs` of `owner`'s
+/// jobs run.
 pub fn start(
     ctx: &Context,
     jobs: &Jobs,
@@ -122,10 +142,12 @@ pub fn start(
     spill_dir: &std::path::Path,
     owner: String,
     label: String,
+    max_jobs: usize,
 ) -> Result<String> {
+    check_room(jobs, &owner, max_jobs)?;
     let Prepared {
         mut cmd,
-        landlock,
+        keep,
         workdir,
         ..
     } = prepared;
@@ -141,7 +163,7 @@ pub fn start(
             format!("cannot run bash in {}: {e}", workdir.display()),
         )
     })?;
-    drop(landlock);
+    drop(keep);
     let pgid = child.id() as i32;
     let spill = spill_dir.join(format!("{id}-{}.output", dsh_sdk::new_id()));
     let shared = Arc::new(Mutex::new(Shared {

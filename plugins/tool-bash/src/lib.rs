@@ -1,12 +1,19 @@
 //! `tool-bash`: the `bash` tool (see README.md).
 
+mod bwrap;
+mod caps;
 mod capture;
 mod contain;
 mod exec;
 mod jobs;
+mod loopback;
+mod protect;
 mod sandbox;
+mod scrub;
+mod seccomp;
 
 use std::cell::Cell;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -14,7 +21,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use capture::Capture;
-use contain::{Fenced, Plan};
+use contain::{Fenced, Plan, Ruleset};
 use dsh_sdk::api::tools::Exec;
 use dsh_sdk::fence::{Fence, Mode};
 use dsh_sdk::names::{service, tool};
@@ -24,6 +31,7 @@ use dsh_sdk::tool::{declaration, register_tools, ToolSpec};
 use dsh_sdk::vocab::msg;
 use exec::{Cancel, Stream};
 use schemars::JsonSchema;
+use seccomp::{Filter, Sockets};
 use serde::Deserialize;
 
 const DEFAULT_TIMEOUT_MS: u64 = 120_000;
@@ -57,21 +65,25 @@ struct BashArgs {
     run_in_background: Option<bool>,
 }
 
-/// Environment variables that look like credentials are not passed on.
-fn is_credential(name: &str) -> bool {
-    let n = name.to_ascii_uppercase();
-    [
-        "KEY",
-        "TOKEN",
-        "SECRET",
-        "PASSWORD",
-        "PASSWD",
-        "CREDENTIAL",
-        "AUTH",
-    ]
-    .iter()
-    .any(|w| n.contains(w))
-}
+/// Devices a fenced command may write (Landlock rules on single files);
+/// the rest of `/dev` (disks included) is not writable. The namespaced
+/// path adds its own fresh `/dev/pts` and `/dev/shm`.
+const DEV_FILES: [&str; 7] = [
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+    "/dev/ptmx",
+];
+
+/// The default of `maxJobs`.
+const DEFAULT_MAX_JOBS: usize = 16;
+/// The default of `maxProcesses`.
+const DEFAULT_MAX_PROCESSES: u32 = 4096;
+/// The kernel's smallest `pid_max`.
+const MIN_PROCESSES: u32 = 301;
 
 /// Which sandbox runs fenced commands.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -86,10 +98,34 @@ enum SandboxKind {
     Landlock,
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+/// The row's config (see README.md).
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 struct Config {
+    /// Which sandbox runs fenced commands.
     sandbox: SandboxKind,
+    /// Fenced commands get the host's network (otherwise a network
+    /// namespace of their own, loopback only, and no unix sockets).
+    network: bool,
+    /// danger-full-access commands keep the harness's capabilities (a root
+    /// container where `apt-get install` must work).
+    keep_capabilities: bool,
+    /// Running background jobs per agent.
+    max_jobs: usize,
+    /// Processes and threads per command (its PID namespace's `pid_max`).
+    max_processes: u32,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            sandbox: SandboxKind::Auto,
+            network: false,
+            keep_capabilities: false,
+            max_jobs: DEFAULT_MAX_JOBS,
+            max_processes: DEFAULT_MAX_PROCESSES,
+        }
+    }
 }
 
 /// This generation's settings and what it learnt about the kernel.
@@ -214,11 +250,20 @@ fn render(o: &Outcome, timeout_ms: u64, sandbox_mode: Option<Mode>) -> String {
     }
 }
 
+/// What must stay open until the command is spawned.
+#[derive(Default)]
+pub(crate) struct KeepOpen {
+    /// The Landlock ruleset the child applies.
+    _landlock: Option<sandbox::Landlock>,
+    /// The seccomp program bubblewrap reads.
+    _seccomp: Option<OwnedFd>,
+}
+
 /// A prepared `bash -c`, contained and (per the fence the permission
 /// plugin handed over) sandboxed.
 pub(crate) struct Prepared {
     pub cmd: Command,
-    pub landlock: Option<sandbox::Landlock>,
+    pub keep: KeepOpen,
     pub mode: Option<Mode>,
     pub workdir: PathBuf,
     pub timeout_ms: u64,
@@ -229,53 +274,34 @@ fn unavailable(message: String) -> Error {
     Error::new("SANDBOX_UNAVAILABLE", message)
 }
 
-/// The bubblewrap command line of a fenced command.
-fn bwrap_command(bwrap: &Path, fence: &Fence, scratch: Option<&Path>, command: &str) -> Command {
-    let mut cmd = Command::new(bwrap);
-    cmd.args([
-        "--ro-bind",
-        "/",
-        "/",
-        "--dev",
-        "/dev",
-        "--proc",
-        "/proc",
-        "--unshare-pid",
-        "--die-with-parent",
-        "--new-session",
-    ]);
-    for w in fence.writable.iter().filter(|w| w.exists()) {
-        cmd.arg("--bind").arg(w).arg(w);
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn ruleset(rules: &sandbox::Landlock) -> Ruleset {
+    Ruleset {
+        fd: rules.fd(),
+        dir_rights: rules.dir_rights(),
     }
-    if let Some(s) = scratch {
-        cmd.arg("--tmpfs").arg(s);
-        // The workspace stays visible (read-only) if the scratch covers it.
-        if fence.root.starts_with(s) {
-            cmd.arg("--ro-bind").arg(&fence.root).arg(&fence.root);
-        }
-    }
-    for p in &fence.protected {
-        if p.exists() && fence.root_for(p).is_some() {
-            cmd.arg("--ro-bind").arg(p).arg(p);
-        }
-    }
-    cmd.args(["--", "bash", "-c", command]);
-    cmd
 }
 
 impl Bash {
     /// Whether namespaces can be made here: one contained `true`, once.
-    fn namespaces(&self, rules: &sandbox::Landlock, fence: &Fence) -> bool {
+    fn namespaces(&self, abi: i64, fence: &Fence) -> Result<bool> {
         if let Some(known) = self.namespaces.get() {
-            return known;
+            return Ok(known);
         }
+        let rules = sandbox::Landlock::new(abi, &fence.writable, &[])
+            .map_err(|e| unavailable(format!("cannot build the Landlock sandbox: {e}")))?;
         let plan = Plan::fenced(Fenced {
             writable: &fence.writable,
             protected: &[],
             scratch: None,
-            landlock: Some(rules.fd()),
+            landlock: Some(ruleset(&rules)),
             cwd: Path::new("/"),
             workspace: &fence.root,
+            own_network: !self.config.network,
         });
         let mut probe = Command::new("bash");
         probe
@@ -290,7 +316,108 @@ impl Bash {
             dsh_sdk::tracing::warn!("no user/PID/mount namespaces here: bash runs under Landlock alone (see the tool-bash README for what that leaves open)");
         }
         self.namespaces.set(Some(works));
-        works
+        Ok(works)
+    }
+
+    /// The seccomp filter of a fenced command (none with the network on).
+    fn filter(&self, sockets: Sockets) -> Option<Filter> {
+        (!self.config.network)
+            .then(|| Filter::network_off(sockets))
+            .flatten()
+    }
+
+    /// `danger-full-access` (or no fence): a session of its own, a PID
+    /// namespace as root, no capabilities unless `keepCapabilities`.
+    fn unfenced(&self, command: &str) -> (Command, Plan) {
+        let mut cmd = Command::new("bash");
+        cmd.arg("-c").arg(command);
+        let plan = if is_root() {
+            Plan::pid_only().with_pid_max(Some(self.config.max_processes))
+        } else {
+            Plan::bare()
+        };
+        let plan = if self.config.keep_capabilities {
+            plan.keeping_capabilities()
+        } else {
+            plan
+        };
+        (cmd, plan)
+    }
+
+    /// A fenced command: under bubblewrap, or Landlock (with namespaces
+    /// where the kernel allows them). What the child needs open until it
+    /// is spawned goes into `keep`.
+    fn fenced(
+        &self,
+        fence: &Fence,
+        command: &str,
+        workdir: &Path,
+        keep: &mut KeepOpen,
+    ) -> Result<(Command, Plan)> {
+        let temp = std::env::temp_dir();
+        // Read-only mode: the temp directory is a private scratch.
+        let scratch = (fence.mode == Mode::ReadOnly).then_some(temp.as_path());
+        let read_only = protect::read_only(fence);
+        let bwrap = match self.config.sandbox {
+            SandboxKind::Landlock => None,
+            SandboxKind::Auto => sandbox::bwrap(),
+            SandboxKind::Bubblewrap => Some(sandbox::bwrap().ok_or_else(|| {
+                unavailable("tool-bash is configured with sandbox = \"bubblewrap\", but bwrap is not installed".into())
+            })?),
+        };
+        if let Some(bwrap) = bwrap {
+            let seccomp = self
+                .filter(Sockets::OwnNetwork)
+                .map(|f| f.memfd())
+                .transpose()
+                .map_err(|e| unavailable(format!("cannot prepare the seccomp filter: {e}")))?;
+            let seccomp_fd = seccomp.as_ref().map(|fd| fd.as_raw_fd());
+            keep._seccomp = seccomp;
+            let options = bwrap::Options {
+                scratch,
+                read_only: &read_only,
+                network: self.config.network,
+                seccomp_fd,
+                root: is_root(),
+            };
+            return Ok((
+                bwrap::command(&bwrap, fence, &options, command),
+                Plan::bubblewrap(seccomp_fd),
+            ));
+        }
+        let abi = sandbox::landlock_abi().ok_or_else(|| unavailable(format!(
+            "bash needs a sandbox in {} mode, but neither bubblewrap nor Landlock is available here; install bubblewrap, or set DSH_PERMISSION_MODE=danger-full-access to run unconfined",
+            fence.mode
+        )))?;
+        let namespaces = self.namespaces(abi, fence)?;
+        let mut dirs = fence.writable.clone();
+        dirs.extend(scratch.map(Path::to_owned));
+        if !namespaces {
+            // The host's own: no fresh instance to mount.
+            dirs.push(PathBuf::from("/dev/shm"));
+        }
+        let files: Vec<PathBuf> = DEV_FILES.iter().map(PathBuf::from).collect();
+        let rules = sandbox::Landlock::new(abi, &dirs, &files)
+            .map_err(|e| unavailable(format!("cannot build the Landlock sandbox: {e}")))?;
+        let plan = if namespaces {
+            Plan::fenced(Fenced {
+                writable: &fence.writable,
+                protected: &read_only,
+                scratch,
+                landlock: Some(ruleset(&rules)),
+                cwd: workdir,
+                workspace: &fence.root,
+                own_network: !self.config.network,
+            })
+            .with_seccomp(self.filter(Sockets::OwnNetwork))
+            .with_pid_max(Some(self.config.max_processes))
+        } else {
+            Plan::landlock_only(ruleset(&rules)).with_seccomp(self.filter(Sockets::NetlinkOnly))
+        };
+        keep._landlock = Some(rules);
+        let mut cmd = Command::new("bash");
+        cmd.arg("-c").arg(command);
+        Ok((cmd, plan))
     }
 
     fn prepare(&self, exec: &Exec, args: &BashArgs) -> Result<Prepared> {
@@ -307,77 +434,28 @@ impl Bash {
             .clamp(1, MAX_TIMEOUT_MS);
         let fence = exec.sandbox.as_ref();
         let mode = fence.map(|f| f.mode);
-        let mut landlock = None;
+        let mut keep = KeepOpen::default();
         let (mut cmd, plan) = match fence.filter(|f| f.mode != Mode::DangerFullAccess) {
-            None => {
-                let mut cmd = Command::new("bash");
-                cmd.arg("-c").arg(&command);
-                // SAFETY: geteuid has no preconditions.
-                let root = unsafe { libc::geteuid() } == 0;
-                (cmd, if root { Plan::pid_only() } else { Plan::bare() })
-            }
-            Some(fence) => {
-                let temp = std::env::temp_dir();
-                // Read-only mode: the temp directory is a private scratch.
-                let scratch = (fence.mode == Mode::ReadOnly).then_some(temp.as_path());
-                let bwrap = match self.config.sandbox {
-                    SandboxKind::Landlock => None,
-                    SandboxKind::Auto => sandbox::bwrap(),
-                    SandboxKind::Bubblewrap => Some(sandbox::bwrap().ok_or_else(|| {
-                        unavailable("tool-bash is configured with sandbox = \"bubblewrap\", but bwrap is not installed".into())
-                    })?),
-                };
-                if let Some(bwrap) = bwrap {
-                    (
-                        bwrap_command(&bwrap, fence, scratch, &command),
-                        Plan::bare(),
-                    )
-                } else {
-                    let abi = sandbox::landlock_abi().ok_or_else(|| unavailable(format!(
-                        "bash needs a sandbox in {} mode, but neither bubblewrap nor Landlock is available here; install bubblewrap, or set DSH_PERMISSION_MODE=danger-full-access to run unconfined",
-                        fence.mode
-                    )))?;
-                    let mut writable = fence.writable.clone();
-                    writable.push(PathBuf::from("/dev"));
-                    writable.extend(scratch.map(Path::to_owned));
-                    let rules = sandbox::Landlock::new(abi, &writable).map_err(|e| {
-                        unavailable(format!("cannot build the Landlock sandbox: {e}"))
-                    })?;
-                    let plan = if self.namespaces(&rules, fence) {
-                        Plan::fenced(Fenced {
-                            writable: &fence.writable,
-                            protected: &fence.protected,
-                            scratch,
-                            landlock: Some(rules.fd()),
-                            cwd: &workdir,
-                            workspace: &fence.root,
-                        })
-                    } else {
-                        Plan::landlock_only(rules.fd())
-                    };
-                    landlock = Some(rules);
-                    let mut cmd = Command::new("bash");
-                    cmd.arg("-c").arg(&command);
-                    (cmd, plan)
-                }
-            }
+            None => self.unfenced(&command),
+            Some(fence) => self.fenced(fence, &command, &workdir, &mut keep)?,
         };
         // SAFETY: only raw syscalls on prepared memory run after fork.
         unsafe { cmd.pre_exec(move || plan.in_child()) };
+        // No process_group: the child starts a session of its own (setsid
+        // in `in_child`), which is also a process group led by its pid.
         cmd.current_dir(&workdir)
-            .process_group(0)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .env("DSH_SHELL", "1");
-        for (name, _) in std::env::vars_os() {
-            if name.to_str().is_some_and(is_credential) {
+        for (name, value) in std::env::vars_os() {
+            if scrub::is_credential(&name.to_string_lossy(), &value.to_string_lossy()) {
                 cmd.env_remove(&name);
             }
         }
         Ok(Prepared {
             cmd,
-            landlock,
+            keep,
             mode,
             workdir,
             timeout_ms,
@@ -397,14 +475,22 @@ async fn execute(ctx: Context, bash: Rc<Bash>, jobs: jobs::Jobs, exec: Exec) -> 
         } else {
             args.description
         };
-        let id = jobs::start(&ctx, &jobs, prepared, &bash.spill, agent, label)?;
+        let id = jobs::start(
+            &ctx,
+            &jobs,
+            prepared,
+            &bash.spill,
+            agent,
+            label,
+            bash.config.max_jobs,
+        )?;
         return Reply::json(
             json!({"content": [msg::text(&format!("started background job {id}"))], "value": {"jobId": id}}),
         );
     }
     let Prepared {
         mut cmd,
-        landlock,
+        keep,
         mode,
         workdir,
         timeout_ms,
@@ -415,7 +501,7 @@ async fn execute(ctx: Context, bash: Rc<Bash>, jobs: jobs::Jobs, exec: Exec) -> 
     let dir = bash.spill.clone();
     let outcome = tokio::task::spawn_blocking(move || {
         let r = run(&mut cmd, Duration::from_millis(timeout_ms), &dir, &cancel);
-        drop(landlock);
+        drop(keep);
         r
     })
     .await
@@ -445,6 +531,15 @@ impl Plugin for BashPlugin {
     type Config = Config;
 
     async fn apply(ctx: Context, config: Config) -> Result<()> {
+        if config.max_processes < MIN_PROCESSES {
+            return Err(Error::new(
+                codes::INVALID_CONFIG,
+                format!(
+                    "tool-bash: maxProcesses = {} is below {MIN_PROCESSES}, the kernel's smallest pid_max; raise it",
+                    config.max_processes
+                ),
+            ));
+        }
         // Made first, so its removal is the last effect to run (after the
         // jobs that write into it are killed). Making it sweeps the ones
         // dead hosts left.

@@ -1,8 +1,10 @@
 //! Write confinement for a child process: bubblewrap when installed, else
 //! Landlock. Nothing here allocates after `fork`: the Landlock ruleset is
-//! built in the parent; the child only calls `prctl` and
+//! built in the parent; the child only adds the rules of the mounts it made
+//! itself ([`allow_beneath`]) and calls `prctl` and
 //! `landlock_restrict_self`.
 
+use std::ffi::CStr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
@@ -52,14 +54,19 @@ struct PathBeneath {
     parent_fd: i32,
 }
 
-/// A Landlock ruleset allowing writes only beneath `writable`.
+/// A Landlock ruleset allowing writes only beneath some directories and to
+/// some single files.
 pub struct Landlock {
     ruleset: OwnedFd,
+    /// The rights a rule on a directory grants (every handled right).
+    dir_rights: u64,
 }
 
 impl Landlock {
-    /// Builds the ruleset (in the parent).
-    pub fn new(abi: i64, writable: &[PathBuf]) -> std::io::Result<Landlock> {
+    /// Builds the ruleset (in the parent): every write right beneath
+    /// `dirs`, writing (not creating or removing) `files`. Paths that do
+    /// not exist are left out.
+    pub fn new(abi: i64, dirs: &[PathBuf], files: &[PathBuf]) -> std::io::Result<Landlock> {
         let attr: u64 = handled(abi);
         // SAFETY: a valid attr of 8 bytes (handled_access_fs only).
         let fd = unsafe { libc::syscall(SYS_CREATE_RULESET, &attr as *const u64, 8usize, 0u32) };
@@ -68,42 +75,69 @@ impl Landlock {
         }
         // SAFETY: a fresh fd we own.
         let ruleset = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-        for path in writable {
+        let rules = Landlock {
+            ruleset,
+            dir_rights: attr,
+        };
+        let file_rights = attr & (WRITE_FILE | TRUNCATE);
+        let all = dirs
+            .iter()
+            .map(|d| (d, attr))
+            .chain(files.iter().map(|f| (f, file_rights)));
+        for (path, rights) in all {
             let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
                 continue;
             };
-            // SAFETY: a valid C string.
-            let pfd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
-            if pfd < 0 {
-                continue;
-            }
-            // SAFETY: pfd is ours.
-            let pfd = unsafe { OwnedFd::from_raw_fd(pfd) };
-            let rule = PathBeneath {
-                allowed_access: attr,
-                parent_fd: pfd.as_raw_fd(),
-            };
-            // SAFETY: a valid rule for a valid ruleset.
-            let rc = unsafe {
-                libc::syscall(
-                    SYS_ADD_RULE,
-                    ruleset.as_raw_fd(),
-                    RULE_PATH_BENEATH,
-                    &rule as *const PathBeneath,
-                    0u32,
-                )
-            };
-            if rc < 0 {
-                return Err(std::io::Error::last_os_error());
+            // SAFETY: a valid C string and our own ruleset.
+            match unsafe { allow_beneath(rules.fd(), &c, rights) } {
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                other => other?,
             }
         }
-        Ok(Landlock { ruleset })
+        Ok(rules)
     }
 
     /// The raw fd, for the child.
     pub fn fd(&self) -> i32 {
         self.ruleset.as_raw_fd()
     }
+
+    /// The rights a rule on a directory grants (for [`allow_beneath`]).
+    pub fn dir_rights(&self) -> u64 {
+        self.dir_rights
+    }
+}
+
+/// Adds a rule granting `rights` beneath `path` (a directory, or a single
+/// file for file rights) to `ruleset`. Async-signal-safe: the child uses it
+/// for the mounts it made itself (a rule holds an inode, and a fresh mount's
+/// root is a new one).
+///
+/// # Safety
+///
+/// `ruleset` must be a Landlock ruleset descriptor.
+pub unsafe fn allow_beneath(ruleset: i32, path: &CStr, rights: u64) -> std::io::Result<()> {
+    let pfd = libc::open(path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
+    if pfd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let rule = PathBeneath {
+        allowed_access: rights,
+        parent_fd: pfd,
+    };
+    let rc = libc::syscall(
+        SYS_ADD_RULE,
+        ruleset,
+        RULE_PATH_BENEATH,
+        &rule as *const PathBeneath,
+        0u32,
+    );
+    let err = std::io::Error::last_os_error();
+    libc::close(pfd);
+    if rc < 0 {
+        return Err(err);
+    }
+    Ok(())
 }
 
 /// In the child, after fork: applies the ruleset. Async-signal-safe.

@@ -1,0 +1,131 @@
+//! The bubblewrap command line of a fenced command.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use dsh_sdk::fence::Fence;
+
+/// What the command line needs besides the fence.
+pub struct Options<'a> {
+    /// The temp directory, as a private scratch tmpfs (read-only mode).
+    pub scratch: Option<&'a Path>,
+    /// Read-only again under the writable roots ([`crate::protect`]).
+    pub read_only: &'a [PathBuf],
+    /// The host's network (`network = true`); otherwise a network
+    /// namespace of its own.
+    pub network: bool,
+    /// The descriptor bubblewrap reads the seccomp program from.
+    pub seccomp_fd: Option<i32>,
+    /// Whether the harness runs as root (then a user namespace too).
+    pub root: bool,
+}
+
+/// `bwrap … -- bash -c command`.
+pub fn command(bwrap: &Path, fence: &Fence, o: &Options<'_>, command: &str) -> Command {
+    let mut cmd = Command::new(bwrap);
+    cmd.args(args(fence, o));
+    cmd.args(["--", "bash", "-c", command]);
+    cmd
+}
+
+fn args(fence: &Fence, o: &Options<'_>) -> Vec<OsString> {
+    let mut a: Vec<OsString> = [
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--unshare-pid",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+    ]
+    .map(OsString::from)
+    .to_vec();
+    let mut push = |xs: &[&std::ffi::OsStr]| a.extend(xs.iter().map(|s| s.to_os_string()));
+    let flag = |f: &'static str| std::ffi::OsStr::new(f);
+    if o.root {
+        // Root's capabilities, even regained, would hold only in here; uid
+        // and gid 0 stay 0 (its files stay its files).
+        for f in ["--unshare-user", "--uid", "0", "--gid", "0"] {
+            push(&[flag(f)]);
+        }
+    }
+    if !o.network {
+        push(&[flag("--unshare-net")]);
+    }
+    for w in fence.writable.iter().filter(|w| w.exists()) {
+        push(&[flag("--bind"), w.as_os_str(), w.as_os_str()]);
+    }
+    if let Some(scratch) = o.scratch {
+        push(&[flag("--tmpfs"), scratch.as_os_str()]);
+        // The workspace stays visible (read-only) if the scratch covers it.
+        if fence.root.starts_with(scratch) {
+            let r = fence.root.as_os_str();
+            push(&[flag("--ro-bind"), r, r]);
+        }
+    }
+    for p in o.read_only {
+        if p.exists() && fence.root_for(p).is_some() {
+            push(&[flag("--ro-bind"), p.as_os_str(), p.as_os_str()]);
+        }
+    }
+    if let Some(fd) = o.seccomp_fd {
+        let fd = OsString::from(fd.to_string());
+        push(&[flag("--seccomp"), &fd]);
+    }
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dsh_sdk::fence::Mode;
+
+    #[test]
+    fn root_without_network_gets_a_user_and_a_network_namespace_and_no_capabilities() {
+        let fence = Fence::new(Mode::WorkspaceWrite, Path::new("/"), Path::new("/tmp"), &[]);
+        let a = args(
+            &fence,
+            &Options {
+                scratch: None,
+                read_only: &[],
+                network: false,
+                seccomp_fd: Some(7),
+                root: true,
+            },
+        )
+        .join(std::ffi::OsStr::new(" "))
+        .to_string_lossy()
+        .into_owned();
+        for part in [
+            "--new-session",
+            "--cap-drop ALL",
+            "--unshare-user --uid 0 --gid 0",
+            "--unshare-net",
+            "--seccomp 7",
+        ] {
+            assert!(a.contains(part), "{part}: {a}");
+        }
+        let a = args(
+            &fence,
+            &Options {
+                scratch: None,
+                read_only: &[],
+                network: true,
+                seccomp_fd: None,
+                root: false,
+            },
+        )
+        .join(std::ffi::OsStr::new(" "))
+        .to_string_lossy()
+        .into_owned();
+        assert!(a.contains("--cap-drop ALL"), "{a}");
+        assert!(!a.contains("--unshare-net"), "{a}");
+        assert!(!a.contains("--unshare-user"), "{a}");
+    }
+}
