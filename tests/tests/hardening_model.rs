@@ -1,15 +1,21 @@
 //! Hardening of the model path, against the real host, real plugin builds
 //! and the fake OpenAI-compatible server: an SSE line past the adapter's
-//! cap, an `error` object inside a 200 stream, and a model that calls tools
-//! forever (the agent loop's step limit, in process and through headless).
+//! cap, an `error` object inside a 200 stream, a model that calls tools
+//! forever (the agent loop's step limit, in process and through headless),
+//! tool calls streamed without an id, with an empty one or with the id of
+//! another call of the same answer (issue 18, "Why" 5: the session must
+//! still load), and an answer flooding reasoning past the adapter's
+//! `maxAnswerBytes` (issue 18, "Why" 9: memory stays bounded).
 
+use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
 use dsh_sdk::vocab::event;
 use dsh_testkit::agent::{core_host, events, new_agent};
-use dsh_testkit::fake_llm::{text, tool_calls, Answer, FakeLlm};
-use dsh_testkit::headless::{lines, Headless};
-use dsh_testkit::{out, TempDir, TestHost};
+use dsh_testkit::fake_llm::{calls, text, tool_calls, Answer, FakeLlm};
+use dsh_testkit::headless::{lines, Headless, KEY};
+use dsh_testkit::{out, target_dir, TempDir, TestHost};
 use serde_json::{json, Value};
 
 /// The adapter's default cap on one SSE line (`sse::MAX_LINE_BYTES`).
@@ -322,4 +328,360 @@ async fn headless_exits_1_with_the_step_limit_on_stderr_and_the_log_resumes() {
     );
     assert_eq!(ends[0]["error"]["code"], "STEP_LIMIT");
     assert_eq!(ends[1], json!({"kind": "completed"}));
+}
+
+// ---------------------------------------------------------------------------
+// Tool-call ids the session log can load back.
+
+/// `dsh-host sessions <args>` against the home and patch of `h`.
+fn sessions_cmd(h: &Headless, args: &[&str]) -> (i32, String, String) {
+    let mut c = Command::new(target_dir().join("dsh-host"));
+    c.current_dir(h.work.path())
+        .env("DSH_HOME", h.home.path())
+        .env_remove("DSH_LOG")
+        .arg("sessions")
+        .args(args)
+        .arg("--patch")
+        .arg(&h.patch);
+    out(&c.output().unwrap())
+}
+
+/// The records of type `kind` in the log at `file`.
+fn records(file: &Path, kind: &str) -> Vec<Value> {
+    lines(file)
+        .into_iter()
+        .filter(|r| r["type"] == kind)
+        .collect()
+}
+
+/// The ids of the tool-call blocks of every stored assistant message.
+fn stored_call_ids(file: &Path) -> Vec<String> {
+    records(file, event::ASSISTANT_MESSAGE)
+        .iter()
+        .flat_map(|r| {
+            r["data"]["message"]["content"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter(|b| b["type"] == "tool-call")
+        .map(|b| b["id"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// One answer calling `read` on `a.txt` whose first delta carries `id`
+/// (`None`: no `id` field at all) and whose second delta (the rest of the
+/// arguments, by index) carries none, as OpenAI-compatible servers stream.
+fn read_call_with_id(id: Option<&str>) -> Answer {
+    let mut first = json!({"index": 0, "type": "function",
+                           "function": {"name": "read", "arguments": "{\"file_path\":"}});
+    if let Some(id) = id {
+        first["id"] = json!(id);
+    }
+    let rest = json!({"index": 0, "function": {"arguments": "\"a.txt\"}"}});
+    Answer::Sse(vec![
+        data(json!({"choices": [{"delta": {"tool_calls": [first]}}]})),
+        data(json!({"choices": [{"delta": {"tool_calls": [rest]}}]})),
+        data(json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]})),
+        Some("[DONE]".into()),
+    ])
+}
+
+/// The whole life of a session whose first answer calls `read` with the
+/// first delta's `id` as given: the call runs, its result answers the id
+/// the adapter gave it (said on stderr), and the stored session then
+/// continues, resumes and shows. Returns the id the call was given.
+async fn a_call_with_a_bad_id_runs_and_its_session_loads(id: Option<&str>) -> String {
+    let fake = FakeLlm::start().await;
+    let h = Headless::new(&fake, "");
+    std::fs::write(h.work.path().join("a.txt"), "alpha\n").unwrap();
+    fake.push([read_call_with_id(id), text("Read it.")]);
+    let (code, stdout, stderr) = out(&h.run(&["read", "a.txt"]).await);
+    assert_eq!((code, stdout.as_str()), (0, "Read it.\n"), "{stderr}");
+
+    // One call, given a fresh non-empty id, used by the call, its result
+    // and the history sent back to the model.
+    let file = h.log_file();
+    let ids = stored_call_ids(&file);
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let given = ids[0].clone();
+    assert!(given.starts_with("call_") && given.len() > 5, "{given}");
+    assert!(
+        stderr.contains("tool call 0") && stderr.contains(&given),
+        "the renaming is said in the log: {stderr}"
+    );
+    let calls = records(&file, event::TOOL_CALL);
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0]["data"]["callId"], given.as_str());
+    let results = records(&file, event::TOOL_RESULT);
+    assert_eq!(results.len(), 1);
+    let result = &results[0]["data"]["message"];
+    assert_eq!(result["source"]["callId"], given.as_str());
+    assert_eq!(result["content"][0]["toolCallId"], given.as_str());
+    assert_eq!(result["content"][0]["isError"], false, "{result}");
+    let requests = fake.requests();
+    let sent: Vec<&Value> = requests[1]["messages"].as_array().unwrap().iter().collect();
+    let assistant = sent.iter().find(|m| m["role"] == "assistant").unwrap();
+    assert_eq!(assistant["tool_calls"][0]["id"], given.as_str());
+    assert_eq!(
+        assistant["tool_calls"][0]["function"]["arguments"], "{\"file_path\":\"a.txt\"}",
+        "the second delta joined the call by its index"
+    );
+    let tool = sent.iter().find(|m| m["role"] == "tool").unwrap();
+    assert_eq!(tool["tool_call_id"], given.as_str());
+    assert!(
+        tool["content"].as_str().unwrap().contains("alpha"),
+        "{tool}"
+    );
+
+    // The stored session loads: continue, resume and show.
+    let session = lines(&file)[0]["id"].as_str().unwrap().to_owned();
+    fake.push([text("Continued.")]);
+    let (code, stdout, stderr) = out(&h.run(&["--continue", "next"]).await);
+    assert_eq!((code, stdout.as_str()), (0, "Continued.\n"), "{stderr}");
+    fake.push([text("Resumed.")]);
+    let (code, stdout, stderr) = out(&h.run(&["--resume", &session, "again"]).await);
+    assert_eq!((code, stdout.as_str()), (0, "Resumed.\n"), "{stderr}");
+    let (code, shown, stderr) = sessions_cmd(&h, &["show", &session]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        shown.contains("tool call: read") && shown.contains("tool result:"),
+        "{shown}"
+    );
+    assert!(shown.contains("assistant: Resumed."), "{shown}");
+    // The resumed requests still pair the call with its result.
+    let last = fake.requests().pop().unwrap();
+    let tool_ids: Vec<&Value> = last["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| &m["tool_call_id"])
+        .collect();
+    assert_eq!(tool_ids, [&json!(given)]);
+    assert_eq!(h.session_files().len(), 1, "no other session was written");
+    given
+}
+
+#[tokio::test]
+async fn a_streamed_tool_call_without_an_id_runs_and_the_session_resumes() {
+    a_call_with_a_bad_id_runs_and_its_session_loads(None).await;
+}
+
+#[tokio::test]
+async fn a_streamed_tool_call_with_an_empty_id_runs_and_the_session_resumes() {
+    a_call_with_a_bad_id_runs_and_its_session_loads(Some("")).await;
+}
+
+#[tokio::test]
+async fn two_calls_with_one_id_in_an_answer_both_run_and_the_run_ends_normally() {
+    let fake = FakeLlm::start().await;
+    let h = Headless::new(&fake, "");
+    std::fs::write(h.work.path().join("a.txt"), "alpha\n").unwrap();
+    std::fs::write(h.work.path().join("b.txt"), "beta\n").unwrap();
+    fake.push([
+        calls(&[
+            ("call_0", "read", json!({"file_path": "a.txt"})),
+            ("call_0", "read", json!({"file_path": "b.txt"})),
+        ]),
+        text("Read both."),
+    ]);
+    let (code, stdout, stderr) = out(&h.run(&["read", "both"]).await);
+    assert_eq!((code, stdout.as_str()), (0, "Read both.\n"), "{stderr}");
+
+    // The first keeps its id, the second gets its own; each result answers
+    // its call, in the log and in what the model was sent.
+    let file = h.log_file();
+    let ids = stored_call_ids(&file);
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    assert_eq!(ids[0], "call_0");
+    assert!(ids[1].starts_with("call_") && ids[1] != "call_0", "{ids:?}");
+    assert!(
+        stderr.contains("call_0") && stderr.contains(&ids[1]),
+        "the renaming is said in the log: {stderr}"
+    );
+    let results: Vec<(String, String)> = records(&file, event::TOOL_RESULT)
+        .iter()
+        .map(|r| {
+            let m = &r["data"]["message"];
+            let text = m["content"][0]["content"][0]["text"]
+                .as_str()
+                .unwrap_or_default();
+            (
+                m["source"]["callId"].as_str().unwrap().to_owned(),
+                text.to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert_eq!(results[0].0, ids[0]);
+    assert!(results[0].1.contains("alpha"), "{results:?}");
+    assert_eq!(results[1].0, ids[1]);
+    assert!(results[1].1.contains("beta"), "{results:?}");
+    let tool_ids: Vec<String> = fake.requests()[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["tool_call_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(tool_ids, ids);
+    let ends = records(&file, event::TURN_END);
+    assert_eq!(ends.len(), 1);
+    assert_eq!(ends[0]["data"]["reason"], json!({"kind": "completed"}));
+
+    // And the session loads.
+    fake.push([text("Continued.")]);
+    let (code, stdout, stderr) = out(&h.run(&["--continue", "next"]).await);
+    assert_eq!((code, stdout.as_str()), (0, "Continued.\n"), "{stderr}");
+}
+
+// ---------------------------------------------------------------------------
+// The cap on one answer's size.
+
+/// The `maxAnswerBytes` the flood test configures.
+const ANSWER_CAP: usize = 1024 * 1024;
+/// The reasoning each flood delta carries.
+const FLOOD_DELTA: usize = 256 * 1024;
+/// How many deltas the flood sends: 64 MiB, far past the cap.
+const FLOOD_DELTAS: usize = 256;
+
+#[tokio::test]
+async fn a_flood_of_one_byte_deltas_is_capped_by_its_count_too() {
+    // Each delta counts 32 bytes more than its text: 65,536 deltas of one
+    // byte (exactly the cap in text alone) must fail long before the end.
+    let cap = 64 * 1024;
+    let deltas = cap;
+    let (t, fake) = core_host(|rows| {
+        let row = "streamIdleTimeoutMs = 1500 }";
+        assert!(rows.contains(row), "{rows}");
+        rows.replace(
+            row,
+            &format!("streamIdleTimeoutMs = 1500, maxAnswerBytes = {cap} }}"),
+        )
+    })
+    .await;
+    let delta = json!({"choices": [{"delta": {"reasoning_content": "r"}}]});
+    fake.push([Answer::Flood(delta.to_string(), deltas)]);
+    let agent = new_agent(&t, "/tmp").await;
+    let reason = turn(&t, &agent, "think").await;
+    assert_eq!(reason["kind"], "error", "{reason}");
+    assert_eq!(reason["error"]["code"], "MALFORMED_RESPONSE", "{reason}");
+    let message = reason["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("maxAnswerBytes") && message.contains("65536 bytes"),
+        "{message}"
+    );
+    assert_eq!(
+        fake.requests().len(),
+        1,
+        "MALFORMED_RESPONSE is not retried"
+    );
+    let ev = events(&t, &agent).await;
+    let logged = ev
+        .iter()
+        .filter(|e| e["data"]["chunk"]["type"] == "reasoning-delta")
+        .count();
+    assert!(
+        logged > 0 && logged <= cap / 33,
+        "{logged} one-byte deltas were logged under a cap of {cap} bytes"
+    );
+    assert_eq!(count(&ev, event::ASSISTANT_MESSAGE), 0);
+    t.shutdown().await;
+}
+
+/// Peak RSS (KiB) of a finished child, with its exit code and stderr.
+// Reaped with wait4 (for its rusage), which clippy cannot see.
+#[allow(clippy::zombie_processes)]
+fn run_measured(mut c: Command) -> (Option<i32>, i64, String) {
+    c.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is a valid out-parameter.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waiting for our own child, which nothing else reaps.
+    let rc = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(rc, child.id() as i32);
+    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    (code, usage.ru_maxrss, reader.join().unwrap())
+}
+
+/// Runs `args` through `h` on a blocking thread: exit code, peak RSS
+/// (KiB), stderr.
+async fn measured(h: &Headless, args: &[&str]) -> (Option<i32>, i64, String) {
+    let c = h.command(args);
+    tokio::task::spawn_blocking(move || run_measured(c))
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_reasoning_flood_past_max_answer_bytes_fails_malformed_with_bounded_memory() {
+    let fake = FakeLlm::start().await;
+    // A later patch of the adapter replaces its whole config: restate the
+    // route to the fake server with the small cap.
+    let h = Headless::new(
+        &fake,
+        &format!(
+            "[[patch]]\nid = \"llm-deepseek\"\nconfig = {{ baseUrl = \"{}\", apiKeyEnv = \"{KEY}\", maxAnswerBytes = {ANSWER_CAP} }}\n",
+            fake.base_url
+        ),
+    );
+    // The same host on an ordinary answer: the baseline of its peak memory.
+    fake.push([text("Fine.")]);
+    let (code, baseline_kib, stderr) = measured(&h, &["warm", "up"]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+
+    let delta = json!({"choices": [{"delta": {"reasoning_content": "r".repeat(FLOOD_DELTA)}}]});
+    fake.push([Answer::Flood(delta.to_string(), FLOOD_DELTAS)]);
+    let (code, flood_kib, stderr) = measured(&h, &["think", "hard"]).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.starts_with("dsh: MALFORMED_RESPONSE: "), "{stderr}");
+    assert!(
+        stderr.contains("maxAnswerBytes")
+            && stderr.contains("1 MiB (1048576 bytes)")
+            && stderr.contains("llm-deepseek config"),
+        "{stderr}"
+    );
+    // The adapter stopped reading: the server could not write the flood.
+    let written = tokio::time::timeout(DEADLINE, fake.floods_written(1))
+        .await
+        .expect("the server finished the flood");
+    assert!(
+        !written[0].complete && written[0].payloads < FLOOD_DELTAS,
+        "the client read the whole flood: {written:?}"
+    );
+    // Memory grew by a few times the cap at most, nowhere near the flood
+    // (64 MiB; read whole, the host holds several copies of it).
+    let flood_kib_total = (FLOOD_DELTA * FLOOD_DELTAS / 1024) as i64;
+    let grown = flood_kib - baseline_kib;
+    assert!(
+        grown < flood_kib_total / 4,
+        "peak RSS grew by {grown} KiB (baseline {baseline_kib} KiB) for a {flood_kib_total} KiB flood"
+    );
+    eprintln!("peak RSS: baseline {baseline_kib} KiB, flood {flood_kib} KiB (+{grown} KiB)");
+
+    // The log holds the failure as the step's end and the session loads.
+    let file = h
+        .session_files()
+        .into_iter()
+        .find(|f| {
+            lines(f)
+                .iter()
+                .any(|r| r["type"] == event::TURN_END && r["data"]["reason"]["kind"] == "error")
+        })
+        .expect("the flood's session");
+    let ends = records(&file, event::TURN_END);
+    assert_eq!(ends.len(), 1);
+    assert_eq!(
+        ends[0]["data"]["reason"]["error"]["code"],
+        "MALFORMED_RESPONSE"
+    );
+    assert_eq!(records(&file, event::ASSISTANT_MESSAGE).len(), 0);
+    let session = lines(&file)[0]["id"].as_str().unwrap().to_owned();
+    let (code, _, stderr) = sessions_cmd(&h, &["show", &session]);
+    assert_eq!(code, 0, "{stderr}");
 }

@@ -3,6 +3,8 @@
 //! `reasoning = false` and its own `baseUrl` — any OpenAI-compatible
 //! endpoint (Ollama, vLLM, llama.cpp server).
 
+mod answer_cap;
+mod call_ids;
 mod models;
 mod request;
 mod sse;
@@ -49,6 +51,11 @@ pub(crate) struct Config {
     /// longer one fails the stream with `MALFORMED_RESPONSE`. 0: the default,
     /// [`sse::MAX_LINE_BYTES`].
     pub max_sse_line_bytes: usize,
+    /// The most bytes one answer may stream: its text, reasoning and tool
+    /// calls, each delta counting [`answer_cap::DELTA_COST`] more. A longer
+    /// answer fails the stream with `MALFORMED_RESPONSE`. 0: the default,
+    /// [`answer_cap::DEFAULT_MAX_ANSWER_BYTES`].
+    pub max_answer_bytes: usize,
 }
 
 impl Config {
@@ -56,6 +63,14 @@ impl Config {
     fn sse_cap(&self) -> usize {
         match self.max_sse_line_bytes {
             0 => sse::MAX_LINE_BYTES,
+            n => n,
+        }
+    }
+
+    /// The answer cap in force.
+    fn answer_cap(&self) -> usize {
+        match self.max_answer_bytes {
+            0 => answer_cap::DEFAULT_MAX_ANSWER_BYTES,
             n => n,
         }
     }
@@ -78,6 +93,7 @@ impl Default for Config {
             default_context_window: models::DEFAULT_CONTEXT_WINDOW,
             models: None,
             max_sse_line_bytes: sse::MAX_LINE_BYTES,
+            max_answer_bytes: answer_cap::DEFAULT_MAX_ANSWER_BYTES,
         }
     }
 }
@@ -185,7 +201,7 @@ impl Adapter {
             return fail(f);
         }
         let mut parser = sse::Parser::new(self.config.sse_cap());
-        let mut state = wire::StreamState::default();
+        let mut state = wire::StreamState::new(self.config.answer_cap());
         let mut response = response;
         loop {
             let chunk = match tokio::time::timeout(idle, response.chunk()).await {
@@ -341,5 +357,15 @@ mod tests {
         assert_eq!(config(json!({MAX_SSE_LINE_FIELD: 0})), sse::MAX_LINE_BYTES);
         // The field name quoted in the overflow message is the one parsed.
         assert_eq!(config(json!({MAX_SSE_LINE_FIELD: 1024})), 1024);
+    }
+
+    #[test]
+    fn the_answer_cap_defaults_when_absent_or_zero() {
+        let config = |v: Value| serde_json::from_value::<Config>(v).unwrap().answer_cap();
+        let default = answer_cap::DEFAULT_MAX_ANSWER_BYTES;
+        assert_eq!(config(json!({})), default);
+        assert_eq!(config(json!({answer_cap::FIELD: 0})), default);
+        // The field name quoted in the failure is the one parsed.
+        assert_eq!(config(json!({answer_cap::FIELD: 4096})), 4096);
     }
 }

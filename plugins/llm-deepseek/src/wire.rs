@@ -1,8 +1,13 @@
 //! The chat-completions wire format: request bodies from the harness's
 //! messages, and stream chunks from the provider's deltas.
 
+use std::collections::HashMap;
+
 use dsh_sdk::vocab::{msg, LlmFailure};
 use serde_json::{json, Value};
+
+use crate::answer_cap::{AnswerBudget, DEFAULT_MAX_ANSWER_BYTES};
+use crate::call_ids::CallIds;
 
 fn texts(blocks: &[Value], kind: &str) -> String {
     blocks
@@ -205,21 +210,72 @@ enum Open {
     Text(u64),
 }
 
+/// One tool call of the answer, as its deltas arrive.
+struct Call {
+    /// Its block index in the chunk grammar.
+    block: u64,
+    /// Its id, settled when the call starts ([`CallIds::assign`]).
+    id: String,
+    name: String,
+    args: String,
+}
+
 /// Turns provider deltas into the harness's chunk grammar.
-#[derive(Default)]
 pub struct StreamState {
     next_index: u64,
     open: Option<Open>,
     text: String,
     reasoning: String,
-    /// provider tool index -> (block index, id, name, args)
-    tools: Vec<(u64, u64, String, String, String)>,
+    /// The tool calls, in the order they started.
+    calls: Vec<Call>,
+    /// Provider tool index -> position in `calls`.
+    by_index: HashMap<u64, usize>,
+    ids: CallIds,
+    budget: AnswerBudget,
     finish: Option<String>,
     usage: Option<Value>,
     any_content: bool,
 }
 
+impl Default for StreamState {
+    fn default() -> Self {
+        StreamState::new(DEFAULT_MAX_ANSWER_BYTES)
+    }
+}
+
+/// The bytes one delta adds to the answer (its text, reasoning, and each
+/// tool call's id, name and arguments), and how many chunks carry them.
+fn delta_size(reasoning: Option<&str>, text: Option<&str>, calls: &[Value]) -> (usize, usize) {
+    let len = |v: &Value| v.as_str().map_or(0, str::len);
+    let mut bytes = reasoning.map_or(0, str::len) + text.map_or(0, str::len);
+    let mut parts = usize::from(reasoning.is_some()) + usize::from(text.is_some());
+    for call in calls {
+        let function = &call["function"];
+        bytes += len(&call["id"]) + len(&function["name"]) + len(&function["arguments"]);
+        parts += 1;
+    }
+    (bytes, parts)
+}
+
 impl StreamState {
+    /// A stream whose answer may hold `max_answer_bytes` (see
+    /// [`crate::answer_cap`]).
+    pub fn new(max_answer_bytes: usize) -> Self {
+        StreamState {
+            next_index: 0,
+            open: None,
+            text: String::new(),
+            reasoning: String::new(),
+            calls: Vec::new(),
+            by_index: HashMap::new(),
+            ids: CallIds::default(),
+            budget: AnswerBudget::new(max_answer_bytes),
+            finish: None,
+            usage: None,
+            any_content: false,
+        }
+    }
+
     fn close_open(&mut self, out: &mut Vec<Value>) {
         match self.open.take() {
             Some(Open::Reasoning(i)) => {
@@ -232,7 +288,8 @@ impl StreamState {
         }
     }
 
-    /// One `data:` payload.
+    /// One `data:` payload. A delta that takes the answer past its cap is
+    /// refused before anything of it is kept.
     pub fn on_data(&mut self, data: &str) -> Result<Vec<Value>, LlmFailure> {
         let v: Value = serde_json::from_str(data).map_err(|e| {
             LlmFailure::new(
@@ -263,10 +320,16 @@ impl StreamState {
             return Ok(out);
         };
         let delta = &choice["delta"];
-        if let Some(r) = delta["reasoning_content"]
+        let reasoning = delta["reasoning_content"]
             .as_str()
-            .filter(|s| !s.is_empty())
-        {
+            .filter(|s| !s.is_empty());
+        let text = delta["content"].as_str().filter(|s| !s.is_empty());
+        let calls = delta["tool_calls"]
+            .as_array()
+            .map_or(&[][..], Vec::as_slice);
+        let (bytes, parts) = delta_size(reasoning, text, calls);
+        self.budget.charge(bytes, parts)?;
+        if let Some(r) = reasoning {
             if !matches!(self.open, Some(Open::Reasoning(_))) {
                 self.close_open(&mut out);
                 let i = self.next_index;
@@ -280,7 +343,7 @@ impl StreamState {
                 out.push(json!({"type": "reasoning-delta", "index": i, "text": r}));
             }
         }
-        if let Some(t) = delta["content"].as_str().filter(|s| !s.is_empty()) {
+        if let Some(t) = text {
             if !matches!(self.open, Some(Open::Text(_))) {
                 self.close_open(&mut out);
                 let i = self.next_index;
@@ -294,36 +357,17 @@ impl StreamState {
                 out.push(json!({"type": "text-delta", "index": i, "text": t}));
             }
         }
-        for call in delta["tool_calls"].as_array().into_iter().flatten() {
-            let provider_index = call["index"].as_u64().unwrap_or(0);
-            if !self.tools.iter().any(|t| t.0 == provider_index) {
-                self.close_open(&mut out);
-                let i = self.next_index;
-                self.next_index += 1;
-                self.tools.push((
-                    provider_index,
-                    i,
-                    String::new(),
-                    String::new(),
-                    String::new(),
-                ));
-                out.push(json!({"type": "block-start", "index": i, "blockType": "tool-call"}));
-            }
-            let Some(t) = self.tools.iter_mut().find(|t| t.0 == provider_index) else {
-                continue;
-            };
-            if let Some(id) = call["id"].as_str().filter(|s| !s.is_empty()) {
-                t.2 = id.to_owned();
-            }
+        for call in calls {
+            let at = self.call_at(call, &mut out);
+            let t = &mut self.calls[at];
             let name = call["function"]["name"].as_str().filter(|s| !s.is_empty());
-            if let (Some(n), true) = (name, t.3.is_empty()) {
-                t.3 = n.to_owned();
+            if let (Some(n), true) = (name, t.name.is_empty()) {
+                t.name = n.to_owned();
             }
             let args = call["function"]["arguments"].as_str().unwrap_or_default();
-            t.4.push_str(args);
+            t.args.push_str(args);
             self.any_content = true;
-            let mut c =
-                json!({"type": "tool-call-delta", "index": t.1, "id": t.2, "argumentsDelta": args});
+            let mut c = json!({"type": "tool-call-delta", "index": t.block, "id": t.id, "argumentsDelta": args});
             if let Some(n) = name {
                 c["name"] = json!(n);
             }
@@ -335,12 +379,44 @@ impl StreamState {
         Ok(out)
     }
 
+    /// The position in `calls` of the call a tool-call delta belongs to (by
+    /// its provider index); a call seen first starts its block and settles
+    /// its id: the delta's, unless that is missing, empty or another call's.
+    /// The call's later deltas join it by index, whatever id they carry.
+    fn call_at(&mut self, call: &Value, out: &mut Vec<Value>) -> usize {
+        let provider_index = call["index"].as_u64().unwrap_or(0);
+        if let Some(&at) = self.by_index.get(&provider_index) {
+            return at;
+        }
+        self.close_open(out);
+        let block = self.next_index;
+        self.next_index += 1;
+        let id = self.ids.assign(provider_index, &call["id"]);
+        self.calls.push(Call {
+            block,
+            id,
+            name: String::new(),
+            args: String::new(),
+        });
+        let at = self.calls.len() - 1;
+        self.by_index.insert(provider_index, at);
+        out.push(json!({"type": "block-start", "index": block, "blockType": "tool-call"}));
+        at
+    }
+
     /// At `[DONE]`: close blocks, then usage, then finish.
     pub fn finish(&mut self) -> Vec<Value> {
         let mut out = Vec::new();
         self.close_open(&mut out);
-        for (_, i, id, name, args) in std::mem::take(&mut self.tools) {
-            out.push(json!({"type": "block-end", "index": i, "block": {"type": "tool-call", "id": id, "name": name, "arguments": args}}));
+        self.by_index.clear();
+        for Call {
+            block,
+            id,
+            name,
+            args,
+        } in std::mem::take(&mut self.calls)
+        {
+            out.push(json!({"type": "block-end", "index": block, "block": {"type": "tool-call", "id": id, "name": name, "arguments": args}}));
         }
         if let Some(u) = self.usage.take() {
             out.push(json!({"type": "usage", "usage": u}));
@@ -509,6 +585,151 @@ mod tests {
             http_failure(502, "<html>bad gateway</html>").message,
             "HTTP 502: <html>bad gateway</html>"
         );
+    }
+
+    /// The tool-call blocks `finish` closes an answer with.
+    fn closed_calls(s: &mut StreamState) -> Vec<Value> {
+        s.finish()
+            .into_iter()
+            .filter(|c| c["type"] == "block-end" && c["block"]["type"] == "tool-call")
+            .map(|c| c["block"].clone())
+            .collect()
+    }
+
+    fn call_delta(call: Value) -> String {
+        json!({"choices": [{"delta": {"tool_calls": [call]}}]}).to_string()
+    }
+
+    #[test]
+    fn a_call_without_an_id_gets_one_that_its_later_deltas_carry() {
+        for first in [
+            json!({"index": 0, "function": {"name": "read", "arguments": "{\"a\""}}),
+            json!({"index": 0, "id": "", "function": {"name": "read", "arguments": "{\"a\""}}),
+        ] {
+            let mut s = StreamState::default();
+            let mut deltas = s.on_data(&call_delta(first)).unwrap();
+            deltas.extend(
+                s.on_data(&call_delta(
+                    json!({"index": 0, "function": {"arguments": ":1}"}}),
+                ))
+                .unwrap(),
+            );
+            let ids: Vec<&Value> = deltas
+                .iter()
+                .filter(|c| c["type"] == "tool-call-delta")
+                .map(|c| &c["id"])
+                .collect();
+            let id = ids[0].as_str().unwrap().to_owned();
+            assert!(id.starts_with("call_") && id.len() > 5, "{id}");
+            assert_eq!(ids, [&json!(id), &json!(id)], "stable within the answer");
+            let calls = closed_calls(&mut s);
+            assert_eq!(
+                calls,
+                [json!({"type": "tool-call", "id": id, "name": "read", "arguments": "{\"a\":1}"})]
+            );
+        }
+    }
+
+    #[test]
+    fn a_second_call_with_the_first_ones_id_gets_its_own() {
+        let mut s = StreamState::default();
+        for (index, args) in [(0, "{}"), (1, "{\"b\":2}")] {
+            s.on_data(&call_delta(json!({"index": index, "id": "call_0", "function": {"name": "read", "arguments": args}})))
+                .unwrap();
+        }
+        // A later delta of the second call repeating the id still joins it.
+        s.on_data(&call_delta(
+            json!({"index": 1, "id": "call_0", "function": {"arguments": ""}}),
+        ))
+        .unwrap();
+        let calls = closed_calls(&mut s);
+        assert_eq!(calls.len(), 2, "{calls:?}");
+        assert_eq!(calls[0]["id"], "call_0");
+        assert_eq!(calls[0]["arguments"], "{}");
+        let second = calls[1]["id"].as_str().unwrap();
+        assert!(
+            second.starts_with("call_") && second != "call_0",
+            "{second}"
+        );
+        assert_eq!(calls[1]["arguments"], "{\"b\":2}");
+    }
+
+    #[test]
+    fn unique_ids_pass_untouched() {
+        let mut s = StreamState::default();
+        for (index, id) in [(0, "a"), (1, "b")] {
+            s.on_data(&call_delta(
+                json!({"index": index, "id": id, "function": {"name": "read", "arguments": "{}"}}),
+            ))
+            .unwrap();
+        }
+        let ids: Vec<Value> = closed_calls(&mut s)
+            .iter()
+            .map(|c| c["id"].clone())
+            .collect();
+        assert_eq!(ids, [json!("a"), json!("b")]);
+    }
+
+    fn reasoning(text: &str) -> String {
+        json!({"choices": [{"delta": {"reasoning_content": text}}]}).to_string()
+    }
+
+    #[test]
+    fn an_answer_past_its_cap_fails_malformed_as_the_delta_arrives() {
+        use crate::answer_cap::DELTA_COST;
+        // Two deltas of 50 bytes fit a cap of 100 + 2 delta costs; a third
+        // byte in any field does not, before anything of it is kept.
+        let cap = 100 + 2 * DELTA_COST;
+        let mut s = StreamState::new(cap);
+        s.on_data(&reasoning(&"r".repeat(50))).unwrap();
+        s.on_data(&json!({"choices": [{"delta": {"content": "t".repeat(50)}}]}).to_string())
+            .unwrap();
+        for over in [
+            reasoning("r"),
+            json!({"choices": [{"delta": {"content": "t"}}]}).to_string(),
+            call_delta(json!({"index": 0, "id": "c", "function": {"name": "", "arguments": ""}})),
+        ] {
+            let f = s.on_data(&over).unwrap_err();
+            assert_eq!(f.code, code::MALFORMED_RESPONSE, "{over}");
+            assert!(f.message.contains("maxAnswerBytes"), "{}", f.message);
+        }
+        assert_eq!(
+            (s.reasoning.len(), s.text.len()),
+            (0, 50),
+            "nothing more kept"
+        );
+        assert!(s.calls.is_empty());
+    }
+
+    #[test]
+    fn tool_call_arguments_count_toward_the_cap() {
+        let mut s = StreamState::new(1000);
+        let big = "x".repeat(400);
+        s.on_data(&call_delta(
+            json!({"index": 0, "id": "c", "function": {"name": "read", "arguments": big}}),
+        ))
+        .unwrap();
+        s.on_data(&call_delta(
+            json!({"index": 0, "function": {"arguments": big}}),
+        ))
+        .unwrap();
+        let f = s
+            .on_data(&call_delta(
+                json!({"index": 0, "function": {"arguments": big}}),
+            ))
+            .unwrap_err();
+        assert_eq!(f.code, code::MALFORMED_RESPONSE);
+    }
+
+    #[test]
+    fn empty_and_usage_only_payloads_cost_nothing() {
+        let mut s = StreamState::new(1);
+        s.on_data(r#"{"choices":[{"delta":{"content":"","reasoning_content":""}}]}"#)
+            .unwrap();
+        s.on_data(r#"{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1}}"#)
+            .unwrap();
+        s.on_data(r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#)
+            .unwrap();
     }
 
     #[test]

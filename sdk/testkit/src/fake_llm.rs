@@ -35,6 +35,12 @@ pub enum Answer {
     /// [`Gate`], then the rest: a stream held open for as long as a test
     /// needs, whatever the machine's speed.
     Gated(Vec<String>, Gate, Vec<String>),
+    /// 200, then this `data:` payload this many times, then `[DONE]`: a
+    /// flood of deltas (say 256 KiB of `reasoning_content` each) written
+    /// from the one string as it goes, so the test never holds it whole.
+    /// How many went out before the client hung up is recorded
+    /// ([`FakeLlm::floods_written`]).
+    Flood(String, usize),
 }
 
 /// Holds an [`Answer::Gated`] stream until [`Gate::open`] is called.
@@ -171,6 +177,20 @@ struct State {
     long_lines: Vec<LongLineWritten>,
     /// Woken whenever a long line is recorded.
     long_line_done: Arc<tokio::sync::Notify>,
+    floods: Vec<FloodWritten>,
+    /// Woken whenever a flood is recorded.
+    flood_done: Arc<tokio::sync::Notify>,
+}
+
+/// How much of one [`Answer::Flood`] was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FloodWritten {
+    /// Payloads written whole to the socket (the kernel may not have
+    /// delivered all of them).
+    pub payloads: usize,
+    /// Every payload and the `[DONE]` were written (the client never hung
+    /// up on the flood).
+    pub complete: bool,
 }
 
 /// How much of one [`Answer::LongLine`] was written.
@@ -275,6 +295,23 @@ impl FakeLlm {
         }
     }
 
+    /// For each [`Answer::Flood`] served so far, how much of it went out;
+    /// waits until `n` of them are done (the server records one when a
+    /// write fails or the flood is complete). Bound it with a timeout.
+    pub async fn floods_written(&self, n: usize) -> Vec<FloodWritten> {
+        loop {
+            let done = self.state.lock().unwrap().flood_done.clone();
+            let notified = done.notified();
+            {
+                let s = self.state.lock().unwrap();
+                if s.floods.len() >= n {
+                    return s.floods.clone();
+                }
+            }
+            notified.await;
+        }
+    }
+
     /// Every request's raw header block.
     pub fn headers(&self) -> Vec<String> {
         self.state.lock().unwrap().headers.clone()
@@ -342,6 +379,24 @@ async fn write_long_line(sock: &mut TcpStream, len: usize) -> LongLineWritten {
         written.bytes += LONG_LINE_TAIL.len();
         written.complete = true;
     }
+    written
+}
+
+/// Writes the `data:` frame of `payload` `times` times, then `[DONE]`;
+/// stops at the first failed write (the client hung up).
+async fn write_flood(sock: &mut TcpStream, payload: &str, times: usize) -> FloodWritten {
+    let frame = format!("data: {payload}\n\n");
+    let mut written = FloodWritten {
+        payloads: 0,
+        complete: false,
+    };
+    for _ in 0..times {
+        if sock.write_all(frame.as_bytes()).await.is_err() {
+            return written;
+        }
+        written.payloads += 1;
+    }
+    written.complete = sock.write_all(b"data: [DONE]\n\n").await.is_ok();
     written
 }
 
@@ -453,6 +508,16 @@ async fn serve(mut sock: TcpStream, state: Arc<Mutex<State>>) {
                 let mut s = state.lock().unwrap();
                 s.long_lines.push(written);
                 s.long_line_done.clone()
+            };
+            done.notify_waiters();
+        }
+        Answer::Flood(payload, times) => {
+            let _ = sock.write_all(sse_head.as_bytes()).await;
+            let written = write_flood(&mut sock, &payload, times).await;
+            let done = {
+                let mut s = state.lock().unwrap();
+                s.floods.push(written);
+                s.flood_done.clone()
             };
             done.notify_waiters();
         }

@@ -1,0 +1,117 @@
+//! The cap on one answer's size (config `maxAnswerBytes`).
+//!
+//! Everything a model streams is kept: by this adapter until the answer
+//! ends, and downstream as one logged chunk per delta and the assembled
+//! message. Without a cap, a server that streams reasoning forever fills
+//! memory. The cap counts each delta as it arrives, before it is kept: the
+//! bytes of its text, reasoning and tool calls (arguments, names and ids),
+//! plus [`DELTA_COST`] for the chunk that carries it, so a flood of tiny
+//! deltas is bounded too. Past the cap the stream fails with
+//! `MALFORMED_RESPONSE`; the caller stops reading the body.
+
+use dsh_sdk::vocab::LlmFailure;
+
+use crate::sse::human_bytes;
+use crate::wire::code;
+
+/// The config field that sets the cap, as users write it.
+pub(crate) const FIELD: &str = "maxAnswerBytes";
+
+/// The default cap: 16 MiB, well above the longest answer an output limit
+/// of 256,000 tokens allows (about 1 MiB of text; about 9 MiB counted with
+/// [`DELTA_COST`], when each token comes in a delta of its own).
+pub(crate) const DEFAULT_MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
+
+/// What each text, reasoning or tool-call delta counts on top of its
+/// bytes. Every delta becomes a logged chunk, which costs the host far more
+/// than its text, so a flood of one-byte deltas must not pass as "1 byte"
+/// each: with this cost, the most deltas the default cap admits (about
+/// 500,000) are about twice those of the longest legitimate answer.
+pub(crate) const DELTA_COST: usize = 32;
+
+/// How much of the cap one answer has used.
+pub(crate) struct AnswerBudget {
+    cap: usize,
+    used: usize,
+}
+
+impl AnswerBudget {
+    /// A budget of `cap` bytes.
+    pub(crate) fn new(cap: usize) -> Self {
+        AnswerBudget { cap, used: 0 }
+    }
+
+    /// Counts a delta of `bytes` in `parts` pieces (each charged
+    /// [`DELTA_COST`] more); the failure that ends the stream when the
+    /// answer goes past the cap. Nothing is counted then.
+    pub(crate) fn charge(&mut self, bytes: usize, parts: usize) -> Result<(), LlmFailure> {
+        let total = parts
+            .saturating_mul(DELTA_COST)
+            .saturating_add(bytes)
+            .saturating_add(self.used);
+        if total > self.cap {
+            return Err(self.exceeded());
+        }
+        self.used = total;
+        Ok(())
+    }
+
+    fn exceeded(&self) -> LlmFailure {
+        LlmFailure::new(
+            code::MALFORMED_RESPONSE,
+            format!(
+                "the model's answer exceeded {FIELD}: more than {} of text, reasoning and \
+                 tool calls as they streamed (each delta counting {DELTA_COST} bytes more); \
+                 the stream was stopped there. If the model's answers are really that long, \
+                 raise `{FIELD}` in the llm-deepseek config",
+                human_bytes(self.cap)
+            ),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_up_to_the_cap_passes_and_one_byte_more_fails() {
+        let mut b = AnswerBudget::new(100);
+        b.charge(60 - DELTA_COST, 1).unwrap();
+        b.charge(40 - DELTA_COST, 1).unwrap();
+        let f = b.charge(0, 1).unwrap_err();
+        assert_eq!(f.code, code::MALFORMED_RESPONSE);
+        // The refused delta was not counted: nothing more fits anyway.
+        assert_eq!(b.used, 100);
+        assert!(b.charge(1, 0).is_err());
+    }
+
+    #[test]
+    fn tiny_deltas_count_their_cost() {
+        let mut b = AnswerBudget::new(10 * (DELTA_COST + 1));
+        for _ in 0..10 {
+            b.charge(1, 1).unwrap();
+        }
+        assert!(b.charge(1, 1).is_err());
+    }
+
+    #[test]
+    fn a_huge_count_does_not_wrap() {
+        let mut b = AnswerBudget::new(DEFAULT_MAX_ANSWER_BYTES);
+        assert!(b.charge(usize::MAX, usize::MAX).is_err());
+    }
+
+    #[test]
+    fn the_failure_names_the_field_the_cap_and_the_fix() {
+        let f = AnswerBudget::new(1024 * 1024).exceeded();
+        assert_eq!(
+            f.message,
+            format!(
+                "the model's answer exceeded maxAnswerBytes: more than 1 MiB (1048576 bytes) \
+                 of text, reasoning and tool calls as they streamed (each delta counting \
+                 {DELTA_COST} bytes more); the stream was stopped there. If the model's \
+                 answers are really that long, raise `maxAnswerBytes` in the llm-deepseek config"
+            )
+        );
+    }
+}

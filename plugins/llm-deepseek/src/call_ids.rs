@@ -1,0 +1,148 @@
+//! Tool-call ids the session log can store and load back.
+//!
+//! The log pairs each `tool/result` with the `tool/call` of its step by id:
+//! an empty id fails the load (`must have tool source`), and two calls of
+//! one step with the same id fail the second result's append (`no prior
+//! tool/call in this step`). Ids are checked per step only (a step's pending
+//! calls are forgotten at `step/end`), so a server that repeats `call_0` in
+//! every answer is fine; within one answer, which is one step, every call
+//! needs its own non-empty id. Servers do not all give one: some omit `id`,
+//! send `""`, or number the calls of each answer from 0 and repeat. This
+//! module gives such a call a fresh id, says so in the log, and lets the run
+//! go on.
+
+use std::collections::HashSet;
+
+use serde_json::Value;
+
+/// The prefix of an id this adapter makes up (as OpenAI's own ids start).
+const FRESH_PREFIX: &str = "call_";
+
+/// The ids given to the tool calls of one answer so far.
+#[derive(Default)]
+pub(crate) struct CallIds {
+    given: HashSet<String>,
+}
+
+impl CallIds {
+    /// The id of the call at provider index `index` that starts with the
+    /// delta's `sent` id: `sent` when it is a non-empty string no earlier
+    /// call of this answer has, else a fresh `call_<uuid>`, with a warning
+    /// naming what was sent and what the call is stored as.
+    pub(crate) fn assign(&mut self, index: u64, sent: &Value) -> String {
+        if let Some(id) = sent.as_str().filter(|s| !s.is_empty()) {
+            if self.given.insert(id.to_owned()) {
+                return id.to_owned();
+            }
+        }
+        let fresh = self.fresh();
+        dsh_sdk::tracing::warn!(
+            "llm-deepseek: tool call {index} of the model's answer came {}; it is stored as \
+             `{fresh}` (the session log needs a unique, non-empty id for each call of an answer)",
+            why(sent)
+        );
+        fresh
+    }
+
+    /// A `call_<uuid>` no call of this answer has.
+    fn fresh(&mut self) -> String {
+        loop {
+            let id = format!("{FRESH_PREFIX}{}", dsh_sdk::new_id());
+            if self.given.insert(id.clone()) {
+                return id;
+            }
+        }
+    }
+}
+
+/// The most characters of a sent id the warning quotes.
+const QUOTED_CHARS: usize = 64;
+
+/// What was wrong with the `id` a call came with, for the warning. The id
+/// is quoted escaped and cut short: it is the model's text, and the log
+/// may go to a terminal.
+fn why(sent: &Value) -> String {
+    match sent {
+        Value::Null => "without an id".to_owned(),
+        Value::String(s) if s.is_empty() => "with an empty id".to_owned(),
+        Value::String(s) => format!(
+            "with the id {} of an earlier call of the same answer",
+            quoted(s)
+        ),
+        other => format!(
+            "with an id that is not a string ({})",
+            quoted(&other.to_string())
+        ),
+    }
+}
+
+/// `text` in quotes, control characters escaped, at most
+/// [`QUOTED_CHARS`] characters of it.
+fn quoted(text: &str) -> String {
+    let cut: String = text.chars().take(QUOTED_CHARS).collect();
+    let more = if cut.len() < text.len() { "…" } else { "" };
+    format!("{cut:?}{more}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_unique_id_is_kept() {
+        let mut ids = CallIds::default();
+        assert_eq!(ids.assign(0, &json!("c1")), "c1");
+        assert_eq!(ids.assign(1, &json!("c2")), "c2");
+    }
+
+    #[test]
+    fn a_missing_empty_or_odd_id_gets_a_fresh_one() {
+        let mut ids = CallIds::default();
+        let given: Vec<String> = [json!(null), json!(""), json!(7)]
+            .iter()
+            .enumerate()
+            .map(|(i, sent)| ids.assign(i as u64, sent))
+            .collect();
+        for id in &given {
+            assert!(
+                id.starts_with(FRESH_PREFIX) && id.len() > FRESH_PREFIX.len(),
+                "{id}"
+            );
+        }
+        let unique: HashSet<&String> = given.iter().collect();
+        assert_eq!(unique.len(), given.len(), "{given:?}");
+    }
+
+    #[test]
+    fn a_repeated_id_is_kept_by_the_first_call_only() {
+        let mut ids = CallIds::default();
+        assert_eq!(ids.assign(0, &json!("call_0")), "call_0");
+        let second = ids.assign(1, &json!("call_0"));
+        assert!(
+            second.starts_with(FRESH_PREFIX) && second != "call_0",
+            "{second}"
+        );
+        // A provider id equal to one made up earlier is renamed too.
+        let third = ids.assign(2, &json!(second));
+        assert!(third != second && third != "call_0", "{third}");
+    }
+
+    #[test]
+    fn the_warning_says_what_was_sent() {
+        assert_eq!(why(&json!(null)), "without an id");
+        assert_eq!(why(&json!("")), "with an empty id");
+        assert_eq!(
+            why(&json!("call_0")),
+            "with the id \"call_0\" of an earlier call of the same answer"
+        );
+        assert_eq!(why(&json!(7)), "with an id that is not a string (\"7\")");
+    }
+
+    #[test]
+    fn a_quoted_id_is_escaped_and_cut_short() {
+        assert_eq!(quoted("a\u{1b}]52;c\u{7}"), "\"a\\u{1b}]52;c\\u{7}\"");
+        let long = "x".repeat(1000);
+        assert_eq!(quoted(&long), format!("{:?}…", "x".repeat(QUOTED_CHARS)));
+    }
+}
