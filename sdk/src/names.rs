@@ -110,8 +110,12 @@ pub mod session_persistence {
         READ_FROM = "readFrom";
         /// The file of a session id.
         LOCATE = "locate";
-        /// Stored sessions, newest first, optionally for one `cwd`.
+        /// Stored sessions, oldest first; with `cwd`, only those whose
+        /// header's `cwd` is that directory.
         LIST = "list";
+        /// A stored session's header alone (the first zstd frame or line),
+        /// read without a lock or a repair.
+        HEADER = "header";
         /// Stored snapshots of a session.
         LIST_SNAPSHOTS = "listSnapshots";
         /// Deletes a stored session that no host is writing (a dsh
@@ -459,6 +463,9 @@ pub mod code {
         SESSION_ALREADY_EXISTS = "SESSION_ALREADY_EXISTS";
         /// A stored session cannot be read back.
         SESSION_CORRUPT = "SESSION_CORRUPT";
+        /// A stored session belongs to another directory than the one it
+        /// was to be resumed from.
+        SESSION_OTHER_DIRECTORY = "SESSION_OTHER_DIRECTORY";
         /// A fork or seed ends inside an open turn.
         OPEN_TURN = "OPEN_TURN";
         /// A crash-repair result for a call that never started (reference

@@ -1,6 +1,8 @@
 //! Hardening of session logs: one writer per session (a second `dsh-host`
 //! resuming or creating the same session gets `SESSION_LOCKED` and writes
-//! nothing; a killed holder never blocks), and logs private to their owner.
+//! nothing; a killed holder never blocks), logs private to their owner, and
+//! bounded decoding (issue 18: a 99 KB log that inflates to 3 GB is refused
+//! at a cap, in bounded memory, and left alone).
 //!
 //! Every wait here is on an event (a file the winner's tool creates, a
 //! request the fake model server received), bounded by a generous deadline.
@@ -8,13 +10,14 @@
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use dsh_sdk::names::{service, session_persistence, sessions};
 use dsh_sdk::vocab::event;
 use dsh_testkit::fake_llm::{text, tool_calls, Answer, FakeLlm};
-use dsh_testkit::headless::{assert_seqs_contiguous, lines, log_text, Headless};
-use dsh_testkit::{out, wait_for, TempDir, TestHost};
+use dsh_testkit::headless::{assert_seqs_contiguous, lines, log_text, zstd_frames, Headless};
+use dsh_testkit::{out, target_dir, wait_for, TempDir, TestHost};
 use serde_json::{json, Value};
 
 /// A `$DSH_HOME` and a workspace, tools in danger-full-access. The model
@@ -290,4 +293,152 @@ async fn a_second_host_creating_the_same_id_is_refused_until_the_first_lets_go()
     assert!(again.is_ok(), "{again:?}");
     second.shutdown().await;
     first.shutdown().await;
+}
+
+/// A checksummed zstd frame of `gib` GiB of zeros, compressed as it
+/// streams: about 32 KB a GiB (issue 18's "99 KB log that inflates to
+/// 3 GB"), built in a second or so a GiB.
+fn zeros_frame(gib: u64) -> Vec<u8> {
+    use std::io::Write;
+    let mut enc = zstd::stream::write::Encoder::new(Vec::new(), 1).unwrap();
+    enc.include_checksum(true).unwrap();
+    let block = vec![0u8; 1 << 20];
+    for _ in 0..gib << 10 {
+        enc.write_all(&block).unwrap();
+    }
+    enc.finish().unwrap()
+}
+
+/// Runs `c` to its end: its exit code, stdout, stderr and peak resident
+/// memory in bytes. The peak is the kernel's high-water mark (`VmHWM` in
+/// `/proc/<pid>/status` while it runs), which `wait4` answers as
+/// `ru_maxrss` once it has exited, so no sample can miss it.
+async fn run_measured(mut c: Command) -> (i32, String, String, u64) {
+    use std::io::Read;
+    tokio::task::spawn_blocking(move || {
+        // Reaped by `wait4` below (which also answers the peak), not by
+        // std's `wait`.
+        #[allow(clippy::zombie_processes)]
+        let mut child = c
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let drain = |mut pipe: Box<dyn Read + Send>| {
+            std::thread::spawn(move || {
+                let mut text = String::new();
+                pipe.read_to_string(&mut text).unwrap();
+                text
+            })
+        };
+        let stdout = drain(Box::new(child.stdout.take().unwrap()));
+        let stderr = drain(Box::new(child.stderr.take().unwrap()));
+        let pid = child.id() as libc::pid_t;
+        let mut status = 0;
+        // SAFETY: `rusage` is plain integers, so all zeroes is a valid value.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `pid` is this test's own child, not yet reaped (std's
+        // `Child` never waited); both pointers are valid for the call.
+        let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        assert_eq!(reaped, pid, "wait4: {}", std::io::Error::last_os_error());
+        let code = if libc::WIFEXITED(status) {
+            libc::WEXITSTATUS(status)
+        } else {
+            -1
+        };
+        let peak = u64::try_from(usage.ru_maxrss).unwrap() * 1024;
+        (code, stdout.join().unwrap(), stderr.join().unwrap(), peak)
+    })
+    .await
+    .unwrap()
+}
+
+/// `dsh-host sessions <args>` in the workspace of `e`.
+fn sessions_command(e: &Headless, args: &[&str]) -> Command {
+    let mut c = Command::new(target_dir().join("dsh-host"));
+    c.current_dir(e.work.path())
+        .env("DSH_HOME", e.home.path())
+        .env_remove("DSH_LOG")
+        .arg("sessions")
+        .args(args)
+        .arg("--patch")
+        .arg(&e.patch)
+        .stdin(Stdio::null());
+    c
+}
+
+/// Well under the 3 GiB the bomb inflates to: the host, its plugins and
+/// one line's worth of text (the 64 MiB default cap) fit several times.
+const PEAK_BOUND: u64 = 512 << 20;
+
+#[tokio::test]
+async fn a_log_that_inflates_to_gigabytes_is_refused_at_a_cap_in_bounded_memory_and_left_alone() {
+    let fake = FakeLlm::start().await;
+    let e = env(&fake);
+    let (id, file) = create_session(&e, &fake).await;
+    // The session's own header frame, then 3 GiB of zeros in one frame.
+    let raw = std::fs::read(&file).unwrap();
+    let header = zstd_frames(&raw)[0].to_vec();
+    let zeros = zeros_frame(3);
+    let bomb = [header.as_slice(), &zeros].concat();
+    assert!(bomb.len() < 128 << 10, "a small file: {} bytes", bomb.len());
+    std::fs::write(&file, &bomb).unwrap();
+    // A second log of this project whose header frame is the bomb.
+    let headless = file.parent().unwrap().with_file_name("bomb-head");
+    std::fs::create_dir(&headless).unwrap();
+    let headless = headless.join("session.jsonl.zstd");
+    std::fs::write(&headless, &zeros).unwrap();
+
+    // The listing reads header frames, and only so much of the rest.
+    let (code, stdout, stderr, peak) = run_measured(sessions_command(&e, &["list"])).await;
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let row = stdout.lines().find(|l| l.starts_with(&id));
+    let row = row.unwrap_or_else(|| panic!("listed: {stdout}"));
+    assert!(row.contains("cannot be read: SESSION_CORRUPT"), "{row}");
+    assert_eq!(
+        stdout.lines().count(),
+        2,
+        "the header-less log is skipped: {stdout}"
+    );
+    assert!(
+        stderr.contains("skipped") && stderr.contains(&headless.display().to_string()),
+        "with a note: {stderr}"
+    );
+    eprintln!("sessions list: peak resident memory {} MiB", peak >> 20);
+    assert!(peak < PEAK_BOUND, "list peaked at {} MiB", peak >> 20);
+
+    // Reading it, or resuming it as the latest session, is refused clearly.
+    let show = sessions_command(&e, &["show", &id]);
+    let cont = e.command(&["--continue", "next", "task"]);
+    for (what, c) in [("show", show), ("--continue", cont)] {
+        let (code, stdout, stderr, peak) = run_measured(c).await;
+        assert_eq!(code, 1, "{what}: {stdout}");
+        for needle in [
+            "SESSION_CORRUPT",
+            &format!("\"{id}\""),
+            "frame 2",
+            "64 MiB",
+            "maxLineBytes",
+            &file.display().to_string(),
+        ] {
+            assert!(stderr.contains(needle), "{what}: {needle} in {stderr}");
+        }
+        eprintln!("{what}: peak resident memory {} MiB", peak >> 20);
+        assert!(peak < PEAK_BOUND, "{what} peaked at {} MiB", peak >> 20);
+    }
+    let (code, _, stderr, _) = run_measured(sessions_command(&e, &["show", "bomb-head"])).await;
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("SESSION_CORRUPT")
+            && stderr.contains("frame 1")
+            && stderr.contains("header"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        bomb,
+        "the file is left alone"
+    );
+    assert_eq!(std::fs::read(&headless).unwrap(), zeros);
+    assert_eq!(fake.requests().len(), 1, "nothing reached the model");
 }

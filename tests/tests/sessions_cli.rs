@@ -4,7 +4,8 @@
 //! reader written from them, reference dsh-core §8.3); `compression =
 //! "none"` writes `session.jsonl`; `dsh-host sessions list | show | fork |
 //! rm`, `--continue` and `--resume` end to end against the real host, the
-//! real plugins and the fake model server.
+//! real plugins and the fake model server; a folder key two directories
+//! share never yields one's session to the other (issue 18).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -363,8 +364,13 @@ fn env(fake: &FakeLlm) -> Headless {
 
 /// `dsh-host sessions <args> --patch <patch>` in the workspace.
 fn sessions_cmd(e: &Headless, args: &[&str]) -> (i32, String, String) {
+    sessions_cmd_in(e, e.work.path(), args)
+}
+
+/// `dsh-host sessions <args> --patch <patch>` in directory `dir`.
+fn sessions_cmd_in(e: &Headless, dir: &Path, args: &[&str]) -> (i32, String, String) {
     let mut c = Command::new(target_dir().join("dsh-host"));
-    c.current_dir(e.work.path())
+    c.current_dir(dir)
         .env("DSH_HOME", e.home.path())
         .env_remove("DSH_LOG")
         .arg("sessions")
@@ -545,4 +551,68 @@ async fn a_session_being_written_cannot_be_removed_from_the_command_line() {
     let (code, _, stderr) = sessions_cmd(&e, &["rm", &id]);
     assert_eq!(code, 0, "{stderr}");
     assert!(!file.exists() && listed(&e).is_empty());
+}
+
+/// `dsh-host --profile headless <args>` in directory `dir`.
+async fn run_in(e: &Headless, dir: &Path, args: &[&str]) -> (i32, String, String) {
+    let mut c = e.command(args);
+    c.current_dir(dir);
+    let o = tokio::task::spawn_blocking(move || c.output().unwrap())
+        .await
+        .unwrap();
+    out(&o)
+}
+
+#[tokio::test]
+async fn a_colliding_folder_key_never_yields_another_directorys_session() {
+    let fake = FakeLlm::start().await;
+    let e = env(&fake);
+    let base = e.work.path().canonicalize().unwrap().join("a");
+    let (xy, x_y) = (base.join("x").join("y"), base.join("x-y"));
+    std::fs::create_dir_all(&xy).unwrap();
+    std::fs::create_dir_all(&x_y).unwrap();
+    fake.push([text("In x/y.")]);
+    let (code, stdout, stderr) = run_in(&e, &xy, &["task", "of", "x/y"]).await;
+    assert_eq!((code, stdout.as_str()), (0, "In x/y.\n"), "{stderr}");
+    let file = e.log_file();
+    let folder = file.parent().and_then(Path::parent).unwrap();
+    assert!(
+        folder.to_string_lossy().ends_with("-a-x-y--"),
+        "one folder key for both directories: {}",
+        folder.display()
+    );
+    let id = lines(&file)[0]["id"].as_str().unwrap().to_owned();
+    let before = std::fs::read(&file).unwrap();
+
+    // From x-y: not listed, nothing to continue, and no resume by id.
+    let (code, listed, stderr) = sessions_cmd_in(&e, &x_y, &["list"]);
+    assert_eq!((code, listed.lines().count()), (0, 1), "{listed}{stderr}");
+    let (code, _, stderr) = run_in(&e, &x_y, &["--continue", "next"]).await;
+    assert_eq!(code, 1);
+    let none = format!("no stored session of {} to continue", x_y.display());
+    assert!(stderr.contains(&none), "{stderr}");
+    let (code, _, stderr) = run_in(&e, &x_y, &["--resume", &id, "next"]).await;
+    assert_eq!(code, 1);
+    for needle in [
+        "SESSION_OTHER_DIRECTORY",
+        &id,
+        &xy.display().to_string(),
+        &x_y.display().to_string(),
+    ] {
+        assert!(stderr.contains(needle), "{needle} in {stderr}");
+    }
+    assert_eq!(std::fs::read(&file).unwrap(), before, "x/y's log unchanged");
+    assert_eq!(e.session_files().len(), 1, "nothing new was written");
+    assert_eq!(fake.requests().len(), 1, "nothing reached the model");
+
+    // From x/y it is there, and continues.
+    let (code, listed, stderr) = sessions_cmd_in(&e, &xy, &["list"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        listed.lines().nth(1).is_some_and(|l| l.starts_with(&id)),
+        "{listed}"
+    );
+    fake.push([text("Continued.")]);
+    let (code, stdout, stderr) = run_in(&e, &xy, &["--continue", "next"]).await;
+    assert_eq!((code, stdout.as_str()), (0, "Continued.\n"), "{stderr}");
 }

@@ -16,7 +16,7 @@ use dsh_sdk::api::commands::{
     CommandResult, Commands, ExecuteReply, RegisterParams, ResultKind, RunParams,
 };
 use dsh_sdk::api::host::Host;
-use dsh_sdk::api::session_persistence::SessionPersistence;
+use dsh_sdk::api::session_persistence::{check_directory, SessionPersistence};
 use dsh_sdk::api::sessions::{ForkParams, Sessions};
 use dsh_sdk::names::{bus, code};
 use dsh_sdk::prelude::*;
@@ -348,6 +348,11 @@ impl App {
     }
 
     async fn resume(&mut self, id: &str) -> Result<()> {
+        // A colliding folder key must never yield another directory's
+        // session: its header names the directory it belongs to.
+        let cwd = self.host.info().await?.cwd.unwrap_or_else(|| "/".into());
+        let header = SessionPersistence::new(&self.ctx).header(id).await?;
+        check_directory(&header, &cwd)?;
         let params = ResumeParams {
             session_id: id.to_owned(),
             agent_options: self.options(),

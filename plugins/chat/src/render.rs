@@ -9,7 +9,9 @@ use dsh_sdk::vocab::{compaction, event, SessionEvent};
 use dsh_sdk::Value;
 use serde::{Deserialize, Serialize};
 
-use crate::screen::sanitize;
+use dsh_sdk::terminal_text::Sanitizer;
+
+use crate::screen::{expand_tabs, sanitize};
 
 /// Styled text and the same text plain (for column counting and for a
 /// terminal without colors).
@@ -108,6 +110,10 @@ pub struct Renderer {
     held: String,
     /// The kind of the last streamed delta (`text`/`reasoning`).
     last_delta: String,
+    /// The streamed block's sanitizer: an escape sequence split between two
+    /// deltas is dropped whole. Reset when the block ends.
+    #[serde(default)]
+    stream: Sanitizer,
 }
 
 impl Renderer {
@@ -144,7 +150,7 @@ impl Renderer {
                     "  retrying the model request (attempt {}) in {} ms: {}\n",
                     e.data["attempt"],
                     e.data["delayMs"].as_u64().unwrap_or(0),
-                    e.data["code"].as_str().unwrap_or("error")
+                    sanitize(e.data["code"].as_str().unwrap_or("error"))
                 );
                 self.theme.push(&mut out, Tone::Dim, &text);
                 out
@@ -200,24 +206,22 @@ impl Renderer {
     }
 
     fn chunk(&mut self, chunk: &Value) -> Out {
-        let kind = chunk["type"].as_str().unwrap_or_default();
-        let text = sanitize(chunk["text"].as_str().unwrap_or_default());
-        match kind {
-            "text-delta" => {
-                let mut out = self.switch_delta("text");
-                self.text(&mut out, &text);
-                out
-            }
-            "reasoning-delta" => {
-                let mut out = self.switch_delta("reasoning");
-                if self.show_reasoning {
-                    self.theme.push(&mut out, Tone::Dim, &text);
-                    self.mid_line = !text.ends_with('\n') && (self.mid_line || !text.is_empty());
-                }
-                out
-            }
-            _ => Out::default(),
+        let kind = match chunk["type"].as_str() {
+            Some("text-delta") => "text",
+            Some("reasoning-delta") => "reasoning",
+            _ => return Out::default(),
+        };
+        // A delta of another kind ends the block (and its sanitizer's
+        // state) before this one is read.
+        let mut out = self.switch_delta(kind);
+        let text = expand_tabs(self.stream.push(chunk["text"].as_str().unwrap_or_default()));
+        if kind == "text" {
+            self.text(&mut out, &text);
+        } else if self.show_reasoning {
+            self.theme.push(&mut out, Tone::Dim, &text);
+            self.mid_line = !text.ends_with('\n') && (self.mid_line || !text.is_empty());
         }
+        out
     }
 
     /// Starting a delta of another kind ends the line of the last one; a
@@ -238,7 +242,8 @@ impl Renderer {
         out
     }
 
-    /// Ends the streamed block (its line, a held fence prefix).
+    /// Ends the streamed block (its line, a held fence prefix, an escape
+    /// sequence left open).
     pub fn finish_block(&mut self) -> Out {
         let mut out = Out::default();
         let held = std::mem::take(&mut self.held);
@@ -255,6 +260,7 @@ impl Renderer {
         self.in_fence_line = false;
         self.in_code = false;
         self.last_delta.clear();
+        self.stream.end();
         out
     }
 
@@ -305,7 +311,8 @@ impl Renderer {
         let mut out = self.finish_block();
         let block = &data["message"]["content"][0];
         let is_error = block["isError"] == Value::Bool(true);
-        let text = sanitize(&dsh_sdk::vocab::msg::joined_lines(&block["content"]));
+        let joined = dsh_sdk::vocab::msg::joined_lines(&block["content"]);
+        let text = sanitize(&joined);
         let lines: Vec<&str> = text
             .lines()
             .map(str::trim_end)
@@ -514,5 +521,25 @@ mod tests {
             r.turn_end(&json!({"kind": "error", "error": {"code": "AUTH", "message": "bad key"}}));
         assert_eq!(out.plain, "✗ AUTH: bad key\n");
         assert_eq!(text(&mut r, "\x1b[2Jhi"), "hi");
+    }
+
+    #[test]
+    fn an_escape_split_across_deltas_is_dropped_whole_and_bidi_controls_go() {
+        let mut r = Renderer::new(Theme { color: true }, 80);
+        let mut all = String::new();
+        for t in [
+            "copy \x1b]52;c;",
+            "aGVsbG8=",
+            "\x07done \x1b]0;ti",
+            "tle\x1b\\ \u{202e}evil\u{2066}\ttab",
+        ] {
+            let out = text(&mut r, t);
+            all.push_str(&out);
+        }
+        assert_eq!(all, "copy done  evil    tab");
+        // A sequence left open ends with its block.
+        assert_eq!(text(&mut r, "x\x1b]0;"), "x");
+        r.event(&ev(event::ASSISTANT_MESSAGE, json!({})));
+        assert_eq!(text(&mut r, "next"), "next");
     }
 }

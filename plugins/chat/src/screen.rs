@@ -2,8 +2,11 @@
 //! area (prompt and the editor's text) stays below it. Every change is
 //! returned as the text to print: output first erases the input area and
 //! goes back to the end of the last output line, then the input is drawn
-//! again under it. Model and tool text is sanitized here: control
-//! characters and escape sequences never reach the terminal.
+//! again under it. Model and tool text is sanitized here (by the SDK's
+//! `terminal_text`): escape sequences, control characters and bidi
+//! controls never reach the terminal.
+
+use std::borrow::Cow;
 
 use unicode_width::UnicodeWidthChar;
 
@@ -156,31 +159,21 @@ pub fn width(s: &str) -> usize {
     s.chars().map(|c| c.width().unwrap_or(0)).sum()
 }
 
-/// `text` without control characters and escape sequences (tabs become
-/// spaces; newlines stay).
-pub fn sanitize(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\n' => out.push('\n'),
-            '\t' => out.push_str("    "),
-            '\x1b' => {
-                // Skip a CSI sequence whole; a lone ESC goes.
-                if chars.peek() == Some(&'[') {
-                    chars.next();
-                    for n in chars.by_ref() {
-                        if ('@'..='~').contains(&n) {
-                            break;
-                        }
-                    }
-                }
-            }
-            c if c.is_control() => {}
-            c => out.push(c),
-        }
+/// Model or tool text as the chat shows it: the SDK's one sanitizer
+/// ([`dsh_sdk::terminal_text::sanitize`]: no escape sequences, no controls
+/// but newlines and tabs, no bidi controls), then tabs as four spaces (the
+/// chat counts columns). Borrowed when there is nothing to change.
+pub fn sanitize(text: &str) -> Cow<'_, str> {
+    expand_tabs(dsh_sdk::terminal_text::sanitize(text))
+}
+
+/// Sanitized text with its tabs as four spaces.
+pub fn expand_tabs(text: Cow<'_, str>) -> Cow<'_, str> {
+    if text.contains('\t') {
+        Cow::Owned(text.replace('\t', "    "))
+    } else {
+        text
     }
-    out
 }
 
 #[cfg(test)]
@@ -225,5 +218,11 @@ mod tests {
     #[test]
     fn sanitize_drops_escape_sequences_and_controls() {
         assert_eq!(sanitize("a\x1b[31mred\x1b[0m\x07\tb\r\n"), "ared    b\n");
+        // OSC with ST, 8-bit CSI and OSC, C1 controls, bidi controls.
+        assert_eq!(
+            sanitize("a\x1b]0;t\x1b\\b\u{9b}2Jc\u{9d}52;c;eA==\u{9c}d\u{85}e\u{202e}f\u{2066}g"),
+            "abcdefg"
+        );
+        assert!(matches!(sanitize("clean — text"), Cow::Borrowed(_)));
     }
 }

@@ -9,19 +9,24 @@
 //! `--list-sessions` (of the current directory), `--show-session <id>`,
 //! `--fork-session <id>` (prints the new id), `--remove-session <id>`.
 
+mod stdout;
 mod stored;
+
+use std::rc::Rc;
 
 use dsh_sdk::api::agent_loop::{
     AgentLoop, AgentOptions, CreateMeta, CreateParams, MaxTokens, ResumeParams,
 };
 use dsh_sdk::api::agents::Agents;
 use dsh_sdk::api::host::Host;
-use dsh_sdk::api::session_persistence::SessionPersistence;
+use dsh_sdk::api::session_persistence::{check_directory, SessionPersistence};
 use dsh_sdk::api::sessions::{SessionAppended, Sessions};
 use dsh_sdk::names::{bus, service};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::{event, msg};
 use serde::{Deserialize, Serialize};
+
+use crate::stdout::Stdout;
 
 /// One line of `--output jsonl`.
 #[derive(Serialize)]
@@ -117,8 +122,26 @@ async fn eprint(ctx: &Context, text: &str) {
     let _ = Host::new(ctx).eprint(text).await;
 }
 
+/// `dsh: <CODE>: <message>` for stderr. Always sanitized: an error can
+/// quote the model, a tool or a stored log, and stderr is read by a person
+/// (no script relies on its exact bytes).
+fn error_line(code: &str, message: &str) -> String {
+    let sanitize = dsh_sdk::terminal_text::sanitize;
+    format!("dsh: {}: {}\n", sanitize(code), sanitize(message))
+}
+
 async fn exit(ctx: &Context, code: i32) {
     let _ = Host::new(ctx).exit(code).await;
+}
+
+/// `id`, once its stored header says it is a session of `cwd` (or of no
+/// directory): `--resume` of another directory's session is refused with
+/// `SESSION_OTHER_DIRECTORY` before anything is loaded, locked or repaired.
+/// (`--continue` needs no check: `list` answers only `cwd`'s sessions.)
+async fn resumable(ctx: &Context, id: &str, cwd: &str) -> Result<String> {
+    let header = SessionPersistence::new(ctx).header(id).await?;
+    check_directory(&header, cwd)?;
+    Ok(id.to_owned())
 }
 
 async fn run(ctx: Context, config: Config) -> Result<i32> {
@@ -136,7 +159,7 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
         return stored::run(&ctx, what, &cwd).await;
     }
     let resume = match (&args.resume, args.latest) {
-        (Some(id), _) => Some(id.clone()),
+        (Some(id), _) => Some(resumable(&ctx, id, &cwd).await?),
         (None, true) => match SessionPersistence::new(&ctx).latest(&cwd).await? {
             Some(latest) => Some(latest.id),
             None => {
@@ -185,10 +208,12 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
     };
     let agent = created.agent;
     let start = Sessions::new(&ctx).header(&agent).await?.seq;
+    // Model and tool text is sanitized on a terminal, exact on a pipe.
+    let stdout = Rc::new(Stdout::detect(&host).await);
     if config.stream && !args.jsonl {
-        let (c, id) = (ctx.clone(), agent.clone());
+        let (c, id, out) = (ctx.clone(), agent.clone(), stdout.clone());
         ctx.on(bus::SESSION_EVENT, move |ev| {
-            let (c, id) = (c.clone(), id.clone());
+            let (c, id, out) = (c.clone(), id.clone(), out.clone());
             async move {
                 let appended: SessionAppended = ev.payload_as()?;
                 if appended.session_id != id {
@@ -196,12 +221,13 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
                 }
                 let e = &appended.event;
                 let text = match Some(e.kind.as_str()) {
-                    Some(event::ASSISTANT_CHUNK) if e.data["chunk"]["type"] == "text-delta" => e
-                        .data["chunk"]["text"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_owned(),
-                    Some(event::ASSISTANT_MESSAGE) => "\n".to_owned(),
+                    Some(event::ASSISTANT_CHUNK) if e.data["chunk"]["type"] == "text-delta" => out
+                        .delta(e.data["chunk"]["text"].as_str().unwrap_or_default())
+                        .into_owned(),
+                    Some(event::ASSISTANT_MESSAGE) => {
+                        out.end_stream();
+                        "\n".to_owned()
+                    }
                     Some(event::TOOL_RESULT) => {
                         let body = &e.data["message"]["content"][0]["content"][0]["text"];
                         // The last line that is not markup (read ends with `</content>`).
@@ -212,24 +238,31 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
                             .rev()
                             .find(|l| !l.trim().is_empty() && !l.starts_with('<'))
                             .unwrap_or_default();
-                        format!("  -> {}\n", first.chars().take(100).collect::<String>())
+                        let line =
+                            format!("  -> {}\n", first.chars().take(100).collect::<String>());
+                        out.text(&line).into_owned()
                     }
-                    Some(event::TOOL_CALL) => format!(
-                        "  [{} {}]\n",
-                        e.data["name"].as_str().unwrap_or("?"),
-                        e.data["arguments"].as_str().unwrap_or_default()
-                    ),
+                    Some(event::TOOL_CALL) => {
+                        let line = format!(
+                            "  [{} {}]\n",
+                            e.data["name"].as_str().unwrap_or("?"),
+                            e.data["arguments"].as_str().unwrap_or_default()
+                        );
+                        out.text(&line).into_owned()
+                    }
                     _ => return Ok(Value::Null),
                 };
-                print(&c, &text).await;
+                if !text.is_empty() {
+                    print(&c, &text).await;
+                }
                 Ok(Value::Null)
             }
         });
     }
     if args.jsonl {
-        let (c, id) = (ctx.clone(), agent.clone());
+        let (c, id, out) = (ctx.clone(), agent.clone(), stdout.clone());
         ctx.on(bus::SESSION_EVENT, move |ev| {
-            let (c, id) = (c.clone(), id.clone());
+            let (c, id, out) = (c.clone(), id.clone(), out.clone());
             async move {
                 // The event is printed as it was emitted, never re-encoded.
                 let appended: SessionAppended<Payload> = ev.payload_as()?;
@@ -239,7 +272,7 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
                         session_id: &id,
                         event: &appended.event,
                     })?;
-                    print(&c, &format!("{line}\n")).await;
+                    print(&c, &format!("{}\n", out.json(&line))).await;
                 }
                 Ok(Value::Null)
             }
@@ -268,11 +301,11 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
         tokio::task::yield_now().await;
         let result = json!({"type": "result", "sessionId": agent, "output": output,
             "reason": reason, "usage": {"inputTokens": input_tokens, "outputTokens": output_tokens}});
-        print(&ctx, &format!("{result}\n")).await;
+        print(&ctx, &format!("{}\n", stdout.json(&result.to_string()))).await;
     } else if config.stream {
         tokio::task::yield_now().await;
     } else if !output.is_empty() || completed {
-        print(&ctx, &format!("{output}\n")).await;
+        print(&ctx, &format!("{}\n", stdout.text(&output))).await;
     }
     if completed {
         return Ok(0);
@@ -294,7 +327,7 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
         ),
         None => (codes::UNKNOWN.into(), "the agent did not run".into()),
     };
-    eprint(&ctx, &format!("dsh: {code}: {message}\n")).await;
+    eprint(&ctx, &error_line(&code, &message)).await;
     Ok(1)
 }
 
@@ -313,7 +346,7 @@ impl Plugin for Headless {
             let code = match run(c.clone(), config).await {
                 Ok(code) => code,
                 Err(e) => {
-                    eprint(&c, &format!("dsh: {}: {}\n", e.code, e.message)).await;
+                    eprint(&c, &error_line(&e.code, &e.message)).await;
                     1
                 }
             };

@@ -2,10 +2,17 @@
 //! prints them: through `sessionPersistence` (reading, removing) and
 //! `sessions` (a fork is a new session seeded with the source's history). An unknown id is the backend's `SESSION_NOT_FOUND`, which
 //! the caller prints as `dsh: <CODE>: <message>` with exit 1.
+//!
+//! What these commands print is always sanitized (`dsh_sdk::terminal_text`),
+//! on a terminal or not: it is a summary for reading (one line per message,
+//! cut at 200 characters), never the stored bytes (the log itself and
+//! `--output jsonl` are), and a listing saved to a file and `cat` later
+//! would replay a stored OSC 52 on the terminal that shows it.
 
 use dsh_sdk::api::session_persistence::SessionPersistence;
 use dsh_sdk::api::sessions::{CreateParams, Sessions};
 use dsh_sdk::prelude::*;
+use dsh_sdk::terminal_text::sanitize;
 use dsh_sdk::vocab::{event, msg, SessionEvent, SessionHeader};
 
 use crate::{print, Stored};
@@ -21,7 +28,8 @@ pub async fn run(ctx: &Context, what: &Stored, cwd: &str) -> Result<i32> {
             format!("removed {id}\n")
         }
     };
-    print(ctx, &out).await;
+    // Ids and paths too (a header's `cwd` is whatever directory it names).
+    print(ctx, &sanitize(&out)).await;
     Ok(0)
 }
 
@@ -33,12 +41,18 @@ async fn list(ctx: &Context, cwd: &str) -> Result<String> {
         "ID", "CREATED", "TURNS"
     );
     for s in sessions {
+        // A log that cannot be read past its header is still listed (it is
+        // what `--continue` would pick); `show` says why in full.
+        let (turns, last) = match &s.unreadable {
+            Some(e) => ("?".to_owned(), format!("[cannot be read: {}]", e.code)),
+            None => (s.turns.to_string(), one_line(&s.last_prompt, 60)),
+        };
         out.push_str(&format!(
             "{:<48} {:<25} {:>5}  {}\n",
             s.id,
             format_time(s.created_at),
-            s.turns,
-            one_line(&s.last_prompt, 60)
+            turns,
+            last
         ));
     }
     Ok(out)
@@ -130,9 +144,11 @@ async fn fork(ctx: &Context, id: &str) -> Result<String> {
     Ok(child)
 }
 
-/// `text` on one line (newlines as spaces), at most `max` characters.
+/// `text` on one line (newlines as spaces), at most `max` characters,
+/// sanitized first (`dsh_sdk::terminal_text`: no escape sequences,
+/// controls or bidi controls), so `max` counts what is shown.
 fn one_line(text: &str, max: usize) -> String {
-    let flat: String = text.trim().replace(['\n', '\r'], " ");
+    let flat: String = sanitize(text).trim().replace(['\n', '\r'], " ");
     if flat.chars().count() <= max {
         return flat;
     }
@@ -195,6 +211,18 @@ mod tests {
         );
         assert_eq!(conversation_line(&ev(event::TURN_START, json!({}))), None);
         assert_eq!(one_line("abcdef", 3), "abc…");
+        // Model text loses its escapes, controls and bidi controls; the
+        // cut counts what is shown.
+        let said = ev(
+            event::ASSISTANT_MESSAGE,
+            json!({"message": {"role": "assistant", "content": [{"type": "text",
+                "text": "ok\u{1b}]52;c;aGVsbG8=\u{7}\u{1b}]0;t\u{1b}\\ \u{202e}done\r\n"}]}}),
+        );
+        assert_eq!(
+            conversation_line(&said).as_deref(),
+            Some("assistant: ok done")
+        );
+        assert_eq!(one_line("\u{1b}[31mabcdef", 3), "abc…");
         assert_eq!(format_time(0), "1970-01-01 00:00:00 UTC");
     }
 }

@@ -3,7 +3,7 @@
 //! and read), the crash-tail scan, and durable writes.
 
 use std::fs::{DirBuilder, File, OpenOptions};
-use std::io::Write;
+use std::io::{BufRead, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 
@@ -12,6 +12,7 @@ use dsh_sdk::vocab::{SessionEvent, SessionHeader};
 use serde_json::{json, Map, Value};
 
 use crate::frames::{self, Framer};
+use crate::limits::{size, Cap, FillError, Limits, Text, HEADER_MAX};
 use crate::lock::{self, LogLock};
 
 /// Session logs hold whole conversations: only their owner may read them.
@@ -367,15 +368,11 @@ pub fn storage_lines(events: &[SessionEvent], pack: bool) -> Result<String, serd
     Ok(text)
 }
 
-/// Scans a stored log (crash-tail rules of the original): the first defect
-/// (an unparsable line or a seq gap) starts a torn tail, unless a later
-/// record holds a `turn/end`, which makes the log corrupt.
-pub fn scan(bytes: &[u8]) -> Result<Scan, String> {
-    let text = String::from_utf8_lossy(bytes);
-    let mut lines = text.split_inclusive('\n');
-    let first = lines.next().ok_or("the file is empty")?;
-    let head: Value =
-        serde_json::from_str(first.trim_end()).map_err(|e| format!("corrupt header: {e}"))?;
+/// Reads the header record (a log's first line): a v0 `session` record
+/// without retired fields.
+pub fn parse_header(line: &str) -> Result<SessionHeader, String> {
+    let mut head: Value =
+        serde_json::from_str(line.trim_end()).map_err(|e| format!("corrupt header: {e}"))?;
     if head["type"] != "session" {
         return Err("the first line is not a session header".into());
     }
@@ -403,12 +400,20 @@ pub fn scan(bytes: &[u8]) -> Result<Scan, String> {
             return Err(format!("retired header field `{retired}`"));
         }
     }
-    let mut h = head.clone();
-    if let Some(o) = h.as_object_mut() {
+    if let Some(o) = head.as_object_mut() {
         o.remove("type");
     }
-    let header: SessionHeader =
-        serde_json::from_value(h).map_err(|e| format!("corrupt header: {e}"))?;
+    serde_json::from_value(head).map_err(|e| format!("corrupt header: {e}"))
+}
+
+/// Scans a stored log (crash-tail rules of the original): the first defect
+/// (an unparsable line or a seq gap) starts a torn tail, unless a later
+/// record holds a `turn/end`, which makes the log corrupt.
+pub fn scan(bytes: &[u8]) -> Result<Scan, String> {
+    let text = String::from_utf8_lossy(bytes);
+    let mut lines = text.split_inclusive('\n');
+    let first = lines.next().ok_or("the file is empty")?;
+    let header = parse_header(first)?;
     let mut events: Vec<SessionEvent> = Vec::new();
     let mut offset = first.len();
     let mut torn_at = None;
@@ -590,12 +595,34 @@ fn corrupt(why: String) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, why)
 }
 
-/// Reads a log: zstd-framed logs (the original's default) are decoded frame
-/// by frame, so a crash mid-append loses only the frame being written. A
-/// zstd log that cannot be read as the original reads it fails
-/// `InvalidData` (corruption).
-pub fn read(path: &Path) -> std::io::Result<Log> {
-    let raw = std::fs::read(path)?;
+/// Reads at most `cap` bytes of `file` (which grows no further here); a
+/// file longer than that is refused, unread.
+fn read_capped(file: File, cap: usize) -> std::io::Result<Vec<u8>> {
+    let len = file.metadata()?.len();
+    let over = || {
+        corrupt(format!(
+            "the file holds more than {}, the cap of a whole log (`maxLogBytes` in session-jsonl's config); it is refused unread and left as it is",
+            size(cap)
+        ))
+    };
+    if len > cap as u64 {
+        return Err(over());
+    }
+    let mut raw = Vec::with_capacity(len as usize);
+    file.take(cap as u64 + 1).read_to_end(&mut raw)?;
+    if raw.len() > cap {
+        return Err(over());
+    }
+    Ok(raw)
+}
+
+/// Reads a log under `limits` (see `limits`): zstd-framed logs (the
+/// original's default) are decoded frame by frame, so a crash mid-append
+/// loses only the frame being written. A zstd log that cannot be read as
+/// the original reads it, or that inflates past a cap, fails `InvalidData`
+/// (corruption); the file is not changed.
+pub fn read(path: &Path, limits: Limits) -> std::io::Result<Log> {
+    let raw = read_capped(File::open(path)?, limits.log)?;
     if !is_zstd(path) {
         return Ok(Log {
             complete: raw.len(),
@@ -604,42 +631,89 @@ pub fn read(path: &Path) -> std::io::Result<Log> {
             zstd: false,
         });
     }
-    decode_frames(&raw)
+    decode_frames(&raw, limits)
 }
 
-fn decode_frames(raw: &[u8]) -> std::io::Result<Log> {
+/// The refusal of frame `n` (from 1) at byte `at` of the file, which ran
+/// into `cap`.
+fn over_cap(n: usize, at: usize, cap: Cap) -> std::io::Error {
+    corrupt(format!(
+        "corrupt Zstandard session log: frame {n} (at byte {at} of the file) {cap}; the log is refused unread and the file is left as it is"
+    ))
+}
+
+fn decode_frames(raw: &[u8], limits: Limits) -> std::io::Result<Log> {
     let scan = frames::scan(raw).map_err(corrupt)?;
     let Some(&(h0, h1)) = scan.frames.first() else {
         return Err(corrupt("empty or header-less Zstandard session log".into()));
     };
-    let mut text = frames::decode(&raw[h0..h1]).map_err(|e| {
-        corrupt(format!(
+    let mut text = Text::header();
+    frames::decode(&raw[h0..h1], &mut text).map_err(|e| match e {
+        FillError::Over(cap) => over_cap(1, h0, cap),
+        FillError::Read(e) => corrupt(format!(
             "corrupt Zstandard session log: the header frame does not decode ({e})"
-        ))
+        )),
     })?;
+    check_header_frame(text.bytes())?;
+    let mut text = text.widen(limits);
+    for (k, &(start, end)) in scan.frames.iter().enumerate().skip(1) {
+        frames::decode(&raw[start..end], &mut text).map_err(|e| match e {
+            FillError::Over(cap) => over_cap(k + 1, start, cap),
+            FillError::Read(e) => corrupt(format!(
+                "corrupt Zstandard session log: the frame at byte {start} fails its checksum or does not decode ({e})"
+            )),
+        })?;
+    }
+    let complete = text.len();
+    if let Some(at) = scan.torn_start {
+        frames::decode_prefix(&raw[at..], &mut text)
+            .map_err(|cap| over_cap(scan.frames.len() + 1, at, cap))?;
+    }
+    Ok(Log {
+        text: text.into_bytes(),
+        complete,
+        torn_frame: scan.torn_start.map(|at| at as u64),
+        zstd: true,
+    })
+}
+
+/// The original's rule for the first frame: exactly one line, the header.
+fn check_header_frame(text: &[u8]) -> std::io::Result<()> {
     if text.is_empty() || text.iter().position(|b| *b == b'\n') != Some(text.len() - 1) {
         return Err(corrupt(
             "corrupt Zstandard session log: first frame is not exactly one header line".into(),
         ));
     }
-    for &(start, end) in &scan.frames[1..] {
-        let decoded = frames::decode(&raw[start..end]).map_err(|e| {
-            corrupt(format!(
-                "corrupt Zstandard session log: the frame at byte {start} fails its checksum or does not decode ({e})"
-            ))
+    Ok(())
+}
+
+/// A log's header alone, as the original lists sessions: the first frame
+/// of a zstd log, or the first line of a plain one, decoded under
+/// [`HEADER_MAX`] (nothing after it is read). A header that cannot be read
+/// fails `InvalidData`.
+pub fn read_header(path: &Path) -> std::io::Result<SessionHeader> {
+    let file = File::open(path)?;
+    let line = if is_zstd(path) {
+        let text = frames::decode_first(file).map_err(|e| match e {
+            FillError::Over(cap) => over_cap(1, 0, cap),
+            FillError::Read(e) => corrupt(format!(
+                "corrupt Zstandard session log: the header frame does not decode ({e})"
+            )),
         })?;
-        text.extend(decoded);
-    }
-    let complete = text.len();
-    if let Some(at) = scan.torn_start {
-        text.extend(frames::decode_prefix(&raw[at..]));
-    }
-    Ok(Log {
-        text,
-        complete,
-        torn_frame: scan.torn_start.map(|at| at as u64),
-        zstd: true,
-    })
+        check_header_frame(text.bytes())?;
+        text.into_bytes()
+    } else {
+        let mut line = Vec::new();
+        std::io::BufReader::new(file.take(HEADER_MAX as u64 + 1)).read_until(b'\n', &mut line)?;
+        if line.len() > HEADER_MAX {
+            return Err(corrupt(format!(
+                "the first line is longer than {}, the cap of the header line",
+                size(HEADER_MAX)
+            )));
+        }
+        line
+    };
+    parse_header(&String::from_utf8_lossy(&line)).map_err(corrupt)
 }
 
 /// Appends a batch and fsyncs (as one new frame in a zstd log); a failed
@@ -851,7 +925,7 @@ mod tests {
     }
 
     fn corruption(raw: &[u8]) -> String {
-        let err = decode_frames(raw).err().unwrap();
+        let err = decode_frames(raw, Limits::default()).err().unwrap();
         assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
         err.to_string()
     }
@@ -881,13 +955,13 @@ mod tests {
         let third = framer.frame(big.as_bytes()).unwrap();
         raw.extend_from_slice(&third[..third.len() - 10]);
         let path = zstd_file("torn", &raw);
-        let log = read(&path).unwrap();
+        let log = read(&path, Limits::default()).unwrap();
         assert!(log.is_torn());
         let s = scan(&log.text).unwrap();
         assert_eq!(s.events.len(), 3, "the torn frame's whole line is kept");
         log.check_defect(s.torn_at).unwrap();
         repair(&path, &log, s.torn_at, &[], &mut framer).unwrap();
-        let again = read(&path).unwrap();
+        let again = read(&path, Limits::default()).unwrap();
         assert!(!again.is_torn());
         assert!(std::fs::metadata(&path).unwrap().len() > whole as u64);
         let expected = format!(
@@ -908,12 +982,12 @@ mod tests {
             frame(&format!("{good}garbage\n")),
         ]
         .concat();
-        let log = decode_frames(&raw).unwrap();
+        let log = decode_frames(&raw, Limits::default()).unwrap();
         let s = scan(&log.text).unwrap();
         assert!(log.check_defect(s.torn_at).is_err());
         // A frame whose text stops mid-line is damaged the same way.
         let raw = [frame(HEAD), frame("{\"type\":\"turn/st")].concat();
-        let log = decode_frames(&raw).unwrap();
+        let log = decode_frames(&raw, Limits::default()).unwrap();
         assert!(log.check_defect(scan(&log.text).unwrap().torn_at).is_err());
     }
 
@@ -938,6 +1012,59 @@ mod tests {
     }
 
     #[test]
+    fn the_header_alone_is_read_from_the_first_frame_or_line() {
+        let rest = line(event::TURN_START, 0);
+        let zstd = zstd_file("header", &[frame(HEAD), frame(&rest)].concat());
+        assert_eq!(read_header(&zstd).unwrap().id, "s");
+        // Only the first frame is read: what follows it may be anything.
+        std::fs::write(&zstd, [frame(HEAD), b"not zstd".to_vec()].concat()).unwrap();
+        assert_eq!(read_header(&zstd).unwrap().id, "s");
+        let plain = zstd.with_file_name("session.jsonl");
+        std::fs::write(&plain, format!("{HEAD}{rest}")).unwrap();
+        assert_eq!(read_header(&plain).unwrap().id, "s");
+        std::fs::write(&plain, "x".repeat(HEADER_MAX + 10)).unwrap();
+        let long = read_header(&plain).unwrap_err().to_string();
+        assert!(long.contains("cap of the header line"), "{long}");
+        let two = frame(&format!("{HEAD}{rest}"));
+        std::fs::write(&zstd, two).unwrap();
+        let e = read_header(&zstd).unwrap_err().to_string();
+        assert!(e.contains("exactly one header line"), "{e}");
+        let _ = std::fs::remove_dir_all(zstd.parent().unwrap());
+    }
+
+    #[test]
+    fn a_log_over_a_cap_is_corruption_naming_the_frame_and_the_cap() {
+        let caps = Limits {
+            line: 64,
+            log: 1024,
+        };
+        let long = format!("{{\"type\":\"x\",\"data\":\"{}\"}}\n", "a".repeat(100));
+        let raw = [
+            frame(HEAD),
+            frame(&line(event::TURN_START, 0)),
+            frame(&long),
+        ]
+        .concat();
+        let e = decode_frames(&raw, caps).err().unwrap();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+        let e = e.to_string();
+        assert!(e.contains("frame 3 (at byte"), "{e}");
+        assert!(e.contains("64 bytes, the cap of one line"), "{e}");
+        let many = line(event::TURN_START, 0).repeat(40);
+        let raw = [frame(HEAD), frame(&many)].concat();
+        let e = decode_frames(&raw, caps).err().unwrap().to_string();
+        assert!(e.contains("frame 2") && e.contains("1 KiB"), "{e}");
+        // A plain log is capped by its size, before it is read.
+        let path = zstd_file("plain-cap", b"").with_file_name("session.jsonl");
+        std::fs::write(&path, format!("{HEAD}{many}")).unwrap();
+        let e = read(&path, caps).err().unwrap();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+        assert!(e.to_string().contains("1 KiB"), "{e}");
+        assert!(read(&path, Limits::default()).is_ok());
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
     fn a_new_zstd_log_is_a_header_frame_then_one_frame_per_batch() {
         let root = std::env::temp_dir().join(format!("dsh-frames-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
@@ -956,7 +1083,11 @@ mod tests {
         let texts: Vec<Vec<u8>> = found
             .frames
             .iter()
-            .map(|(a, b)| frames::decode(&raw[*a..*b]).unwrap())
+            .map(|(a, b)| {
+                let mut text = Text::new(Limits::default());
+                frames::decode(&raw[*a..*b], &mut text).unwrap();
+                text.into_bytes()
+            })
             .collect();
         assert_eq!(texts[0], header_line(&header).into_bytes());
         assert_eq!(texts[2], line(event::TURN_END, 1).into_bytes());

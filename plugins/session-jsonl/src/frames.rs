@@ -6,14 +6,18 @@
 //! [`scan`] finds frame boundaries from the frame and block headers alone
 //! (no decompression), as the original does: a frame cut off by the end of
 //! the file is a torn tail, while a bad magic number or a reserved bit or
-//! block type in the bytes present is corruption. [`Framer`] keeps one
-//! compressor context for the life of the store, so a frame per flush
-//! costs a compression, not a context setup.
+//! block type in the bytes present is corruption. [`decode`] inflates a
+//! frame under the caps of `limits`, streaming, never trusting the size a
+//! frame declares. [`Framer`] keeps one compressor context for the life of
+//! the store, so a frame per flush costs a compression, not a context
+//! setup.
 
 use std::io::Read;
 
 use zstd::bulk::Compressor;
 use zstd::zstd_safe::CParameter;
+
+use crate::limits::{Cap, FillError, Text};
 
 /// The first four bytes of every zstd frame (little endian 0xFD2FB528).
 const MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
@@ -118,26 +122,37 @@ pub fn scan(raw: &[u8]) -> Result<FrameScan, String> {
     Ok(out)
 }
 
-/// Decodes one complete frame, checking its content checksum.
-pub fn decode(frame: &[u8]) -> std::io::Result<Vec<u8>> {
-    zstd::stream::decode_all(frame)
+/// Decodes one complete frame into `out`, checking its content checksum.
+/// It streams: the text grows one chunk at a time through [`Text::fill`],
+/// so a frame is never allocated at the size it claims, and decoding
+/// stops at the first chunk past a cap of `out`. The decoder's window is
+/// zstd's default bound (128 MiB, as the original's reader has it).
+pub fn decode(frame: &[u8], out: &mut Text) -> Result<(), FillError> {
+    let decoder = zstd::stream::read::Decoder::with_buffer(frame)
+        .map_err(FillError::Read)?
+        .single_frame();
+    out.fill(decoder)
 }
 
-/// What decodes of a frame the file cuts off: the text produced before the
-/// input ran out (possibly nothing).
-pub fn decode_prefix(torn: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    let Ok(mut decoder) = zstd::stream::read::Decoder::with_buffer(torn) else {
-        return out;
-    };
-    let mut buf = [0u8; 8192];
-    while let Ok(n) = decoder.read(&mut buf) {
-        if n == 0 {
-            break;
-        }
-        out.extend_from_slice(&buf[..n]);
+/// Appends to `out` what decodes of a frame the file cuts off: the text
+/// produced before the input ran out (possibly nothing). Only a cap can
+/// fail it.
+pub fn decode_prefix(torn: &[u8], out: &mut Text) -> Result<(), Cap> {
+    match decode(torn, out) {
+        Err(FillError::Over(cap)) => Err(cap),
+        _ => Ok(()),
     }
-    out
+}
+
+/// Decodes the first frame of `input` (a log file's start), under the
+/// header's caps; nothing after that frame is read.
+pub fn decode_first(input: impl Read) -> Result<Text, FillError> {
+    let decoder = zstd::stream::read::Decoder::new(input)
+        .map_err(FillError::Read)?
+        .single_frame();
+    let mut out = Text::header();
+    out.fill(decoder)?;
+    Ok(out)
 }
 
 /// One compressor context, reused for every frame this store writes
@@ -161,9 +176,24 @@ impl Framer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits::Limits;
 
     fn framer() -> Framer {
         Framer::new().unwrap()
+    }
+
+    /// A complete frame's text, under the default caps.
+    fn text_of(frame: &[u8]) -> Result<Vec<u8>, FillError> {
+        let mut out = Text::new(Limits::default());
+        decode(frame, &mut out)?;
+        Ok(out.into_bytes())
+    }
+
+    /// What decodes of a torn frame, under the default caps.
+    fn prefix_of(torn: &[u8]) -> Vec<u8> {
+        let mut out = Text::new(Limits::default());
+        decode_prefix(torn, &mut out).unwrap();
+        out.into_bytes()
     }
 
     #[test]
@@ -176,7 +206,7 @@ mod tests {
         let s = scan(&raw).unwrap();
         assert_eq!(s.frames, [(0, a.len()), (a.len(), raw.len())]);
         assert_eq!(s.torn_start, None);
-        assert_eq!(decode(&raw[..a.len()]).unwrap(), b"header\n");
+        assert_eq!(text_of(&raw[..a.len()]).unwrap(), b"header\n");
     }
 
     #[test]
@@ -204,7 +234,10 @@ mod tests {
         let last = a.len() - 1;
         a[last] ^= 0xff;
         assert_eq!(scan(&a).unwrap().frames.len(), 1, "still complete");
-        assert!(decode(&a).is_err(), "the checksum catches it");
+        assert!(
+            matches!(text_of(&a), Err(FillError::Read(_))),
+            "the checksum catches it"
+        );
     }
 
     #[test]
@@ -212,8 +245,46 @@ mod tests {
         let mut f = framer();
         let text = b"first line\nsecond line\n".repeat(50);
         let whole = f.frame(&text).unwrap();
-        let got = decode_prefix(&whole[..whole.len() - 4]);
+        let got = prefix_of(&whole[..whole.len() - 4]);
         assert!(text.starts_with(&got));
-        assert!(decode_prefix(&whole[..3]).is_empty());
+        assert!(prefix_of(&whole[..3]).is_empty());
+    }
+
+    /// A checksummed frame of `mib` MiB of `byte`, compressed as it
+    /// streams (a few bytes per 128 KiB block), declaring its size.
+    fn bomb(byte: u8, mib: u64) -> Vec<u8> {
+        use std::io::Write;
+        let mut enc = zstd::stream::write::Encoder::new(Vec::new(), 1).unwrap();
+        enc.include_checksum(true).unwrap();
+        enc.set_pledged_src_size(Some(mib << 20)).unwrap();
+        let block = vec![byte; 1 << 20];
+        for _ in 0..mib {
+            enc.write_all(&block).unwrap();
+        }
+        enc.finish().unwrap()
+    }
+
+    #[test]
+    fn a_frame_that_inflates_past_a_cap_stops_there() {
+        let zeros = bomb(0, 64);
+        assert!(zeros.len() < 64 << 10, "{} bytes", zeros.len());
+        let caps = Limits {
+            line: 1 << 20,
+            log: 8 << 20,
+        };
+        let mut out = Text::new(caps);
+        let got = decode(&zeros, &mut out);
+        assert!(matches!(got, Err(FillError::Over(Cap::Line(_)))), "{got:?}");
+        assert!(out.len() <= 1 << 20, "stopped at the line cap");
+        let newlines = bomb(b'\n', 64);
+        let mut out = Text::new(caps);
+        let got = decode(&newlines, &mut out);
+        assert!(matches!(got, Err(FillError::Over(Cap::Log(_)))), "{got:?}");
+        assert!(out.len() <= 8 << 20, "stopped at the log cap");
+        let mut out = Text::new(caps);
+        let torn = decode_prefix(&newlines[..newlines.len() - 8], &mut out);
+        assert_eq!(torn, Err(Cap::Log(8 << 20)), "a torn frame too");
+        let first = decode_first(zeros.as_slice()).err();
+        assert!(matches!(first, Some(FillError::Over(Cap::Header))));
     }
 }

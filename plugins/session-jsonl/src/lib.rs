@@ -13,6 +13,7 @@
 mod format;
 mod frames;
 mod legacy;
+mod limits;
 mod lock;
 
 use std::cell::RefCell;
@@ -22,7 +23,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use dsh_sdk::api::session_persistence::{
-    ListParams, Listed, Location, ReadFromParams, Snapshot, StoredSession,
+    same_directory, ListParams, Listed, Location, ReadFromParams, Snapshot, StoredSession,
 };
 use dsh_sdk::api::sessions::{IdParams, SessionAppended, SessionCreated, SessionRef};
 use dsh_sdk::names::{bus, host, service, session_persistence, sessions};
@@ -30,6 +31,7 @@ use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::{event, interrupted_turn_closers, SessionEvent, SessionHeader};
 use format::{encode_segment, project_key, scan, Compression, Scan};
 use frames::Framer;
+use limits::Limits;
 use lock::{LogLock, Refused};
 use serde::Deserialize;
 
@@ -83,6 +85,28 @@ struct Config {
     /// The encoding of new logs (the original's `compression`): `zstd`
     /// (default) or `none`. Existing logs keep theirs.
     compression: Compression,
+    /// The longest line a log may decode to, in bytes (see `limits`).
+    max_line_bytes: u64,
+    /// The most a whole log may decode to, in bytes (see `limits`).
+    max_log_bytes: u64,
+}
+
+impl Config {
+    /// The decoding caps, checked: each at least a byte, and a line no
+    /// longer than a log.
+    fn limits(&self) -> Result<Limits> {
+        let cap = |v: u64| usize::try_from(v).ok().filter(|n| *n > 0);
+        match (cap(self.max_line_bytes), cap(self.max_log_bytes)) {
+            (Some(line), Some(log)) if line <= log => Ok(Limits { line, log }),
+            _ => Err(Error::new(
+                codes::INVALID_CONFIG,
+                format!(
+                    "maxLineBytes ({}) and maxLogBytes ({}) must be positive, with maxLineBytes at most maxLogBytes",
+                    self.max_line_bytes, self.max_log_bytes
+                ),
+            )),
+        }
+    }
 }
 
 impl Default for Config {
@@ -92,6 +116,8 @@ impl Default for Config {
             write_batch_max_delay_ms: 200,
             pack_chunks: true,
             compression: Compression::Zstd,
+            max_line_bytes: limits::DEFAULT_MAX_LINE as u64,
+            max_log_bytes: limits::DEFAULT_MAX_LOG as u64,
         }
     }
 }
@@ -117,6 +143,8 @@ struct Store {
     pack_chunks: bool,
     /// The encoding of new logs.
     compression: Compression,
+    /// How much of a log is ever decoded.
+    limits: Limits,
     /// The one compressor context every zstd frame is written with.
     framer: RefCell<Framer>,
     live: RefCell<HashMap<String, Live>>,
@@ -210,6 +238,17 @@ fn read_failed(id: &str, path: &Path, e: std::io::Error) -> Error {
         code,
         format!(
             "cannot read stored session \"{id}\": {e} ({})",
+            path.display()
+        ),
+    )
+}
+
+/// `SESSION_CORRUPT` for a log whose text breaks the format (`why`).
+fn invalid(id: &str, path: &Path, why: String) -> Error {
+    Error::new(
+        code::SESSION_CORRUPT,
+        format!(
+            "stored session \"{id}\" failed validation: {why} ({})",
             path.display()
         ),
     )
@@ -344,9 +383,14 @@ impl Store {
         path.parent().and_then(Path::parent) == Some(self.root.as_path())
     }
 
-    /// The stored logs (path and scan) of project `cwd`, or of every
-    /// project; unreadable logs are skipped.
-    fn logs(&self, cwd: Option<&str>) -> Vec<(PathBuf, Scan)> {
+    /// The stored logs (path and header) of directory `cwd`, or of every
+    /// project, read from their header alone (see `format::read_header`).
+    /// With `cwd`, only the logs whose header's `cwd` is that directory:
+    /// the project folder's key is lossy (`/a/x/y` and `/a/x-y` share
+    /// one), so the folder may hold other directories' sessions. A log
+    /// whose header cannot be read is skipped with a warning: nothing says
+    /// which directory it belongs to.
+    fn logs(&self, cwd: Option<&str>) -> Vec<(PathBuf, SessionHeader)> {
         let dirs: Vec<PathBuf> = match cwd {
             Some(c) => vec![self.dir_for(Some(c))],
             None => std::fs::read_dir(&self.root)
@@ -356,30 +400,73 @@ impl Store {
                 .map(|d| d.path())
                 .collect(),
         };
-        let mut found: HashMap<String, (PathBuf, Scan)> = HashMap::new();
+        let mut found: HashMap<String, (PathBuf, SessionHeader)> = HashMap::new();
         for dir in dirs {
             for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
                 let Some(path) = log_of_entry(&e.path()) else {
                     continue;
                 };
-                let Ok(log) = format::read(&path) else {
-                    continue;
+                let header = match format::read_header(&path) {
+                    Ok(h) => h,
+                    Err(e) => {
+                        dsh_sdk::tracing::warn!(
+                            "skipped the stored session log {}: its header cannot be read: {e}",
+                            path.display()
+                        );
+                        continue;
+                    }
                 };
-                let Ok(s) = scan(&log.text) else {
+                let of_cwd = cwd.is_none_or(|c| {
+                    header
+                        .cwd
+                        .as_deref()
+                        .is_some_and(|own| same_directory(own, c))
+                });
+                if !of_cwd {
                     continue;
-                };
+                }
                 // A flat log a resume has since continued in the session
                 // directory layout is that session's older copy.
                 let flat = self.is_flat(&path);
                 let keep = found
-                    .get(&s.header.id)
+                    .get(&header.id)
                     .is_none_or(|(p, _)| self.is_flat(p) && !flat);
                 if keep {
-                    found.insert(s.header.id.clone(), (path, s));
+                    found.insert(header.id.clone(), (path, header));
                 }
             }
         }
         found.into_values().collect()
+    }
+
+    /// What `list` shows of the log at `path` beyond its header: how many
+    /// turns it started and its last user prompt.
+    fn summary(&self, id: &str, path: &Path) -> Result<(u64, String)> {
+        let log = format::read(path, self.limits).map_err(|e| read_failed(id, path, e))?;
+        let s = scan(&log.text).map_err(|e| invalid(id, path, e))?;
+        let turns = s
+            .events
+            .iter()
+            .filter(|e| e.kind == event::TURN_START)
+            .count() as u64;
+        let last_prompt = s
+            .events
+            .iter()
+            .rev()
+            .find(|e| e.kind == event::USER_MESSAGE && e.data["source"]["kind"] == "user")
+            .map(|e| dsh_sdk::vocab::msg::joined_text(&e.data))
+            .unwrap_or_default();
+        Ok((turns, last_prompt))
+    }
+
+    /// `header`: a stored session's header alone (a live session's, when
+    /// this host has it open).
+    fn header(&self, id: &str) -> Result<SessionHeader> {
+        if let Some(live) = self.live.borrow().get(id) {
+            return Ok(live.header.clone());
+        }
+        let path = self.find(id)?;
+        format::read_header(&path).map_err(|e| read_failed(id, &path, e))
     }
 
     /// Takes the lock this store already holds on `id`'s log, if any.
@@ -497,6 +584,18 @@ impl Store {
         self.open_live(header, events, 0, path)
     }
 
+    /// The events the log at `path` holds; none when there is no log yet.
+    /// A log that exists but cannot be read back (corrupt, or over a cap)
+    /// is an error: appending to it would bury the session under lines no
+    /// reader reaches.
+    fn stored_events(&self, id: &str, path: &Path) -> Result<Vec<SessionEvent>> {
+        match format::read(path, self.limits) {
+            Ok(log) => Ok(Self::scan_log(id, path, &log)?.events),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(read_failed(id, path, e)),
+        }
+    }
+
     /// Locks `path` for a live session whose first `stored` events are on
     /// disk (0: read the log and require `events` to restate it).
     fn open_live(
@@ -518,12 +617,14 @@ impl Store {
         let on_disk = if stored > 0 {
             stored
         } else {
-            let disk = match format::read(&path) {
-                Ok(log) => scan(&log.text)
-                    .ok()
-                    .and_then(|sc| legacy::import(&id, sc.events).ok())
-                    .unwrap_or_default(),
-                Err(_) => Vec::new(),
+            let disk = match self.stored_events(&id, &path) {
+                Ok(disk) => disk,
+                Err(e) => {
+                    drop(lock);
+                    self.live.borrow_mut().remove(&id);
+                    self.refused.borrow_mut().insert(id, e.clone());
+                    return Err(e);
+                }
             };
             // A new session whose id already has a log: only a seed that
             // restates that log continues it; anything else is another
@@ -693,15 +794,7 @@ impl Store {
     /// Scans a log and imports its events (legacy records upgraded,
     /// message shapes validated); a log that fails either is corrupt.
     fn scan_log(id: &str, path: &Path, log: &format::Log) -> Result<Scan> {
-        let corrupt = |e: String| {
-            err(
-                code::SESSION_CORRUPT,
-                format!(
-                    "stored session \"{id}\" failed validation: {e} ({})",
-                    path.display()
-                ),
-            )
-        };
+        let corrupt = |e: String| invalid(id, path, e);
         let mut s = scan(&log.text).map_err(corrupt)?;
         log.check_defect(s.torn_at).map_err(corrupt)?;
         s.events = legacy::import(id, std::mem::take(&mut s.events)).map_err(corrupt)?;
@@ -714,7 +807,7 @@ impl Store {
         path: &Path,
         view: View,
     ) -> Result<(SessionHeader, Vec<SessionEvent>)> {
-        let log = format::read(path).map_err(|e| read_failed(id, path, e))?;
+        let log = format::read(path, self.limits).map_err(|e| read_failed(id, path, e))?;
         let Scan {
             header,
             mut events,
@@ -782,6 +875,7 @@ async fn handle(store: Shared, req: Request) -> Result<Reply> {
             })
         }
         session_persistence::LIST => list(&store, req.params_as()?),
+        session_persistence::HEADER => Reply::json(store.header(&req.params_as::<IdParams>()?.id)?),
         session_persistence::REMOVE => {
             store.remove(&req.params_as::<IdParams>()?.id)?;
             Reply::json(Value::Null)
@@ -806,7 +900,7 @@ fn read_from(store: &Store, req: &Request) -> Result<Reply> {
         )
     })?;
     let path = store.find(&p.id)?;
-    let log = format::read(&path).map_err(|e| read_failed(&p.id, &path, e))?;
+    let log = format::read(&path, store.limits).map_err(|e| read_failed(&p.id, &path, e))?;
     let s = Store::scan_log(&p.id, &path, &log)?;
     let events: Vec<&SessionEvent> = s.events.iter().filter(|e| e.seq >= p.from_seq).collect();
     Reply::json(StoredSession {
@@ -815,29 +909,26 @@ fn read_from(store: &Store, req: &Request) -> Result<Reply> {
     })
 }
 
+/// The stored sessions of `p.cwd` (see `Store::logs`), oldest first. Each
+/// is found from its header; its turns and last prompt come from reading
+/// the rest of its log under the caps, and a log that cannot be read is
+/// listed with why instead of them.
 fn list(store: &Store, p: ListParams) -> Result<Reply> {
     let mut out: Vec<Listed> = store
         .logs(p.cwd.as_deref())
         .into_iter()
-        .map(|(path, s)| {
-            let turns = s
-                .events
-                .iter()
-                .filter(|e| e.kind == event::TURN_START)
-                .count() as u64;
-            let last_prompt = s
-                .events
-                .iter()
-                .rev()
-                .find(|e| e.kind == event::USER_MESSAGE && e.data["source"]["kind"] == "user")
-                .map(|e| dsh_sdk::vocab::msg::joined_text(&e.data))
-                .unwrap_or_default();
+        .map(|(path, header)| {
+            let (turns, last_prompt, unreadable) = match store.summary(&header.id, &path) {
+                Ok((turns, last_prompt)) => (turns, last_prompt, None),
+                Err(e) => (0, String::new(), Some(e)),
+            };
             Listed {
-                id: s.header.id,
-                created_at: s.header.created_at,
+                id: header.id,
+                created_at: header.created_at,
                 turns,
                 last_prompt,
                 updated_at: modified_ms(&path),
+                unreadable,
             }
         })
         .collect();
@@ -846,13 +937,13 @@ fn list(store: &Store, p: ListParams) -> Result<Reply> {
 }
 
 /// Every stored session (of `cwd`, when given) with the revision of its
-/// log: equal revisions mean an unchanged log.
+/// log: equal revisions mean an unchanged log. Read from headers alone.
 fn list_snapshots(store: &Store, p: ListParams) -> Result<Reply> {
     let mut out = Vec::new();
-    for (path, s) in store.logs(p.cwd.as_deref()) {
+    for (path, header) in store.logs(p.cwd.as_deref()) {
         let meta = std::fs::metadata(&path).map_err(|e| err(code::PERSISTENCE, e))?;
         out.push(Snapshot {
-            header: s.header,
+            header,
             revision: revision(&meta),
         });
     }
@@ -918,6 +1009,7 @@ impl Plugin for Jsonl {
     type Config = Config;
 
     async fn apply(ctx: Context, config: Config) -> Result<()> {
+        let limits = config.limits()?;
         let root = match config.root {
             Some(r) => PathBuf::from(r),
             None => {
@@ -933,6 +1025,7 @@ impl Plugin for Jsonl {
             delay: Duration::from_millis(config.write_batch_max_delay_ms),
             pack_chunks: config.pack_chunks,
             compression: config.compression,
+            limits,
             framer: RefCell::new(
                 Framer::new()
                     .map_err(|e| err(code::PERSISTENCE, format!("cannot set up zstd: {e}")))?,
@@ -1036,3 +1129,24 @@ impl Plugin for Jsonl {
 }
 
 dsh_sdk::export_plugin!(Jsonl);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_caps_default_to_the_limits_and_bad_ones_are_refused() {
+        let defaults: Config = serde_json::from_value(json!({})).unwrap();
+        assert_eq!(defaults.limits(), Ok(Limits::default()));
+        let set: Config =
+            serde_json::from_value(json!({"maxLineBytes": 10, "maxLogBytes": 20})).unwrap();
+        assert_eq!(set.limits(), Ok(Limits { line: 10, log: 20 }));
+        for (line, log) in [(0, 20), (10, 0), (30, 20)] {
+            let bad: Config =
+                serde_json::from_value(json!({"maxLineBytes": line, "maxLogBytes": log})).unwrap();
+            let e = bad.limits().unwrap_err();
+            assert_eq!(e.code, codes::INVALID_CONFIG, "{e}");
+            assert!(e.message.contains("maxLineBytes"), "{e}");
+        }
+    }
+}

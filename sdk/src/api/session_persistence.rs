@@ -8,14 +8,14 @@
 //! serializes borrowed events and a caller reads owned ones from one
 //! definition.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::api::sessions::IdParams;
-use crate::names::{service, session_persistence as method};
+use crate::names::{code, service, session_persistence as method};
 use crate::vocab::{SessionEvent, SessionHeader};
-use crate::{Context, Result, Service};
+use crate::{Context, Error, Result, Service};
 
 /// Params of `readFrom`: a stored session and the first seq wanted.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,7 +28,9 @@ pub struct ReadFromParams {
 }
 
 /// Params of `list` and `listSnapshots`: the sessions of one working
-/// directory, or every stored session when absent.
+/// directory (those whose header's `cwd` is that directory, see
+/// [`same_directory`]; not every session of its project folder, whose key
+/// other directories may share), or every stored session when absent.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ListParams {
     /// The working directory whose sessions are wanted.
@@ -73,6 +75,35 @@ pub struct Listed {
     /// backend does not say).
     #[serde(default)]
     pub updated_at: u64,
+    /// Why the log could not be read past its header (a corrupt log, one
+    /// over a size cap): `turns` and `lastPrompt` are then unknown (0 and
+    /// `""`). `None` when it was read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unreadable: Option<Error>,
+}
+
+/// Whether `a` and `b` spell the same directory: the same path components
+/// (`/a//x/y/` is `/a/x/y`), compared as text, with no filesystem access.
+pub fn same_directory(a: &str, b: &str) -> bool {
+    Path::new(a) == Path::new(b)
+}
+
+/// Refuses to resume the stored session `header` from directory `cwd` when
+/// its header names another directory (`SESSION_OTHER_DIRECTORY`, naming
+/// both): its history, prompt and tools are that directory's. A session
+/// stored without a `cwd` belongs to no directory and may be resumed
+/// anywhere.
+pub fn check_directory(header: &SessionHeader, cwd: &str) -> Result<()> {
+    match header.cwd.as_deref() {
+        Some(own) if !same_directory(own, cwd) => Err(Error::new(
+            code::SESSION_OTHER_DIRECTORY,
+            format!(
+                "session \"{}\" belongs to {own}, not to the current directory {cwd}; resume it from {own}, or start a new session here",
+                header.id
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The session `--continue` picks from `list`: the one written most
@@ -125,6 +156,13 @@ impl SessionPersistence {
         self.0.call_as(method::READ_FROM, &params).await
     }
 
+    /// `header`: stored session `id`'s header alone, read without a lock
+    /// or a repair (the first zstd frame or line of its log).
+    pub async fn header(&self, id: &str) -> Result<SessionHeader> {
+        let params = IdParams { id: id.to_owned() };
+        self.0.call_as(method::HEADER, &params).await
+    }
+
     /// `locate`: where session `id` is stored.
     pub async fn locate(&self, id: &str) -> Result<Location> {
         let params = IdParams { id: id.to_owned() };
@@ -138,7 +176,8 @@ impl SessionPersistence {
         self.0.call_as(method::REMOVE, &params).await
     }
 
-    /// `list`: the stored sessions (of `cwd`, when given).
+    /// `list`: the stored sessions (of `cwd`, when given: those whose
+    /// header's `cwd` is `cwd`).
     pub async fn list(&self, cwd: Option<&str>) -> Result<Vec<Listed>> {
         let params = ListParams {
             cwd: cwd.map(str::to_owned),
@@ -198,12 +237,28 @@ mod tests {
             turns: 0,
             last_prompt: String::new(),
             updated_at,
+            unreadable: None,
         };
         assert_eq!(latest(Vec::new()), None);
         let picked = latest(vec![at("old-but-used", 1, 9), at("new", 5, 3)]);
         assert_eq!(picked.map(|l| l.id), Some("old-but-used".into()));
         let tie = latest(vec![at("b", 2, 0), at("a", 1, 0)]);
         assert_eq!(tie.map(|l| l.id), Some("b".into()));
+        assert!(same_directory("/a//x/y/", "/a/x/y"));
+        assert!(!same_directory("/a/x-y", "/a/x/y"));
+        let of = |cwd: Option<&str>| SessionHeader {
+            id: "s".into(),
+            cwd: cwd.map(str::to_owned),
+            ..SessionHeader::default()
+        };
+        assert_eq!(check_directory(&of(Some("/a/x/y/")), "/a/x/y"), Ok(()));
+        assert_eq!(check_directory(&of(None), "/a/x/y"), Ok(()));
+        let refused = check_directory(&of(Some("/a/x/y")), "/a/x-y").unwrap_err();
+        assert_eq!(refused.code, code::SESSION_OTHER_DIRECTORY);
+        assert!(
+            refused.message.contains("/a/x/y") && refused.message.contains("/a/x-y"),
+            "{refused}"
+        );
         let loc: Location =
             serde_json::from_value(json!({"kind": "jsonl", "path": "/x/s.jsonl"})).unwrap();
         assert_eq!(loc.path, PathBuf::from("/x/s.jsonl"));
