@@ -213,9 +213,16 @@ impl Dir {
         Ok(out)
     }
 
-    /// Replaces (or creates) `name` with `bytes` atomically: a temp file in
-    /// this directory, fsynced, then renamed over `name`, keeping the
-    /// permissions of the file it replaces.
+    /// Replaces (or creates) `name` with `bytes` atomically, keeping the
+    /// permissions of the file it replaces: the bytes go to a file of this
+    /// directory that has no name (`O_TMPFILE`), fsynced, then linked in
+    /// under a recognisable name (`.<name>.dsh.tmp`, unlinked first: a
+    /// writer killed between the link and the rename left it) and renamed
+    /// over `name`. A process killed while writing therefore leaves nothing
+    /// behind (at most that name, for the microseconds between link and
+    /// rename, and the next write of `name` removes it). Where the file
+    /// system has no `O_TMPFILE`, a named temp file is written instead and
+    /// the leftovers of writers that are gone are swept first.
     pub fn write_atomic(&self, name: &OsStr, bytes: &[u8]) -> io::Result<()> {
         use std::os::unix::fs::PermissionsExt;
         let old = self.stat(name)?;
@@ -227,32 +234,187 @@ impl Dir {
                 ));
             }
         }
-        let mut tmp = OsString::from(".");
-        tmp.push(name);
-        tmp.push(format!(
-            ".dsh-{}-{}.tmp",
-            std::process::id(),
-            crate::new_id()
-        ));
+        let mode = old
+            .as_ref()
+            .filter(|m| m.is_file())
+            .map(|m| std::fs::Permissions::from_mode(m.permissions().mode()));
+        match self.write_unnamed(name, bytes, mode.clone())? {
+            Written::Done => Ok(()),
+            Written::Unsupported => {
+                self.sweep_named(name);
+                self.write_named(name, bytes, mode)
+            }
+        }
+    }
+
+    /// The `O_TMPFILE` way of [`Dir::write_atomic`].
+    fn write_unnamed(
+        &self,
+        name: &OsStr,
+        bytes: &[u8],
+        mode: Option<std::fs::Permissions>,
+    ) -> io::Result<Written> {
+        let mut f = match self.open_file(OsStr::new("."), libc::O_TMPFILE | libc::O_WRONLY) {
+            Ok(f) => f,
+            // No O_TMPFILE here: EOPNOTSUPP from the file system, EISDIR or
+            // EINVAL from a kernel that does not know the flag.
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL)
+                ) =>
+            {
+                return Ok(Written::Unsupported)
+            }
+            Err(e) => return Err(e),
+        };
+        f.write_all(bytes)?;
+        if let Some(mode) = mode {
+            f.set_permissions(mode)?;
+        }
+        f.sync_all()?;
+        let link = unnamed_link(name);
+        // Another writer of `name` may take the link name between our
+        // link and rename (it unlinks ours first): every content is whole,
+        // so trying again is safe.
+        for _ in 0..16 {
+            self.unlink(&link)?;
+            match self.link_unnamed(&f, &link) {
+                Ok(true) => {}
+                Ok(false) => return Ok(Written::Unsupported),
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,
+                Err(e) => return Err(e),
+            }
+            match self.rename(&link, name) {
+                Ok(()) => return Ok(Written::Done),
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+                Err(e) => {
+                    let _ = self.unlink(&link);
+                    return Err(e);
+                }
+            }
+        }
+        Err(io::Error::other(format!(
+            "{} kept being written by someone else; try again",
+            Path::new(name).display()
+        )))
+    }
+
+    /// Gives the unnamed file `f` the name `link` in this directory: with
+    /// `AT_EMPTY_PATH` (which needs `CAP_DAC_READ_SEARCH` on most kernels),
+    /// else through `/proc/self/fd`. `false` when neither is possible here.
+    fn link_unnamed(&self, f: &std::fs::File, link: &OsStr) -> io::Result<bool> {
+        let to = cstr(link)?;
+        let dir = self.fd.as_raw_fd();
+        // SAFETY: `f` is an open descriptor, the empty path and `to` are
+        // valid C strings relative to open descriptors, all alive for the
+        // call.
+        let rc = unsafe {
+            libc::linkat(
+                f.as_raw_fd(),
+                c"".as_ptr(),
+                dir,
+                to.as_ptr(),
+                libc::AT_EMPTY_PATH,
+            )
+        };
+        if rc == 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        if !matches!(
+            e.raw_os_error(),
+            Some(libc::ENOENT | libc::EPERM | libc::EACCES | libc::EINVAL)
+        ) {
+            return Err(e);
+        }
+        let through = CString::new(format!("/proc/self/fd/{}", f.as_raw_fd()))
+            .map_err(|_| io::Error::other("a descriptor path with a NUL byte"))?;
+        // SAFETY: valid C strings; `/proc/self/fd/N` names the open `f`.
+        let rc = unsafe {
+            libc::linkat(
+                libc::AT_FDCWD,
+                through.as_ptr(),
+                dir,
+                to.as_ptr(),
+                libc::AT_SYMLINK_FOLLOW,
+            )
+        };
+        if rc == 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            // No /proc, or a file system that cannot link it.
+            Some(libc::ENOENT | libc::EPERM | libc::EACCES | libc::EXDEV) => Ok(false),
+            _ => Err(e),
+        }
+    }
+
+    /// The named way of [`Dir::write_atomic`], for file systems without
+    /// `O_TMPFILE`: a temp file named after the writer
+    /// (`.<name>.dsh-<pid>-<id>.tmp`), fsynced, renamed over `name`.
+    fn write_named(
+        &self,
+        name: &OsStr,
+        bytes: &[u8],
+        mode: Option<std::fs::Permissions>,
+    ) -> io::Result<()> {
+        let mut tmp = named_prefix(name);
+        tmp.push(format!("{}-{}.tmp", std::process::id(), crate::new_id()));
         let mut f = self.open_file(
             &tmp,
             libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC,
         )?;
         let written = (|| {
             f.write_all(bytes)?;
-            if let Some(m) = old.as_ref().filter(|m| m.is_file()) {
-                f.set_permissions(std::fs::Permissions::from_mode(m.permissions().mode()))?;
+            if let Some(mode) = mode {
+                f.set_permissions(mode)?;
             }
             f.sync_all()?;
             self.rename(&tmp, name)
         })();
         if written.is_err() {
-            if let Ok(c) = cstr(&tmp) {
-                // SAFETY: a valid C string relative to our open directory.
-                unsafe { libc::unlinkat(self.fd.as_raw_fd(), c.as_ptr(), 0) };
-            }
+            let _ = self.unlink(&tmp);
         }
         written
+    }
+
+    /// Removes the named temp files of `name` ([`Dir::write_named`]) whose
+    /// writer is gone (killed while writing). Best effort.
+    fn sweep_named(&self, name: &OsStr) {
+        let prefix = named_prefix(name);
+        let listing = format!("/proc/self/fd/{}", self.fd.as_raw_fd());
+        let Ok(entries) = std::fs::read_dir(listing) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let file = entry.file_name();
+            let Some(rest) = file.as_bytes().strip_prefix(prefix.as_bytes()) else {
+                continue;
+            };
+            let pid = rest
+                .split(|b| *b == b'-')
+                .next()
+                .and_then(|p| std::str::from_utf8(p).ok())
+                .and_then(|p| p.parse::<libc::pid_t>().ok());
+            if rest.ends_with(b".tmp") && pid.is_some_and(|p| !alive(p)) {
+                let _ = self.unlink(&file);
+            }
+        }
+    }
+
+    /// Unlinks `name` (a file); a missing one is fine.
+    fn unlink(&self, name: &OsStr) -> io::Result<()> {
+        let c = cstr(name)?;
+        // SAFETY: a valid C string relative to our open directory.
+        if unsafe { libc::unlinkat(self.fd.as_raw_fd(), c.as_ptr(), 0) } < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::ENOENT) {
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     fn rename(&self, from: &OsStr, to: &OsStr) -> io::Result<()> {
@@ -264,6 +426,38 @@ impl Dir {
         }
         Ok(())
     }
+}
+
+/// How [`Dir::write_unnamed`] ended.
+enum Written {
+    /// The file is in place.
+    Done,
+    /// No `O_TMPFILE` (or no way to link it) here: nothing was written.
+    Unsupported,
+}
+
+/// The name an unnamed temp file of `name` is linked under just before it
+/// is renamed over `name`: `.<name>.dsh.tmp`.
+fn unnamed_link(name: &OsStr) -> OsString {
+    let mut link = OsString::from(".");
+    link.push(name);
+    link.push(".dsh.tmp");
+    link
+}
+
+/// The start of a named temp file of `name`: `.<name>.dsh-`.
+fn named_prefix(name: &OsStr) -> OsString {
+    let mut prefix = OsString::from(".");
+    prefix.push(name);
+    prefix.push(".dsh-");
+    prefix
+}
+
+/// Whether process `pid` exists (in this PID namespace).
+fn alive(pid: libc::pid_t) -> bool {
+    // SAFETY: signal 0 only checks that `pid` exists and may be signalled.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 /// The parent directory of `target` (a resolved path under `root`), opened
@@ -310,6 +504,57 @@ mod tests {
         assert_eq!(mode & 0o777, 0o640);
         assert_eq!(dir.read(&name).unwrap(), b"two");
         assert_eq!(std::fs::read_dir(root.join("a/b")).unwrap().count(), 1);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_write_in_progress_has_no_name_and_leftovers_are_swept() {
+        let root = scratch("unnamed");
+        let (dir, name) = open_parent(&root, &root.join("big.txt"), false).unwrap();
+        let bytes = vec![b'x'; 64 << 20];
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (d, watch) = (done.clone(), root.clone());
+        // While the bytes are written and fsynced, nothing but (for the
+        // instant between link and rename) the link name is ever visible.
+        let watcher = std::thread::spawn(move || {
+            let mut seen = std::collections::BTreeSet::new();
+            while !d.load(std::sync::atomic::Ordering::Relaxed) {
+                for e in std::fs::read_dir(&watch).unwrap().flatten() {
+                    seen.insert(e.file_name().to_string_lossy().into_owned());
+                }
+            }
+            seen
+        });
+        dir.write_atomic(&name, &bytes).unwrap();
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let seen = watcher.join().unwrap();
+        assert!(
+            seen.iter()
+                .all(|n| n == "big.txt" || n == ".big.txt.dsh.tmp"),
+            "{seen:?}"
+        );
+        assert_eq!(
+            std::fs::metadata(root.join("big.txt")).unwrap().len(),
+            64 << 20
+        );
+        // A writer killed between link and rename left the link name: the
+        // next write of the file removes it.
+        std::fs::write(root.join(".big.txt.dsh.tmp"), "stale").unwrap();
+        dir.write_atomic(&name, b"small").unwrap();
+        assert_eq!(std::fs::read_dir(&root).unwrap().count(), 1);
+        // Named temp files (no O_TMPFILE) of writers that are gone are
+        // swept; a living writer's is kept.
+        let gone = std::process::Command::new("true").spawn().unwrap();
+        let gone_pid = gone.id();
+        let mut gone = gone;
+        gone.wait().unwrap();
+        let stale = format!(".big.txt.dsh-{gone_pid}-x.tmp");
+        let live = format!(".big.txt.dsh-{}-y.tmp", std::process::id());
+        std::fs::write(root.join(&stale), "").unwrap();
+        std::fs::write(root.join(&live), "").unwrap();
+        dir.sweep_named(&name);
+        assert!(!root.join(&stale).exists());
+        assert!(root.join(&live).exists());
         std::fs::remove_dir_all(&root).unwrap();
     }
 

@@ -1,19 +1,29 @@
 //! The workspace fence: the permission mode, where changes are allowed,
-//! the harness's own files, and the one path resolver every filesystem tool
-//! uses.
+//! the harness's own files, what is never read ([`read`]), the workspace's
+//! configuration that changes only with approval ([`config`]), and the one
+//! path resolver every filesystem tool uses.
 //!
 //! Resolution is lexical first (`.` dropped, `..` applied to the spelled
 //! path), then the deepest existing ancestor is canonicalized (symlinks
 //! resolved) and the missing rest appended. The policy check and the write
 //! therefore see the same path whatever its spelling; the write itself
 //! re-walks that path without following symlinks ([`crate::beneath`]), so a
-//! symlink swapped in after the check is refused instead of followed.
+//! symlink swapped in after the check is refused instead of followed. A
+//! read is opened the same way and what was opened is checked again
+//! ([`open_read`]).
 
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
+
+pub mod config;
+mod open;
+pub mod read;
+
+pub use open::{open_read, ReadError};
+pub use read::{ReadPolicy, Reads};
 
 /// Permission modes (reference dsh-product: sandbox modes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,6 +92,17 @@ pub struct Fence {
     /// profiles): refused to changes even under a writable root.
     #[serde(default)]
     pub protected: Vec<PathBuf>,
+    /// Where the workspace's configuration lives besides its `.git`, `.dsh`
+    /// and `.claude` (which count wherever they are under a writable root):
+    /// what those lead to when they are symbolic links, and the `gitdir:`
+    /// of a `.git` file ([`config::config_dirs`]). Changes there are asked
+    /// for like changes outside the workspace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub config: Vec<PathBuf>,
+    /// What reads never see, and whether reads outside the workspace ask
+    /// ([`Reads`]; set by the policy with [`Fence::with_reads`]).
+    #[serde(default, skip_serializing_if = "Reads::is_empty")]
+    pub reads: Reads,
 }
 
 /// Why a change was refused.
@@ -93,6 +114,10 @@ pub enum RefusalKind {
     Outside,
     /// The path is one of the harness's own files (never approvable).
     Protected,
+    /// The path is never read (nor changed): a process's own files, the
+    /// harness's home, a secret store ([`Reads::forbidden`]; never
+    /// approvable).
+    Secret,
 }
 
 /// A refused change, with a message that says how to change the policy.
@@ -107,13 +132,18 @@ pub struct Refusal {
 impl Fence {
     /// The fence of `mode` for a workspace at `root`, with `temp` writable in
     /// `workspace-write` and `protected` never writable. Paths are
-    /// canonicalized here.
+    /// canonicalized here. Reads are fenced only by their mode until
+    /// [`Fence::with_reads`] adds what is never read.
     pub fn new(mode: Mode, root: &Path, temp: &Path, protected: &[PathBuf]) -> Fence {
         let root = resolve(Path::new("/"), root);
         let writable = match mode {
             Mode::ReadOnly => Vec::new(),
             Mode::WorkspaceWrite => vec![root.clone(), resolve(Path::new("/"), temp)],
             Mode::DangerFullAccess => vec![PathBuf::from("/")],
+        };
+        let config = match mode {
+            Mode::WorkspaceWrite => config::config_dirs(&root),
+            Mode::ReadOnly | Mode::DangerFullAccess => Vec::new(),
         };
         Fence {
             mode,
@@ -123,10 +153,29 @@ impl Fence {
                 .iter()
                 .map(|p| resolve(Path::new("/"), p))
                 .collect(),
+            config,
+            reads: Reads::default(),
         }
     }
 
-    /// Whether tool `tool` may change `target` (a path from [`resolve`]).
+    /// This fence with `reads` (what is never read, the read policy).
+    pub fn with_reads(self, reads: Reads) -> Fence {
+        Fence { reads, ..self }
+    }
+
+    /// This fence with the places of `own` (what the tool found itself at
+    /// its start, [`Reads::discover`]) added to what it never reads.
+    pub fn with_own_reads(self, own: &Reads) -> Fence {
+        let reads = self.reads.clone().union(own);
+        self.with_reads(reads)
+    }
+
+    /// Whether tool `tool` may change `target` (a path from [`resolve`]):
+    /// not in `read-only`; in `workspace-write` never the harness's own
+    /// files or what is never read ([`RefusalKind::Protected`],
+    /// [`RefusalKind::Secret`]), and only with approval outside the
+    /// writable roots or in the workspace's configuration
+    /// ([`RefusalKind::Outside`]).
     pub fn check_write(&self, tool: &str, target: &Path) -> Result<(), Refusal> {
         let shown = target.display();
         match self.mode {
@@ -148,7 +197,27 @@ impl Fence {
                         ),
                     });
                 }
-                if self.root_for(target).is_some() {
+                if let Some(why) = self.reads.forbidden(target) {
+                    return Err(Refusal {
+                        kind: RefusalKind::Secret,
+                        message: format!(
+                            "{tool} of {shown} is refused: {why}; the agent may not read or change it in {} mode (set DSH_PERMISSION_MODE=danger-full-access to allow it)",
+                            self.mode
+                        ),
+                    });
+                }
+                let root = self.root_for(target);
+                if let Some((what, dir)) = config::config_of(root, &self.config, target) {
+                    return Err(Refusal {
+                        kind: RefusalKind::Outside,
+                        message: format!(
+                            "{shown} is in the workspace's {what}: {}; {} mode changes it only with your approval; approve the call, or set DSH_PERMISSION_MODE=danger-full-access to allow it",
+                            dir.display(),
+                            self.mode
+                        ),
+                    });
+                }
+                if root.is_some() {
                     return Ok(());
                 }
                 let others: Vec<String> = self
@@ -306,6 +375,36 @@ mod tests {
             .check_write("write", &resolve(&ws, Path::new("src/new.rs")))
             .is_ok());
         std::fs::remove_dir_all(&ws).unwrap();
+    }
+
+    #[test]
+    fn configuration_is_asked_for_and_secrets_are_refused() {
+        let mut fence = Fence::new(
+            Mode::WorkspaceWrite,
+            Path::new("/"),
+            Path::new("/nonexistent-tmp"),
+            &[],
+        );
+        fence.root = PathBuf::from("/w");
+        fence.writable = vec![PathBuf::from("/w")];
+        fence.reads.homes = vec![PathBuf::from("/home/u")];
+        fence.writable.push(PathBuf::from("/home/u"));
+        for target in ["/w/.git/config", "/w/.git/hooks/pre-commit", "/w/a/.dsh/x"] {
+            let refusal = fence.check_write("edit", Path::new(target)).unwrap_err();
+            assert_eq!(refusal.kind, RefusalKind::Outside, "{target}");
+            assert!(
+                refusal.message.contains("only with your approval"),
+                "{}",
+                refusal.message
+            );
+        }
+        let refusal = fence
+            .check_write("write", Path::new("/home/u/.ssh/authorized_keys"))
+            .unwrap_err();
+        assert_eq!(refusal.kind, RefusalKind::Secret);
+        assert!(fence
+            .check_write("write", Path::new("/w/src/git.rs"))
+            .is_ok());
     }
 
     #[test]

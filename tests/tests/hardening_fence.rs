@@ -1,6 +1,8 @@
 //! The workspace fence as an attacker tries it: `..` after a missing
-//! directory, a symlink swapped in while writing, the harness's own files,
-//! and read-before-write under another spelling.
+//! directory, a symlink swapped in while writing (or reading), the
+//! harness's own files, read-before-write under another spelling, the
+//! workspace's `.git` (and `.dsh`, `.claude`) configuration, and `kill -9`
+//! in the middle of a write.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -136,7 +138,7 @@ async fn the_harness_files_are_not_the_agents_even_under_a_writable_root() {
 /// the real directory is `ws/d` or `ws/d_other`, whichever is not the link.
 fn swapper(ws: &Path, outside: &Path, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
     let (d, other) = (ws.join("d"), ws.join("d_other"));
-    std::fs::create_dir(&d).unwrap();
+    std::fs::create_dir_all(&d).unwrap();
     std::os::unix::fs::symlink(outside, &other).unwrap();
     let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
     let (d, other) = (c(&d), c(&other));
@@ -272,4 +274,271 @@ async fn a_plugins_dir_inside_the_workspace_is_said_at_start() {
         stderr.contains("the agent can write libraries there"),
         "{stderr}"
     );
+}
+
+#[tokio::test]
+async fn a_symlink_swapped_in_while_reading_never_reads_a_refused_file() {
+    let t = host("workspace-write", "").await;
+    let ws = TempDir::new("read-race-ws");
+    // Another project's session, in the harness's home.
+    let secret = t.home.path().join("sessions/--other--");
+    std::fs::create_dir_all(&secret).unwrap();
+    std::fs::write(secret.join("race.txt"), "SESSION-SECRET\n").unwrap();
+    std::fs::create_dir_all(ws.path().join("d")).unwrap();
+    std::fs::write(ws.path().join("d/race.txt"), "fine\n").unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let swaps = swapper(ws.path(), &secret, stop.clone());
+    let mut read = 0;
+    for _ in 0..100 {
+        for (tool, args) in [
+            ("read", json!({"file_path": "d/race.txt"})),
+            (
+                "grep",
+                json!({"pattern": "SECRET|fine", "path": "d/race.txt"}),
+            ),
+        ] {
+            let r = run(&t, ws.path(), tool, args).await;
+            assert!(!r.to_string().contains("SESSION-SECRET"), "{tool}: {r}");
+            if r["isError"] == false {
+                read += 1;
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    assert!(swaps.join().unwrap() > 0);
+    assert!(read > 0, "the real file was never read");
+    t.shutdown().await;
+}
+
+/// `git init` in `dir`.
+fn git_init(dir: &Path) {
+    let ok = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(dir)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+}
+
+/// The edits and writes an attacker makes to the workspace's configuration.
+const FSMONITOR: &str = "[core]\n\tfsmonitor = touch /var/tmp/dsh-pwned\n";
+const HOOK: &str = "#!/bin/sh\ntouch /var/tmp/dsh-pwned\n";
+
+#[tokio::test]
+async fn git_config_and_hooks_are_asked_for_under_every_spelling() {
+    let ws = TempDir::new("git-ws");
+    let w = ws.path();
+    git_init(w);
+    std::fs::create_dir_all(w.join("sub")).unwrap();
+    std::fs::create_dir_all(w.join(".dsh")).unwrap();
+    std::fs::create_dir_all(w.join(".claude")).unwrap();
+    std::os::unix::fs::symlink(".git/config", w.join("cfg")).unwrap();
+    std::os::unix::fs::symlink(".git/hooks", w.join("hooks")).unwrap();
+    let config = std::fs::read_to_string(w.join(".git/config")).unwrap();
+    let t = host("workspace-write", "").await;
+    // Reading it is fine (and satisfies read-before-write).
+    let r = run(&t, w, "read", json!({"file_path": ".git/config"})).await;
+    assert_eq!(r["isError"], false, "{r}");
+    for spelling in [
+        ".git/config",
+        ".git/../.git/config",
+        "sub/../.git/config",
+        "cfg",
+    ] {
+        let r = run(
+            &t,
+            w,
+            "edit",
+            json!({"file_path": spelling, "old_string": "[core]\n", "new_string": FSMONITOR}),
+        )
+        .await;
+        assert_eq!(r["isError"], true, "{spelling}: {r}");
+        assert!(
+            text_of(&r).contains("is in the workspace's git metadata (git runs its hooks"),
+            "{spelling}: {r}"
+        );
+    }
+    for (spelling, content) in [
+        (".git/hooks/pre-commit", HOOK),
+        ("hooks/pre-commit", HOOK),
+        (".git/info/../hooks/post-checkout", HOOK),
+        ("sub/.git/config", FSMONITOR),
+        (".dsh/patch.toml", "[[patch]]\n"),
+        (".claude/settings.json", "{\"hooks\": {}}"),
+    ] {
+        let r = run(
+            &t,
+            w,
+            "write",
+            json!({"file_path": spelling, "content": content}),
+        )
+        .await;
+        assert_eq!(r["isError"], true, "{spelling}: {r}");
+        assert!(
+            text_of(&r).contains("is in the workspace's"),
+            "{spelling}: {r}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(w.join(".git/config")).unwrap(),
+        config
+    );
+    assert!(!w.join(".git/hooks/pre-commit").exists());
+    assert!(!w.join(".git/hooks/post-checkout").exists());
+    assert!(!w.join("sub/.git").exists());
+    assert!(entries(&w.join(".dsh")).is_empty() && entries(&w.join(".claude")).is_empty());
+    // The rest of the workspace is writable as before.
+    let r = run(
+        &t,
+        w,
+        "write",
+        json!({"file_path": "src/main.rs", "content": "fn main() {}\n"}),
+    )
+    .await;
+    assert_eq!(r["isError"], false, "{r}");
+    t.shutdown().await;
+    // Asked for like an outside path: an approver may allow it.
+    let approver = "[[row]]\nid='approver'\nplugin='dsh-fixture-probe'\nconfig = { tag = 'approver', approval_outcome = 'allowed-once' }\n";
+    let t = host("workspace-write", approver).await;
+    let r = run(
+        &t,
+        w,
+        "write",
+        json!({"file_path": ".git/hooks/pre-commit", "content": HOOK}),
+    )
+    .await;
+    assert_eq!(r["isError"], false, "{r}");
+    assert_eq!(
+        std::fs::read_to_string(w.join(".git/hooks/pre-commit")).unwrap(),
+        HOOK
+    );
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_model_cannot_plant_a_git_hook_or_fsmonitor_through_the_real_binary() {
+    use dsh_testkit::fake_llm::{text, tool_calls, FakeLlm};
+    use dsh_testkit::headless::Headless;
+    let fake = FakeLlm::start().await;
+    let h = Headless::new(&fake, "");
+    let w = h.work.path();
+    git_init(w);
+    let config = std::fs::read_to_string(w.join(".git/config")).unwrap();
+    fake.push([
+        tool_calls(&[("read", json!({"file_path": ".git/config"}))]),
+        tool_calls(&[
+            (
+                "edit",
+                json!({"file_path": ".git/config", "old_string": "[core]\n", "new_string": FSMONITOR}),
+            ),
+            ("write", json!({"file_path": ".git/hooks/pre-commit", "content": HOOK})),
+        ]),
+        text("tried"),
+    ]);
+    let out = h.run(&["plant a hook"]).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let results = fake.tool_results_of_last_request();
+    for r in &results[1..] {
+        assert!(
+            r.contains("is in the workspace's git metadata")
+                && r.contains("only with your approval"),
+            "{results:?}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(w.join(".git/config")).unwrap(),
+        config
+    );
+    assert!(!w.join(".git/hooks/pre-commit").exists());
+}
+
+/// Stops (`SIGSTOP`) process `pid` as soon as it holds a file open in `dir`
+/// (not `dir` itself, which the write holds open too) that is not (yet)
+/// `done`: a write in progress. Polls its descriptors until then, or until
+/// it ends (false).
+fn stop_in_the_middle_of_a_write(pid: u32, dir: &Path, done: &Path) -> bool {
+    let fds = PathBuf::from(format!("/proc/{pid}/fd"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
+        let Ok(list) = std::fs::read_dir(&fds) else {
+            return false;
+        };
+        for fd in list.flatten() {
+            if std::fs::read_link(fd.path())
+                .is_ok_and(|l| l.starts_with(dir) && l != dir && l != done)
+            {
+                // SAFETY: signals a child process of this test.
+                unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+                return true;
+            }
+        }
+    }
+    false
+}
+
+#[tokio::test]
+async fn kill_9_in_the_middle_of_a_write_leaves_no_temp_file() {
+    use dsh_testkit::fake_llm::{text, tool_calls, FakeLlm};
+    use dsh_testkit::headless::Headless;
+    let fake = FakeLlm::start().await;
+    let h = Headless::new(&fake, "");
+    let w = h.work.path().canonicalize().unwrap();
+    // Large enough to take a while to write and fsync, within the
+    // adapter's answer cap.
+    let content = "x".repeat(4 << 20);
+    let mut caught = None;
+    // A killed run leaves no answer queued for the next one.
+    fake.set_fallback(text("written"));
+    for _ in 0..5 {
+        fake.push([tool_calls(&[(
+            "write",
+            json!({"file_path": "big.txt", "content": content}),
+        )])]);
+        let running = h.spawn(&["write a big file"]);
+        let pid = running.pid();
+        let dir = w.clone();
+        let stopped = tokio::task::spawn_blocking(move || {
+            stop_in_the_middle_of_a_write(pid, &dir, &dir.join("big.txt"))
+        })
+        .await
+        .unwrap();
+        running.kill();
+        if stopped {
+            // Frozen in the middle of the write, then killed: what is there
+            // now is what kill -9 leaves.
+            caught = Some(entries(&w));
+            break;
+        }
+        let _ = std::fs::remove_file(w.join("big.txt"));
+        fake.clear_requests();
+    }
+    let left = caught.expect("the write was never caught in progress");
+    // No temp file under a name (at most, for the instant between link and
+    // rename, the link name the next write removes).
+    assert!(
+        left.iter()
+            .all(|n| n == "big.txt" || n == ".big.txt.dsh.tmp"),
+        "{left:?}"
+    );
+    // The next write of the file leaves exactly the file.
+    fake.push([
+        tool_calls(&[("read", json!({"file_path": "big.txt", "limit": 1}))]),
+        tool_calls(&[("write", json!({"file_path": "big.txt", "content": "small"}))]),
+        text("done"),
+    ]);
+    let out = h.run(&["write it small"]).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(entries(&w), ["big.txt"]);
+    assert_eq!(std::fs::read_to_string(w.join("big.txt")).unwrap(), "small");
 }

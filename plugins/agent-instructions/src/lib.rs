@@ -1,21 +1,19 @@
 //! `agent-instructions`: AGENTS.md files as one durable user message on the
-//! first step of a session.
+//! first step of a session, never followed out of the project (see
+//! `load.rs`).
+
+mod load;
 
 use std::path::{Path, PathBuf};
 
 use dsh_sdk::api::agent_loop::PreStep;
 use dsh_sdk::api::host::Host;
 use dsh_sdk::api::sessions::Sessions;
+use dsh_sdk::blocking::cancellable;
+use dsh_sdk::fence::{resolve, ReadPolicy, Reads};
 use dsh_sdk::names::{bus, service};
 use dsh_sdk::prelude::*;
 use serde::Deserialize;
-
-const NAMES: [&str; 4] = [
-    "AGENTS.md",
-    "CLAUDE.md",
-    "AGENTS.local.md",
-    "CLAUDE.local.md",
-];
 
 #[derive(Deserialize)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
@@ -29,28 +27,35 @@ impl Default for Config {
     }
 }
 
-/// The project chain: from the nearest `.git` root (or `cwd`) down to `cwd`.
-fn chain(cwd: &Path) -> Vec<PathBuf> {
-    let mut dirs: Vec<PathBuf> = cwd.ancestors().map(Path::to_owned).collect();
-    if let Some(root) = dirs.iter().position(|d| d.join(".git").exists()) {
-        dirs.truncate(root + 1);
-    } else {
-        dirs.truncate(1);
+/// An instruction file read, with what it is.
+type Loaded = (PathBuf, &'static str, String);
+
+/// Reads the user's `$DSH_HOME/AGENTS.md` and the project chain of `cwd`:
+/// the files sent, and a warning for each one that is not.
+fn load_all(home: &Path, cwd: &Path, reads: &Reads, max: usize) -> (Vec<Loaded>, Vec<String>) {
+    let (mut files, mut warnings) = (Vec::new(), Vec::new());
+    let mut keep = |path: PathBuf, what, read: Result<Option<String>, String>| match read {
+        Ok(Some(text)) => files.push((path, what, text)),
+        Ok(None) => {}
+        Err(w) => warnings.push(w),
+    };
+    // The user's own file: it may lead anywhere but to what is never read
+    // (its own home, where it lives, excepted).
+    let user = home.join("AGENTS.md");
+    if user.symlink_metadata().is_ok() {
+        let read = load::read(&user, None, &reads.without_harness(), max);
+        keep(user, "user's global instructions", read);
     }
-    dirs.reverse();
-    let mut files = Vec::new();
-    for d in dirs {
-        for n in NAMES {
-            let f = d.join(n);
-            if f.is_file() {
-                files.push(f);
-            }
-        }
+    let (root, chain) = load::chain(cwd);
+    let root = resolve(Path::new("/"), &root);
+    for f in chain {
+        let read = load::read(&f, Some(&root), reads, max);
+        keep(f, "project instructions", read);
     }
-    files
+    (files, warnings)
 }
 
-fn render(files: &[(PathBuf, &str, String)], budget: usize) -> Option<String> {
+fn render(files: &[Loaded], budget: usize) -> Option<String> {
     let mut body = String::new();
     let mut seen: Vec<&str> = Vec::new();
     for (path, what, text) in files {
@@ -89,9 +94,12 @@ impl Plugin for Instructions {
 
     async fn apply(ctx: Context, config: Config) -> Result<()> {
         let home = PathBuf::from(Host::new(&ctx).info().await?.home);
+        // What instruction files may never lead to: process files, the
+        // harness's home, secret stores.
+        let reads = Reads::discover(ReadPolicy::Allow, &home, &std::env::temp_dir());
         let c = ctx.clone();
         ctx.on(bus::AGENT_PRE_STEP, move |ev| {
-            let (c, home) = (c.clone(), home.clone());
+            let (c, home, reads) = (c.clone(), home.clone(), reads.clone());
             async move {
                 let mut p: PreStep = ev.payload_as()?;
                 if p.turn != 1 || p.step != 1 {
@@ -99,15 +107,11 @@ impl Plugin for Instructions {
                 }
                 let header = Sessions::new(&c).header(&p.agent).await?;
                 let cwd = PathBuf::from(header.header.cwd.as_deref().unwrap_or("/"));
-                let mut files: Vec<(PathBuf, &str, String)> = Vec::new();
-                let user = home.join("AGENTS.md");
-                if let Ok(t) = std::fs::read_to_string(&user) {
-                    files.push((user, "user's global instructions", t));
-                }
-                for f in chain(&cwd) {
-                    if let Ok(t) = std::fs::read_to_string(&f) {
-                        files.push((f, "project instructions", t));
-                    }
+                let max = config.max_bytes;
+                let (files, warnings) =
+                    cancellable(move |_| load_all(&home, &cwd, &reads, max)).await?;
+                for w in warnings {
+                    dsh_sdk::tracing::warn!("agent-instructions: {w}");
                 }
                 let Some(text) = render(&files, config.max_bytes) else {
                     return ev.forward().await;

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use dsh_sdk::api::host::Host;
 use dsh_sdk::api::permission::ApprovalPolicy;
 use dsh_sdk::api::tools::{forward_as, on_pre_execute, Exec, PreExecuteDecision, PreExecuteKind};
-use dsh_sdk::fence::{resolve, Fence, Mode, RefusalKind};
+use dsh_sdk::fence::{resolve, Fence, Mode, ReadPolicy, Reads, Refusal, RefusalKind};
 use dsh_sdk::names::{service, tool};
 use dsh_sdk::prelude::*;
 use serde::Deserialize;
@@ -24,12 +24,23 @@ struct Config {
     /// `ask` (default; `never` under danger-full-access): a call beyond the
     /// mode asks the approval seam instead of being denied outright.
     approval: Option<String>,
+    /// `allow` (default): the file tools read outside the workspace (never
+    /// what the read fence refuses); `ask`: such a read asks like a write
+    /// outside the workspace does.
+    read: ReadPolicy,
 }
 
-/// The part of a `write` or `edit` call's arguments the policy reads.
+/// The part of a `write`, `edit` or `read` call's arguments the policy
+/// reads.
 #[derive(Deserialize)]
 struct FileArgs {
     file_path: String,
+}
+
+/// The part of a `grep` or `glob` call's arguments the policy reads.
+#[derive(Deserialize)]
+struct SearchArgs {
+    path: Option<String>,
 }
 
 /// The file a `write` or `edit` call would change, resolved as the fence
@@ -40,6 +51,35 @@ fn mutation_target(exec: &Exec) -> Option<PathBuf> {
     }
     let FileArgs { file_path } = exec.arguments_as().ok()?;
     Some(resolve(Path::new(exec.cwd_or("/")), Path::new(&file_path)))
+}
+
+/// What a `read`, `grep` or `glob` call would read, as spelled (none for
+/// other tools, or when the arguments are malformed: the tool refuses
+/// them).
+fn read_target(exec: &Exec) -> Option<String> {
+    match exec.name.as_str() {
+        tool::READ => exec.arguments_as::<FileArgs>().ok().map(|a| a.file_path),
+        tool::GREP | tool::GLOB => exec
+            .arguments_as::<SearchArgs>()
+            .ok()
+            .map(|a| a.path.unwrap_or_else(|| ".".into())),
+        _ => None,
+    }
+}
+
+/// The decision for a refused call: asked when the refusal is approvable
+/// (outside the workspace or its configuration) and the policy asks,
+/// denied otherwise (the harness's own files, what is never read,
+/// read-only mode).
+fn decide(refusal: Refusal, ask: bool, fence: Fence) -> PreExecuteDecision {
+    if ask && refusal.kind == RefusalKind::Outside {
+        PreExecuteDecision {
+            sandbox: Some(fence),
+            ..PreExecuteDecision::new(PreExecuteKind::Ask, Some(refusal.message))
+        }
+    } else {
+        PreExecuteDecision::new(PreExecuteKind::Deny, Some(refusal.message))
+    }
 }
 
 struct Permission;
@@ -74,10 +114,12 @@ impl Plugin for Permission {
                 ))
             }
         };
-        // The harness's own files, which no tool may change.
+        // The harness's own files, which no tool may change, and what no
+        // tool may read.
         let info = Host::new(&ctx).info().await?;
         let protected: Vec<PathBuf> = info.protected.iter().map(PathBuf::from).collect();
         let temp = std::env::temp_dir();
+        let reads = Reads::discover(config.read, Path::new(&info.home), &temp);
         let approval = if ask {
             ApprovalPolicy::Ask
         } else {
@@ -86,29 +128,26 @@ impl Plugin for Permission {
         let presets = Presets::new(mode, approval);
         presets::provide(&ctx, &presets);
         on_pre_execute(&ctx, move |exec, ev| {
-            let (temp, protected) = (temp.clone(), protected.clone());
+            let (temp, protected, reads) = (temp.clone(), protected.clone(), reads.clone());
             let (mode, approval) = presets.of(exec.agent());
             let ask = approval == ApprovalPolicy::Ask;
             async move {
                 let cwd = Path::new(exec.cwd_or("/"));
-                let fence = Fence::new(mode, cwd, &temp, &protected);
+                let fence = Fence::new(mode, cwd, &temp, &protected).with_reads(reads);
+                // `ask`: the approval seam decides what lies beyond the
+                // workspace (and denies with this reason when no one can
+                // answer); the harness's own files, what is never read and
+                // read-only mode are never asked about.
                 if let Some(target) = mutation_target(&exec) {
                     if let Err(refusal) = fence.check_write(&exec.name, &target) {
-                        // `ask`: the approval seam decides what lies beyond
-                        // the workspace (and denies with this reason when no
-                        // one can answer); the harness's own files and
-                        // read-only mode are never asked about.
-                        return Ok(if ask && refusal.kind == RefusalKind::Outside {
-                            PreExecuteDecision {
-                                sandbox: Some(fence),
-                                ..PreExecuteDecision::new(
-                                    PreExecuteKind::Ask,
-                                    Some(refusal.message),
-                                )
-                            }
-                        } else {
-                            PreExecuteDecision::new(PreExecuteKind::Deny, Some(refusal.message))
-                        });
+                        return Ok(decide(refusal, ask, fence));
+                    }
+                }
+                if let Some(file) = read_target(&exec) {
+                    if let Err(refusal) =
+                        fence.resolve_read(&exec.name, cwd, Path::new(&file), false)
+                    {
+                        return Ok(decide(refusal, ask, fence));
                     }
                 }
                 let mut decision: PreExecuteDecision =

@@ -7,9 +7,10 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
+use dsh_sdk::api::host::Host;
 use dsh_sdk::api::tools::{Exec, FsEditIntent, FsIntentDecision, FsObserved, FsWriteIntent};
 use dsh_sdk::beneath::{open_parent, Dir};
-use dsh_sdk::fence::{resolve, version};
+use dsh_sdk::fence::{resolve, version, ReadPolicy, Reads, RefusalKind};
 use dsh_sdk::names::{bus, code, service, tool};
 use dsh_sdk::prelude::*;
 use dsh_sdk::tool::{declaration, register_tools, ToolSpec};
@@ -72,9 +73,11 @@ fn io_error(verb: &str, file: &str, e: &std::io::Error) -> Error {
 }
 
 /// The file a call changes: resolved as the fence sees it, checked against
-/// the fence the policy handed over (unless the user approved the call),
-/// and its parent directory opened beneath the writable root it lies in,
-/// so nothing swapped in after the check is followed.
+/// the fence the policy handed over (a refusal the user approved, outside
+/// the workspace or in its configuration, is not made again; the harness's
+/// own files and what is never read stay refused), and its parent
+/// directory opened beneath the writable root it lies in, so nothing
+/// swapped in after the check is followed.
 struct Target {
     path: PathBuf,
     root: PathBuf,
@@ -84,12 +87,17 @@ struct Target {
 }
 
 impl Target {
-    fn open(exec: &Exec, tool: &str, file: &str) -> Result<Target> {
+    fn open(exec: &Exec, own: &Reads, tool: &str, file: &str) -> Result<Target> {
         let path = resolve(Path::new(exec.cwd_or(".")), Path::new(file));
-        let fence = exec.sandbox.as_ref();
-        if let Some(f) = fence.filter(|_| !exec.approved) {
-            f.check_write(tool, &path)
-                .map_err(|r| fs_error("FS_DENIED", r.message))?;
+        let fence = exec.sandbox.clone().map(|f| f.with_own_reads(own));
+        let fence = fence.as_ref();
+        if let Some(f) = fence {
+            match f.check_write(tool, &path) {
+                Err(r) if !(exec.approved && r.kind == RefusalKind::Outside) => {
+                    return Err(fs_error("FS_DENIED", r.message))
+                }
+                _ => {}
+            }
         }
         let root = fence
             .and_then(|f| f.root_for(&path))
@@ -174,13 +182,13 @@ async fn intent(ctx: &Context, event: &str, agent: &str, payload: impl Serialize
     Ok(())
 }
 
-async fn write(ctx: &Context, observed: &Observed, exec: &Exec) -> Result<Value> {
+async fn write(ctx: &Context, observed: &Observed, own: &Reads, exec: &Exec) -> Result<Value> {
     let WriteArgs {
         file_path: file,
         content,
     } = exec.arguments_for::<WriteTool>()?;
     let agent = exec.agent().to_owned();
-    let target = Target::open(exec, "write", &file)?;
+    let target = Target::open(exec, own, "write", &file)?;
     let current = target.stat(&file)?;
     if current.as_ref().is_some_and(|m| m.is_dir()) {
         return Err(fs_error(
@@ -217,7 +225,7 @@ async fn write(ctx: &Context, observed: &Observed, exec: &Exec) -> Result<Value>
     )
 }
 
-async fn edit(ctx: &Context, observed: &Observed, exec: &Exec) -> Result<Value> {
+async fn edit(ctx: &Context, observed: &Observed, own: &Reads, exec: &Exec) -> Result<Value> {
     let EditArgs {
         file_path: file,
         old_string: old,
@@ -226,7 +234,7 @@ async fn edit(ctx: &Context, observed: &Observed, exec: &Exec) -> Result<Value> 
     } = exec.arguments_for::<EditTool>()?;
     let all = replace_all.unwrap_or(false);
     let agent = exec.agent().to_owned();
-    let target = Target::open(exec, "edit", &file)?;
+    let target = Target::open(exec, own, "edit", &file)?;
     let current = target.stat(&file)?;
     if !current.as_ref().is_some_and(|m| m.is_file()) {
         return Err(fs_error(
@@ -321,16 +329,24 @@ impl Plugin for ToolFs {
                 Ok(Value::Null)
             }
         });
+        // What is never read (nor changed), as found here: added to the
+        // fence each call carries (see `Reads::union`).
+        let home = Host::new(&ctx).info().await?.home;
+        let own = Rc::new(Reads::discover(
+            ReadPolicy::Allow,
+            Path::new(&home),
+            &std::env::temp_dir(),
+        ));
         let (c, o) = (ctx.clone(), observed.clone());
         let tools = vec![declaration::<WriteTool>(), declaration::<EditTool>()];
         register_tools(&ctx, tools, move |req| {
-            let (c, o) = (c.clone(), o.clone());
+            let (c, o, own) = (c.clone(), o.clone(), own.clone());
             async move {
                 let exec = dsh_sdk::tool::exec(&req)?;
                 let out = if exec.name == WriteTool::NAME {
-                    write(&c, &o, &exec).await?
+                    write(&c, &o, &own, &exec).await?
                 } else {
-                    edit(&c, &o, &exec).await?
+                    edit(&c, &o, &own, &exec).await?
                 };
                 Ok(out.into())
             }

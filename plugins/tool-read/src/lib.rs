@@ -1,13 +1,16 @@
 //! `tool-read`: the `read` tool (reference dsh-product §4.1): line-numbered
 //! UTF-8 text with the original's footers and caps (2000 lines, 2000 chars
 //! per line, 51,200 bytes per call), streamed in bounded memory from a file
-//! that must be regular (see README.md).
+//! that must be regular, under the read fence (see README.md).
 
 use std::path::Path;
+use std::rc::Rc;
 
+use dsh_sdk::api::host::Host;
 use dsh_sdk::api::tools::FsObserved;
 use dsh_sdk::blocking::cancellable;
-use dsh_sdk::file::{open_regular, OpenError};
+use dsh_sdk::fence::{open_read, ReadError, ReadPolicy, Reads, Refusal};
+use dsh_sdk::file::OpenError;
 use dsh_sdk::names::{bus, code, service, tool};
 use dsh_sdk::prelude::*;
 use dsh_sdk::tool::{declaration, register_tools, resolve, text_reply, ToolSpec};
@@ -41,7 +44,7 @@ struct ReadArgs {
     limit: Option<u64>,
 }
 
-async fn execute(ctx: Context, req: Request) -> Result<Reply> {
+async fn execute(ctx: Context, own: Rc<Reads>, req: Request) -> Result<Reply> {
     let exec = dsh_sdk::tool::exec(&req)?;
     let args = exec.arguments_for::<ReadTool>()?;
     let file = args.file_path;
@@ -50,11 +53,22 @@ async fn execute(ctx: Context, req: Request) -> Result<Reply> {
     let limit = args
         .limit
         .map_or(MAX_LINES, |l| (l as usize).clamp(1, MAX_LINES));
-    let path = resolve(cwd, &file);
+    // The fence the policy handed over (none: unfenced, as in
+    // danger-full-access); the user's approval of a read outside the
+    // workspace is not asked again.
+    let fence = exec.sandbox.clone().map(|f| f.with_own_reads(&own));
+    let approved = exec.approved;
+    let path = match &fence {
+        Some(f) => f
+            .resolve_read(tool::READ, Path::new(cwd), Path::new(&file), approved)
+            .map_err(denied)?,
+        None => resolve(cwd, &file),
+    };
     let read_path = path.clone();
     let shown = file.clone();
     let rendered = cancellable(move |cancel| {
-        let opened = open_regular(&read_path).map_err(|e| refused(&shown, e))?;
+        let opened = open_read(fence.as_ref(), tool::READ, &read_path, approved)
+            .map_err(|e| refused(&shown, e))?;
         render(&shown, opened, offset, limit, cancel)
     })
     .await??;
@@ -71,14 +85,33 @@ async fn execute(ctx: Context, req: Request) -> Result<Reply> {
     text_reply(&rendered)
 }
 
-/// The error for a file `read` cannot open: missing, not a regular file (a
-/// FIFO would block, a device never ends), or an I/O failure.
-fn refused(file: &str, e: OpenError) -> Error {
+/// The error for a read the fence refuses (`FS_DENIED`, its message).
+fn denied(refusal: Refusal) -> Error {
+    Error::new(FS_DENIED, refusal.message)
+}
+
+/// The code of a read the fence refuses.
+const FS_DENIED: &str = "FS_DENIED";
+
+/// The error for a file `read` cannot open: refused by the fence, missing,
+/// not a regular file (a FIFO would block, a device never ends), a kernel
+/// file whose reads may wait forever, a link swapped in since the check, or
+/// an I/O failure.
+fn refused(file: &str, e: ReadError) -> Error {
+    let e = match e {
+        ReadError::Refused(r) => return denied(r),
+        ReadError::Open(e) => e,
+    };
     match e {
         OpenError::NotRegular(kind) => Error::new(
             "FS_NOT_REGULAR_FILE",
             format!("cannot read {file}: it is {kind}; read only reads regular files"),
         ),
+        OpenError::Kernel(kind) => Error::new(
+            "FS_NOT_REGULAR_FILE",
+            format!("cannot read {file}: it is {kind}"),
+        ),
+        OpenError::Symlink(_) => Error::new(FS_DENIED, format!("cannot read {file}: {e}")),
         OpenError::Io(e) if e.kind() == std::io::ErrorKind::NotFound => {
             Error::new(code::FS_NOT_FOUND, format!("cannot read {file}: {e}"))
         }
@@ -102,9 +135,17 @@ impl Plugin for Read {
     type Config = ();
 
     async fn apply(ctx: Context, _config: ()) -> Result<()> {
+        // What is never read, as found here: added to the fence each call
+        // carries (see `Reads::union`).
+        let home = Host::new(&ctx).info().await?.home;
+        let own = Rc::new(Reads::discover(
+            ReadPolicy::Allow,
+            Path::new(&home),
+            &std::env::temp_dir(),
+        ));
         let c = ctx.clone();
         register_tools(&ctx, vec![declaration::<ReadTool>()], move |req| {
-            execute(c.clone(), req)
+            execute(c.clone(), own.clone(), req)
         })
         .await
     }

@@ -2,20 +2,21 @@
 //! through a fixed-size buffer (no memory maps, no whole-file reads), with the
 //! collected matches capped as the original caps `rg`'s raw output.
 
-use std::fs::File;
 use std::io::{self, Read};
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
 use dsh_sdk::blocking::Cancel;
-use dsh_sdk::file::{irregular_kind, open_regular, OpenError};
+use dsh_sdk::fence::ReadError;
+use dsh_sdk::file::{file_system_at, irregular_kind, FileSystem, OpenError, Readable};
 use dsh_sdk::prelude::*;
 use globset::GlobMatcher;
 use grep_regex::RegexMatcher;
 use grep_searcher::{BinaryDetection, MmapChoice, Searcher, SearcherBuilder, Sink, SinkMatch};
 use ignore::{DirEntry, WalkBuilder};
 
-use crate::{base, glob_matcher, relative, spill, GrepArgs, VCS};
+use crate::scope::{refuse_pseudo_root, Scope, FS_DENIED};
+use crate::{enters, glob_matcher, relative, spill, GrepArgs, GrepTool, ToolSpec};
 
 /// Matches shown inline; the rest go to the stored full result.
 const GREP_CAP: usize = 250;
@@ -32,8 +33,8 @@ pub const OUTPUT_MAX_BYTES: usize = 20_000_000;
 const HEAP_LIMIT: usize = 32 * 1024 * 1024;
 
 /// Runs one `grep` call.
-pub fn grep(cwd: &str, args: &GrepArgs, cancel: &Cancel) -> Result<String> {
-    let query = Query::parse(cwd, args)?;
+pub fn grep(cwd: &str, args: &GrepArgs, scope: &Scope, cancel: &Cancel) -> Result<String> {
+    let query = Query::parse(cwd, args, scope)?;
     let matches = query.run(cancel)?;
     Ok(present(&matches))
 }
@@ -48,10 +49,12 @@ struct Query {
     display_root: PathBuf,
     /// Whether `root` names one file rather than a directory.
     explicit: bool,
+    /// What the call may read.
+    scope: Scope,
 }
 
 impl Query {
-    fn parse(cwd: &str, args: &GrepArgs) -> Result<Query> {
+    fn parse(cwd: &str, args: &GrepArgs, scope: &Scope) -> Result<Query> {
         let pattern = args.pattern.as_str();
         let matcher = RegexMatcher::new(pattern).map_err(|e| {
             Error::new(
@@ -60,9 +63,10 @@ impl Query {
             )
         })?;
         let include = include_matcher(args.include.as_deref())?;
-        let root = base(cwd, args.path.as_deref());
+        let root = scope.root(cwd, args.path.as_deref())?;
         let explicit = explicit_file(&root)?;
         if !explicit {
+            refuse_pseudo_root(GrepTool::NAME, &root)?;
             refuse_blocking_ignore_files(&root)?;
         }
         let display_root = if explicit {
@@ -76,6 +80,7 @@ impl Query {
             root,
             display_root,
             explicit,
+            scope: scope.clone(),
         })
     }
 
@@ -83,8 +88,9 @@ impl Query {
     fn run(&self, cancel: &Cancel) -> Result<Matches> {
         let mut matches = Matches::default();
         let mut searcher = searcher();
+        let walk_scope = self.scope.clone();
         let walk = WalkBuilder::new(&self.root)
-            .filter_entry(|e| !skipped(e))
+            .filter_entry(move |e| enters(&walk_scope, e) && !blocking_dir(e))
             .build();
         for entry in walk.flatten() {
             if cancel.is_cancelled() {
@@ -97,7 +103,13 @@ impl Query {
                 path: entry.path(),
                 rel: &rel,
             };
-            let searched = file.search(&mut searcher, &self.matcher, &mut matches, cancel);
+            let searched = file.search(
+                &self.scope,
+                &mut searcher,
+                &self.matcher,
+                &mut matches,
+                cancel,
+            );
             if matches.overflow {
                 return Err(overflow());
             }
@@ -106,11 +118,17 @@ impl Query {
             }
             // A file of the walk that cannot be searched is skipped, as `rg`
             // skips it with a warning; the one file asked for says why.
-            if let (Err(e), true) = (searched, self.explicit) {
-                return Err(Error::new(
-                    "SEARCH_FAILED",
-                    format!("cannot search {}: {e}", self.root.display()),
-                ));
+            match (searched, self.explicit) {
+                (Err(Unsearched::Refused(message)), true) => {
+                    return Err(Error::new(FS_DENIED, message))
+                }
+                (Err(e), true) => {
+                    return Err(Error::new(
+                        "SEARCH_FAILED",
+                        format!("cannot search {}: {e}", self.root.display()),
+                    ))
+                }
+                _ => {}
             }
         }
         Ok(matches)
@@ -174,15 +192,12 @@ fn explicit_file(root: &Path) -> Result<bool> {
     }
 }
 
-/// Whether the walk leaves `entry` out: a VCS directory, or a directory the
-/// walker would block entering.
-fn skipped(entry: &DirEntry) -> bool {
-    let blocking_dir = || {
-        entry.depth() > 0
-            && entry.file_type().is_some_and(|t| t.is_dir())
-            && blocking_ignore_file(entry.path()).is_some()
-    };
-    VCS.iter().any(|v| entry.file_name() == *v) || blocking_dir()
+/// Whether the walk leaves the directory `entry` out because the walker
+/// would block entering it (see [`blocking_ignore_file`]).
+fn blocking_dir(entry: &DirEntry) -> bool {
+    entry.depth() > 0
+        && entry.file_type().is_some_and(|t| t.is_dir())
+        && blocking_ignore_file(entry.path()).is_some()
 }
 
 /// The ignore files the walker opens in each directory it enters and in the
@@ -190,15 +205,24 @@ fn skipped(entry: &DirEntry) -> bool {
 /// anywhere is cheap).
 const IGNORE_FILES: [&str; 3] = [".ignore", ".gitignore", ".git/info/exclude"];
 
-/// An ignore file of `dir` that the walker would block on (a FIFO) or read
-/// forever (a device), and what it is. The walker opens these itself, so a
-/// directory holding one is skipped, unentered.
+/// An ignore file of `dir` that the walker would block on (a FIFO, or a
+/// link to a kernel file such as `/proc/kmsg`) or read forever (a device),
+/// and what it is. The walker opens these itself, so a directory holding
+/// one is skipped, unentered.
 fn blocking_ignore_file(dir: &Path) -> Option<(PathBuf, &'static str)> {
     IGNORE_FILES.iter().find_map(|name| {
         let path = dir.join(name);
         let t = std::fs::metadata(&path).ok()?.file_type();
         let blocks = t.is_fifo() || t.is_char_device() || t.is_block_device();
-        blocks.then(|| (path, irregular_kind(&t).unwrap_or("not a regular file")))
+        if blocks {
+            return Some((path, irregular_kind(&t).unwrap_or("not a regular file")));
+        }
+        match file_system_at(&path) {
+            Ok(FileSystem::Ordinary) | Err(_) => None,
+            Ok(FileSystem::Pseudo(_) | FileSystem::Refused(_)) => {
+                Some((path, "a kernel file (on a pseudo filesystem)"))
+            }
+        }
     })
 }
 
@@ -238,34 +262,59 @@ struct SearchedFile<'a> {
     rel: &'a str,
 }
 
+/// Why a file was not searched.
+enum Unsearched {
+    /// The fence refuses it (its message).
+    Refused(String),
+    /// It could not be opened or read.
+    Failed(io::Error),
+}
+
+impl std::fmt::Display for Unsearched {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unsearched::Refused(message) => f.write_str(message),
+            Unsearched::Failed(e) => e.fmt(f),
+        }
+    }
+}
+
 impl SearchedFile<'_> {
-    /// Searches the file, opened only if it is (still) a regular file.
+    /// Searches the file, opened under the fence only if it is (still) a
+    /// regular file.
     fn search(
         &self,
+        scope: &Scope,
         searcher: &mut Searcher,
         matcher: &RegexMatcher,
         matches: &mut Matches,
         cancel: &Cancel,
-    ) -> io::Result<()> {
-        let file = match open_regular(self.path) {
+    ) -> std::result::Result<(), Unsearched> {
+        let file = match scope.open(self.path) {
             Ok(file) => file,
-            Err(OpenError::NotRegular(kind)) => {
-                return Err(io::Error::other(format!("it is {kind}")));
+            Err(ReadError::Refused(r)) => return Err(Unsearched::Refused(r.message)),
+            Err(ReadError::Open(OpenError::Io(e))) => return Err(Unsearched::Failed(e)),
+            Err(ReadError::Open(e @ OpenError::Symlink(_))) => {
+                return Err(Unsearched::Failed(io::Error::other(e.to_string())))
             }
-            Err(OpenError::Io(e)) => return Err(e),
+            Err(ReadError::Open(e)) => {
+                return Err(Unsearched::Failed(io::Error::other(format!("it {e}"))))
+            }
         };
         let reader = Cancellable { file, cancel };
         let sink = Collect {
             rel: self.rel,
             matches,
         };
-        searcher.search_reader(matcher, reader, sink)
+        searcher
+            .search_reader(matcher, reader, sink)
+            .map_err(Unsearched::Failed)
     }
 }
 
 /// A file whose reads fail once the call is cancelled.
 struct Cancellable<'c> {
-    file: File,
+    file: Readable,
     cancel: &'c Cancel,
 }
 

@@ -1,19 +1,25 @@
 //! `tool-search`: `glob` and `grep` (see README.md).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::SystemTime;
 
+use dsh_sdk::api::host::Host;
 use dsh_sdk::api::tools::Exec;
 use dsh_sdk::blocking::{cancellable, Cancel};
+use dsh_sdk::fence::{ReadPolicy, Reads};
 use dsh_sdk::names::{service, tool};
 use dsh_sdk::prelude::*;
-use dsh_sdk::tool::{declaration, register_tools, resolve, text_reply, ToolSpec};
+use dsh_sdk::tool::{declaration, register_tools, text_reply, ToolSpec};
 use globset::{GlobBuilder, GlobMatcher};
-use ignore::WalkBuilder;
+use ignore::{DirEntry, WalkBuilder};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
 mod grep;
+mod scope;
+
+use scope::{ordinary_dir, refuse_pseudo_root, Scope};
 
 const GLOB_CAP: usize = 100;
 const VCS: [&str; 6] = [".git", ".svn", ".hg", ".bzr", ".jj", ".sl"];
@@ -103,24 +109,34 @@ fn glob_matcher(pattern: &str) -> Result<GlobMatcher> {
         })
 }
 
-fn base(cwd: &str, path: Option<&str>) -> PathBuf {
-    resolve(cwd, path.unwrap_or("."))
-}
-
 fn relative(root: &Path, p: &Path) -> String {
     p.strip_prefix(root).unwrap_or(p).display().to_string()
 }
 
-fn glob(cwd: &str, args: &GlobArgs, cancel: &Cancel) -> Result<String> {
+/// Whether a walk enters the directory `entry` (below its root): not a VCS
+/// directory, not one the fence refuses, not on a pseudo filesystem.
+fn enters(scope: &Scope, entry: &DirEntry) -> bool {
+    let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
+    if !is_dir || entry.depth() == 0 {
+        return true;
+    }
+    !VCS.iter().any(|v| entry.file_name() == *v)
+        && scope.admits(entry.path())
+        && ordinary_dir(entry.path())
+}
+
+fn glob(cwd: &str, args: &GlobArgs, scope: &Scope, cancel: &Cancel) -> Result<String> {
     let matcher = glob_matcher(&args.pattern)?;
-    let root = base(cwd, args.path.as_deref());
+    let root = scope.root(cwd, args.path.as_deref())?;
     if !root.is_dir() {
         return Err(Error::new(
             "SEARCH_FAILED",
             format!("{} is not a directory", root.display()),
         ));
     }
+    refuse_pseudo_root(GlobTool::NAME, &root)?;
     let mut found: Vec<(SystemTime, String)> = Vec::new();
+    let walk_scope = scope.clone();
     let walk = WalkBuilder::new(&root)
         .hidden(false)
         .ignore(false)
@@ -128,15 +144,16 @@ fn glob(cwd: &str, args: &GlobArgs, cancel: &Cancel) -> Result<String> {
         .git_global(false)
         .git_exclude(false)
         .parents(false)
-        .filter_entry(|e| !VCS.iter().any(|v| e.file_name() == *v))
+        .filter_entry(move |e| enters(&walk_scope, e))
         .build();
     for entry in walk.flatten() {
         if cancel.is_cancelled() {
             return Err(Error::new("SEARCH_ABORTED", "glob was cancelled"));
         }
         // Files only: FIFOs, devices, sockets and symlinks are not listed
-        // (nothing here opens a file, so none can block).
-        if !entry.file_type().is_some_and(|t| t.is_file()) {
+        // (nothing here opens a file, so none can block), nor files the
+        // fence refuses.
+        if !entry.file_type().is_some_and(|t| t.is_file()) || !scope.admits(entry.path()) {
             continue;
         }
         let rel = relative(&root, entry.path());
@@ -176,17 +193,33 @@ impl Plugin for Search {
     type Config = ();
 
     async fn apply(ctx: Context, _config: ()) -> Result<()> {
+        // What is never read, as found here: added to the fence each call
+        // carries (see `Reads::union`).
+        let home = Host::new(&ctx).info().await?.home;
+        let own = Arc::new(Reads::discover(
+            ReadPolicy::Allow,
+            Path::new(&home),
+            &std::env::temp_dir(),
+        ));
         let schemas = vec![declaration::<GlobTool>(), declaration::<GrepTool>()];
-        register_tools(&ctx, schemas, |req| async move {
-            let exec = dsh_sdk::tool::exec(&req)?;
-            let cwd = exec.cwd_or(".").to_owned();
-            let call = Call::parse(&req, &exec)?;
-            let out = cancellable(move |cancel| match call {
-                Call::Glob(args) => glob(&cwd, &args, cancel),
-                Call::Grep(args) => grep::grep(&cwd, &args, cancel),
-            })
-            .await??;
-            text_reply(&out)
+        register_tools(&ctx, schemas, move |req| {
+            let own = own.clone();
+            async move {
+                let exec = dsh_sdk::tool::exec(&req)?;
+                let cwd = exec.cwd_or(".").to_owned();
+                let call = Call::parse(&req, &exec)?;
+                let out = cancellable(move |cancel| match call {
+                    Call::Glob(args) => {
+                        glob(&cwd, &args, &Scope::of(&exec, GlobTool::NAME, &own), cancel)
+                    }
+                    Call::Grep(args) => {
+                        let scope = Scope::of(&exec, GrepTool::NAME, &own);
+                        grep::grep(&cwd, &args, &scope, cancel)
+                    }
+                })
+                .await??;
+                text_reply(&out)
+            }
         })
         .await?;
         Ok(())

@@ -320,6 +320,10 @@ async fn bench_hardening(stage: &Path) -> Result<()> {
         median(fence_us),
         median(write_us)
     );
+    let (added, plain) = bench_read_fence()?;
+    println!(
+        "  read fence (policy + tool checks, checked open) added to a read {added:5.1} us   (target <= 20 us; the unfenced work: {plain:.1} us)"
+    );
     let fake = dsh_testkit::fake_llm::FakeLlm::start().await;
     let home = Scratch::new("bash-rss")?;
     let patch = headless_patch(&home.0, &fake.base_url)?;
@@ -344,6 +348,47 @@ async fn bench_hardening(stage: &Path) -> Result<()> {
         peaks[1] - peaks[0]
     );
     Ok(())
+}
+
+/// What the read fence adds to a `read`, in microseconds (medians), and
+/// what the unfenced work costs (the policy building its fence, as it did
+/// for every call before, and the tool's resolve and open): with the read
+/// fence, the policy checks the spelled and resolved path, the tool checks
+/// them again, opens without following links and checks what it opened.
+fn bench_read_fence() -> Result<(f64, f64)> {
+    use dsh_sdk::fence::{open_read, resolve, Fence, Mode, ReadPolicy, Reads};
+    use dsh_sdk::file::open_regular;
+    let ws = Scratch::new("read-fence")?;
+    std::fs::create_dir_all(ws.0.join("src/deep/er"))?;
+    std::fs::write(ws.0.join("src/deep/er/file.rs"), "fn main() {}\n")?;
+    std::fs::create_dir_all(ws.0.join(".git"))?;
+    let (root, temp) = (ws.0.canonicalize()?, std::env::temp_dir());
+    let home = ws.0.join(".dsh-home");
+    let protected = [home.clone()];
+    let reads = Reads::discover(ReadPolicy::Allow, &home, &temp);
+    let file = Path::new("./src/x/../deep/er/file.rs");
+    let (mut plain, mut fenced) = (Vec::new(), Vec::new());
+    for _ in 0..5000 {
+        let t = Instant::now();
+        drop(Fence::new(Mode::WorkspaceWrite, &root, &temp, &protected));
+        let path = resolve(&root, file);
+        drop(open_regular(&path).map_err(|e| anyhow::anyhow!("{e}"))?);
+        plain.push(t.elapsed().as_secs_f64() * 1e6);
+        let t = Instant::now();
+        let fence =
+            Fence::new(Mode::WorkspaceWrite, &root, &temp, &protected).with_reads(reads.clone());
+        fence
+            .resolve_read("read", &root, file, false)
+            .map_err(|r| anyhow::anyhow!(r.message))?;
+        let fence = fence.with_own_reads(&reads);
+        let path = fence
+            .resolve_read("read", &root, file, false)
+            .map_err(|r| anyhow::anyhow!(r.message))?;
+        drop(open_read(Some(&fence), "read", &path, false).map_err(|e| anyhow::anyhow!("{e}"))?);
+        fenced.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    let (plain, fenced) = (median(plain), median(fenced));
+    Ok((fenced - plain, plain))
 }
 
 /// An agent session driven through `steps` read steps; returns the time
@@ -731,6 +776,11 @@ async fn bench_chat(stage: &Path) -> Result<(f64, f64, f64)> {
 }
 
 fn main() -> Result<()> {
+    if std::env::var_os("DSH_BENCH_ONLY_READ_FENCE").is_some() {
+        let (added, plain) = bench_read_fence()?;
+        println!("read fence added to a read: {added:.1} us (the unfenced work: {plain:.1} us)");
+        return Ok(());
+    }
     if std::env::var_os("DSH_BENCH_ONLY_RESUME").is_some() {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
