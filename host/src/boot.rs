@@ -121,6 +121,10 @@ impl BootOptions {
         }
         let mut tree = compose(&layers)?;
         tree.warnings.extend(refused);
+        let enabled = tree.rows.iter().filter(|r| !r.row.disabled).count();
+        if let Some(e) = crate::limits::too_many_rows(enabled) {
+            return Err(ConfigError::Invalid(e));
+        }
         Ok(Composition {
             tree,
             files,
@@ -197,7 +201,10 @@ const NAMED_ORIGIN: &str = "--plugin";
 
 /// Rows for libraries dropped into `dir` (`$DSH_HOME/plugins`) that no row
 /// of `tree` uses: each becomes a row `drop-in:<name>` applying the plugin
-/// with its default config. Libraries that are refused are reported.
+/// with its default config. Libraries that are refused are reported. The
+/// name comes from the manifest, read by [`crate::inspect::examine`]: in a
+/// confined child process, so composing (`--dump-config`, `plugins list`)
+/// runs none of a drop-in's code here; applying its row does.
 pub fn drop_in_rows(
     dir: &Path,
     tree: &crate::config::Tree,
@@ -210,23 +217,27 @@ pub fn drop_in_rows(
         .collect();
     let mut rows = Vec::new();
     let mut problems = Vec::new();
-    for lib in crate::inspect::libraries(&[dir.to_owned()]) {
-        if used.contains(&lib) {
-            continue;
-        }
-        match crate::inspect::check(&lib) {
-            Ok((manifest, _)) => rows.push(crate::config::ComposedRow {
-                row: crate::config::Row {
-                    id: format!("drop-in:{}", manifest.name),
-                    plugin: lib.display().to_string(),
-                    config: serde_json::Value::Null,
-                    disabled: false,
-                    inject: Vec::new(),
-                    group: None,
-                },
-                origin: "drop-in".into(),
-                patched_by: Vec::new(),
-            }),
+    let unused: Vec<PathBuf> = crate::inspect::libraries(&[dir.to_owned()])
+        .into_iter()
+        .filter(|lib| !used.contains(lib))
+        .collect();
+    let inspected = crate::inspect::examine_all(&unused);
+    for (lib, result) in unused.iter().zip(inspected) {
+        match result {
+            Ok(crate::inspect::Inspected { manifest, .. }) => {
+                rows.push(crate::config::ComposedRow {
+                    row: crate::config::Row {
+                        id: format!("drop-in:{}", manifest.name),
+                        plugin: lib.display().to_string(),
+                        config: serde_json::Value::Null,
+                        disabled: false,
+                        inject: Vec::new(),
+                        group: None,
+                    },
+                    origin: "drop-in".into(),
+                    patched_by: Vec::new(),
+                })
+            }
             // `e` names the file.
             Err(e) => problems.push(format!("drop-in refused: {e}")),
         }

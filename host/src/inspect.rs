@@ -1,35 +1,83 @@
 //! `plugins check`, `plugins list` and `plugins soak`: looking at libraries
 //! without running a profile.
+//!
+//! Looking is [`examine`]: the library's code runs only in a confined child
+//! process, never in this one. [`check`] loads a library here, for what
+//! runs it anyway (`plugins soak`, the bench's load figure).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use dsh_abi::Envelope;
 use dsh_wire::Manifest;
 use serde_json::{json, Value};
 
 use crate::config::{ComposedRow, Row, Tree};
 use crate::host::{stats, Host, HostConfig};
-use crate::loader::{GenCtx, Generation, LoadError, LoadSpec, Sink, Unloaded};
+pub use crate::isolate::Inspected;
+use crate::loader::{Generation, LoadError, LoadSpec, NullSink, Unloaded};
 use crate::procfs;
 use crate::supervisor::Timeouts;
 
-/// A sink for generations that never run their actor.
-struct NullSink;
-
-impl Sink for NullSink {
-    fn deliver(&self, _: &GenCtx, _: &Envelope) -> i32 {
-        -1
-    }
-    fn log(&self, _: &GenCtx, _: u8, _: &str, _: &str) {}
-    fn exited(&self, _: u64, _: i32) {}
+/// Reads one library's manifest without running any of its code in this
+/// process: a confined child process loads a sealed copy of it (see
+/// [`crate::isolate`]). For `plugins check`, `plugins list` and drop-ins.
+pub fn examine(path: &Path) -> Result<Inspected, LoadError> {
+    crate::isolate::inspect(path)
 }
 
-/// Loads one library alone, reads its manifest and unloads it.
+/// [`examine`] for each of `paths`, a few child processes at a time;
+/// results in the order of `paths`.
+pub fn examine_all(paths: &[PathBuf]) -> Vec<Result<Inspected, LoadError>> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    let workers = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, 4)
+        .min(paths.len());
+    if workers <= 1 {
+        return paths.iter().map(|p| examine(p)).collect();
+    }
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<Result<Inspected, LoadError>>>> =
+        Mutex::new((0..paths.len()).map(|_| None).collect());
+    // Each child is waited for by the thread that started it (its
+    // parent-death signal follows that thread).
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(path) = paths.get(i) else { break };
+                let result = examine(path);
+                let mut all = results.lock().unwrap_or_else(|e| e.into_inner());
+                all[i] = Some(result);
+            });
+        }
+    });
+    results
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .into_iter()
+        .zip(paths)
+        .map(|(r, p)| {
+            r.unwrap_or_else(|| {
+                Err(LoadError::Inspection {
+                    path: p.clone(),
+                    reason: "its inspection did not run".into(),
+                })
+            })
+        })
+        .collect()
+}
+
+/// Loads one library alone in this process, reads its manifest and unloads
+/// it. Its constructors run here: only for a library that is about to run
+/// anyway (`plugins soak`); use [`examine`] to look at one.
 pub fn check(path: &Path) -> Result<(Manifest, Unloaded), LoadError> {
     let gen = Generation::load(LoadSpec {
         load_path: path,
         is_copy: false,
+        source: None,
         fiber: 0,
         name_hint: "check",
         sink: Arc::new(NullSink),

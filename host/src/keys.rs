@@ -3,11 +3,15 @@
 //! Every copy of Rust's std creates a pthread key (its TLS-destructor guard)
 //! and never deletes it; glibc has 1,024 keys, so without a sweep the host
 //! aborts after about a thousand reloads. The `dsh-host` executable defines
-//! `pthread_key_create`/`pthread_key_delete` (see [`interpose_pthread_keys!`])
+//! `pthread_key_create`/`pthread_key_delete` (see [`crate::interpose_pthread_keys!`])
 //! and exports them, so plugin libraries bind to them. We record each key's
 //! destructor address; after a generation is joined and unmapped, keys whose
 //! destructor lay inside it are deleted. Safe: every thread that could hold
 //! a value for those keys has been joined.
+//!
+//! Keys of generations that stay loaded cannot be swept: [`headroom`] tells
+//! the supervisor how many are left, and `limits.rs` refuses loads
+//! (and trees) that would run out.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -27,6 +31,27 @@ extern "C" {
 /// True when the running executable interposes the key functions.
 pub fn sweep_active() -> bool {
     ACTIVE.load(Ordering::Relaxed)
+}
+
+/// glibc's `PTHREAD_KEYS_MAX`, for a libc that does not say.
+const DEFAULT_KEYS_MAX: usize = 1024;
+
+/// How many more pthread keys this process can create, counting the keys
+/// created through the interposer and not deleted; `None` when the running
+/// executable does not interpose key creation (nothing is counted). Keys
+/// glibc makes for itself are not seen: keep a reserve (see
+/// `limits.rs`).
+pub fn headroom() -> Option<usize> {
+    if !sweep_active() {
+        return None;
+    }
+    // SAFETY: sysconf reads a constant.
+    let max = unsafe { libc::sysconf(libc::_SC_THREAD_KEYS_MAX) };
+    let max = usize::try_from(max)
+        .ok()
+        .filter(|m| *m > 0)
+        .unwrap_or(DEFAULT_KEYS_MAX);
+    Some(max.saturating_sub(keys().len()))
 }
 
 fn keys() -> std::sync::MutexGuard<'static, Vec<(libc::pthread_key_t, usize)>> {

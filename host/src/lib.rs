@@ -10,18 +10,25 @@
 
 mod boot;
 mod config;
+mod confine;
+mod copies;
 mod host;
 mod host_service;
 mod inbox;
 pub mod inspect;
+pub mod isolate;
 #[doc(hidden)]
 pub mod keys;
+mod landlock;
+mod limits;
 mod loader;
 mod paths;
 mod preflight;
 pub mod procfs;
 mod report;
 mod router;
+mod sealed;
+mod seccomp;
 mod staging;
 mod supervisor;
 mod terminal;

@@ -85,6 +85,25 @@ pub enum LoadError {
         /// The OS error.
         reason: String,
     },
+    /// Inspected in a confined child process (see [`crate::isolate`]), the
+    /// library crashed, hung, answered garbage, or could not be confined.
+    /// Nothing of it ran in this process.
+    #[error("{path}: {reason}")]
+    Inspection {
+        /// The file.
+        path: PathBuf,
+        /// What happened.
+        reason: String,
+    },
+    /// Not loaded: the host is at one of its limits (rows, pthread keys;
+    /// see [`crate::limits`]). Nothing of it ran.
+    #[error("{path} was not loaded: {reason}")]
+    Limit {
+        /// The file.
+        path: PathBuf,
+        /// Which limit, and what to do.
+        reason: String,
+    },
 }
 
 /// Receives what a running generation sends. Implemented by the router.
@@ -95,6 +114,17 @@ pub trait Sink: Send + Sync {
     fn log(&self, generation: &GenCtx, level: u8, target: &str, message: &str);
     /// The actor of `fiber` returned `code` (called on the generation thread).
     fn exited(&self, fiber: u64, code: i32);
+}
+
+/// A sink for generations that never run their actor (inspection).
+pub struct NullSink;
+
+impl Sink for NullSink {
+    fn deliver(&self, _: &GenCtx, _: &Envelope) -> i32 {
+        -1
+    }
+    fn log(&self, _: &GenCtx, _: u8, _: &str, _: &str) {}
+    fn exited(&self, _: u64, _: i32) {}
 }
 
 /// The host context of one generation; its address is the handle's `ctx`.
@@ -232,6 +262,8 @@ pub struct Generation {
     pub is_copy: bool,
     /// Identity of `load_path` at load time.
     pub file: FileId,
+    /// Identity of the file the private copy was made from, as copied.
+    pub source: Option<FileId>,
     /// The inbox of this generation.
     pub inbox: Arc<Inbox>,
     go: Option<mpsc::Sender<bool>>,
@@ -249,6 +281,8 @@ pub struct LoadSpec<'a> {
     pub load_path: &'a Path,
     /// Whether it is a private copy.
     pub is_copy: bool,
+    /// Identity of the file the copy was made from.
+    pub source: Option<FileId>,
     /// Fiber id the generation will serve.
     pub fiber: u64,
     /// Name used for the thread and logs until the manifest is read.
@@ -400,6 +434,7 @@ impl Generation {
             load_path: load_path.clone(),
             is_copy: spec.is_copy,
             file,
+            source: spec.source,
             inbox,
             go: Some(go_tx),
             exited,
@@ -504,7 +539,8 @@ impl Generation {
 
 /// Closes `lib` after the audits; see the module doc.
 fn unload_library(lib: Library, path: &Path, ino: u64, is_copy: bool) -> Unloaded {
-    let mappings = procfs::mappings_of(path, ino);
+    let shown = mapped_name(path);
+    let mappings = procfs::mappings_of(&shown, ino);
     let ranges: Vec<(usize, usize)> = mappings.iter().map(|m| (m.start, m.end)).collect();
     if let Some(n) = crate::threads::live_in(&ranges).filter(|n| *n > 0) {
         std::mem::forget(lib);
@@ -534,7 +570,7 @@ fn unload_library(lib: Library, path: &Path, ino: u64, is_copy: bool) -> Unloade
     if is_copy {
         let _ = std::fs::remove_file(path);
     }
-    let left: Vec<Mapping> = procfs::mappings_of(path, ino);
+    let left: Vec<Mapping> = procfs::mappings_of(&shown, ino);
     if left.iter().any(Mapping::is_exec) || still_loaded(path, ino) {
         STATS.pinned.fetch_add(1, Ordering::Relaxed);
         return Unloaded::Pinned {
@@ -546,6 +582,24 @@ fn unload_library(lib: Library, path: &Path, ino: u64, is_copy: bool) -> Unloade
     STATS.unmapped.fetch_add(1, Ordering::Relaxed);
     STATS.keys_swept.fetch_add(swept as u64, Ordering::Relaxed);
     Unloaded::Unmapped { keys_swept: swept }
+}
+
+/// The name `/proc/self/maps` shows for the file loaded from `path`: the
+/// path itself, or, for a memory file opened as `/proc/self/fd/N` (the
+/// sealed copy a confined inspection loads, see [`crate::isolate`]), the
+/// name the file was created with.
+fn mapped_name(path: &Path) -> PathBuf {
+    const MEMFD: &[u8] = b"/memfd:";
+    if path.starts_with("/proc/self/fd") {
+        if let Ok(target) = std::fs::read_link(path) {
+            let bytes = target.as_os_str().as_encoded_bytes();
+            if bytes.starts_with(MEMFD) {
+                let name = target.to_string_lossy();
+                return PathBuf::from(name.strip_suffix(" (deleted)").unwrap_or(&name));
+            }
+        }
+    }
+    path.to_owned()
 }
 
 fn still_loaded(path: &Path, ino: u64) -> bool {
@@ -600,5 +654,22 @@ fn signal_name(sig: i32) -> &'static str {
         libc::SIGALRM => "SIGALRM",
         libc::SIGWINCH => "SIGWINCH",
         _ => "signal",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn a_memory_file_is_found_in_the_maps_by_the_name_it_was_created_with() {
+        let dir = dsh_tempdir::PrivateDir::new("dsh-loader-test-").unwrap();
+        let file = dir.path().join("lib.so");
+        std::fs::write(&file, b"bytes").unwrap();
+        let copy = crate::sealed::copy_of(&file).unwrap();
+        let via_fd = PathBuf::from(format!("/proc/self/fd/{}", copy.as_raw_fd()));
+        assert_eq!(mapped_name(&via_fd), PathBuf::from("/memfd:dsh-inspect"));
+        assert_eq!(mapped_name(&file), file);
     }
 }

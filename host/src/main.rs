@@ -145,7 +145,8 @@ enum PluginsCmd {
         #[arg(long = "plugin", value_name = "NAME", requires = "profile")]
         plugins: Vec<String>,
     },
-    /// Load one library alone and print its manifest, or why it was refused.
+    /// Print one library's manifest, or why it was refused. The library is
+    /// loaded in a confined child process, never in this one.
     Check {
         /// The library.
         path: PathBuf,
@@ -200,6 +201,11 @@ impl Drop for SayWriter {
 }
 
 fn main() -> ExitCode {
+    // The confined child that inspects a library (see dsh_host::isolate):
+    // before anything else of the host starts.
+    if std::env::args_os().nth(1).as_deref() == Some(dsh_host::isolate::SUBCOMMAND.as_ref()) {
+        return dsh_host::isolate::child_main();
+    }
     init_logging();
     // A panic must not leave the user's terminal in raw mode.
     let default_hook = std::panic::take_hook();
@@ -270,10 +276,10 @@ fn boot_options(
 
 fn plugins(cmd: PluginsCmd) -> anyhow::Result<u8> {
     match cmd {
-        PluginsCmd::Check { path } => match inspect::check(&path) {
-            Ok((manifest, unloaded)) => {
+        PluginsCmd::Check { path } => match inspect::examine(&path) {
+            Ok(inspect::Inspected { manifest, unload }) => {
                 println!("{}", serde_json::to_string_pretty(&manifest)?);
-                println!("unload: {unloaded}");
+                println!("unload: {unload}");
                 Ok(0)
             }
             Err(e) => {
@@ -303,9 +309,11 @@ fn plugins(cmd: PluginsCmd) -> anyhow::Result<u8> {
                 "{:<20} {:<10} {:<4} {:<30} PATH",
                 "NAME", "VERSION", "ABI", "STATE"
             );
-            for lib in inspect::libraries(&dirs) {
-                match inspect::check(&lib) {
-                    Ok((m, _)) => {
+            let libraries = inspect::libraries(&dirs);
+            let inspected = inspect::examine_all(&libraries);
+            for (lib, result) in libraries.iter().zip(inspected) {
+                match result {
+                    Ok(inspect::Inspected { manifest: m, .. }) => {
                         let state = match &tree {
                             None => "loadable".to_owned(),
                             Some(t) => match t.rows.iter().find(|r| {

@@ -15,8 +15,10 @@
 //! What this protects against: running the code of a file that is not a
 //! dsh plugin at all (a system library, an executable, a text file named
 //! `.so`). What it does not: someone who can write to a plugin directory
-//! can build a plugin, whose constructors `dlopen` then runs; and a file
-//! replaced between this check and `dlopen` is not looked at again.
+//! can build a plugin, whose constructors `dlopen` then runs (looking at
+//! one without running it here is [`crate::isolate`]'s job). What is read
+//! is what is loaded: a row's private copy ([`crate::staging`]), an
+//! inspection's sealed copy ([`crate::sealed`]).
 
 use std::fs::File;
 use std::io;
@@ -63,6 +65,16 @@ pub fn inspect(path: &Path) -> Result<(), Refusal> {
         .map_err(|e| Refusal::Unreadable(e.to_string()))?
         .len();
     inspect_source(&file, len)
+}
+
+/// [`inspect`] for a file already open (the sealed copy a confined
+/// inspection loads: what is checked is what is loaded).
+pub fn inspect_file(file: &File) -> Result<(), Refusal> {
+    let len = file
+        .metadata()
+        .map_err(|e| Refusal::Unreadable(e.to_string()))?
+        .len();
+    inspect_source(file, len)
 }
 
 /// The bytes of a file, read at offsets (a `File`, or a slice in tests).

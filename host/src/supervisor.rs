@@ -148,6 +148,8 @@ pub struct Supervisor {
     slots: Vec<Slot>,
     next_fiber: FiberId,
     builtins: Vec<String>,
+    /// Loads started and not finished (their keys are not created yet).
+    loading: usize,
 }
 
 /// Why the supervisor could not bring a fiber up or down.
@@ -249,6 +251,7 @@ impl Supervisor {
             slots: Vec::new(),
             next_fiber: 1,
             builtins,
+            loading: 0,
         }
     }
 
@@ -315,6 +318,15 @@ impl Supervisor {
     async fn apply(&mut self, tree: Tree) {
         for w in &tree.warnings {
             self.reports.push(Level::Warn, "config", w.clone());
+        }
+        let enabled = tree.rows.iter().filter(|r| !r.row.disabled).count();
+        if let Some(e) = crate::limits::too_many_rows(enabled) {
+            self.reports.push(
+                Level::Error,
+                "config",
+                format!("configuration refused, nothing changed: {e}"),
+            );
+            return;
         }
         let wanted: HashMap<&str, &Row> = tree
             .rows
@@ -397,25 +409,34 @@ impl Supervisor {
         self.finish_load(pending).await
     }
 
-    /// Reserves a load path and starts loading on a blocking thread.
+    /// Reserves a private copy and starts loading on a blocking thread.
     fn start_load(&mut self, i: usize, path: &Path) -> Result<PendingLoad, LoadError> {
+        if let Some(left) = crate::keys::headroom() {
+            if let Some(reason) = crate::limits::too_few_keys(left, self.loading) {
+                return Err(LoadError::Limit {
+                    path: path.to_owned(),
+                    reason,
+                });
+            }
+        }
+        self.loading += 1;
         let fiber = self.next_fiber;
         self.next_fiber += 1;
-        let staged = self.staging.prepare(path).map_err(|e| LoadError::Open {
-            path: path.to_owned(),
-            reason: format!("cannot stage a private copy: {e}"),
-        })?;
+        let staged = self.staging.prepare(path);
         let sink: Arc<dyn crate::loader::Sink> = self.router.clone();
         let name = self.slots[i].row.plugin.clone();
         let plan = staged.clone();
         let task = tokio::task::spawn_blocking(move || {
-            plan.materialize().map_err(|e| LoadError::Open {
-                path: plan.path.clone(),
-                reason: format!("cannot stage a private copy: {e}"),
+            // Every generation runs from a copy of its own: `cp` over the
+            // source cannot change the code under it.
+            let source = plan.materialize().map_err(|e| LoadError::Open {
+                path: plan.source.clone(),
+                reason: e.to_string(),
             })?;
             Generation::load(LoadSpec {
                 load_path: &plan.path,
-                is_copy: plan.is_copy(),
+                is_copy: true,
+                source: Some(source),
                 fiber,
                 name_hint: &name,
                 sink,
@@ -440,11 +461,9 @@ impl Supervisor {
                 reason: e.to_string(),
             })
         });
-        if staged.must_copy {
-            self.staging.record_copy(&staged.path);
-        }
+        self.loading = self.loading.saturating_sub(1);
         if result.is_err() {
-            self.staging.release(&staged.path, staged.is_copy());
+            self.staging.release(&staged.path);
         }
         result
     }
@@ -596,7 +615,7 @@ impl Supervisor {
     async fn finish(&mut self, gen: Generation) {
         let fiber = gen.ctx().fiber;
         let name = gen.manifest.name.clone();
-        let (load_path, is_copy) = (gen.load_path.clone(), gen.is_copy);
+        let load_path = gen.load_path.clone();
         self.router.stop(fiber);
         let timeout = self.timeouts.stop;
         let outcome = tokio::task::spawn_blocking(move || gen.finish(timeout))
@@ -607,17 +626,16 @@ impl Supervisor {
         self.router.unregister_fiber(fiber);
         match &outcome {
             Unloaded::Unmapped { .. } => {
-                self.staging.release(&load_path, is_copy);
+                self.staging.release(&load_path);
                 self.reports
                     .push(Level::Info, &name, format!("generation {fiber} {outcome}"));
             }
+            // A copy still mapped stays (its directory goes at exit).
             Unloaded::Pinned { .. } => {
-                self.staging.quarantine(&load_path);
                 self.reports
                     .push(Level::Warn, &name, format!("generation {fiber} {outcome}"));
             }
             Unloaded::Quarantined { .. } => {
-                self.staging.quarantine(&load_path);
                 self.reports
                     .push(Level::Error, &name, format!("generation {fiber} {outcome}"));
             }
@@ -642,8 +660,8 @@ impl Supervisor {
             .collect();
         for i in users {
             if let (Some(gen), Ok(id)) = (&self.slots[i].gen, FileId::of(path)) {
-                if gen.file == id && !gen.is_copy {
-                    continue; // the very file that is loaded: nothing changed
+                if self.slots[i].path.as_deref() == Some(path) && gen.source == Some(id) {
+                    continue; // copied from this very file, unchanged since
                 }
             }
             match self.load_generation(i, path).await {

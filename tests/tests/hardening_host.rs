@@ -1,7 +1,11 @@
 //! Hardening of the host: files are looked at before `dlopen` (a library
-//! that is not a dsh plugin never runs a constructor), private copies of
-//! libraries are removed at exit and after a crash, `$DSH_HOME` is private,
-//! and the spill plugin removes its directory when disposed.
+//! that is not a dsh plugin never runs a constructor), a plugin library is
+//! inspected only in a confined child process (`plugins check`, `plugins
+//! list`, drop-ins), every generation runs from a private copy (so `cp`
+//! over a loaded library is safe), private copies are removed at exit and
+//! after a crash, a configuration with too many rows is refused before it
+//! exhausts pthread keys, `$DSH_HOME` is private, and the spill plugin
+//! removes its directory when disposed.
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
@@ -282,7 +286,7 @@ fn state_entries(home: &Path) -> Vec<String> {
     names
 }
 
-/// Two rows of one library: the second is loaded from a private copy in
+/// Two rows of one library: each is loaded from a private copy in
 /// `state/<pid>`.
 const TWO_PROBES: &str = "[[row]]\nid = \"a\"\nplugin = \"dsh-fixture-probe\"\nconfig = { tag = \"a\" }\n\
                           [[row]]\nid = \"b\"\nplugin = \"dsh-fixture-probe\"\nconfig = { tag = \"b\" }\n";
@@ -312,7 +316,7 @@ fn the_state_dir_of_a_host_is_removed_at_sigterm_and_sigint_and_stale_ones_at_st
                 .unwrap()
                 .flatten()
                 .any(|e| e.file_name().to_string_lossy().ends_with(".so")),
-            "the second row was not loaded from a private copy"
+            "the rows were not loaded from private copies"
         );
         run.signal(sig);
         assert_eq!(run.exit_code(), code);
@@ -430,5 +434,332 @@ async fn spill_removes_its_directory_when_disposed_and_sweeps_dead_hosts_dirs() 
     // Disposed: the directory and every spilled file are gone.
     t.apply("").await;
     assert!(!dir.exists(), "{} survived the disposal", dir.display());
+    t.shutdown().await;
+}
+
+/// The record the ctor-canary fixture's constructor made, from the
+/// manifest `plugins check` printed.
+fn canary_record(stdout: &str) -> Value {
+    let manifest: Value = serde_json::from_str(stdout.split("\nunload:").next().unwrap())
+        .unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert_eq!(manifest["name"], "ctor-canary", "{stdout}");
+    serde_json::from_str(manifest["description"].as_str().unwrap()).unwrap()
+}
+
+/// The canary's constructor, where it runs, tries to create
+/// `ctor-canary-ran` in its working directory and in `$DSH_CANARY_DIR`.
+fn assert_no_marker(dirs: &[&Path], what: &str) {
+    for d in dirs {
+        assert!(
+            !d.join("ctor-canary-ran").exists(),
+            "{what} ran the library's constructor with the host's directory and environment ({})",
+            d.display()
+        );
+    }
+}
+
+#[test]
+fn plugins_check_of_a_crafted_library_runs_its_constructor_only_in_a_confined_child() {
+    // Exports the root module (so the preflight lets it through) and runs
+    // code from an ELF constructor, as the issue's crafted library did.
+    let lib = library("dsh-fixture-ctor-canary");
+    let cwd = TempDir::new("hard-canary-cwd");
+    let env_dir = TempDir::new("hard-canary-env");
+    let child = dsh_host()
+        .current_dir(cwd.path())
+        .env("DSH_CANARY_DIR", env_dir.path())
+        .env("DSH_CANARY_SECRET", "sk-not-for-plugins")
+        .args(["plugins", "check"])
+        .arg(&lib)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let host_pid = child.id();
+    let (code, out, err) = dsh_testkit::out(&child.wait_with_output().unwrap());
+    assert_eq!(code, 0, "{err}");
+    assert_no_marker(&[cwd.path(), env_dir.path()], "plugins check");
+    let seen = canary_record(&out);
+    // It ran in another process, confined: no capabilities (as root),
+    // a session of its own, nothing written, no network, no processes, no
+    // signal out, no environment.
+    assert_ne!(seen["pid"], json!(host_pid), "{seen}");
+    assert_eq!(seen["cap_eff"], "0000000000000000", "{seen}");
+    assert_eq!(seen["session_leader"], true, "{seen}");
+    assert_eq!(seen["secret_visible"], false, "{seen}");
+    for key in [
+        "marker_cwd",
+        "tmpfile",
+        "tty",
+        "inet_socket",
+        "unix_socket",
+        "fork",
+        "signal_parent",
+    ] {
+        let v = seen[key].as_str().unwrap_or_default();
+        assert!(v.starts_with("denied"), "{key}: {seen}");
+    }
+    assert!(out.contains("unload: unmapped"), "{out}");
+}
+
+#[test]
+fn plugins_list_and_drop_in_composition_never_run_a_crafted_librarys_constructor_in_the_host() {
+    let home = home_with_profile("hard-canary-home", "p", "");
+    drop_in(home.path(), "dsh-fixture-ctor-canary", "libcanary.so");
+    let plugins = TempDir::new("hard-canary-plugins");
+    std::fs::copy(
+        library("dsh-fixture-ctor-canary"),
+        plugins.path().join("libcanary.so"),
+    )
+    .unwrap();
+    let cwd = TempDir::new("hard-canary-list-cwd");
+    let env_dir = TempDir::new("hard-canary-list-env");
+    let run = |args: &[&str]| {
+        output(
+            dsh_host()
+                .current_dir(cwd.path())
+                .env("DSH_HOME", home.path())
+                .env("DSH_INSTALL_DIR", plugins.path())
+                .env("DSH_CANARY_DIR", env_dir.path())
+                .args(args),
+        )
+    };
+    let dir = plugins.path().to_str().unwrap();
+
+    // An arbitrary directory.
+    let (code, out, err) = run(&["plugins", "list", "--plugins-dir", dir]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("ctor-canary") && l.contains("loadable")),
+        "{out}"
+    );
+    assert_no_marker(&[cwd.path(), env_dir.path()], "plugins list");
+
+    // The drop-in, named by its manifest while the profile is composed.
+    let (code, out, err) = run(&["plugins", "list", "--profile", "p"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.lines()
+            .any(|l| l.contains("enabled (drop-in:ctor-canary)") && l.contains("libcanary.so")),
+        "{out}"
+    );
+    let (code, out, err) = run(&["--profile", "p", "--dump-config"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("id = \"drop-in:ctor-canary\""), "{out}");
+    assert_no_marker(&[cwd.path(), env_dir.path()], "composing the drop-ins");
+}
+
+/// abi_stable's root-module symbol (`ROOT_MODULE_LOADER_NAME`, what the
+/// SDK's `export_plugin!` exports and the preflight looks for).
+const ROOT_SYMBOL: &str = "_1as_0lib_1header_0root_bmodule_bloader";
+
+/// Compiles a C library that exports the root-module symbol (so the
+/// preflight lets it through) and runs `constructor` (C statements) when
+/// loaded: the issue's crafted library, at its simplest.
+fn crafted_c_library(dir: &Path, name: &str, constructor: &str) -> PathBuf {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(
+        &src,
+        format!(
+            "#include <fcntl.h>\n#include <signal.h>\n#include <unistd.h>\n\
+             __attribute__((constructor)) static void crafted(void) {{ {constructor} }}\n\
+             const void *{ROOT_SYMBOL} = 0;\n"
+        ),
+    )
+    .unwrap();
+    let out = dir.join(name);
+    let status = Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("cc is needed to build the test library");
+    assert!(status.success(), "cc failed");
+    out
+}
+
+#[test]
+fn a_crafted_library_exporting_the_root_module_never_runs_in_the_host_and_cannot_write() {
+    let dir = TempDir::new("hard-crafted");
+    // An absolute path the host could write: the constructor is confined
+    // wherever it runs, so the file must never appear.
+    let marker = dir.path().join("constructor-ran");
+    let writer = crafted_c_library(
+        dir.path(),
+        "libwriter.so",
+        &format!(
+            "int fd = open(\"{}\", O_CREAT | O_WRONLY, 0600); if (fd >= 0) close(fd);",
+            marker.display()
+        ),
+    );
+    let crasher = crafted_c_library(dir.path(), "libcrasher.so", "*(volatile int *)0 = 0;");
+
+    let (code, out, err) = output(dsh_host().args(["plugins", "check"]).arg(&writer));
+    assert!(
+        !marker.exists(),
+        "the crafted library's constructor wrote outside"
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.starts_with("dsh-host: refused: ") && err.contains("libwriter.so"),
+        "{err}"
+    );
+
+    // A constructor that crashes takes the confined child down, not the
+    // host (which used to die with SIGSEGV, rc 139).
+    let (code, out, err) = output(dsh_host().args(["plugins", "check"]).arg(&crasher));
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("libcrasher.so")
+            && err.contains("its code crashed the confined process that inspected it")
+            && err.contains("SIGSEGV"),
+        "{err}"
+    );
+
+    let home = TempDir::new("hard-crafted-home");
+    let (code, out, err) = output(
+        dsh_host()
+            .env("DSH_HOME", home.path())
+            .env("DSH_INSTALL_DIR", dir.path())
+            .args(["plugins", "list", "--plugins-dir"])
+            .arg(dir.path()),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(!marker.exists(), "plugins list let the constructor write");
+    for name in ["libwriter.so", "libcrasher.so"] {
+        assert!(
+            out.lines()
+                .any(|l| l.contains("refused") && l.contains(name)),
+            "{out}"
+        );
+    }
+}
+
+/// The single `.so` in `state/<pid>` of a running host.
+fn only_copy(home: &Path, pid: u32) -> PathBuf {
+    let dir = home.join(format!("state/{pid}"));
+    let copies: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "so"))
+        .collect();
+    assert_eq!(copies.len(), 1, "{copies:?}");
+    copies.into_iter().next().unwrap()
+}
+
+#[test]
+fn cp_over_a_loaded_drop_in_reloads_it_from_a_fresh_copy_instead_of_crashing_the_host() {
+    use std::os::unix::fs::MetadataExt;
+    let home = home_with_profile("hard-cp-home", "p", "");
+    drop_in(home.path(), "dsh-fixture-counter-v1", "counter.so");
+    let target = home.path().join("plugins/counter.so");
+    let inode = std::fs::metadata(&target).unwrap().ino();
+    let mut c = dsh_host();
+    c.env("DSH_HOME", home.path())
+        .env("DSH_LOG", "info")
+        .args(["--profile", "p", "--watch"]);
+    let mut run = Running::start(c);
+    run.wait_for(&["drop-in:counter: active (generation"]);
+    // Even the first generation runs from a private copy.
+    let first = only_copy(home.path(), run.pid());
+    assert_ne!(std::fs::metadata(&first).unwrap().ino(), inode);
+    assert_eq!(
+        std::fs::read(&first).unwrap(),
+        std::fs::read(&target).unwrap()
+    );
+
+    let builds = [
+        "dsh-fixture-counter-v2",
+        "dsh-fixture-counter-v1",
+        "dsh-fixture-counter-v2",
+    ];
+    for (n, build) in builds.iter().enumerate() {
+        // `cp` truncates and rewrites the loaded file in place.
+        let status = Command::new("cp")
+            .arg(library(build))
+            .arg(&target)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        assert_eq!(std::fs::metadata(&target).unwrap().ino(), inode);
+        let generation = format!("generation {} in", n + 2);
+        run.wait_for(&["dsh-host: reloaded drop-in:counter", &generation]);
+        let copy = only_copy(home.path(), run.pid());
+        assert_eq!(
+            std::fs::read(&copy).unwrap(),
+            std::fs::read(library(build)).unwrap(),
+            "generation {} does not run the build just copied",
+            n + 2
+        );
+    }
+    run.signal(libc::SIGTERM);
+    // A crash would be 139 (SIGSEGV) or 135 (SIGBUS) here, or earlier.
+    assert_eq!(run.exit_code(), 0);
+}
+
+/// `n` rows of the counter plugin, as a patch layer.
+fn rows(n: usize) -> String {
+    (0..n)
+        .map(|i| format!("[[row]]\nid = \"c{i}\"\nplugin = \"counter\"\n"))
+        .collect()
+}
+
+#[test]
+fn a_ten_thousand_row_patch_is_refused_with_a_clear_error_before_anything_loads() {
+    let home = home_with_profile("hard-rows-home", "p", "");
+    let patch = home.path().join("rows.toml");
+    std::fs::write(&patch, rows(10_000)).unwrap();
+    let plugins = TempDir::new("hard-rows-plugins");
+    std::fs::copy(
+        library("dsh-fixture-counter-v1"),
+        plugins.path().join("counter.so"),
+    )
+    .unwrap();
+    let (code, _, err) = output(
+        dsh_host()
+            .env("DSH_HOME", home.path())
+            .args(["--profile", "p", "--plugins-dir"])
+            .arg(plugins.path())
+            .arg("--patch")
+            .arg(&patch),
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("the configuration enables 10000 rows; one host runs at most 256")
+            && err.contains("pthread keys"),
+        "{err}"
+    );
+    assert!(!err.contains("TLS"), "{err}");
+    // Nothing was loaded: no private copy was ever made.
+    assert_eq!(state_entries(home.path()), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_tree_over_the_row_cap_is_refused_whole_and_the_running_rows_keep_serving() {
+    let t = TestHost::start().await;
+    t.stage("dsh-fixture-counter-v1", "counter.so");
+    t.apply("[[row]]\nid = 'counter'\nplugin = 'counter'\n")
+        .await;
+    assert_eq!(t.call("counter", "get", json!({})).await, json!(1));
+
+    t.apply(&format!(
+        "[[row]]\nid = 'counter'\nplugin = 'counter'\n{}",
+        rows(10_000)
+    ))
+    .await;
+    let refused = t.reports_with("configuration refused, nothing changed");
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(
+        refused[0]
+            .message
+            .contains("the configuration enables 10001 rows; one host runs at most 256"),
+        "{refused:?}"
+    );
+    let status = t.host.status().await;
+    assert_eq!(status.len(), 1, "rows were added: {}", status.len());
+    assert_eq!(t.status("counter").await.generations, 1);
+    assert_eq!(t.call("counter", "get", json!({})).await, json!(1));
     t.shutdown().await;
 }
