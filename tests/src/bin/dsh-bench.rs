@@ -781,6 +781,12 @@ fn main() -> Result<()> {
         println!("read fence added to a read: {added:.1} us (the unfenced work: {plain:.1} us)");
         return Ok(());
     }
+    if std::env::var_os("DSH_BENCH_ONLY_TOOLS").is_some() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        return rt.block_on(bench_tools());
+    }
     if std::env::var_os("DSH_BENCH_ONLY_RESUME").is_some() {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
