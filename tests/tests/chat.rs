@@ -9,20 +9,10 @@ use std::path::Path;
 
 use dsh_sdk::vocab::event;
 use dsh_testkit::fake_llm::{slow_text, stall_after, text, tool_calls, FakeLlm};
-use dsh_testkit::headless::{lines_so_far, Headless, KEY};
+use dsh_testkit::headless::{lines_so_far, Headless};
 use dsh_testkit::{replace_library, target_dir, TempDir};
 use serde_json::{json, Value};
 use support::pty::Pty;
-
-/// The chat in `e`'s workspace, with `args` and `env`.
-fn chat(e: &Headless, args: &[&str], env: &[(&str, &str)]) -> Pty {
-    let mut all = vec!["--patch", e.patch.to_str().unwrap()];
-    all.extend_from_slice(args);
-    let home = e.home.path().to_str().unwrap().to_owned();
-    let mut vars = vec![("DSH_HOME", home.as_str()), (KEY, "sk-testkit-chat")];
-    vars.extend_from_slice(env);
-    Pty::spawn(&target_dir().join("dsh-host"), &all, e.work.path(), &vars)
-}
 
 /// The messages of the `n`th request the model got.
 fn messages(fake: &FakeLlm, n: usize) -> Vec<Value> {
@@ -43,7 +33,7 @@ async fn a_two_turn_conversation_streams_and_ctrl_d_exits_with_the_session_flush
     let fake = FakeLlm::start().await;
     fake.push([text("Hello from the model."), text("Second answer here.")]);
     let e = Headless::new(&fake, "");
-    let mut p = chat(&e, &[], &[]);
+    let mut p = Pty::dsh_host(&e, &[], &[]);
     p.wait_for("dsh chat", 20).await;
     p.send("hi there\r");
     p.wait_for("Hello from the model.", 20).await;
@@ -69,7 +59,7 @@ async fn a_large_multi_line_paste_is_sent_whole_and_shown_folded() {
     let fake = FakeLlm::start().await;
     fake.push([text("Got the paste.")]);
     let e = Headless::new(&fake, "");
-    let mut p = chat(&e, &[], &[]);
+    let mut p = Pty::dsh_host(&e, &[], &[]);
     p.wait_for("dsh chat", 20).await;
     let pasted: String = (0..3000)
         .map(|i| format!("line {i} of the paste\n"))
@@ -102,7 +92,7 @@ async fn a_tool_call_and_its_result_are_one_line_each() {
         "first line\nmiddle\nlast line\n",
     )
     .unwrap();
-    let mut p = chat(&e, &[], &[]);
+    let mut p = Pty::dsh_host(&e, &[], &[]);
     p.wait_for("dsh chat", 20).await;
     p.send("read the notes\r");
     p.wait_for("The notes say hello.", 20).await;
@@ -121,7 +111,7 @@ async fn ctrl_c_cancels_the_running_turn_and_the_next_prompt_works() {
     let fake = FakeLlm::start().await;
     fake.push([stall_after("Thinking hard"), text("Back again.")]);
     let e = Headless::new(&fake, "");
-    let mut p = chat(&e, &[], &[]);
+    let mut p = Pty::dsh_host(&e, &[], &[]);
     p.wait_for("dsh chat", 20).await;
     p.send("never ending\r");
     p.wait_for("Thinking hard", 20).await;
@@ -148,7 +138,7 @@ async fn typing_during_a_turn_steers_it() {
         text("Steered."),
     ]);
     let e = Headless::new(&fake, "").env("DSH_PERMISSION_MODE", "danger-full-access");
-    let mut p = chat(&e, &[], &[("DSH_PERMISSION_MODE", "danger-full-access")]);
+    let mut p = Pty::dsh_host(&e, &[], &[("DSH_PERMISSION_MODE", "danger-full-access")]);
     p.wait_for("dsh chat", 20).await;
     p.send("run it\r");
     p.wait_for("• bash", 20).await;
@@ -197,7 +187,7 @@ async fn an_approval_is_asked_and_answered_allow_then_reject() {
         text("Both written."),
     ]);
     let e = Headless::new(&fake, "");
-    let mut p = chat(&e, &[], &[]);
+    let mut p = Pty::dsh_host(&e, &[], &[]);
     p.wait_for("dsh chat", 20).await;
     p.send("write outside\r");
     p.wait_for("allow once [y]", 20).await;
@@ -218,14 +208,8 @@ async fn an_approval_is_asked_and_answered_allow_then_reject() {
     p.send("n");
     p.wait_for("Could not write.", 20).await;
     assert!(!refused.exists());
-    let results: Vec<Value> = fake.requests()[3]["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .cloned()
-        .collect();
-    let last = results.last().unwrap()["content"].as_str().unwrap();
+    let results = fake.tool_results(3);
+    let last = results.last().unwrap();
     assert!(last.contains("rejected"), "{last}");
     // Allowed for the session: the next write of the same tool is not asked.
     p.wait_idle(20).await;
@@ -257,7 +241,7 @@ async fn continue_and_resume_see_the_earlier_history() {
         text("Resumed answer."),
     ]);
     let e = Headless::new(&fake, "");
-    let mut p = chat(&e, &[], &[]);
+    let mut p = Pty::dsh_host(&e, &[], &[]);
     p.wait_for("dsh chat", 20).await;
     p.send("remember the word apple\r");
     p.wait_for("First session answer.", 20).await;
@@ -265,7 +249,7 @@ async fn continue_and_resume_see_the_earlier_history() {
     assert_eq!(p.wait_exit(20).await, 0);
     let id = session_id(&e.session_files()[0]);
 
-    let mut p = chat(&e, &["--continue"], &[]);
+    let mut p = Pty::dsh_host(&e, &["--continue"], &[]);
     p.wait_for(&format!("resumed session {id}"), 20).await;
     p.wait_for("First session answer.", 20).await;
     p.send("what was the word?\r");
@@ -299,7 +283,7 @@ async fn no_color_output_has_no_style_sequences_and_colors_are_on_otherwise() {
         text("Colored:\n```\ncode\n```\ntext."),
     ]);
     let e = Headless::new(&fake, "");
-    let mut p = chat(&e, &[], &[("NO_COLOR", "1")]);
+    let mut p = Pty::dsh_host(&e, &[], &[("NO_COLOR", "1")]);
     p.wait_for("dsh chat", 20).await;
     p.send("go\r");
     p.wait_for("text.", 20).await;
@@ -311,7 +295,7 @@ async fn no_color_output_has_no_style_sequences_and_colors_are_on_otherwise() {
         String::from_utf8_lossy(&p.raw())
     );
 
-    let mut p = chat(&e, &[], &[]);
+    let mut p = Pty::dsh_host(&e, &[], &[]);
     p.wait_for("dsh chat", 20).await;
     p.send("go\r");
     p.wait_for("Colored", 20).await;
@@ -336,7 +320,7 @@ async fn the_chat_plugin_reloaded_mid_session_keeps_the_conversation() {
     let lib = plugins.path().join("libdsh_plugin_chat.so");
     replace_library("dsh-plugin-chat", &lib);
     let dir = plugins.path().to_str().unwrap().to_owned();
-    let mut p = chat(&e, &["--watch", "--plugins-dir", &dir], &[]);
+    let mut p = Pty::dsh_host(&e, &["--watch", "--plugins-dir", &dir], &[]);
     p.wait_for("dsh chat", 20).await;
     p.send("first\r");
     p.wait_for("Before the reload.", 20).await;
@@ -389,7 +373,7 @@ async fn slash_commands_go_through_the_registry_and_are_logged() {
     let fake = FakeLlm::start().await;
     fake.push([text("Counted.")]);
     let e = Headless::new(&fake, "");
-    let mut p = chat(&e, &[], &[]);
+    let mut p = Pty::dsh_host(&e, &[], &[]);
     p.wait_for("dsh chat", 20).await;
     p.send("hello\r");
     p.wait_for("Counted.", 20).await;

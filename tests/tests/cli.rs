@@ -8,7 +8,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use dsh_testkit::{drop_in, dsh_host, home_with_profile, library, output, target_dir, TempDir};
+use dsh_testkit::{
+    drop_in, dsh_host, home_with_profile, library, output, plugins_list, target_dir, TempDir,
+};
 use serde_json::Value;
 
 /// A `$DSH_HOME` with profile `test` = bundle `base` (rows a, b: probes).
@@ -147,13 +149,7 @@ fn plugins_check_and_list() {
     )
     .unwrap();
     let home = TempDir::new("cli-list-home");
-    let (code, out, err) = output(
-        dsh_host()
-            .env("DSH_HOME", home.path())
-            .env("DSH_INSTALL_DIR", dir.path())
-            .args(["plugins", "list", "--plugins-dir"])
-            .arg(dir.path()),
-    );
+    let (code, out, err) = plugins_list(home.path(), dir.path(), dir.path());
     assert_eq!(code, 0, "{err}");
     assert!(
         out.lines()

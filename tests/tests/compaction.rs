@@ -586,13 +586,7 @@ async fn pressure_prunes_old_results_first_and_leaves_the_unanswered_ones() {
     assert_eq!(turn(&t, &agent, "print").await["kind"], "completed");
     let requests = fake.requests();
     assert_eq!(requests.len(), 3, "pruning was enough: no summary request");
-    let results: Vec<String> = requests[2]["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
-        .collect();
+    let results = fake.tool_results(2);
     let shape: Vec<String> = requests[2]["messages"]
         .as_array()
         .unwrap()

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use dsh_testkit::fake_llm::{text, tool_calls, FakeLlm};
 use dsh_testkit::headless::Headless;
+use dsh_testkit::measure::run_measured;
 use dsh_testkit::{processes_named, wait_for, wait_gone};
 use serde_json::json;
 
@@ -33,13 +34,7 @@ async fn nothing_a_command_started_outlives_a_clean_exit() {
         text("done"),
     ]);
     let h = Headless::new(&fake, "");
-    let out = h.run(&["go"]).await;
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    h.run_ok(&["go"]).await;
     for m in [&quiet, &job] {
         let left = wait_gone(m, Duration::from_secs(10));
         assert!(left.is_empty(), "{m}: {left:?} outlived the harness");
@@ -82,25 +77,6 @@ async fn nothing_a_command_started_outlives_kill_9_of_the_harness() {
     }
 }
 
-/// Peak RSS (KiB) of a finished child, and its exit code.
-// Reaped with wait4 (for its rusage), which clippy cannot see.
-#[allow(clippy::zombie_processes)]
-fn run_measured(mut c: std::process::Command) -> (Option<i32>, i64, String) {
-    c.stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped());
-    let mut child = c.spawn().unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
-    let mut status = 0;
-    // SAFETY: a zeroed rusage is a valid out-parameter.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: waiting for our own child.
-    let rc = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
-    assert_eq!(rc, child.id() as i32);
-    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
-    (code, usage.ru_maxrss, reader.join().unwrap())
-}
-
 #[tokio::test]
 async fn endless_output_under_a_memory_cap_neither_aborts_nor_fills_memory() {
     let fake = FakeLlm::start().await;
@@ -128,13 +104,12 @@ async fn endless_output_under_a_memory_cap_neither_aborts_nor_fills_memory() {
             Ok(())
         })
     };
-    let (code, peak_kib, stderr) = tokio::task::spawn_blocking(move || run_measured(c))
-        .await
-        .unwrap();
-    assert_eq!(code, Some(0), "{stderr}");
+    let run = run_measured(c).await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
     assert!(
-        peak_kib < 256 * 1024,
-        "peak RSS {peak_kib} KiB: output was held in memory"
+        run.peak_kib < 256 * 1024,
+        "peak RSS {} KiB: output was held in memory",
+        run.peak_kib
     );
     // The model saw the truncation notes.
     let results = fake.tool_results_of_last_request();

@@ -225,13 +225,7 @@ async fn the_agent_cannot_rewrite_the_home_patch_through_the_real_binary() {
         )]),
         text("tried"),
     ]);
-    let out = h.run(&["escalate"]).await;
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    h.run_ok(&["escalate"]).await;
     assert!(
         !patch.exists(),
         "{}",
@@ -436,13 +430,7 @@ async fn the_model_cannot_plant_a_git_hook_or_fsmonitor_through_the_real_binary(
         ]),
         text("tried"),
     ]);
-    let out = h.run(&["plant a hook"]).await;
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    h.run_ok(&["plant a hook"]).await;
     let results = fake.tool_results_of_last_request();
     for r in &results[1..] {
         assert!(
@@ -532,13 +520,7 @@ async fn kill_9_in_the_middle_of_a_write_leaves_no_temp_file() {
         tool_calls(&[("write", json!({"file_path": "big.txt", "content": "small"}))]),
         text("done"),
     ]);
-    let out = h.run(&["write it small"]).await;
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    h.run_ok(&["write it small"]).await;
     assert_eq!(entries(&w), ["big.txt"]);
     assert_eq!(std::fs::read_to_string(w.join("big.txt")).unwrap(), "small");
 }

@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use dsh_sdk::names::bus;
 use dsh_testkit::{
-    drop_in, dsh_host, home_with_profile, library, output, target_dir, TempDir, TestHost,
+    drop_in, dsh_host, home_with_profile, library, output, plugins_list, target_dir, TempDir,
+    TestHost,
 };
 use serde_json::{json, Value};
 
@@ -36,32 +37,36 @@ fn dead_pid() -> u32 {
     pid
 }
 
-/// Compiles a shared library (not a dsh plugin) whose constructor creates
-/// `marker`, into `dir/<name>`.
-fn library_with_constructor(dir: &Path, name: &str, marker: &Path) -> PathBuf {
-    let src = dir.join(format!("{name}.c"));
-    std::fs::write(
-        &src,
-        format!(
-            "#include <fcntl.h>\n#include <unistd.h>\n\
-             __attribute__((constructor)) static void mark(void) {{\n\
-               int fd = open(\"{}\", O_CREAT | O_WRONLY, 0600);\n\
-               if (fd >= 0) close(fd);\n\
-             }}\n\
-             int not_a_plugin(void) {{ return 42; }}\n",
-            marker.display()
-        ),
-    )
-    .unwrap();
+/// Compiles the C `source` (saved as `dir/<name>` with the extension `.c`)
+/// with `cc <flags> -o dir/<name>`; the output's path.
+fn compile_c(dir: &Path, name: &str, flags: &[&str], source: &str) -> PathBuf {
     let out = dir.join(name);
+    let src = out.with_extension("c");
+    std::fs::write(&src, source).unwrap();
     let status = Command::new("cc")
-        .args(["-shared", "-fPIC", "-o"])
+        .args(flags)
+        .arg("-o")
         .arg(&out)
         .arg(&src)
         .status()
         .expect("cc is needed to build the test library");
-    assert!(status.success(), "cc failed");
+    assert!(status.success(), "cc failed on {}", src.display());
     out
+}
+
+/// Compiles a shared library (not a dsh plugin) whose constructor creates
+/// `marker`, into `dir/<name>`.
+fn library_with_constructor(dir: &Path, name: &str, marker: &Path) -> PathBuf {
+    let source = format!(
+        "#include <fcntl.h>\n#include <unistd.h>\n\
+         __attribute__((constructor)) static void mark(void) {{\n\
+           int fd = open(\"{}\", O_CREAT | O_WRONLY, 0600);\n\
+           if (fd >= 0) close(fd);\n\
+         }}\n\
+         int not_a_plugin(void) {{ return 42; }}\n",
+        marker.display()
+    );
+    compile_c(dir, name, &["-shared", "-fPIC"], &source)
 }
 
 /// dlopens `path` in this test process: the control that shows a
@@ -107,13 +112,7 @@ fn plugins_check_and_list_refuse_a_foreign_library_without_running_its_construct
     let plugins = dir.path().join("plugins");
     std::fs::create_dir(&plugins).unwrap();
     std::fs::copy(&lib, plugins.join("libforeign.so")).unwrap();
-    let (code, out, err) = output(
-        dsh_host()
-            .env("DSH_HOME", home.path())
-            .env("DSH_INSTALL_DIR", dir.path())
-            .args(["plugins", "list", "--plugins-dir"])
-            .arg(&plugins),
-    );
+    let (code, out, err) = plugins_list(home.path(), dir.path(), &plugins);
     assert!(
         !marker.exists(),
         "plugins list ran the library's constructor"
@@ -235,16 +234,12 @@ fn executables_text_files_object_files_and_foreign_machines_are_refused_by_name(
     let dir = TempDir::new("hard-kinds");
     let text = dir.path().join("notes.so");
     std::fs::write(&text, "these are notes, not a library\n").unwrap();
-    let src = dir.path().join("obj.c");
-    std::fs::write(&src, "int f(void) { return 1; }\n").unwrap();
-    let object = dir.path().join("obj.o");
-    assert!(Command::new("cc")
-        .args(["-c", "-fPIC", "-o"])
-        .arg(&object)
-        .arg(&src)
-        .status()
-        .unwrap()
-        .success());
+    let object = compile_c(
+        dir.path(),
+        "obj.o",
+        &["-c", "-fPIC"],
+        "int f(void) { return 1; }\n",
+    );
     // e_machine (offset 18) of another architecture than this host's.
     let (machine, arch) = if cfg!(target_arch = "aarch64") {
         (62, "x86_64")
@@ -558,25 +553,12 @@ const ROOT_SYMBOL: &str = "_1as_0lib_1header_0root_bmodule_bloader";
 /// preflight lets it through) and runs `constructor` (C statements) when
 /// loaded: the issue's crafted library, at its simplest.
 fn crafted_c_library(dir: &Path, name: &str, constructor: &str) -> PathBuf {
-    let src = dir.join(format!("{name}.c"));
-    std::fs::write(
-        &src,
-        format!(
-            "#include <fcntl.h>\n#include <signal.h>\n#include <unistd.h>\n\
-             __attribute__((constructor)) static void crafted(void) {{ {constructor} }}\n\
-             const void *{ROOT_SYMBOL} = 0;\n"
-        ),
-    )
-    .unwrap();
-    let out = dir.join(name);
-    let status = Command::new("cc")
-        .args(["-shared", "-fPIC", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .status()
-        .expect("cc is needed to build the test library");
-    assert!(status.success(), "cc failed");
-    out
+    let source = format!(
+        "#include <fcntl.h>\n#include <signal.h>\n#include <unistd.h>\n\
+         __attribute__((constructor)) static void crafted(void) {{ {constructor} }}\n\
+         const void *{ROOT_SYMBOL} = 0;\n"
+    );
+    compile_c(dir, name, &["-shared", "-fPIC"], &source)
 }
 
 #[test]
@@ -618,13 +600,7 @@ fn a_crafted_library_exporting_the_root_module_never_runs_in_the_host_and_cannot
     );
 
     let home = TempDir::new("hard-crafted-home");
-    let (code, out, err) = output(
-        dsh_host()
-            .env("DSH_HOME", home.path())
-            .env("DSH_INSTALL_DIR", dir.path())
-            .args(["plugins", "list", "--plugins-dir"])
-            .arg(dir.path()),
-    );
+    let (code, out, err) = plugins_list(home.path(), dir.path(), dir.path());
     assert_eq!(code, 0, "{err}");
     assert!(!marker.exists(), "plugins list let the constructor write");
     for name in ["libwriter.so", "libcrasher.so"] {

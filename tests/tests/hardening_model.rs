@@ -8,14 +8,14 @@
 //! `maxAnswerBytes` (issue 18, "Why" 9: memory stays bounded).
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use dsh_sdk::vocab::event;
 use dsh_testkit::agent::{core_host, events, new_agent};
 use dsh_testkit::fake_llm::{calls, text, tool_calls, Answer, FakeLlm};
 use dsh_testkit::headless::{lines, Headless, KEY};
-use dsh_testkit::{out, target_dir, TempDir, TestHost};
+use dsh_testkit::measure::run_measured;
+use dsh_testkit::{out, output, TempDir, TestHost};
 use serde_json::{json, Value};
 
 /// The adapter's default cap on one SSE line (`sse::MAX_LINE_BYTES`).
@@ -35,6 +35,13 @@ async fn turn(t: &TestHost, agent: &str, prompt: &str) -> Value {
 
 fn count(events: &[Value], kind: &str) -> usize {
     events.iter().filter(|e| e["type"] == kind).count()
+}
+
+/// The message of a turn that ended in error `code` (panics otherwise).
+fn error_message<'a>(reason: &'a Value, code: &str) -> &'a str {
+    assert_eq!(reason["kind"], "error", "{reason}");
+    assert_eq!(reason["error"]["code"], code, "{reason}");
+    reason["error"]["message"].as_str().unwrap()
 }
 
 /// One turn against `answers` (and `fallback` once they run out).
@@ -67,9 +74,7 @@ async fn an_sse_line_past_the_cap_fails_malformed_before_the_line_ends() {
     fake.push([Answer::LongLine(line)]);
     let agent = new_agent(&t, "/tmp").await;
     let reason = turn(&t, &agent, "go").await;
-    assert_eq!(reason["kind"], "error", "{reason}");
-    assert_eq!(reason["error"]["code"], "MALFORMED_RESPONSE", "{reason}");
-    let message = reason["error"]["message"].as_str().unwrap();
+    let message = error_message(&reason, "MALFORMED_RESPONSE");
     assert!(
         message.contains("SSE line") && message.contains("16 MiB (16777216 bytes)"),
         "{message}"
@@ -147,9 +152,7 @@ async fn an_in_stream_context_error_keeps_its_message_and_maps_its_code() {
         None,
     )
     .await;
-    assert_eq!(r["kind"], "error", "{r}");
-    assert_eq!(r["error"]["code"], "CONTEXT_WINDOW_EXCEEDED", "{r}");
-    let message = r["error"]["message"].as_str().unwrap();
+    let message = error_message(&r, "CONTEXT_WINDOW_EXCEEDED");
     assert!(
         message.contains(server) && message.contains("context_length_exceeded"),
         "{message}"
@@ -238,9 +241,7 @@ async fn a_model_that_always_calls_tools_is_stopped_at_max_steps_per_turn() {
     let agent = new_agent(&t, &dir.path().display().to_string()).await;
 
     let reason = turn(&t, &agent, "loop forever").await;
-    assert_eq!(reason["kind"], "error", "{reason}");
-    assert_eq!(reason["error"]["code"], "STEP_LIMIT", "{reason}");
-    let message = reason["error"]["message"].as_str().unwrap();
+    let message = error_message(&reason, "STEP_LIMIT");
     assert!(
         message.contains(&format!("limit of {MAX_STEPS} steps"))
             && message.contains("maxStepsPerTurn"),
@@ -267,15 +268,8 @@ async fn a_model_that_always_calls_tools_is_stopped_at_max_steps_per_turn() {
     // The loop keeps serving: the next turn sees the whole history.
     fake.push([text("Stopping now.")]);
     assert_eq!(turn(&t, &agent, "stop").await, json!({"kind": "completed"}));
-    let requests = fake.requests();
-    assert_eq!(requests.len(), MAX_STEPS + 1);
-    let tool_messages = requests[MAX_STEPS]["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .count();
-    assert_eq!(tool_messages, MAX_STEPS);
+    assert_eq!(fake.requests().len(), MAX_STEPS + 1);
+    assert_eq!(fake.tool_messages(MAX_STEPS).len(), MAX_STEPS);
     t.shutdown().await;
 }
 
@@ -335,15 +329,7 @@ async fn headless_exits_1_with_the_step_limit_on_stderr_and_the_log_resumes() {
 
 /// `dsh-host sessions <args>` against the home and patch of `h`.
 fn sessions_cmd(h: &Headless, args: &[&str]) -> (i32, String, String) {
-    let mut c = Command::new(target_dir().join("dsh-host"));
-    c.current_dir(h.work.path())
-        .env("DSH_HOME", h.home.path())
-        .env_remove("DSH_LOG")
-        .arg("sessions")
-        .args(args)
-        .arg("--patch")
-        .arg(&h.patch);
-    out(&c.output().unwrap())
+    output(&mut h.sessions(args))
 }
 
 /// The records of type `kind` in the log at `file`.
@@ -450,14 +436,8 @@ async fn a_call_with_a_bad_id_runs_and_its_session_loads(id: Option<&str>) -> St
     );
     assert!(shown.contains("assistant: Resumed."), "{shown}");
     // The resumed requests still pair the call with its result.
-    let last = fake.requests().pop().unwrap();
-    let tool_ids: Vec<&Value> = last["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| &m["tool_call_id"])
-        .collect();
+    let last = fake.tool_messages(fake.requests().len() - 1);
+    let tool_ids: Vec<&Value> = last.iter().map(|m| &m["tool_call_id"]).collect();
     assert_eq!(tool_ids, [&json!(given)]);
     assert_eq!(h.session_files().len(), 1, "no other session was written");
     given
@@ -518,11 +498,9 @@ async fn two_calls_with_one_id_in_an_answer_both_run_and_the_run_ends_normally()
     assert!(results[0].1.contains("alpha"), "{results:?}");
     assert_eq!(results[1].0, ids[1]);
     assert!(results[1].1.contains("beta"), "{results:?}");
-    let tool_ids: Vec<String> = fake.requests()[1]["messages"]
-        .as_array()
-        .unwrap()
+    let tool_ids: Vec<String> = fake
+        .tool_messages(1)
         .iter()
-        .filter(|m| m["role"] == "tool")
         .map(|m| m["tool_call_id"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(tool_ids, ids);
@@ -565,9 +543,7 @@ async fn a_flood_of_one_byte_deltas_is_capped_by_its_count_too() {
     fake.push([Answer::Flood(delta.to_string(), deltas)]);
     let agent = new_agent(&t, "/tmp").await;
     let reason = turn(&t, &agent, "think").await;
-    assert_eq!(reason["kind"], "error", "{reason}");
-    assert_eq!(reason["error"]["code"], "MALFORMED_RESPONSE", "{reason}");
-    let message = reason["error"]["message"].as_str().unwrap();
+    let message = error_message(&reason, "MALFORMED_RESPONSE");
     assert!(
         message.contains("maxAnswerBytes") && message.contains("65536 bytes"),
         "{message}"
@@ -590,32 +566,10 @@ async fn a_flood_of_one_byte_deltas_is_capped_by_its_count_too() {
     t.shutdown().await;
 }
 
-/// Peak RSS (KiB) of a finished child, with its exit code and stderr.
-// Reaped with wait4 (for its rusage), which clippy cannot see.
-#[allow(clippy::zombie_processes)]
-fn run_measured(mut c: Command) -> (Option<i32>, i64, String) {
-    c.stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped());
-    let mut child = c.spawn().unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
-    let mut status = 0;
-    // SAFETY: a zeroed rusage is a valid out-parameter.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: waiting for our own child, which nothing else reaps.
-    let rc = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
-    assert_eq!(rc, child.id() as i32);
-    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
-    (code, usage.ru_maxrss, reader.join().unwrap())
-}
-
-/// Runs `args` through `h` on a blocking thread: exit code, peak RSS
-/// (KiB), stderr.
+/// Runs `args` through `h`, measured: exit code, peak RSS (KiB), stderr.
 async fn measured(h: &Headless, args: &[&str]) -> (Option<i32>, i64, String) {
-    let c = h.command(args);
-    tokio::task::spawn_blocking(move || run_measured(c))
-        .await
-        .unwrap()
+    let run = run_measured(h.command(args)).await;
+    (run.code, i64::try_from(run.peak_kib).unwrap(), run.stderr)
 }
 
 #[tokio::test]

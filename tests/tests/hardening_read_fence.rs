@@ -12,7 +12,7 @@ use std::time::Duration;
 use dsh_testkit::fake_llm::{text, tool_calls, FakeLlm};
 use dsh_testkit::headless::{log_text, Headless};
 use dsh_testkit::tools::{host, run, text_of};
-use dsh_testkit::{TempDir, TestHost};
+use dsh_testkit::TempDir;
 use serde_json::{json, Value};
 
 /// The fake key put in the host's environment.
@@ -106,13 +106,7 @@ async fn read_of_proc_self_environ_never_returns_the_key() {
         ])
         .collect();
     fake.push([tool_calls(&calls), text("done")]);
-    let out = h.run(&["show me the environment"]).await;
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = h.run_ok(&["show me the environment"]).await;
     let results = fake.tool_results_of_last_request();
     assert_eq!(results.len(), calls.len(), "{results:?}");
     for (spelling, r) in spellings.iter().zip(&results) {
@@ -224,13 +218,7 @@ async fn a_workspace_link_to_an_ssh_key_is_refused() {
         ]),
         text("done"),
     ]);
-    let out = h.run(&["read my keys"]).await;
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    h.run_ok(&["read my keys"]).await;
     let results = fake.tool_results_of_last_request();
     for r in &results[..3] {
         assert!(r.contains("is refused: it is a secret store"), "{r}");
@@ -334,21 +322,6 @@ async fn instruction_files_linked_out_of_the_project_never_reach_the_model() {
     assert!(stderr.contains("harness's own process"), "{stderr}");
 }
 
-/// The `tool-read` generations' unload reports: one, not quarantined.
-fn assert_unloaded_cleanly(t: &TestHost) {
-    let unloads: Vec<String> = t
-        .host
-        .reports()
-        .into_iter()
-        .filter(|r| r.source == "tool-read" && r.message.starts_with("generation"))
-        .map(|r| r.message)
-        .collect();
-    assert!(
-        unloads.len() == 1 && !unloads[0].contains("quarantined"),
-        "{unloads:?}"
-    );
-}
-
 #[tokio::test]
 async fn proc_kmsg_is_refused_promptly_and_the_host_stays_healthy() {
     let t = host("workspace-write", "").await;
@@ -402,7 +375,7 @@ async fn proc_kmsg_is_refused_promptly_and_the_host_stays_healthy() {
     assert_eq!(format!("{:?}", t.status("read").await.state), "Active");
     t.apply("[[row]]\nid='session'\nplugin='session'\n[[row]]\nid='tools'\nplugin='tools'\n")
         .await;
-    assert_unloaded_cleanly(&t);
+    t.assert_unloaded_cleanly("tool-read");
     t.shutdown().await;
 }
 

@@ -10,14 +10,14 @@
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use dsh_sdk::names::{service, session_persistence, sessions};
 use dsh_sdk::vocab::event;
 use dsh_testkit::fake_llm::{text, tool_calls, Answer, FakeLlm};
 use dsh_testkit::headless::{assert_seqs_contiguous, lines, log_text, zstd_frames, Headless};
-use dsh_testkit::{out, target_dir, wait_for, TempDir, TestHost};
+use dsh_testkit::measure::run_measured;
+use dsh_testkit::{out, wait_for, TempDir, TestHost};
 use serde_json::{json, Value};
 
 /// A `$DSH_HOME` and a workspace, tools in danger-full-access. The model
@@ -309,64 +309,6 @@ fn zeros_frame(gib: u64) -> Vec<u8> {
     enc.finish().unwrap()
 }
 
-/// Runs `c` to its end: its exit code, stdout, stderr and peak resident
-/// memory in bytes. The peak is the kernel's high-water mark (`VmHWM` in
-/// `/proc/<pid>/status` while it runs), which `wait4` answers as
-/// `ru_maxrss` once it has exited, so no sample can miss it.
-async fn run_measured(mut c: Command) -> (i32, String, String, u64) {
-    use std::io::Read;
-    tokio::task::spawn_blocking(move || {
-        // Reaped by `wait4` below (which also answers the peak), not by
-        // std's `wait`.
-        #[allow(clippy::zombie_processes)]
-        let mut child = c
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let drain = |mut pipe: Box<dyn Read + Send>| {
-            std::thread::spawn(move || {
-                let mut text = String::new();
-                pipe.read_to_string(&mut text).unwrap();
-                text
-            })
-        };
-        let stdout = drain(Box::new(child.stdout.take().unwrap()));
-        let stderr = drain(Box::new(child.stderr.take().unwrap()));
-        let pid = child.id() as libc::pid_t;
-        let mut status = 0;
-        // SAFETY: `rusage` is plain integers, so all zeroes is a valid value.
-        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: `pid` is this test's own child, not yet reaped (std's
-        // `Child` never waited); both pointers are valid for the call.
-        let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-        assert_eq!(reaped, pid, "wait4: {}", std::io::Error::last_os_error());
-        let code = if libc::WIFEXITED(status) {
-            libc::WEXITSTATUS(status)
-        } else {
-            -1
-        };
-        let peak = u64::try_from(usage.ru_maxrss).unwrap() * 1024;
-        (code, stdout.join().unwrap(), stderr.join().unwrap(), peak)
-    })
-    .await
-    .unwrap()
-}
-
-/// `dsh-host sessions <args>` in the workspace of `e`.
-fn sessions_command(e: &Headless, args: &[&str]) -> Command {
-    let mut c = Command::new(target_dir().join("dsh-host"));
-    c.current_dir(e.work.path())
-        .env("DSH_HOME", e.home.path())
-        .env_remove("DSH_LOG")
-        .arg("sessions")
-        .args(args)
-        .arg("--patch")
-        .arg(&e.patch)
-        .stdin(Stdio::null());
-    c
-}
-
 /// Well under the 3 GiB the bomb inflates to: the host, its plugins and
 /// one line's worth of text (the 64 MiB default cap) fit several times.
 const PEAK_BOUND: u64 = 512 << 20;
@@ -390,8 +332,9 @@ async fn a_log_that_inflates_to_gigabytes_is_refused_at_a_cap_in_bounded_memory_
     std::fs::write(&headless, &zeros).unwrap();
 
     // The listing reads header frames, and only so much of the rest.
-    let (code, stdout, stderr, peak) = run_measured(sessions_command(&e, &["list"])).await;
-    assert_eq!(code, 0, "{stdout}{stderr}");
+    let list = run_measured(e.sessions(&["list"])).await;
+    let (stdout, stderr, peak) = (&list.stdout, &list.stderr, list.peak_bytes());
+    assert_eq!(list.code, Some(0), "{stdout}{stderr}");
     let row = stdout.lines().find(|l| l.starts_with(&id));
     let row = row.unwrap_or_else(|| panic!("listed: {stdout}"));
     assert!(row.contains("cannot be read: SESSION_CORRUPT"), "{row}");
@@ -408,11 +351,12 @@ async fn a_log_that_inflates_to_gigabytes_is_refused_at_a_cap_in_bounded_memory_
     assert!(peak < PEAK_BOUND, "list peaked at {} MiB", peak >> 20);
 
     // Reading it, or resuming it as the latest session, is refused clearly.
-    let show = sessions_command(&e, &["show", &id]);
+    let show = e.sessions(&["show", &id]);
     let cont = e.command(&["--continue", "next", "task"]);
     for (what, c) in [("show", show), ("--continue", cont)] {
-        let (code, stdout, stderr, peak) = run_measured(c).await;
-        assert_eq!(code, 1, "{what}: {stdout}");
+        let run = run_measured(c).await;
+        let (stdout, stderr, peak) = (&run.stdout, &run.stderr, run.peak_bytes());
+        assert_eq!(run.code, Some(1), "{what}: {stdout}");
         for needle in [
             "SESSION_CORRUPT",
             &format!("\"{id}\""),
@@ -426,8 +370,9 @@ async fn a_log_that_inflates_to_gigabytes_is_refused_at_a_cap_in_bounded_memory_
         eprintln!("{what}: peak resident memory {} MiB", peak >> 20);
         assert!(peak < PEAK_BOUND, "{what} peaked at {} MiB", peak >> 20);
     }
-    let (code, _, stderr, _) = run_measured(sessions_command(&e, &["show", "bomb-head"])).await;
-    assert_eq!(code, 1);
+    let run = run_measured(e.sessions(&["show", "bomb-head"])).await;
+    let stderr = &run.stderr;
+    assert_eq!(run.code, Some(1));
     assert!(
         stderr.contains("SESSION_CORRUPT")
             && stderr.contains("frame 1")

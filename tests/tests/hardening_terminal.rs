@@ -11,8 +11,8 @@
 mod support;
 
 use dsh_testkit::fake_llm::{text, tool_calls, FakeLlm};
-use dsh_testkit::headless::{Headless, KEY};
-use dsh_testkit::{out, target_dir};
+use dsh_testkit::headless::Headless;
+use dsh_testkit::out;
 use serde_json::json;
 use support::pty::Pty;
 
@@ -91,36 +91,16 @@ fn assert_no_escapes(what: &str, bytes: &[u8], any_esc: bool) {
 /// `dsh-host sessions <args>` in the workspace, stdout a pipe: (code,
 /// stdout bytes, stderr).
 fn sessions(e: &Headless, args: &[&str]) -> (i32, Vec<u8>, String) {
-    let o = std::process::Command::new(target_dir().join("dsh-host"))
-        .current_dir(e.work.path())
-        .env("DSH_HOME", e.home.path())
-        .env_remove("DSH_LOG")
-        .arg("sessions")
-        .args(args)
-        .arg("--patch")
-        .arg(&e.patch)
-        .output()
-        .unwrap();
+    let o = e.sessions(args).output().unwrap();
     let (code, _, stderr) = out(&o);
     (code, o.stdout, stderr)
 }
 
 /// `dsh-host --profile headless <args>` on a fresh pseudo-terminal.
 fn on_a_terminal(e: &Headless, args: &[&str]) -> Pty {
-    let mut all = vec![
-        "--profile",
-        "headless",
-        "--patch",
-        e.patch.to_str().unwrap(),
-    ];
+    let mut all = vec!["--profile", "headless"];
     all.extend_from_slice(args);
-    let home = e.home.path().to_str().unwrap();
-    Pty::spawn(
-        &target_dir().join("dsh-host"),
-        &all,
-        e.work.path(),
-        &[("DSH_HOME", home), (KEY, "sk-testkit-terminal")],
-    )
+    Pty::dsh_host(e, &all, &[])
 }
 
 #[tokio::test]
@@ -171,33 +151,34 @@ async fn sessions_show_and_list_print_none_of_the_escapes_of_the_model_and_the_t
     assert_eq!(std::fs::read(e.log_file()).unwrap(), log);
 }
 
-#[tokio::test]
-async fn the_headless_answer_on_a_terminal_has_none_of_the_escapes() {
+/// The headless answer to the [`task`] on a terminal (the workspace of
+/// [`setup`] with `extra`): it exits 0 with none of the escapes (`what`
+/// names the run); the screen.
+async fn headless_on_a_terminal(extra: &str, what: &str) -> String {
     let fake = FakeLlm::start().await;
-    let e = setup(&fake, "");
+    let e = setup(&fake, extra);
     let task = task();
     let mut p = on_a_terminal(&e, &[&task]);
     p.wait_for("done.", 30).await;
     assert_eq!(p.wait_exit(30).await, 0, "{}", p.contents());
-    assert_no_escapes("headless on a terminal", &p.raw(), true);
-    let screen = p.contents();
+    assert_no_escapes(what, &p.raw(), true);
+    p.contents()
+}
+
+#[tokio::test]
+async fn the_headless_answer_on_a_terminal_has_none_of_the_escapes() {
+    let screen = headless_on_a_terminal("", "headless on a terminal").await;
     assert!(screen.contains(SHOWN), "{screen}");
 }
 
 #[tokio::test]
 async fn the_streamed_headless_answer_on_a_terminal_drops_an_escape_split_across_chunks() {
-    let fake = FakeLlm::start().await;
-    let e = setup(
-        &fake,
+    let screen = headless_on_a_terminal(
         "[[patch]]\nid = \"headless\"\nconfig = { provider = \"deepseek-official\", model = \"deepseek-v4-flash\", stream = true }\n",
-    );
-    let task = task();
-    let mut p = on_a_terminal(&e, &[&task]);
-    p.wait_for("done.", 30).await;
-    assert_eq!(p.wait_exit(30).await, 0, "{}", p.contents());
-    assert_no_escapes("headless --stream on a terminal", &p.raw(), true);
+        "headless --stream on a terminal",
+    )
+    .await;
     // The tool call line is shown too, through the same sanitizer.
-    let screen = p.contents();
     assert!(screen.contains(SHOWN), "{screen}");
     assert!(
         screen.contains("[read {\"file_path\":\"notes.txt\"}]"),
@@ -225,13 +206,7 @@ async fn jsonl_on_a_terminal_keeps_its_values_with_the_override_escaped() {
 async fn the_chat_shows_neither_the_escapes_nor_the_override() {
     let fake = FakeLlm::start().await;
     let e = setup(&fake, "");
-    let home = e.home.path().to_str().unwrap().to_owned();
-    let mut p = Pty::spawn(
-        &target_dir().join("dsh-host"),
-        &["--patch", e.patch.to_str().unwrap()],
-        e.work.path(),
-        &[("DSH_HOME", home.as_str()), (KEY, "sk-testkit-chat")],
-    );
+    let mut p = Pty::dsh_host(&e, &[], &[]);
     p.wait_for("dsh chat", 20).await;
     p.send("read notes.txt\r");
     p.wait_for("done.", 30).await;

@@ -19,9 +19,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use dsh_testkit::fake_llm::{text, tool_calls, FakeLlm};
-use dsh_testkit::headless::{Headless, KEY};
+use dsh_testkit::headless::Headless;
 use dsh_testkit::target_dir;
-use serde_json::{json, Value};
+use serde_json::json;
 use support::pty::Pty;
 
 /// A shell command that pushes `input` into every terminal it can open
@@ -49,29 +49,9 @@ for p in ["/dev/tty"] + sorted(glob.glob("/dev/pts/[0-9]*")):
     )
 }
 
-/// The tool results the model was sent in request `n`.
-fn tool_results(fake: &FakeLlm, n: usize) -> Vec<String> {
-    fake.requests()[n]["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .filter_map(|m| m["content"].as_str().map(str::to_owned))
-        .collect()
-}
-
 /// A file outside the workspace and the temp directory.
 fn outside(label: &str) -> PathBuf {
     Path::new("/var/tmp").join(format!("dsh-{label}-{}", std::process::id()))
-}
-
-/// `dsh-host` on a fresh pty, its environment the test's minus `DSH_*`
-/// plus `env`.
-fn on_pty(e: &Headless, program: &str, args: &[&str], env: &[(&str, &str)]) -> Pty {
-    let home = e.home.path().to_str().unwrap().to_owned();
-    let mut vars = vec![("DSH_HOME", home.as_str()), (KEY, "sk-testkit-tty")];
-    vars.extend_from_slice(env);
-    Pty::spawn(Path::new(program), args, e.work.path(), &vars)
 }
 
 fn bash_patch(sandbox: &str) -> String {
@@ -107,15 +87,15 @@ async fn a_command_cannot_type_into_the_users_terminal() {
             host = host.display(),
             patch = e.patch.display()
         );
-        let mut p = on_pty(
+        let mut p = Pty::in_workspace(
             &e,
-            "/bin/bash",
+            Path::new("/bin/bash"),
             &["--norc", "--noprofile", "-c", &script],
             &[("DSH_PERMISSION_MODE", mode)],
         );
         p.wait_for("shell-done", 60).await;
         assert_eq!(p.wait_exit(10).await, 0);
-        let results = tool_results(&fake, 1);
+        let results = fake.tool_results(1);
         let result = results.last().map(String::as_str).unwrap_or_default();
         let screen = p.contents();
         assert!(
@@ -168,9 +148,7 @@ async fn a_background_job_cannot_answer_the_chats_approval_prompt() {
         text("Finished."),
     ]);
     let e = Headless::new(&fake, &bash_patch("landlock"));
-    let host = target_dir().join("dsh-host");
-    let patch = e.patch.to_str().unwrap().to_owned();
-    let mut p = on_pty(&e, host.to_str().unwrap(), &["--patch", &patch], &[]);
+    let mut p = Pty::dsh_host(&e, &[], &[]);
     p.wait_for("dsh chat", 20).await;
     p.send("go\r");
     p.wait_for("allow once [y]", 30).await;
@@ -186,14 +164,8 @@ async fn a_background_job_cannot_answer_the_chats_approval_prompt() {
     p.send("n");
     p.wait_for("Finished.", 20).await;
     assert!(!target.exists());
-    let results: Vec<Value> = fake.requests()[2]["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .cloned()
-        .collect();
-    let last = results.last().unwrap()["content"].as_str().unwrap();
+    let results = fake.tool_results(2);
+    let last = results.last().unwrap();
     assert!(last.contains("rejected"), "{last}");
     p.wait_idle(20).await;
     p.send("\x04");

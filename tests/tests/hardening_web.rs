@@ -218,17 +218,17 @@ async fn assert_still_serving(t: &TestHost, ws: &Path, server: &Server) {
     assert_eq!(format!("{:?}", t.status("tool-web").await.state), "Active");
 }
 
-/// Unloads `tool-web` and returns its generation reports: a thread of it
-/// still converting would keep its runtime from stopping, and the generation
-/// would be quarantined instead of unmapped.
-async fn unload_web(t: &TestHost) -> Vec<String> {
-    t.apply("[[row]]\nid='tools'\nplugin='tools'\n").await;
-    t.host
-        .reports()
-        .into_iter()
-        .filter(|r| r.source == "tool-web" && r.message.starts_with("generation"))
-        .map(|r| r.message)
-        .collect()
+/// Fetches `path`, answered by `reply`, through a host whose `tool-web`
+/// patch adds `extra` (see [`rows`]), then checks that the host still
+/// serves a normal page ([`assert_still_serving`]); the fetch's result.
+async fn fetch_once(path: &'static str, reply: Reply, extra: &str) -> Value {
+    let server = Server::start(vec![(path, reply), ("/simple", html(SIMPLE))]).await;
+    let t = web_host(extra).await;
+    let ws = TempDir::new("web-fetch");
+    let r = fetch(&t, ws.path(), &server.url(path)).await;
+    assert_still_serving(&t, ws.path(), &server).await;
+    t.shutdown().await;
+    r
 }
 
 fn nested_divs(levels: usize, text: &str) -> String {
@@ -244,14 +244,9 @@ async fn a_page_of_3000_nested_divs_is_flattened_and_the_host_lives_on() {
     let page = nested_divs(3_000, "deep text");
     // The page: 33 KB.
     assert!((33_000..34_000).contains(&page.len()), "{}", page.len());
-    let server = Server::start(vec![("/deep", html(page)), ("/simple", html(SIMPLE))]).await;
-    let t = web_host("").await;
-    let ws = TempDir::new("web-deep");
-    let r = fetch(&t, ws.path(), &server.url("/deep")).await;
+    let r = fetch_once("/deep", html(page), "").await;
     assert_eq!(r["isError"], false, "{r}");
     assert_eq!(text_of(&r), format!("deep text\n\n{FLATTENED}"), "{r}");
-    assert_still_serving(&t, ws.path(), &server).await;
-    t.shutdown().await;
 }
 
 #[tokio::test]
@@ -279,11 +274,10 @@ async fn a_page_of_400000_levels_converts_within_the_bound_and_a_cancel_stops_it
         assert_eq!(text_of(&r), format!("bottom\n\n{FLATTENED}"), "{r}");
     }
     assert_still_serving(&t, ws.path(), &server).await;
-    let unloads = unload_web(&t).await;
-    assert!(
-        unloads.len() == 1 && !unloads[0].contains("quarantined"),
-        "{unloads:?}"
-    );
+    // Unloaded: a thread of it still converting would keep its runtime from
+    // stopping, and the generation would be quarantined instead of unmapped.
+    t.apply("[[row]]\nid='tools'\nplugin='tools'\n").await;
+    t.assert_unloaded_cleanly("tool-web");
     t.shutdown().await;
 }
 
@@ -293,13 +287,8 @@ async fn a_start_tag_with_half_a_million_attributes_converts_in_linear_time() {
     let attrs: String = (0..500_000).map(|i| format!(" a{i}")).collect();
     let page = format!("<p{attrs}>after the attributes</p>");
     assert!(page.len() < 5_000_000);
-    let server = Server::start(vec![("/attrs", html(page)), ("/simple", html(SIMPLE))]).await;
-    let t = web_host("").await;
-    let ws = TempDir::new("web-attrs");
-    let r = fetch(&t, ws.path(), &server.url("/attrs")).await;
+    let r = fetch_once("/attrs", html(page), "").await;
     assert_eq!(text_of(&r), "after the attributes", "{r}");
-    assert_still_serving(&t, ws.path(), &server).await;
-    t.shutdown().await;
 }
 
 #[tokio::test]
@@ -307,17 +296,12 @@ async fn four_hundred_thousand_adjacent_spans_convert_in_linear_time() {
     // htmd merged adjacent spans by removing siblings one at a time from a
     // vector: quadratic (40,000 took 1.9 s, this would take minutes).
     let page = "<i>a</i>".repeat(400_000);
-    let server = Server::start(vec![("/wide", html(page)), ("/simple", html(SIMPLE))]).await;
-    let t = web_host(", maxChars = 1000").await;
-    let ws = TempDir::new("web-wide");
-    let r = fetch(&t, ws.path(), &server.url("/wide")).await;
+    let r = fetch_once("/wide", html(page), ", maxChars = 1000").await;
     assert_eq!(
         text_of(&r),
         format!("*{}\n\n(truncated)", "a".repeat(999)),
         "{r}"
     );
-    assert_still_serving(&t, ws.path(), &server).await;
-    t.shutdown().await;
 }
 
 /// A gzip member whose one fixed-Huffman block inflates to `1 + 258 * n`
@@ -386,120 +370,70 @@ fn gzip_bomb(n: usize) -> Vec<u8> {
 async fn a_gzip_bomb_is_refused_and_never_inflated() {
     // 65 KB on the wire, 10 MB inflated.
     let bomb = gzip_bomb(40_000);
-    let server = Server::start(vec![
-        (
-            "/bomb",
-            Reply::Page {
-                headers: "content-type: text/html\r\ncontent-encoding: gzip\r\n".into(),
-                body: bomb,
-            },
-        ),
-        ("/simple", html(SIMPLE)),
-    ])
+    let r = fetch_once(
+        "/bomb",
+        Reply::Page {
+            headers: "content-type: text/html\r\ncontent-encoding: gzip\r\n".into(),
+            body: bomb,
+        },
+        "",
+    )
     .await;
-    let t = web_host("").await;
-    let ws = TempDir::new("web-gzip");
-    let r = fetch(&t, ws.path(), &server.url("/bomb")).await;
     assert_eq!(code_of(&r), "WEB_ENCODING", "{r}");
     assert!(
         text_of(&r).contains("compressed with gzip") && text_of(&r).contains("not decompressed"),
         "{r}"
     );
-    assert_still_serving(&t, ws.path(), &server).await;
-    t.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_body_that_never_ends_is_cut_at_max_bytes() {
-    let server = Server::start(vec![
-        ("/endless", Reply::Endless),
-        ("/simple", html(SIMPLE)),
-    ])
-    .await;
-    let t = web_host(", maxBytes = 200000").await;
-    let ws = TempDir::new("web-endless");
-    let r = fetch(&t, ws.path(), &server.url("/endless")).await;
+    let r = fetch_once("/endless", Reply::Endless, ", maxBytes = 200000").await;
     assert_eq!(code_of(&r), "WEB_TOO_LARGE", "{r}");
     assert!(
         text_of(&r).contains("more than 200000 bytes (maxBytes)"),
         "{r}"
     );
-    assert_still_serving(&t, ws.path(), &server).await;
-    t.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_declared_length_over_the_cap_is_refused_before_the_body() {
     // The server sends 8 bytes of a declared 10 GB, then waits: reading on
     // would wait for the whole timeout (30 s) before failing.
-    let server = Server::start(vec![
-        ("/declared", Reply::Declared(10 << 30)),
-        ("/simple", html(SIMPLE)),
-    ])
-    .await;
-    let t = web_host("").await;
-    let ws = TempDir::new("web-declared");
-    let r = fetch(&t, ws.path(), &server.url("/declared")).await;
+    let r = fetch_once("/declared", Reply::Declared(10 << 30), "").await;
     assert_eq!(code_of(&r), "WEB_TOO_LARGE", "{r}");
     assert!(
         text_of(&r).contains("declares 10737418240 bytes, more than 5000000 (maxBytes)"),
         "{r}"
     );
-    assert_still_serving(&t, ws.path(), &server).await;
-    t.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_body_that_never_finishes_ends_at_the_timeout() {
-    let server = Server::start(vec![
-        ("/trickle", Reply::Trickle),
-        ("/simple", html(SIMPLE)),
-    ])
-    .await;
-    let t = web_host(", timeoutMs = 1500").await;
-    let ws = TempDir::new("web-trickle");
-    let r = fetch(&t, ws.path(), &server.url("/trickle")).await;
+    let r = fetch_once("/trickle", Reply::Trickle, ", timeoutMs = 1500").await;
     assert_eq!(code_of(&r), "WEB_TIMEOUT", "{r}");
     assert!(text_of(&r).contains("within 1500 ms (timeoutMs)"), "{r}");
-    assert_still_serving(&t, ws.path(), &server).await;
-    t.shutdown().await;
 }
 
 #[tokio::test]
 async fn an_endless_header_is_refused_with_the_reason() {
-    let server = Server::start(vec![
-        ("/header", Reply::HugeHeader),
-        ("/simple", html(SIMPLE)),
-    ])
-    .await;
-    let t = web_host("").await;
-    let ws = TempDir::new("web-header");
-    let r = fetch(&t, ws.path(), &server.url("/header")).await;
+    let r = fetch_once("/header", Reply::HugeHeader, "").await;
     assert_eq!(code_of(&r), "WEB_FAILED", "{r}");
     // The cause, not only "error sending request".
     assert!(text_of(&r).contains("message head is too large"), "{r}");
-    assert_still_serving(&t, ws.path(), &server).await;
-    t.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_latin1_page_is_decoded_not_refused_as_binary() {
-    let server = Server::start(vec![
-        (
-            "/latin1",
-            Reply::Page {
-                headers: "content-type: text/html; charset=ISO-8859-1\r\n".into(),
-                body: b"<p>caf\xe9 cr\xe8me \x80</p>".to_vec(),
-            },
-        ),
-        ("/simple", html(SIMPLE)),
-    ])
+    let r = fetch_once(
+        "/latin1",
+        Reply::Page {
+            headers: "content-type: text/html; charset=ISO-8859-1\r\n".into(),
+            body: b"<p>caf\xe9 cr\xe8me \x80</p>".to_vec(),
+        },
+        "",
+    )
     .await;
-    let t = web_host("").await;
-    let ws = TempDir::new("web-latin1");
-    let r = fetch(&t, ws.path(), &server.url("/latin1")).await;
     // Labelled ISO-8859-1 means windows-1252 (WHATWG encoding): 0x80 is €.
     assert_eq!(text_of(&r), "café crème €", "{r}");
-    assert_still_serving(&t, ws.path(), &server).await;
-    t.shutdown().await;
 }

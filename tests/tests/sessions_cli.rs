@@ -8,13 +8,12 @@
 //! share never yields one's session to the other (issue 18).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use dsh_sdk::names::{service, session_persistence, sessions};
 use dsh_sdk::vocab::event;
 use dsh_testkit::fake_llm::{text, tool_calls, FakeLlm};
 use dsh_testkit::headless::{lines, zstd_frames, Headless};
-use dsh_testkit::{out, target_dir, wait_for, TestHost};
+use dsh_testkit::{out, output, wait_for, TestHost};
 use serde_json::{json, Value};
 
 const CWD: &str = "/work/my project:x";
@@ -369,15 +368,7 @@ fn sessions_cmd(e: &Headless, args: &[&str]) -> (i32, String, String) {
 
 /// `dsh-host sessions <args> --patch <patch>` in directory `dir`.
 fn sessions_cmd_in(e: &Headless, dir: &Path, args: &[&str]) -> (i32, String, String) {
-    let mut c = Command::new(target_dir().join("dsh-host"));
-    c.current_dir(dir)
-        .env("DSH_HOME", e.home.path())
-        .env_remove("DSH_LOG")
-        .arg("sessions")
-        .args(args)
-        .arg("--patch")
-        .arg(&e.patch);
-    out(&c.output().unwrap())
+    output(e.sessions(args).current_dir(dir))
 }
 
 /// The stored session ids of the workspace, from `sessions list`.

@@ -408,16 +408,7 @@ async fn headless_end_to_end_read_edit_bash_answer_changes_the_files() {
         std::fs::read_to_string(work.path().join("checked.txt")).unwrap(),
         "debug = true\n"
     );
-    let requests = fake.requests();
-    let last = requests.last().unwrap()["messages"]
-        .as_array()
-        .unwrap()
-        .clone();
-    let tool_texts: Vec<&str> = last
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .filter_map(|m| m["content"].as_str())
-        .collect();
+    let tool_texts = fake.tool_results_of_last_request();
     assert_eq!(
         tool_texts[1],
         "The file app.conf has been updated successfully."

@@ -245,20 +245,33 @@ impl FakeLlm {
             .collect()
     }
 
-    /// The texts of the tool results (`role: "tool"` messages, in order) in
-    /// the last request: what the model was shown of its tool calls. A
-    /// result whose content is not a string counts as `""`; panics when no
-    /// request came or it has no `messages` array.
+    /// The tool results (`role: "tool"` messages, in order) of request `n`
+    /// (0 is the first): each with its `tool_call_id` and `content`. Panics
+    /// when there is no request `n` or it has no `messages` array.
+    pub fn tool_messages(&self, n: usize) -> Vec<Value> {
+        let requests = self.requests();
+        let request = requests.get(n).unwrap_or_else(|| {
+            panic!(
+                "the fake model got {} requests, not a request {n}",
+                requests.len()
+            )
+        });
+        tool_messages_of(request)
+    }
+
+    /// The texts of the tool results of request `n` (see
+    /// [`FakeLlm::tool_messages`]): what the model was shown of its tool
+    /// calls. A result whose content is not a string counts as `""`.
+    pub fn tool_results(&self, n: usize) -> Vec<String> {
+        texts_of(&self.tool_messages(n))
+    }
+
+    /// The texts of the tool results in the last request, as
+    /// [`FakeLlm::tool_results`]; panics when no request came.
     pub fn tool_results_of_last_request(&self) -> Vec<String> {
         let requests = self.requests();
         let last = requests.last().expect("the fake model got no request");
-        last["messages"]
-            .as_array()
-            .unwrap_or_else(|| panic!("a request without messages: {last}"))
-            .iter()
-            .filter(|m| m["role"] == "tool")
-            .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
-            .collect()
+        texts_of(&tool_messages_of(last))
     }
 
     /// When each request arrived.
@@ -282,30 +295,35 @@ impl FakeLlm {
     /// waits until `n` of them are done (the server records one when its
     /// last write fails or the line is complete). Bound it with a timeout.
     pub async fn long_lines_written(&self, n: usize) -> Vec<LongLineWritten> {
-        loop {
-            let done = self.state.lock().unwrap().long_line_done.clone();
-            let notified = done.notified();
-            {
-                let s = self.state.lock().unwrap();
-                if s.long_lines.len() >= n {
-                    return s.long_lines.clone();
-                }
-            }
-            notified.await;
-        }
+        self.wait_recorded(n, |s| &s.long_line_done, |s| &s.long_lines)
+            .await
     }
 
     /// For each [`Answer::Flood`] served so far, how much of it went out;
     /// waits until `n` of them are done (the server records one when a
     /// write fails or the flood is complete). Bound it with a timeout.
     pub async fn floods_written(&self, n: usize) -> Vec<FloodWritten> {
+        self.wait_recorded(n, |s| &s.flood_done, |s| &s.floods)
+            .await
+    }
+
+    /// Waits until the list `list` picks out of the state holds `n`
+    /// records, woken by `done` whenever one is recorded; a copy of it.
+    async fn wait_recorded<T: Clone>(
+        &self,
+        n: usize,
+        done: impl Fn(&State) -> &Arc<tokio::sync::Notify>,
+        list: impl Fn(&State) -> &Vec<T>,
+    ) -> Vec<T> {
         loop {
-            let done = self.state.lock().unwrap().flood_done.clone();
+            let done = done(&self.state.lock().unwrap()).clone();
+            // Registered before the check, so a record made between the
+            // check and the wait still wakes it.
             let notified = done.notified();
             {
                 let s = self.state.lock().unwrap();
-                if s.floods.len() >= n {
-                    return s.floods.clone();
+                if list(&s).len() >= n {
+                    return list(&s).clone();
                 }
             }
             notified.await;
@@ -316,6 +334,26 @@ impl FakeLlm {
     pub fn headers(&self) -> Vec<String> {
         self.state.lock().unwrap().headers.clone()
     }
+}
+
+/// The `role: "tool"` messages of one request body; panics when it has no
+/// `messages` array.
+fn tool_messages_of(request: &Value) -> Vec<Value> {
+    request["messages"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a request without messages: {request}"))
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .cloned()
+        .collect()
+}
+
+/// The `content` text of each tool message (`""` when not a string).
+fn texts_of(messages: &[Value]) -> Vec<String> {
+    messages
+        .iter()
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect()
 }
 
 async fn read_request(sock: &mut TcpStream) -> Option<(String, Vec<u8>)> {

@@ -94,6 +94,36 @@ impl Headless {
             .unwrap_or_else(|e| panic!("cannot run dsh-host: {e}"))
     }
 
+    /// [`Headless::run`], then panics (showing stderr) unless the run
+    /// exited 0.
+    pub async fn run_ok(&self, args: &[&str]) -> Output {
+        let out = self.run(args).await;
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "dsh-host {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
+    /// `dsh-host sessions <args> --patch <patch>` in the workspace, with
+    /// this `$DSH_HOME`, `DSH_LOG` unset and stdin closed; no key and none
+    /// of [`Headless::env`] (the command asks no model), and unlike
+    /// [`crate::dsh_host`] no `NO_COLOR`: it prints what a user gets.
+    pub fn sessions(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(target_dir().join("dsh-host"));
+        c.current_dir(self.work.path())
+            .env("DSH_HOME", self.home.path())
+            .env_remove("DSH_LOG")
+            .arg("sessions")
+            .args(args)
+            .arg("--patch")
+            .arg(&self.patch)
+            .stdin(Stdio::null());
+        c
+    }
+
     /// Starts `command` in the background, stdout and stderr piped (killed
     /// when dropped).
     pub fn spawn(&self, args: &[&str]) -> Running {

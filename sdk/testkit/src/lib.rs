@@ -25,6 +25,7 @@ pub mod contracts;
 pub mod fake_llm;
 pub mod fixtures;
 pub mod headless;
+pub mod measure;
 pub mod session;
 pub mod tools;
 
@@ -167,6 +168,20 @@ pub fn output(c: &mut Command) -> (i32, String, String) {
     out(&c
         .output()
         .unwrap_or_else(|e| panic!("cannot run {c:?}: {e}")))
+}
+
+/// `dsh-host plugins list --plugins-dir <plugins>` with `$DSH_HOME` at
+/// `home` and `$DSH_INSTALL_DIR` at `install` (the installation whose
+/// `profiles/` and `plugins/` the host takes instead of the build's), run
+/// to its end: [`output`] of it.
+pub fn plugins_list(home: &Path, install: &Path, plugins: &Path) -> (i32, String, String) {
+    output(
+        dsh_host()
+            .env("DSH_HOME", home)
+            .env("DSH_INSTALL_DIR", install)
+            .args(["plugins", "list", "--plugins-dir"])
+            .arg(plugins),
+    )
 }
 
 /// A fresh `$DSH_HOME` (labelled `label`) whose profile `name` is
@@ -333,6 +348,26 @@ impl TestHost {
             .into_iter()
             .filter(|r| r.message.contains(needle))
             .collect()
+    }
+
+    /// Panics unless plugin `plugin` (a report's source) has exactly one
+    /// generation report and it is not a quarantine: after rows without
+    /// the plugin are applied, its one generation was unloaded and
+    /// unmapped. A thread of it still running (stuck in a FIFO, converting
+    /// a page) keeps its runtime from stopping, and the generation is
+    /// quarantined instead.
+    pub fn assert_unloaded_cleanly(&self, plugin: &str) {
+        let unloads: Vec<String> = self
+            .host
+            .reports()
+            .into_iter()
+            .filter(|r| r.source == plugin && r.message.starts_with("generation"))
+            .map(|r| r.message)
+            .collect();
+        assert!(
+            unloads.len() == 1 && !unloads[0].contains("quarantined"),
+            "{plugin}: {unloads:?}"
+        );
     }
 
     /// Calls `service.method(params)`, panicking with context on error.

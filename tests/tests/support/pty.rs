@@ -6,11 +6,17 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use dsh_testkit::headless::{Headless, KEY};
+use dsh_testkit::target_dir;
 use portable_pty::{native_pty_system, Child, CommandBuilder, PtySize};
 
 /// Rows and columns of the test terminal.
 pub const ROWS: u16 = 40;
 pub const COLS: u16 = 100;
+
+/// The model key a pty run of a [`Headless`] gets (the fake model server
+/// takes any).
+const MODEL_KEY: &str = "sk-testkit-pty";
 
 /// A running process on a pty.
 pub struct Pty {
@@ -68,6 +74,23 @@ impl Pty {
             screen,
             raw,
         }
+    }
+
+    /// Runs `program args` on a fresh pty as [`Pty::spawn`] does, in `e`'s
+    /// workspace with `e`'s `$DSH_HOME`, a model key and `env`.
+    pub fn in_workspace(e: &Headless, program: &Path, args: &[&str], env: &[(&str, &str)]) -> Pty {
+        let home = e.home.path().to_str().expect("a UTF-8 home");
+        let mut vars = vec![("DSH_HOME", home), (KEY, MODEL_KEY)];
+        vars.extend_from_slice(env);
+        Pty::spawn(program, args, e.work.path(), &vars)
+    }
+
+    /// `dsh-host --patch <e's patch> <args>` [`Pty::in_workspace`]: with
+    /// no task and no profile, the chat.
+    pub fn dsh_host(e: &Headless, args: &[&str], env: &[(&str, &str)]) -> Pty {
+        let mut all = vec!["--patch", e.patch.to_str().expect("a UTF-8 patch path")];
+        all.extend_from_slice(args);
+        Pty::in_workspace(e, &target_dir().join("dsh-host"), &all, env)
     }
 
     /// Types `text` (escape sequences and control characters included).
