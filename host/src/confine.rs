@@ -14,12 +14,18 @@
 //!    can be changed, no TCP, no signals out) and the seccomp filter
 //!    ([`crate::seccomp`]: no sockets, programs, processes, tracing).
 //!
+//! The mechanisms (capabilities, `no_new_privs`, Landlock rulesets,
+//! seccomp programs) are `dsh_confine`'s; this file and the two above hold
+//! the inspector's policy.
+//!
 //! Every layer must succeed: the inspector refuses to load anything in a
 //! process it could not confine. The environment is emptied and the working
 //! directory is `/` by the parent.
 
 use std::io;
 use std::time::Duration;
+
+use dsh_confine::caps;
 
 /// CPU time the inspector may use.
 pub const CPU_LIMIT: Duration = Duration::from_secs(10);
@@ -54,10 +60,7 @@ pub fn confine_self(parent: u32) -> Result<(), ConfineError> {
     limit_resources().map_err(step("resource limits"))?;
     drop_privileges().map_err(step("dropping privileges"))?;
     die_with_parent(parent).map_err(step("parent-death signal"))?;
-    // SAFETY: prctl with integer arguments.
-    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
-        return Err(step("no_new_privs")(io::Error::last_os_error()));
-    }
+    dsh_confine::no_new_privs().map_err(step("no_new_privs"))?;
     crate::landlock::forbid_changes().map_err(step("Landlock"))?;
     crate::seccomp::install().map_err(step("seccomp"))?;
     Ok(())
@@ -95,59 +98,21 @@ fn limit_resources() -> io::Result<()> {
     Ok(())
 }
 
-/// `struct __user_cap_header_struct` (`_LINUX_CAPABILITY_VERSION_3`).
-#[repr(C)]
-struct CapHeader {
-    version: u32,
-    pid: libc::c_int,
-}
-
-/// `struct __user_cap_data_struct`; version 3 takes two of them.
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct CapData {
-    effective: u32,
-    permitted: u32,
-    inheritable: u32,
-}
-
-const CAP_VERSION_3: u32 = 0x2008_0522;
-
-fn capabilities() -> io::Result<[CapData; 2]> {
-    let mut header = CapHeader {
-        version: CAP_VERSION_3,
-        pid: 0,
-    };
-    let mut data = [CapData::default(); 2];
-    // SAFETY: a valid header and room for the two data structs v3 writes.
-    if unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(data)
-}
-
 fn drop_privileges() -> io::Result<()> {
     // SAFETY: plain queries.
     let root = unsafe { libc::geteuid() == 0 || libc::getuid() == 0 };
     if root {
-        drop_bounding_set();
+        // Needs CAP_SETPCAP, so before the capabilities go.
+        caps::drop_bounding_set()?;
         // A user namespace without a mapping for `nobody` keeps uid 0: the
         // capabilities still go below, and Landlock and seccomp still hold.
         let _ = become_nobody();
     }
-    clear_capabilities()
-}
-
-/// Empties the capability bounding set (needs CAP_SETPCAP, so before the
-/// capabilities go).
-fn drop_bounding_set() {
-    for cap in 0..64 {
-        // SAFETY: prctl with integer arguments; EINVAL past the last
-        // capability this kernel knows ends the loop.
-        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } != 0 {
-            break;
-        }
+    caps::drop_all()?;
+    if caps::any_held()? {
+        return Err(io::Error::other("capabilities remain after dropping them"));
     }
+    Ok(())
 }
 
 /// Switches every uid and gid to 65534, which clears the permitted and
@@ -166,39 +131,6 @@ fn become_nobody() -> io::Result<()> {
     };
     if rc != 0 {
         return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// Empties the ambient, permitted, effective and inheritable sets and
-/// checks that nothing is left.
-fn clear_capabilities() -> io::Result<()> {
-    // SAFETY: prctl with integer arguments (EINVAL on kernels before 4.3,
-    // which have no ambient set to clear).
-    unsafe {
-        libc::prctl(
-            libc::PR_CAP_AMBIENT,
-            libc::PR_CAP_AMBIENT_CLEAR_ALL,
-            0,
-            0,
-            0,
-        )
-    };
-    let mut header = CapHeader {
-        version: CAP_VERSION_3,
-        pid: 0,
-    };
-    let none = [CapData::default(); 2];
-    // SAFETY: a valid header and the two data structs v3 reads.
-    if unsafe { libc::syscall(libc::SYS_capset, &mut header, none.as_ptr()) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let left = capabilities()?;
-    if left
-        .iter()
-        .any(|d| d.effective != 0 || d.permitted != 0 || d.inheritable != 0)
-    {
-        return Err(io::Error::other("capabilities remain after dropping them"));
     }
     Ok(())
 }

@@ -13,32 +13,7 @@
 
 use std::io;
 
-// Classic BPF (`include/uapi/linux/filter.h`, `bpf_common.h`).
-const LD_W_ABS: u16 = 0x20;
-const JEQ_K: u16 = 0x15;
-const JGE_K: u16 = 0x35;
-const JSET_K: u16 = 0x45;
-const RET_K: u16 = 0x06;
-
-// `include/uapi/linux/seccomp.h`.
-const RET_KILL_PROCESS: u32 = 0x8000_0000;
-const RET_ERRNO: u32 = 0x0005_0000;
-const RET_ALLOW: u32 = 0x7fff_0000;
-
-// Offsets in `struct seccomp_data`: nr, arch, instruction pointer, args.
-const OFF_NR: u32 = 0;
-const OFF_ARCH: u32 = 4;
-/// The low 32 bits of argument 0 (little-endian targets only).
-const OFF_ARG0_LOW: u32 = 16;
-
-#[cfg(target_arch = "x86_64")]
-const AUDIT_ARCH: u32 = 0xC000_003E;
-#[cfg(target_arch = "aarch64")]
-const AUDIT_ARCH: u32 = 0xC000_00B7;
-
-/// x32 system calls carry this bit on x86_64.
-#[cfg(target_arch = "x86_64")]
-const X32_BIT: u32 = 0x4000_0000;
+use dsh_confine::seccomp::{Action, Arg, Builder, Filter, Threads};
 
 const CLONE_THREAD: u32 = libc::CLONE_THREAD as u32;
 
@@ -102,109 +77,118 @@ const SIGNALS: &[libc::c_long] = &[
     libc::SYS_rt_tgsigqueueinfo,
 ];
 
-fn stmt(code: u16, k: u32) -> libc::sock_filter {
-    libc::sock_filter {
-        code,
-        jt: 0,
-        jf: 0,
-        k,
-    }
-}
-
-fn jump(code: u16, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
-    libc::sock_filter { code, jt, jf, k }
-}
-
-/// The filter program for a process whose pid is `pid`.
+/// The filter program for a process whose pid is `pid`, or `None` on an
+/// architecture without one.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-fn program(pid: u32) -> Vec<libc::sock_filter> {
-    let deny = RET_ERRNO | libc::EPERM as u32;
-    let mut p = vec![
-        stmt(LD_W_ABS, OFF_ARCH),
-        jump(JEQ_K, AUDIT_ARCH, 1, 0),
-        stmt(RET_K, RET_KILL_PROCESS),
-        stmt(LD_W_ABS, OFF_NR),
-    ];
-    #[cfg(target_arch = "x86_64")]
-    p.extend([jump(JGE_K, X32_BIT, 0, 1), stmt(RET_K, deny)]);
-    for nr in DENIED {
-        p.extend([jump(JEQ_K, *nr as u32, 0, 1), stmt(RET_K, deny)]);
-    }
-    // clone3 cannot be inspected (its flags are behind a pointer): ENOSYS
-    // makes glibc fall back to clone, whose flags are checked below.
-    p.extend([
-        jump(JEQ_K, libc::SYS_clone3 as u32, 0, 1),
-        stmt(RET_K, RET_ERRNO | libc::ENOSYS as u32),
-    ]);
-    // clone: threads only.
-    p.extend([
-        jump(JEQ_K, libc::SYS_clone as u32, 0, 4),
-        stmt(LD_W_ABS, OFF_ARG0_LOW),
-        jump(JSET_K, CLONE_THREAD, 0, 1),
-        stmt(RET_K, RET_ALLOW),
-        stmt(RET_K, deny),
-    ]);
+fn program(pid: u32) -> io::Result<Option<Filter>> {
+    let Some(builder) = Builder::new() else {
+        return Ok(None);
+    };
+    let deny = Action::Errno(libc::EPERM);
+    let mut builder = builder
+        .calls(DENIED, deny)
+        // clone3 cannot be inspected (its flags are behind a pointer):
+        // ENOSYS makes glibc fall back to clone, whose flags are checked
+        // below.
+        .calls(&[libc::SYS_clone3], Action::Errno(libc::ENOSYS))
+        // clone: threads only.
+        .argument(
+            libc::SYS_clone,
+            Arg::low(0).masked(CLONE_THREAD),
+            &[(CLONE_THREAD, Action::Allow)],
+            deny,
+        );
     for nr in SIGNALS {
-        p.extend([
-            jump(JEQ_K, *nr as u32, 0, 5),
-            stmt(LD_W_ABS, OFF_ARG0_LOW),
-            jump(JEQ_K, pid, 2, 0),
-            jump(JEQ_K, 0, 1, 0),
-            stmt(RET_K, deny),
-            stmt(RET_K, RET_ALLOW),
-        ]);
+        builder = builder.argument(
+            *nr,
+            Arg::low(0),
+            &[(pid, Action::Allow), (0, Action::Allow)],
+            deny,
+        );
     }
-    p.push(stmt(RET_K, RET_ALLOW));
-    p
+    builder.build(Action::Allow).map(Some)
+}
+
+/// No filter for this architecture.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+fn program(_pid: u32) -> io::Result<Option<Filter>> {
+    Ok(None)
 }
 
 /// Installs the filter on every thread of this process. Needs
-/// `no_new_privs` set first.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+/// `no_new_privs` set first. Refused on an architecture without a filter:
+/// the inspector then refuses to run.
 pub fn install() -> io::Result<()> {
-    let filter = program(std::process::id());
-    let prog = libc::sock_fprog {
-        len: u16::try_from(filter.len()).map_err(|_| io::Error::from_raw_os_error(libc::E2BIG))?,
-        filter: filter.as_ptr().cast_mut(),
-    };
-    // SAFETY: `prog` points to `filter`, alive for the call; the kernel
-    // copies the program.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_seccomp,
-            libc::SECCOMP_SET_MODE_FILTER,
-            libc::SECCOMP_FILTER_FLAG_TSYNC,
-            &prog as *const libc::sock_fprog,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
+    match program(std::process::id())? {
+        Some(filter) => filter.install(Threads::All),
+        None => Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "no seccomp filter for this architecture",
+        )),
     }
-    Ok(())
 }
 
-/// No filter for this architecture: the inspector refuses to run.
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-pub fn install() -> io::Result<()> {
-    Err(io::Error::new(
-        io::ErrorKind::Unsupported,
-        "no seccomp filter for this architecture",
-    ))
-}
-
-#[cfg(all(test, any(target_arch = "x86_64", target_arch = "aarch64")))]
+#[cfg(test)]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod tests {
     use super::*;
 
-    #[test]
-    fn every_jump_lands_inside_the_program_and_it_ends_by_returning() {
-        let p = program(1234);
-        for (i, ins) in p.iter().enumerate() {
-            if ins.code & 0x07 == 0x05 {
-                let far = i + 1 + usize::from(ins.jt.max(ins.jf));
-                assert!(far < p.len(), "jump at {i} leaves the program");
+    fn errno() -> Option<i32> {
+        io::Error::last_os_error().raw_os_error()
+    }
+
+    /// What the child finds: 0 when every refusal and every allowance is
+    /// as the module doc says.
+    fn probe(parent: libc::pid_t) -> i32 {
+        // SAFETY: raw system calls with integer arguments in the child.
+        unsafe {
+            if libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) != -1
+                || errno() != Some(libc::EPERM)
+            {
+                return 11;
+            }
+            if libc::syscall(libc::SYS_clone, libc::SIGCHLD, 0, 0, 0, 0) != -1
+                || errno() != Some(libc::EPERM)
+            {
+                return 12;
+            }
+            if libc::syscall(libc::SYS_clone3, 0, 0) != -1 || errno() != Some(libc::ENOSYS) {
+                return 13;
+            }
+            // The process the filter was made for may be signalled; no
+            // other may.
+            if libc::kill(parent, 0) != 0 {
+                return 14;
+            }
+            if libc::kill(1, 0) != -1 || errno() != Some(libc::EPERM) {
+                return 15;
             }
         }
-        assert_eq!(p.last().map(|i| (i.code, i.k)), Some((RET_K, RET_ALLOW)));
+        0
+    }
+
+    #[test]
+    fn a_child_under_the_filter_makes_no_socket_process_or_outside_signal() {
+        // SAFETY: a plain query.
+        let me = unsafe { libc::getpid() };
+        let filter = program(me as u32).unwrap().unwrap();
+        // SAFETY: the child makes raw system calls on memory prepared
+        // before the fork and leaves with `_exit`.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let code = match dsh_confine::no_new_privs().and_then(|()| filter.install(Threads::All))
+            {
+                Ok(()) => probe(me),
+                Err(_) => 10,
+            };
+            // SAFETY: leaving the forked child.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status), "status {status}");
+        assert_eq!(libc::WEXITSTATUS(status), 0);
     }
 }

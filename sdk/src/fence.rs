@@ -377,8 +377,10 @@ mod tests {
         std::fs::remove_dir_all(&ws).unwrap();
     }
 
-    #[test]
-    fn configuration_is_asked_for_and_secrets_are_refused() {
+    /// A `workspace-write` fence of the workspace `/w`, writable and
+    /// nothing else (no temp directory, nothing protected, no read fence);
+    /// the paths need not exist.
+    pub(super) fn fence_of_w() -> Fence {
         let mut fence = Fence::new(
             Mode::WorkspaceWrite,
             Path::new("/"),
@@ -387,6 +389,12 @@ mod tests {
         );
         fence.root = PathBuf::from("/w");
         fence.writable = vec![PathBuf::from("/w")];
+        fence
+    }
+
+    #[test]
+    fn configuration_is_asked_for_and_secrets_are_refused() {
+        let mut fence = fence_of_w();
         fence.reads.homes = vec![PathBuf::from("/home/u")];
         fence.writable.push(PathBuf::from("/home/u"));
         for target in ["/w/.git/config", "/w/.git/hooks/pre-commit", "/w/a/.dsh/x"] {

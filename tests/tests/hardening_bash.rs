@@ -3,8 +3,9 @@
 //! fence, the harness's own files, the harness's credentials through
 //! `/proc`, commands that outlive their call, output that never ends,
 //! capabilities (remount and unmount as root), the terminal, the disks,
-//! `.git`, the network, credentials in the environment, and job and
-//! process limits.
+//! `.git`, the network, credentials in the environment, job and process
+//! limits, and the secrets the read fence refuses (`cat ~/.ssh/id_rsa`,
+//! another project's session log, `/etc/shadow`).
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -721,5 +722,107 @@ async fn a_fork_bomb_stops_at_the_process_bound() {
         assert!(n < 400, "{mode}: {text}");
         assert!(text.ends_with(" 11"), "{mode}: EAGAIN: {text}");
         t.shutdown().await;
+    }
+}
+
+/// Sets `HOME` for the hosts started while it lives (the read fence learns
+/// the user's home from it, and from the password database), and puts the
+/// old value back when dropped, failed assertions included.
+struct HomeVar(Option<std::ffi::OsString>);
+
+impl HomeVar {
+    fn set(home: &Path) -> HomeVar {
+        let old = std::env::var_os("HOME");
+        std::env::set_var("HOME", home);
+        HomeVar(old)
+    }
+}
+
+impl Drop for HomeVar {
+    fn drop(&mut self) {
+        match self.0.take() {
+            Some(old) => std::env::set_var("HOME", old),
+            None => std::env::remove_var("HOME"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn secrets_the_read_fence_refuses_are_hidden_from_bash() {
+    assert!(is_root(), "/etc/shadow is readable by root without the fix");
+    // A fake home outside the temp directory (read-only mode's scratch
+    // would hide it anyway), with an SSH key, AWS credentials and a
+    // password file, and a file that is no secret.
+    let home = TempDir::new_in(Path::new("/var/tmp"), "bash-fake-home");
+    let h = home.path();
+    std::fs::create_dir_all(h.join(".ssh")).unwrap();
+    std::fs::create_dir_all(h.join(".aws")).unwrap();
+    let secrets = [
+        (h.join(".ssh/id_rsa"), "FAKE-SSH-PRIVATE-KEY"),
+        (h.join(".aws/credentials"), "FAKE-AWS-SECRET"),
+        (h.join(".netrc"), "FAKE-NETRC-PASSWORD"),
+    ];
+    for (file, secret) in &secrets {
+        std::fs::write(file, format!("{secret}\n")).unwrap();
+    }
+    std::fs::write(h.join("notes.txt"), "not a secret\n").unwrap();
+    let _home = HomeVar::set(h);
+    let session = "OTHER-PROJECT-CONVERSATION";
+    for sandbox in SANDBOXES {
+        for mode in FENCED {
+            let t = bash_host(mode, sandbox).await;
+            let dsh_home = t.home.path().to_owned();
+            // Another project's log in the harness's home, and a file of
+            // the home that stays readable.
+            let other = dsh_home.join("sessions/--tmp-other-project--/0193-abc");
+            std::fs::create_dir_all(&other).unwrap();
+            let log = other.join("session.jsonl");
+            std::fs::write(&log, format!("{{\"text\":\"{session}\"}}\n")).unwrap();
+            std::fs::write(dsh_home.join("patch.toml"), "# still readable\n").unwrap();
+            let ws = TempDir::new("hide-ws");
+            let shadow = PathBuf::from("/etc/shadow");
+            let targets = secrets.iter().map(|(f, _)| f).chain([&log, &shadow]);
+            for target in targets {
+                let r = sh(&t, ws.path(), &format!("cat {}", target.display())).await;
+                let text = text_of(&r);
+                let what = format!("{sandbox} {mode} {}", target.display());
+                assert!(text.contains("[exit code: 1]"), "{what}: {text}");
+                for secret in secrets.iter().map(|(_, s)| *s).chain([session, "root:"]) {
+                    assert!(!text.contains(secret), "{what}: {text}");
+                }
+                if !target.starts_with(&dsh_home) {
+                    // Outside the temp directory: there in both modes,
+                    // and hidden.
+                    assert!(text.contains("Permission denied"), "{what}: {text}");
+                }
+            }
+            // Nor through a listing or a search.
+            let r = sh(
+                &t,
+                ws.path(),
+                &format!(
+                    "ls -a {h}/.ssh {h}/.aws; grep -rs FAKE {h}; grep -rs {session} {s}; cat {h}/notes.txt",
+                    h = h.display(),
+                    s = dsh_home.join("sessions").display()
+                ),
+            )
+            .await;
+            let text = text_of(&r);
+            for secret in secrets.iter().map(|(_, s)| *s).chain([session, "id_rsa"]) {
+                assert!(!text.contains(secret), "{sandbox} {mode}: {text}");
+            }
+            assert!(text.contains("not a secret"), "{sandbox} {mode}: {text}");
+            if mode == "workspace-write" {
+                // The rest of the harness's home stays readable.
+                let r = sh(
+                    &t,
+                    ws.path(),
+                    &format!("cat {}/patch.toml", dsh_home.display()),
+                )
+                .await;
+                assert_eq!(text_of(&r), "# still readable", "{sandbox}: {r}");
+            }
+            t.shutdown().await;
+        }
     }
 }

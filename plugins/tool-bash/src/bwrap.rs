@@ -6,12 +6,16 @@ use std::process::Command;
 
 use dsh_sdk::fence::Fence;
 
+use crate::hide::Hidden;
+
 /// What the command line needs besides the fence.
 pub struct Options<'a> {
     /// The temp directory, as a private scratch tmpfs (read-only mode).
     pub scratch: Option<&'a Path>,
     /// Read-only again under the writable roots ([`crate::protect`]).
     pub read_only: &'a [PathBuf],
+    /// Not readable at all ([`crate::hide`]).
+    pub hidden: &'a Hidden,
     /// The host's network (`network = true`); otherwise a network
     /// namespace of its own.
     pub network: bool,
@@ -74,6 +78,15 @@ fn args(fence: &Fence, o: &Options<'_>) -> Vec<OsString> {
             push(&[flag("--ro-bind"), p.as_os_str(), p.as_os_str()]);
         }
     }
+    // Last, over everything above (a store under a writable root too).
+    for d in &o.hidden.dirs {
+        let d = d.as_os_str();
+        push(&[flag("--perms"), flag("0000"), flag("--tmpfs"), d]);
+        push(&[flag("--remount-ro"), d]);
+    }
+    for f in &o.hidden.files {
+        push(&[flag("--ro-bind"), o.hidden.blank.as_os_str(), f.as_os_str()]);
+    }
     if let Some(fd) = o.seccomp_fd {
         let fd = OsString::from(fd.to_string());
         push(&[flag("--seccomp"), &fd]);
@@ -86,22 +99,46 @@ mod tests {
     use super::*;
     use dsh_sdk::fence::Mode;
 
+    /// Nothing hidden.
+    fn nothing() -> Hidden {
+        Hidden {
+            dirs: Vec::new(),
+            files: Vec::new(),
+            blank: PathBuf::from("/p/blank"),
+        }
+    }
+
+    /// The network on, no seccomp program, not root, nothing read-only.
+    fn plain(hidden: &Hidden) -> Options<'_> {
+        Options {
+            scratch: None,
+            read_only: &[],
+            hidden,
+            network: true,
+            seccomp_fd: None,
+            root: false,
+        }
+    }
+
+    /// The command line of a `workspace-write` fence of `/` with `o`, as
+    /// one text.
+    fn line(o: &Options<'_>) -> String {
+        let fence = Fence::new(Mode::WorkspaceWrite, Path::new("/"), Path::new("/tmp"), &[]);
+        args(&fence, o)
+            .join(std::ffi::OsStr::new(" "))
+            .to_string_lossy()
+            .into_owned()
+    }
+
     #[test]
     fn root_without_network_gets_a_user_and_a_network_namespace_and_no_capabilities() {
-        let fence = Fence::new(Mode::WorkspaceWrite, Path::new("/"), Path::new("/tmp"), &[]);
-        let a = args(
-            &fence,
-            &Options {
-                scratch: None,
-                read_only: &[],
-                network: false,
-                seccomp_fd: Some(7),
-                root: true,
-            },
-        )
-        .join(std::ffi::OsStr::new(" "))
-        .to_string_lossy()
-        .into_owned();
+        let nothing = nothing();
+        let a = line(&Options {
+            network: false,
+            seccomp_fd: Some(7),
+            root: true,
+            ..plain(&nothing)
+        });
         for part in [
             "--new-session",
             "--cap-drop ALL",
@@ -111,21 +148,29 @@ mod tests {
         ] {
             assert!(a.contains(part), "{part}: {a}");
         }
-        let a = args(
-            &fence,
-            &Options {
-                scratch: None,
-                read_only: &[],
-                network: true,
-                seccomp_fd: None,
-                root: false,
-            },
-        )
-        .join(std::ffi::OsStr::new(" "))
-        .to_string_lossy()
-        .into_owned();
+        let a = line(&plain(&nothing));
         assert!(a.contains("--cap-drop ALL"), "{a}");
         assert!(!a.contains("--unshare-net"), "{a}");
         assert!(!a.contains("--unshare-user"), "{a}");
+    }
+
+    #[test]
+    fn hidden_places_come_last_unreadable_and_read_only() {
+        let hidden = Hidden {
+            dirs: vec![PathBuf::from("/h/.ssh")],
+            files: vec![PathBuf::from("/h/.netrc")],
+            ..nothing()
+        };
+        let read_only = [PathBuf::from("/tmp")];
+        let a = line(&Options {
+            read_only: &read_only,
+            ..plain(&hidden)
+        });
+        assert!(
+            a.ends_with(
+                "--ro-bind /tmp /tmp --perms 0000 --tmpfs /h/.ssh --remount-ro /h/.ssh --ro-bind /p/blank /h/.netrc"
+            ),
+            "{a}"
+        );
     }
 }

@@ -15,20 +15,24 @@
 //!
 //! In a fenced mode the grandchild also remounts the whole tree read-only
 //! except the writable roots (the harness's own files under them read-only
-//! again), mounts a fresh `devpts` on `/dev/pts` (the user's terminals are
+//! again), hides what the read fence refuses ([`crate::hide`]), mounts a
+//! fresh `devpts` on `/dev/pts` (the user's terminals are
 //! not there), a private `/dev/shm` and a private `/proc` for its PID
 //! namespace (the harness's environment and memory are not there to read),
 //! bounds its PID namespace's `pid_max`, brings its loopback up, drops every
-//! capability ([`crate::caps`]), then applies Landlock and the seccomp
-//! filter. Everything after `fork` is a raw syscall on memory prepared
-//! before it.
+//! capability, then applies Landlock and the seccomp filter (the mechanisms
+//! are `dsh_confine`'s). Everything after `fork` is a raw syscall on memory
+//! prepared before it.
 
 use std::ffi::CString;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::seccomp::Filter;
-use crate::{caps, loopback, sandbox};
+use dsh_confine::landlock::RawRuleset;
+use dsh_confine::seccomp::{Filter, Threads};
+
+use crate::hide::Hidden;
+use crate::loopback;
 
 const SYS_MOUNT_SETATTR: libc::c_long = 442;
 const MOUNT_ATTR_RDONLY: u64 = 0x1;
@@ -53,6 +57,12 @@ struct Maps {
 struct Mounts {
     writable: Vec<CString>,
     protected: Vec<CString>,
+    /// Covered by an empty read-only tmpfs of mode 000.
+    hidden_dirs: Vec<CString>,
+    /// Covered by a read-only bind of `blank`.
+    hidden_files: Vec<CString>,
+    /// The empty file of mode 000 bound over `hidden_files`.
+    blank: CString,
     /// A private tmpfs over the temp directory (read-only mode).
     scratch: Option<CString>,
     /// The workspace, shown again (read-only) when the scratch covers it.
@@ -100,7 +110,7 @@ pub struct Plan {
     /// A network namespace of its own (loopback only).
     net_ns: bool,
     mounts: Option<Mounts>,
-    landlock: Option<Ruleset>,
+    landlock: Option<RawRuleset>,
     /// Drop every capability before `exec`.
     drop_caps: bool,
     /// Installed last (after Landlock, which sets `no_new_privs`).
@@ -113,16 +123,6 @@ pub struct Plan {
     c: Consts,
 }
 
-/// A Landlock ruleset to apply, and the rights of the rules the child adds
-/// for the mounts it makes.
-#[derive(Clone, Copy)]
-pub struct Ruleset {
-    /// The ruleset descriptor.
-    pub fd: i32,
-    /// Every handled right (for the child's own `/dev/pts` and `/dev/shm`).
-    pub dir_rights: u64,
-}
-
 /// C strings the child uses, made before `fork`.
 struct Consts {
     root: CString,
@@ -130,6 +130,7 @@ struct Consts {
     proc_type: CString,
     tmpfs: CString,
     tmpfs_opts: CString,
+    hidden_opts: CString,
     deny: CString,
     dot: CString,
     dev_pts: CString,
@@ -148,6 +149,7 @@ impl Consts {
             proc_type: c("proc"),
             tmpfs: c("tmpfs"),
             tmpfs_opts: c("mode=1777"),
+            hidden_opts: c("mode=000"),
             deny: c("deny"),
             dot: c("."),
             dev_pts: c("/dev/pts"),
@@ -216,10 +218,13 @@ pub struct Fenced<'a> {
     pub writable: &'a [PathBuf],
     /// The harness's own files (read-only even under a writable root).
     pub protected: &'a [PathBuf],
+    /// What the command may not read at all.
+    pub hidden: Option<&'a Hidden>,
     /// A private scratch tmpfs here (read-only mode's temp directory).
     pub scratch: Option<&'a Path>,
-    /// The Landlock ruleset to apply last.
-    pub landlock: Option<Ruleset>,
+    /// The Landlock ruleset to apply last (its handled rights are granted
+    /// beneath the child's own `/dev/pts` and `/dev/shm`).
+    pub landlock: Option<RawRuleset>,
     /// The command's working directory.
     pub cwd: &'a Path,
     /// The workspace, to show again if the scratch covers it.
@@ -296,7 +301,7 @@ impl Plan {
     }
 
     /// Landlock alone (where no namespace can be made).
-    pub fn landlock_only(rules: Ruleset) -> Plan {
+    pub fn landlock_only(rules: RawRuleset) -> Plan {
         Plan {
             landlock: Some(rules),
             ..Plan::bare()
@@ -350,6 +355,9 @@ impl Plan {
             mounts: Some(Mounts {
                 writable: existing(&outer),
                 protected: existing(&protected),
+                hidden_dirs: f.hidden.map(|h| existing(&h.dirs)).unwrap_or_default(),
+                hidden_files: f.hidden.map(|h| existing(&h.files)).unwrap_or_default(),
+                blank: f.hidden.and_then(|h| cpath(&h.blank)).unwrap_or_default(),
                 scratch: f.scratch.and_then(cpath),
                 reveal: f.scratch.and_then(|s| Reveal::new(f.workspace, s)),
                 cwd: cpath(f.cwd).unwrap_or_default(),
@@ -396,16 +404,14 @@ impl Plan {
             let _ = loopback::up();
         }
         if self.drop_caps {
-            caps::drop_all()?;
+            dsh_confine::caps::drop_all()?;
         }
         if let Some(rules) = self.landlock {
-            sandbox::restrict_self(rules.fd)?;
+            rules.restrict_self()?;
         }
         if let Some(filter) = &self.seccomp {
-            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            filter.install()?;
+            dsh_confine::no_new_privs()?;
+            filter.install(Threads::Calling)?;
         }
         if let Some(fd) = self.inherit {
             if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
@@ -548,6 +554,17 @@ impl Plan {
                 std::ptr::null(),
             ))
         };
+        // A fresh tmpfs on `at`: the scratch and `/dev/shm` (mode 1777),
+        // the hidden directories (read-only, mode 000).
+        let tmpfs = |at: &CString, flags: libc::c_ulong, opts: &CString| {
+            ok(libc::mount(
+                self.c.tmpfs.as_ptr(),
+                at.as_ptr(),
+                self.c.tmpfs.as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | flags,
+                opts.as_ptr().cast(),
+            ))
+        };
         ok(libc::mount(
             null,
             self.c.root.as_ptr(),
@@ -566,6 +583,23 @@ impl Plan {
             bind(p)?;
             setattr(p, MOUNT_ATTR_RDONLY, 0)?;
         }
+        // Over everything above (a store under a writable root too), and
+        // before the scratch covers the temp directory `blank` is in (a
+        // hidden place in the workspace shown on the scratch comes along
+        // with it: that bind is recursive).
+        for d in &m.hidden_dirs {
+            tmpfs(d, libc::MS_RDONLY | libc::MS_NOEXEC, &self.c.hidden_opts)?;
+        }
+        for f in &m.hidden_files {
+            ok(libc::mount(
+                m.blank.as_ptr(),
+                f.as_ptr(),
+                null,
+                libc::MS_BIND,
+                std::ptr::null(),
+            ))?;
+            setattr(f, MOUNT_ATTR_RDONLY, 0)?;
+        }
         // Held open across the tmpfs that covers it, then bound back.
         let keep = match &m.reveal {
             Some(r) => libc::open(
@@ -575,13 +609,7 @@ impl Plan {
             None => -1,
         };
         if let Some(s) = &m.scratch {
-            ok(libc::mount(
-                self.c.tmpfs.as_ptr(),
-                s.as_ptr(),
-                self.c.tmpfs.as_ptr(),
-                libc::MS_NOSUID | libc::MS_NODEV,
-                self.c.tmpfs_opts.as_ptr().cast(),
-            ))?;
+            tmpfs(s, 0, &self.c.tmpfs_opts)?;
         }
         if let (Some(r), true) = (&m.reveal, keep >= 0) {
             for d in &r.dirs {
@@ -612,22 +640,16 @@ impl Plan {
             ))?;
         }
         if m.shm {
-            ok(libc::mount(
-                self.c.tmpfs.as_ptr(),
-                self.c.dev_shm.as_ptr(),
-                self.c.tmpfs.as_ptr(),
-                libc::MS_NOSUID | libc::MS_NODEV,
-                self.c.tmpfs_opts.as_ptr().cast(),
-            ))?;
+            tmpfs(&self.c.dev_shm, 0, &self.c.tmpfs_opts)?;
         }
         // A Landlock rule holds an inode: these fresh mounts get theirs
         // here (the parent's would name the host's instances).
         if let Some(rules) = self.landlock {
             if m.devpts {
-                sandbox::allow_beneath(rules.fd, &self.c.dev_pts, rules.dir_rights)?;
+                rules.allow_beneath(&self.c.dev_pts, rules.handled_fs)?;
             }
             if m.shm {
-                sandbox::allow_beneath(rules.fd, &self.c.dev_shm, rules.dir_rights)?;
+                rules.allow_beneath(&self.c.dev_shm, rules.handled_fs)?;
             }
         }
         ok(libc::mount(

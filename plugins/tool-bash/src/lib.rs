@@ -1,10 +1,10 @@
 //! `tool-bash`: the `bash` tool (see README.md).
 
 mod bwrap;
-mod caps;
 mod capture;
 mod contain;
 mod exec;
+mod hide;
 mod jobs;
 mod loopback;
 mod protect;
@@ -21,9 +21,12 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use capture::Capture;
-use contain::{Fenced, Plan, Ruleset};
+use contain::{Fenced, Plan};
+use dsh_confine::landlock::{self, Ruleset};
+use dsh_confine::seccomp::Filter;
+use dsh_sdk::api::host::Host;
 use dsh_sdk::api::tools::Exec;
-use dsh_sdk::fence::{Fence, Mode};
+use dsh_sdk::fence::{Fence, Mode, ReadPolicy, Reads};
 use dsh_sdk::names::{service, tool};
 use dsh_sdk::prelude::*;
 use dsh_sdk::tempdir::PrivateDir;
@@ -31,7 +34,7 @@ use dsh_sdk::tool::{declaration, register_tools, ToolSpec};
 use dsh_sdk::vocab::msg;
 use exec::{Cancel, Stream};
 use schemars::JsonSchema;
-use seccomp::{Filter, Sockets};
+use seccomp::Sockets;
 use serde::Deserialize;
 
 const DEFAULT_TIMEOUT_MS: u64 = 120_000;
@@ -134,9 +137,14 @@ struct Bash {
     /// Whether user, PID and mount namespaces can be made here (probed on
     /// first use).
     namespaces: Cell<Option<bool>>,
-    /// This generation's private directory for full outputs (removed when
-    /// the fiber is disposed).
+    /// This generation's private directory for full outputs and the blank
+    /// file hidden files are covered with (removed when the fiber is
+    /// disposed).
     spill: PathBuf,
+    /// What is never read, as found here at the start: added to the fence
+    /// each call carries (see `Reads::union`), then hidden from fenced
+    /// commands.
+    own_reads: Reads,
 }
 
 /// Sets the run's cancel flag when dropped: the async side of a run going
@@ -254,7 +262,7 @@ fn render(o: &Outcome, timeout_ms: u64, sandbox_mode: Option<Mode>) -> String {
 #[derive(Default)]
 pub(crate) struct KeepOpen {
     /// The Landlock ruleset the child applies.
-    _landlock: Option<sandbox::Landlock>,
+    _landlock: Option<Ruleset>,
     /// The seccomp program bubblewrap reads.
     _seccomp: Option<OwnedFd>,
 }
@@ -279,26 +287,20 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-fn ruleset(rules: &sandbox::Landlock) -> Ruleset {
-    Ruleset {
-        fd: rules.fd(),
-        dir_rights: rules.dir_rights(),
-    }
-}
-
 impl Bash {
     /// Whether namespaces can be made here: one contained `true`, once.
-    fn namespaces(&self, abi: i64, fence: &Fence) -> Result<bool> {
+    fn namespaces(&self, abi: u32, fence: &Fence) -> Result<bool> {
         if let Some(known) = self.namespaces.get() {
             return Ok(known);
         }
-        let rules = sandbox::Landlock::new(abi, &fence.writable, &[])
+        let rules = sandbox::write_rules(abi, &fence.writable, &[])
             .map_err(|e| unavailable(format!("cannot build the Landlock sandbox: {e}")))?;
         let plan = Plan::fenced(Fenced {
             writable: &fence.writable,
             protected: &[],
+            hidden: None,
             scratch: None,
-            landlock: Some(ruleset(&rules)),
+            landlock: Some(rules.raw()),
             cwd: Path::new("/"),
             workspace: &fence.root,
             own_network: !self.config.network,
@@ -320,10 +322,12 @@ impl Bash {
     }
 
     /// The seccomp filter of a fenced command (none with the network on).
-    fn filter(&self, sockets: Sockets) -> Option<Filter> {
-        (!self.config.network)
-            .then(|| Filter::network_off(sockets))
-            .flatten()
+    fn filter(&self, sockets: Sockets) -> Result<Option<Filter>> {
+        if self.config.network {
+            return Ok(None);
+        }
+        seccomp::network_off(sockets)
+            .map_err(|e| unavailable(format!("cannot prepare the seccomp filter: {e}")))
     }
 
     /// `danger-full-access` (or no fence): a session of its own, a PID
@@ -358,6 +362,12 @@ impl Bash {
         // Read-only mode: the temp directory is a private scratch.
         let scratch = (fence.mode == Mode::ReadOnly).then_some(temp.as_path());
         let read_only = protect::read_only(fence);
+        let hidden = hide::Hidden::of(fence, scratch, &self.spill).map_err(|e| {
+            unavailable(format!(
+                "cannot prepare the sandbox's hidden files in {}: {e}",
+                self.spill.display()
+            ))
+        })?;
         let bwrap = match self.config.sandbox {
             SandboxKind::Landlock => None,
             SandboxKind::Auto => sandbox::bwrap(),
@@ -367,8 +377,8 @@ impl Bash {
         };
         if let Some(bwrap) = bwrap {
             let seccomp = self
-                .filter(Sockets::OwnNetwork)
-                .map(|f| f.memfd())
+                .filter(Sockets::OwnNetwork)?
+                .map(|f| f.memfd(c"dsh-bash-seccomp"))
                 .transpose()
                 .map_err(|e| unavailable(format!("cannot prepare the seccomp filter: {e}")))?;
             let seccomp_fd = seccomp.as_ref().map(|fd| fd.as_raw_fd());
@@ -376,6 +386,7 @@ impl Bash {
             let options = bwrap::Options {
                 scratch,
                 read_only: &read_only,
+                hidden: &hidden,
                 network: self.config.network,
                 seccomp_fd,
                 root: is_root(),
@@ -385,7 +396,7 @@ impl Bash {
                 Plan::bubblewrap(seccomp_fd),
             ));
         }
-        let abi = sandbox::landlock_abi().ok_or_else(|| unavailable(format!(
+        let abi = landlock::abi().ok_or_else(|| unavailable(format!(
             "bash needs a sandbox in {} mode, but neither bubblewrap nor Landlock is available here; install bubblewrap, or set DSH_PERMISSION_MODE=danger-full-access to run unconfined",
             fence.mode
         )))?;
@@ -397,22 +408,23 @@ impl Bash {
             dirs.push(PathBuf::from("/dev/shm"));
         }
         let files: Vec<PathBuf> = DEV_FILES.iter().map(PathBuf::from).collect();
-        let rules = sandbox::Landlock::new(abi, &dirs, &files)
+        let rules = sandbox::write_rules(abi, &dirs, &files)
             .map_err(|e| unavailable(format!("cannot build the Landlock sandbox: {e}")))?;
         let plan = if namespaces {
             Plan::fenced(Fenced {
                 writable: &fence.writable,
                 protected: &read_only,
+                hidden: Some(&hidden),
                 scratch,
-                landlock: Some(ruleset(&rules)),
+                landlock: Some(rules.raw()),
                 cwd: workdir,
                 workspace: &fence.root,
                 own_network: !self.config.network,
             })
-            .with_seccomp(self.filter(Sockets::OwnNetwork))
+            .with_seccomp(self.filter(Sockets::OwnNetwork)?)
             .with_pid_max(Some(self.config.max_processes))
         } else {
-            Plan::landlock_only(ruleset(&rules)).with_seccomp(self.filter(Sockets::NetlinkOnly))
+            Plan::landlock_only(rules.raw()).with_seccomp(self.filter(Sockets::NetlinkOnly)?)
         };
         keep._landlock = Some(rules);
         let mut cmd = Command::new("bash");
@@ -432,12 +444,18 @@ impl Bash {
             .timeout_ms
             .unwrap_or(DEFAULT_TIMEOUT_MS)
             .clamp(1, MAX_TIMEOUT_MS);
-        let fence = exec.sandbox.as_ref();
-        let mode = fence.map(|f| f.mode);
+        let mode = exec.sandbox.as_ref().map(|f| f.mode);
         let mut keep = KeepOpen::default();
-        let (mut cmd, plan) = match fence.filter(|f| f.mode != Mode::DangerFullAccess) {
+        let (mut cmd, plan) = match exec
+            .sandbox
+            .as_ref()
+            .filter(|f| f.mode != Mode::DangerFullAccess)
+        {
             None => self.unfenced(&command),
-            Some(fence) => self.fenced(fence, &command, &workdir, &mut keep)?,
+            Some(fence) => {
+                let fence = fence.clone().with_own_reads(&self.own_reads);
+                self.fenced(&fence, &command, &workdir, &mut keep)?
+            }
         };
         // SAFETY: only raw syscalls on prepared memory run after fork.
         unsafe { cmd.pre_exec(move || plan.in_child()) };
@@ -549,10 +567,15 @@ impl Plugin for BashPlugin {
                 format!("cannot make the output directory: {e}"),
             )
         })?;
+        // What is never read, as found here: hidden from fenced commands
+        // with what the fence of each call names.
+        let home = Host::new(&ctx).info().await?.home;
+        let own_reads = Reads::discover(ReadPolicy::Allow, Path::new(&home), &std::env::temp_dir());
         let bash = Rc::new(Bash {
             config,
             namespaces: Cell::new(None),
             spill: spill.path().to_owned(),
+            own_reads,
         });
         ctx.effect(move || async move { drop(spill) });
         let jobs = jobs::Jobs::default();

@@ -27,6 +27,10 @@
 //! The check is made on the path as spelled (lexically), on the path as
 //! [`super::resolve`] resolves it, and on the path of what was actually
 //! opened ([`super::open_read`]).
+//!
+//! A sandboxed command (`bash`) reads through the kernel, not through this
+//! check: a sandbox hides the places [`Reads::secret_places`] lists, the
+//! same stores taken from the same lists.
 
 use std::ffi::{CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
@@ -87,6 +91,19 @@ pub const SYSTEM_STORES: &[(&str, &str)] = &[
     ("/etc/sudoers.d", "sudo rules"),
     ("/etc/security/opasswd", "old password hashes"),
 ];
+
+/// What the harness's home holds that not even a sandboxed command may read
+/// (the file tools are refused the whole home; a command may read the
+/// rest, its plugins and profiles): (path under `$DSH_HOME`, what it
+/// holds).
+pub const HARNESS_SECRETS: &[(&str, &str)] = &[
+    ("sessions", "every project's conversations"),
+    (".credentials.yaml", "stored API keys"),
+    (".env", "API keys"),
+];
+
+/// Where the SSH host keys are (`*_key` in it).
+const SSH_DIR: &str = "/etc/ssh";
 
 /// What reads may never see, and whether reads outside the workspace ask
 /// (part of the [`Fence`] a policy hands a tool; every path canonical).
@@ -177,6 +194,46 @@ impl Reads {
         self
     }
 
+    /// The existing places a sandbox hides from a command so that it
+    /// cannot read what this fence refuses, resolved (symbolic links
+    /// followed), without duplicates: every home's [`HOME_STORES`], the
+    /// stores they lead to ([`Reads::linked`]), the [`SYSTEM_STORES`], the
+    /// SSH host keys, and the harness's [`HARNESS_SECRETS`]. Process files
+    /// are not among them: a sandboxed command has a `/proc` of its own.
+    pub fn secret_places(&self) -> Vec<PathBuf> {
+        let root = Path::new("/");
+        let mut places = Vec::new();
+        let mut add = |place: &Path| {
+            let real = resolve(root, place);
+            if real.exists() {
+                push_new(&mut places, real);
+            }
+        };
+        for home in &self.homes {
+            for (store, _) in HOME_STORES {
+                add(&home.join(store));
+            }
+        }
+        for store in &self.linked {
+            add(store);
+        }
+        for (store, _) in SYSTEM_STORES {
+            add(Path::new(store));
+        }
+        for entry in std::fs::read_dir(SSH_DIR).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if is_host_key(&path) {
+                add(&path);
+            }
+        }
+        for home in &self.harness {
+            for (secret, _) in HARNESS_SECRETS {
+                add(&home.join(secret));
+            }
+        }
+        places
+    }
+
     /// This read fence without the harness's home (for the harness's own
     /// reads of files there, such as `$DSH_HOME/AGENTS.md`).
     pub fn without_harness(&self) -> Reads {
@@ -252,11 +309,7 @@ fn secret_store(
     {
         return Some((what, PathBuf::from(store)));
     }
-    let host_key = path.parent() == Some(Path::new("/etc/ssh"))
-        && path
-            .file_name()
-            .is_some_and(|n| n.as_bytes().ends_with(b"_key"));
-    if host_key {
+    if is_host_key(path) {
         return Some(("SSH host keys", path.to_owned()));
     }
     for home in homes {
@@ -272,6 +325,14 @@ fn secret_store(
         "a secret store of your home, through a symbolic link",
         store.clone(),
     ))
+}
+
+/// Whether `path` is an SSH host key (`/etc/ssh/*_key`).
+fn is_host_key(path: &Path) -> bool {
+    path.parent() == Some(Path::new(SSH_DIR))
+        && path
+            .file_name()
+            .is_some_and(|n| n.as_bytes().ends_with(b"_key"))
 }
 
 /// The home directories of the user running the harness: `$HOME` and the
@@ -469,14 +530,7 @@ mod tests {
 
     #[test]
     fn check_read_follows_the_mode_and_the_policy() {
-        let mut fence = Fence::new(
-            Mode::WorkspaceWrite,
-            Path::new("/"),
-            Path::new("/nonexistent-tmp"),
-            &[],
-        );
-        fence.root = PathBuf::from("/w");
-        fence.writable = vec![PathBuf::from("/w")];
+        let mut fence = crate::fence::tests::fence_of_w();
         fence.reads = reads(Path::new("/home/u"));
         let refused = fence
             .check_read("read", Path::new("/home/u/.aws/credentials"), true)
@@ -521,5 +575,48 @@ mod tests {
         assert!(fence
             .check_read("read", Path::new("/home/u/.ssh/id_rsa"), false)
             .is_ok());
+    }
+
+    #[test]
+    fn secret_places_are_the_existing_stores_resolved_once() {
+        let dir = crate::tempdir::PrivateDir::new("dsh-secret-places-test-").unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        let home = base.join("home");
+        let dotfiles = base.join("dotfiles/aws");
+        let harness = base.join("dsh");
+        std::fs::create_dir_all(home.join(".ssh")).unwrap();
+        std::fs::create_dir_all(&dotfiles).unwrap();
+        std::fs::create_dir_all(harness.join("sessions")).unwrap();
+        std::fs::create_dir_all(harness.join("plugins")).unwrap();
+        std::fs::write(home.join(".netrc"), "machine x").unwrap();
+        std::os::unix::fs::symlink(&dotfiles, home.join(".aws")).unwrap();
+        let r = Reads {
+            policy: ReadPolicy::Allow,
+            inside: Vec::new(),
+            harness: vec![harness.clone()],
+            homes: vec![home.clone(), home.join(".")],
+            linked: vec![dotfiles.clone()],
+        };
+        let places = r.secret_places();
+        for want in [
+            home.join(".ssh"),
+            home.join(".netrc"),
+            dotfiles.clone(),
+            harness.join("sessions"),
+        ] {
+            assert_eq!(
+                places.iter().filter(|p| **p == want).count(),
+                1,
+                "{want:?}: {places:?}"
+            );
+            assert!(r.forbidden(&want).is_some(), "{want:?}");
+        }
+        for absent in [
+            home.join(".gnupg"),
+            harness.join("plugins"),
+            home.join(".aws"),
+        ] {
+            assert!(!places.contains(&absent), "{absent:?}: {places:?}");
+        }
     }
 }
