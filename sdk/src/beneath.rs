@@ -190,11 +190,12 @@ impl Dir {
         Ok(std::fs::File::from(fd))
     }
 
-    /// Reads the regular file `name` whole (a symlink, FIFO or device is
-    /// refused).
-    pub fn read(&self, name: &OsStr) -> io::Result<Vec<u8>> {
-        let mut f = self
-            .open_file(name, libc::O_RDONLY | libc::O_NONBLOCK)
+    /// Opens the regular file `name` for reading, with its metadata (from
+    /// the descriptor): a symlink, FIFO or device is refused, never
+    /// blocked on.
+    pub fn open_regular(&self, name: &OsStr) -> io::Result<(std::fs::File, std::fs::Metadata)> {
+        let f = self
+            .open_file(name, libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY)
             .map_err(|e| {
                 if e.raw_os_error() == Some(libc::ELOOP) {
                     symlink_refused(Path::new(name))
@@ -202,12 +203,20 @@ impl Dir {
                     e
                 }
             })?;
-        if !f.metadata()?.is_file() {
+        let meta = f.metadata()?;
+        if !meta.is_file() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("{} is not a regular file", Path::new(name).display()),
             ));
         }
+        Ok((f, meta))
+    }
+
+    /// Reads the regular file `name` whole (a symlink, FIFO or device is
+    /// refused).
+    pub fn read(&self, name: &OsStr) -> io::Result<Vec<u8>> {
+        let (mut f, _) = self.open_regular(name)?;
         let mut out = Vec::new();
         f.read_to_end(&mut out)?;
         Ok(out)
@@ -217,8 +226,9 @@ impl Dir {
     /// permissions of the file it replaces: the bytes go to a file of this
     /// directory that has no name (`O_TMPFILE`), fsynced, then linked in
     /// under a recognisable name (`.<name>.dsh.tmp`, unlinked first: a
-    /// writer killed between the link and the rename left it) and renamed
-    /// over `name`. A process killed while writing therefore leaves nothing
+    /// writer killed between the link and the rename left it; a name of
+    /// this writer's own when that one is taken by a directory or too
+    /// long) and renamed over `name`. A process killed while writing therefore leaves nothing
     /// behind (at most that name, for the microseconds between link and
     /// rename, and the next write of `name` removes it). Where the file
     /// system has no `O_TMPFILE`, a named temp file is written instead and
@@ -273,12 +283,24 @@ impl Dir {
             f.set_permissions(mode)?;
         }
         f.sync_all()?;
-        let link = unnamed_link(name);
+        let mut link = unnamed_link(name);
+        if link.len() > NAME_MAX {
+            link = own_temp_name();
+        }
         // Another writer of `name` may take the link name between our
         // link and rename (it unlinks ours first): every content is whole,
         // so trying again is safe.
         for _ in 0..16 {
-            self.unlink(&link)?;
+            match self.unlink(&link) {
+                Ok(()) => {}
+                // Not a file (a directory) holds the name: take one of our
+                // own, which nobody else uses.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EISDIR | libc::EPERM)) => {
+                    link = own_temp_name();
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
             match self.link_unnamed(&f, &link) {
                 Ok(true) => {}
                 Ok(false) => return Ok(Written::Unsupported),
@@ -362,6 +384,9 @@ impl Dir {
     ) -> io::Result<()> {
         let mut tmp = named_prefix(name);
         tmp.push(format!("{}-{}.tmp", std::process::id(), crate::new_id()));
+        if tmp.len() > NAME_MAX {
+            tmp = own_temp_name();
+        }
         let mut f = self.open_file(
             &tmp,
             libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC,
@@ -434,6 +459,19 @@ enum Written {
     Done,
     /// No `O_TMPFILE` (or no way to link it) here: nothing was written.
     Unsupported,
+}
+
+/// The longest file name (bytes) the kernel takes (`NAME_MAX`).
+const NAME_MAX: usize = 255;
+
+/// A temp name of this writer's own, short whatever the file's name:
+/// `.dsh-<pid>-<id>.tmp`.
+fn own_temp_name() -> OsString {
+    OsString::from(format!(
+        ".dsh-{}-{}.tmp",
+        std::process::id(),
+        crate::new_id()
+    ))
 }
 
 /// The name an unnamed temp file of `name` is linked under just before it
@@ -556,6 +594,31 @@ mod tests {
         assert!(!root.join(&stale).exists());
         assert!(root.join(&live).exists());
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_directory_at_the_link_name_or_a_long_name_does_not_block_a_write() {
+        let root = scratch("taken");
+        std::fs::create_dir_all(root.join(".a.txt.dsh.tmp/inner")).unwrap();
+        let (dir, name) = open_parent(&root, &root.join("a.txt"), false).unwrap();
+        dir.write_atomic(&name, b"one").unwrap();
+        assert_eq!(std::fs::read(root.join("a.txt")).unwrap(), b"one");
+        assert!(root.join(".a.txt.dsh.tmp/inner").is_dir());
+        let long = "l".repeat(250);
+        let (dir, name) = open_parent(&root, &root.join(&long), false).unwrap();
+        dir.write_atomic(&name, b"two").unwrap();
+        assert_eq!(std::fs::read(root.join(&long)).unwrap(), b"two");
+        let mut left = entries_of(&root);
+        left.sort();
+        assert_eq!(left, [".a.txt.dsh.tmp".to_owned(), "a.txt".into(), long]);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    fn entries_of(dir: &Path) -> Vec<String> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect()
     }
 
     #[test]

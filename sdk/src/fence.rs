@@ -11,6 +11,9 @@
 //! symlink swapped in after the check is refused instead of followed. A
 //! read is opened the same way and what was opened is checked again
 //! ([`open_read`]).
+//!
+//! A tool applies the fence its call carries, or, when it carries none,
+//! what it found itself is never read ([`Guard`]).
 
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
@@ -19,9 +22,13 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 pub mod config;
+pub mod found;
+mod guard;
 mod open;
 pub mod read;
 
+pub use found::Found;
+pub use guard::Guard;
 pub use open::{open_read, ReadError};
 pub use read::{ReadPolicy, Reads};
 
@@ -112,6 +119,10 @@ pub enum RefusalKind {
     ReadOnly,
     /// The path lies outside every writable root (an approver may allow it).
     Outside,
+    /// The path is in the workspace's configuration (`.git`, `.dsh`,
+    /// `.claude`, [`config`]): an approver may allow the call, but never
+    /// for the rest of the session (each change is asked for).
+    Config,
     /// The path is one of the harness's own files (never approvable).
     Protected,
     /// The path is never read (nor changed): a process's own files, the
@@ -135,10 +146,19 @@ impl Fence {
     /// canonicalized here. Reads are fenced only by their mode until
     /// [`Fence::with_reads`] adds what is never read.
     pub fn new(mode: Mode, root: &Path, temp: &Path, protected: &[PathBuf]) -> Fence {
-        let root = resolve(Path::new("/"), root);
+        let slash = Path::new("/");
+        let protected = protected.iter().map(|p| resolve(slash, p)).collect();
+        Fence::of_resolved(mode, resolve(slash, root), &resolve(slash, temp), protected)
+    }
+
+    /// [`Fence::new`] of paths already resolved ([`resolve`]): for a policy
+    /// that resolves its constant paths once (and pins each workspace) and
+    /// builds a fence for every call. Only the workspace's configuration is
+    /// looked up on the disk ([`config::config_dirs`]).
+    pub fn of_resolved(mode: Mode, root: PathBuf, temp: &Path, protected: Vec<PathBuf>) -> Fence {
         let writable = match mode {
             Mode::ReadOnly => Vec::new(),
-            Mode::WorkspaceWrite => vec![root.clone(), resolve(Path::new("/"), temp)],
+            Mode::WorkspaceWrite => vec![root.clone(), temp.to_owned()],
             Mode::DangerFullAccess => vec![PathBuf::from("/")],
         };
         let config = match mode {
@@ -149,10 +169,7 @@ impl Fence {
             mode,
             root,
             writable,
-            protected: protected
-                .iter()
-                .map(|p| resolve(Path::new("/"), p))
-                .collect(),
+            protected,
             config,
             reads: Reads::default(),
         }
@@ -170,12 +187,51 @@ impl Fence {
         self.with_reads(reads)
     }
 
+    /// `file`, as a tool's argument spells it relative to `cwd`, resolved
+    /// for a change, and whether tool `tool` may make it: what its spelling
+    /// names is checked as a read's is ([`Reads::forbidden_read`]: a
+    /// link from a store out of it is still the store), then the resolved
+    /// path with [`Fence::check_write`]. The path is given with any refusal,
+    /// for the caller to honour an approved one.
+    pub fn resolve_write(
+        &self,
+        tool: &str,
+        cwd: &Path,
+        file: &Path,
+    ) -> (PathBuf, Result<(), Refusal>) {
+        let target = resolve(cwd, file);
+        let checked = self.check_write(tool, &target);
+        let approvable = match &checked {
+            Ok(()) => true,
+            Err(r) => matches!(r.kind, RefusalKind::Outside | RefusalKind::Config),
+        };
+        if approvable && self.mode == Mode::WorkspaceWrite {
+            if let Some((spelled, why)) = self.reads.forbidden_read(cwd, file, &target) {
+                let refusal = self.secret_refusal(tool, &spelled, &why);
+                return (target, Err(refusal));
+            }
+        }
+        (target, checked)
+    }
+
+    /// The refusal of changing `target`, which is never read (`why`).
+    fn secret_refusal(&self, tool: &str, target: &Path, why: &str) -> Refusal {
+        Refusal {
+            kind: RefusalKind::Secret,
+            message: format!(
+                "{tool} of {} is refused: {why}; the agent may not read or change it in {} mode (set DSH_PERMISSION_MODE=danger-full-access to allow it)",
+                target.display(),
+                self.mode
+            ),
+        }
+    }
+
     /// Whether tool `tool` may change `target` (a path from [`resolve`]):
     /// not in `read-only`; in `workspace-write` never the harness's own
     /// files or what is never read ([`RefusalKind::Protected`],
     /// [`RefusalKind::Secret`]), and only with approval outside the
-    /// writable roots or in the workspace's configuration
-    /// ([`RefusalKind::Outside`]).
+    /// writable roots ([`RefusalKind::Outside`]) or in the workspace's
+    /// configuration ([`RefusalKind::Config`]).
     pub fn check_write(&self, tool: &str, target: &Path) -> Result<(), Refusal> {
         let shown = target.display();
         match self.mode {
@@ -198,18 +254,12 @@ impl Fence {
                     });
                 }
                 if let Some(why) = self.reads.forbidden(target) {
-                    return Err(Refusal {
-                        kind: RefusalKind::Secret,
-                        message: format!(
-                            "{tool} of {shown} is refused: {why}; the agent may not read or change it in {} mode (set DSH_PERMISSION_MODE=danger-full-access to allow it)",
-                            self.mode
-                        ),
-                    });
+                    return Err(self.secret_refusal(tool, target, &why));
                 }
                 let root = self.root_for(target);
                 if let Some((what, dir)) = config::config_of(root, &self.config, target) {
                     return Err(Refusal {
-                        kind: RefusalKind::Outside,
+                        kind: RefusalKind::Config,
                         message: format!(
                             "{shown} is in the workspace's {what}: {}; {} mode changes it only with your approval; approve the call, or set DSH_PERMISSION_MODE=danger-full-access to allow it",
                             dir.display(),
@@ -399,7 +449,7 @@ mod tests {
         fence.writable.push(PathBuf::from("/home/u"));
         for target in ["/w/.git/config", "/w/.git/hooks/pre-commit", "/w/a/.dsh/x"] {
             let refusal = fence.check_write("edit", Path::new(target)).unwrap_err();
-            assert_eq!(refusal.kind, RefusalKind::Outside, "{target}");
+            assert_eq!(refusal.kind, RefusalKind::Config, "{target}");
             assert!(
                 refusal.message.contains("only with your approval"),
                 "{}",

@@ -85,7 +85,7 @@ pub fn irregular_kind(file_type: &FileType) -> Option<&'static str> {
 
 /// Opens `path` (following symlinks) for reading if it is a regular file.
 pub fn open_regular(path: &Path) -> Result<File, OpenError> {
-    let file = open_nonblocking(path, Follow::Always)?;
+    let (file, _) = open_nonblocking(path, Follow::Always)?;
     clear_nonblocking(&file).map_err(OpenError::Io)?;
     Ok(file)
 }
@@ -195,12 +195,30 @@ pub struct Readable {
     pseudo: Option<Pseudo>,
     /// Bytes left before the bound (pseudo files only).
     left: Option<u64>,
+    /// The opened file's identity, from its descriptor.
+    identity: Identity,
+}
+
+/// A file's identity: (device, inode) of what a descriptor or path leads
+/// to, the same under every name of the file (links, hard links, bind
+/// mounts).
+pub type Identity = (u64, u64);
+
+/// The identity of the file `meta` describes.
+pub fn identity_of(meta: &std::fs::Metadata) -> Identity {
+    use std::os::unix::fs::MetadataExt;
+    (meta.dev(), meta.ino())
 }
 
 impl Readable {
     /// The pseudo filesystem the file lies on, if any.
     pub fn pseudo(&self) -> Option<Pseudo> {
         self.pseudo
+    }
+
+    /// The opened file's identity (from the descriptor, not a path).
+    pub fn identity(&self) -> Identity {
+        self.identity
     }
 
     /// The open file.
@@ -234,7 +252,7 @@ impl Read for Readable {
 /// Opens `path` for reading if it is a regular file, never blocking: see
 /// the module's documentation.
 pub fn open_readable(path: &Path, follow: Follow) -> Result<Readable, OpenError> {
-    let file = open_nonblocking(path, follow)?;
+    let (file, identity) = open_nonblocking(path, follow)?;
     match file_system_of(&file).map_err(OpenError::Io)? {
         FileSystem::Refused(kernel) => Err(OpenError::Kernel(kernel)),
         FileSystem::Ordinary => {
@@ -243,12 +261,14 @@ pub fn open_readable(path: &Path, follow: Follow) -> Result<Readable, OpenError>
                 file,
                 pseudo: None,
                 left: None,
+                identity,
             })
         }
         FileSystem::Pseudo(pseudo) => Ok(Readable {
             file,
             pseudo: Some(pseudo),
             left: Some(PSEUDO_READ_LIMIT),
+            identity,
         }),
     }
 }
@@ -260,8 +280,8 @@ pub fn opened_path(file: &File) -> io::Result<PathBuf> {
 }
 
 /// Opens `path` with `O_NONBLOCK | O_NOCTTY` and checks that it is (and
-/// was, before opening) a regular file.
-fn open_nonblocking(path: &Path, follow: Follow) -> Result<File, OpenError> {
+/// was, before opening) a regular file; with the opened file's identity.
+fn open_nonblocking(path: &Path, follow: Follow) -> Result<(File, Identity), OpenError> {
     let before = match follow {
         Follow::Always => std::fs::metadata(path),
         Follow::Never => std::fs::symlink_metadata(path),
@@ -283,10 +303,11 @@ fn open_nonblocking(path: &Path, follow: Follow) -> Result<File, OpenError> {
     };
     let opened = file.metadata().map_err(OpenError::Io)?;
     refuse_irregular(&opened.file_type())?;
-    Ok(file)
+    Ok((file, identity_of(&opened)))
 }
 
 const SYS_OPENAT2: libc::c_long = 437;
+const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
 const RESOLVE_NO_SYMLINKS: u64 = 0x04;
 
 #[repr(C)]
@@ -296,20 +317,19 @@ struct OpenHow {
     resolve: u64,
 }
 
-/// `openat2(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC,
-/// RESOLVE_NO_SYMLINKS)`; a plain open where the kernel has no `openat2`.
-fn open_no_symlinks(path: &Path) -> Result<File, OpenError> {
+/// `openat2(AT_FDCWD, path, flags | O_CLOEXEC, resolve)`: the new
+/// descriptor, or the error.
+fn openat2(path: &Path, flags: libc::c_int, resolve: u64) -> io::Result<OwnedFd> {
     let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| {
-        OpenError::Io(io::Error::new(
+        io::Error::new(
             io::ErrorKind::InvalidInput,
             "a path with a NUL byte is not a path",
-        ))
+        )
     })?;
-    let flags = libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC;
     let how = OpenHow {
-        flags: flags as u64,
+        flags: (flags | libc::O_CLOEXEC) as u64,
         mode: 0,
-        resolve: RESOLVE_NO_SYMLINKS,
+        resolve,
     };
     // SAFETY: valid pointers to a NUL-terminated path and to an open_how of
     // the size given, both alive for the call.
@@ -322,12 +342,41 @@ fn open_no_symlinks(path: &Path) -> Result<File, OpenError> {
             std::mem::size_of::<OpenHow>(),
         )
     };
-    if rc >= 0 {
-        // SAFETY: a fresh descriptor the kernel just gave us, owned by no one
-        // else.
-        return Ok(File::from(unsafe { OwnedFd::from_raw_fd(rc as i32) }));
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
     }
-    let e = io::Error::last_os_error();
+    // SAFETY: a fresh descriptor the kernel just gave us, owned by no one
+    // else.
+    Ok(unsafe { OwnedFd::from_raw_fd(rc as i32) })
+}
+
+/// Whether resolving `path` passes through a magic link of procfs
+/// (`/proc/<pid>/fd/N`, `cwd`, `root`, `exe`, `map_files`, `ns`; and so
+/// `/dev/fd/N`, `/dev/stdin`, ...): such a link leads to a process's open
+/// file or directory whatever the path it shows, so the path it resolves
+/// to says nothing about what is read. Looked at without opening anything
+/// (`O_PATH`); `false` where the kernel has no `openat2`, and when the path
+/// cannot be resolved at all.
+pub fn crosses_magic_link(path: &Path) -> bool {
+    match openat2(path, libc::O_PATH, RESOLVE_NO_MAGICLINKS) {
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            // ELOOP is also a loop of ordinary links: then the plain
+            // resolution fails the same way.
+            openat2(path, libc::O_PATH, 0)
+                .map_or_else(|e| e.raw_os_error() != Some(libc::ELOOP), |_| true)
+        }
+        _ => false,
+    }
+}
+
+/// `openat2(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC,
+/// RESOLVE_NO_SYMLINKS)`; a plain open where the kernel has no `openat2`.
+fn open_no_symlinks(path: &Path) -> Result<File, OpenError> {
+    let flags = libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY;
+    let e = match openat2(path, flags, RESOLVE_NO_SYMLINKS) {
+        Ok(fd) => return Ok(File::from(fd)),
+        Err(e) => e,
+    };
     match e.raw_os_error() {
         Some(libc::ELOOP) => Err(OpenError::Symlink(path.to_owned())),
         // No openat2 here (or a seccomp filter that hides it).

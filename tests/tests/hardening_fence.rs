@@ -1,16 +1,26 @@
 //! The workspace fence as an attacker tries it: `..` after a missing
 //! directory, a symlink swapped in while writing (or reading), the
 //! harness's own files, read-before-write under another spelling, the
-//! workspace's `.git` (and `.dsh`, `.claude`) configuration, and `kill -9`
-//! in the middle of a write.
+//! workspace's `.git` (and `.dsh`, `.claude`) configuration (and an
+//! approval "for this session" that must not cover it), `kill -9` in the
+//! middle of a write, a directory where the temp link goes, a sparse file
+//! of gigabytes to `edit`, and the workspace swapped for a link under a
+//! running session.
+
+// Only the chat's pty is used here.
+#[allow(dead_code)]
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use dsh_testkit::fake_llm::{text, tool_calls, FakeLlm};
+use dsh_testkit::headless::Headless;
 use dsh_testkit::tools::{host, run, text_of};
 use dsh_testkit::TempDir;
 use serde_json::json;
+use support::pty::Pty;
 
 /// A directory outside every writable root (`/var/tmp` is not the temp dir).
 struct Outside(PathBuf);
@@ -523,4 +533,222 @@ async fn kill_9_in_the_middle_of_a_write_leaves_no_temp_file() {
     h.run_ok(&["write it small"]).await;
     assert_eq!(entries(&w), ["big.txt"]);
     assert_eq!(std::fs::read_to_string(w.join("big.txt")).unwrap(), "small");
+}
+
+#[tokio::test]
+async fn allow_for_this_session_never_covers_the_workspace_configuration() {
+    let fake = FakeLlm::start().await;
+    let outside = Outside::new("session-allow");
+    let first = outside.0.join("first.txt");
+    let e = Headless::new(&fake, "");
+    git_init(e.work.path());
+    let (config, hook) = (
+        e.work.path().join(".git/config"),
+        e.work.path().join(".git/hooks/pre-commit"),
+    );
+    let config_before = std::fs::read_to_string(&config).unwrap();
+    fake.push([
+        tool_calls(&[("write", json!({"file_path": first, "content": "1"}))]),
+        text("Wrote outside."),
+        tool_calls(&[(
+            "write",
+            json!({"file_path": ".git/hooks/pre-commit", "content": HOOK}),
+        )]),
+        text("Hook asked."),
+        tool_calls(&[(
+            "write",
+            json!({"file_path": ".git/config", "content": FSMONITOR}),
+        )]),
+        text("Config asked."),
+    ]);
+    let mut p = Pty::dsh_host(&e, &[], &[]);
+    p.wait_for("dsh chat", 20).await;
+    // An outside write, allowed for the session.
+    p.send("write outside\r");
+    p.wait_for("allow for this session [a]", 20).await;
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    p.send("a");
+    p.wait_for("Wrote outside.", 20).await;
+    assert_eq!(std::fs::read_to_string(&first).unwrap(), "1");
+    p.wait_idle(20).await;
+    // A write into .git is still asked for; "a" allows it once only.
+    p.send("plant the hook\r");
+    p.wait_for("reject [n] (asked for every time)", 20).await;
+    assert!(!hook.exists(), "written before the user answered");
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    p.send("a");
+    p.wait_for("Hook asked.", 20).await;
+    assert!(p.contents().contains("write allowed once (changes to the workspace's configuration are asked for every time)"), "{}", p.contents());
+    assert_eq!(std::fs::read_to_string(&hook).unwrap(), HOOK);
+    p.wait_idle(20).await;
+    // The next one is asked again, and rejected.
+    p.send("now the config\r");
+    p.wait_for("write {\"file_path\":\".git/config\"", 20).await;
+    assert!(
+        p.contents().contains("reject [n] (asked for every time)"),
+        "{}",
+        p.contents()
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    p.send("n");
+    p.wait_for("Config asked.", 20).await;
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), config_before);
+    let last = fake.tool_results_of_last_request();
+    assert!(last.iter().any(|r| r.contains("rejected")), "{last:?}");
+    p.send("\x04");
+    assert_eq!(p.wait_exit(20).await, 0);
+}
+
+#[tokio::test]
+async fn a_directory_at_the_temp_link_name_or_a_long_name_does_not_block_writes() {
+    let t = host("workspace-write", "").await;
+    let ws = TempDir::new("taken-link-ws");
+    let w = ws.path();
+    // What bash can make: a directory where the write links its temp file.
+    std::fs::create_dir_all(w.join(".a.txt.dsh.tmp/keep")).unwrap();
+    let long = "n".repeat(250);
+    for (name, content) in [("a.txt", "one"), (long.as_str(), "two")] {
+        let r = run(
+            &t,
+            w,
+            "write",
+            json!({"file_path": name, "content": content}),
+        )
+        .await;
+        assert!(text_of(&r).contains("Created file"), "{r}");
+        assert_eq!(std::fs::read_to_string(w.join(name)).unwrap(), content);
+    }
+    let r = run(&t, w, "read", json!({"file_path": "a.txt"})).await;
+    assert_eq!(r["isError"], false, "{r}");
+    let r = run(
+        &t,
+        w,
+        "write",
+        json!({"file_path": "a.txt", "content": "three"}),
+    )
+    .await;
+    assert!(text_of(&r).contains("Updated file"), "{r}");
+    assert_eq!(std::fs::read_to_string(w.join("a.txt")).unwrap(), "three");
+    assert!(
+        w.join(".a.txt.dsh.tmp/keep").is_dir(),
+        "the directory is left alone"
+    );
+    let mut want = vec![".a.txt.dsh.tmp".to_owned(), "a.txt".to_owned(), long];
+    want.sort();
+    assert_eq!(entries(w), want, "no stray temp file");
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn edit_refuses_a_sparse_file_of_gigabytes_before_reading_it() {
+    use std::io::Write;
+    let t = host("workspace-write", "").await;
+    let ws = TempDir::new("sparse-edit-ws");
+    let w = ws.path();
+    let big = w.join("big.log");
+    let head: String = (0..2000)
+        .map(|i| format!("line {i} of the head\n"))
+        .collect();
+    let size = 3u64 << 30;
+    {
+        let mut f = std::fs::File::create(&big).unwrap();
+        f.write_all(head.as_bytes()).unwrap();
+        f.set_len(size).unwrap();
+    }
+    // Read (the byte cap ends the window: the hole is never read).
+    let r = run(&t, w, "read", json!({"file_path": "big.log"})).await;
+    assert_eq!(r["isError"], false, "{r}");
+    let r = run(
+        &t,
+        w,
+        "edit",
+        json!({"file_path": "big.log", "old_string": "line 1 of", "new_string": "LINE 1 OF"}),
+    )
+    .await;
+    assert_eq!(r["error"]["info"]["code"], "FS_TOO_LARGE", "{r}");
+    assert!(
+        text_of(&r).contains(&format!(
+            "it is (or would become) {size} bytes, above the 33554432-byte limit of edit"
+        )),
+        "{r}"
+    );
+    assert_eq!(std::fs::metadata(&big).unwrap().len(), size);
+    let mut start = vec![0u8; head.len()];
+    std::io::Read::read_exact(&mut std::fs::File::open(&big).unwrap(), &mut start).unwrap();
+    assert_eq!(start, head.as_bytes(), "the file is unchanged");
+    // An edit that would grow a small file past the limit is refused too.
+    std::fs::write(w.join("x.txt"), "x".repeat(100_000)).unwrap();
+    let r = run(&t, w, "read", json!({"file_path": "x.txt"})).await;
+    assert_eq!(r["isError"], false, "{r}");
+    let r = run(
+        &t,
+        w,
+        "edit",
+        json!({"file_path": "x.txt", "old_string": "x", "new_string": "y".repeat(400), "replace_all": true}),
+    )
+    .await;
+    assert_eq!(r["error"]["info"]["code"], "FS_TOO_LARGE", "{r}");
+    assert_eq!(std::fs::metadata(w.join("x.txt")).unwrap().len(), 100_000);
+    assert_eq!(entries(w), ["big.log", "x.txt"]);
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_workspace_swapped_for_a_link_under_a_session_moves_no_fence() {
+    let t = host("workspace-write", "").await;
+    let base = TempDir::new("swap");
+    let ws = base.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    git_init(&ws);
+    let outside = Outside::new("swap-target");
+    std::fs::write(outside.0.join("target.txt"), "original").unwrap();
+    // The session works in its workspace.
+    let r = run(
+        &t,
+        &ws,
+        "write",
+        json!({"file_path": "a.txt", "content": "one"}),
+    )
+    .await;
+    assert!(text_of(&r).contains("Created file"), "{r}");
+    // A command (the workspace's parent is writable: /tmp) swaps it.
+    std::fs::rename(&ws, base.path().join("ws.real")).unwrap();
+    std::os::unix::fs::symlink(&outside.0, &ws).unwrap();
+    for (tool, args) in [
+        (
+            "write",
+            json!({"file_path": "target.txt", "content": "pwned"}),
+        ),
+        ("write", json!({"file_path": "new.txt", "content": "pwned"})),
+        (
+            "write",
+            json!({"file_path": ".git/hooks/pre-commit", "content": HOOK}),
+        ),
+        ("read", json!({"file_path": "target.txt"})),
+        (
+            "bash",
+            json!({"command": "echo pwned > target.txt", "description": "x"}),
+        ),
+    ] {
+        let r = run(&t, &ws, tool, args.clone()).await;
+        assert_eq!(r["isError"], true, "{tool} {args}: {r}");
+        let message = text_of(&r);
+        assert!(
+            message.contains(&format!(
+                "the workspace {} was replaced since this session started (it now resolves to {}",
+                ws.display(),
+                outside.0.canonicalize().unwrap().display()
+            )) && message.contains("refusing tool calls there: start a new session"),
+            "{tool} {args}: {message}"
+        );
+    }
+    assert_eq!(entries(&outside.0), ["target.txt"]);
+    assert_eq!(
+        std::fs::read_to_string(outside.0.join("target.txt")).unwrap(),
+        "original"
+    );
+    // Put it back for the clean-up.
+    std::fs::remove_file(&ws).unwrap();
+    std::fs::rename(base.path().join("ws.real"), &ws).unwrap();
+    t.shutdown().await;
 }

@@ -5,7 +5,11 @@
 //! tool calls streamed without an id, with an empty one or with the id of
 //! another call of the same answer (issue 18, "Why" 5: the session must
 //! still load), and an answer flooding reasoning past the adapter's
-//! `maxAnswerBytes` (issue 18, "Why" 9: memory stays bounded).
+//! `maxAnswerBytes` (issue 18, "Why" 9: memory stays bounded). Then the
+//! review of that cap: error bodies of gigabytes, error bodies that stall,
+//! error messages of megabytes, answers of a thousand tool calls
+//! (`maxToolCalls`), usage counts of `u64::MAX`, and a finish reason of
+//! megabytes.
 
 use std::path::Path;
 use std::time::Duration;
@@ -638,4 +642,269 @@ async fn a_reasoning_flood_past_max_answer_bytes_fails_malformed_with_bounded_me
     let session = lines(&file)[0]["id"].as_str().unwrap().to_owned();
     let (code, _, stderr) = sessions_cmd(&h, &["show", &session]);
     assert_eq!(code, 0, "{stderr}");
+}
+
+// ---------------------------------------------------------------------------
+// Error bodies and messages: read with bounds, cut when long.
+
+/// Runs `args` through `h` in the background, bounded by [`DEADLINE`]:
+/// a run that does not end by then is killed and the test fails.
+async fn run_bounded(h: &Headless, args: &[&str]) -> (i32, String, String) {
+    let running = h.spawn(args);
+    let pid = running.pid();
+    match tokio::time::timeout(DEADLINE, running.output()).await {
+        Ok(o) => out(&o),
+        Err(_) => {
+            let _ = std::process::Command::new("kill")
+                .args(["-9", &pid.to_string()])
+                .status();
+            panic!("dsh-host {args:?} did not end within {DEADLINE:?}");
+        }
+    }
+}
+
+/// The most stderr a failed run may print: the error line, a few log
+/// lines, never the server's megabytes.
+const STDERR_BOUND: usize = 8 * 1024;
+
+#[tokio::test]
+async fn an_error_body_of_hundreds_of_mib_is_read_only_to_64_kib() {
+    // The review sent 1,500 MiB (3.15 GB RSS); 256 MiB tells as well.
+    let mib = 256;
+    let fake = FakeLlm::start().await;
+    let h = Headless::new(&fake, "");
+    fake.push([Answer::StatusFlood(500, mib)]);
+    let (code, stdout, stderr) = run_bounded(&h, &["go"]).await;
+    assert_eq!(
+        (code, stdout.as_str()),
+        (1, ""),
+        "{}",
+        &stderr[..stderr.len().min(2000)]
+    );
+    assert!(
+        stderr.len() < STDERR_BOUND,
+        "{} bytes of stderr",
+        stderr.len()
+    );
+    assert!(stderr.starts_with("dsh: SERVER: HTTP 500: "), "{stderr}");
+    assert!(
+        stderr.contains("the body was longer than 65536 bytes; the rest was not read"),
+        "{stderr}"
+    );
+    // The adapter hung up: the server could not write the body.
+    let written = tokio::time::timeout(DEADLINE, fake.floods_written(1))
+        .await
+        .expect("the server finished the body");
+    assert!(
+        !written[0].complete && written[0].payloads < mib,
+        "the client read the whole error body: {written:?}"
+    );
+    assert_eq!(fake.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn an_error_body_that_stalls_fails_within_the_idle_timeout() {
+    // `content-length: 100`, one byte, then nothing for an hour.
+    let idle_ms = 1000;
+    let fake = FakeLlm::start().await;
+    let h = Headless::with_stream_idle(&fake, idle_ms, "");
+    fake.push([Answer::StatusStall(500, "{".into(), 100)]);
+    let (code, stdout, stderr) = run_bounded(&h, &["go"]).await;
+    assert_eq!((code, stdout.as_str()), (1, ""), "{stderr}");
+    assert!(stderr.starts_with("dsh: SERVER: HTTP 500: {"), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "the body was not complete after {idle_ms} ms (1 bytes read)"
+        )),
+        "{stderr}"
+    );
+    assert_eq!(fake.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn an_error_message_of_megabytes_is_cut() {
+    let fake = FakeLlm::start().await;
+    let h = Headless::new(&fake, "");
+    // An HTTP error whose JSON message is 5 MB: read to 64 KiB only.
+    let body = json!({"error": {"message": "M".repeat(5_000_000), "code": "x"}}).to_string();
+    fake.push([Answer::Status(400, vec![], body)]);
+    let (code, _, stderr) = run_bounded(&h, &["go"]).await;
+    assert_eq!(code, 1);
+    assert!(
+        stderr.len() < STDERR_BOUND,
+        "{} bytes of stderr",
+        stderr.len()
+    );
+    assert!(
+        stderr.starts_with("dsh: INVALID_REQUEST: HTTP 400: "),
+        "{stderr}"
+    );
+    assert!(stderr.contains("the rest was not read"), "{stderr}");
+
+    // A message that fits the body read but not a failure: cut to 2,000
+    // characters, saying so; in an HTTP error and inside a 200 stream.
+    let long = "M".repeat(50_000);
+    let body = json!({"error": {"message": long, "code": "x"}}).to_string();
+    fake.push([
+        Answer::Status(400, vec![], body),
+        Answer::Sse(vec![data(
+            json!({"error": {"message": long, "code": "context_length_exceeded"}}),
+        )]),
+    ]);
+    for want in [
+        "dsh: INVALID_REQUEST: HTTP 400: ",
+        "dsh: CONTEXT_WINDOW_EXCEEDED: ",
+    ] {
+        let (code, _, stderr) = run_bounded(&h, &["go"]).await;
+        assert_eq!(code, 1);
+        assert!(
+            stderr.len() < STDERR_BOUND,
+            "{} bytes of stderr",
+            stderr.len()
+        );
+        assert!(stderr.starts_with(want), "{stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "{}… (cut: the message was 50000 bytes)",
+                "M".repeat(100)
+            )),
+            "{stderr}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The cap on one answer's tool calls.
+
+#[tokio::test]
+async fn an_answer_with_more_tool_calls_than_max_tool_calls_fails_malformed() {
+    // The review sent 100,000 empty calls (2.7 GB); 1,000 against a cap of
+    // 8 tell the same.
+    let cap = 8;
+    let total = 1000;
+    let (t, fake) = core_host(|rows| {
+        let row = "streamIdleTimeoutMs = 1500 }";
+        assert!(rows.contains(row), "{rows}");
+        rows.replace(
+            row,
+            &format!("streamIdleTimeoutMs = 1500, maxToolCalls = {cap} }}"),
+        )
+    })
+    .await;
+    let calls: Vec<Value> = (0..total)
+        .map(|i| json!({"index": i, "id": format!("c{i}"), "function": {"name": "x", "arguments": ""}}))
+        .collect();
+    let mut stream: Vec<Option<String>> = calls
+        .chunks(100)
+        .map(|c| data(json!({"choices": [{"delta": {"tool_calls": c}}]})))
+        .collect();
+    stream.push(data(
+        json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}),
+    ));
+    stream.push(Some("[DONE]".into()));
+    fake.push([Answer::Sse(stream)]);
+    let agent = new_agent(&t, "/tmp").await;
+    let reason = turn(&t, &agent, "call everything").await;
+    let message = error_message(&reason, "MALFORMED_RESPONSE");
+    assert!(
+        message.contains(&format!("more than {cap} tool calls in one answer"))
+            && message.contains("raise `maxToolCalls`"),
+        "{message}"
+    );
+    assert_eq!(
+        fake.requests().len(),
+        1,
+        "MALFORMED_RESPONSE is not retried"
+    );
+    // Nothing of the answer ran or was kept: no call, no message.
+    let ev = events(&t, &agent).await;
+    assert_eq!(count(&ev, event::TOOL_CALL), 0);
+    assert_eq!(count(&ev, event::ASSISTANT_MESSAGE), 0);
+    t.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------
+// Usage counts a server made up.
+
+/// `prompt_tokens` and `completion_tokens` of `u64::MAX`.
+fn absurd_usage() -> Option<String> {
+    data(
+        json!({"choices": [], "usage": {"prompt_tokens": u64::MAX, "completion_tokens": u64::MAX}}),
+    )
+}
+
+#[tokio::test]
+async fn usage_of_u64_max_on_two_answers_ends_the_run_normally() {
+    let fake = FakeLlm::start().await;
+    let h = Headless::new(&fake, "");
+    let glob = json!({"index": 0, "id": "c1", "function": {"name": "glob", "arguments": "{\"pattern\":\"*.nothing\"}"}});
+    fake.push([
+        Answer::Sse(vec![
+            data(json!({"choices": [{"delta": {"tool_calls": [glob]}}]})),
+            data(json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]})),
+            absurd_usage(),
+            Some("[DONE]".into()),
+        ]),
+        Answer::Sse(vec![
+            data(json!({"choices": [{"delta": {"content": "hi"}}]})),
+            data(json!({"choices": [{"delta": {}, "finish_reason": "stop"}]})),
+            absurd_usage(),
+            Some("[DONE]".into()),
+        ]),
+    ]);
+    fake.set_fallback(text("more"));
+    let (code, stdout, stderr) = run_bounded(&h, &["--output", "jsonl", "go"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stderr.contains("PANIC"), "{stderr}");
+    // The counts were clamped to 2^53 - 1 where the adapter read them, and
+    // the run's totals add them without overflow.
+    let max = (1u64 << 53) - 1;
+    let result = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| l["type"] == "result")
+        .unwrap_or_else(|| panic!("no result line: {stdout}"));
+    assert_eq!(result["reason"], json!({"kind": "completed"}), "{result}");
+    assert_eq!(result["output"], "hi", "{result}");
+    assert_eq!(
+        result["usage"],
+        json!({"inputTokens": 2 * max, "outputTokens": 2 * max}),
+        "{result}"
+    );
+    let stored: Vec<Value> = records(&h.log_file(), event::ASSISTANT_MESSAGE)
+        .iter()
+        .map(|r| r["data"]["usage"].clone())
+        .collect();
+    assert_eq!(
+        stored,
+        vec![json!({"inputTokens": max, "outputTokens": max}); 2]
+    );
+}
+
+// ---------------------------------------------------------------------------
+// A finish reason of megabytes.
+
+#[tokio::test]
+async fn a_finish_reason_of_megabytes_is_cut_and_escaped() {
+    let fake = FakeLlm::start().await;
+    let h = Headless::new(&fake, "");
+    let reason = format!("\u{1b}]52;c;aGVsbG8=\u{7}{}", "F".repeat(5_000_000));
+    fake.push([Answer::Sse(vec![
+        data(json!({"choices": [{"delta": {"content": "hi"}}]})),
+        data(json!({"choices": [{"delta": {}, "finish_reason": reason}]})),
+        Some("[DONE]".into()),
+    ])]);
+    let (code, _, stderr) = run_bounded(&h, &["go"]).await;
+    assert_eq!(code, 1, "{}", &stderr[..stderr.len().min(2000)]);
+    assert!(
+        stderr.len() < STDERR_BOUND,
+        "{} bytes of stderr",
+        stderr.len()
+    );
+    assert!(
+        stderr.contains("the model stopped: \"\\u{1b}]52;c;aGVsbG8=\\u{7}FFF")
+            && stderr.contains("… (cut: 5000016 bytes in all)"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains('\u{1b}'), "no raw escape: {stderr}");
 }

@@ -462,3 +462,314 @@ async fn danger_full_access_still_reads_everything() {
     assert_eq!(r["isError"], false, "{r}");
     t.shutdown().await;
 }
+
+/// A fake home laid out by GNU stow: the stores hold links into
+/// `~/dotfiles` (and `~/clusters`), where the secrets really are.
+struct StowHome(TempDir);
+
+impl StowHome {
+    const SSH_KEY: &'static str = "FAKE-STOWED-SSH-KEY";
+    const AWS_KEY: &'static str = "FAKE-STOWED-AWS-SECRET";
+    const KUBE_TOKEN: &'static str = "FAKE-STOWED-KUBE-TOKEN";
+
+    fn new() -> StowHome {
+        let home = TempDir::new("stow-home");
+        let h = home.path();
+        for dir in [
+            ".ssh",
+            ".aws",
+            ".kube",
+            "clusters",
+            "dotfiles/ssh/.ssh",
+            "dotfiles/aws/.aws",
+        ] {
+            std::fs::create_dir_all(h.join(dir)).unwrap();
+        }
+        std::fs::write(h.join("dotfiles/ssh/.ssh/id_rsa"), Self::SSH_KEY).unwrap();
+        std::fs::write(
+            h.join("dotfiles/aws/.aws/credentials"),
+            format!("aws_secret_access_key = {}\n", Self::AWS_KEY),
+        )
+        .unwrap();
+        std::fs::write(
+            h.join("clusters/prod.yaml"),
+            format!("token: {}\n", Self::KUBE_TOKEN),
+        )
+        .unwrap();
+        let link = |target: &str, name: &str| std::os::unix::fs::symlink(target, h.join(name));
+        link("../dotfiles/ssh/.ssh/id_rsa", ".ssh/id_rsa").unwrap();
+        link("../dotfiles/aws/.aws/credentials", ".aws/credentials").unwrap();
+        std::os::unix::fs::symlink(h.join("clusters/prod.yaml"), h.join(".kube/config")).unwrap();
+        StowHome(home)
+    }
+
+    fn path(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+#[tokio::test]
+async fn secret_stores_linked_per_file_gnu_stow_are_refused_under_every_name() {
+    let fake = FakeLlm::start().await;
+    let home = StowHome::new();
+    let h = Headless::new(&fake, "").env("HOME", home.path().to_str().unwrap());
+    let (w, hp) = (h.work.path(), home.path());
+    // A hard link of the key in the workspace (one file system: /tmp).
+    std::fs::hard_link(hp.join("dotfiles/ssh/.ssh/id_rsa"), w.join("notes.txt")).unwrap();
+    let reads = [
+        hp.join(".ssh/id_rsa"),
+        hp.join(".ssh/../.ssh/id_rsa"),
+        hp.join("dotfiles/ssh/.ssh/id_rsa"),
+        hp.join(".aws/credentials"),
+        hp.join("dotfiles/aws/.aws/credentials"),
+        hp.join(".kube/config"),
+        hp.join("clusters/prod.yaml"),
+        w.join("notes.txt"),
+    ];
+    let calls: Vec<(&str, Value)> = reads
+        .iter()
+        .map(|p| ("read", json!({"file_path": p})))
+        .chain([
+            (
+                "grep",
+                json!({"pattern": "FAKE", "path": hp.join("dotfiles")}),
+            ),
+            (
+                "grep",
+                json!({"pattern": "FAKE", "path": hp.join("clusters")}),
+            ),
+            ("grep", json!({"pattern": "FAKE"})),
+        ])
+        .collect();
+    fake.push([tool_calls(&calls), text("done")]);
+    h.run_ok(&["read my stowed keys"]).await;
+    let results = fake.tool_results_of_last_request();
+    assert_eq!(results.len(), calls.len(), "{results:?}");
+    for (p, r) in reads.iter().zip(&results) {
+        assert!(r.contains("is refused"), "{}: {r}", p.display());
+    }
+    assert!(results[0].contains("SSH keys"), "{}", results[0]);
+    assert!(results[7].contains("under another name"), "{}", results[7]);
+    let seen = requests_text(&fake) + &logs_text(&h);
+    for secret in [StowHome::SSH_KEY, StowHome::AWS_KEY, StowHome::KUBE_TOKEN] {
+        assert!(!seen.contains(secret), "{secret} leaked");
+    }
+}
+
+#[tokio::test]
+async fn histories_agent_credentials_and_system_secrets_are_refused() {
+    let fake = FakeLlm::start().await;
+    let home = FakeHome::new();
+    let runtime = TempDir::new("runtime-dir");
+    let h = Headless::new(&fake, "")
+        .env("HOME", home.path().to_str().unwrap())
+        .env("XDG_RUNTIME_DIR", runtime.path().to_str().unwrap());
+    let secret = "FAKE-TOKEN-IN-A-NEW-STORE";
+    let hp = home.path();
+    let stores = [
+        hp.join(".bash_history"),
+        hp.join(".zsh_history"),
+        hp.join(".python_history"),
+        hp.join(".local/share/fish/fish_history"),
+        hp.join(".claude/.credentials.json"),
+        hp.join(".codex/auth.json"),
+        hp.join(".config/git/credentials"),
+        hp.join(".config/containers/auth.json"),
+        hp.join(".m2/settings.xml"),
+        hp.join(".gradle/gradle.properties"),
+        hp.join(".terraform.d/credentials.tfrc.json"),
+        hp.join(".config/rclone/rclone.conf"),
+        hp.join(".s3cfg"),
+        hp.join(".password-store/bank.gpg"),
+        hp.join(".local/share/keyrings/login.keyring"),
+        runtime.path().join("containers/auth.json"),
+    ];
+    for store in &stores {
+        std::fs::create_dir_all(store.parent().unwrap()).unwrap();
+        std::fs::write(store, format!("export TOKEN={secret}\n")).unwrap();
+    }
+    let system = ["/etc/ssl/private/server.key", "/run/secrets/db_password"];
+    let calls: Vec<(&str, Value)> = stores
+        .iter()
+        .map(|p| p.to_str().unwrap())
+        .chain(system)
+        .map(|p| ("read", json!({"file_path": p})))
+        .chain([("grep", json!({"pattern": "TOKEN", "path": hp}))])
+        .collect();
+    fake.push([tool_calls(&calls), text("done")]);
+    h.run_ok(&["read the histories"]).await;
+    let results = fake.tool_results_of_last_request();
+    assert_eq!(results.len(), calls.len(), "{results:?}");
+    for ((_, args), r) in calls.iter().zip(&results) {
+        if args.get("file_path").is_some() {
+            assert!(
+                r.contains("is refused: it is a secret store"),
+                "{args}: {r}"
+            );
+        }
+    }
+    assert!(!results.last().unwrap().contains(secret), "{results:?}");
+    let seen = requests_text(&fake) + &logs_text(&h);
+    assert!(!seen.contains(secret), "a store's content leaked");
+}
+
+#[tokio::test]
+async fn dev_fd_and_dev_stdout_never_reach_the_harness_descriptors() {
+    let fake = FakeLlm::start().await;
+    let h = Headless::new(&fake, "");
+    let w = h.work.path();
+    // The event stream goes to a file, as `dsh ... --output jsonl > f`.
+    let stream = TempDir::new("event-stream");
+    let out = stream.path().join("events.jsonl");
+    std::os::unix::fs::symlink("/dev/fd/1", w.join("out")).unwrap();
+    std::os::unix::fs::symlink("/dev/stdout", w.join("out2")).unwrap();
+    let spellings = [
+        "/dev/fd/1",
+        "/dev/stdout",
+        "/dev/stderr",
+        "/dev/stdin",
+        "/dev/fd/../fd/1",
+        "out",
+        "out2",
+    ];
+    let calls: Vec<(&str, Value)> = spellings
+        .iter()
+        .map(|s| ("read", json!({"file_path": s})))
+        .chain([("grep", json!({"pattern": "type", "path": "/dev/fd/1"}))])
+        .collect();
+    fake.push([tool_calls(&calls), text("done")]);
+    let mut c = h.command(&["--output", "jsonl", "show me the stream"]);
+    c.stdout(std::fs::File::create(&out).unwrap());
+    let status = tokio::task::spawn_blocking(move || c.status())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    let results = fake.tool_results_of_last_request();
+    assert_eq!(results.len(), calls.len(), "{results:?}");
+    for ((_, args), r) in calls.iter().zip(&results) {
+        assert!(r.contains("is refused"), "{args}: {r}");
+        assert!(
+            r.contains("harness's own open files") || r.contains("magic link"),
+            "{args}: {r}"
+        );
+        assert!(
+            !r.contains("\"type\""),
+            "{args}: the event stream came back: {r}"
+        );
+    }
+    assert!(std::fs::read_to_string(&out).unwrap().contains("\"type\""));
+}
+
+#[tokio::test]
+async fn grep_returns_when_a_git_file_leads_to_a_fifo_commondir() {
+    let t = host("workspace-write", "").await;
+    let ws = TempDir::new("commondir-ws");
+    let w = ws.path();
+    std::fs::create_dir_all(w.join("d")).unwrap();
+    std::fs::create_dir_all(w.join("gd")).unwrap();
+    std::fs::write(w.join("a.txt"), "needle\n").unwrap();
+    std::fs::write(w.join("d/b.txt"), "needle\n").unwrap();
+    std::fs::write(
+        w.join("d/.git"),
+        format!("gitdir: {}\n", w.join("gd").display()),
+    )
+    .unwrap();
+    // A worktree's `.git` file leads to `gd`, whose `commondir` is a FIFO:
+    // a blocking open of it never returns.
+    let fifo = w.join("gd/commondir");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let release = || {
+        use std::os::unix::fs::OpenOptionsExt;
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo);
+    };
+    for path in [None, Some("d")] {
+        let args = match path {
+            Some(p) => json!({"pattern": "needle", "path": p}),
+            None => json!({"pattern": "needle"}),
+        };
+        let r = match tokio::time::timeout(DEADLINE, run(&t, w, "grep", args.clone())).await {
+            Ok(r) => r,
+            Err(_) => {
+                release();
+                panic!("grep {args} blocked on the FIFO commondir");
+            }
+        };
+        assert_eq!(r["isError"], false, "{args}: {r}");
+        assert!(text_of(&r).contains("b.txt\nLine 1: needle"), "{args}: {r}");
+    }
+    // A `.gitignore` that is a FIFO is never opened blocking either: its
+    // directory is left out, the rest is searched.
+    let gi = w.join("d/.gitignore");
+    let c = std::ffi::CString::new(gi.to_str().unwrap()).unwrap();
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let call = run(&t, w, "grep", json!({"pattern": "needle"}));
+    let r = tokio::time::timeout(DEADLINE, call)
+        .await
+        .expect("grep blocked on a FIFO .gitignore");
+    assert_eq!(
+        text_of(&r),
+        "Found 1 matches\n\na.txt\nLine 1: needle",
+        "{r}"
+    );
+    assert_eq!(format!("{:?}", t.status("search").await.state), "Active");
+    t.shutdown().await;
+}
+
+/// The tool rows of [`host`] without the `permission` row: no policy
+/// fences the calls.
+const NO_POLICY: &str =
+    "[[row]]\nid='session'\nplugin='session'\n[[row]]\nid='tools'\nplugin='tools'\n\
+     [[row]]\nid='read'\nplugin='tool-read'\n[[row]]\nid='fs'\nplugin='tool-fs'\n\
+     [[row]]\nid='search'\nplugin='tool-search'\n";
+
+#[tokio::test]
+async fn without_a_permission_row_the_tools_still_never_read_the_harness_environment() {
+    let t = dsh_testkit::TestHost::start().await;
+    t.apply(NO_POLICY).await;
+    t.assert_all_active().await;
+    let ws = TempDir::new("no-policy-ws");
+    let w = ws.path();
+    std::os::unix::fs::symlink("/proc/self/environ", w.join("env")).unwrap();
+    std::fs::write(w.join("a.txt"), "one\n").unwrap();
+    for (tool, args) in [
+        ("read", json!({"file_path": "/proc/self/environ"})),
+        ("read", json!({"file_path": "env"})),
+        ("read", json!({"file_path": "/dev/fd/0"})),
+        (
+            "grep",
+            json!({"pattern": "PATH", "path": "/proc/self/environ"}),
+        ),
+        ("glob", json!({"pattern": "environ", "path": "/proc/self"})),
+        (
+            "write",
+            json!({"file_path": "/proc/self/environ", "content": "x"}),
+        ),
+        (
+            "edit",
+            json!({"file_path": "/proc/self/environ", "old_string": "PATH", "new_string": "X"}),
+        ),
+    ] {
+        let r = run(&t, w, tool, args.clone()).await;
+        let message = text_of(&r);
+        assert_eq!(r["isError"], true, "{tool} {args}: {r}");
+        assert!(message.contains("is refused"), "{tool} {args}: {message}");
+        assert!(
+            message.contains("carries no fence"),
+            "{tool} {args}: {message}"
+        );
+        assert!(!message.contains("PATH="), "{tool} {args}: {message}");
+    }
+    // Everything else stays unfenced, as before.
+    let r = run(&t, w, "read", json!({"file_path": "a.txt"})).await;
+    assert!(text_of(&r).contains("1: one"), "{r}");
+    let r = run(&t, w, "read", json!({"file_path": "/proc/version"})).await;
+    assert!(text_of(&r).contains("Linux version"), "{r}");
+    t.shutdown().await;
+}

@@ -2,10 +2,12 @@
 //! a project's `AGENTS.md` (or `CLAUDE.md`, ...) is read only when it
 //! resolves, and what was opened lies, under the project root, is a regular
 //! file and is nothing the read fence refuses (`AGENTS.md ->
-//! /proc/self/environ`, `-> ../id_rsa`, `-> ~/.ssh/id_rsa` are skipped with a
-//! warning naming the file, never sent). The user's `$DSH_HOME/AGENTS.md`
-//! may lead anywhere but to what the fence refuses. Files are opened
-//! without blocking (a FIFO, `/proc/kmsg`) and read up to the budget.
+//! /proc/self/environ`, `-> ../id_rsa`, `-> ~/.ssh/id_rsa`, `-> /dev/fd/1`
+//! are skipped with a warning naming the file, never sent; so is a hard
+//! link to a store's file, known by its identity). The user's
+//! `$DSH_HOME/AGENTS.md` may lead anywhere but to what the fence refuses.
+//! Files are opened without blocking (a FIFO, `/proc/kmsg`) and read up to
+//! the budget.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -60,6 +62,12 @@ pub fn read(
     let shown = file.display();
     let refused = |why: String| format!("{shown} is not sent with the instructions: {why}");
     let real = resolve(Path::new("/"), file);
+    if let Some((spelled, why)) = reads.forbidden_read(Path::new("/"), file, &real) {
+        return Err(refused(format!(
+            "it leads to {} ({why})",
+            spelled.display()
+        )));
+    }
     admit(&real, within, reads).map_err(refused)?;
     let mut opened = match open_readable(&real, Follow::Never) {
         Ok(f) => f,
@@ -70,6 +78,9 @@ pub fn read(
     let at = opened_path(opened.file())
         .map_err(|e| refused(format!("what was opened cannot be checked ({e})")))?;
     admit(&at, within, reads).map_err(refused)?;
+    if let Some(why) = reads.forbidden_file(opened.identity()) {
+        return Err(refused(format!("it leads to {} ({why})", at.display())));
+    }
     let mut bytes = Vec::new();
     (&mut opened)
         .take(max as u64 + 1)

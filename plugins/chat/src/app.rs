@@ -531,7 +531,10 @@ impl App {
             }
             Msg::Approval(request, reply) => {
                 let key = (request.agent.clone(), request.tool_name.clone());
-                if self.view.borrow().allowed.contains(&key) {
+                // A call asked for every time (a change to the workspace's
+                // configuration) is never answered by an earlier "allow
+                // for this session".
+                if !request.always_ask && self.view.borrow().allowed.contains(&key) {
                     let _ = reply.send(ApprovalReply {
                         outcome: Some(ApprovalOutcome::AllowedOnce),
                     });
@@ -639,13 +642,22 @@ impl App {
         let Some(asking) = self.asking.take() else {
             return;
         };
-        if matches!(key, Key::Char('a' | 'A')) {
-            let pair = (
-                asking.request.agent.clone(),
-                asking.request.tool_name.clone(),
-            );
-            self.view.borrow_mut().allowed.push(pair);
-        }
+        // Allowed for the session: remembered, unless the call is asked
+        // for every time (then it is allowed once).
+        let word = match key {
+            Key::Char('a' | 'A') if asking.request.always_ask => {
+                "allowed once (changes to the workspace's configuration are asked for every time)"
+            }
+            Key::Char('a' | 'A') => {
+                let pair = (
+                    asking.request.agent.clone(),
+                    asking.request.tool_name.clone(),
+                );
+                self.view.borrow_mut().allowed.push(pair);
+                word
+            }
+            _ => word,
+        };
         let _ = asking.reply.send(ApprovalReply {
             outcome: Some(outcome),
         });
@@ -949,7 +961,11 @@ fn approval_question(
     if let Some(reason) = &request.reason {
         q.push_str(&format!("\n({})", sanitize(reason)));
     }
-    q.push_str("\nallow once [y] · allow for this session [a] · reject [n]");
+    if request.always_ask {
+        q.push_str("\nallow once [y] · reject [n] (asked for every time)");
+    } else {
+        q.push_str("\nallow once [y] · allow for this session [a] · reject [n]");
+    }
     q
 }
 

@@ -30,10 +30,14 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// Adds `other`, saturating: the counts are the server's, and need
+    /// not be sane.
     fn add(&mut self, other: Usage) {
-        self.input_tokens += other.input_tokens;
-        self.output_tokens += other.output_tokens;
-        self.cache_read_tokens += other.cache_read_tokens;
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cache_read_tokens = self
+            .cache_read_tokens
+            .saturating_add(other.cache_read_tokens);
     }
 }
 
@@ -70,7 +74,7 @@ pub fn render(t: &Totals) -> String {
     for u in t.by_model.values() {
         all.add(*u);
     }
-    let input = all.input_tokens + all.cache_read_tokens;
+    let input = all.input_tokens.saturating_add(all.cache_read_tokens);
     let tokens = format!(
         "tokens: {input} in ({} cache hit, {} cache miss), {} out, over {} model answer{}",
         all.cache_read_tokens,
@@ -200,6 +204,18 @@ mod tests {
         assert_eq!(
             render(&totals(&[])).lines().last().unwrap(),
             "cost: $0.000000"
+        );
+    }
+
+    #[test]
+    fn sums_of_absurd_usage_saturate() {
+        let max =
+            json!({"inputTokens": u64::MAX, "outputTokens": u64::MAX, "cacheReadTokens": u64::MAX});
+        let events = [answer("m1", max.clone()), answer("m1", max)];
+        let text = render(&totals(&events));
+        assert!(
+            text.starts_with(&format!("tokens: {} in", u64::MAX)),
+            "{text}"
         );
     }
 }

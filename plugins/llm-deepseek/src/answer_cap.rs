@@ -29,16 +29,54 @@ pub(crate) const DEFAULT_MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
 /// 500,000) are about twice those of the longest legitimate answer.
 pub(crate) const DELTA_COST: usize = 32;
 
+/// The config field that caps the tool calls of one answer.
+pub(crate) const CALLS_FIELD: &str = "maxToolCalls";
+
+/// The default cap on the tool calls of one answer. Each call costs the
+/// host far more than its bytes (a logged chunk per delta, a block of the
+/// message, a `tool/call` and a `tool/result` record, a task that runs
+/// it: tens of KiB in all), so the byte cap alone lets a flood of empty
+/// calls take gigabytes (100,000 of them took 2.7 GB). Models call a few
+/// tools per answer, rarely dozens; 1,024 leaves room for any real batch
+/// and bounds the rest to tens of MiB.
+pub(crate) const DEFAULT_MAX_TOOL_CALLS: usize = 1024;
+
 /// How much of the cap one answer has used.
 pub(crate) struct AnswerBudget {
     cap: usize,
     used: usize,
+    max_calls: usize,
+    calls: usize,
 }
 
 impl AnswerBudget {
-    /// A budget of `cap` bytes.
-    pub(crate) fn new(cap: usize) -> Self {
-        AnswerBudget { cap, used: 0 }
+    /// A budget of `cap` bytes and `max_calls` tool calls.
+    pub(crate) fn new(cap: usize, max_calls: usize) -> Self {
+        AnswerBudget {
+            cap,
+            used: 0,
+            max_calls,
+            calls: 0,
+        }
+    }
+
+    /// Counts `n` tool calls starting; the failure that ends the stream
+    /// when the answer goes past its call cap. Nothing is counted then.
+    pub(crate) fn start_calls(&mut self, n: usize) -> Result<(), LlmFailure> {
+        let total = self.calls.saturating_add(n);
+        if total > self.max_calls {
+            return Err(LlmFailure::new(
+                code::MALFORMED_RESPONSE,
+                format!(
+                    "the model's answer exceeded {CALLS_FIELD}: more than {} tool calls in \
+                     one answer; the stream was stopped there. If the model really calls \
+                     that many tools at once, raise `{CALLS_FIELD}` in the llm-deepseek config",
+                    self.max_calls
+                ),
+            ));
+        }
+        self.calls = total;
+        Ok(())
     }
 
     /// Counts a delta of `bytes` in `parts` pieces (each charged
@@ -76,7 +114,7 @@ mod tests {
 
     #[test]
     fn an_answer_up_to_the_cap_passes_and_one_byte_more_fails() {
-        let mut b = AnswerBudget::new(100);
+        let mut b = AnswerBudget::new(100, 1);
         b.charge(60 - DELTA_COST, 1).unwrap();
         b.charge(40 - DELTA_COST, 1).unwrap();
         let f = b.charge(0, 1).unwrap_err();
@@ -88,7 +126,7 @@ mod tests {
 
     #[test]
     fn tiny_deltas_count_their_cost() {
-        let mut b = AnswerBudget::new(10 * (DELTA_COST + 1));
+        let mut b = AnswerBudget::new(10 * (DELTA_COST + 1), 1);
         for _ in 0..10 {
             b.charge(1, 1).unwrap();
         }
@@ -97,13 +135,30 @@ mod tests {
 
     #[test]
     fn a_huge_count_does_not_wrap() {
-        let mut b = AnswerBudget::new(DEFAULT_MAX_ANSWER_BYTES);
+        let mut b = AnswerBudget::new(DEFAULT_MAX_ANSWER_BYTES, 1);
         assert!(b.charge(usize::MAX, usize::MAX).is_err());
     }
 
     #[test]
+    fn calls_up_to_their_cap_pass_and_one_more_fails() {
+        let mut b = AnswerBudget::new(DEFAULT_MAX_ANSWER_BYTES, 3);
+        b.start_calls(2).unwrap();
+        b.start_calls(1).unwrap();
+        let f = b.start_calls(1).unwrap_err();
+        assert_eq!(f.code, code::MALFORMED_RESPONSE);
+        assert_eq!(
+            f.message,
+            "the model's answer exceeded maxToolCalls: more than 3 tool calls in one answer; \
+             the stream was stopped there. If the model really calls that many tools at once, \
+             raise `maxToolCalls` in the llm-deepseek config"
+        );
+        assert!(b.start_calls(usize::MAX).is_err(), "no wrap");
+        assert_eq!(b.calls, 3);
+    }
+
+    #[test]
     fn the_failure_names_the_field_the_cap_and_the_fix() {
-        let f = AnswerBudget::new(1024 * 1024).exceeded();
+        let f = AnswerBudget::new(1024 * 1024, 1).exceeded();
         assert_eq!(
             f.message,
             format!(

@@ -5,6 +5,7 @@
 
 mod answer_cap;
 mod call_ids;
+mod error_body;
 mod models;
 mod request;
 mod sse;
@@ -56,6 +57,10 @@ pub(crate) struct Config {
     /// answer fails the stream with `MALFORMED_RESPONSE`. 0: the default,
     /// [`answer_cap::DEFAULT_MAX_ANSWER_BYTES`].
     pub max_answer_bytes: usize,
+    /// The most tool calls one answer may start; one more fails the stream
+    /// with `MALFORMED_RESPONSE`. 0: the default,
+    /// [`answer_cap::DEFAULT_MAX_TOOL_CALLS`].
+    pub max_tool_calls: usize,
 }
 
 impl Config {
@@ -71,6 +76,14 @@ impl Config {
     fn answer_cap(&self) -> usize {
         match self.max_answer_bytes {
             0 => answer_cap::DEFAULT_MAX_ANSWER_BYTES,
+            n => n,
+        }
+    }
+
+    /// The cap on one answer's tool calls in force.
+    fn tool_call_cap(&self) -> usize {
+        match self.max_tool_calls {
+            0 => answer_cap::DEFAULT_MAX_TOOL_CALLS,
             n => n,
         }
     }
@@ -94,6 +107,7 @@ impl Default for Config {
             models: None,
             max_sse_line_bytes: sse::MAX_LINE_BYTES,
             max_answer_bytes: answer_cap::DEFAULT_MAX_ANSWER_BYTES,
+            max_tool_calls: answer_cap::DEFAULT_MAX_TOOL_CALLS,
         }
     }
 }
@@ -194,14 +208,15 @@ impl Adapter {
                 .and_then(|v| v.trim().parse::<f64>().ok())
                 .map(|s| (s * 1000.0) as u64)
                 .filter(|ms| *ms > 0);
-            let text = response.text().await.unwrap_or_default();
-            let mut f = wire::http_failure(status.as_u16(), &text);
+            let body = error_body::read(response, idle, error_body::MAX_ERROR_BODY_BYTES).await;
+            let mut f = wire::http_failure(status.as_u16(), &body.text, body.cut.as_deref());
             f.provider_retry_after_ms = retry_after;
             f.request_id = request_id;
             return fail(f);
         }
         let mut parser = sse::Parser::new(self.config.sse_cap());
-        let mut state = wire::StreamState::new(self.config.answer_cap());
+        let mut state =
+            wire::StreamState::new(self.config.answer_cap(), self.config.tool_call_cap());
         let mut response = response;
         loop {
             let chunk = match tokio::time::timeout(idle, response.chunk()).await {
@@ -367,5 +382,15 @@ mod tests {
         assert_eq!(config(json!({answer_cap::FIELD: 0})), default);
         // The field name quoted in the failure is the one parsed.
         assert_eq!(config(json!({answer_cap::FIELD: 4096})), 4096);
+    }
+
+    #[test]
+    fn the_tool_call_cap_defaults_when_absent_or_zero() {
+        let config = |v: Value| serde_json::from_value::<Config>(v).unwrap().tool_call_cap();
+        let default = answer_cap::DEFAULT_MAX_TOOL_CALLS;
+        assert_eq!(config(json!({})), default);
+        assert_eq!(config(json!({answer_cap::CALLS_FIELD: 0})), default);
+        // The field name quoted in the failure is the one parsed.
+        assert_eq!(config(json!({answer_cap::CALLS_FIELD: 8})), 8);
     }
 }

@@ -1,12 +1,12 @@
 //! The chat-completions wire format: request bodies from the harness's
 //! messages, and stream chunks from the provider's deltas.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use dsh_sdk::vocab::{msg, LlmFailure};
 use serde_json::{json, Value};
 
-use crate::answer_cap::{AnswerBudget, DEFAULT_MAX_ANSWER_BYTES};
+use crate::answer_cap::{AnswerBudget, DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_TOOL_CALLS};
 use crate::call_ids::CallIds;
 
 fn texts(blocks: &[Value], kind: &str) -> String {
@@ -172,8 +172,28 @@ fn classify_labels(error: &ProviderError) -> &'static str {
     }
 }
 
-/// Maps an HTTP error response to a failure.
-pub fn http_failure(status: u16, body: &str) -> LlmFailure {
+/// The most characters of a server's error message a failure keeps.
+/// Messages go to the log, the terminal and the model: a server's error is
+/// a sentence or two, and a longer one is cut, saying so.
+pub(crate) const MAX_MESSAGE_CHARS: usize = 2000;
+
+/// `message`, cut to [`MAX_MESSAGE_CHARS`] characters with a note of its
+/// whole length when longer.
+fn cut_message(message: &str) -> String {
+    match message.char_indices().nth(MAX_MESSAGE_CHARS) {
+        None => message.to_owned(),
+        Some((end, _)) => format!(
+            "{}… (cut: the message was {} bytes)",
+            &message[..end],
+            message.len()
+        ),
+    }
+}
+
+/// Maps an HTTP error response to a failure: `body` is what was read of
+/// its body, `cut` why the reading stopped early (see
+/// [`crate::error_body`]), said at the end of the message.
+pub fn http_failure(status: u16, body: &str, cut: Option<&str>) -> LlmFailure {
     let error = serde_json::from_str::<Value>(body)
         .ok()
         .as_ref()
@@ -183,10 +203,11 @@ pub fn http_failure(status: u16, body: &str) -> LlmFailure {
             code: None,
             kind: None,
         });
-    let mut f = LlmFailure::new(
-        &classify(Some(status), &error),
-        format!("HTTP {status}: {}", error.message),
-    );
+    let mut message = format!("HTTP {status}: {}", cut_message(&error.message));
+    if let Some(cut) = cut {
+        message.push_str(&format!(" ({cut})"));
+    }
+    let mut f = LlmFailure::new(&classify(Some(status), &error), message);
     f.status = Some(status);
     f
 }
@@ -198,7 +219,7 @@ fn stream_failure(error: &ProviderError) -> LlmFailure {
         &classify(None, error),
         format!(
             "the provider reported an error mid-stream: {}{}",
-            error.message,
+            cut_message(&error.message),
             error.tags()
         ),
     )
@@ -239,8 +260,54 @@ pub struct StreamState {
 
 impl Default for StreamState {
     fn default() -> Self {
-        StreamState::new(DEFAULT_MAX_ANSWER_BYTES)
+        StreamState::new(DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_TOOL_CALLS)
     }
+}
+
+/// The largest token count passed on: 2^53 − 1, the largest integer every
+/// reader of the log holds exactly (JavaScript's numbers included). A
+/// server's count above it is clamped, so sums of a session's usage stay
+/// far from `u64::MAX` (they saturate there anyway).
+pub(crate) const MAX_TOKEN_COUNT: u64 = (1 << 53) - 1;
+
+/// A token count a server reported: a non-negative integer, clamped to
+/// [`MAX_TOKEN_COUNT`]; `None` for anything else (a float, a negative
+/// number, a string), which is dropped as not reported.
+fn token_count(v: &Value) -> Option<u64> {
+    v.as_u64().map(|n| n.min(MAX_TOKEN_COUNT))
+}
+
+/// The harness's usage from a chat-completions `usage` object: uncached
+/// input, output, and the cache hits and reasoning tokens when reported.
+fn usage_of(u: &Value) -> Value {
+    let prompt = token_count(&u["prompt_tokens"]).unwrap_or(0);
+    let hit = token_count(&u["prompt_cache_hit_tokens"])
+        .or_else(|| token_count(&u["prompt_tokens_details"]["cached_tokens"]));
+    let mut usage = json!({"inputTokens": prompt.saturating_sub(hit.unwrap_or(0)),
+                           "outputTokens": token_count(&u["completion_tokens"]).unwrap_or(0)});
+    if let Some(h) = hit {
+        usage["cacheReadTokens"] = json!(h);
+    }
+    if let Some(r) = token_count(&u["completion_tokens_details"]["reasoning_tokens"]) {
+        usage["reasoningTokens"] = json!(r);
+    }
+    usage
+}
+
+/// The most characters of an unknown `finish_reason` a failure quotes.
+const FINISH_REASON_CHARS: usize = 100;
+
+/// An unknown `finish_reason` as a failure quotes it: control characters
+/// escaped, cut to [`FINISH_REASON_CHARS`] characters (it is the server's
+/// text, and the failure goes to the log and the terminal).
+fn quoted_reason(reason: &str) -> String {
+    let cut: String = reason.chars().take(FINISH_REASON_CHARS).collect();
+    let more = if cut.len() < reason.len() {
+        format!("… (cut: {} bytes in all)", reason.len())
+    } else {
+        String::new()
+    };
+    format!("{cut:?}{more}")
 }
 
 /// The bytes one delta adds to the answer (its text, reasoning, and each
@@ -258,9 +325,9 @@ fn delta_size(reasoning: Option<&str>, text: Option<&str>, calls: &[Value]) -> (
 }
 
 impl StreamState {
-    /// A stream whose answer may hold `max_answer_bytes` (see
-    /// [`crate::answer_cap`]).
-    pub fn new(max_answer_bytes: usize) -> Self {
+    /// A stream whose answer may hold `max_answer_bytes` and
+    /// `max_tool_calls` tool calls (see [`crate::answer_cap`]).
+    pub fn new(max_answer_bytes: usize, max_tool_calls: usize) -> Self {
         StreamState {
             next_index: 0,
             open: None,
@@ -269,7 +336,7 @@ impl StreamState {
             calls: Vec::new(),
             by_index: HashMap::new(),
             ids: CallIds::default(),
-            budget: AnswerBudget::new(max_answer_bytes),
+            budget: AnswerBudget::new(max_answer_bytes, max_tool_calls),
             finish: None,
             usage: None,
             any_content: false,
@@ -302,19 +369,7 @@ impl StreamState {
         }
         let mut out = Vec::new();
         if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
-            let prompt = u["prompt_tokens"].as_u64().unwrap_or(0);
-            let hit = u["prompt_cache_hit_tokens"]
-                .as_u64()
-                .or_else(|| u["prompt_tokens_details"]["cached_tokens"].as_u64());
-            let mut usage = json!({"inputTokens": prompt.saturating_sub(hit.unwrap_or(0)),
-                                   "outputTokens": u["completion_tokens"].as_u64().unwrap_or(0)});
-            if let Some(h) = hit {
-                usage["cacheReadTokens"] = json!(h);
-            }
-            if let Some(r) = u["completion_tokens_details"]["reasoning_tokens"].as_u64() {
-                usage["reasoningTokens"] = json!(r);
-            }
-            self.usage = Some(usage);
+            self.usage = Some(usage_of(u));
         }
         let Some(choice) = v["choices"].get(0) else {
             return Ok(out);
@@ -329,6 +384,7 @@ impl StreamState {
             .map_or(&[][..], Vec::as_slice);
         let (bytes, parts) = delta_size(reasoning, text, calls);
         self.budget.charge(bytes, parts)?;
+        self.budget.start_calls(self.new_calls(calls))?;
         if let Some(r) = reasoning {
             if !matches!(self.open, Some(Open::Reasoning(_))) {
                 self.close_open(&mut out);
@@ -374,9 +430,22 @@ impl StreamState {
             out.push(c);
         }
         if let Some(r) = choice["finish_reason"].as_str() {
+            // Kept until the answer ends: it counts like the answer's text.
+            self.budget.charge(r.len(), 0)?;
             self.finish = Some(r.to_owned());
         }
         Ok(out)
+    }
+
+    /// How many calls of a delta's `tool_calls` start a call of their own
+    /// (a provider index not seen before in this answer).
+    fn new_calls(&self, calls: &[Value]) -> usize {
+        calls
+            .iter()
+            .map(|c| c["index"].as_u64().unwrap_or(0))
+            .filter(|i| !self.by_index.contains_key(i))
+            .collect::<HashSet<u64>>()
+            .len()
     }
 
     /// The position in `calls` of the call a tool-call delta belongs to (by
@@ -433,7 +502,7 @@ impl StreamState {
             Some("tool_calls") => json!({"kind": "tool-calls"}),
             Some("length") => json!({"kind": "max-tokens"}),
             Some(other) => {
-                json!({"kind": "error", "failure": LlmFailure::new(code::SERVER, format!("the model stopped: {other}"))})
+                json!({"kind": "error", "failure": LlmFailure::new(code::SERVER, format!("the model stopped: {}", quoted_reason(other)))})
             }
         };
         out.push(json!({"type": "finish", "reason": reason}));
@@ -570,7 +639,7 @@ mod tests {
             (503, "busy", code::SERVER),
             (418, "teapot", "HTTP_418"),
         ] {
-            let f = http_failure(status, &body(message));
+            let f = http_failure(status, &body(message), None);
             assert_eq!((f.code.as_str(), f.status), (want, Some(status)));
             assert_eq!(f.message, format!("HTTP {status}: {message}"));
         }
@@ -579,10 +648,11 @@ mod tests {
             400,
             &json!({"error": {"message": "too long", "code": "context_length_exceeded"}})
                 .to_string(),
+            None,
         );
         assert_eq!(f.code, code::CONTEXT_WINDOW_EXCEEDED);
         assert_eq!(
-            http_failure(502, "<html>bad gateway</html>").message,
+            http_failure(502, "<html>bad gateway</html>", None).message,
             "HTTP 502: <html>bad gateway</html>"
         );
     }
@@ -680,7 +750,7 @@ mod tests {
         // Two deltas of 50 bytes fit a cap of 100 + 2 delta costs; a third
         // byte in any field does not, before anything of it is kept.
         let cap = 100 + 2 * DELTA_COST;
-        let mut s = StreamState::new(cap);
+        let mut s = StreamState::new(cap, DEFAULT_MAX_TOOL_CALLS);
         s.on_data(&reasoning(&"r".repeat(50))).unwrap();
         s.on_data(&json!({"choices": [{"delta": {"content": "t".repeat(50)}}]}).to_string())
             .unwrap();
@@ -703,7 +773,7 @@ mod tests {
 
     #[test]
     fn tool_call_arguments_count_toward_the_cap() {
-        let mut s = StreamState::new(1000);
+        let mut s = StreamState::new(1000, DEFAULT_MAX_TOOL_CALLS);
         let big = "x".repeat(400);
         s.on_data(&call_delta(
             json!({"index": 0, "id": "c", "function": {"name": "read", "arguments": big}}),
@@ -723,13 +793,105 @@ mod tests {
 
     #[test]
     fn empty_and_usage_only_payloads_cost_nothing() {
-        let mut s = StreamState::new(1);
+        // Only the finish reason `stop` counts: 4 bytes.
+        let mut s = StreamState::new(4, DEFAULT_MAX_TOOL_CALLS);
         s.on_data(r#"{"choices":[{"delta":{"content":"","reasoning_content":""}}]}"#)
             .unwrap();
         s.on_data(r#"{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1}}"#)
             .unwrap();
         s.on_data(r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#)
             .unwrap();
+    }
+
+    #[test]
+    fn usage_counts_are_clamped_and_odd_ones_dropped() {
+        let mut s = StreamState::default();
+        s.on_data(&json!({"choices": [{"delta": {"content": "hi"}}]}).to_string())
+            .unwrap();
+        s.on_data(
+            &json!({"choices": [], "usage": {"prompt_tokens": u64::MAX, "completion_tokens": u64::MAX,
+                "prompt_cache_hit_tokens": -5, "completion_tokens_details": {"reasoning_tokens": 1.5}}})
+            .to_string(),
+        )
+        .unwrap();
+        let usage = s
+            .finish()
+            .into_iter()
+            .find(|c| c["type"] == "usage")
+            .unwrap();
+        assert_eq!(
+            usage["usage"],
+            json!({"inputTokens": MAX_TOKEN_COUNT, "outputTokens": MAX_TOKEN_COUNT})
+        );
+    }
+
+    #[test]
+    fn an_answer_past_its_tool_call_cap_fails_malformed() {
+        let mut s = StreamState::new(DEFAULT_MAX_ANSWER_BYTES, 3);
+        let call = |i: u64| json!({"index": i, "id": format!("c{i}"), "function": {"name": "x", "arguments": ""}});
+        // Three calls fit, later deltas of a started call still join it.
+        s.on_data(&json!({"choices": [{"delta": {"tool_calls": [call(0), call(1)]}}]}).to_string())
+            .unwrap();
+        s.on_data(&call_delta(call(2))).unwrap();
+        s.on_data(&call_delta(
+            json!({"index": 1, "function": {"arguments": "{}"}}),
+        ))
+        .unwrap();
+        let f = s.on_data(&call_delta(call(3))).unwrap_err();
+        assert_eq!(f.code, code::MALFORMED_RESPONSE);
+        assert!(f.message.contains("maxToolCalls"), "{}", f.message);
+        assert_eq!(s.calls.len(), 3, "the fourth call was not kept");
+    }
+
+    #[test]
+    fn a_long_finish_reason_is_cut_escaped_and_counted() {
+        let reason = format!("\u{1b}]52;c;aGVsbG8=\u{7}{}", "F".repeat(5000));
+        let mut s = StreamState::default();
+        s.on_data(&json!({"choices": [{"delta": {"content": "hi"}}]}).to_string())
+            .unwrap();
+        s.on_data(&json!({"choices": [{"delta": {}, "finish_reason": reason}]}).to_string())
+            .unwrap();
+        let finish = s.finish().pop().unwrap();
+        let message = finish["reason"]["failure"]["message"].as_str().unwrap();
+        assert!(message.len() < 300, "{message}");
+        assert!(
+            message.starts_with("the model stopped: \"\\u{1b}]52;c;aGVsbG8=\\u{7}FFF")
+                && message.ends_with("… (cut: 5016 bytes in all)"),
+            "{message}"
+        );
+        let mut s = StreamState::new(100, DEFAULT_MAX_TOOL_CALLS);
+        let f = s
+            .on_data(
+                &json!({"choices": [{"delta": {}, "finish_reason": "F".repeat(101)}]}).to_string(),
+            )
+            .unwrap_err();
+        assert_eq!(f.code, code::MALFORMED_RESPONSE);
+    }
+
+    #[test]
+    fn a_long_error_message_is_cut_saying_so() {
+        let long = "M".repeat(50_000);
+        let body = json!({"error": {"message": long, "code": "x"}}).to_string();
+        let f = http_failure(400, &body, None);
+        assert_eq!(
+            f.message,
+            format!(
+                "HTTP 400: {}… (cut: the message was 50000 bytes)",
+                "M".repeat(MAX_MESSAGE_CHARS)
+            )
+        );
+        let f = in_stream(json!({"error": {"message": long, "code": "x"}}));
+        assert!(
+            f.message.len() < MAX_MESSAGE_CHARS + 200
+                && f.message.contains("(cut: the message was 50000 bytes)"),
+            "{}",
+            &f.message[f.message.len() - 100..]
+        );
+        // A short one is whole; a body read only in part says why.
+        assert_eq!(
+            http_failure(500, "{\"err", Some("the body broke after 5 bytes: reset")).message,
+            "HTTP 500: {\"err (the body broke after 5 bytes: reset)"
+        );
     }
 
     #[test]

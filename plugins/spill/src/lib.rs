@@ -4,8 +4,14 @@
 //! (`$TMPDIR/dsh-spill-<pid>-<tag>`, 0700), made at the first spill and
 //! removed when the fiber is disposed. Applying the plugin sweeps the
 //! directories of host processes that are gone.
+//!
+//! A sandboxed command may write the temp dir, so it may rename the
+//! directory and plant a symlink in its place: files are created through
+//! the descriptor the [`PrivateDir`] holds, never by path, and a directory
+//! found moved or replaced is given up for a fresh one.
 
 use std::cell::RefCell;
+use std::io::Write;
 use std::rc::Rc;
 
 use dsh_sdk::api::tools::{forward_as, on_post_execute, PostExecuteDecision, PostExecuteKind};
@@ -69,6 +75,18 @@ impl SpillDir {
     /// Writes `text` to a new file in the directory; returns its path.
     fn write(&self, tool: &str, text: &str) -> std::io::Result<std::path::PathBuf> {
         let mut state = self.0.borrow_mut();
+        if let DirState::Open(dir) = &*state {
+            if !dir.in_place() {
+                // Moved away or replaced (a command can write the temp
+                // dir): its path leads elsewhere now. Dropping it empties
+                // it through its descriptor; the next spill makes a fresh one.
+                dsh_sdk::tracing::warn!(
+                    "the spill directory {} was moved or replaced; using a fresh one",
+                    dir.path().display()
+                );
+                *state = DirState::Unused;
+            }
+        }
         if matches!(*state, DirState::Unused) {
             *state = DirState::Open(PrivateDir::new(PREFIX)?);
         }
@@ -86,9 +104,11 @@ impl SpillDir {
                 }
             })
             .collect();
-        let path = dir.path().join(format!("{}-{tool}.txt", dsh_sdk::new_id()));
-        std::fs::write(&path, text)?;
-        Ok(path)
+        let name = format!("{}-{tool}.txt", dsh_sdk::new_id());
+        // Through the directory's descriptor: never through a symlink
+        // planted under the directory's name.
+        dir.create(&name)?.write_all(text.as_bytes())?;
+        Ok(dir.path().join(name))
     }
 
     /// Removes the directory and every spilled file.
@@ -135,8 +155,13 @@ impl Plugin for Spill {
                     return Ok(decision);
                 }
                 let name = if name.is_empty() { "tool" } else { name };
-                let Ok(path) = dir.write(name, &text) else {
-                    return Ok(decision);
+                let path = match dir.write(name, &text) {
+                    Ok(path) => path,
+                    Err(e) => {
+                        // The result goes on whole rather than lost.
+                        dsh_sdk::tracing::warn!("cannot spill the {name} result: {e}");
+                        return Ok(decision);
+                    }
                 };
                 decision.content = Some(json!([msg::text(&preview(
                     &text,

@@ -4,13 +4,15 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::OsString;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use dsh_sdk::api::host::Host;
 use dsh_sdk::api::tools::{Exec, FsEditIntent, FsIntentDecision, FsObserved, FsWriteIntent};
 use dsh_sdk::beneath::{open_parent, Dir};
-use dsh_sdk::fence::{resolve, version, ReadPolicy, Reads, RefusalKind};
+use dsh_sdk::fence::{version, Guard, ReadPolicy, Reads, RefusalKind};
+use dsh_sdk::file::identity_of;
 use dsh_sdk::names::{bus, code, service, tool};
 use dsh_sdk::prelude::*;
 use dsh_sdk::tool::{declaration, register_tools, ToolSpec};
@@ -59,6 +61,13 @@ struct EditArgs {
 /// (agent, resolved path) -> the version the agent last saw.
 type Observed = Rc<RefCell<HashMap<(String, PathBuf), String>>>;
 
+/// The largest file `edit` reads (and writes back): it holds the file and
+/// its edited copy in memory, so a bigger one (a sparse file of gigabytes
+/// reads as that many bytes) is refused before a byte is read. Eight times
+/// the most `read` takes from a kernel file in one call, and far above any
+/// source file; `bash` (`sed -i`) edits bigger ones.
+pub const EDIT_MAX_BYTES: u64 = 32 * 1024 * 1024;
+
 fn fs_error(code: &str, message: String) -> Error {
     Error::new(code, message)
 }
@@ -75,40 +84,77 @@ fn io_error(verb: &str, file: &str, e: &std::io::Error) -> Error {
 /// The file a call changes: resolved as the fence sees it, checked against
 /// the fence the policy handed over (a refusal the user approved, outside
 /// the workspace or in its configuration, is not made again; the harness's
-/// own files and what is never read stay refused), and its parent
-/// directory opened beneath the writable root it lies in, so nothing
-/// swapped in after the check is followed.
+/// own files and what is never read stay refused, also when the call
+/// carries no fence), and its parent directory opened beneath the writable
+/// root it lies in, so nothing swapped in after the check is followed.
 struct Target {
     path: PathBuf,
     root: PathBuf,
     /// The open parent directory and the name in it; `None` while the
     /// parent does not exist yet (`write` creates it).
     dir: Option<(Dir, OsString)>,
+    /// What the call is checked against.
+    guard: Guard,
 }
 
 impl Target {
     fn open(exec: &Exec, own: &Reads, tool: &str, file: &str) -> Result<Target> {
-        let path = resolve(Path::new(exec.cwd_or(".")), Path::new(file));
-        let fence = exec.sandbox.clone().map(|f| f.with_own_reads(own));
-        let fence = fence.as_ref();
-        if let Some(f) = fence {
-            match f.check_write(tool, &path) {
-                Err(r) if !(exec.approved && r.kind == RefusalKind::Outside) => {
-                    return Err(fs_error("FS_DENIED", r.message))
-                }
-                _ => {}
+        let guard = Guard::of(exec.sandbox.clone(), own);
+        let cwd = Path::new(exec.cwd_or("."));
+        let (path, checked) = guard.resolve_write(tool, cwd, Path::new(file));
+        match checked {
+            Err(r)
+                if !(exec.approved
+                    && matches!(r.kind, RefusalKind::Outside | RefusalKind::Config)) =>
+            {
+                return Err(fs_error("FS_DENIED", r.message))
             }
+            _ => {}
         }
-        let root = fence
-            .and_then(|f| f.root_for(&path))
-            .unwrap_or(Path::new("/"))
-            .to_owned();
+        let root = guard.root_for(&path).to_owned();
         let dir = match open_parent(&root, &path, false) {
             Ok(d) => Some(d),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(io_error(tool, file, &e)),
         };
-        Ok(Target { path, root, dir })
+        Ok(Target {
+            path,
+            root,
+            dir,
+            guard,
+        })
+    }
+
+    /// The file's text for `edit`: a regular file, not a secret store's
+    /// file under another name (its identity, from the opened descriptor),
+    /// at most [`EDIT_MAX_BYTES`] (its size, from the descriptor too), and
+    /// UTF-8.
+    fn read_text(&self, file: &str) -> Result<String> {
+        let Some((dir, name)) = &self.dir else {
+            return Err(fs_error(
+                code::FS_NOT_FOUND,
+                format!("{file} does not exist"),
+            ));
+        };
+        let (opened, meta) = dir
+            .open_regular(name)
+            .map_err(|e| io_error("read", file, &e))?;
+        self.guard
+            .check_opened(tool::EDIT, &self.path, identity_of(&meta))
+            .map_err(|r| fs_error("FS_DENIED", r.message))?;
+        if meta.len() > EDIT_MAX_BYTES {
+            return Err(too_big(file, meta.len()));
+        }
+        let mut bytes = Vec::new();
+        opened
+            .take(EDIT_MAX_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| io_error("read", file, &e))?;
+        if bytes.len() as u64 > EDIT_MAX_BYTES {
+            return Err(too_big(file, bytes.len() as u64));
+        }
+        String::from_utf8(bytes)
+            .map_err(|_| fs_error(code::FS_NOT_TEXT, format!("{file} is not UTF-8 text")))
     }
 
     /// The file's metadata (a symlink itself, never its target).
@@ -122,7 +168,9 @@ impl Target {
     /// Writes `bytes` atomically (creating missing directories), then
     /// returns the file's new version.
     async fn write(self, file: &str, bytes: Vec<u8>) -> Result<Option<String>> {
-        let Target { path, root, dir } = self;
+        let Target {
+            path, root, dir, ..
+        } = self;
         tokio::task::spawn_blocking(move || {
             let (dir, name) = match dir {
                 Some(d) => d,
@@ -135,6 +183,17 @@ impl Target {
         .map_err(|e| Error::msg(e.to_string()))?
         .map_err(|e: std::io::Error| io_error("write", file, &e))
     }
+}
+
+/// The refusal of editing `file`, of `size` bytes (or that many once
+/// edited).
+fn too_big(file: &str, size: u64) -> Error {
+    fs_error(
+        "FS_TOO_LARGE",
+        format!(
+            "cannot edit {file}: it is (or would become) {size} bytes, above the {EDIT_MAX_BYTES}-byte limit of edit (which holds the whole file in memory); change it with bash (sed -i, a script) instead"
+        ),
+    )
 }
 
 fn require_observed(
@@ -255,17 +314,7 @@ async fn edit(ctx: &Context, observed: &Observed, own: &Reads, exec: &Exec) -> R
             "old_string and new_string are identical".into(),
         ));
     }
-    let bytes = match &target.dir {
-        Some((dir, name)) => dir.read(name).map_err(|e| io_error("read", &file, &e))?,
-        None => {
-            return Err(fs_error(
-                code::FS_NOT_FOUND,
-                format!("{file} does not exist"),
-            ))
-        }
-    };
-    let text = String::from_utf8(bytes)
-        .map_err(|_| fs_error(code::FS_NOT_TEXT, format!("{file} is not UTF-8 text")))?;
+    let text = target.read_text(&file)?;
     let count = text.matches(&old).count();
     if count == 0 {
         return Err(fs_error(
@@ -280,6 +329,11 @@ async fn edit(ctx: &Context, observed: &Observed, own: &Reads, exec: &Exec) -> R
                 "old_string appears {count} times in {file}; make it unique or set replace_all"
             ),
         ));
+    }
+    let grown = (new.len() as u64).saturating_sub(old.len() as u64);
+    let edited = (text.len() as u64).saturating_add(grown.saturating_mul(count as u64));
+    if edited > EDIT_MAX_BYTES {
+        return Err(too_big(&file, edited));
     }
     let path = target.path.clone();
     intent(

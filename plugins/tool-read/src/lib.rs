@@ -9,11 +9,11 @@ use std::rc::Rc;
 use dsh_sdk::api::host::Host;
 use dsh_sdk::api::tools::FsObserved;
 use dsh_sdk::blocking::cancellable;
-use dsh_sdk::fence::{open_read, ReadError, ReadPolicy, Reads, Refusal};
+use dsh_sdk::fence::{Guard, ReadError, ReadPolicy, Reads, Refusal};
 use dsh_sdk::file::OpenError;
 use dsh_sdk::names::{bus, code, service, tool};
 use dsh_sdk::prelude::*;
-use dsh_sdk::tool::{declaration, register_tools, resolve, text_reply, ToolSpec};
+use dsh_sdk::tool::{declaration, register_tools, text_reply, ToolSpec};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -53,21 +53,19 @@ async fn execute(ctx: Context, own: Rc<Reads>, req: Request) -> Result<Reply> {
     let limit = args
         .limit
         .map_or(MAX_LINES, |l| (l as usize).clamp(1, MAX_LINES));
-    // The fence the policy handed over (none: unfenced, as in
-    // danger-full-access); the user's approval of a read outside the
-    // workspace is not asked again.
-    let fence = exec.sandbox.clone().map(|f| f.with_own_reads(&own));
+    // The fence the policy handed over, or without one what this plugin
+    // found is never read (only danger-full-access reads everything); the
+    // user's approval of a read outside the workspace is not asked again.
+    let guard = Guard::of(exec.sandbox.clone(), &own);
     let approved = exec.approved;
-    let path = match &fence {
-        Some(f) => f
-            .resolve_read(tool::READ, Path::new(cwd), Path::new(&file), approved)
-            .map_err(denied)?,
-        None => resolve(cwd, &file),
-    };
+    let path = guard
+        .resolve_read(tool::READ, Path::new(cwd), Path::new(&file), approved)
+        .map_err(denied)?;
     let read_path = path.clone();
     let shown = file.clone();
     let rendered = cancellable(move |cancel| {
-        let opened = open_read(fence.as_ref(), tool::READ, &read_path, approved)
+        let opened = guard
+            .open_read(tool::READ, &read_path, approved)
             .map_err(|e| refused(&shown, e))?;
         render(&shown, opened, offset, limit, cancel)
     })

@@ -3,18 +3,19 @@
 //! collected matches capped as the original caps `rg`'s raw output.
 
 use std::io::{self, Read};
-use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use dsh_sdk::blocking::Cancel;
 use dsh_sdk::fence::ReadError;
-use dsh_sdk::file::{file_system_at, irregular_kind, FileSystem, OpenError, Readable};
+use dsh_sdk::file::{irregular_kind, OpenError, Readable};
 use dsh_sdk::prelude::*;
 use globset::GlobMatcher;
 use grep_regex::RegexMatcher;
 use grep_searcher::{BinaryDetection, MmapChoice, Searcher, SearcherBuilder, Sink, SinkMatch};
 use ignore::{DirEntry, WalkBuilder};
 
+use crate::ignores::Ignores;
 use crate::scope::{refuse_pseudo_root, Scope, FS_DENIED};
 use crate::{enters, glob_matcher, relative, spill, GrepArgs, GrepTool, ToolSpec};
 
@@ -51,6 +52,8 @@ struct Query {
     explicit: bool,
     /// What the call may read.
     scope: Scope,
+    /// The ignore rules of a directory's walk (none for one file).
+    ignores: Option<Arc<Ignores>>,
 }
 
 impl Query {
@@ -65,10 +68,22 @@ impl Query {
         let include = include_matcher(args.include.as_deref())?;
         let root = scope.root(cwd, args.path.as_deref())?;
         let explicit = explicit_file(&root)?;
-        if !explicit {
+        let ignores = if explicit {
+            None
+        } else {
             refuse_pseudo_root(GrepTool::NAME, &root)?;
-            refuse_blocking_ignore_files(&root)?;
-        }
+            let ignores = Ignores::new(&root, scope).map_err(|b| {
+                Error::new(
+                    "SEARCH_FAILED",
+                    format!(
+                        "{} is {}; grep cannot read the ignore rules it holds",
+                        b.path.display(),
+                        b.kind
+                    ),
+                )
+            })?;
+            Some(Arc::new(ignores))
+        };
         let display_root = if explicit {
             PathBuf::from(cwd)
         } else {
@@ -81,6 +96,7 @@ impl Query {
             display_root,
             explicit,
             scope: scope.clone(),
+            ignores,
         })
     }
 
@@ -89,8 +105,14 @@ impl Query {
         let mut matches = Matches::default();
         let mut searcher = searcher();
         let walk_scope = self.scope.clone();
+        let ignores = self.ignores.clone();
+        // The walker reads no ignore file itself (they could block it):
+        // the rules are this plugin's ([`Ignores`]); hidden files are left
+        // out by name, as ripgrep does.
         let walk = WalkBuilder::new(&self.root)
-            .filter_entry(move |e| enters(&walk_scope, e) && !blocking_dir(e))
+            .standard_filters(false)
+            .hidden(true)
+            .filter_entry(move |e| enters(&walk_scope, e) && kept(ignores.as_deref(), e))
             .build();
         for entry in walk.flatten() {
             if cancel.is_cancelled() {
@@ -192,54 +214,15 @@ fn explicit_file(root: &Path) -> Result<bool> {
     }
 }
 
-/// Whether the walk leaves the directory `entry` out because the walker
-/// would block entering it (see [`blocking_ignore_file`]).
-fn blocking_dir(entry: &DirEntry) -> bool {
-    entry.depth() > 0
-        && entry.file_type().is_some_and(|t| t.is_dir())
-        && blocking_ignore_file(entry.path()).is_some()
-}
-
-/// The ignore files the walker opens in each directory it enters and in the
-/// root's ancestors (`.gitignore` only in a repository, but checking it
-/// anywhere is cheap).
-const IGNORE_FILES: [&str; 3] = [".ignore", ".gitignore", ".git/info/exclude"];
-
-/// An ignore file of `dir` that the walker would block on (a FIFO, or a
-/// link to a kernel file such as `/proc/kmsg`) or read forever (a device),
-/// and what it is. The walker opens these itself, so a directory holding
-/// one is skipped, unentered.
-fn blocking_ignore_file(dir: &Path) -> Option<(PathBuf, &'static str)> {
-    IGNORE_FILES.iter().find_map(|name| {
-        let path = dir.join(name);
-        let t = std::fs::metadata(&path).ok()?.file_type();
-        let blocks = t.is_fifo() || t.is_char_device() || t.is_block_device();
-        if blocks {
-            return Some((path, irregular_kind(&t).unwrap_or("not a regular file")));
-        }
-        match file_system_at(&path) {
-            Ok(FileSystem::Ordinary) | Err(_) => None,
-            Ok(FileSystem::Pseudo(_) | FileSystem::Refused(_)) => {
-                Some((path, "a kernel file (on a pseudo filesystem)"))
-            }
-        }
-    })
-}
-
-/// The root and its ancestors, whose ignore files are read before the walk
-/// starts: one that would block fails the search, saying which.
-fn refuse_blocking_ignore_files(root: &Path) -> Result<()> {
-    let absolute = root.canonicalize().unwrap_or_else(|_| root.to_owned());
-    match absolute.ancestors().find_map(blocking_ignore_file) {
-        None => Ok(()),
-        Some((path, kind)) => Err(Error::new(
-            "SEARCH_FAILED",
-            format!(
-                "{} is {kind}; grep cannot read the ignore rules it holds",
-                path.display()
-            ),
-        )),
+/// Whether the walk keeps `entry`: the root always; below it, what the
+/// ignore rules do not ignore (a directory whose ignore files cannot be
+/// read without blocking is left unentered, [`Ignores::keeps`]).
+fn kept(ignores: Option<&Ignores>, entry: &DirEntry) -> bool {
+    if entry.depth() == 0 {
+        return true;
     }
+    let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
+    ignores.is_none_or(|i| i.keeps(entry.path(), is_dir))
 }
 
 /// The searcher: read in fixed-size chunks (memory maps off, so a file

@@ -1,6 +1,6 @@
 //! `tool-search`: `glob` and `grep` (see README.md).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -17,9 +17,12 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 mod grep;
+mod ignores;
 mod scope;
+mod stored;
 
 use scope::{ordinary_dir, refuse_pseudo_root, Scope};
+use stored::spill;
 
 const GLOB_CAP: usize = 100;
 const VCS: [&str; 6] = [".git", ".svn", ".hg", ".bzr", ".jj", ".sl"];
@@ -76,19 +79,6 @@ impl Call {
             _ => Err(req.unknown_method()),
         }
     }
-}
-
-fn spill(name: &str, text: &str) -> Option<PathBuf> {
-    use std::os::unix::fs::DirBuilderExt;
-    let dir = std::env::temp_dir().join(format!("dsh-spill-{}", std::process::id()));
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .recursive(true)
-        .create(&dir)
-        .ok()?;
-    let path = dir.join(format!("{}-{name}", dsh_sdk::new_id()));
-    std::fs::write(&path, text).ok()?;
-    Some(path)
 }
 
 fn glob_matcher(pattern: &str) -> Result<GlobMatcher> {
@@ -193,6 +183,9 @@ impl Plugin for Search {
     type Config = ();
 
     async fn apply(ctx: Context, _config: ()) -> Result<()> {
+        // Over-cap results are stored in a directory of this fiber's.
+        stored::open();
+        ctx.effect(|| async { stored::close() });
         // What is never read, as found here: added to the fence each call
         // carries (see `Reads::union`).
         let home = Host::new(&ctx).info().await?.home;

@@ -1,5 +1,6 @@
 //! What one `glob` or `grep` call may read: the read fence the policy
-//! handed over (none: unfenced) and whether the user approved the call, as
+//! handed over (none: still never what this plugin found is never read,
+//! [`Guard`]) and whether the user approved the call, as
 //! the root, the directories the walk enters, the files it lists and the
 //! files it opens see it. The walks never enter a pseudo filesystem
 //! (`/proc`, `/sys`, ...: their files are made as they are read, some never
@@ -11,10 +12,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use dsh_sdk::api::tools::Exec;
-use dsh_sdk::fence::{open_read, Fence, ReadError, Reads};
+use dsh_sdk::fence::{Guard, ReadError, Reads};
 use dsh_sdk::file::{file_system_at, FileSystem, Readable};
 use dsh_sdk::prelude::*;
-use dsh_sdk::tool::resolve;
 
 /// The code of a read the fence refuses.
 pub const FS_DENIED: &str = "FS_DENIED";
@@ -24,7 +24,7 @@ pub const FS_DENIED: &str = "FS_DENIED";
 pub struct Scope {
     /// `glob` or `grep`.
     tool: &'static str,
-    fence: Option<Arc<Fence>>,
+    guard: Arc<Guard>,
     approved: bool,
 }
 
@@ -34,10 +34,7 @@ impl Scope {
     pub fn of(exec: &Exec, tool: &'static str, own: &Reads) -> Scope {
         Scope {
             tool,
-            fence: exec
-                .sandbox
-                .clone()
-                .map(|f| Arc::new(f.with_own_reads(own))),
+            guard: Arc::new(Guard::of(exec.sandbox.clone(), own)),
             approved: exec.approved,
         }
     }
@@ -46,24 +43,21 @@ impl Scope {
     /// checked by the fence.
     pub fn root(&self, cwd: &str, path: Option<&str>) -> Result<PathBuf> {
         let file = path.unwrap_or(".");
-        match &self.fence {
-            Some(f) => f
-                .resolve_read(self.tool, Path::new(cwd), Path::new(file), self.approved)
-                .map_err(|r| Error::new(FS_DENIED, r.message)),
-            None => Ok(resolve(cwd, file)),
-        }
+        self.guard
+            .resolve_read(self.tool, Path::new(cwd), Path::new(file), self.approved)
+            .map_err(|r| Error::new(FS_DENIED, r.message))
     }
 
     /// Whether the fence lets the walk see `path` (enter it, list it).
     pub fn admits(&self, path: &Path) -> bool {
-        self.fence
-            .as_ref()
-            .is_none_or(|f| f.check_read(self.tool, path, self.approved).is_ok())
+        self.guard
+            .check_read(self.tool, path, self.approved)
+            .is_ok()
     }
 
     /// Opens the walked or named file `path` under the fence.
     pub fn open(&self, path: &Path) -> std::result::Result<Readable, ReadError> {
-        open_read(self.fence.as_deref(), self.tool, path, self.approved)
+        self.guard.open_read(self.tool, path, self.approved)
     }
 }
 

@@ -130,6 +130,7 @@ async fn approve(
         call_id: exec.call_id.clone(),
         reason: reason.clone(),
         arguments: Some(exec.arguments.clone()),
+        always_ask: decision.always_ask,
     };
     let asked = ctx
         .service(service::APPROVAL)

@@ -25,6 +25,13 @@ pub struct ApprovalRequest {
     /// dsh extension; absent from older callers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments: Option<serde_json::Value>,
+    /// Whether an approval answers this call only and is never remembered
+    /// for the session (a change to the workspace's configuration, `.git`,
+    /// `.dsh`, `.claude`, is asked for every time: the policy's
+    /// [`crate::api::tools::PreExecuteDecision::always_ask`]). A dsh
+    /// extension; absent (false) from older callers.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub always_ask: bool,
 }
 
 /// What the user decided.
@@ -84,6 +91,7 @@ mod tests {
             call_id: Some("c1".into()),
             reason: None,
             arguments: None,
+            always_ask: false,
         };
         assert_eq!(
             serde_json::to_string(&r).unwrap(),
@@ -96,6 +104,17 @@ mod tests {
         assert!(serde_json::to_string(&with_args)
             .unwrap()
             .ends_with(r#""reason":null,"arguments":{"file_path":"/x"}}"#));
+        let always = ApprovalRequest {
+            always_ask: true,
+            ..with_args
+        };
+        let text = serde_json::to_string(&always).unwrap();
+        assert!(text.ends_with(r#","alwaysAsk":true}"#), "{text}");
+        let back: ApprovalRequest = serde_json::from_str(&text).unwrap();
+        assert!(back.always_ask);
+        let older: ApprovalRequest =
+            serde_json::from_value(json!({"agent": "a", "toolName": "t"})).unwrap();
+        assert!(!older.always_ask);
     }
 
     #[test]

@@ -592,6 +592,16 @@ pub struct PreExecuteDecision {
     /// The fence the tool gets (`exec.sandbox`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<Fence>,
+    /// For a question: whether an approval answers this call only, never
+    /// remembered for the session (the workspace's configuration is asked
+    /// for every time); passed on as
+    /// [`crate::api::approval::ApprovalRequest::always_ask`]. Absent: false.
+    #[serde(
+        default,
+        rename = "alwaysAsk",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub always_ask: bool,
     /// Fields of other listeners, passed on.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -604,6 +614,7 @@ impl PreExecuteDecision {
             kind: Some(kind),
             reason,
             sandbox: None,
+            always_ask: false,
             extra: Map::new(),
         }
     }

@@ -2,13 +2,16 @@
 //! checked, opened without following a symbolic link (one swapped in since
 //! the check is refused), and what was opened is checked again by the path
 //! the kernel gives the descriptor (`/proc/self/fd/N`), so no spelling,
-//! link or race reads a file the fence refuses. Only regular files are
-//! opened, never blocking ([`crate::file::open_readable`]).
+//! link or race reads a file the fence refuses; the opened file's identity
+//! (device, inode) is checked against the files found in the secret stores,
+//! so a hard link to a key is refused too. Only regular files are opened,
+//! never blocking ([`crate::file::open_readable`]).
 
 use std::path::Path;
 
+use super::guard::Checker;
 use super::{Fence, Mode, Refusal, RefusalKind};
-use crate::file::{open_readable, opened_path, OpenError, Pseudo, Readable};
+use crate::file::{open_readable, opened_path, Follow, OpenError, Pseudo, Readable};
 
 /// Why [`open_read`] did not open a file.
 #[derive(Debug)]
@@ -32,18 +35,32 @@ impl std::fmt::Display for ReadError {
 /// `tool` to read. Without a fence, or in `danger-full-access`, the path is
 /// opened as it is (symlinks followed), regular files only; otherwise it is
 /// checked ([`Fence::check_read`], `approved` as there), opened without
-/// following symlinks, and the opened file checked again.
+/// following symlinks, and the opened file checked again, by its path and
+/// its identity. A tool opens with [`super::Guard::open_read`], which
+/// checks what is never read even without a fence.
 pub fn open_read(
     fence: Option<&Fence>,
     tool: &str,
     target: &Path,
     approved: bool,
 ) -> Result<Readable, ReadError> {
-    use crate::file::Follow;
-    let Some(fence) = fence.filter(|f| f.mode != Mode::DangerFullAccess) else {
+    let checker = fence
+        .filter(|f| f.mode != Mode::DangerFullAccess)
+        .map(Checker::Fence);
+    open_checked(checker, tool, target, approved)
+}
+
+/// [`open_read`] against `checker` (`None`: unchecked).
+pub(super) fn open_checked(
+    checker: Option<Checker<'_>>,
+    tool: &str,
+    target: &Path,
+    approved: bool,
+) -> Result<Readable, ReadError> {
+    let Some(checker) = checker else {
         return open_readable(target, Follow::Always).map_err(ReadError::Open);
     };
-    fence
+    checker
         .check_read(tool, target, approved)
         .map_err(ReadError::Refused)?;
     let file = open_readable(target, Follow::Never).map_err(ReadError::Open)?;
@@ -61,13 +78,16 @@ pub fn open_read(
             "it is a file of procfs mounted at another place than /proc (process files the fence cannot tell apart there: {})",
             opened.display()
         );
-        return Err(ReadError::Refused(fence.read_refusal(tool, target, &why)));
+        return Err(ReadError::Refused(checker.refusal(tool, target, &why)));
     }
     if opened != target {
-        fence
+        checker
             .check_read(tool, &opened, approved)
             .map_err(ReadError::Refused)?;
     }
+    checker
+        .check_opened(tool, target, file.identity())
+        .map_err(ReadError::Refused)?;
     Ok(file)
 }
 

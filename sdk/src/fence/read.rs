@@ -14,19 +14,25 @@
 //!   not sound, so the whole directory is refused; bash, which runs with a
 //!   `/proc` of its own, is the way to inspect processes. `/proc/kcore` (the
 //!   kernel's memory) and `/proc/kmsg` (a destructive, waiting reader of the
-//!   kernel log) are refused too.
+//!   kernel log) are refused too, and so are the harness's descriptors
+//!   under `/dev` (`/dev/fd/N`, `/dev/stdin`, `/dev/stdout`,
+//!   `/dev/stderr`) whatever they resolve to, and any path whose
+//!   resolution passes through a magic link of procfs.
 //! - **the harness's home** (`$DSH_HOME`): its sessions hold every project's
 //!   conversations, its files may hold credentials (`.credentials.yaml`,
 //!   `.env`), its state is private.
 //! - **secret stores**: under each home directory of the user (`$HOME` and
-//!   the password database's), the stores of [`HOME_STORES`] (`~/.ssh`,
-//!   `~/.aws`, ...), also where a symlinked one leads; and the system's
-//!   [`SYSTEM_STORES`] (`/etc/shadow`, ...) and SSH host keys
-//!   (`/etc/ssh/*_key`).
+//!   the password database's; as root, every user's), the stores of
+//!   [`HOME_STORES`] (`~/.ssh`, `~/.aws`, shell histories, ...), also where
+//!   a symlinked one leads; under each runtime directory, the
+//!   [`RUNTIME_STORES`]; the system's [`SYSTEM_STORES`] (`/etc/shadow`,
+//!   ...) and SSH host keys (`/etc/ssh/*_key`); and what discovery found
+//!   inside the stores ([`super::found`]): where their links lead (GNU
+//!   stow), and the identity of each of their files.
 //!
 //! The check is made on the path as spelled (lexically), on the path as
-//! [`super::resolve`] resolves it, and on the path of what was actually
-//! opened ([`super::open_read`]).
+//! [`super::resolve`] resolves it, and on the path and identity of what
+//! was actually opened ([`super::open_read`]).
 //!
 //! A sandboxed command (`bash`) reads through the kernel, not through this
 //! check: a sandbox hides the places [`Reads::secret_places`] lists, the
@@ -35,10 +41,13 @@
 use std::ffi::{CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::found::{passwd_homes, running_as_root, runtime_dirs, Found};
 use super::{normalize, resolve, Fence, Mode, Refusal, RefusalKind};
+use crate::file::{crosses_magic_link, Identity};
 
 /// Whether reads outside the workspace (and the temp directory) are asked
 /// for, as writes there are: the `permission` row's `read` setting.
@@ -78,7 +87,45 @@ pub const HOME_STORES: &[(&str, &str)] = &[
     (".pypirc", "PyPI tokens"),
     (".pgpass", "PostgreSQL passwords"),
     (".vault-token", "a Vault token"),
+    (
+        ".bash_history",
+        "shell history (commands typed with their secrets)",
+    ),
+    (
+        ".zsh_history",
+        "shell history (commands typed with their secrets)",
+    ),
+    (
+        ".local/share/fish/fish_history",
+        "shell history (commands typed with their secrets)",
+    ),
+    (".python_history", "Python history"),
+    (".psql_history", "PostgreSQL history"),
+    (".mysql_history", "MySQL history"),
+    (".node_repl_history", "Node.js history"),
+    (".claude/.credentials.json", "Claude Code credentials"),
+    (".codex/auth.json", "Codex credentials"),
+    (".config/git/credentials", "git credentials"),
+    (
+        ".config/containers/auth.json",
+        "container registry credentials",
+    ),
+    (".m2/settings.xml", "Maven repository passwords"),
+    (".gradle/gradle.properties", "Gradle repository credentials"),
+    (
+        ".terraform.d/credentials.tfrc.json",
+        "Terraform Cloud tokens",
+    ),
+    (".config/rclone", "rclone remotes' credentials"),
+    (".s3cfg", "S3 credentials"),
+    (".password-store", "pass passwords"),
+    (".local/share/keyrings", "desktop keyrings"),
 ];
+
+/// Secret stores under a user's runtime directory (`$XDG_RUNTIME_DIR`,
+/// and as root every `/run/user/<uid>`): (path under it, what it holds).
+pub const RUNTIME_STORES: &[(&str, &str)] =
+    &[("containers/auth.json", "container registry credentials")];
 
 /// The system's secret stores: (path, what it holds). A directory covers
 /// everything in it. SSH host keys (`/etc/ssh/*_key`) are matched by name.
@@ -90,6 +137,17 @@ pub const SYSTEM_STORES: &[(&str, &str)] = &[
     ("/etc/sudoers", "sudo rules"),
     ("/etc/sudoers.d", "sudo rules"),
     ("/etc/security/opasswd", "old password hashes"),
+    ("/etc/ssl/private", "TLS private keys"),
+    ("/etc/pki/tls/private", "TLS private keys"),
+    ("/etc/letsencrypt", "Let's Encrypt keys"),
+    ("/etc/krb5.keytab", "Kerberos keys"),
+    ("/etc/kubernetes", "Kubernetes credentials"),
+    (
+        "/etc/NetworkManager/system-connections",
+        "network passwords",
+    ),
+    ("/run/secrets", "mounted secrets"),
+    ("/var/run/secrets", "mounted secrets"),
 ];
 
 /// What the harness's home holds that not even a sandboxed command may read
@@ -126,6 +184,11 @@ pub struct Reads {
     /// way (`~/.aws -> ~/dotfiles/aws`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub linked: Vec<PathBuf>,
+    /// What discovery found besides (other users' homes as root, runtime
+    /// directories, where the links inside stores lead, the identity of
+    /// every store file): never sent with a fence, shared, not copied.
+    #[serde(skip)]
+    pub found: Arc<Found>,
 }
 
 impl Reads {
@@ -145,19 +208,103 @@ impl Reads {
         for home in &homes {
             for (store, _) in HOME_STORES {
                 let spelled = home.join(store);
+                // Nothing there (one `lstat`): nothing to lead anywhere.
+                if spelled.symlink_metadata().is_err() {
+                    continue;
+                }
                 let real = resolve(root, &spelled);
                 if real != spelled && !homes.iter().any(|h| real.starts_with(h.join(store))) {
                     push_new(&mut linked, real);
                 }
             }
         }
-        Reads {
+        let as_root = running_as_root();
+        let mut found = Found::default();
+        let others = if as_root { passwd_homes() } else { Vec::new() };
+        for home in others {
+            let resolved = resolve(root, &home);
+            for home in [normalize(&home), resolved] {
+                if !homes.contains(&home) {
+                    push_new(&mut found.homes, home);
+                }
+            }
+        }
+        for dir in runtime_dirs(as_root) {
+            push_new(&mut found.runtime, normalize(&dir));
+            push_new(&mut found.runtime, resolve(root, &dir));
+        }
+        let mut reads = Reads {
             policy,
             inside: vec![resolve(root, temp)],
             harness,
             homes,
             linked,
+            found: Arc::new(found),
+        };
+        reads.survey();
+        reads
+    }
+
+    /// Walks every existing store (bounded, [`Found::survey`]) for where
+    /// the links inside lead and the identities of its files, and records
+    /// the places that a store links to out of the stores.
+    fn survey(&mut self) {
+        // Every home, for the survey to tell a link to one (too broad to
+        // refuse); taken out again below.
+        let mut found = Found {
+            homes: self
+                .homes
+                .iter()
+                .chain(&self.found.homes)
+                .cloned()
+                .collect(),
+            ..Found::default()
+        };
+        let covered = |p: &Path| self.forbidden(p).is_some();
+        for place in self.store_places() {
+            found.survey(&place, &covered);
         }
+        // As root, a store of another user that is a link leads somewhere
+        // the path checks must know too.
+        for home in &self.found.homes {
+            for (store, _) in HOME_STORES {
+                let spelled = home.join(store);
+                if spelled.symlink_metadata().is_err() {
+                    continue;
+                }
+                let real = resolve(Path::new("/"), &spelled);
+                if real != spelled && !covered(&real) && !found.too_broad(&real) {
+                    found.targets.insert(real);
+                }
+            }
+        }
+        found.homes.clear();
+        self.found = Arc::new(self.found.merged(&found));
+    }
+
+    /// Every place a store may be, spelled: each home's [`HOME_STORES`],
+    /// each runtime directory's [`RUNTIME_STORES`], the linked stores, the
+    /// [`SYSTEM_STORES`], the SSH host keys and the harness's
+    /// [`HARNESS_SECRETS`].
+    fn store_places(&self) -> Vec<PathBuf> {
+        let mut places = Vec::new();
+        for home in self.homes.iter().chain(&self.found.homes) {
+            places.extend(HOME_STORES.iter().map(|(s, _)| home.join(s)));
+        }
+        for dir in &self.found.runtime {
+            places.extend(RUNTIME_STORES.iter().map(|(s, _)| dir.join(s)));
+        }
+        places.extend(self.linked.iter().cloned());
+        places.extend(SYSTEM_STORES.iter().map(|(s, _)| PathBuf::from(s)));
+        for entry in std::fs::read_dir(SSH_DIR).into_iter().flatten().flatten() {
+            if is_host_key(&entry.path()) {
+                places.push(entry.path());
+            }
+        }
+        for home in &self.harness {
+            places.extend(HARNESS_SECRETS.iter().map(|(s, _)| home.join(s)));
+        }
+        places
     }
 
     /// Why `path` (absolute) may never be read, in words (`"it is a secret
@@ -172,8 +319,94 @@ impl Reads {
                 home.display()
             ));
         }
-        secret_store(path, &self.homes, &self.linked)
+        self.secret_store(path)
             .map(|(what, store)| format!("it is a secret store ({what}, {})", store.display()))
+    }
+
+    /// Why the file of identity `id` (an opened file's) may never be read:
+    /// it is a file found in a secret store at discovery, here under
+    /// another name (a hard link, the target of a link, a bind mount).
+    pub fn forbidden_file(&self, id: Identity) -> Option<String> {
+        self.found.files.get(&id).map(|store| {
+            format!(
+                "it is the secret store file {} under another name (a hard link, or where a link leads)",
+                store.display()
+            )
+        })
+    }
+
+    /// Why `file`, spelled relative to `cwd` and resolved to `resolved`
+    /// ([`super::resolve`]), may never be read, in this order: its
+    /// spelling (normalized) names what is never read (a store reached
+    /// through a link, `/dev/fd/N`, `/proc/self/...`), its resolved path
+    /// does, or its resolution passes through a magic link of a process
+    /// (whose resolved path says nothing of what is read). The path the
+    /// words are about, and the words.
+    pub fn forbidden_read(
+        &self,
+        cwd: &Path,
+        file: &Path,
+        resolved: &Path,
+    ) -> Option<(PathBuf, String)> {
+        let spelled = normalize(&cwd.join(file));
+        if let Some(why) = self.forbidden(&spelled) {
+            return Some((spelled, why));
+        }
+        if spelled == resolved {
+            return None;
+        }
+        if let Some(why) = self.forbidden(resolved) {
+            return Some((resolved.to_owned(), why));
+        }
+        // Without a link on the way the resolved path is the spelled one
+        // (a magic link always leads elsewhere than itself).
+        if crosses_magic_link(&spelled) {
+            let why = "it passes through a magic link of a process (/proc/<pid>/fd/N, cwd, root or exe, and /dev/fd/N, /dev/stdin, ... that lead to them): such a link leads to a process's open file or directory whatever path it shows".to_owned();
+            return Some((spelled, why));
+        }
+        None
+    }
+
+    /// The secret store `path` lies in: (what it holds, the store's path).
+    fn secret_store(&self, path: &Path) -> Option<(&'static str, PathBuf)> {
+        let bytes = path.as_os_str().as_bytes();
+        if let Some((store, what)) = SYSTEM_STORES
+            .iter()
+            .find(|(store, _)| under(bytes, store.as_bytes()))
+        {
+            return Some((what, PathBuf::from(store)));
+        }
+        if is_host_key(path) {
+            return Some(("SSH host keys", path.to_owned()));
+        }
+        let in_dirs = |dirs: &[PathBuf], stores: &'static [(&'static str, &'static str)]| {
+            dirs.iter().find_map(|dir| {
+                let rel = strip(bytes, dir.as_os_str().as_bytes())?;
+                let (store, what) = stores.iter().find(|(s, _)| under(rel, s.as_bytes()))?;
+                Some((*what, dir.join(store)))
+            })
+        };
+        let found = &self.found;
+        if let Some(hit) = in_dirs(&self.homes, HOME_STORES)
+            .or_else(|| in_dirs(&found.homes, HOME_STORES))
+            .or_else(|| in_dirs(&found.runtime, RUNTIME_STORES))
+        {
+            return Some(hit);
+        }
+        if let Some(store) = self.linked.iter().find(|l| path.starts_with(l)) {
+            return Some((
+                "a secret store of your home, through a symbolic link",
+                store.clone(),
+            ));
+        }
+        if found.targets.is_empty() {
+            return None;
+        }
+        let target = path.ancestors().find(|a| found.targets.contains(*a))?;
+        Some((
+            "where a link inside a secret store leads",
+            target.to_owned(),
+        ))
     }
 
     /// This read fence with `other`'s places added (the policy and
@@ -187,9 +420,17 @@ impl Reads {
             (&mut self.homes, &other.homes),
             (&mut self.linked, &other.linked),
         ] {
+            if mine == theirs {
+                continue;
+            }
             for p in theirs {
                 push_new(mine, p.clone());
             }
+        }
+        if self.found.is_empty() || Arc::ptr_eq(&self.found, &other.found) {
+            self.found = other.found.clone();
+        } else if !other.found.is_empty() {
+            self.found = Arc::new(self.found.merged(&other.found));
         }
         self
     }
@@ -209,9 +450,14 @@ impl Reads {
                 push_new(&mut places, real);
             }
         };
-        for home in &self.homes {
+        for home in self.homes.iter().chain(&self.found.homes) {
             for (store, _) in HOME_STORES {
                 add(&home.join(store));
+            }
+        }
+        for dir in &self.found.runtime {
+            for (store, _) in RUNTIME_STORES {
+                add(&dir.join(store));
             }
         }
         for store in &self.linked {
@@ -254,9 +500,20 @@ fn push_new(list: &mut Vec<PathBuf>, path: PathBuf) {
     }
 }
 
+/// The names of the harness's own descriptors under `/dev`: `/dev/fd`
+/// (and everything in it), `/dev/stdin`, `/dev/stdout`, `/dev/stderr`.
+const DEV_DESCRIPTORS: [&str; 4] = ["/dev/fd", "/dev/stdin", "/dev/stdout", "/dev/stderr"];
+
 /// Why `path` names a process's own files (or the kernel's memory or log
-/// reader) under `/proc`, or `None`.
+/// reader) under `/proc`, or the harness's own descriptors under `/dev`,
+/// or `None`.
 pub fn process_files(path: &Path) -> Option<String> {
+    let bytes = path.as_os_str().as_bytes();
+    if bytes.starts_with(b"/dev/") && DEV_DESCRIPTORS.iter().any(|d| under(bytes, d.as_bytes())) {
+        return Some(
+            "it is one of the harness's own open files (/dev/fd/N, /dev/stdin, /dev/stdout and /dev/stderr are its descriptors: its event stream, its logs), whatever path it resolves to".into(),
+        );
+    }
     let mut parts = path.components();
     if parts.next() != Some(Component::RootDir)
         || parts.next() != Some(Component::Normal(OsStr::new("proc")))
@@ -297,34 +554,26 @@ pub fn process_files(path: &Path) -> Option<String> {
     })
 }
 
-/// The secret store `path` lies in: (what it holds, the store's path).
-fn secret_store(
-    path: &Path,
-    homes: &[PathBuf],
-    linked: &[PathBuf],
-) -> Option<(&'static str, PathBuf)> {
-    if let Some((store, what)) = SYSTEM_STORES
-        .iter()
-        .find(|(store, _)| path.starts_with(store))
-    {
-        return Some((what, PathBuf::from(store)));
+/// Whether the path `path` is `prefix` or lies under it (both normalized,
+/// as bytes: what `Path::starts_with` says of them, without splitting
+/// components).
+fn under(path: &[u8], prefix: &[u8]) -> bool {
+    match path.strip_prefix(prefix) {
+        Some(rest) => rest.is_empty() || rest[0] == b'/' || prefix.ends_with(b"/"),
+        None => false,
     }
-    if is_host_key(path) {
-        return Some(("SSH host keys", path.to_owned()));
+}
+
+/// `path` relative to `dir` (without the separator), when under it.
+fn strip<'p>(path: &'p [u8], dir: &[u8]) -> Option<&'p [u8]> {
+    let rest = path.strip_prefix(dir)?;
+    if dir.ends_with(b"/") {
+        return Some(rest);
     }
-    for home in homes {
-        let Ok(rel) = path.strip_prefix(home) else {
-            continue;
-        };
-        if let Some((store, what)) = HOME_STORES.iter().find(|(s, _)| rel.starts_with(s)) {
-            return Some((what, home.join(store)));
-        }
+    match rest.split_first() {
+        Some((b'/', rel)) => Some(rel),
+        _ => None,
     }
-    let store = linked.iter().find(|l| path.starts_with(l))?;
-    Some((
-        "a secret store of your home, through a symbolic link",
-        store.clone(),
-    ))
 }
 
 /// Whether `path` is an SSH host key (`/etc/ssh/*_key`).
@@ -393,6 +642,12 @@ impl Fence {
         if let Some(why) = self.reads.forbidden(target) {
             return Err(self.read_refusal(tool, target, &why));
         }
+        self.check_read_policy(target, approved)
+    }
+
+    /// With the `ask` policy, whether `target` may be read unasked (or the
+    /// user `approved` this call).
+    fn check_read_policy(&self, target: &Path, approved: bool) -> Result<(), Refusal> {
         if self.reads.policy == ReadPolicy::Ask && !approved && !self.readable_unasked(target) {
             return Err(Refusal {
                 kind: RefusalKind::Outside,
@@ -407,9 +662,11 @@ impl Fence {
     }
 
     /// `file`, as a tool's argument spells it relative to `cwd`, resolved
-    /// for reading: refused when its spelling already names process files
-    /// (`/proc/self/...`, `/proc/<pid>/root/...`), then resolved with
-    /// [`super::resolve`] and checked with [`Fence::check_read`].
+    /// for reading ([`super::resolve`]): refused when its spelling or its
+    /// resolved path names what is never read (`/proc/self/...`,
+    /// `/dev/fd/N`, `~/.ssh/id_rsa` that links out of the store) or it
+    /// passes through a magic link ([`Reads::forbidden_read`]), then
+    /// checked against the read policy as [`Fence::check_read`] does.
     pub fn resolve_read(
         &self,
         tool: &str,
@@ -417,14 +674,14 @@ impl Fence {
         file: &Path,
         approved: bool,
     ) -> Result<PathBuf, Refusal> {
-        if self.mode != Mode::DangerFullAccess {
-            let spelled = normalize(&cwd.join(file));
-            if let Some(why) = process_files(&spelled) {
-                return Err(self.read_refusal(tool, &spelled, &why));
-            }
-        }
         let target = resolve(cwd, file);
-        self.check_read(tool, &target, approved)?;
+        if self.mode == Mode::DangerFullAccess {
+            return Ok(target);
+        }
+        if let Some((shown, why)) = self.reads.forbidden_read(cwd, file, &target) {
+            return Err(self.read_refusal(tool, &shown, &why));
+        }
+        self.check_read_policy(&target, approved)?;
         Ok(target)
     }
 
@@ -461,7 +718,134 @@ mod tests {
             harness: vec![PathBuf::from("/h/.dsh")],
             homes: vec![home.to_owned()],
             linked: vec![PathBuf::from("/dotfiles/aws")],
+            found: Arc::default(),
         }
+    }
+
+    #[test]
+    fn a_stow_layout_is_refused_under_every_name() {
+        let dir = crate::tempdir::PrivateDir::new("dsh-stow-test-").unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        let home = base.join("home");
+        let stowed = base.join("dotfiles/ssh/.ssh");
+        std::fs::create_dir_all(home.join(".ssh")).unwrap();
+        std::fs::create_dir_all(home.join(".kube")).unwrap();
+        std::fs::create_dir_all(home.join("clusters")).unwrap();
+        std::fs::create_dir_all(&stowed).unwrap();
+        std::fs::write(stowed.join("id_rsa"), "KEY").unwrap();
+        std::fs::write(home.join("clusters/prod.yaml"), "token: x").unwrap();
+        std::os::unix::fs::symlink("../../dotfiles/ssh/.ssh/id_rsa", home.join(".ssh/id_rsa"))
+            .unwrap();
+        std::os::unix::fs::symlink(home.join("clusters/prod.yaml"), home.join(".kube/config"))
+            .unwrap();
+        let mut r = Reads {
+            homes: vec![home.clone()],
+            ..Reads::default()
+        };
+        // Before the survey only the store's own path is known.
+        assert!(r.forbidden(&stowed.join("id_rsa")).is_none());
+        r.survey();
+        for p in [
+            home.join(".ssh/id_rsa"),
+            stowed.join("id_rsa"),
+            home.join("clusters/prod.yaml"),
+        ] {
+            assert!(r.forbidden(&p).is_some(), "{p:?}: {:?}", r.found);
+        }
+        assert!(r.forbidden(&home.join("clusters/dev.yaml")).is_none());
+        // The spelled path through the link is refused as spelled.
+        let (spelled, _) = r
+            .forbidden_read(
+                &home,
+                Path::new(".ssh/../.ssh/id_rsa"),
+                &stowed.join("id_rsa"),
+            )
+            .unwrap();
+        assert_eq!(spelled, home.join(".ssh/id_rsa"));
+        // A hard link elsewhere has the key's identity.
+        std::fs::hard_link(stowed.join("id_rsa"), base.join("innocent.txt")).unwrap();
+        let meta = std::fs::metadata(base.join("innocent.txt")).unwrap();
+        let why = r.forbidden_file(crate::file::identity_of(&meta)).unwrap();
+        assert!(why.contains("under another name"), "{why}");
+        // A fence carrying no `found` (from the wire) gets the tool's.
+        let wire: Reads = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        assert!(wire.found.is_empty());
+        assert!(wire.union(&r).forbidden(&stowed.join("id_rsa")).is_some());
+    }
+
+    #[test]
+    fn the_new_stores_and_the_descriptors_are_refused() {
+        let mut r = reads(Path::new("/home/u"));
+        r.found = Arc::new(Found {
+            runtime: vec![PathBuf::from("/run/user/1000")],
+            homes: vec![PathBuf::from("/home/alice")],
+            ..Found::default()
+        });
+        for p in [
+            "/home/u/.bash_history",
+            "/home/u/.local/share/fish/fish_history",
+            "/home/u/.claude/.credentials.json",
+            "/home/u/.config/rclone/rclone.conf",
+            "/home/u/.password-store/x.gpg",
+            "/home/alice/.ssh/id_ed25519",
+            "/run/user/1000/containers/auth.json",
+            "/etc/ssl/private/server.key",
+            "/run/secrets/db",
+            "/var/run/secrets/kubernetes.io/serviceaccount/token",
+            "/etc/NetworkManager/system-connections/home.nmconnection",
+            "/dev/fd/1",
+            "/dev/fd",
+            "/dev/stdin",
+            "/dev/stdout",
+            "/dev/stderr",
+        ] {
+            assert!(r.forbidden(Path::new(p)).is_some(), "{p}");
+        }
+        for fine in [
+            "/home/u/.bashrc",
+            "/home/u/.claude/settings.json",
+            "/home/alice/src/main.rs",
+            "/run/user/1000/bus",
+            "/dev/null",
+            "/dev/fdx",
+            "/etc/ssl/certs/ca.pem",
+        ] {
+            assert_eq!(r.forbidden(Path::new(fine)), None, "{fine}");
+        }
+        assert!(process_files(Path::new("/dev/fd/3"))
+            .unwrap()
+            .contains("harness's own open files"));
+    }
+
+    #[test]
+    fn a_link_to_a_descriptor_is_refused_whatever_it_resolves_to() {
+        let dir = crate::tempdir::PrivateDir::new("dsh-magic-test-").unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        std::fs::write(base.join("events.jsonl"), "the event stream").unwrap();
+        let held = std::fs::File::open(base.join("events.jsonl")).unwrap();
+        let fd = {
+            use std::os::fd::AsRawFd;
+            held.as_raw_fd()
+        };
+        std::os::unix::fs::symlink(format!("/dev/fd/{fd}"), base.join("out")).unwrap();
+        let r = Reads::default();
+        let resolved = resolve(&base, Path::new("out"));
+        assert_eq!(
+            resolved,
+            base.join("events.jsonl"),
+            "the link resolves to the file"
+        );
+        let (_, why) = r
+            .forbidden_read(&base, Path::new("out"), &resolved)
+            .unwrap();
+        assert!(why.contains("magic link"), "{why}");
+        let (_, why) = r
+            .forbidden_read(&base, Path::new(&format!("/dev/fd/{fd}")), &resolved)
+            .unwrap();
+        assert!(why.contains("own open files"), "{why}");
+        assert!(r
+            .forbidden_read(&base, Path::new("events.jsonl"), &resolved)
+            .is_none());
     }
 
     #[test]
@@ -596,6 +980,7 @@ mod tests {
             harness: vec![harness.clone()],
             homes: vec![home.clone(), home.join(".")],
             linked: vec![dotfiles.clone()],
+            found: Arc::default(),
         };
         let places = r.secret_places();
         for want in [

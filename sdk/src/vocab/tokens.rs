@@ -75,7 +75,8 @@ pub fn of_tools(tools: &[Value]) -> u64 {
 }
 
 /// The total a provider's usage reports: input, cache reads and writes,
-/// and output (disjoint buckets).
+/// and output (disjoint buckets). The sum saturates: a usage the server
+/// made up (`u64::MAX` in each bucket) must not overflow.
 pub fn of_usage(usage: &Value) -> u64 {
     [
         "inputTokens",
@@ -85,7 +86,7 @@ pub fn of_usage(usage: &Value) -> u64 {
     ]
     .iter()
     .map(|k| usage[*k].as_u64().unwrap_or(0))
-    .sum()
+    .fold(0, u64::saturating_add)
 }
 
 #[cfg(test)]
@@ -116,6 +117,10 @@ mod tests {
         assert_eq!(
             of_usage(&json!({"inputTokens": 10, "cacheReadTokens": 5, "outputTokens": 2})),
             17
+        );
+        assert_eq!(
+            of_usage(&json!({"inputTokens": u64::MAX, "outputTokens": u64::MAX})),
+            u64::MAX
         );
         assert_eq!(of_system(None), 0);
         assert_eq!(of_tools(&[]), 0);

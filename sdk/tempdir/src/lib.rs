@@ -24,10 +24,31 @@
 //! by a process killed between `mkdir` and writing the record) is kept while
 //! a process with its pid exists: the residual risk is a leak, never the
 //! removal of a live process's files.
+//!
+//! The directory sits in a shared place (the temp dir) that a sandboxed
+//! command of the same user may be allowed to write, so after it is made
+//! it is never reached by its path again: a [`PrivateDir`] holds a
+//! descriptor of it (opened `O_DIRECTORY | O_NOFOLLOW` right after the
+//! `mkdir`, checked to be this user's and mode 0700), files are created
+//! through that descriptor only ([`PrivateDir::create`], [`DirHandle`]:
+//! `openat(.., O_CREAT | O_EXCL | O_NOFOLLOW)`, a plain name), and removal
+//! unlinks through descriptors too. A command that renames the directory
+//! and plants a symlink under its name redirects nothing: creating a file
+//! is refused once the path no longer leads to the directory (so no one is
+//! told a path that leads elsewhere), and removal empties the directory
+//! wherever it was moved and removes the name only while it still leads
+//! there. Writers on other threads share the descriptor through a
+//! [`DirHandle`].
 
-use std::io::{self, Write};
+mod held;
+
+use std::fs::File;
+use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use held::{Held, PRIVATE_MODE};
 
 /// The owner record inside every [`PrivateDir`].
 const OWNER_FILE: &str = ".owner";
@@ -114,10 +135,24 @@ pub fn owner_is_gone(dir: &Path, pid: u32) -> bool {
     }
 }
 
+/// The largest owner record read: a record is three short lines.
+const MAX_RECORD_BYTES: u64 = 4096;
+
+/// The owner record in `dir`: a regular file, opened without following a
+/// symlink or waiting on a FIFO (a directory of this name prefix may have
+/// been made by anyone who can write the temp dir), read bounded.
 fn read_record(dir: &Path) -> Option<ProcessIdentity> {
-    std::fs::read_to_string(dir.join(OWNER_FILE))
-        .ok()
-        .and_then(|t| ProcessIdentity::parse(&t))
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(dir.join(OWNER_FILE))
+        .ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut text = String::new();
+    file.take(MAX_RECORD_BYTES).read_to_string(&mut text).ok()?;
+    ProcessIdentity::parse(&text)
 }
 
 /// Fallback when `/proc` is not mounted: signal 0 checks existence.
@@ -169,19 +204,64 @@ pub fn sweep(base: &Path, prefix: &str) -> Vec<PathBuf> {
         if !meta.is_dir() || meta.uid() != me {
             continue;
         }
-        if owner_is_gone(&path, pid) && std::fs::remove_dir_all(&path).is_ok() {
+        if owner_is_gone(&path, pid) && remove_tree(&path).is_ok() {
             removed.push(path);
         }
     }
     removed
 }
 
-/// A private (0700) directory of this process, removed on drop. See the
-/// module doc.
+/// Removes the directory `path` of this user and everything in it,
+/// through descriptors (see the module doc): a symlink in its place is
+/// refused, never followed.
+fn remove_tree(path: &Path) -> io::Result<()> {
+    Held::open(path)?.remove()
+}
+
+/// A private (0700) directory of this process, removed on drop. Files are
+/// created in it through the descriptor it holds ([`PrivateDir::create`]);
+/// see the module doc.
 #[derive(Debug)]
 pub struct PrivateDir {
-    path: PathBuf,
+    dir: DirHandle,
     removed: bool,
+}
+
+/// A shared handle on a [`PrivateDir`]'s directory, for writers on other
+/// threads: creates files through the directory's descriptor, never by
+/// path. Cheap to clone; it never removes anything, and once its
+/// [`PrivateDir`] is removed creating a file fails.
+#[derive(Debug, Clone)]
+pub struct DirHandle(Arc<Held>);
+
+impl DirHandle {
+    /// The directory's path, as made (what to tell whoever reads the files).
+    pub fn path(&self) -> &Path {
+        self.0.path()
+    }
+
+    /// Creates the new file `name` (a plain name: no `/`, not `.` or `..`),
+    /// mode 0600, open for writing: `openat` on the directory's
+    /// descriptor with `O_CREAT | O_EXCL | O_NOFOLLOW`, so neither a
+    /// symlink put under the directory's name nor one at `name` is ever
+    /// followed. Refused (an error saying so) when the directory is no
+    /// longer at [`DirHandle::path`]: moved away, or replaced.
+    pub fn create(&self, name: &str) -> io::Result<File> {
+        self.0.create(name, 0o600)
+    }
+
+    /// Like [`DirHandle::create`], with the file mode `mode` (less the
+    /// umask).
+    pub fn create_with_mode(&self, name: &str, mode: u32) -> io::Result<File> {
+        self.0.create(name, mode)
+    }
+
+    /// Whether [`DirHandle::path`] still leads to this very directory (it
+    /// was not moved away, replaced by a symlink or another directory, or
+    /// removed).
+    pub fn in_place(&self) -> bool {
+        self.0.in_place()
+    }
 }
 
 impl PrivateDir {
@@ -201,7 +281,7 @@ impl PrivateDir {
         for _ in 0..8 {
             let tag = &uuid::Uuid::new_v4().to_string()[..8];
             let path = base.join(format!("{prefix}{pid}-{tag}"));
-            match PrivateDir::create(path) {
+            match PrivateDir::make(path) {
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
                 other => return other,
             }
@@ -217,43 +297,61 @@ impl PrivateDir {
         sweep(base, prefix);
         let path = base.join(format!("{prefix}{}", std::process::id()));
         match std::fs::symlink_metadata(&path) {
-            Ok(meta) if meta.is_dir() && !is_ours(&path) => std::fs::remove_dir_all(&path)?,
+            Ok(meta) if meta.is_dir() && !is_ours(&path) => remove_tree(&path)?,
             _ => {}
         }
-        PrivateDir::create(path)
+        PrivateDir::make(path)
     }
 
-    fn create(path: PathBuf) -> io::Result<PrivateDir> {
+    /// Makes the directory `path` (mode 0700), opens it without following
+    /// a symlink, checks it (this user's, mode exactly 0700) and writes the
+    /// owner record through the descriptor.
+    fn make(path: PathBuf) -> io::Result<PrivateDir> {
         // Not recursive: fails on anything already there, link or not.
-        std::fs::DirBuilder::new().mode(0o700).create(&path)?;
+        std::fs::DirBuilder::new()
+            .mode(PRIVATE_MODE)
+            .create(&path)?;
         let dir = PrivateDir {
-            path,
+            dir: DirHandle(Arc::new(Held::made(&path)?)),
             removed: false,
         };
         if let Some(me) = ProcessIdentity::current() {
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(dir.path.join(OWNER_FILE))?;
-            f.write_all(me.record().as_bytes())?;
+            dir.create(OWNER_FILE)?.write_all(me.record().as_bytes())?;
         }
         Ok(dir)
     }
 
-    /// The directory.
+    /// The directory's path, as made.
     pub fn path(&self) -> &Path {
-        &self.path
+        self.dir.path()
+    }
+
+    /// A handle creating files in this directory from other threads (see
+    /// [`DirHandle`]).
+    pub fn handle(&self) -> DirHandle {
+        self.dir.clone()
+    }
+
+    /// Creates the new file `name` in the directory, mode 0600, through its
+    /// descriptor (see [`DirHandle::create`]).
+    pub fn create(&self, name: &str) -> io::Result<File> {
+        self.dir.create(name)
+    }
+
+    /// Whether [`PrivateDir::path`] still leads to this very directory
+    /// (see [`DirHandle::in_place`]).
+    pub fn in_place(&self) -> bool {
+        self.dir.in_place()
     }
 
     /// Removes the directory and everything in it now, reporting failure
-    /// (dropping does the same silently).
+    /// (dropping does the same silently). Everything in it is removed
+    /// through descriptors; the directory itself by its path only while
+    /// that still leads to it: one moved away is emptied and left where it
+    /// is, which is an error saying so.
     pub fn remove(mut self) -> io::Result<()> {
         self.removed = true;
-        match std::fs::remove_dir_all(&self.path) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
-        }
+        self.dir.0.remove()
     }
 }
 
@@ -266,7 +364,7 @@ fn is_ours(dir: &Path) -> bool {
 impl Drop for PrivateDir {
     fn drop(&mut self) {
         if !self.removed {
-            let _ = std::fs::remove_dir_all(&self.path);
+            let _ = self.dir.0.remove();
         }
     }
 }
@@ -329,6 +427,75 @@ mod tests {
         drop(dir);
         assert!(!path.exists());
         other.remove().unwrap();
+        std::fs::remove_dir_all(&b).unwrap();
+    }
+
+    /// The attack on a spill directory, as a sandboxed command of the same
+    /// user runs it: rename the directory and plant a symlink to another
+    /// directory under its name, then let the owner write.
+    #[test]
+    fn a_swapped_directory_redirects_no_write_and_no_removal() {
+        let b = base("swap");
+        let dir = PrivateDir::new_in(&b, "t-").unwrap();
+        let handle = dir.handle();
+        // A writer on another thread, before the swap.
+        std::thread::spawn(move || handle.create("before").unwrap().write_all(b"x"))
+            .join()
+            .unwrap()
+            .unwrap();
+        assert_eq!(std::fs::read(dir.path().join("before")).unwrap(), b"x");
+        let target = b.join("target");
+        std::fs::create_dir(&target).unwrap();
+        let moved = b.join("moved");
+        std::fs::rename(dir.path(), &moved).unwrap();
+        std::os::unix::fs::symlink(&target, dir.path()).unwrap();
+        assert!(!dir.in_place());
+        let handle = dir.handle();
+        let e = std::thread::spawn(move || handle.create("after").map(drop))
+            .join()
+            .unwrap()
+            .unwrap_err();
+        assert!(e.to_string().contains("moved or replaced"), "{e}");
+        assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0);
+        // Removal empties the moved directory through the descriptor and
+        // leaves the link and its target alone.
+        let link = dir.path().to_owned();
+        drop(dir);
+        assert_eq!(std::fs::read_dir(&moved).unwrap().count(), 0);
+        assert!(link.is_symlink() && target.is_dir());
+        std::fs::remove_dir_all(&b).unwrap();
+    }
+
+    #[test]
+    fn a_handle_outliving_its_directory_creates_nothing() {
+        let b = base("outlive");
+        let dir = PrivateDir::new_in(&b, "t-").unwrap();
+        let handle = dir.handle();
+        dir.remove().unwrap();
+        assert!(handle.create("late").is_err());
+        assert!(!handle.path().exists());
+        std::fs::remove_dir_all(&b).unwrap();
+    }
+
+    /// Anyone who can write the temp dir can make a directory named like a
+    /// live process's, with a FIFO for its record: the sweep neither waits
+    /// on it nor removes the directory.
+    #[test]
+    fn a_fifo_for_an_owner_record_does_not_block_the_sweep() {
+        let b = base("fifo");
+        let planted = b.join("t-1-fifo");
+        std::fs::create_dir(&planted).unwrap();
+        let fifo = std::ffi::CString::new(
+            planted
+                .join(OWNER_FILE)
+                .into_os_string()
+                .into_encoded_bytes(),
+        )
+        .unwrap();
+        // SAFETY: a NUL-terminated path alive for the call.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        assert_eq!(sweep(&b, "t-"), Vec::<PathBuf>::new());
+        assert!(planted.exists());
         std::fs::remove_dir_all(&b).unwrap();
     }
 

@@ -41,6 +41,15 @@ pub enum Answer {
     /// How many went out before the client hung up is recorded
     /// ([`FakeLlm::floods_written`]).
     Flood(String, usize),
+    /// This status (an error, say 500) with a chunked body of this many
+    /// MiB of `x`, written from one reusable MiB as it goes; how many MiB
+    /// went out before the client hung up is recorded as a flood
+    /// ([`FakeLlm::floods_written`], one payload per MiB).
+    StatusFlood(u16, usize),
+    /// This status with `content-length` set to the `usize`, then only the
+    /// given start of the body, then nothing for an hour: an error body
+    /// that stalls.
+    StatusStall(u16, String, usize),
 }
 
 /// Holds an [`Answer::Gated`] stream until [`Gate::open`] is called.
@@ -559,6 +568,51 @@ async fn serve(mut sock: TcpStream, state: Arc<Mutex<State>>) {
             };
             done.notify_waiters();
         }
+        Answer::StatusFlood(code, mib) => {
+            let written = write_status_flood(&mut sock, code, mib).await;
+            let done = {
+                let mut s = state.lock().unwrap();
+                s.floods.push(written);
+                s.flood_done.clone()
+            };
+            done.notify_waiters();
+        }
+        Answer::StatusStall(code, start, declared) => {
+            let head = format!(
+                "HTTP/1.1 {code} Status\r\ncontent-type: application/json\r\ncontent-length: {declared}\r\nconnection: close\r\n\r\n{start}"
+            );
+            let _ = sock.write_all(head.as_bytes()).await;
+            let _ = sock.flush().await;
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+        }
     }
     let _ = sock.shutdown().await;
+}
+
+/// Writes status `code` with a chunked body of `mib` MiB of `x`, one MiB a
+/// chunk from one buffer; stops at the first failed write (the client hung
+/// up). Each MiB written counts as one payload.
+async fn write_status_flood(sock: &mut TcpStream, code: u16, mib: usize) -> FloodWritten {
+    const MIB: usize = 1024 * 1024;
+    let mut chunk = format!("{MIB:x}\r\n").into_bytes();
+    chunk.extend(std::iter::repeat_n(b'x', MIB));
+    chunk.extend_from_slice(b"\r\n");
+    let mut written = FloodWritten {
+        payloads: 0,
+        complete: false,
+    };
+    let head = format!(
+        "HTTP/1.1 {code} Status\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+    );
+    if sock.write_all(head.as_bytes()).await.is_err() {
+        return written;
+    }
+    for _ in 0..mib {
+        if sock.write_all(&chunk).await.is_err() {
+            return written;
+        }
+        written.payloads += 1;
+    }
+    written.complete = sock.write_all(b"0\r\n\r\n").await.is_ok();
+    written
 }
