@@ -308,20 +308,28 @@ fn decide(path: &Path, finished: Finished) -> Result<Inspected, LoadError> {
 /// only (it may come from the library), as `: <line>`.
 fn said(stderr: &[u8]) -> String {
     let text = String::from_utf8_lossy(stderr);
-    let line: String = text
-        .lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty())
-        .unwrap_or_default()
-        .chars()
-        .filter(|c| !c.is_control() && !is_bidi_control(*c))
-        .take(300)
-        .collect();
+    let line = printable(
+        text.lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .unwrap_or_default(),
+        300,
+    );
     if line.is_empty() {
         String::new()
     } else {
         format!(": {line}")
     }
+}
+
+/// At most `max` characters of `text` without control or bidi characters:
+/// what a library says of itself (its manifest, its stderr) is shown on a
+/// terminal, and must not drive it (an OSC 52 clipboard write, a title).
+pub fn printable(text: &str, max: usize) -> String {
+    text.chars()
+        .filter(|c| !c.is_control() && !is_bidi_control(*c))
+        .take(max)
+        .collect()
 }
 
 fn is_bidi_control(c: char) -> bool {

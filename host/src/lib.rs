@@ -12,6 +12,7 @@ mod boot;
 mod config;
 mod confine;
 mod copies;
+pub mod fds;
 mod host;
 mod host_service;
 mod inbox;

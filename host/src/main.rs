@@ -201,6 +201,12 @@ impl Drop for SayWriter {
 }
 
 fn main() -> ExitCode {
+    // First of all: nothing the host starts (a command, the confined
+    // inspector) may inherit a descriptor its starter left open.
+    if let Err(e) = dsh_host::fds::close_inherited_on_exec() {
+        eprintln!("dsh-host: cannot mark inherited descriptors close-on-exec: {e}");
+        return ExitCode::from(1);
+    }
     // The confined child that inspects a library (see dsh_host::isolate):
     // before anything else of the host starts.
     if std::env::args_os().nth(1).as_deref() == Some(dsh_host::isolate::SUBCOMMAND.as_ref()) {
@@ -327,10 +333,11 @@ fn plugins(cmd: PluginsCmd) -> anyhow::Result<u8> {
                                 None => "unused".to_owned(),
                             },
                         };
+                        let shown = |t: &str| dsh_host::isolate::printable(t, 64);
                         println!(
                             "{:<20} {:<10} {:<4} {:<30} {}",
-                            m.name,
-                            m.version,
+                            shown(&m.name),
+                            shown(&m.version),
                             m.abi_version,
                             state,
                             lib.display()

@@ -14,6 +14,10 @@ pub fn dsh_home() -> std::io::Result<PathBuf> {
             PathBuf::from(user).join(".dsh")
         }
     };
+    // Absolute from here on: the fence compares the harness's own files
+    // with canonical paths, and a relative home would match none of them
+    // (its files would be neither protected nor hidden from the tools).
+    let home = std::path::absolute(&home)?;
     create_private_dir(&home)?;
     Ok(home)
 }
