@@ -4,8 +4,13 @@
 //! when its call is cancelled, a start tag with half a million attributes and
 //! 400,000 adjacent spans (both quadratic before), a gzip bomb, a body that
 //! never ends, one that never finishes, a declared length over the cap, an
-//! endless header and a page that is not UTF-8. Each test then checks that
-//! the host still answers and `tool-web` still serves a normal page.
+//! endless header and a page that is not UTF-8; then what a reviewer of the
+//! new converter found: code spans in headings 128 deep around a run of
+//! backticks (fences one longer at every level: 2 MB took 97 s and 1 GB, past
+//! its deadline), an `HTTP_PROXY` in the environment (it bypassed the pinned
+//! address) and a `charset=` label of 40,000 characters (the note quoting it
+//! ignored `maxChars`). Each test then checks that the host still answers and
+//! `tool-web` still serves a normal page.
 //!
 //! The pages come from a small HTTP server on 127.0.0.1 inside the test. Fetch
 //! is switched on the way the README says (a `[[patch]]` of the `tool-web`
@@ -14,6 +19,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,12 +29,16 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, RwLock};
 
 /// A generous bound on a call that must not hang; not a timing assertion.
 const DEADLINE: Duration = Duration::from_secs(20);
 /// The note a flattened page ends with.
 const FLATTENED: &str = "[page nesting deeper than 256 levels was flattened]";
+/// Held (read) by every call that could read the process environment's
+/// proxy variables, and (write) by the one test that sets them: the plugins
+/// run in this process, so they see its environment.
+static PROXY_ENV: RwLock<()> = RwLock::const_new(());
 /// A small page that converts to [`SIMPLE_MD`].
 const SIMPLE: &str = "<html><body><h1>Title</h1><p>Hello <b>web</b></p></body></html>";
 const SIMPLE_MD: &str = "# Title\n\nHello **web**";
@@ -201,6 +211,7 @@ async fn web_host(extra: &str) -> TestHost {
 
 /// `web_fetch url` within [`DEADLINE`]; past it the test fails.
 async fn fetch(t: &TestHost, ws: &Path, url: &str) -> Value {
+    let _env = PROXY_ENV.read().await;
     match tokio::time::timeout(DEADLINE, run(t, ws, "web_fetch", json!({ "url": url }))).await {
         Ok(r) => r,
         Err(_) => panic!("web_fetch {url} did not answer within {DEADLINE:?}"),
@@ -263,12 +274,14 @@ async fn a_page_of_400000_levels_converts_within_the_bound_and_a_cancel_stops_it
     // Again, cancelled (the call dropped) once the page is delivered, which is
     // when the conversion starts.
     server.forget_deliveries().await;
+    let env = PROXY_ENV.read().await;
     let mut call = Box::pin(run(&t, ws.path(), "web_fetch", json!({ "url": url })));
     let finished_first = tokio::select! {
         r = &mut call => Some(r),
         _ = server.delivered("/deep") => None,
     };
     drop(call);
+    drop(env);
     if let Some(r) = finished_first {
         // Only if the page was delivered and converted before the test saw it.
         assert_eq!(text_of(&r), format!("bottom\n\n{FLATTENED}"), "{r}");
@@ -297,9 +310,10 @@ async fn four_hundred_thousand_adjacent_spans_convert_in_linear_time() {
     // vector: quadratic (40,000 took 1.9 s, this would take minutes).
     let page = "<i>a</i>".repeat(400_000);
     let r = fetch_once("/wide", html(page), ", maxChars = 1000").await;
+    // maxChars bounds the whole result, the mark included.
     assert_eq!(
         text_of(&r),
-        format!("*{}\n\n(truncated)", "a".repeat(999)),
+        format!("*{}\n\n(truncated)", "a".repeat(986)),
         "{r}"
     );
 }
@@ -436,4 +450,143 @@ async fn a_latin1_page_is_decoded_not_refused_as_binary() {
     .await;
     // Labelled ISO-8859-1 means windows-1252 (WHATWG encoding): 0x80 is €.
     assert_eq!(text_of(&r), "café crème €", "{r}");
+}
+
+/// The note of a conversion stopped at the time limit of `ms`.
+fn time_limit_note(ms: u64) -> String {
+    format!("[converting stopped at the time limit ({ms} ms, timeoutMs); the rest of the page is left out]")
+}
+
+#[tokio::test]
+async fn code_spans_in_headings_128_deep_stay_bounded_in_size_and_time() {
+    // The reviewer's page at 100 KB: each code span was fenced one backtick
+    // longer than the longest run inside, so the text grew by twice the run
+    // at each of 128 levels; all of it happened while closing the elements
+    // at the end of the page, where neither the deadline nor a cancel was
+    // looked at (101 KB with timeoutMs = 2000: about 20 s; 2 MB: 97 s and
+    // 514 MB of text).
+    let page = format!("{}{}", "<h1><code>".repeat(128), "`".repeat(100_000));
+    assert!((100_000..102_000).contains(&page.len()), "{}", page.len());
+    let r = fetch_once("/fenced", html(page), ", timeoutMs = 2000").await;
+    assert_eq!(r["isError"], false, "{r}");
+    let text = text_of(&r);
+    // Within maxChars (the default), the notes included.
+    assert!(text.chars().count() <= 100_000, "{}", text.chars().count());
+    // No fence longer than 16: a longer run inside is escaped instead.
+    assert!(!text.contains(&"`".repeat(17)), "{}", &text[..200]);
+    // Finished, or stopped at the deadline and said so (the debug build may
+    // take that long); either way within the call's bound.
+    let note = time_limit_note(2_000);
+    if text.contains("[converting stopped") {
+        assert!(text.ends_with(&note), "{}", &text[text.len() - 200..]);
+    } else {
+        assert!(text.starts_with("# `"), "{}", &text[..40]);
+    }
+}
+
+/// Sets environment variables for as long as it lives (restoring them after);
+/// hold [`PROXY_ENV`] for writing meanwhile.
+struct EnvVars(Vec<(&'static str, Option<std::ffi::OsString>)>);
+
+impl EnvVars {
+    fn set(vars: &[(&'static str, Option<&str>)]) -> EnvVars {
+        let saved = vars
+            .iter()
+            .map(|(name, value)| {
+                let old = std::env::var_os(name);
+                match value {
+                    Some(v) => std::env::set_var(name, v),
+                    None => std::env::remove_var(name),
+                }
+                (*name, old)
+            })
+            .collect();
+        EnvVars(saved)
+    }
+}
+
+impl Drop for EnvVars {
+    fn drop(&mut self) {
+        for (name, old) in &self.0 {
+            match old {
+                Some(v) => std::env::set_var(name, v),
+                None => std::env::remove_var(name),
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_http_proxy_in_the_environment_is_not_used() {
+    // reqwest honours HTTP_PROXY by default: the request went to the proxy,
+    // not to the vetted, pinned address (and a proxy resolves the host
+    // itself, past the SSRF check).
+    let proxy = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy_url = format!("http://{}", proxy.local_addr().unwrap());
+    let connections = Arc::new(AtomicUsize::new(0));
+    let seen = connections.clone();
+    tokio::spawn(async move {
+        while let Ok((sock, _)) = proxy.accept().await {
+            seen.fetch_add(1, Ordering::SeqCst);
+            drop(sock);
+        }
+    });
+    let server = Server::start(vec![("/simple", html(SIMPLE))]).await;
+    let t = web_host("").await;
+    let ws = TempDir::new("web-proxy");
+    let r = {
+        let _env = PROXY_ENV.write().await;
+        let _vars = EnvVars::set(&[
+            ("HTTP_PROXY", Some(&proxy_url)),
+            ("http_proxy", Some(&proxy_url)),
+            ("ALL_PROXY", Some(&proxy_url)),
+            ("NO_PROXY", None),
+            ("no_proxy", None),
+        ]);
+        let call = run(
+            &t,
+            ws.path(),
+            "web_fetch",
+            json!({ "url": server.url("/simple") }),
+        );
+        tokio::time::timeout(DEADLINE, call).await
+    };
+    let r = r.unwrap_or_else(|_| panic!("web_fetch did not answer within {DEADLINE:?}"));
+    assert_eq!(text_of(&r), SIMPLE_MD, "{r}");
+    assert_eq!(connections.load(Ordering::SeqCst), 0, "the proxy was used");
+    assert_still_serving(&t, ws.path(), &server).await;
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_long_charset_label_stays_within_max_chars() {
+    // The label was quoted whole in the note, after the cut: 40,206
+    // characters with maxChars = 100.
+    let label = "x".repeat(40_000);
+    let reply = || Reply::Page {
+        headers: format!("content-type: text/html; charset={label}\r\n"),
+        body: b"<p>caf\xe9</p>".to_vec(),
+    };
+    let r = fetch_once("/label", reply(), ", maxChars = 100").await;
+    let text = text_of(&r);
+    assert_eq!(
+        text.chars().count(),
+        100,
+        "{}",
+        &text[..200.min(text.len())]
+    );
+    assert!(
+        text.starts_with("(truncated)\n\n[the page is not valid UTF-8 (it says charset=xxx"),
+        "{r}"
+    );
+    // With room, the label is cut at 40 characters.
+    let r = fetch_once("/label", reply(), ", maxChars = 300").await;
+    assert_eq!(
+        text_of(&r),
+        format!(
+            "caf\u{fffd}\n\n[the page is not valid UTF-8 (it says charset={}...); bytes that are not were replaced with U+FFFD]",
+            "x".repeat(40)
+        ),
+        "{r}"
+    );
 }

@@ -59,16 +59,25 @@ fn windows_1252(bytes: &[u8]) -> String {
         .collect()
 }
 
+/// The most characters of a `charset=` label kept (for the note that quotes
+/// it): WHATWG labels are at most 19 long; a server can send 400 KB.
+const MAX_LABEL: usize = 40;
+
 /// The value of the first `charset=` in `text` (a header, or the start of a
-/// page), lowercased.
+/// page), lowercased; past [`MAX_LABEL`] characters cut, with `...`.
 fn charset_in(text: &str) -> Option<String> {
     let lower = text.to_ascii_lowercase();
     let at = lower.find("charset=")? + "charset=".len();
-    let value: String = lower[at..]
+    let mut value: String = lower[at..]
         .trim_start_matches(['"', '\''])
         .chars()
         .take_while(|c| c.is_ascii_alphanumeric() || "-_.:".contains(*c))
+        .take(MAX_LABEL + 1)
         .collect();
+    if value.len() > MAX_LABEL {
+        value.truncate(MAX_LABEL);
+        value.push_str("...");
+    }
     (!value.is_empty()).then_some(value)
 }
 
@@ -189,6 +198,16 @@ mod tests {
         assert_eq!(
             note.as_deref(),
             Some("[the page is not valid UTF-8 (it says charset=koi8-r); bytes that are not were replaced with U+FFFD]")
+        );
+    }
+
+    #[test]
+    fn a_long_label_is_cut_in_the_note() {
+        let ctype = format!("text/html; charset={}", "x".repeat(40_000));
+        let (_, note) = text(Some(&ctype), b"a\xffb");
+        assert_eq!(
+            note,
+            Some(format!("[the page is not valid UTF-8 (it says charset={}...); bytes that are not were replaced with U+FFFD]", "x".repeat(MAX_LABEL)))
         );
     }
 

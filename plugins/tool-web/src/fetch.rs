@@ -127,6 +127,10 @@ fn client(target: &Target) -> Result<reqwest::Client> {
     reqwest::Client::builder()
         // The vetted address, so DNS cannot be re-pointed in between.
         .resolve(&target.host, target.addr)
+        // Never a proxy from the environment (`HTTP_PROXY`, `ALL_PROXY`, ...,
+        // which reqwest honours by default): it would connect somewhere else
+        // than the vetted address, and a proxy resolves the host itself.
+        .no_proxy()
         .redirect(reqwest::redirect::Policy::custom(move |a| {
             if a.url().origin() == origin && a.previous().len() < 5 {
                 a.follow()

@@ -1,6 +1,6 @@
 //! A fetched body as the text `web_fetch` returns: decoded, converted to
-//! Markdown when it is HTML, cut at `maxChars`, with a note for everything
-//! that was left out or changed on the way.
+//! Markdown when it is HTML, with a note for everything that was left out or
+//! changed on the way, all of it within `maxChars` characters.
 
 use std::time::Instant;
 
@@ -55,18 +55,42 @@ pub fn render(
     } else {
         decoded.text
     };
-    let mut out = if text.chars().count() > config.max_chars {
-        text.chars().take(config.max_chars).collect::<String>() + "\n\n(truncated)"
-    } else {
-        text
-    };
-    for note in notes {
-        if !out.is_empty() {
-            out.push_str("\n\n");
-        }
-        out.push_str(&note);
+    Ok(bounded(text, &notes, config.max_chars))
+}
+
+/// What marks a text cut to fit.
+const TRUNCATED: &str = "(truncated)";
+
+/// Joins paragraphs with a blank line.
+const SEPARATOR: &str = "\n\n";
+
+/// `a` and `b` as paragraphs; an empty one left out.
+fn join(a: &str, b: &str) -> String {
+    match (a.is_empty(), b.is_empty()) {
+        (true, _) => b.to_owned(),
+        (_, true) => a.to_owned(),
+        _ => format!("{a}{SEPARATOR}{b}"),
     }
-    Ok(out)
+}
+
+/// The first `n` characters of `s`.
+fn first_chars(s: &str, n: usize) -> String {
+    s.chars().take(n).collect()
+}
+
+/// `text`, then `notes`, in at most `max_chars` characters: the text is cut
+/// (and [`TRUNCATED`] follows it) to leave the notes their room; notes that
+/// do not fit by themselves are cut as well.
+fn bounded(text: String, notes: &[String], max_chars: usize) -> String {
+    let notes = notes.join(SEPARATOR);
+    let whole = join(&text, &notes);
+    if text.is_empty() || whole.chars().count() <= max_chars {
+        return first_chars(&whole, max_chars);
+    }
+    let tail = join(TRUNCATED, &notes);
+    let room = max_chars.saturating_sub(tail.chars().count() + SEPARATOR.len());
+    let out = join(&first_chars(&text, room), &tail);
+    first_chars(&out, max_chars)
 }
 
 #[cfg(test)]
@@ -88,23 +112,39 @@ mod tests {
 
     #[test]
     fn html_is_converted_and_notes_follow_the_cut() {
+        let note = format!("[page nesting deeper than {MAX_DEPTH} levels was flattened]");
         let config = Config {
-            max_chars: 5,
+            // Three characters of text, the mark and the note.
+            max_chars: note.len() + 18,
             ..Config::default()
         };
-        let html = format!("{}abcdefgh", "<div>".repeat(MAX_DEPTH + 1));
+        let html = format!(
+            "{}abcdefghijklmnopqrstuvwxyz",
+            "<div>".repeat(MAX_DEPTH + 1)
+        );
         let out = render(
             page("text/html", &html),
             &config,
             later(),
             &Cancel::default(),
         );
-        assert_eq!(
-            out.ok(),
-            Some(format!(
-                "abcde\n\n(truncated)\n\n[page nesting deeper than {MAX_DEPTH} levels was flattened]"
-            ))
-        );
+        assert_eq!(out.ok(), Some(format!("abc\n\n(truncated)\n\n{note}")));
+    }
+
+    #[test]
+    fn notes_count_against_max_chars() {
+        let note = format!("[{}]", "n".repeat(200));
+        // The text makes room for the notes.
+        let out = bounded("t".repeat(100), std::slice::from_ref(&note), 250);
+        assert_eq!(out, format!("{}\n\n(truncated)\n\n{note}", "t".repeat(33)));
+        // Notes longer than the bound are cut too.
+        let out = bounded("t".repeat(100), std::slice::from_ref(&note), 100);
+        assert_eq!(out.chars().count(), 100);
+        assert!(out.starts_with("(truncated)\n\n[nnn"), "{out}");
+        let out = bounded(String::new(), &[note], 10);
+        assert_eq!(out, "[nnnnnnnnn");
+        // What fits is left as it is.
+        assert_eq!(bounded("t".into(), &["[n]".into()], 6), "t\n\n[n]");
     }
 
     #[test]

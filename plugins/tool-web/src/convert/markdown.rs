@@ -9,6 +9,7 @@
 //! cells (a layout table's cells flow as text). List markers are `* ` and
 //! `1. `.
 
+use super::budget::{Budget, Stop};
 use super::elements::{is_block, Kind};
 use super::sink::{Sink, Style};
 use super::stack::Render;
@@ -67,15 +68,27 @@ struct Table {
     inline: bool,
     /// The cells of the row being read.
     row: Vec<String>,
+    /// Their characters.
+    row_chars: usize,
     /// Rows written.
     rows: usize,
 }
 
 /// Markdown of the elements it is told about.
-pub struct Markdown {
+///
+/// Only the innermost sink (the last capture, else the document) is written
+/// to; the characters held elsewhere (outer sinks, table cells waiting for
+/// their row) are counted in `held`, and each capture may take only what is
+/// left of `max_chars`, so everything held at once stays within about
+/// `max_chars` however deep captures nest.
+pub struct Markdown<'a> {
     doc: Sink,
     /// The open captures, innermost last.
     captures: Vec<Sink>,
+    /// Characters held outside the innermost sink.
+    held: usize,
+    max_chars: usize,
+    budget: Budget<'a>,
     frames: Vec<Frame>,
     lists: Vec<List>,
     tables: Vec<Table>,
@@ -155,12 +168,16 @@ fn first_number(attrs: &Attrs) -> u64 {
         .unwrap_or(1)
 }
 
-impl Markdown {
-    /// A writer whose document need not grow much past `max_chars`.
-    pub fn new(max_chars: usize) -> Self {
+impl<'a> Markdown<'a> {
+    /// A writer that holds at most about `max_chars` characters, and stops
+    /// closing elements once `budget` is spent.
+    pub fn new(max_chars: usize, budget: Budget<'a>) -> Self {
         Markdown {
             doc: Sink::document(max_chars),
             captures: Vec::new(),
+            held: 0,
+            max_chars,
+            budget,
             frames: Vec::new(),
             lists: Vec::new(),
             tables: Vec::new(),
@@ -171,17 +188,30 @@ impl Markdown {
         }
     }
 
-    /// Characters written to the document so far.
+    /// Characters held so far: the document, open captures and table cells
+    /// waiting for their row.
     pub fn chars(&self) -> usize {
-        self.doc.chars()
+        self.held + self.current().chars()
     }
 
-    /// The document. Call after the stack has closed every element (a
-    /// capture still open is written out as text).
+    /// Between tokens: whether to stop converting (see [`Budget::spent`]).
+    pub fn spent(&mut self) -> bool {
+        self.budget.spent()
+    }
+
+    /// Why converting stopped early, if it did.
+    pub fn stopped(&self) -> Option<Stop> {
+        self.budget.stopped()
+    }
+
+    /// The document. Call after the stack has closed every element; what
+    /// captures are still open (converting stopped before their elements
+    /// closed) follows as it is, in page order.
     pub fn finish(mut self) -> String {
-        while let Some(capture) = self.captures.pop() {
+        for capture in std::mem::take(&mut self.captures) {
             let text = capture.into_text();
-            self.sink().text(&text);
+            self.doc.content();
+            self.doc.push(&text);
         }
         self.doc.into_text()
     }
@@ -191,15 +221,26 @@ impl Markdown {
         self.captures.last_mut().unwrap_or(&mut self.doc)
     }
 
-    fn capture(&mut self, style: Style) {
-        self.captures.push(Sink::new(style));
+    fn current(&self) -> &Sink {
+        self.captures.last().unwrap_or(&self.doc)
     }
 
-    /// Ends the innermost capture and returns its text.
+    /// Starts a capture, which may take what is left of `max_chars`.
+    fn capture(&mut self, style: Style) {
+        let room = self.max_chars.saturating_sub(self.chars());
+        self.held += self.current().chars();
+        self.captures.push(Sink::capture(style, room));
+    }
+
+    /// Ends the innermost capture and returns its text (its characters no
+    /// longer held until the caller writes them).
     fn release(&mut self) -> String {
-        self.captures
+        let text = self
+            .captures
             .pop()
-            .map_or_else(String::new, Sink::into_text)
+            .map_or_else(String::new, Sink::into_text);
+        self.held = self.held.saturating_sub(self.current().chars());
+        text
     }
 
     fn marked(&mut self, kind: Kind, marker: &'static str) -> Frame {
@@ -232,8 +273,10 @@ impl Markdown {
             return true;
         }
         let cells = std::mem::take(&mut table.row);
+        let row_chars = std::mem::take(&mut table.row_chars);
         let first = table.rows == 0;
         table.rows += 1;
+        self.held = self.held.saturating_sub(row_chars);
         let sink = self.sink();
         sink.block(1);
         sink.content();
@@ -318,6 +361,7 @@ impl Markdown {
                     head: false,
                     inline,
                     row: Vec::new(),
+                    row_chars: 0,
                     rows: 0,
                 });
                 Frame::Table
@@ -428,7 +472,10 @@ impl Markdown {
                 if grid {
                     let text = self.release().replace('|', "\\|");
                     if let Some(t) = self.tables.last_mut() {
+                        let chars = text.chars().count();
                         t.row.push(text);
+                        t.row_chars += chars;
+                        self.held += chars;
                     }
                 } else {
                     self.sink().soft_space();
@@ -455,7 +502,7 @@ impl Markdown {
     }
 }
 
-impl Render for Markdown {
+impl Render for Markdown<'_> {
     fn open(&mut self, kind: Kind, attrs: &Attrs) {
         let frame = self.open_frame(kind, attrs);
         self.frames.push(frame);
@@ -500,5 +547,9 @@ impl Render for Markdown {
 
     fn text(&mut self, text: &str) {
         self.sink().text(text);
+    }
+
+    fn halted(&mut self) -> bool {
+        self.budget.spent_now()
     }
 }

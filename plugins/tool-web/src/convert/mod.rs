@@ -7,7 +7,12 @@
 //! Each token costs amortized O(1) (a text token O(its length)), so a 5 MB
 //! page converts in one linear pass whatever its shape; the loop also stops
 //! when the caller cancels, at the deadline, and once the output is longer
-//! than what will be returned.
+//! than what will be returned. Closing an element can write out what it
+//! captured (a heading, a code span, a cell): everything held at once,
+//! captures included, stays within the output bound, a code fence never
+//! grows past [`sink::MAX_FENCE`], and the [`budget`] is checked before each
+//! element is closed, so an end tag or the end of the page that closes 256
+//! captures within captures stops at the deadline too.
 //!
 //! The converter replaces `htmd`, which builds an html5ever DOM and walks it
 //! recursively: 3,000 nested `<div>`s overflowed the plugin thread's stack
@@ -15,6 +20,7 @@
 //! builder (its scope checks walk the open-element stack), and neither could
 //! be cancelled.
 
+mod budget;
 mod elements;
 mod markdown;
 mod sink;
@@ -25,6 +31,7 @@ use std::time::Instant;
 
 use dsh_sdk::blocking::Cancel;
 
+use budget::{Budget, Stop};
 use markdown::Markdown;
 use stack::Stack;
 use tokens::{tokens, Token};
@@ -33,9 +40,6 @@ use tokens::{tokens, Token};
 /// Browsers bound the tree depth the same way (Blink at 512); Markdown has
 /// nothing to show for even a tenth of this.
 pub const MAX_DEPTH: usize = 256;
-
-/// How many tokens pass between two looks at the clock.
-const CLOCK_EVERY: usize = 64;
 
 /// The bounds of one conversion.
 pub struct Limits {
@@ -61,14 +65,9 @@ pub struct Converted {
 /// Converts `html` to Markdown within `limits`; `None` once `cancel` is set.
 pub fn html_to_markdown(html: &str, limits: &Limits, cancel: &Cancel) -> Option<Converted> {
     let mut stack = Stack::new(limits.max_depth);
-    let mut md = Markdown::new(limits.max_chars);
-    let mut timed_out = false;
-    for (n, token) in tokens(html).enumerate() {
-        if cancel.is_cancelled() {
-            return None;
-        }
-        if n % CLOCK_EVERY == 0 && Instant::now() >= limits.deadline {
-            timed_out = true;
+    let mut md = Markdown::new(limits.max_chars, Budget::new(limits.deadline, cancel));
+    for token in tokens(html) {
+        if md.spent() {
             break;
         }
         match token {
@@ -86,10 +85,14 @@ pub fn html_to_markdown(html: &str, limits: &Limits, cancel: &Cancel) -> Option<
         }
     }
     stack.finish(&mut md);
+    let stopped = md.stopped();
+    if stopped == Some(Stop::Cancelled) || cancel.is_cancelled() {
+        return None;
+    }
     Some(Converted {
         text: md.finish(),
         flattened: stack.was_flattened(),
-        timed_out,
+        timed_out: stopped == Some(Stop::TimedOut),
     })
 }
 
@@ -203,6 +206,64 @@ mod tests {
                 timed_out: true
             })
         );
+    }
+
+    /// Feeds `html` to `stack` and `md` without looking at the budget.
+    fn feed(html: &str, stack: &mut Stack, md: &mut Markdown) {
+        for token in tokens(html) {
+            match token {
+                Token::Start {
+                    name,
+                    attrs,
+                    self_closing,
+                } => stack.start(&name, &attrs, self_closing, md),
+                Token::End { name } => stack.end(&name, md),
+                Token::Text(text) => stack.text(&text, md),
+                Token::Other => {}
+            }
+        }
+    }
+
+    /// The reviewer's page: code spans in headings 128 deep around `n`
+    /// backticks.
+    fn fenced_headings(n: usize) -> String {
+        format!("{}{}", "<h1><code>".repeat(128), "`".repeat(n))
+    }
+
+    #[test]
+    fn captures_within_captures_stay_within_the_bound() {
+        // Each code span needed a fence one longer than the run inside, so
+        // the text grew by twice the run at each of 128 levels (2 MB: 96 s
+        // and 514 MB); captures were not bounded at all.
+        let small = Limits {
+            max_chars: 1_000,
+            ..limits()
+        };
+        let c = html_to_markdown(&fenced_headings(5_000), &small, &Cancel::default());
+        let text = c.map(|c| c.text).unwrap_or_default();
+        assert!(text.chars().count() <= 1_001, "{}", text.len());
+        assert!(text.starts_with("# `"), "{}", &text[..40]);
+        assert!(!text.contains(&"`".repeat(sink::MAX_FENCE + 1)));
+    }
+
+    #[test]
+    fn closing_at_the_end_of_the_page_stops_when_cancelled_or_late() {
+        let cancel = Cancel::default();
+        let mut stack = Stack::new(MAX_DEPTH);
+        let mut md = Markdown::new(1_000, Budget::new(limits().deadline, &cancel));
+        feed(&fenced_headings(3), &mut stack, &mut md);
+        cancel.cancel();
+        stack.finish(&mut md);
+        assert_eq!(md.stopped(), Some(Stop::Cancelled));
+        // Nothing was closed: the captures follow as they are.
+        assert_eq!(md.finish(), "```");
+
+        let cancel = Cancel::default();
+        let mut stack = Stack::new(MAX_DEPTH);
+        let mut md = Markdown::new(1_000, Budget::new(Instant::now(), &cancel));
+        feed(&format!("{}</h1>", fenced_headings(3)), &mut stack, &mut md);
+        assert_eq!(md.stopped(), Some(Stop::TimedOut));
+        assert_eq!(md.finish(), "```");
     }
 
     #[test]

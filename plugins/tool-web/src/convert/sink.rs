@@ -30,8 +30,9 @@ struct Marker {
 pub struct Sink {
     buf: String,
     chars: usize,
-    /// Past this many characters a code block stops being written (its
-    /// lines each repeat the prefix: a page cannot make that add up).
+    /// The most characters this sink takes: it keeps at most one more (which
+    /// tells the writer it is full) and drops the rest, so nothing a page
+    /// nests (a capture written into a capture, 256 deep) adds up past it.
     limit: usize,
     style: Style,
     /// The prefix of every line (`> ` and list indentation).
@@ -53,19 +54,33 @@ pub struct Sink {
     closed: Option<(usize, &'static str)>,
 }
 
+/// The longest fence written: code with a run of this many backticks is
+/// written as escaped text (a span) or an indented block (a block) instead,
+/// so a span captured in a span captured in a span (256 deep) cannot need a
+/// fence one longer at every level.
+pub const MAX_FENCE: usize = 16;
+
 fn is_space(c: char) -> bool {
     matches!(c, ' ' | '\t' | '\n' | '\r' | '\x0c')
 }
 
 impl Sink {
-    /// An empty capture.
+    /// An empty capture without a limit (tests).
+    #[cfg(test)]
     pub fn new(style: Style) -> Sink {
         Sink::with_limit(style, usize::MAX)
     }
 
-    /// An empty document that need not grow past `limit` characters.
+    /// An empty document that keeps at most `limit` characters (and one
+    /// more to say it is full).
     pub fn document(limit: usize) -> Sink {
         Sink::with_limit(Style::Document, limit)
+    }
+
+    /// An empty capture in `style` that keeps at most `limit` characters
+    /// (and one more to say it is full).
+    pub fn capture(style: Style, limit: usize) -> Sink {
+        Sink::with_limit(style, limit)
     }
 
     fn with_limit(style: Style, limit: usize) -> Sink {
@@ -95,6 +110,17 @@ impl Sink {
         self.chars
     }
 
+    /// Whether the sink holds more than its limit: what comes next is
+    /// dropped.
+    pub fn full(&self) -> bool {
+        self.chars > self.limit
+    }
+
+    /// How many more characters the sink takes.
+    fn room(&self) -> usize {
+        self.limit.saturating_add(1).saturating_sub(self.chars)
+    }
+
     /// Whether Markdown markup (emphasis, links, images) is written here.
     pub fn markup(&self) -> bool {
         matches!(self.style, Style::Document | Style::Inline)
@@ -107,15 +133,20 @@ impl Sink {
         buf
     }
 
-    /// Writes `s` as is.
+    /// Writes `s` as is, as much of it as the sink takes.
     pub fn push(&mut self, s: &str) {
+        let room = self.room();
+        let end = s.char_indices().nth(room).map_or(s.len(), |(i, _)| i);
+        let s = &s[..end];
         self.buf.push_str(s);
         self.chars += s.chars().count();
     }
 
     fn push_char(&mut self, c: char) {
-        self.buf.push(c);
-        self.chars += 1;
+        if self.room() > 0 {
+            self.buf.push(c);
+            self.chars += 1;
+        }
     }
 
     /// Asks for `n` newlines (2: a blank line) before the next content.
@@ -283,8 +314,12 @@ impl Sink {
         if self.openers.len() > at {
             self.openers.truncate(at);
         } else {
+            let before = self.buf.len();
             self.push(closer);
-            self.closed = Some((self.buf.len(), closer));
+            // Only a closer written whole can be taken back.
+            if self.buf.len() - before == closer.len() {
+                self.closed = Some((self.buf.len(), closer));
+            }
         }
     }
 
@@ -306,6 +341,9 @@ impl Sink {
             Style::Pre => self.push(s),
             Style::Code => {
                 for c in s.chars() {
+                    if self.full() {
+                        return;
+                    }
                     if is_space(c) {
                         self.soft_space();
                     } else {
@@ -321,6 +359,9 @@ impl Sink {
     fn escaped(&mut self, s: &str) {
         let mut i = 0;
         while let Some(c) = s[i..].chars().next() {
+            if self.full() {
+                return;
+            }
             let rest = &s[i..];
             i += c.len_utf8();
             if is_space(c) {
@@ -365,10 +406,15 @@ impl Sink {
         }
     }
 
-    /// Writes `code` as a code span.
+    /// Writes `code` as a code span; as escaped text if it has a run of
+    /// [`MAX_FENCE`] backticks or more.
     pub fn code_span(&mut self, code: &str) {
         let code = code.trim();
         if code.is_empty() {
+            return;
+        }
+        if longest_run(code, '`') >= MAX_FENCE {
+            self.escaped(code);
             return;
         }
         let fence = "`".repeat(longest_run(code, '`') + 1);
@@ -381,6 +427,24 @@ impl Sink {
         for part in [fence.as_str(), pad, code, pad, fence.as_str()] {
             self.push(part);
         }
+    }
+
+    /// Writes `code` as an indented code block (no fence to outgrow), after
+    /// [`Sink::content`] started its first line.
+    fn indented_block(&mut self, code: &str) {
+        for (n, line) in code.split('\n').enumerate() {
+            if self.chars > self.limit {
+                break;
+            }
+            if n > 0 {
+                self.new_line(line.is_empty());
+            }
+            if !line.is_empty() {
+                self.push("    ");
+                self.push(line);
+            }
+        }
+        self.block(2);
     }
 
     /// Writes `code` as a fenced code block in `lang`.
@@ -397,7 +461,12 @@ impl Sink {
             Style::Document => {
                 self.block(2);
                 self.content();
-                let fence = "`".repeat(longest_run(code, '`').max(2) + 1);
+                let run = longest_run(code, '`');
+                if run >= MAX_FENCE {
+                    self.indented_block(code);
+                    return;
+                }
+                let fence = "`".repeat(run.max(2) + 1);
                 self.push(&fence);
                 self.push(lang.unwrap_or(""));
                 for line in code.split('\n') {
@@ -514,6 +583,27 @@ mod tests {
         s.code_block(&"\n".repeat(100_000), None);
         s.code_block(&"x\n".repeat(100_000), None);
         assert!(s.chars() < 1_500, "{}", s.chars());
+    }
+
+    #[test]
+    fn a_long_backtick_run_is_not_fenced() {
+        let mut s = Sink::new(Style::Document);
+        let run = "`".repeat(MAX_FENCE);
+        s.code_span(&format!("a{run}"));
+        s.code_block(&format!("x\n\n{run}"), Some("sh"));
+        assert_eq!(
+            s.into_text(),
+            format!("a{}\n\n    x\n\n    {run}", "\\`".repeat(MAX_FENCE))
+        );
+    }
+
+    #[test]
+    fn a_sink_keeps_one_character_past_its_limit() {
+        let mut s = Sink::capture(Style::Inline, 3);
+        s.text("abcdef");
+        assert!(s.full());
+        s.push("gh");
+        assert_eq!(s.into_text(), "abcd");
     }
 
     #[test]

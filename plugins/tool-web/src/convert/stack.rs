@@ -39,6 +39,12 @@ pub trait Render {
     fn flattened(&mut self, kind: Kind);
     /// Character data.
     fn text(&mut self, text: &str);
+    /// Asked before each element is closed (closing one may write out all
+    /// it captured): whether converting has stopped (cancelled, or past its
+    /// deadline). Then nothing more is closed: the caller ends.
+    fn halted(&mut self) -> bool {
+        false
+    }
 }
 
 /// A rule of implied ends: which open element (`member`) a start tag
@@ -282,14 +288,19 @@ impl Stack {
         }
     }
 
-    /// Closes everything still open (the end of the page).
+    /// Closes everything still open (the end of the page), unless the
+    /// renderer halts.
     pub fn finish(&mut self, r: &mut impl Render) {
         self.pop_to(0, r);
     }
 
-    /// Closes the entries at `at` and above, deepest first.
+    /// Closes the entries at `at` and above, deepest first; stops early when
+    /// the renderer halts ([`Render::halted`]).
     fn pop_to(&mut self, at: usize, r: &mut impl Render) {
         while self.open.len() > at {
+            if r.halted() {
+                return;
+            }
             let Some(e) = self.open.pop() else {
                 return;
             };
