@@ -2,7 +2,9 @@
 //! resuming or creating the same session gets `SESSION_LOCKED` and writes
 //! nothing; a killed holder never blocks), logs private to their owner, and
 //! bounded decoding (issue 18: a 99 KB log that inflates to 3 GB is refused
-//! at a cap, in bounded memory, and left alone).
+//! at a cap, in bounded memory, and left alone; a 1 KB log of one packed
+//! row of millions of empty members neither stalls the listing nor
+//! expands; a FIFO or a link to `/dev/zero` named like a log is skipped).
 //!
 //! Every wait here is on an event (a file the winner's tool creates, a
 //! request the fake model server received), bounded by a generous deadline.
@@ -337,7 +339,12 @@ async fn a_log_that_inflates_to_gigabytes_is_refused_at_a_cap_in_bounded_memory_
     assert_eq!(list.code, Some(0), "{stdout}{stderr}");
     let row = stdout.lines().find(|l| l.starts_with(&id));
     let row = row.unwrap_or_else(|| panic!("listed: {stdout}"));
-    assert!(row.contains("cannot be read: SESSION_CORRUPT"), "{row}");
+    // Past the listing's read budget (32 MiB of text): listed without its
+    // turns and last prompt.
+    assert!(
+        row.contains("cannot be read: TOO_LONG_TO_SUMMARIZE"),
+        "{row}"
+    );
     assert_eq!(
         stdout.lines().count(),
         2,
@@ -386,4 +393,162 @@ async fn a_log_that_inflates_to_gigabytes_is_refused_at_a_cap_in_bounded_memory_
     );
     assert_eq!(std::fs::read(&headless).unwrap(), zeros);
     assert_eq!(fake.requests().len(), 1, "nothing reached the model");
+}
+
+/// A checksummed zstd frame of `text`, compressed hard (level 19).
+fn frame(text: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut enc = zstd::stream::write::Encoder::new(Vec::new(), 19).unwrap();
+    enc.include_checksum(true).unwrap();
+    enc.write_all(text).unwrap();
+    enc.finish().unwrap()
+}
+
+/// The reviewer's `mkbomb.py <home> <cwd> <id> packed <n>`: a header frame,
+/// then one frame of one packed row of `n` empty members (3 bytes each in
+/// the text, a whole event each once expanded).
+fn packed_bomb(id: &str, cwd: &str, n: usize) -> Vec<u8> {
+    let header = json!({"type": "session", "version": 0, "id": id, "createdAt": 1796294016359u64, "cwd": cwd, "delegationDepth": 0});
+    let mut row = String::from(
+        r#"{"type":"text-chunks","seq0":0,"time0":1,"data":{"turn":1,"step":1,"index":0,"texts":["#,
+    );
+    row.push_str(&"\"\",".repeat(n - 1));
+    row.push_str("\"\"],\"dt\":[]}}\n");
+    [
+        frame(format!("{header}\n").as_bytes()),
+        frame(row.as_bytes()),
+    ]
+    .concat()
+}
+
+/// Far below the 3 GB the packed bomb took to list: the host and its
+/// plugins, and the listing's read budget.
+const LIST_PEAK_BOUND: u64 = 256 << 20;
+
+#[tokio::test]
+async fn a_one_kilobyte_packed_row_bomb_neither_stalls_the_listing_nor_expands() {
+    let fake = FakeLlm::start().await;
+    let e = env(&fake);
+    let (id, file) = create_session(&e, &fake).await;
+    let before = std::fs::read(&file).unwrap();
+    let cwd = lines(&file)[0]["cwd"].as_str().unwrap().to_owned();
+    // Beside the real session, written after it: the latest of the
+    // directory, so `--continue` picks it.
+    let bomb = file.parent().unwrap().with_file_name("session-bomb");
+    std::fs::create_dir(&bomb).unwrap();
+    let bomb = bomb.join("session.jsonl.zstd");
+    let bytes = packed_bomb("session-bomb", &cwd, 4_000_000);
+    assert!(bytes.len() < 2048, "a small file: {} bytes", bytes.len());
+    std::fs::write(&bomb, &bytes).unwrap();
+
+    let list = run_measured(e.sessions(&["list"])).await;
+    let (stdout, stderr, peak) = (&list.stdout, &list.stderr, list.peak_bytes());
+    assert_eq!(list.code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.lines().any(|l| l.starts_with(&id)), "{stdout}");
+    assert!(
+        stdout.lines().any(|l| l.starts_with("session-bomb")),
+        "{stdout}"
+    );
+    eprintln!("sessions list: peak resident memory {} MiB", peak >> 20);
+    assert!(peak < LIST_PEAK_BOUND, "list peaked at {} MiB", peak >> 20);
+
+    let show = e.sessions(&["show", "session-bomb"]);
+    let cont = e.command(&["--continue", "next", "task"]);
+    for (what, c) in [("show", show), ("--continue", cont)] {
+        let run = run_measured(c).await;
+        let (stdout, stderr, peak) = (&run.stdout, &run.stderr, run.peak_bytes());
+        assert_eq!(run.code, Some(1), "{what}: {stdout}");
+        for needle in [
+            "SESSION_CORRUPT",
+            "\"session-bomb\"",
+            "4000000 entries",
+            "more than 131072",
+            "maxRowMembers",
+            &bomb.display().to_string(),
+        ] {
+            assert!(stderr.contains(needle), "{what}: {needle} in {stderr}");
+        }
+        eprintln!("{what}: peak resident memory {} MiB", peak >> 20);
+        assert!(
+            peak < LIST_PEAK_BOUND,
+            "{what} peaked at {} MiB",
+            peak >> 20
+        );
+    }
+    assert_eq!(
+        std::fs::read(&bomb).unwrap(),
+        bytes,
+        "the bomb is left alone"
+    );
+    assert_eq!(std::fs::read(&file).unwrap(), before, "the session too");
+    assert_eq!(fake.requests().len(), 1, "nothing reached the model");
+}
+
+/// Runs `c` to its end, or kills it after a generous deadline (a command
+/// that blocks forever fails the test instead of hanging it).
+async fn finishes(mut c: std::process::Command) -> (Option<i32>, String, String) {
+    use std::process::Stdio;
+    let mut child = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            let _ = child.wait();
+            panic!("still running after a minute: it blocked on a log");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let o = child.wait_with_output().unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (o.status.code(), text(&o.stdout), text(&o.stderr))
+}
+
+#[tokio::test]
+async fn a_fifo_or_a_link_to_dev_zero_named_like_a_log_is_skipped_never_read() {
+    let fake = FakeLlm::start().await;
+    let e = env(&fake);
+    let (id, file) = create_session(&e, &fake).await;
+    let folder = file.parent().unwrap().parent().unwrap().to_owned();
+    let mkfifo = |p: &Path| {
+        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: `c` is a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    };
+    let fifo = folder.join("fifo.jsonl");
+    mkfifo(&fifo);
+    std::os::unix::fs::symlink("/dev/zero", folder.join("zero.jsonl")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", folder.join("zero.jsonl.zstd")).unwrap();
+    std::fs::create_dir(folder.join("piped")).unwrap();
+    mkfifo(&folder.join("piped").join("session.jsonl"));
+    std::fs::create_dir(folder.join("linked")).unwrap();
+    // A link to a real log is not followed either.
+    std::os::unix::fs::symlink(&file, folder.join("linked").join("session.jsonl.zstd")).unwrap();
+
+    let (code, stdout, stderr) = finishes(e.sessions(&["list"])).await;
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert_eq!(stdout.lines().count(), 2, "only the real session: {stdout}");
+    assert!(
+        stdout.lines().nth(1).is_some_and(|l| l.starts_with(&id)),
+        "{stdout}"
+    );
+    let (code, _, stderr) = finishes(e.sessions(&["show", "linked"])).await;
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("symbolic link"), "{stderr}");
+
+    fake.push([text("Continued.")]);
+    let (code, stdout, stderr) = finishes(e.command(&["--continue", "next"])).await;
+    assert_eq!(
+        (code, stdout.as_str()),
+        (Some(0), "Continued.\n"),
+        "{stderr}"
+    );
+    let kinds = std::fs::symlink_metadata(&fifo).unwrap().file_type();
+    assert!(
+        std::os::unix::fs::FileTypeExt::is_fifo(&kinds),
+        "the FIFO is left alone"
+    );
 }

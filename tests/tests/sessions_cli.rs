@@ -607,3 +607,92 @@ async fn a_colliding_folder_key_never_yields_another_directorys_session() {
     let (code, stdout, stderr) = run_in(&e, &xy, &["--continue", "next"]).await;
     assert_eq!((code, stdout.as_str()), (0, "Continued.\n"), "{stderr}");
 }
+
+/// x/y and x-y share one folder key; one session is created in x/y.
+/// Returns the two directories, x/y's session id and its log.
+async fn colliding_directories(
+    e: &Headless,
+    fake: &FakeLlm,
+) -> (PathBuf, PathBuf, String, PathBuf) {
+    let base = e.work.path().canonicalize().unwrap().join("a");
+    let (xy, x_y) = (base.join("x").join("y"), base.join("x-y"));
+    std::fs::create_dir_all(&xy).unwrap();
+    std::fs::create_dir_all(&x_y).unwrap();
+    fake.push([text("In x/y.")]);
+    let (code, stdout, stderr) = run_in(e, &xy, &["task", "of", "x/y"]).await;
+    assert_eq!((code, stdout.as_str()), (0, "In x/y.\n"), "{stderr}");
+    let file = e.log_file();
+    let id = lines(&file)[0]["id"].as_str().unwrap().to_owned();
+    (xy, x_y, id, file)
+}
+
+#[tokio::test]
+async fn a_planted_header_with_another_directorys_session_id_is_never_continued() {
+    let fake = FakeLlm::start().await;
+    let e = env(&fake);
+    let (_, x_y, id, file) = colliding_directories(&e, &fake).await;
+    let folder = file.parent().and_then(Path::parent).unwrap().to_owned();
+    let before = std::fs::read(&file).unwrap();
+    // x/y's header, claiming x-y: a header-only plain log.
+    let mut header = lines(&file)[0].clone();
+    header["cwd"] = json!(x_y.display().to_string());
+    let planted_text = format!("{header}\n");
+
+    // Under a name that is not the id's: skipped, so nothing to continue.
+    let planted = folder.join("planted.jsonl");
+    std::fs::write(&planted, &planted_text).unwrap();
+    let (code, listed, stderr) = sessions_cmd_in(&e, &x_y, &["list"]);
+    assert_eq!((code, listed.lines().count()), (0, 1), "{listed}{stderr}");
+    let (code, _, stderr) = run_in(&e, &x_y, &["--continue", "next"]).await;
+    assert_eq!(code, 1);
+    let none = format!("no stored session of {} to continue", x_y.display());
+    assert!(stderr.contains(&none), "{stderr}");
+    std::fs::remove_file(&planted).unwrap();
+
+    // Under the id's own old flat name: listed in x-y, but the log a
+    // resume loads is x/y's, whose header `--continue` checks.
+    let flat = folder.join(format!("{id}.jsonl"));
+    std::fs::write(&flat, &planted_text).unwrap();
+    let (code, _, stderr) = run_in(&e, &x_y, &["--continue", "next"]).await;
+    assert_eq!(code, 1);
+    for needle in ["SESSION_OTHER_DIRECTORY", &id, &x_y.display().to_string()] {
+        assert!(stderr.contains(needle), "{needle} in {stderr}");
+    }
+    assert_eq!(std::fs::read(&file).unwrap(), before, "x/y's log unchanged");
+    assert_eq!(std::fs::read(&flat).unwrap(), planted_text.as_bytes());
+    assert_eq!(fake.requests().len(), 1, "nothing reached the model");
+}
+
+#[tokio::test]
+async fn directories_whose_names_are_not_utf8_never_share_a_session() {
+    use std::os::unix::ffi::OsStrExt;
+    let fake = FakeLlm::start().await;
+    let e = env(&fake);
+    let base = e.work.path().canonicalize().unwrap();
+    let ff = base.join(std::ffi::OsStr::from_bytes(b"a\xff"));
+    let fe = base.join(std::ffi::OsStr::from_bytes(b"a\xfe"));
+    std::fs::create_dir(&ff).unwrap();
+    std::fs::create_dir(&fe).unwrap();
+    fake.push([text("In a-ff.")]);
+    let (code, stdout, stderr) = run_in(&e, &ff, &["task", "of", "a-ff"]).await;
+    assert_eq!((code, stdout.as_str()), (0, "In a-ff.\n"), "{stderr}");
+    let file = e.log_file();
+    let id = lines(&file)[0]["id"].as_str().unwrap().to_owned();
+    let before = std::fs::read(&file).unwrap();
+
+    let (code, _, stderr) = run_in(&e, &fe, &["--continue", "next"]).await;
+    assert_eq!(code, 1);
+    assert!(stderr.contains("not valid UTF-8"), "{stderr}");
+    let (code, _, stderr) = run_in(&e, &fe, &["--resume", &id, "next"]).await;
+    assert_eq!(code, 1);
+    for needle in ["SESSION_OTHER_DIRECTORY", "not valid UTF-8", id.as_str()] {
+        assert!(stderr.contains(needle), "{needle} in {stderr}");
+    }
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        before,
+        "a-ff's log unchanged"
+    );
+    assert_eq!(e.session_files().len(), 1, "nothing new was written");
+    assert_eq!(fake.requests().len(), 1, "nothing reached the model");
+}

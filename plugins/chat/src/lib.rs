@@ -84,6 +84,13 @@ fn parse_args(args: &[String]) -> std::result::Result<Start, String> {
     Ok(start)
 }
 
+/// `dsh: <text>` for stderr before the chat starts, sanitized: an error
+/// can quote an argument, a stored header (its `cwd`) or a stored log, and
+/// none of their control sequences may reach the terminal.
+fn startup_error(text: &str) -> String {
+    format!("dsh: {}\n", dsh_sdk::terminal_text::sanitize(text))
+}
+
 async fn run(
     ctx: Context,
     mut config: Config,
@@ -103,7 +110,7 @@ async fn run(
         let start = match parse_args(&host.args().await?) {
             Ok(s) => s,
             Err(e) => {
-                let _ = host.eprint(&format!("dsh: {e}\n")).await;
+                let _ = host.eprint(&startup_error(&e.to_string())).await;
                 return Ok(1);
             }
         };
@@ -143,7 +150,7 @@ async fn run(
     if let Err(e) = app.open(resume, &cwd).await {
         let _ = host.set_raw_mode(false).await;
         let _ = host
-            .eprint(&format!("dsh: {}: {}\n", e.code, e.message))
+            .eprint(&startup_error(&format!("{}: {}", e.code, e.message)))
             .await;
         return Ok(1);
     }
@@ -304,5 +311,24 @@ pub mod bench {
         let elapsed = t.elapsed();
         std::hint::black_box(bytes);
         elapsed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_startup_error_reaches_the_terminal_without_its_escapes() {
+        // A crafted header `cwd` quoted by SESSION_OTHER_DIRECTORY.
+        let cwd = "/tmp/x\x1b]0;owned\x07\x1b]52;c;ZWNobyBoaQ==\x07\u{202e}y";
+        let line = startup_error(&format!(
+            "SESSION_OTHER_DIRECTORY: session \"s\" belongs to {cwd}, not to /w"
+        ));
+        assert!(!line.contains('\x1b') && !line.contains('\x07'), "{line:?}");
+        assert!(!line.contains('\u{202e}'), "{line:?}");
+        assert!(line.starts_with("dsh: SESSION_OTHER_DIRECTORY: session \"s\" belongs to /tmp/x"));
+        assert!(line.ends_with(", not to /w\n"), "{line:?}");
+        assert!(!startup_error("--resume \x1b[2Jx").contains('\x1b'));
     }
 }

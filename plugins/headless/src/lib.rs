@@ -137,7 +137,9 @@ async fn exit(ctx: &Context, code: i32) {
 /// `id`, once its stored header says it is a session of `cwd` (or of no
 /// directory): `--resume` of another directory's session is refused with
 /// `SESSION_OTHER_DIRECTORY` before anything is loaded, locked or repaired.
-/// (`--continue` needs no check: `list` answers only `cwd`'s sessions.)
+/// `--continue` checks the session it picked from `list` the same way: the
+/// listing matched a log's own header, but `load` finds the id's log in
+/// any folder, so the check reads the header of the log that is loaded.
 async fn resumable(ctx: &Context, id: &str, cwd: &str) -> Result<String> {
     let header = SessionPersistence::new(ctx).header(id).await?;
     check_directory(&header, cwd)?;
@@ -161,11 +163,11 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
     let resume = match (&args.resume, args.latest) {
         (Some(id), _) => Some(resumable(&ctx, id, &cwd).await?),
         (None, true) => match SessionPersistence::new(&ctx).latest(&cwd).await? {
-            Some(latest) => Some(latest.id),
+            Some(latest) => Some(resumable(&ctx, &latest.id, &cwd).await?),
             None => {
                 eprint(
                     &ctx,
-                    &format!("dsh: no stored session of {cwd} to continue; run a task without --continue to start one\n"),
+                    &format!("dsh: no stored session of {} to continue; run a task without --continue to start one\n", dsh_sdk::terminal_text::sanitize(&cwd)),
                 )
                 .await;
                 return Ok(1);
@@ -291,8 +293,10 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
         if !text.trim().is_empty() {
             output = text;
         }
-        input_tokens += e.data["usage"]["inputTokens"].as_u64().unwrap_or(0);
-        output_tokens += e.data["usage"]["outputTokens"].as_u64().unwrap_or(0);
+        // Saturating: the counts are the server's, and need not be sane.
+        let count = |k: &str| e.data["usage"][k].as_u64().unwrap_or(0);
+        input_tokens = input_tokens.saturating_add(count("inputTokens"));
+        output_tokens = output_tokens.saturating_add(count("outputTokens"));
     }
     let reason = &idle.reason;
     let completed = reason["kind"] == "completed";

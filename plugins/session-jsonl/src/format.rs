@@ -11,6 +11,7 @@ use dsh_sdk::vocab::event;
 use dsh_sdk::vocab::{SessionEvent, SessionHeader};
 use serde_json::{json, Map, Value};
 
+use crate::expand::{largest_array, Expansion};
 use crate::frames::{self, Framer};
 use crate::limits::{size, Cap, FillError, Limits, Text, HEADER_MAX};
 use crate::lock::{self, LogLock};
@@ -90,22 +91,40 @@ pub struct Scan {
     pub torn_at: Option<usize>,
 }
 
-/// Decodes one storage line into events. An event row is read straight
-/// into its event, its data kept as text; a packed row (or a row whose
-/// fields come in another order) goes through [`decode`].
-fn decode_line(line: &str) -> Result<Vec<SessionEvent>, String> {
+/// Why a storage line was not decoded.
+#[derive(Debug)]
+pub enum LineError {
+    /// The line is not a record (a torn or damaged line).
+    Bad,
+    /// The line would expand past a cap (see `expand`): the log is corrupt
+    /// whatever follows.
+    Over(String),
+}
+
+/// Decodes one storage line into events, at most `room` of them. An event
+/// row is read straight into its event, its data kept as text; a packed
+/// row (or a row whose fields come in another order) is parsed into a tree
+/// and goes through [`decode`], once its arrays are counted
+/// ([`largest_array`]) under `caps`.
+fn decode_line(line: &str, caps: Expansion, room: usize) -> Result<Vec<SessionEvent>, LineError> {
     // As written, a row's type comes first.
     let row_type = line
         .strip_prefix(r#"{"type":""#)
         .and_then(|rest| rest.split('"').next());
     if row_type.and_then(packed_row).is_none() {
         if let Ok(e) = serde_json::from_str::<SessionEvent>(line) {
+            if room == 0 {
+                return Err(LineError::Over(caps.over_events()));
+            }
             return Ok(vec![e]);
         }
     }
-    serde_json::from_str::<Value>(line)
-        .map_err(|e| e.to_string())
-        .and_then(decode)
+    let entries = largest_array(line.as_bytes());
+    if entries > caps.row_members {
+        return Err(LineError::Over(caps.over_row(entries)));
+    }
+    let record = serde_json::from_str::<Value>(line).map_err(|_| LineError::Bad)?;
+    decode(record, caps, room)
 }
 
 /// A packed row type's chunk type and members field; `None` for an event
@@ -119,20 +138,31 @@ fn packed_row(row_type: &str) -> Option<(&'static str, &'static str)> {
     }
 }
 
-/// Decodes one storage record into events (packed rows expand).
-fn decode(record: Value) -> Result<Vec<SessionEvent>, String> {
+/// Decodes one storage record into at most `room` events (packed rows
+/// expand, once their members are counted against `caps`).
+fn decode(record: Value, caps: Expansion, room: usize) -> Result<Vec<SessionEvent>, LineError> {
     let kind = record["type"].as_str().unwrap_or_default();
     let Some((chunk_type, field)) = packed_row(kind) else {
-        let e: SessionEvent = serde_json::from_value(record).map_err(|e| e.to_string())?;
+        let e: SessionEvent = serde_json::from_value(record).map_err(|_| LineError::Bad)?;
+        if room == 0 {
+            return Err(LineError::Over(caps.over_events()));
+        }
         return Ok(vec![e]);
     };
     let d = &record["data"];
-    let seq0 = record["seq0"].as_u64().ok_or("packed row without seq0")?;
-    let time0 = record["time0"].as_u64().ok_or("packed row without time0")?;
-    let items = d[field].as_array().ok_or("packed row without members")?;
-    let dt = d["dt"].as_array().cloned().unwrap_or_default();
+    let seq0 = record["seq0"].as_u64().ok_or(LineError::Bad)?;
+    let time0 = record["time0"].as_u64().ok_or(LineError::Bad)?;
+    let items = d[field].as_array().ok_or(LineError::Bad)?;
+    if items.len() > caps.row_members {
+        return Err(LineError::Over(caps.over_row(items.len())));
+    }
+    if items.len() > room {
+        return Err(LineError::Over(caps.over_events()));
+    }
+    let no_gaps = Vec::new();
+    let dt = d["dt"].as_array().unwrap_or(&no_gaps);
     let mut time = time0 as i64;
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(items.len());
     for (k, item) in items.iter().enumerate() {
         if k > 0 {
             time += dt.get(k - 1).and_then(Value::as_i64).unwrap_or(0);
@@ -406,10 +436,28 @@ pub fn parse_header(line: &str) -> Result<SessionHeader, String> {
     serde_json::from_value(head).map_err(|e| format!("corrupt header: {e}"))
 }
 
+/// The type of a record, read without building its tree (the rest of the
+/// line is skipped, not kept).
+#[derive(serde::Deserialize)]
+struct RowType<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// The type of the record on `line`; `None` when it is not an object with
+/// a string `type`.
+pub fn row_type(line: &str) -> Option<std::borrow::Cow<'_, str>> {
+    if !line.trim_start().starts_with('{') {
+        return None;
+    }
+    serde_json::from_str::<RowType<'_>>(line).ok()?.kind
+}
+
 /// Scans a stored log (crash-tail rules of the original): the first defect
 /// (an unparsable line or a seq gap) starts a torn tail, unless a later
-/// record holds a `turn/end`, which makes the log corrupt.
-pub fn scan(bytes: &[u8]) -> Result<Scan, String> {
+/// record holds a `turn/end`, which makes the log corrupt. A record that
+/// would expand past `caps` makes the log corrupt too (see `expand`).
+pub fn scan(bytes: &[u8], caps: Expansion) -> Result<Scan, String> {
     let text = String::from_utf8_lossy(bytes);
     let mut lines = text.split_inclusive('\n');
     let first = lines.next().ok_or("the file is empty")?;
@@ -422,15 +470,12 @@ pub fn scan(bytes: &[u8]) -> Result<Scan, String> {
         offset += line.len();
         if torn_at.is_some() {
             // After a defect: a later complete turn/end means corruption.
-            if line.ends_with('\n') {
-                if let Ok(v) = serde_json::from_str::<Value>(line.trim_end()) {
-                    if v["type"] == event::TURN_END {
-                        return Err(format!(
-                            "a defect at byte {} precedes a completed turn",
-                            torn_at.unwrap_or(0)
-                        ));
-                    }
-                }
+            if line.ends_with('\n') && row_type(line.trim_end()).as_deref() == Some(event::TURN_END)
+            {
+                return Err(format!(
+                    "a defect at byte {} precedes a completed turn",
+                    torn_at.unwrap_or(0)
+                ));
             }
             continue;
         }
@@ -438,8 +483,11 @@ pub fn scan(bytes: &[u8]) -> Result<Scan, String> {
             torn_at = Some(start);
             continue;
         }
-        let decoded = decode_line(line.trim_end());
-        match decoded {
+        let room = caps.events.saturating_sub(events.len());
+        match decode_line(line.trim_end(), caps, room) {
+            Err(LineError::Over(why)) => {
+                return Err(format!("the record at text byte {start} {why}"));
+            }
             Ok(evs)
                 if evs
                     .iter()
@@ -595,6 +643,40 @@ fn corrupt(why: String) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, why)
 }
 
+/// Opens the log at `path` with `options`, only as a regular file: with
+/// `O_NOFOLLOW` (a symbolic link in its place is refused, never followed,
+/// so a link to `/dev/zero` is not read), `O_NONBLOCK` (a FIFO named like a
+/// log never blocks the open) and `O_CLOEXEC`, then checked on the open
+/// descriptor. Anything else fails `InvalidData`, naming what it is.
+pub fn open_log(path: &Path, options: &mut OpenOptions) -> std::io::Result<File> {
+    let opened = options
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path);
+    let file = match opened {
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(corrupt(format!(
+                "{} is a symbolic link; a session log is read only from a regular file, never through a link",
+                path.display()
+            )))
+        }
+        other => other?,
+    };
+    let kind = file.metadata()?.file_type();
+    if !kind.is_file() {
+        let what = dsh_sdk::file::irregular_kind(&kind).unwrap_or("not a regular file");
+        return Err(corrupt(format!(
+            "{} is {what}; a session log is read only from a regular file",
+            path.display()
+        )));
+    }
+    Ok(file)
+}
+
+/// [`open_log`] for reading.
+pub fn open_log_read(path: &Path) -> std::io::Result<File> {
+    open_log(path, OpenOptions::new().read(true))
+}
+
 /// Reads at most `cap` bytes of `file` (which grows no further here); a
 /// file longer than that is refused, unread.
 fn read_capped(file: File, cap: usize) -> std::io::Result<Vec<u8>> {
@@ -622,16 +704,70 @@ fn read_capped(file: File, cap: usize) -> std::io::Result<Vec<u8>> {
 /// the original reads it, or that inflates past a cap, fails `InvalidData`
 /// (corruption); the file is not changed.
 pub fn read(path: &Path, limits: Limits) -> std::io::Result<Log> {
-    let raw = read_capped(File::open(path)?, limits.log)?;
+    let raw = read_capped(open_log_read(path)?, limits.log)?;
     if !is_zstd(path) {
-        return Ok(Log {
-            complete: raw.len(),
-            text: raw,
-            torn_frame: None,
-            zstd: false,
-        });
+        return Ok(plain(raw));
     }
     decode_frames(&raw, limits)
+}
+
+/// A plain log's text.
+fn plain(raw: Vec<u8>) -> Log {
+    Log {
+        complete: raw.len(),
+        text: raw,
+        torn_frame: None,
+        zstd: false,
+    }
+}
+
+/// The whole log at `path` when it decodes to at most `budget` bytes;
+/// `None` when it is longer (the file, or what its frames inflate to), in
+/// which case at most `budget` bytes were read and decoded. A log that
+/// cannot be read fails as [`read`] does.
+pub fn read_within(path: &Path, budget: usize) -> std::io::Result<Option<Log>> {
+    let file = open_log_read(path)?;
+    if file.metadata()?.len() > budget as u64 {
+        return Ok(None);
+    }
+    let raw = read_capped(file, budget)?;
+    if !is_zstd(path) {
+        return Ok(Some(plain(raw)));
+    }
+    let limits = Limits {
+        line: budget,
+        log: budget,
+    };
+    match decode_capped(&raw, limits) {
+        Ok(log) => Ok(Some(log)),
+        Err(Refusal { over: true, .. }) => Ok(None),
+        Err(r) => Err(r.error),
+    }
+}
+
+/// Why [`decode_frames`] refused a log.
+struct Refusal {
+    /// A frame after the header inflated past a cap of the log (the line
+    /// or the whole log), as opposed to bytes that break the format.
+    over: bool,
+    error: std::io::Error,
+}
+
+impl Refusal {
+    fn corrupt(why: String) -> Refusal {
+        Refusal {
+            over: false,
+            error: corrupt(why),
+        }
+    }
+
+    /// Frame `n` (from 1) at byte `at` of the file ran into `cap`.
+    fn over(n: usize, at: usize, cap: Cap) -> Refusal {
+        Refusal {
+            over: cap != Cap::Header,
+            error: over_cap(n, at, cap),
+        }
+    }
 }
 
 /// The refusal of frame `n` (from 1) at byte `at` of the file, which ran
@@ -642,24 +778,32 @@ fn over_cap(n: usize, at: usize, cap: Cap) -> std::io::Error {
     ))
 }
 
+/// The text of the zstd log `raw` under `limits` (see [`read`]).
 fn decode_frames(raw: &[u8], limits: Limits) -> std::io::Result<Log> {
-    let scan = frames::scan(raw).map_err(corrupt)?;
+    decode_capped(raw, limits).map_err(|r| r.error)
+}
+
+/// [`decode_frames`], saying whether a refusal was a cap of the log.
+fn decode_capped(raw: &[u8], limits: Limits) -> Result<Log, Refusal> {
+    let scan = frames::scan(raw).map_err(Refusal::corrupt)?;
     let Some(&(h0, h1)) = scan.frames.first() else {
-        return Err(corrupt("empty or header-less Zstandard session log".into()));
+        return Err(Refusal::corrupt(
+            "empty or header-less Zstandard session log".into(),
+        ));
     };
     let mut text = Text::header();
     frames::decode(&raw[h0..h1], &mut text).map_err(|e| match e {
-        FillError::Over(cap) => over_cap(1, h0, cap),
-        FillError::Read(e) => corrupt(format!(
+        FillError::Over(cap) => Refusal::over(1, h0, cap),
+        FillError::Read(e) => Refusal::corrupt(format!(
             "corrupt Zstandard session log: the header frame does not decode ({e})"
         )),
     })?;
-    check_header_frame(text.bytes())?;
+    check_header_frame(text.bytes()).map_err(|error| Refusal { over: false, error })?;
     let mut text = text.widen(limits);
     for (k, &(start, end)) in scan.frames.iter().enumerate().skip(1) {
         frames::decode(&raw[start..end], &mut text).map_err(|e| match e {
-            FillError::Over(cap) => over_cap(k + 1, start, cap),
-            FillError::Read(e) => corrupt(format!(
+            FillError::Over(cap) => Refusal::over(k + 1, start, cap),
+            FillError::Read(e) => Refusal::corrupt(format!(
                 "corrupt Zstandard session log: the frame at byte {start} fails its checksum or does not decode ({e})"
             )),
         })?;
@@ -667,7 +811,7 @@ fn decode_frames(raw: &[u8], limits: Limits) -> std::io::Result<Log> {
     let complete = text.len();
     if let Some(at) = scan.torn_start {
         frames::decode_prefix(&raw[at..], &mut text)
-            .map_err(|cap| over_cap(scan.frames.len() + 1, at, cap))?;
+            .map_err(|cap| Refusal::over(scan.frames.len() + 1, at, cap))?;
     }
     Ok(Log {
         text: text.into_bytes(),
@@ -692,7 +836,7 @@ fn check_header_frame(text: &[u8]) -> std::io::Result<()> {
 /// [`HEADER_MAX`] (nothing after it is read). A header that cannot be read
 /// fails `InvalidData`.
 pub fn read_header(path: &Path) -> std::io::Result<SessionHeader> {
-    let file = File::open(path)?;
+    let file = open_log_read(path)?;
     let line = if is_zstd(path) {
         let text = frames::decode_first(file).map_err(|e| match e {
             FillError::Over(cap) => over_cap(1, 0, cap),
@@ -724,7 +868,7 @@ pub fn append(path: &Path, events: &str, framer: &mut Framer) -> std::io::Result
     } else {
         events.as_bytes().to_vec()
     };
-    let mut f = std::fs::OpenOptions::new().append(true).open(path)?;
+    let mut f = open_log(path, OpenOptions::new().append(true))?;
     write_or_roll_back(&mut f, &bytes)
 }
 
@@ -784,7 +928,7 @@ pub fn repair(
         (torn_at.map(|at| at as u64), String::new())
     };
     if let Some(at) = cut {
-        let f = std::fs::OpenOptions::new().write(true).open(path)?;
+        let f = open_log(path, OpenOptions::new().write(true))?;
         f.set_len(at)?;
         f.sync_all()?;
     }
@@ -889,11 +1033,11 @@ mod tests {
         let head = "{\"type\":\"session\",\"version\":0,\"id\":\"s\",\"createdAt\":1,\"delegationDepth\":0}\n";
         let e0 = "{\"type\":\"turn/start\",\"seq\":0,\"time\":1,\"data\":{\"turn\":1}}\n";
         let torn = format!("{head}{e0}{{\"type\":\"step/st");
-        let s = scan(torn.as_bytes()).unwrap();
+        let s = scan(torn.as_bytes(), Expansion::default()).unwrap();
         assert_eq!(s.events.len(), 1);
         assert_eq!(s.torn_at, Some(head.len() + e0.len()));
         let corrupt = format!("{head}garbage\n{{\"type\":\"turn/end\",\"seq\":1,\"time\":1,\"data\":{{\"turn\":1,\"reason\":{{\"kind\":\"completed\"}}}}}}\n");
-        assert!(scan(corrupt.as_bytes()).is_err());
+        assert!(scan(corrupt.as_bytes(), Expansion::default()).is_err());
     }
 
     const HEAD: &str =
@@ -957,7 +1101,7 @@ mod tests {
         let path = zstd_file("torn", &raw);
         let log = read(&path, Limits::default()).unwrap();
         assert!(log.is_torn());
-        let s = scan(&log.text).unwrap();
+        let s = scan(&log.text, Expansion::default()).unwrap();
         assert_eq!(s.events.len(), 3, "the torn frame's whole line is kept");
         log.check_defect(s.torn_at).unwrap();
         repair(&path, &log, s.torn_at, &[], &mut framer).unwrap();
@@ -983,12 +1127,14 @@ mod tests {
         ]
         .concat();
         let log = decode_frames(&raw, Limits::default()).unwrap();
-        let s = scan(&log.text).unwrap();
+        let s = scan(&log.text, Expansion::default()).unwrap();
         assert!(log.check_defect(s.torn_at).is_err());
         // A frame whose text stops mid-line is damaged the same way.
         let raw = [frame(HEAD), frame("{\"type\":\"turn/st")].concat();
         let log = decode_frames(&raw, Limits::default()).unwrap();
-        assert!(log.check_defect(scan(&log.text).unwrap().torn_at).is_err());
+        assert!(log
+            .check_defect(scan(&log.text, Expansion::default()).unwrap().torn_at)
+            .is_err());
     }
 
     #[test]
@@ -1135,7 +1281,7 @@ mod tests {
         for field in ["sandboxMode", "approvalPolicy"] {
             let head = format!("{{\"type\":\"session\",\"version\":0,\"id\":\"s\",\"createdAt\":1,\"delegationDepth\":0,\"{field}\":\"x\"}}\n");
             assert_eq!(
-                scan(head.as_bytes()).err(),
+                scan(head.as_bytes(), Expansion::default()).err(),
                 Some(format!("retired header field `{field}`"))
             );
         }
@@ -1191,7 +1337,7 @@ mod tests {
     fn assert_round_trips(events: &[SessionEvent]) {
         let decoded: Vec<SessionEvent> = packed_lines(events)
             .iter()
-            .flat_map(|v| decode(v.clone()).unwrap())
+            .flat_map(|v| decode(v.clone(), Expansion::default(), usize::MAX).unwrap())
             .collect();
         let text = |es: &[SessionEvent]| -> Vec<String> {
             es.iter()
@@ -1520,7 +1666,7 @@ mod tests {
     fn packed_rows_expand() {
         let head = "{\"type\":\"session\",\"version\":0,\"id\":\"s\",\"createdAt\":1,\"delegationDepth\":0}\n";
         let row = "{\"type\":\"text-chunks\",\"seq0\":0,\"time0\":10,\"data\":{\"turn\":1,\"step\":1,\"index\":0,\"dt\":[1,2],\"texts\":[\"a\",\"b\",\"c\"]}}\n";
-        let s = scan(format!("{head}{row}").as_bytes()).unwrap();
+        let s = scan(format!("{head}{row}").as_bytes(), Expansion::default()).unwrap();
         assert_eq!(s.events.len(), 3);
         assert_eq!(s.events[2].time, 13);
         assert_eq!(
@@ -1532,7 +1678,7 @@ mod tests {
     #[test]
     fn a_name_less_tool_call_run_decodes_without_a_name() {
         let row = "{\"type\":\"tool-call-chunks\",\"seq0\":0,\"time0\":10,\"data\":{\"turn\":1,\"step\":1,\"index\":0,\"id\":\"c1\",\"dt\":[0,0],\"args\":[\"{\",\"}\",\"\"]}}\n";
-        let s = scan(format!("{HEAD}{row}").as_bytes()).unwrap();
+        let s = scan(format!("{HEAD}{row}").as_bytes(), Expansion::default()).unwrap();
         assert_eq!(s.events.len(), 3);
         for (k, e) in s.events.iter().enumerate() {
             assert!(
@@ -1551,7 +1697,7 @@ mod tests {
     #[test]
     fn a_named_tool_call_run_keeps_its_name_on_every_member() {
         let row = "{\"type\":\"tool-call-chunks\",\"seq0\":0,\"time0\":10,\"data\":{\"turn\":1,\"step\":1,\"index\":0,\"id\":\"c1\",\"name\":\"read\",\"dt\":[0,0],\"args\":[\"{\",\"}\",\"\"]}}\n";
-        let s = scan(format!("{HEAD}{row}").as_bytes()).unwrap();
+        let s = scan(format!("{HEAD}{row}").as_bytes(), Expansion::default()).unwrap();
         assert_eq!(
             serde_json::to_string(&s.events[2].data["chunk"]).unwrap(),
             "{\"type\":\"tool-call-delta\",\"index\":0,\"id\":\"c1\",\"name\":\"read\",\"argumentsDelta\":\"\"}"
@@ -1568,12 +1714,105 @@ mod tests {
             ));
         }
         text.push_str(row);
-        let s = scan(text.as_bytes()).unwrap();
+        let s = scan(text.as_bytes(), Expansion::default()).unwrap();
         let times: Vec<(u64, u64)> = s.events[4..].iter().map(|e| (e.seq, e.time)).collect();
         assert_eq!(times, [(4, 100), (5, 95), (6, 98)]);
         assert_eq!(
             s.events[5].data,
             json!({"turn": 2, "step": 3, "chunk": {"type": "reasoning-delta", "index": 1, "text": "b"}})
         );
+    }
+
+    /// A packed row of `n` empty members (3 bytes each in the text).
+    fn packed_row_of(seq0: usize, n: usize) -> String {
+        format!(
+            "{{\"type\":\"text-chunks\",\"seq0\":{seq0},\"time0\":1,\"data\":{{\"turn\":1,\"step\":1,\"index\":0,\"texts\":[{}\"\"],\"dt\":[]}}}}\n",
+            "\"\",".repeat(n - 1)
+        )
+    }
+
+    #[test]
+    fn a_packed_row_over_its_member_cap_is_corrupt_before_it_is_parsed() {
+        let caps = Expansion {
+            events: 1000,
+            row_members: 10,
+        };
+        let fits = scan(format!("{HEAD}{}", packed_row_of(0, 10)).as_bytes(), caps).unwrap();
+        assert_eq!(fits.events.len(), 10);
+        let e = scan(format!("{HEAD}{}", packed_row_of(0, 11)).as_bytes(), caps)
+            .err()
+            .unwrap();
+        assert!(
+            e.contains("more than 10") && e.contains("maxRowMembers"),
+            "{e}"
+        );
+        // A huge `dt` (or any array of a record parsed into a tree) too.
+        let dt = format!(
+            "{{\"type\":\"text-chunks\",\"seq0\":0,\"time0\":1,\"data\":{{\"turn\":1,\"step\":1,\"index\":0,\"texts\":[\"a\",\"b\",\"c\"],\"dt\":[{}0]}}}}\n",
+            "0,".repeat(20)
+        );
+        let e = scan(format!("{HEAD}{dt}").as_bytes(), caps).err().unwrap();
+        assert!(e.contains("maxRowMembers"), "{e}");
+        let array = format!("[{}0]\n", "0,".repeat(20));
+        let e = scan(format!("{HEAD}{array}").as_bytes(), caps)
+            .err()
+            .unwrap();
+        assert!(e.contains("maxRowMembers"), "{e}");
+    }
+
+    #[test]
+    fn a_log_over_its_event_cap_is_corrupt_before_a_row_expands() {
+        let caps = Expansion {
+            events: 25,
+            row_members: 10,
+        };
+        let rows = |n: usize| -> String { (0..n).map(|k| packed_row_of(k * 10, 10)).collect() };
+        assert_eq!(
+            scan(format!("{HEAD}{}", rows(2)).as_bytes(), caps)
+                .unwrap()
+                .events
+                .len(),
+            20
+        );
+        let e = scan(format!("{HEAD}{}", rows(3)).as_bytes(), caps)
+            .err()
+            .unwrap();
+        assert!(
+            e.contains("past 25 events") && e.contains("maxEvents"),
+            "{e}"
+        );
+        // One event at a time counts too.
+        let one = Expansion {
+            events: 1,
+            row_members: 10,
+        };
+        let e0 = "{\"type\":\"turn/start\",\"seq\":0,\"time\":1,\"data\":{\"turn\":1}}\n";
+        let e1 = "{\"type\":\"turn/start\",\"seq\":1,\"time\":1,\"data\":{\"turn\":2}}\n";
+        assert!(scan(format!("{HEAD}{e0}").as_bytes(), one).is_ok());
+        let e = scan(format!("{HEAD}{e0}{e1}").as_bytes(), one)
+            .err()
+            .unwrap();
+        assert!(e.contains("maxEvents"), "{e}");
+    }
+
+    #[test]
+    fn a_log_is_opened_only_as_a_regular_file_never_through_a_link() {
+        let dir = std::env::temp_dir().join(format!("dsh-open-log-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("fifo.jsonl");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: `c` is a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = open_log_read(&fifo).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+        assert!(e.to_string().contains("FIFO"), "{e}");
+        let link = dir.join("zero.jsonl");
+        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+        let e = read_header(&link).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        std::fs::write(dir.join("plain.jsonl"), HEAD).unwrap();
+        assert_eq!(read_header(&dir.join("plain.jsonl")).unwrap().id, "s");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -10,11 +10,13 @@
 //! `flock` on the log, see `lock`); logs are created 0600 in 0700
 //! directories.
 
+mod expand;
 mod format;
 mod frames;
 mod legacy;
 mod limits;
 mod lock;
+mod summary;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -29,6 +31,7 @@ use dsh_sdk::api::sessions::{IdParams, SessionAppended, SessionCreated, SessionR
 use dsh_sdk::names::{bus, host, service, session_persistence, sessions};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::{event, interrupted_turn_closers, SessionEvent, SessionHeader};
+use expand::Expansion;
 use format::{encode_segment, project_key, scan, Compression, Scan};
 use frames::Framer;
 use limits::Limits;
@@ -51,6 +54,10 @@ mod code {
     /// A stored log holds what this harness cannot read (an unknown event
     /// type not marked ignorable).
     pub const SESSION_FORMAT_UNSUPPORTED: &str = "SESSION_FORMAT_UNSUPPORTED";
+    /// `list`: a log too long to read for its turns and last prompt (it is
+    /// listed without them).
+    pub const TOO_LONG_TO_SUMMARIZE: &str = "TOO_LONG_TO_SUMMARIZE";
+    pub use dsh_sdk::names::code::SESSION_OTHER_DIRECTORY;
 }
 
 /// The largest integer JSON (and the original's JavaScript) holds exactly.
@@ -89,6 +96,10 @@ struct Config {
     max_line_bytes: u64,
     /// The most a whole log may decode to, in bytes (see `limits`).
     max_log_bytes: u64,
+    /// The most events one log may expand to (see `expand`).
+    max_events: u64,
+    /// The most members one packed chunk row may hold (see `expand`).
+    max_row_members: u64,
 }
 
 impl Config {
@@ -107,6 +118,24 @@ impl Config {
             )),
         }
     }
+
+    /// The expansion caps, checked: each at least one.
+    fn expansion(&self) -> Result<Expansion> {
+        let cap = |v: u64| usize::try_from(v).ok().filter(|n| *n > 0);
+        match (cap(self.max_events), cap(self.max_row_members)) {
+            (Some(events), Some(row_members)) => Ok(Expansion {
+                events,
+                row_members,
+            }),
+            _ => Err(Error::new(
+                codes::INVALID_CONFIG,
+                format!(
+                    "maxEvents ({}) and maxRowMembers ({}) must be positive",
+                    self.max_events, self.max_row_members
+                ),
+            )),
+        }
+    }
 }
 
 impl Default for Config {
@@ -118,6 +147,8 @@ impl Default for Config {
             compression: Compression::Zstd,
             max_line_bytes: limits::DEFAULT_MAX_LINE as u64,
             max_log_bytes: limits::DEFAULT_MAX_LOG as u64,
+            max_events: expand::DEFAULT_MAX_EVENTS as u64,
+            max_row_members: expand::DEFAULT_MAX_ROW_MEMBERS as u64,
         }
     }
 }
@@ -145,6 +176,8 @@ struct Store {
     compression: Compression,
     /// How much of a log is ever decoded.
     limits: Limits,
+    /// How many events a log may expand to.
+    expansion: Expansion,
     /// The one compressor context every zstd frame is written with.
     framer: RefCell<Framer>,
     live: RefCell<HashMap<String, Live>>,
@@ -254,18 +287,56 @@ fn invalid(id: &str, path: &Path, why: String) -> Error {
     )
 }
 
+/// `SESSION_CORRUPT` unless the header read from `path` (found as session
+/// `id`'s log) is session `id`'s.
+fn check_id(id: &str, path: &Path, header: &SessionHeader) -> Result<()> {
+    if header.id == id {
+        return Ok(());
+    }
+    Err(invalid(
+        id,
+        path,
+        format!(
+            "its header names session \"{}\"; a log is only ever read as the session its file name encodes",
+            header.id
+        ),
+    ))
+}
+
+/// What a path that is not valid UTF-8 holds once it is spelled as text
+/// (U+FFFD, the replacement character): two such directories may share one
+/// spelling, so neither is told from the other.
+const LOSSY: char = char::REPLACEMENT_CHARACTER;
+
+/// `list` of a directory known only by a lossy spelling is refused: its
+/// sessions cannot be told from another directory's.
+fn check_cwd(cwd: &str) -> Result<()> {
+    if !cwd.contains(LOSSY) {
+        return Ok(());
+    }
+    Err(Error::new(
+        code::SESSION_OTHER_DIRECTORY,
+        format!(
+            "the directory {cwd} has a name that is not valid UTF-8 (shown with U+FFFD), so its stored sessions cannot be told from another directory's; continue or resume from a directory with a UTF-8 name"
+        ),
+    ))
+}
+
 /// The log a project directory entry holds: a session directory's
 /// transcript (zstd first), or one of our old flat logs; `None` for
 /// anything else (a temp file, say).
 fn log_of_entry(entry: &Path) -> Option<PathBuf> {
-    if entry.is_dir() {
+    // Never through a link: a log is read only from a regular file.
+    let meta = std::fs::symlink_metadata(entry).ok()?;
+    if meta.is_dir() {
         return [Compression::Zstd, Compression::None]
             .iter()
             .map(|c| entry.join(c.file_name()))
             .find(|p| p.is_file());
     }
     let name = entry.file_name()?.to_str()?;
-    (name.ends_with(".jsonl") || name.ends_with(".jsonl.zstd")).then(|| entry.to_path_buf())
+    let named = name.ends_with(".jsonl") || name.ends_with(".jsonl.zstd");
+    (named && meta.is_file()).then(|| entry.to_path_buf())
 }
 
 /// The log's modification time, epoch ms (0 when unknown).
@@ -406,21 +477,23 @@ impl Store {
                 let Some(path) = log_of_entry(&e.path()) else {
                     continue;
                 };
-                let header = match format::read_header(&path) {
+                let header = match self.read_named_header(&path) {
                     Ok(h) => h,
                     Err(e) => {
                         dsh_sdk::tracing::warn!(
-                            "skipped the stored session log {}: its header cannot be read: {e}",
+                            "skipped the stored session log {}: {e}",
                             path.display()
                         );
                         continue;
                     }
                 };
+                // A directory whose name was not UTF-8 is known only by a
+                // lossy spelling, which another such directory may share.
                 let of_cwd = cwd.is_none_or(|c| {
                     header
                         .cwd
                         .as_deref()
-                        .is_some_and(|own| same_directory(own, c))
+                        .is_some_and(|own| same_directory(own, c) && !own.contains(LOSSY))
                 });
                 if !of_cwd {
                     continue;
@@ -440,33 +513,67 @@ impl Store {
     }
 
     /// What `list` shows of the log at `path` beyond its header: how many
-    /// turns it started and its last user prompt.
+    /// turns it started and its last user prompt, from at most
+    /// [`summary::SUMMARY_MAX`] decoded bytes and without expanding packed
+    /// rows (see `summary`). A longer log answers `TOO_LONG_TO_SUMMARIZE`.
     fn summary(&self, id: &str, path: &Path) -> Result<(u64, String)> {
-        let log = format::read(path, self.limits).map_err(|e| read_failed(id, path, e))?;
-        let s = scan(&log.text).map_err(|e| invalid(id, path, e))?;
-        let turns = s
-            .events
-            .iter()
-            .filter(|e| e.kind == event::TURN_START)
-            .count() as u64;
-        let last_prompt = s
-            .events
-            .iter()
-            .rev()
-            .find(|e| e.kind == event::USER_MESSAGE && e.data["source"]["kind"] == "user")
-            .map(|e| dsh_sdk::vocab::msg::joined_text(&e.data))
-            .unwrap_or_default();
-        Ok((turns, last_prompt))
+        match format::read_within(path, summary::SUMMARY_MAX) {
+            Ok(Some(log)) => Ok(summary::summarize(&log.text)),
+            Ok(None) => Err(Error::new(
+                code::TOO_LONG_TO_SUMMARIZE,
+                format!(
+                    "stored session \"{id}\" decodes to more than {}, the most a listing reads of a log for its turns and last prompt; `dsh-host sessions show {id}` reads it whole ({})",
+                    limits::size(summary::SUMMARY_MAX),
+                    path.display()
+                ),
+            )),
+            Err(e) => Err(read_failed(id, path, e)),
+        }
+    }
+
+    /// The header of the log at `path`, once it says it is the session the
+    /// log's name (its session directory, or an old flat file) encodes: a
+    /// log planted under another name with a session's id never stands in
+    /// for that session.
+    fn read_named_header(&self, path: &Path) -> std::result::Result<SessionHeader, String> {
+        let header =
+            format::read_header(path).map_err(|e| format!("its header cannot be read: {e}"))?;
+        if !self.named_for(path, &header.id) {
+            return Err(format!(
+                "its header names session \"{}\", which is not the session its file name encodes",
+                header.id
+            ));
+        }
+        Ok(header)
+    }
+
+    /// Whether `path` is where a log of session `id` is stored: in the
+    /// session directory `<encoded-id>/`, or the old flat
+    /// `<encoded-id>.jsonl[.zstd]`.
+    fn named_for(&self, path: &Path, id: &str) -> bool {
+        let Ok(name) = encode_segment(id) else {
+            return false;
+        };
+        let own = |p: Option<&std::ffi::OsStr>, want: &str| p.is_some_and(|n| n == want);
+        if self.is_flat(path) {
+            let file = path.file_name();
+            own(file, &format!("{name}.jsonl")) || own(file, &format!("{name}.jsonl.zstd"))
+        } else {
+            own(path.parent().and_then(Path::file_name), &name)
+        }
     }
 
     /// `header`: a stored session's header alone (a live session's, when
-    /// this host has it open).
+    /// this host has it open). A log whose header names another session is
+    /// `SESSION_CORRUPT`.
     fn header(&self, id: &str) -> Result<SessionHeader> {
         if let Some(live) = self.live.borrow().get(id) {
             return Ok(live.header.clone());
         }
         let path = self.find(id)?;
-        format::read_header(&path).map_err(|e| read_failed(id, &path, e))
+        let header = format::read_header(&path).map_err(|e| read_failed(id, &path, e))?;
+        check_id(id, &path, &header)?;
+        Ok(header)
     }
 
     /// Takes the lock this store already holds on `id`'s log, if any.
@@ -590,7 +697,7 @@ impl Store {
     /// reader reaches.
     fn stored_events(&self, id: &str, path: &Path) -> Result<Vec<SessionEvent>> {
         match format::read(path, self.limits) {
-            Ok(log) => Ok(Self::scan_log(id, path, &log)?.events),
+            Ok(log) => Ok(self.scan_log(id, path, &log)?.events),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
             Err(e) => Err(read_failed(id, path, e)),
         }
@@ -793,9 +900,10 @@ impl Store {
 
     /// Scans a log and imports its events (legacy records upgraded,
     /// message shapes validated); a log that fails either is corrupt.
-    fn scan_log(id: &str, path: &Path, log: &format::Log) -> Result<Scan> {
+    fn scan_log(&self, id: &str, path: &Path, log: &format::Log) -> Result<Scan> {
         let corrupt = |e: String| invalid(id, path, e);
-        let mut s = scan(&log.text).map_err(corrupt)?;
+        let mut s = scan(&log.text, self.expansion).map_err(corrupt)?;
+        check_id(id, path, &s.header)?;
         log.check_defect(s.torn_at).map_err(corrupt)?;
         s.events = legacy::import(id, std::mem::take(&mut s.events)).map_err(corrupt)?;
         Ok(s)
@@ -812,7 +920,7 @@ impl Store {
             header,
             mut events,
             torn_at,
-        } = Self::scan_log(id, path, &log)?;
+        } = self.scan_log(id, path, &log)?;
         if let Some((e, why)) = events
             .iter()
             .find_map(|e| Some((e, event::refuse_unknown(&e.kind, e.ignorable)?)))
@@ -901,7 +1009,7 @@ fn read_from(store: &Store, req: &Request) -> Result<Reply> {
     })?;
     let path = store.find(&p.id)?;
     let log = format::read(&path, store.limits).map_err(|e| read_failed(&p.id, &path, e))?;
-    let s = Store::scan_log(&p.id, &path, &log)?;
+    let s = store.scan_log(&p.id, &path, &log)?;
     let events: Vec<&SessionEvent> = s.events.iter().filter(|e| e.seq >= p.from_seq).collect();
     Reply::json(StoredSession {
         header: s.header,
@@ -914,6 +1022,9 @@ fn read_from(store: &Store, req: &Request) -> Result<Reply> {
 /// the rest of its log under the caps, and a log that cannot be read is
 /// listed with why instead of them.
 fn list(store: &Store, p: ListParams) -> Result<Reply> {
+    if let Some(cwd) = &p.cwd {
+        check_cwd(cwd)?;
+    }
     let mut out: Vec<Listed> = store
         .logs(p.cwd.as_deref())
         .into_iter()
@@ -1010,6 +1121,7 @@ impl Plugin for Jsonl {
 
     async fn apply(ctx: Context, config: Config) -> Result<()> {
         let limits = config.limits()?;
+        let expansion = config.expansion()?;
         let root = match config.root {
             Some(r) => PathBuf::from(r),
             None => {
@@ -1026,6 +1138,7 @@ impl Plugin for Jsonl {
             pack_chunks: config.pack_chunks,
             compression: config.compression,
             limits,
+            expansion,
             framer: RefCell::new(
                 Framer::new()
                     .map_err(|e| err(code::PERSISTENCE, format!("cannot set up zstd: {e}")))?,
@@ -1141,6 +1254,19 @@ mod tests {
         let set: Config =
             serde_json::from_value(json!({"maxLineBytes": 10, "maxLogBytes": 20})).unwrap();
         assert_eq!(set.limits(), Ok(Limits { line: 10, log: 20 }));
+        assert_eq!(defaults.expansion(), Ok(Expansion::default()));
+        let set: Config =
+            serde_json::from_value(json!({"maxEvents": 7, "maxRowMembers": 3})).unwrap();
+        assert_eq!(
+            set.expansion(),
+            Ok(Expansion {
+                events: 7,
+                row_members: 3
+            })
+        );
+        let bad: Config = serde_json::from_value(json!({"maxRowMembers": 0})).unwrap();
+        let e = bad.expansion().unwrap_err();
+        assert!(e.message.contains("maxRowMembers"), "{e}");
         for (line, log) in [(0, 20), (10, 0), (30, 20)] {
             let bad: Config =
                 serde_json::from_value(json!({"maxLineBytes": line, "maxLogBytes": log})).unwrap();

@@ -5,7 +5,7 @@
 //! lock behind. `flock` tells nobody who holds a lock; on Linux the holder's
 //! pid is looked up in `/proc/locks` (best effort, for the error message).
 
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::{File, TryLockError};
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -38,11 +38,9 @@ pub enum Refused {
 
 /// Locks the existing log at `path`.
 pub fn lock_path(path: &Path) -> Result<LogLock, Refused> {
-    // `flock` needs no write access, so a read-only descriptor will do.
-    let file = OpenOptions::new()
-        .read(true)
-        .open(path)
-        .map_err(Refused::Io)?;
+    // `flock` needs no write access, so a read-only descriptor will do;
+    // only a regular file, never through a link (see `format::open_log`).
+    let file = crate::format::open_log_read(path).map_err(Refused::Io)?;
     lock_file(file)
 }
 

@@ -93,7 +93,23 @@ pub fn same_directory(a: &str, b: &str) -> bool {
 /// both): its history, prompt and tools are that directory's. A session
 /// stored without a `cwd` belongs to no directory and may be resumed
 /// anywhere.
+///
+/// A path that was not valid UTF-8 is known only by a lossy spelling (with
+/// U+FFFD), which another directory may share (`a\xff` and `a\xfe` are both
+/// `a\u{FFFD}`): when either side holds U+FFFD the check cannot tell, so
+/// it refuses too.
 pub fn check_directory(header: &SessionHeader, cwd: &str) -> Result<()> {
+    let lossy = |p: &str| p.contains(char::REPLACEMENT_CHARACTER);
+    if lossy(cwd) || header.cwd.as_deref().is_some_and(lossy) {
+        return Err(Error::new(
+            code::SESSION_OTHER_DIRECTORY,
+            format!(
+                "session \"{}\" cannot be resumed from {cwd}: a directory name that is not valid UTF-8 (shown with U+FFFD) cannot be told from another one, here or in the session's header ({}); resume it from a directory with a UTF-8 name",
+                header.id,
+                header.cwd.as_deref().unwrap_or("no directory")
+            ),
+        ));
+    }
     match header.cwd.as_deref() {
         Some(own) if !same_directory(own, cwd) => Err(Error::new(
             code::SESSION_OTHER_DIRECTORY,
@@ -259,6 +275,16 @@ mod tests {
             refused.message.contains("/a/x/y") && refused.message.contains("/a/x-y"),
             "{refused}"
         );
+        // `a\xff` and `a\xfe` both read `a\u{FFFD}`: never taken as one.
+        for (own, cwd) in [
+            (Some("/a\u{FFFD}"), "/a\u{FFFD}"),
+            (None, "/a\u{FFFD}"),
+            (Some("/a\u{FFFD}"), "/b"),
+        ] {
+            let refused = check_directory(&of(own), cwd).unwrap_err();
+            assert_eq!(refused.code, code::SESSION_OTHER_DIRECTORY);
+            assert!(refused.message.contains("not valid UTF-8"), "{refused}");
+        }
         let loc: Location =
             serde_json::from_value(json!({"kind": "jsonl", "path": "/x/s.jsonl"})).unwrap();
         assert_eq!(loc.path, PathBuf::from("/x/s.jsonl"));
