@@ -5,7 +5,10 @@
 //! capabilities (remount and unmount as root), the terminal, the disks,
 //! `.git`, the network, credentials in the environment, job and process
 //! limits, and the secrets the read fence refuses (`cat ~/.ssh/id_rsa`,
-//! another project's session log, `/etc/shadow`).
+//! another project's session log, `/etc/shadow`); then the second review's
+//! holes: the kernel's sysctls written as the host's uid 0, a `SOCK_RAW`
+//! socket pair, the host's SysV shared memory, nested and separate git
+//! directories, and the default process bound.
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -638,6 +641,11 @@ async fn credentials_by_name_and_by_value_do_not_reach_bash() {
         "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
     );
     std::env::set_var("DSH_TEST_PLAIN_VALUE", "plain");
+    std::env::set_var("MYSQL_PWD", "hunter2");
+    std::env::set_var("DSH_TEST_STRIPE", "sk_test_abcdefghijklmnopqrstuvwxyz");
+    // Not credentials: commit authorship needs them.
+    std::env::set_var("GIT_AUTHOR_NAME", "Ada Lovelace");
+    std::env::set_var("GIT_AUTHOR_EMAIL", "ada@example.com");
     let t = bash_host("workspace-write", "auto").await;
     let ws = TempDir::new("env-ws");
     let r = sh(&t, ws.path(), "env | cut -d= -f1 | sort | tr '\\n' ' '").await;
@@ -647,13 +655,21 @@ async fn credentials_by_name_and_by_value_do_not_reach_bash() {
         "DATABASE_URL",
         "CI_JOB_JWT",
         "DSH_TEST_INNOCENT_NAME",
+        "MYSQL_PWD",
+        "DSH_TEST_STRIPE",
     ] {
         assert!(
             !names.iter().any(|n| n == gone),
             "{gone} reached bash: {names:?}"
         );
     }
-    for kept in ["PATH", "HOME", "DSH_TEST_PLAIN_VALUE"] {
+    for kept in [
+        "PATH",
+        "HOME",
+        "DSH_TEST_PLAIN_VALUE",
+        "GIT_AUTHOR_NAME",
+        "GIT_AUTHOR_EMAIL",
+    ] {
         assert!(
             names.iter().any(|n| n == kept),
             "{kept} is missing: {names:?}"
@@ -707,6 +723,7 @@ async fn a_fork_bomb_stops_at_the_process_bound() {
         "the bound is tested as root (RLIMIT_NPROC would not hold)"
     );
     for (mode, sandbox) in [
+        ("workspace-write", "bubblewrap"),
         ("workspace-write", "landlock"),
         ("danger-full-access", "auto"),
     ] {
@@ -824,5 +841,268 @@ async fn secrets_the_read_fence_refuses_are_hidden_from_bash() {
             }
             t.shutdown().await;
         }
+    }
+}
+
+/// The mount options (`ro` or `rw`) of every mount at `path` in the
+/// command's `/proc/self/mountinfo`, on one line (`path: ro ro`), or
+/// `path: none`.
+fn mount_options(path: &str) -> String {
+    format!(
+        "awk -v p={path} 'BEGIN {{ s = p \":\" }} $5 == p {{ split($6, o, \",\"); s = s \" \" o[1] }} END {{ if (s == p \":\") s = s \" none\"; print s }}' /proc/self/mountinfo"
+    )
+}
+
+#[tokio::test]
+async fn the_kernel_sysctls_cannot_be_written_and_its_private_files_are_covered() {
+    assert!(
+        is_root(),
+        "as root the command is the host's uid 0, which sysctls check"
+    );
+    // Never written with another value: the same value, read first.
+    let core_pattern = std::fs::read_to_string("/proc/sys/kernel/core_pattern").unwrap();
+    let sysrq = Path::new("/proc/sysrq-trigger").exists();
+    let timer_list = Path::new("/proc/timer_list").exists();
+    for sandbox in SANDBOXES {
+        for mode in FENCED {
+            let t = bash_host(mode, sandbox).await;
+            let ws = TempDir::new("sysctl-ws");
+            let what = format!("{sandbox} {mode}");
+            let r = sh(
+                &t,
+                ws.path(),
+                "cat /proc/sys/kernel/core_pattern > /proc/sys/kernel/core_pattern && echo wrote-core-pattern; \
+                 cat /proc/sys/kernel/core_pattern; echo done",
+            )
+            .await;
+            let text = text_of(&r);
+            assert!(!text.contains("wrote-core-pattern"), "{what}: {text}");
+            assert!(text.contains("Read-only file system"), "{what}: {text}");
+            // Still readable.
+            assert!(text.contains(core_pattern.trim()), "{what}: {text}");
+            assert_eq!(
+                std::fs::read_to_string("/proc/sys/kernel/core_pattern").unwrap(),
+                core_pattern
+            );
+            // Read-only mounts: the sysctls, sysrq-trigger (never written
+            // here: a write acts on the host), and /sys.
+            let mut script = vec![mount_options("/proc/sys"), mount_options("/sys")];
+            if sysrq {
+                script.push(mount_options("/proc/sysrq-trigger"));
+            }
+            let r = sh(&t, ws.path(), &script.join("; ")).await;
+            let text = text_of(&r);
+            let lines: Vec<&str> = text.lines().collect();
+            assert_eq!(lines.len(), script.len(), "{what}: {text}");
+            for line in lines {
+                let (_, options) = line.split_once(':').unwrap();
+                let options: Vec<&str> = options.split_whitespace().collect();
+                assert!(
+                    !options.is_empty() && options.iter().all(|o| *o == "ro"),
+                    "{what}: every mount there is read-only: {text}"
+                );
+            }
+            // The kernel's private files are covered, and no user
+            // namespace (where capabilities come back) can be made.
+            let r = sh(
+                &t,
+                ws.path(),
+                "head -c 1 /proc/timer_list >/dev/null && echo read-timer-list; \
+                 ls -A /proc/acpi 2>/dev/null | head -1; \
+                 unshare --user true && echo nested-userns; echo done",
+            )
+            .await;
+            let text = text_of(&r);
+            if timer_list {
+                assert!(!text.contains("read-timer-list"), "{what}: {text}");
+            }
+            assert!(!text.contains("nested-userns"), "{what}: {text}");
+            assert!(text.starts_with("done"), "{what}: {text}");
+            t.shutdown().await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_raw_socket_pair_is_refused_without_network() {
+    for sandbox in SANDBOXES {
+        let t = bash_host("workspace-write", sandbox).await;
+        let ws = TempDir::new("sockpair-ws");
+        let r = sh(
+            &t,
+            ws.path(),
+            "python3 -c 'import socket; socket.socketpair(socket.AF_UNIX, socket.SOCK_RAW); print(\"raw-pair\")'; \
+             python3 -c 'import socket; socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM); print(\"stream-pair\")'; \
+             python3 -c 'import socket; socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET); print(\"seqpacket-pair\")'",
+        )
+        .await;
+        let text = text_of(&r);
+        assert!(!text.contains("raw-pair"), "{sandbox}: {text}");
+        assert!(text.contains("PermissionError"), "{sandbox}: {text}");
+        assert!(
+            text.starts_with("stream-pair\nseqpacket-pair"),
+            "{sandbox}: {text}"
+        );
+        t.shutdown().await;
+    }
+}
+
+/// A SysV shared memory segment of the harness's machine (root's, 0600),
+/// removed when dropped.
+struct HostSegment(String);
+
+impl HostSegment {
+    fn new() -> HostSegment {
+        let out = std::process::Command::new("ipcmk")
+            .args(["-M", "64", "-p", "0600"])
+            .output()
+            .expect("ipcmk (util-linux) makes the host's segment");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let id = text
+            .rsplit(':')
+            .next()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit()))
+            .unwrap_or_else(|| panic!("ipcmk: {text}"));
+        HostSegment(id)
+    }
+}
+
+impl Drop for HostSegment {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ipcrm")
+            .args(["-m", &self.0])
+            .status();
+    }
+}
+
+#[tokio::test]
+async fn the_hosts_shared_memory_is_not_there() {
+    let segment = HostSegment::new();
+    let id = &segment.0;
+    for sandbox in SANDBOXES {
+        for mode in FENCED {
+            let t = bash_host(mode, sandbox).await;
+            let ws = TempDir::new("ipc-ws");
+            let r = sh(
+                &t,
+                ws.path(),
+                &format!(
+                    "ipcs -m -i {id} 2>/dev/null | grep -q shmid= && echo sees-host-segment; \
+                     ipcs -m | awk 'NR > 3 && NF' | wc -l"
+                ),
+            )
+            .await;
+            let text = text_of(&r);
+            assert_eq!(text, "0", "{sandbox} {mode}: {text}");
+            t.shutdown().await;
+        }
+    }
+    // Still the host's, untouched (`ipcs -i` exits 0 either way).
+    let seen = std::process::Command::new("ipcs")
+        .args(["-m", "-i", id])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&seen.stdout).contains(&format!("shmid={id}")));
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let ok = std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "git {args:?}");
+}
+
+#[tokio::test]
+async fn nested_repositories_and_separate_git_dirs_are_read_only_in_workspace_write() {
+    for sandbox in SANDBOXES {
+        let t = bash_host("workspace-write", sandbox).await;
+        let ws = TempDir::new("git-nested-ws");
+        let w = ws.path();
+        // The workspace's `.git` is a file naming `.gd`, whose config names
+        // a hooks directory of the workspace; a vendored repository below.
+        git(
+            w,
+            &[
+                "init",
+                "-q",
+                "--separate-git-dir",
+                &w.join(".gd").to_string_lossy(),
+            ],
+        );
+        std::fs::create_dir_all(w.join("myhooks")).unwrap();
+        git(w, &["config", "core.hooksPath", "myhooks"]);
+        std::fs::create_dir_all(w.join("vendor/lib")).unwrap();
+        git(&w.join("vendor/lib"), &["init", "-q"]);
+        assert!(std::fs::read_to_string(w.join(".git"))
+            .unwrap()
+            .starts_with("gitdir: "));
+        let configs = [w.join(".gd/config"), w.join("vendor/lib/.git/config")];
+        let before: Vec<String> = configs
+            .iter()
+            .map(|c| std::fs::read_to_string(c).unwrap())
+            .collect();
+        let marker = Path::new("/var/tmp").join(format!("dsh-nested-hook-{}", std::process::id()));
+        let r = sh(
+            &t,
+            w,
+            &format!(
+                "for h in vendor/lib/.git/hooks .gd/hooks myhooks; do echo 'touch {m}' > $h/pre-commit; done; \
+                 git -C vendor/lib config core.fsmonitor 'touch {m}'; git config core.fsmonitor 'touch {m}'; \
+                 echo 'gitdir: /tmp' > .git; echo done",
+                m = marker.display()
+            ),
+        )
+        .await;
+        let text = text_of(&r);
+        assert!(text.contains("done"), "{sandbox}: {text}");
+        assert!(text.contains("Read-only file system"), "{sandbox}: {text}");
+        for hooks in ["vendor/lib/.git/hooks", ".gd/hooks", "myhooks"] {
+            assert!(
+                !w.join(hooks).join("pre-commit").exists(),
+                "{sandbox}: {hooks}: {text}"
+            );
+        }
+        for (c, b) in configs.iter().zip(&before) {
+            assert_eq!(&std::fs::read_to_string(c).unwrap(), b, "{sandbox}: {text}");
+        }
+        assert!(std::fs::read_to_string(w.join(".git"))
+            .unwrap()
+            .contains(".gd"));
+        // The rest stays writable.
+        let r = sh(&t, w, "echo ok > vendor/lib/file && cat vendor/lib/file").await;
+        assert_eq!(text_of(&r), "ok", "{sandbox}: {r}");
+        assert!(!marker.exists());
+        t.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn a_fork_bomb_stops_at_the_default_bound() {
+    assert!(
+        is_root(),
+        "the bound is tested as root (RLIMIT_NPROC would not hold)"
+    );
+    // The default: min(1024, pid_max / (maxJobs + 2) / 2), at most 1024.
+    for (mode, sandbox) in [
+        ("workspace-write", "bubblewrap"),
+        ("workspace-write", "landlock"),
+        ("danger-full-access", "auto"),
+    ] {
+        let t = bash_host(mode, sandbox).await;
+        let ws = TempDir::new("bomb-default-ws");
+        let r = sh(&t, ws.path(), FORK_BOMB).await;
+        let text = text_of(&r);
+        let n: usize = text
+            .strip_prefix("refused after ")
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{mode} {sandbox}: {text}"));
+        assert!(n < 1024, "{mode} {sandbox}: {text}");
+        assert!(text.ends_with(" 11"), "{mode} {sandbox}: EAGAIN: {text}");
+        t.shutdown().await;
     }
 }

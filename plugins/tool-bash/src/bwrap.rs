@@ -7,6 +7,7 @@ use std::process::Command;
 use dsh_sdk::fence::Fence;
 
 use crate::hide::Hidden;
+use crate::kernel::KernelFiles;
 
 /// What the command line needs besides the fence.
 pub struct Options<'a> {
@@ -16,12 +17,16 @@ pub struct Options<'a> {
     pub read_only: &'a [PathBuf],
     /// Not readable at all ([`crate::hide`]).
     pub hidden: &'a Hidden,
+    /// The kernel's files covered on the fresh `/proc` and `/sys`
+    /// ([`crate::kernel`]).
+    pub kernel: &'a KernelFiles,
     /// The host's network (`network = true`); otherwise a network
     /// namespace of its own.
     pub network: bool,
     /// The descriptor bubblewrap reads the seccomp program from.
     pub seccomp_fd: Option<i32>,
-    /// Whether the harness runs as root (then a user namespace too).
+    /// Whether the harness runs as root (then a user namespace too, in
+    /// which no further user namespace can be made).
     pub root: bool,
 }
 
@@ -34,28 +39,51 @@ pub fn command(bwrap: &Path, fence: &Fence, o: &Options<'_>, command: &str) -> C
 }
 
 fn args(fence: &Fence, o: &Options<'_>) -> Vec<OsString> {
-    let mut a: Vec<OsString> = [
-        "--ro-bind",
-        "/",
-        "/",
-        "--dev",
-        "/dev",
-        "--proc",
-        "/proc",
+    let mut a: Vec<OsString> = Vec::new();
+    let mut push = |xs: &[&std::ffi::OsStr]| a.extend(xs.iter().map(|s| s.to_os_string()));
+    let flag = |f: &'static str| std::ffi::OsStr::new(f);
+    for f in ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"] {
+        push(&[flag(f)]);
+    }
+    // Right after the fresh /proc: its sysctls and sysrq-trigger read-only
+    // (uid 0 here is the host's, and they check only the uid), the
+    // kernel's private files covered ([`crate::kernel`]). The sources of
+    // `--ro-bind` are the host's: its /proc/sys shows the same sysctls
+    // (each shows the namespaces of whoever reads it).
+    for p in &o.kernel.read_only {
+        push(&[flag("--ro-bind"), p.as_os_str(), p.as_os_str()]);
+    }
+    for d in &o.kernel.masked_dirs {
+        let d = d.as_os_str();
+        push(&[flag("--perms"), flag("0000"), flag("--tmpfs"), d]);
+        push(&[flag("--remount-ro"), d]);
+    }
+    for f in &o.kernel.masked_files {
+        push(&[flag("--ro-bind"), o.hidden.blank.as_os_str(), f.as_os_str()]);
+    }
+    for f in [
         "--unshare-pid",
+        "--unshare-ipc",
         "--die-with-parent",
         "--new-session",
         "--cap-drop",
         "ALL",
-    ]
-    .map(OsString::from)
-    .to_vec();
-    let mut push = |xs: &[&std::ffi::OsStr]| a.extend(xs.iter().map(|s| s.to_os_string()));
-    let flag = |f: &'static str| std::ffi::OsStr::new(f);
+    ] {
+        push(&[flag(f)]);
+    }
     if o.root {
         // Root's capabilities, even regained, would hold only in here; uid
-        // and gid 0 stay 0 (its files stay its files).
-        for f in ["--unshare-user", "--uid", "0", "--gid", "0"] {
+        // and gid 0 stay 0 (its files stay its files). No user namespace
+        // can be made inside (`user.max_user_namespaces` of this one is
+        // 0): one would hold every capability over mounts of its own.
+        for f in [
+            "--unshare-user",
+            "--disable-userns",
+            "--uid",
+            "0",
+            "--gid",
+            "0",
+        ] {
             push(&[flag(f)]);
         }
     }
@@ -108,12 +136,20 @@ mod tests {
         }
     }
 
+    /// No kernel files to cover.
+    static NO_KERNEL_FILES: KernelFiles = KernelFiles {
+        read_only: Vec::new(),
+        masked_dirs: Vec::new(),
+        masked_files: Vec::new(),
+    };
+
     /// The network on, no seccomp program, not root, nothing read-only.
     fn plain(hidden: &Hidden) -> Options<'_> {
         Options {
             scratch: None,
             read_only: &[],
             hidden,
+            kernel: &NO_KERNEL_FILES,
             network: true,
             seccomp_fd: None,
             root: false,
@@ -142,7 +178,8 @@ mod tests {
         for part in [
             "--new-session",
             "--cap-drop ALL",
-            "--unshare-user --uid 0 --gid 0",
+            "--unshare-ipc",
+            "--unshare-user --disable-userns --uid 0 --gid 0",
             "--unshare-net",
             "--seccomp 7",
         ] {
@@ -152,6 +189,26 @@ mod tests {
         assert!(a.contains("--cap-drop ALL"), "{a}");
         assert!(!a.contains("--unshare-net"), "{a}");
         assert!(!a.contains("--unshare-user"), "{a}");
+    }
+
+    #[test]
+    fn the_kernel_files_are_covered_right_after_the_fresh_proc() {
+        let hidden = nothing();
+        let kernel = KernelFiles {
+            read_only: vec![PathBuf::from("/proc/sys")],
+            masked_dirs: vec![PathBuf::from("/proc/acpi")],
+            masked_files: vec![PathBuf::from("/proc/keys")],
+        };
+        let a = line(&Options {
+            kernel: &kernel,
+            ..plain(&hidden)
+        });
+        assert!(
+            a.contains(
+                "--proc /proc --ro-bind /proc/sys /proc/sys --perms 0000 --tmpfs /proc/acpi --remount-ro /proc/acpi --ro-bind /p/blank /proc/keys --unshare-pid"
+            ),
+            "{a}"
+        );
     }
 
     #[test]

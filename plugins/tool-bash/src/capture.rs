@@ -1,11 +1,18 @@
 //! Output of a command in bounded memory: the last `keep` bytes stay in
 //! memory (what the model is shown), and once the output outgrows them
 //! everything is streamed to a spill file, itself capped.
+//!
+//! The spill file is created in the plugin's private directory through the
+//! directory's descriptor ([`DirHandle`]), never by path: the command
+//! itself may write the temp dir, so it may rename the directory and plant
+//! a symlink in its place before it prints.
 
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::Write;
 use std::path::PathBuf;
+
+use dsh_sdk::tempdir::DirHandle;
 
 /// The most a spill file holds (the first bytes of the output).
 pub const MAX_SPILL_BYTES: u64 = 64 * 1024 * 1024;
@@ -15,10 +22,13 @@ pub struct Capture {
     keep: usize,
     tail: VecDeque<u8>,
     total: u64,
-    spill_path: PathBuf,
+    /// The private directory the spill file goes in, and its name there.
+    dir: DirHandle,
+    name: String,
     spill: Option<File>,
     spilled: u64,
-    spill_failed: bool,
+    /// Why the spill file could not be made or written.
+    spill_failed: Option<String>,
 }
 
 /// Where the full output went, for the truncation note.
@@ -27,28 +37,35 @@ pub enum Saved {
     Whole(PathBuf),
     /// The file holds the first `MAX_SPILL_BYTES` only.
     Head(PathBuf),
-    /// The file could not be written.
-    Nowhere,
+    /// The file could not be written (why).
+    Nowhere(String),
 }
 
 impl Capture {
-    /// Keeps the last `keep` bytes in memory; spills to `spill_path`.
-    pub fn new(keep: usize, spill_path: PathBuf) -> Capture {
+    /// Keeps the last `keep` bytes in memory; spills to the new file
+    /// `name` (a plain file name) in `dir`.
+    pub fn new(keep: usize, dir: DirHandle, name: String) -> Capture {
         Capture {
             keep,
             tail: VecDeque::with_capacity(keep.min(64 * 1024)),
             total: 0,
-            spill_path,
+            dir,
+            name,
             spill: None,
             spilled: 0,
-            spill_failed: false,
+            spill_failed: None,
         }
+    }
+
+    /// Where the spill file is (or would be).
+    fn spill_path(&self) -> PathBuf {
+        self.dir.path().join(&self.name)
     }
 
     /// Appends what the command wrote.
     pub fn push(&mut self, bytes: &[u8]) {
         self.total += bytes.len() as u64;
-        if self.total > self.keep as u64 && self.spill.is_none() && !self.spill_failed {
+        if self.total > self.keep as u64 && self.spill.is_none() && self.spill_failed.is_none() {
             self.open_spill();
         }
         self.write_spill(bytes);
@@ -63,24 +80,21 @@ impl Capture {
     }
 
     fn open_spill(&mut self) {
-        use std::os::unix::fs::OpenOptionsExt;
-        match std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&self.spill_path)
-        {
+        // Through the directory's descriptor (O_EXCL | O_NOFOLLOW, mode
+        // 0600); refused when the directory was moved or replaced.
+        match self.dir.create(&self.name) {
             Ok(mut f) => {
                 // What is in memory so far is all there was.
                 let (a, b) = self.tail.as_slices();
-                if f.write_all(a).and_then(|_| f.write_all(b)).is_ok() {
-                    self.spilled = (a.len() + b.len()) as u64;
-                    self.spill = Some(f);
-                } else {
-                    self.spill_failed = true;
+                match f.write_all(a).and_then(|_| f.write_all(b)) {
+                    Ok(()) => {
+                        self.spilled = (a.len() + b.len()) as u64;
+                        self.spill = Some(f);
+                    }
+                    Err(e) => self.spill_failed = Some(e.to_string()),
                 }
             }
-            Err(_) => self.spill_failed = true,
+            Err(e) => self.spill_failed = Some(e.to_string()),
         }
     }
 
@@ -93,9 +107,9 @@ impl Capture {
         if part.is_empty() {
             return;
         }
-        if f.write_all(part).is_err() {
+        if let Err(e) = f.write_all(part) {
             self.spill = None;
-            self.spill_failed = true;
+            self.spill_failed = Some(e.to_string());
             return;
         }
         self.spilled += part.len() as u64;
@@ -134,12 +148,12 @@ impl Capture {
 
     /// Where the full output is.
     pub fn saved(&self) -> Saved {
-        if self.spill_failed {
-            Saved::Nowhere
+        if let Some(why) = &self.spill_failed {
+            Saved::Nowhere(why.clone())
         } else if self.spilled < self.total {
-            Saved::Head(self.spill_path.clone())
+            Saved::Head(self.spill_path())
         } else {
-            Saved::Whole(self.spill_path.clone())
+            Saved::Whole(self.spill_path())
         }
     }
 
@@ -151,7 +165,7 @@ impl Capture {
                 "the first {MAX_SPILL_BYTES} bytes of the {what} are in: {}",
                 p.display()
             ),
-            Saved::Nowhere => format!("the full {what} could not be saved"),
+            Saved::Nowhere(why) => format!("the full {what} could not be saved: {why}"),
         }
     }
 }
@@ -159,17 +173,17 @@ impl Capture {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dsh_sdk::tempdir::PrivateDir;
 
-    fn scratch(name: &str) -> PathBuf {
-        let p = std::env::temp_dir().join(format!("dsh-capture-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_file(&p);
-        p
+    fn dir() -> PrivateDir {
+        PrivateDir::new("dsh-capture-test-").unwrap()
     }
 
     #[test]
     fn keeps_the_tail_and_spills_everything_once_it_overflows() {
-        let path = scratch("spill");
-        let mut c = Capture::new(10, path.clone());
+        let dir = dir();
+        let path = dir.path().join("spill");
+        let mut c = Capture::new(10, dir.handle(), "spill".into());
         c.push(b"hello ");
         assert!(!path.exists(), "nothing spilled while it fits");
         c.push(b"world, and more");
@@ -177,21 +191,48 @@ mod tests {
         assert_eq!(c.total(), 22);
         assert_eq!(c.tail(), b" and more!");
         assert_eq!(std::fs::read(&path).unwrap(), b"hello world, and more!");
-        assert!(matches!(c.saved(), Saved::Whole(_)));
+        assert!(matches!(c.saved(), Saved::Whole(p) if p == path));
         let (skipped, rest) = c.since(3);
         assert_eq!((skipped, rest.as_slice()), (9, &b" and more!"[..]));
         let (skipped, rest) = c.since(20);
         assert_eq!((skipped, rest.as_slice()), (0, &b"e!"[..]));
-        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]
     fn a_chunk_larger_than_the_tail_keeps_its_end() {
-        let path = scratch("big");
-        let mut c = Capture::new(4, path.clone());
+        let dir = dir();
+        let mut c = Capture::new(4, dir.handle(), "big".into());
         c.push(b"0123456789");
         assert_eq!(c.tail(), b"6789");
         assert_eq!(c.since(0), (6, b"6789".to_vec()));
-        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// The command renames the directory and plants a symlink in its
+    /// place before it prints: nothing is written through the link, and
+    /// the note says why the output was not saved.
+    #[test]
+    fn a_swapped_directory_gets_no_spill_file_and_the_note_says_why() {
+        let dir = dir();
+        let outside = PrivateDir::new("dsh-capture-test-outside-").unwrap();
+        let moved = dir.path().with_extension("moved");
+        std::fs::rename(dir.path(), &moved).unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path()).unwrap();
+        let mut c = Capture::new(4, dir.handle(), "out.stdout".into());
+        c.push(b"0123456789");
+        assert_eq!(c.tail(), b"6789");
+        assert_eq!(
+            std::fs::read_dir(outside.path()).unwrap().count(),
+            1,
+            "the owner record only"
+        );
+        let note = c.saved_note("output");
+        assert!(
+            note.starts_with("the full output could not be saved: ")
+                && note.contains("moved or replaced"),
+            "{note}"
+        );
+        std::fs::remove_file(dir.path()).unwrap();
+        drop(dir);
+        std::fs::remove_dir(&moved).unwrap();
     }
 }

@@ -4,10 +4,10 @@
 //!
 //! The child std forks first starts a session of its own (`setsid`: no
 //! controlling terminal, so no `/dev/tty` and no `TIOCSTI` into the user's
-//! terminal; its process group is its pid, which `kill_group` signals),
+//! terminal; its process group is its pid, which `exec::Group` signals),
 //! asks for SIGKILL when the harness thread that started it dies, then
-//! (where the kernel allows) forks once more into a new user, PID, mount
-//! and (without network) network namespace, writing the new child's id
+//! (where the kernel allows) forks once more into a new user, PID, mount,
+//! IPC and (without network) network namespace, writing the new child's id
 //! maps from outside. The grandchild is PID 1 of the new PID namespace: when it dies,
 //! the kernel kills every process in it, `setsid` and double forks
 //! included. The child in between only waits for it and passes its exit
@@ -19,10 +19,12 @@
 //! fresh `devpts` on `/dev/pts` (the user's terminals are
 //! not there), a private `/dev/shm` and a private `/proc` for its PID
 //! namespace (the harness's environment and memory are not there to read),
-//! bounds its PID namespace's `pid_max`, brings its loopback up, drops every
-//! capability, then applies Landlock and the seccomp filter (the mechanisms
-//! are `dsh_confine`'s). Everything after `fork` is a raw syscall on memory
-//! prepared before it.
+//! bounds its PID namespace's `pid_max`, allows no user namespace inside
+//! its own (`user.max_user_namespaces = 0`), covers the kernel's files of
+//! the fresh `/proc` and of `/sys` ([`crate::kernel`]), brings its loopback
+//! up, drops every capability, then applies Landlock and the seccomp
+//! filter (the mechanisms are `dsh_confine`'s). Everything after `fork`
+//! is a raw syscall on memory prepared before it.
 
 use std::ffi::CString;
 use std::io;
@@ -32,6 +34,7 @@ use dsh_confine::landlock::RawRuleset;
 use dsh_confine::seccomp::{Filter, Threads};
 
 use crate::hide::Hidden;
+use crate::kernel::KernelFiles;
 use crate::loopback;
 
 const SYS_MOUNT_SETATTR: libc::c_long = 442;
@@ -75,6 +78,13 @@ struct Mounts {
     devpts: bool,
     /// A private tmpfs on `/dev/shm` (where that directory exists).
     shm: bool,
+    /// Bound read-only over themselves once the fresh `/proc` is mounted
+    /// ([`KernelFiles::read_only`]).
+    kernel_read_only: Vec<CString>,
+    /// Covered by an empty read-only tmpfs of mode 000 then.
+    kernel_masked_dirs: Vec<CString>,
+    /// Covered by a read-only bind of `blank` then.
+    kernel_masked_files: Vec<CString>,
 }
 
 /// A directory bound back on top of the scratch tmpfs.
@@ -138,6 +148,8 @@ struct Consts {
     devpts_opts: CString,
     dev_shm: CString,
     pid_max: CString,
+    max_user_namespaces: CString,
+    no_user_namespaces: CString,
 }
 
 impl Consts {
@@ -157,6 +169,8 @@ impl Consts {
             devpts_opts: c("newinstance,ptmxmode=0666,mode=0620"),
             dev_shm: c("/dev/shm"),
             pid_max: c("/proc/sys/kernel/pid_max"),
+            max_user_namespaces: c("/proc/sys/user/max_user_namespaces"),
+            no_user_namespaces: c("0"),
         }
     }
 }
@@ -208,6 +222,58 @@ unsafe fn write_file(path: *const libc::c_char, bytes: &[u8]) -> io::Result<()> 
     Ok(())
 }
 
+/// `Ok` for a zero return code, the errno otherwise. Async-signal-safe.
+fn ok(rc: libc::c_int) -> io::Result<()> {
+    if rc != 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// `mount_setattr(path, AT_RECURSIVE)`: sets the attributes `set`, clears
+/// `clr` on the mount at `path` and every mount below it.
+/// Async-signal-safe.
+///
+/// # Safety
+///
+/// Raw system calls on memory prepared before `fork`: safe between `fork`
+/// and `exec`; it changes the calling process's mounts.
+unsafe fn setattr(path: &CString, set: u64, clr: u64) -> io::Result<()> {
+    let attr = MountAttr {
+        attr_set: set,
+        attr_clr: clr,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let rc = libc::syscall(
+        SYS_MOUNT_SETATTR,
+        libc::AT_FDCWD,
+        path.as_ptr(),
+        AT_RECURSIVE,
+        &attr as *const MountAttr,
+        std::mem::size_of::<MountAttr>(),
+    );
+    ok(rc as libc::c_int)
+}
+
+/// Binds `p` (recursively) onto itself, so it can get attributes of its
+/// own. Async-signal-safe.
+///
+/// # Safety
+///
+/// Raw system calls on memory prepared before `fork`: safe between `fork`
+/// and `exec`; it changes the calling process's mounts.
+unsafe fn bind(p: &CString) -> io::Result<()> {
+    ok(libc::mount(
+        p.as_ptr(),
+        p.as_ptr(),
+        std::ptr::null(),
+        libc::MS_BIND | libc::MS_REC,
+        std::ptr::null(),
+    ))
+}
+
 fn cpath(p: &Path) -> Option<CString> {
     CString::new(p.as_os_str().as_encoded_bytes()).ok()
 }
@@ -219,7 +285,9 @@ pub struct Fenced<'a> {
     /// The harness's own files (read-only even under a writable root).
     pub protected: &'a [PathBuf],
     /// What the command may not read at all.
-    pub hidden: Option<&'a Hidden>,
+    pub hidden: &'a Hidden,
+    /// The kernel's files to cover on the fresh `/proc` and `/sys`.
+    pub kernel: &'a KernelFiles,
     /// A private scratch tmpfs here (read-only mode's temp directory).
     pub scratch: Option<&'a Path>,
     /// The Landlock ruleset to apply last (its handled rights are granted
@@ -261,6 +329,18 @@ impl Plan {
             drop_caps: false,
             inherit: seccomp_fd,
             ..Plan::bare()
+        }
+    }
+
+    /// Runs in a PID namespace of its own, made here (it needs
+    /// `CAP_SYS_ADMIN`: as root), so that [`Plan::with_pid_max`] can bound
+    /// it: for bubblewrap, whose own PID namespace is nested in this one
+    /// (a process counts against the `pid_max` of every namespace it is
+    /// in).
+    pub fn in_pid_namespace(self) -> Plan {
+        Plan {
+            pid_ns: true,
+            ..self
         }
     }
 
@@ -308,8 +388,8 @@ impl Plan {
         }
     }
 
-    /// User, PID, mount and (without network) network namespaces with the
-    /// fence's mounts; then no capabilities and Landlock.
+    /// User, PID, mount, IPC and (without network) network namespaces
+    /// with the fence's mounts; then no capabilities and Landlock.
     pub fn fenced(f: Fenced<'_>) -> Plan {
         // SAFETY: plain id queries.
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
@@ -355,14 +435,17 @@ impl Plan {
             mounts: Some(Mounts {
                 writable: existing(&outer),
                 protected: existing(&protected),
-                hidden_dirs: f.hidden.map(|h| existing(&h.dirs)).unwrap_or_default(),
-                hidden_files: f.hidden.map(|h| existing(&h.files)).unwrap_or_default(),
-                blank: f.hidden.and_then(|h| cpath(&h.blank)).unwrap_or_default(),
+                hidden_dirs: existing(&f.hidden.dirs),
+                hidden_files: existing(&f.hidden.files),
+                blank: cpath(&f.hidden.blank).unwrap_or_default(),
                 scratch: f.scratch.and_then(cpath),
                 reveal: f.scratch.and_then(|s| Reveal::new(f.workspace, s)),
                 cwd: cpath(f.cwd).unwrap_or_default(),
                 devpts: Path::new("/dev/pts").is_dir(),
                 shm: Path::new("/dev/shm").is_dir(),
+                kernel_read_only: existing(&f.kernel.read_only),
+                kernel_masked_dirs: existing(&f.kernel.masked_dirs),
+                kernel_masked_files: existing(&f.kernel.masked_files),
             }),
             landlock: f.landlock,
             ..Plan::bare()
@@ -391,13 +474,11 @@ impl Plan {
         if self.pid_ns {
             self.fork_pid_one()?;
         }
-        if let Some(m) = &self.mounts {
-            self.mount_fence(m)?;
-        }
-        if let Some(n) = &self.pid_max {
-            // Best effort: a bound the kernel refuses leaves the command
-            // unbounded, as before it.
-            let _ = write_file(self.c.pid_max.as_ptr(), n.as_bytes());
+        match &self.mounts {
+            // The fence's mounts write the limits themselves, before
+            // /proc/sys is read-only.
+            Some(m) => self.mount_fence(m)?,
+            None => self.write_pid_max(),
         }
         if self.net_ns {
             // Best effort: without it the command has no loopback either.
@@ -431,7 +512,9 @@ impl Plan {
             flags |= libc::CLONE_NEWUSER;
         }
         if self.mounts.is_some() {
-            flags |= libc::CLONE_NEWNS;
+            // Its own SysV IPC and POSIX message queues: the host's shared
+            // memory segments (root's included) are not there.
+            flags |= libc::CLONE_NEWNS | libc::CLONE_NEWIPC;
         }
         if self.net_ns {
             flags |= libc::CLONE_NEWNET;
@@ -519,52 +602,109 @@ impl Plan {
         write_proc(pid, b"gid_map\0", &maps.gid)
     }
 
+    /// A fresh tmpfs on `at` (no set-id, no devices) with `flags` and
+    /// `opts`: the scratch and `/dev/shm` (mode 1777), the hidden and
+    /// masked directories (read-only, mode 000). Async-signal-safe.
+    ///
+    /// # Safety
+    ///
+    /// Raw system calls on memory prepared before `fork`: safe between `fork`
+    /// and `exec`; it changes the calling process's mounts.
+    unsafe fn tmpfs(&self, at: &CString, flags: libc::c_ulong, opts: &CString) -> io::Result<()> {
+        ok(libc::mount(
+            self.c.tmpfs.as_ptr(),
+            at.as_ptr(),
+            self.c.tmpfs.as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV | flags,
+            opts.as_ptr().cast(),
+        ))
+    }
+
+    /// Bounds the PID namespace this process is in to `pid_max` (where
+    /// one is planned). Best effort: a bound the kernel refuses leaves the
+    /// command unbounded, as before it. Async-signal-safe.
+    ///
+    /// # Safety
+    ///
+    /// Raw system calls on memory prepared before `fork`: safe between `fork`
+    /// and `exec`; it changes the limits of the calling process's
+    /// namespaces.
+    unsafe fn write_pid_max(&self) {
+        if let Some(n) = &self.pid_max {
+            let _ = write_file(self.c.pid_max.as_ptr(), n.as_bytes());
+        }
+    }
+
+    /// The limits of a fenced command's namespaces, written through its
+    /// fresh `/proc` (a sysctl file names the namespace of whoever writes
+    /// it): `pid_max` ([`Plan::write_pid_max`]), and no user namespace
+    /// inside its own (`user.max_user_namespaces = 0`: in one the command
+    /// would hold every capability again, over mounts of its own such as
+    /// a fresh `/proc` whose sysctls uid 0 may write). Needs
+    /// `CAP_SYS_RESOURCE` in its user namespace, so before the drop.
+    /// Async-signal-safe.
+    ///
+    /// # Safety
+    ///
+    /// Raw system calls on memory prepared before `fork`: safe between `fork`
+    /// and `exec`; it changes the limits of the calling process's
+    /// namespaces.
+    unsafe fn write_limits(&self) -> io::Result<()> {
+        self.write_pid_max();
+        write_file(
+            self.c.max_user_namespaces.as_ptr(),
+            self.c.no_user_namespaces.as_bytes(),
+        )
+    }
+
+    /// Covers `dirs` with an empty read-only tmpfs of mode 000 and `files`
+    /// with a read-only bind of `blank`. Async-signal-safe.
+    ///
+    /// # Safety
+    ///
+    /// Raw system calls on memory prepared before `fork`: safe between `fork`
+    /// and `exec`; it changes the calling process's mounts.
+    unsafe fn cover(&self, dirs: &[CString], files: &[CString], blank: &CString) -> io::Result<()> {
+        for d in dirs {
+            self.tmpfs(d, libc::MS_RDONLY | libc::MS_NOEXEC, &self.c.hidden_opts)?;
+        }
+        for f in files {
+            ok(libc::mount(
+                blank.as_ptr(),
+                f.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND,
+                std::ptr::null(),
+            ))?;
+            setattr(f, MOUNT_ATTR_RDONLY, 0)?;
+        }
+        Ok(())
+    }
+
+    /// The kernel's files of the fresh `/proc` and of `/sys`: read-only
+    /// again, or covered ([`crate::kernel`]). Async-signal-safe.
+    ///
+    /// # Safety
+    ///
+    /// Raw system calls on memory prepared before `fork`: safe between `fork`
+    /// and `exec`; it changes the calling process's mounts.
+    unsafe fn cover_kernel_files(&self, m: &Mounts) -> io::Result<()> {
+        for p in &m.kernel_read_only {
+            bind(p)?;
+            setattr(p, MOUNT_ATTR_RDONLY, 0)?;
+        }
+        self.cover(&m.kernel_masked_dirs, &m.kernel_masked_files, &m.blank)
+    }
+
+    /// The fence's mounts (see the module doc), in the new mount
+    /// namespace.
+    ///
+    /// # Safety
+    ///
+    /// Raw system calls on memory prepared before `fork`: call only in
+    /// the forked child, in its own mount namespace.
     unsafe fn mount_fence(&self, m: &Mounts) -> io::Result<()> {
         let null = std::ptr::null::<libc::c_char>();
-        let ok = |rc: libc::c_int| {
-            if rc != 0 {
-                Err(io::Error::last_os_error())
-            } else {
-                Ok(())
-            }
-        };
-        let setattr = |path: &CString, set: u64, clr: u64| {
-            let attr = MountAttr {
-                attr_set: set,
-                attr_clr: clr,
-                propagation: 0,
-                userns_fd: 0,
-            };
-            let rc = libc::syscall(
-                SYS_MOUNT_SETATTR,
-                libc::AT_FDCWD,
-                path.as_ptr(),
-                AT_RECURSIVE,
-                &attr as *const MountAttr,
-                std::mem::size_of::<MountAttr>(),
-            );
-            ok(rc as libc::c_int)
-        };
-        let bind = |p: &CString| {
-            ok(libc::mount(
-                p.as_ptr(),
-                p.as_ptr(),
-                null,
-                libc::MS_BIND | libc::MS_REC,
-                std::ptr::null(),
-            ))
-        };
-        // A fresh tmpfs on `at`: the scratch and `/dev/shm` (mode 1777),
-        // the hidden directories (read-only, mode 000).
-        let tmpfs = |at: &CString, flags: libc::c_ulong, opts: &CString| {
-            ok(libc::mount(
-                self.c.tmpfs.as_ptr(),
-                at.as_ptr(),
-                self.c.tmpfs.as_ptr(),
-                libc::MS_NOSUID | libc::MS_NODEV | flags,
-                opts.as_ptr().cast(),
-            ))
-        };
         ok(libc::mount(
             null,
             self.c.root.as_ptr(),
@@ -587,19 +727,20 @@ impl Plan {
         // before the scratch covers the temp directory `blank` is in (a
         // hidden place in the workspace shown on the scratch comes along
         // with it: that bind is recursive).
-        for d in &m.hidden_dirs {
-            tmpfs(d, libc::MS_RDONLY | libc::MS_NOEXEC, &self.c.hidden_opts)?;
-        }
-        for f in &m.hidden_files {
-            ok(libc::mount(
-                m.blank.as_ptr(),
-                f.as_ptr(),
-                null,
-                libc::MS_BIND,
-                std::ptr::null(),
-            ))?;
-            setattr(f, MOUNT_ATTR_RDONLY, 0)?;
-        }
+        self.cover(&m.hidden_dirs, &m.hidden_files, &m.blank)?;
+        // A private /proc for the PID namespace, its limits written while
+        // its sysctls are writable (and this process holds the
+        // capabilities), then the kernel's files covered; all before the
+        // scratch covers the temp directory `blank` is in.
+        ok(libc::mount(
+            self.c.proc_type.as_ptr(),
+            self.c.proc_.as_ptr(),
+            self.c.proc_type.as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            std::ptr::null(),
+        ))?;
+        self.write_limits()?;
+        self.cover_kernel_files(m)?;
         // Held open across the tmpfs that covers it, then bound back.
         let keep = match &m.reveal {
             Some(r) => libc::open(
@@ -609,7 +750,7 @@ impl Plan {
             None => -1,
         };
         if let Some(s) = &m.scratch {
-            tmpfs(s, 0, &self.c.tmpfs_opts)?;
+            self.tmpfs(s, 0, &self.c.tmpfs_opts)?;
         }
         if let (Some(r), true) = (&m.reveal, keep >= 0) {
             for d in &r.dirs {
@@ -640,7 +781,7 @@ impl Plan {
             ))?;
         }
         if m.shm {
-            tmpfs(&self.c.dev_shm, 0, &self.c.tmpfs_opts)?;
+            self.tmpfs(&self.c.dev_shm, 0, &self.c.tmpfs_opts)?;
         }
         // A Landlock rule holds an inode: these fresh mounts get theirs
         // here (the parent's would name the host's instances).
@@ -652,20 +793,94 @@ impl Plan {
                 rules.allow_beneath(&self.c.dev_shm, rules.handled_fs)?;
             }
         }
-        ok(libc::mount(
-            self.c.proc_type.as_ptr(),
-            self.c.proc_.as_ptr(),
-            self.c.proc_type.as_ptr(),
-            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            std::ptr::null(),
-        ))?;
         ok(libc::chdir(m.cwd.as_ptr()))
+    }
+}
+
+/// Whether the namespaces of a fenced command can be made here.
+#[derive(Debug)]
+pub enum Support {
+    /// They can.
+    Works,
+    /// The kernel or its policy does not allow them: `unshare` failed
+    /// with `EPERM`, `EACCES` (a security module's policy), `EINVAL`,
+    /// `ENOSPC` or `EUSERS` (a limit of 0 or nesting too deep), or
+    /// `ENOSYS`.
+    Unsupported(io::Error),
+    /// Trying failed for another reason (out of memory or processes, a
+    /// child that died): nothing is known.
+    Failed(io::Error),
+}
+
+/// The namespaces a fenced command on the Landlock path gets (a network
+/// namespace too with `own_network`).
+fn fenced_namespaces(own_network: bool) -> libc::c_int {
+    let flags = libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWNS | libc::CLONE_NEWIPC;
+    if own_network {
+        flags | libc::CLONE_NEWNET
+    } else {
+        flags
+    }
+}
+
+/// Tries to make the namespaces of a fenced command with one `unshare` in
+/// a forked child, which reports its errno through its exit code.
+pub fn namespace_support(own_network: bool) -> Support {
+    let flags = fenced_namespaces(own_network);
+    // SAFETY: the child makes one raw system call and leaves with _exit
+    // (a single thread may make a user namespace; the harness may not).
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Support::Failed(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        // SAFETY: raw system calls in the forked child.
+        unsafe {
+            let code = if libc::unshare(flags) == 0 {
+                0
+            } else {
+                (*libc::__errno_location()).clamp(1, 255)
+            };
+            libc::_exit(code);
+        }
+    }
+    let mut status = 0;
+    loop {
+        // SAFETY: waiting for our own child.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r == pid {
+            break;
+        }
+        let e = io::Error::last_os_error();
+        if r < 0 && e.kind() != io::ErrorKind::Interrupted {
+            return Support::Failed(e);
+        }
+    }
+    if !libc::WIFEXITED(status) {
+        return Support::Failed(io::Error::other(format!(
+            "the namespace probe died (wait status {status})"
+        )));
+    }
+    match libc::WEXITSTATUS(status) {
+        0 => Support::Works,
+        errno => classify(errno),
+    }
+}
+
+/// What `unshare`'s `errno` says about namespaces here.
+fn classify(errno: i32) -> Support {
+    let e = io::Error::from_raw_os_error(errno);
+    match errno {
+        libc::EPERM | libc::EACCES | libc::EINVAL | libc::ENOSPC | libc::EUSERS | libc::ENOSYS => {
+            Support::Unsupported(e)
+        }
+        _ => Support::Failed(e),
     }
 }
 
 /// Whether this kernel keeps `pid_max` per PID namespace (Linux 6.14 and
 /// later), from `uname`; asked once.
-fn pid_max_per_namespace() -> bool {
+pub fn pid_max_per_namespace() -> bool {
     static KNOWN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *KNOWN.get_or_init(|| {
         // SAFETY: uname fills the zeroed struct it is given.
@@ -693,7 +908,34 @@ fn kernel_at_least(release: &str, want: (u32, u32)) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::kernel_at_least;
+    use super::*;
+
+    #[test]
+    fn only_a_refusal_by_the_kernel_or_its_policy_means_no_namespaces() {
+        for errno in [
+            libc::EPERM,
+            libc::EACCES,
+            libc::EINVAL,
+            libc::ENOSPC,
+            libc::EUSERS,
+            libc::ENOSYS,
+        ] {
+            assert!(
+                matches!(classify(errno), Support::Unsupported(_)),
+                "{errno}"
+            );
+        }
+        for errno in [libc::ENOMEM, libc::EAGAIN, libc::EFAULT] {
+            assert!(matches!(classify(errno), Support::Failed(_)), "{errno}");
+        }
+    }
+
+    #[test]
+    fn the_probe_knows_the_answer_here() {
+        // Either answer is a kernel's; a failure would be a bug here.
+        let support = namespace_support(true);
+        assert!(!matches!(support, Support::Failed(_)), "{support:?}");
+    }
 
     #[test]
     fn kernel_releases_compare_by_major_and_minor() {

@@ -62,15 +62,38 @@ impl Hidden {
     }
 }
 
-/// `<private>/hidden-file`: empty, mode 000 (made if missing).
+/// `<private>/hidden-file`: empty, mode 000 (made if missing). An entry
+/// of that name that is anything else (a link, a file with content or
+/// another mode: the directory is read-only to commands, so only a bug or
+/// another process of this user could have put it there) is refused
+/// rather than bound over a secret.
 pub fn blank(private: &Path) -> io::Result<PathBuf> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let path = private.join(BLANK);
-    if path.symlink_metadata().is_err() {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o000)
-            .open(&path)?;
+    match path.symlink_metadata() {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .mode(0o000)
+                .open(&path)?;
+        }
+        Err(e) => return Err(e),
+        Ok(m) => {
+            // SAFETY: geteuid has no preconditions.
+            let me = unsafe { libc::geteuid() };
+            let blank = m.file_type().is_file()
+                && m.len() == 0
+                && m.permissions().mode() & 0o7777 == 0
+                && m.uid() == me;
+            if !blank {
+                return Err(io::Error::other(format!(
+                    "{} is not the empty mode-000 file this plugin made; refusing to bind it over hidden files",
+                    path.display()
+                )));
+            }
+        }
     }
     Ok(path)
 }

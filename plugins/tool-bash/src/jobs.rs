@@ -16,7 +16,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::capture::Capture;
-use crate::exec::{self, kill_group, Cancel};
+use crate::exec::{self, Cancel, Group};
 use crate::Prepared;
 
 /// `job_output` (the original's schema, reference dsh-product §4.1).
@@ -82,7 +82,9 @@ struct Shared {
 struct Job {
     owner: String,
     label: String,
-    pgid: i32,
+    /// The job's process group, signalled only while its leader is
+    /// unreaped (its pump reaps it).
+    group: Arc<Group>,
     shared: Arc<Mutex<Shared>>,
     read_upto: u64,
 }
@@ -95,10 +97,12 @@ pub struct Jobs {
 }
 
 impl Jobs {
-    /// Kills every job (on dispose), so no blocking task outlives the fiber.
+    /// Kills every job still running (on dispose), so no blocking task
+    /// outlives the fiber. A finished job's group is not signalled: its id
+    /// may belong to another process by now ([`Group`]).
     pub fn kill_all(&self) {
         for job in self.table.borrow().values() {
-            kill_group(job.pgid);
+            job.group.kill();
         }
     }
 }
@@ -139,7 +143,7 @@ pub fn start(
     ctx: &Context,
     jobs: &Jobs,
     prepared: Prepared,
-    spill_dir: &std::path::Path,
+    spill_dir: &dsh_sdk::tempdir::DirHandle,
     owner: String,
     label: String,
     max_jobs: usize,
@@ -164,15 +168,15 @@ pub fn start(
         )
     })?;
     drop(keep);
-    let pgid = child.id() as i32;
-    let spill = spill_dir.join(format!("{id}-{}.output", dsh_sdk::new_id()));
+    let group = Arc::new(Group::new(child.id() as i32));
+    let spill = format!("{id}-{}.output", dsh_sdk::new_id());
     let shared = Arc::new(Mutex::new(Shared {
-        output: Capture::new(KEEP_BYTES, spill),
+        output: Capture::new(KEEP_BYTES, spill_dir.clone(), spill),
         status: None,
     }));
-    let s = shared.clone();
+    let (s, g) = (shared.clone(), group.clone());
     let waiter = tokio::task::spawn_blocking(move || {
-        let ended = exec::pump(child, None, &Cancel::default(), |_, bytes| {
+        let ended = exec::pump(child, &g, None, &Cancel::default(), |_, bytes| {
             lock(&s).output.push(bytes)
         });
         lock(&s).status = Some(match ended {
@@ -185,7 +189,7 @@ pub fn start(
         Job {
             owner: owner.clone(),
             label: label.clone(),
-            pgid,
+            group,
             shared,
             read_upto: 0,
         },
@@ -286,7 +290,9 @@ pub async fn tool(jobs: &Jobs, req: &Request, exec: &Exec) -> Result<Reply> {
                 .get(id)
                 .filter(|j| j.owner == agent)
                 .ok_or_else(|| no_job(id))?;
-            kill_group(job.pgid);
+            // Nothing is sent once the job has ended (its group id may be
+            // another process's by now).
+            job.group.kill();
             format!("killed background job {id}")
         }
         _ => return Err(req.unknown_method()),

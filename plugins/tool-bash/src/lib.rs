@@ -6,6 +6,8 @@ mod contain;
 mod exec;
 mod hide;
 mod jobs;
+mod kernel;
+mod limits;
 mod loopback;
 mod protect;
 mod sandbox;
@@ -21,7 +23,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use capture::Capture;
-use contain::{Fenced, Plan};
+use contain::{Fenced, Plan, Support};
 use dsh_confine::landlock::{self, Ruleset};
 use dsh_confine::seccomp::Filter;
 use dsh_sdk::api::host::Host;
@@ -29,7 +31,7 @@ use dsh_sdk::api::tools::Exec;
 use dsh_sdk::fence::{Fence, Mode, ReadPolicy, Reads};
 use dsh_sdk::names::{service, tool};
 use dsh_sdk::prelude::*;
-use dsh_sdk::tempdir::PrivateDir;
+use dsh_sdk::tempdir::{DirHandle, PrivateDir};
 use dsh_sdk::tool::{declaration, register_tools, ToolSpec};
 use dsh_sdk::vocab::msg;
 use exec::{Cancel, Stream};
@@ -83,10 +85,6 @@ const DEV_FILES: [&str; 7] = [
 
 /// The default of `maxJobs`.
 const DEFAULT_MAX_JOBS: usize = 16;
-/// The default of `maxProcesses`.
-const DEFAULT_MAX_PROCESSES: u32 = 4096;
-/// The kernel's smallest `pid_max`.
-const MIN_PROCESSES: u32 = 301;
 
 /// Which sandbox runs fenced commands.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -115,8 +113,10 @@ struct Config {
     keep_capabilities: bool,
     /// Running background jobs per agent.
     max_jobs: usize,
-    /// Processes and threads per command (its PID namespace's `pid_max`).
-    max_processes: u32,
+    /// Processes and threads per command (its PID namespace's `pid_max`);
+    /// by default from the machine's `pid_max` and `max_jobs`
+    /// ([`limits`]).
+    max_processes: Option<u32>,
 }
 
 impl Default for Config {
@@ -126,7 +126,7 @@ impl Default for Config {
             network: false,
             keep_capabilities: false,
             max_jobs: DEFAULT_MAX_JOBS,
-            max_processes: DEFAULT_MAX_PROCESSES,
+            max_processes: None,
         }
     }
 }
@@ -134,13 +134,21 @@ impl Default for Config {
 /// This generation's settings and what it learnt about the kernel.
 struct Bash {
     config: Config,
-    /// Whether user, PID and mount namespaces can be made here (probed on
-    /// first use).
+    /// `maxProcesses`, or its default here.
+    max_processes: u32,
+    /// Whether the namespaces of the Landlock path can be made here
+    /// (probed on first use; not kept while probing fails).
     namespaces: Cell<Option<bool>>,
+    /// The kernel's files fenced commands may not change or read, as this
+    /// kernel has them.
+    kernel: kernel::KernelFiles,
     /// This generation's private directory for full outputs and the blank
     /// file hidden files are covered with (removed when the fiber is
     /// disposed).
     spill: PathBuf,
+    /// The same directory's descriptor: spill files are created through
+    /// it, never by path (a command may swap the path for a symlink).
+    outputs: DirHandle,
     /// What is never read, as found here at the start: added to the fence
     /// each call carries (see `Reads::union`), then hidden from fenced
     /// commands.
@@ -169,15 +177,17 @@ struct Outcome {
 fn run(
     cmd: &mut Command,
     timeout: Duration,
-    dir: &Path,
+    dir: &DirHandle,
     cancel: &Cancel,
 ) -> std::io::Result<Outcome> {
     let tag = dsh_sdk::new_id();
-    let mut stdout = Capture::new(MAX_STREAM_BYTES, dir.join(format!("{tag}.stdout")));
-    let mut stderr = Capture::new(MAX_STREAM_BYTES, dir.join(format!("{tag}.stderr")));
+    let mut stdout = Capture::new(MAX_STREAM_BYTES, dir.clone(), format!("{tag}.stdout"));
+    let mut stderr = Capture::new(MAX_STREAM_BYTES, dir.clone(), format!("{tag}.stderr"));
     let child = cmd.spawn()?;
+    let group = exec::Group::new(child.id() as i32);
     let ended = exec::pump(
         child,
+        &group,
         Some(Instant::now() + timeout),
         cancel,
         |s, bytes| match s {
@@ -278,6 +288,16 @@ pub(crate) struct Prepared {
     pub command: String,
 }
 
+/// What a fenced command's mounts are made of besides the fence.
+struct FencedParts<'a> {
+    /// Read-only again under the writable roots ([`protect`]).
+    read_only: &'a [PathBuf],
+    /// Not readable at all ([`hide`]).
+    hidden: &'a hide::Hidden,
+    /// The temp directory as a private scratch (read-only mode).
+    scratch: Option<&'a Path>,
+}
+
 fn unavailable(message: String) -> Error {
     Error::new("SANDBOX_UNAVAILABLE", message)
 }
@@ -288,37 +308,89 @@ fn is_root() -> bool {
 }
 
 impl Bash {
-    /// Whether namespaces can be made here: one contained `true`, once.
-    fn namespaces(&self, abi: u32, fence: &Fence) -> Result<bool> {
+    /// Whether the Landlock path's namespaces can be made here, found once:
+    /// first one `unshare` of them ([`contain::namespace_support`]); where
+    /// the kernel or its policy refuses it, commands run under Landlock
+    /// alone (logged). Where it works, `probe` (the plan of the command at
+    /// hand) runs `true`: if that fails, or the `unshare` failed for
+    /// another reason, the command is refused (`SANDBOX_UNAVAILABLE`)
+    /// rather than run with less, and the next command tries again.
+    fn namespaces(&self, probe: impl FnOnce() -> Result<(Plan, Ruleset)>) -> Result<bool> {
         if let Some(known) = self.namespaces.get() {
             return Ok(known);
         }
-        let rules = sandbox::write_rules(abi, &fence.writable, &[])
+        match contain::namespace_support(!self.config.network) {
+            Support::Works => {}
+            Support::Unsupported(e) => {
+                dsh_sdk::tracing::warn!("no user/PID/mount namespaces here ({e}): bash runs under Landlock alone (see the tool-bash README for what that leaves open)");
+                self.namespaces.set(Some(false));
+                return Ok(false);
+            }
+            Support::Failed(e) => {
+                return Err(unavailable(format!(
+                    "bash cannot tell whether its sandbox's namespaces can be made here: trying failed ({e}); it does not fall back to Landlock alone on a guess. Try again; if this persists, install bubblewrap, or set DSH_PERMISSION_MODE=danger-full-access to run unconfined"
+                )));
+            }
+        }
+        let (plan, rules) = probe()?;
+        let mut cmd = Command::new("bash");
+        cmd.args(["-c", "true"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        // SAFETY: only raw syscalls on prepared memory run after fork.
+        unsafe { cmd.pre_exec(move || plan.in_child()) };
+        let ran = cmd.output();
+        drop(rules);
+        let failure = match ran {
+            Ok(out) if out.status.success() => None,
+            Ok(out) => {
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                let stderr: String = stderr.trim().chars().take(500).collect();
+                Some(format!(
+                    "a test command ended with {}: {stderr}",
+                    out.status
+                ))
+            }
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(why) = failure {
+            return Err(unavailable(format!(
+                "bash cannot set up its sandbox here: the kernel allows its user, PID, mount and IPC namespaces, but making the sandbox in them failed ({why}). It does not fall back to Landlock alone, which leaves more open (see the tool-bash README). Install bubblewrap, or set DSH_PERMISSION_MODE=danger-full-access to run unconfined"
+            )));
+        }
+        self.namespaces.set(Some(true));
+        Ok(true)
+    }
+
+    /// The Landlock path's plan with namespaces for `fence`, and the
+    /// ruleset it applies (kept open until the command is spawned).
+    fn namespaced_plan(
+        &self,
+        abi: u32,
+        fence: &Fence,
+        parts: &FencedParts<'_>,
+        workdir: &Path,
+    ) -> Result<(Plan, Ruleset)> {
+        let mut dirs = fence.writable.clone();
+        dirs.extend(parts.scratch.map(Path::to_owned));
+        let files: Vec<PathBuf> = DEV_FILES.iter().map(PathBuf::from).collect();
+        let rules = sandbox::write_rules(abi, &dirs, &files)
             .map_err(|e| unavailable(format!("cannot build the Landlock sandbox: {e}")))?;
         let plan = Plan::fenced(Fenced {
             writable: &fence.writable,
-            protected: &[],
-            hidden: None,
-            scratch: None,
+            protected: parts.read_only,
+            hidden: parts.hidden,
+            kernel: &self.kernel,
+            scratch: parts.scratch,
             landlock: Some(rules.raw()),
-            cwd: Path::new("/"),
+            cwd: workdir,
             workspace: &fence.root,
             own_network: !self.config.network,
-        });
-        let mut probe = Command::new("bash");
-        probe
-            .args(["-c", "true"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        // SAFETY: only raw syscalls on prepared memory run after fork.
-        unsafe { probe.pre_exec(move || plan.in_child()) };
-        let works = probe.status().is_ok_and(|s| s.success());
-        if !works {
-            dsh_sdk::tracing::warn!("no user/PID/mount namespaces here: bash runs under Landlock alone (see the tool-bash README for what that leaves open)");
-        }
-        self.namespaces.set(Some(works));
-        Ok(works)
+        })
+        .with_seccomp(self.filter(Sockets::OwnNetwork)?)
+        .with_pid_max(Some(self.max_processes));
+        Ok((plan, rules))
     }
 
     /// The seccomp filter of a fenced command (none with the network on).
@@ -336,7 +408,7 @@ impl Bash {
         let mut cmd = Command::new("bash");
         cmd.arg("-c").arg(command);
         let plan = if is_root() {
-            Plan::pid_only().with_pid_max(Some(self.config.max_processes))
+            Plan::pid_only().with_pid_max(Some(self.max_processes))
         } else {
             Plan::bare()
         };
@@ -361,7 +433,12 @@ impl Bash {
         let temp = std::env::temp_dir();
         // Read-only mode: the temp directory is a private scratch.
         let scratch = (fence.mode == Mode::ReadOnly).then_some(temp.as_path());
-        let read_only = protect::read_only(fence);
+        let mut read_only = protect::read_only(fence);
+        // The plugin's own directory (bash's saved outputs and the blank
+        // file bound over hidden files) lies in the temp directory, a
+        // writable root: read-only to every command, so none can swap the
+        // blank file for a link to a secret, or the directory for a link.
+        read_only.push(self.spill.clone());
         let hidden = hide::Hidden::of(fence, scratch, &self.spill).map_err(|e| {
             unavailable(format!(
                 "cannot prepare the sandbox's hidden files in {}: {e}",
@@ -387,44 +464,50 @@ impl Bash {
                 scratch,
                 read_only: &read_only,
                 hidden: &hidden,
+                kernel: &self.kernel,
                 network: self.config.network,
                 seccomp_fd,
                 root: is_root(),
             };
-            return Ok((
-                bwrap::command(&bwrap, fence, &options, command),
-                Plan::bubblewrap(seccomp_fd),
-            ));
+            let plan = Plan::bubblewrap(seccomp_fd);
+            // As root, bubblewrap runs in a PID namespace made here, so
+            // that its own (nested in it) is bounded like the Landlock
+            // path's. Where pid_max is global (before Linux 6.14) there is
+            // nothing to bound.
+            let plan = if is_root() && contain::pid_max_per_namespace() {
+                plan.in_pid_namespace()
+                    .with_pid_max(Some(self.max_processes))
+            } else {
+                plan
+            };
+            return Ok((bwrap::command(&bwrap, fence, &options, command), plan));
         }
         let abi = landlock::abi().ok_or_else(|| unavailable(format!(
             "bash needs a sandbox in {} mode, but neither bubblewrap nor Landlock is available here; install bubblewrap, or set DSH_PERMISSION_MODE=danger-full-access to run unconfined",
             fence.mode
         )))?;
-        let namespaces = self.namespaces(abi, fence)?;
-        let mut dirs = fence.writable.clone();
-        dirs.extend(scratch.map(Path::to_owned));
-        if !namespaces {
-            // The host's own: no fresh instance to mount.
-            dirs.push(PathBuf::from("/dev/shm"));
-        }
-        let files: Vec<PathBuf> = DEV_FILES.iter().map(PathBuf::from).collect();
-        let rules = sandbox::write_rules(abi, &dirs, &files)
-            .map_err(|e| unavailable(format!("cannot build the Landlock sandbox: {e}")))?;
-        let plan = if namespaces {
-            Plan::fenced(Fenced {
-                writable: &fence.writable,
-                protected: &read_only,
-                hidden: Some(&hidden),
-                scratch,
-                landlock: Some(rules.raw()),
-                cwd: workdir,
-                workspace: &fence.root,
-                own_network: !self.config.network,
-            })
-            .with_seccomp(self.filter(Sockets::OwnNetwork)?)
-            .with_pid_max(Some(self.config.max_processes))
+        let parts = FencedParts {
+            read_only: &read_only,
+            hidden: &hidden,
+            scratch,
+        };
+        // The probe runs in `/`: a missing working directory is the
+        // command's error, not the sandbox's.
+        let namespaces =
+            self.namespaces(|| self.namespaced_plan(abi, fence, &parts, Path::new("/")))?;
+        let (plan, rules) = if namespaces {
+            self.namespaced_plan(abi, fence, &parts, workdir)?
         } else {
-            Plan::landlock_only(rules.raw()).with_seccomp(self.filter(Sockets::NetlinkOnly)?)
+            // Landlock alone: the host's /dev/shm (no fresh instance).
+            let mut dirs = fence.writable.clone();
+            dirs.extend(scratch.map(Path::to_owned));
+            dirs.push(PathBuf::from("/dev/shm"));
+            let files: Vec<PathBuf> = DEV_FILES.iter().map(PathBuf::from).collect();
+            let rules = sandbox::write_rules(abi, &dirs, &files)
+                .map_err(|e| unavailable(format!("cannot build the Landlock sandbox: {e}")))?;
+            let plan =
+                Plan::landlock_only(rules.raw()).with_seccomp(self.filter(Sockets::NetlinkOnly)?);
+            (plan, rules)
         };
         keep._landlock = Some(rules);
         let mut cmd = Command::new("bash");
@@ -497,7 +580,7 @@ async fn execute(ctx: Context, bash: Rc<Bash>, jobs: jobs::Jobs, exec: Exec) -> 
             &ctx,
             &jobs,
             prepared,
-            &bash.spill,
+            &bash.outputs,
             agent,
             label,
             bash.config.max_jobs,
@@ -516,7 +599,7 @@ async fn execute(ctx: Context, bash: Rc<Bash>, jobs: jobs::Jobs, exec: Exec) -> 
     } = prepared;
     let cancel = Cancel::default();
     let _cancel_on_drop = CancelOnDrop(cancel.clone());
-    let dir = bash.spill.clone();
+    let dir = bash.outputs.clone();
     let outcome = tokio::task::spawn_blocking(move || {
         let r = run(&mut cmd, Duration::from_millis(timeout_ms), &dir, &cancel);
         drop(keep);
@@ -549,15 +632,19 @@ impl Plugin for BashPlugin {
     type Config = Config;
 
     async fn apply(ctx: Context, config: Config) -> Result<()> {
-        if config.max_processes < MIN_PROCESSES {
-            return Err(Error::new(
-                codes::INVALID_CONFIG,
-                format!(
-                    "tool-bash: maxProcesses = {} is below {MIN_PROCESSES}, the kernel's smallest pid_max; raise it",
-                    config.max_processes
-                ),
-            ));
-        }
+        let max_processes = match config.max_processes {
+            Some(n) if n < limits::MIN_PROCESSES => {
+                return Err(Error::new(
+                    codes::INVALID_CONFIG,
+                    format!(
+                        "tool-bash: maxProcesses = {n} is below {}, the kernel's smallest pid_max; raise it",
+                        limits::MIN_PROCESSES
+                    ),
+                ));
+            }
+            Some(n) => n,
+            None => limits::default_max_processes(config.max_jobs),
+        };
         // Made first, so its removal is the last effect to run (after the
         // jobs that write into it are killed). Making it sweeps the ones
         // dead hosts left.
@@ -573,8 +660,11 @@ impl Plugin for BashPlugin {
         let own_reads = Reads::discover(ReadPolicy::Allow, Path::new(&home), &std::env::temp_dir());
         let bash = Rc::new(Bash {
             config,
+            max_processes,
             namespaces: Cell::new(None),
+            kernel: kernel::KernelFiles::here(),
             spill: spill.path().to_owned(),
+            outputs: spill.handle(),
             own_reads,
         });
         ctx.effect(move || async move { drop(spill) });

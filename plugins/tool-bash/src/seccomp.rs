@@ -1,10 +1,11 @@
 //! The seccomp filter of a command without network: no unix sockets of its
 //! own (so no connecting to the host's, `docker.sock` and the like, which a
-//! read-only mount does not stop), no
-//! datagram socket pairs (a datagram socket can be re-pointed at a host
-//! socket), no VM sockets, no `io_uring` (it makes and connects sockets
-//! without the syscalls filtered here), and, where the command shares the
-//! host's network namespace, no IP socket either.
+//! read-only mount does not stop), socket pairs of the stream and seqpacket
+//! types only (a datagram socket can be re-pointed at a host socket, and the
+//! kernel turns a `SOCK_RAW` pair into a datagram one), no VM sockets, no
+//! `io_uring` (it makes and connects sockets without the syscalls filtered
+//! here), and, where the command shares the host's network namespace, no IP
+//! socket either.
 //!
 //! The program is built in the parent with `dsh_confine::seccomp` (which
 //! also puts the architecture check first); the child only installs it (one
@@ -35,12 +36,17 @@ pub fn network_off(sockets: Sockets) -> std::io::Result<Option<Filter>> {
     let deny = Action::Errno(libc::EPERM);
     let builder = builder
         .calls(&[libc::SYS_io_uring_setup], deny)
-        // socketpair: stream and seqpacket pairs only.
+        // socketpair: stream and seqpacket pairs only, by allow-list (the
+        // kernel makes a datagram pair of `SOCK_RAW`, and of any type it
+        // may map onto one later).
         .argument(
             libc::SYS_socketpair,
             Arg::low(1).masked(SOCK_TYPE_MASK),
-            &[(libc::SOCK_DGRAM as u32, deny)],
-            Action::Allow,
+            &[
+                (libc::SOCK_STREAM as u32, Action::Allow),
+                (libc::SOCK_SEQPACKET as u32, Action::Allow),
+            ],
+            deny,
         );
     let builder = match sockets {
         Sockets::OwnNetwork => builder.argument(
@@ -98,6 +104,14 @@ mod tests {
                 }
                 if libc::socketpair(libc::AF_UNIX, libc::SOCK_DGRAM, 0, pair.as_mut_ptr()) == 0 {
                     libc::_exit(14);
+                }
+                // SOCK_RAW is a datagram pair to the kernel.
+                if libc::socketpair(libc::AF_UNIX, libc::SOCK_RAW, 0, pair.as_mut_ptr()) == 0 {
+                    libc::_exit(15);
+                }
+                let seq = libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC;
+                if libc::socketpair(libc::AF_UNIX, seq, 0, pair.as_mut_ptr()) != 0 {
+                    libc::_exit(16);
                 }
                 libc::_exit(0);
             }
