@@ -123,6 +123,11 @@ impl Slot {
         }
         let entry = self.dir.join(&self.name);
         if self.usable(&entry) && std::fs::hard_link(&entry, dest).is_ok() {
+            // Its mtime says when it was linked last (the sweep keeps the
+            // newest); a failure only makes it look older.
+            if let Ok(f) = std::fs::File::open(&entry) {
+                let _ = f.set_modified(SystemTime::now());
+            }
             return Ok(true);
         }
         self.fill(source, dest)
@@ -195,7 +200,9 @@ pub fn sweep(dir: &Path) {
         return;
     };
     let now = SystemTime::now();
-    // (stem, slot) -> the newest (ctime, name) seen.
+    // (stem, slot) -> the newest (mtime, name) seen. The mtime is when an
+    // entry was made or linked last; not the ctime, which every unlink of
+    // a generation's link moves too (and two within one clock tick tie).
     let mut newest: std::collections::HashMap<(String, String), (i128, String)> =
         std::collections::HashMap::new();
     let mut unlinked = Vec::new();
@@ -216,12 +223,12 @@ pub fn sweep(dir: &Path) {
         let (Some(stem), Some(slot)) = (stem_of(&name), name.rsplit('~').next()) else {
             continue;
         };
-        let ctime = i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec());
+        let mtime = i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec());
         let group = (stem.to_owned(), slot.to_owned());
         match newest.get(&group) {
-            Some((t, _)) if *t >= ctime => {}
+            Some((t, _)) if *t >= mtime => {}
             _ => {
-                newest.insert(group, (ctime, name.clone()));
+                newest.insert(group, (mtime, name.clone()));
             }
         }
         if m.nlink() == 1 {
