@@ -1,8 +1,9 @@
 //! Opening a file to read under the read fence: the resolved path is
 //! checked, opened without following a symbolic link (one swapped in since
-//! the check is refused), and what was opened is checked again by the path
-//! the kernel gives the descriptor (`/proc/self/fd/N`), so no spelling,
-//! link or race reads a file the fence refuses; the opened file's identity
+//! the check is refused), and a file of a pseudo filesystem is checked
+//! again by the path the kernel gives the descriptor (`/proc/self/fd/N`:
+//! a procfs mounted elsewhere), so no spelling, link or race reads a file
+//! the fence refuses; the opened file's identity
 //! (device, inode) is checked against the files found in the secret stores,
 //! so a hard link to a key is refused too. Only regular files are opened,
 //! never blocking ([`crate::file::open_readable`]).
@@ -64,26 +65,33 @@ pub(super) fn open_checked(
         .check_read(tool, target, approved)
         .map_err(ReadError::Refused)?;
     let file = open_readable(target, Follow::Never).map_err(ReadError::Open)?;
-    let opened = opened_path(file.file()).map_err(|e| {
-        ReadError::Refused(Refusal {
-            kind: RefusalKind::Secret,
-            message: format!(
-                "reading {} is refused: what was opened cannot be checked ({e}: /proc/self/fd is not available)",
-                target.display()
-            ),
-        })
-    })?;
-    if file.pseudo() == Some(Pseudo::Proc) && !opened.starts_with("/proc") {
-        let why = format!(
-            "it is a file of procfs mounted at another place than /proc (process files the fence cannot tell apart there: {})",
-            opened.display()
-        );
-        return Err(ReadError::Refused(checker.refusal(tool, target, &why)));
-    }
-    if opened != target {
-        checker
-            .check_read(tool, &opened, approved)
-            .map_err(ReadError::Refused)?;
+    // Opened without following a link, an ordinary file is the one the
+    // path names (a bind mount shows its mount point's path too, so the
+    // identity check below is what catches one); only a pseudo filesystem's
+    // file needs the kernel's word on where it lives (a procfs mounted
+    // elsewhere, magic links).
+    if file.pseudo().is_some() {
+        let opened = opened_path(file.file()).map_err(|e| {
+            ReadError::Refused(Refusal {
+                kind: RefusalKind::Secret,
+                message: format!(
+                    "reading {} is refused: what was opened cannot be checked ({e}: /proc/self/fd is not available)",
+                    target.display()
+                ),
+            })
+        })?;
+        if file.pseudo() == Some(Pseudo::Proc) && !opened.starts_with("/proc") {
+            let why = format!(
+                "it is a file of procfs mounted at another place than /proc (process files the fence cannot tell apart there: {})",
+                opened.display()
+            );
+            return Err(ReadError::Refused(checker.refusal(tool, target, &why)));
+        }
+        if opened != target {
+            checker
+                .check_read(tool, &opened, approved)
+                .map_err(ReadError::Refused)?;
+        }
     }
     checker
         .check_opened(tool, target, file.identity())
