@@ -14,42 +14,26 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use dsh_testkit::tools::{host, run, text_of};
+use dsh_testkit::tools::{self, run, sh, text_of, SANDBOXES};
 use dsh_testkit::{wait_gone, TempDir, TestHost};
-use serde_json::{json, Value};
-
-const SANDBOXES: [&str; 2] = ["bubblewrap", "landlock"];
+use serde_json::json;
 
 async fn bash_host(mode: &str, sandbox: &str) -> TestHost {
-    bash_host_with(mode, sandbox, "").await
+    tools::bash_host(mode, sandbox, "").await
 }
 
-/// A host whose bash row has `sandbox` and the `extra` config keys
-/// (`, key = value` TOML).
-async fn bash_host_with(mode: &str, sandbox: &str, extra: &str) -> TestHost {
-    assert!(
-        sandbox != "bubblewrap" || Path::new("/usr/bin/bwrap").exists(),
-        "these tests need bubblewrap (`cargo xtask test` installs the Debian package `bubblewrap`)"
-    );
-    host(
-        mode,
-        &format!("[[patch]]\nid='bash'\nconfig = {{ sandbox = '{sandbox}'{extra} }}\n"),
-    )
-    .await
+/// A [`bash_host`] and a fresh workspace (`TempDir` labelled `label`).
+async fn host_and_ws(mode: &str, sandbox: &str, label: &str) -> (TestHost, TempDir) {
+    (bash_host(mode, sandbox).await, TempDir::new(label))
+}
+
+/// The text of what `command` printed, run by [`sh`].
+async fn sh_text(t: &TestHost, ws: &Path, command: &str) -> String {
+    text_of(&sh(t, ws, command).await)
 }
 
 fn is_root() -> bool {
     std::fs::metadata("/proc/self").map(|m| m.uid()).ok() == Some(0)
-}
-
-async fn sh(t: &TestHost, ws: &Path, command: &str) -> Value {
-    run(
-        t,
-        ws,
-        "bash",
-        json!({"command": command, "description": "attack"}),
-    )
-    .await
 }
 
 /// A file outside every writable root (`/var/tmp` is not the temp dir).
@@ -90,8 +74,7 @@ fn metadata_attack(target: &Path) -> String {
 #[tokio::test]
 async fn metadata_outside_the_fence_cannot_change() {
     for sandbox in SANDBOXES {
-        let t = bash_host("workspace-write", sandbox).await;
-        let ws = TempDir::new("meta-ws");
+        let (t, ws) = host_and_ws("workspace-write", sandbox, "meta-ws").await;
         let outside = Outside::new(&format!("meta-{sandbox}"));
         let before = outside.meta();
         let r = sh(&t, ws.path(), &metadata_attack(&outside.0)).await;
@@ -117,8 +100,7 @@ async fn metadata_outside_the_fence_cannot_change() {
 #[tokio::test]
 async fn read_only_mode_changes_nothing_not_even_metadata() {
     for sandbox in SANDBOXES {
-        let t = bash_host("read-only", sandbox).await;
-        let ws = TempDir::new("ro-ws");
+        let (t, ws) = host_and_ws("read-only", sandbox, "ro-ws").await;
         let file = ws.path().join("f.txt");
         std::fs::write(&file, "x").unwrap();
         let before = std::fs::metadata(&file).unwrap();
@@ -192,9 +174,8 @@ async fn the_harness_credentials_are_not_readable_through_proc() {
     std::env::set_var("DSH_TEST_PROC_API_KEY", "sk-proc-secret-value");
     let me = std::process::id();
     for sandbox in SANDBOXES {
-        let t = bash_host("workspace-write", sandbox).await;
-        let ws = TempDir::new("proc-ws");
-        let r = sh(
+        let (t, ws) = host_and_ws("workspace-write", sandbox, "proc-ws").await;
+        let text = sh_text(
             &t,
             ws.path(),
             &format!(
@@ -203,7 +184,6 @@ async fn the_harness_credentials_are_not_readable_through_proc() {
             ),
         )
         .await;
-        let text = text_of(&r);
         assert!(!text.contains("sk-proc-secret-value"), "{sandbox}: {text}");
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
@@ -231,8 +211,7 @@ async fn the_harness_credentials_are_not_readable_through_proc() {
 #[tokio::test]
 async fn a_detached_child_neither_holds_the_call_nor_outlives_it() {
     for sandbox in SANDBOXES {
-        let t = bash_host("workspace-write", sandbox).await;
-        let ws = TempDir::new("setsid-ws");
+        let (t, ws) = host_and_ws("workspace-write", sandbox, "setsid-ws").await;
         let marker = format!("dsh-setsid-{sandbox}-{}", std::process::id());
         // Holding the pipe: the call must not wait for it (60 s).
         let call = run(
@@ -262,8 +241,7 @@ async fn a_detached_child_neither_holds_the_call_nor_outlives_it() {
 #[tokio::test]
 async fn a_timeout_kills_a_double_forked_setsid_child() {
     for sandbox in SANDBOXES {
-        let t = bash_host("workspace-write", sandbox).await;
-        let ws = TempDir::new("dfork-ws");
+        let (t, ws) = host_and_ws("workspace-write", sandbox, "dfork-ws").await;
         let marker = format!("dsh-dfork-{sandbox}-{}", std::process::id());
         let r = run(
             &t,
@@ -290,15 +268,13 @@ async fn a_timeout_kills_a_double_forked_setsid_child() {
 #[tokio::test]
 async fn endless_output_stays_in_bounded_memory_and_a_capped_spill_file() {
     for sandbox in SANDBOXES {
-        let t = bash_host("workspace-write", sandbox).await;
-        let ws = TempDir::new("big-ws");
-        let r = sh(
+        let (t, ws) = host_and_ws("workspace-write", sandbox, "big-ws").await;
+        let text = sh_text(
             &t,
             ws.path(),
             "head -c 300000000 /dev/zero | tr '\\0' 'y'; echo; echo last line",
         )
         .await;
-        let text = text_of(&r);
         assert!(
             text.starts_with("[output truncated: showing the last 64000 of 300000011 bytes; the first 67108864 bytes of the output are in: "),
             "{sandbox}: {}",
@@ -323,38 +299,41 @@ async fn endless_output_stays_in_bounded_memory_and_a_capped_spill_file() {
 /// The modes with a fence.
 const FENCED: [&str; 2] = ["workspace-write", "read-only"];
 
+/// Every sandbox under every mode with a fence.
+fn fenced_runs() -> impl Iterator<Item = (&'static str, &'static str)> {
+    SANDBOXES
+        .into_iter()
+        .flat_map(|sandbox| FENCED.map(|mode| (sandbox, mode)))
+}
+
 const NO_CAPABILITIES: &str = "CapEff:\t0000000000000000";
 
 #[tokio::test]
 async fn root_has_no_capabilities_so_the_remount_attack_changes_nothing_outside() {
     assert!(is_root(), "the capability attacks are run as root");
-    for sandbox in SANDBOXES {
-        for mode in FENCED {
-            let t = bash_host(mode, sandbox).await;
-            let ws = TempDir::new("caps-ws");
-            let outside = Outside::new(&format!("remount-{sandbox}-{mode}"));
-            let r = sh(&t, ws.path(), "grep CapEff /proc/self/status").await;
-            assert_eq!(text_of(&r), NO_CAPABILITIES, "{sandbox} {mode}: {r}");
-            let r = sh(
-                &t,
-                ws.path(),
-                &format!(
-                    "mount -o remount,bind,rw / && echo remounted; echo pwned > {o}; chmod 777 {o}; echo done",
-                    o = outside.0.display()
-                ),
-            )
-            .await;
-            let text = text_of(&r);
-            assert!(!text.contains("remounted"), "{sandbox} {mode}: {text}");
-            assert!(text.contains("done"), "{sandbox} {mode}: {text}");
-            assert_eq!(std::fs::read_to_string(&outside.0).unwrap(), "outside\n");
-            assert_eq!(
-                std::fs::metadata(&outside.0).unwrap().mode() & 0o777,
-                0o644,
-                "{sandbox} {mode}: {text}"
-            );
-            t.shutdown().await;
-        }
+    for (sandbox, mode) in fenced_runs() {
+        let (t, ws) = host_and_ws(mode, sandbox, "caps-ws").await;
+        let outside = Outside::new(&format!("remount-{sandbox}-{mode}"));
+        let r = sh(&t, ws.path(), "grep CapEff /proc/self/status").await;
+        assert_eq!(text_of(&r), NO_CAPABILITIES, "{sandbox} {mode}: {r}");
+        let text = sh_text(
+            &t,
+            ws.path(),
+            &format!(
+                "mount -o remount,bind,rw / && echo remounted; echo pwned > {o}; chmod 777 {o}; echo done",
+                o = outside.0.display()
+            ),
+        )
+        .await;
+        assert!(!text.contains("remounted"), "{sandbox} {mode}: {text}");
+        assert!(text.contains("done"), "{sandbox} {mode}: {text}");
+        assert_eq!(std::fs::read_to_string(&outside.0).unwrap(), "outside\n");
+        assert_eq!(
+            std::fs::metadata(&outside.0).unwrap().mode() & 0o777,
+            0o644,
+            "{sandbox} {mode}: {text}"
+        );
+        t.shutdown().await;
     }
 }
 
@@ -370,59 +349,52 @@ async fn unmounting_proc_does_not_reveal_the_harness_environment() {
         !environ.is_empty(),
         "the harness has an environment to steal"
     );
-    for sandbox in SANDBOXES {
-        for mode in FENCED {
-            let t = bash_host(mode, sandbox).await;
-            let ws = TempDir::new("umount-proc-ws");
-            let r = sh(
-                &t,
-                ws.path(),
-                &format!(
-                    "umount -l /proc && echo unmounted; cat /proc/{me}/environ 2>/dev/null | wc -c"
-                ),
-            )
-            .await;
-            let text = text_of(&r);
-            assert!(!text.contains("unmounted"), "{sandbox} {mode}: {text}");
-            assert!(
-                text.starts_with("0\n"),
-                "{sandbox} {mode}: the harness's environ was read: {text}"
-            );
-            t.shutdown().await;
-        }
+    for (sandbox, mode) in fenced_runs() {
+        let (t, ws) = host_and_ws(mode, sandbox, "umount-proc-ws").await;
+        let text = sh_text(
+            &t,
+            ws.path(),
+            &format!(
+                "umount -l /proc && echo unmounted; cat /proc/{me}/environ 2>/dev/null | wc -c"
+            ),
+        )
+        .await;
+        assert!(!text.contains("unmounted"), "{sandbox} {mode}: {text}");
+        assert!(
+            text.starts_with("0\n"),
+            "{sandbox} {mode}: the harness's environ was read: {text}"
+        );
+        t.shutdown().await;
     }
 }
 
 #[tokio::test]
 async fn unmounting_the_home_does_not_make_the_harness_files_writable() {
     assert!(is_root(), "the capability attacks are run as root");
-    for sandbox in SANDBOXES {
-        for mode in FENCED {
-            let t = bash_host(mode, sandbox).await;
-            // The test host's $DSH_HOME lies in the temp directory, a
-            // writable root in workspace-write, protected read-only again.
-            let home = t.home.path().to_owned();
-            std::fs::write(home.join("patch.toml"), "# mine\n").unwrap();
-            let ws = TempDir::new("umount-home-ws");
-            let r = sh(
-                &t,
-                ws.path(),
-                &format!(
-                    "umount -R {h} && echo unmounted; umount -l {h} && echo unmounted; echo '[[patch]]' >> {h}/patch.toml; echo done",
-                    h = home.display()
-                ),
-            )
-            .await;
-            let text = text_of(&r);
-            assert!(!text.contains("unmounted"), "{sandbox} {mode}: {text}");
-            assert!(text.contains("done"), "{sandbox} {mode}: {text}");
-            assert_eq!(
-                std::fs::read_to_string(home.join("patch.toml")).unwrap(),
-                "# mine\n",
-                "{sandbox} {mode}: {text}"
-            );
-            t.shutdown().await;
-        }
+    for (sandbox, mode) in fenced_runs() {
+        let t = bash_host(mode, sandbox).await;
+        // The test host's $DSH_HOME lies in the temp directory, a
+        // writable root in workspace-write, protected read-only again.
+        let home = t.home.path().to_owned();
+        std::fs::write(home.join("patch.toml"), "# mine\n").unwrap();
+        let ws = TempDir::new("umount-home-ws");
+        let text = sh_text(
+            &t,
+            ws.path(),
+            &format!(
+                "umount -R {h} && echo unmounted; umount -l {h} && echo unmounted; echo '[[patch]]' >> {h}/patch.toml; echo done",
+                h = home.display()
+            ),
+        )
+        .await;
+        assert!(!text.contains("unmounted"), "{sandbox} {mode}: {text}");
+        assert!(text.contains("done"), "{sandbox} {mode}: {text}");
+        assert_eq!(
+            std::fs::read_to_string(home.join("patch.toml")).unwrap(),
+            "# mine\n",
+            "{sandbox} {mode}: {text}"
+        );
+        t.shutdown().await;
     }
 }
 
@@ -434,7 +406,7 @@ async fn danger_full_access_drops_capabilities_unless_configured_to_keep_them() 
     let r = sh(&t, ws.path(), "grep CapEff /proc/self/status").await;
     assert_eq!(text_of(&r), NO_CAPABILITIES, "{r}");
     t.shutdown().await;
-    let t = bash_host_with("danger-full-access", "auto", ", keepCapabilities = true").await;
+    let t = tools::bash_host("danger-full-access", "auto", ", keepCapabilities = true").await;
     let r = sh(&t, ws.path(), "grep CapEff /proc/self/status").await;
     let text = text_of(&r);
     assert!(
@@ -459,55 +431,49 @@ fn a_disk() -> Option<PathBuf> {
 #[tokio::test]
 async fn no_terminal_no_host_ptys_and_no_disk_inside_bash() {
     assert!(is_root(), "the device attacks are run as root");
-    for sandbox in SANDBOXES {
-        for mode in FENCED {
-            let t = bash_host(mode, sandbox).await;
-            let ws = TempDir::new("tty-ws");
-            let r = sh(
+    for (sandbox, mode) in fenced_runs() {
+        let (t, ws) = host_and_ws(mode, sandbox, "tty-ws").await;
+        let text = sh_text(
+            &t,
+            ws.path(),
+            "exec 3<>/dev/tty && echo tty-opened; ls /dev/pts | tr '\\n' ' '; echo; echo ok > /dev/null && echo null-ok; head -c 4 /dev/urandom | wc -c",
+        )
+        .await;
+        assert!(!text.contains("tty-opened"), "{sandbox} {mode}: {text}");
+        // A fresh devpts: only its ptmx, none of the user's terminals.
+        assert!(
+            text.starts_with("ptmx \nnull-ok\n4"),
+            "{sandbox} {mode}: {text}"
+        );
+        // A pty of its own still works.
+        let r = sh(
+            &t,
+            ws.path(),
+            "python3 -c 'import os, pty; m, s = pty.openpty(); os.write(s, b\"hi\\n\"); print(os.read(m, 10))'",
+        )
+        .await;
+        assert!(text_of(&r).contains("hi"), "{sandbox} {mode}: {r}");
+        if let Some(disk) = a_disk() {
+            let text = sh_text(
                 &t,
                 ws.path(),
-                "exec 3<>/dev/tty && echo tty-opened; ls /dev/pts | tr '\\n' ' '; echo; echo ok > /dev/null && echo null-ok; head -c 4 /dev/urandom | wc -c",
+                &format!(
+                    "test -b {d} && exec 3<>{d} && echo disk-opened; echo done",
+                    d = disk.display()
+                ),
             )
             .await;
-            let text = text_of(&r);
-            assert!(!text.contains("tty-opened"), "{sandbox} {mode}: {text}");
-            // A fresh devpts: only its ptmx, none of the user's terminals.
-            assert!(
-                text.starts_with("ptmx \nnull-ok\n4"),
-                "{sandbox} {mode}: {text}"
-            );
-            // A pty of its own still works.
-            let r = sh(
-                &t,
-                ws.path(),
-                "python3 -c 'import os, pty; m, s = pty.openpty(); os.write(s, b\"hi\\n\"); print(os.read(m, 10))'",
-            )
-            .await;
-            assert!(text_of(&r).contains("hi"), "{sandbox} {mode}: {r}");
-            if let Some(disk) = a_disk() {
-                let r = sh(
-                    &t,
-                    ws.path(),
-                    &format!(
-                        "test -b {d} && exec 3<>{d} && echo disk-opened; echo done",
-                        d = disk.display()
-                    ),
-                )
-                .await;
-                let text = text_of(&r);
-                assert!(!text.contains("disk-opened"), "{sandbox} {mode}: {text}");
-                assert!(text.contains("done"), "{sandbox} {mode}: {text}");
-            }
-            t.shutdown().await;
+            assert!(!text.contains("disk-opened"), "{sandbox} {mode}: {text}");
+            assert!(text.contains("done"), "{sandbox} {mode}: {text}");
         }
+        t.shutdown().await;
     }
 }
 
 #[tokio::test]
 async fn git_hooks_and_git_config_are_read_only_in_workspace_write() {
     for sandbox in SANDBOXES {
-        let t = bash_host("workspace-write", sandbox).await;
-        let ws = TempDir::new("git-ws");
+        let (t, ws) = host_and_ws("workspace-write", sandbox, "git-ws").await;
         let w = ws.path();
         let git = std::process::Command::new("git")
             .args(["init", "-q"])
@@ -520,7 +486,7 @@ async fn git_hooks_and_git_config_are_read_only_in_workspace_write() {
         std::fs::write(w.join(".claude/settings.json"), "{}\n").unwrap();
         let config = std::fs::read_to_string(w.join(".git/config")).unwrap();
         let marker = Path::new("/var/tmp").join(format!("dsh-fsmonitor-{}", std::process::id()));
-        let r = sh(
+        let text = sh_text(
             &t,
             w,
             &format!(
@@ -532,7 +498,6 @@ async fn git_hooks_and_git_config_are_read_only_in_workspace_write() {
             ),
         )
         .await;
-        let text = text_of(&r);
         assert!(text.contains("done"), "{sandbox}: {text}");
         assert!(text.contains("Read-only file system"), "{sandbox}: {text}");
         assert!(
@@ -606,8 +571,7 @@ async fn no_network_by_default_and_network_true_turns_it_on() {
     let host_side = HostServices::new("net");
     for sandbox in SANDBOXES {
         for mode in FENCED {
-            let t = bash_host(mode, sandbox).await;
-            let ws = TempDir::new("net-ws");
+            let (t, ws) = host_and_ws(mode, sandbox, "net-ws").await;
             let r = sh(&t, ws.path(), &host_side.probe()).await;
             assert_eq!(
                 text_of(&r),
@@ -616,7 +580,7 @@ async fn no_network_by_default_and_network_true_turns_it_on() {
             );
             t.shutdown().await;
         }
-        let t = bash_host_with("workspace-write", sandbox, ", network = true").await;
+        let t = tools::bash_host("workspace-write", sandbox, ", network = true").await;
         let ws = TempDir::new("net-on-ws");
         let r = sh(&t, ws.path(), &host_side.probe()).await;
         assert_eq!(
@@ -680,7 +644,7 @@ async fn credentials_by_name_and_by_value_do_not_reach_bash() {
 
 #[tokio::test]
 async fn background_jobs_are_capped_per_agent_and_job_kill_makes_room() {
-    let t = bash_host_with("workspace-write", "auto", ", maxJobs = 2").await;
+    let t = tools::bash_host("workspace-write", "auto", ", maxJobs = 2").await;
     let ws = TempDir::new("jobs-ws");
     let w = ws.path();
     let start = || {
@@ -727,10 +691,9 @@ async fn a_fork_bomb_stops_at_the_process_bound() {
         ("workspace-write", "landlock"),
         ("danger-full-access", "auto"),
     ] {
-        let t = bash_host_with(mode, sandbox, ", maxProcesses = 400").await;
+        let t = tools::bash_host(mode, sandbox, ", maxProcesses = 400").await;
         let ws = TempDir::new("bomb-ws");
-        let r = sh(&t, ws.path(), FORK_BOMB).await;
-        let text = text_of(&r);
+        let text = sh_text(&t, ws.path(), FORK_BOMB).await;
         let n: usize = text
             .strip_prefix("refused after ")
             .and_then(|rest| rest.split_whitespace().next())
@@ -785,62 +748,58 @@ async fn secrets_the_read_fence_refuses_are_hidden_from_bash() {
     std::fs::write(h.join("notes.txt"), "not a secret\n").unwrap();
     let _home = HomeVar::set(h);
     let session = "OTHER-PROJECT-CONVERSATION";
-    for sandbox in SANDBOXES {
-        for mode in FENCED {
-            let t = bash_host(mode, sandbox).await;
-            let dsh_home = t.home.path().to_owned();
-            // Another project's log in the harness's home, and a file of
-            // the home that stays readable.
-            let other = dsh_home.join("sessions/--tmp-other-project--/0193-abc");
-            std::fs::create_dir_all(&other).unwrap();
-            let log = other.join("session.jsonl");
-            std::fs::write(&log, format!("{{\"text\":\"{session}\"}}\n")).unwrap();
-            std::fs::write(dsh_home.join("patch.toml"), "# still readable\n").unwrap();
-            let ws = TempDir::new("hide-ws");
-            let shadow = PathBuf::from("/etc/shadow");
-            let targets = secrets.iter().map(|(f, _)| f).chain([&log, &shadow]);
-            for target in targets {
-                let r = sh(&t, ws.path(), &format!("cat {}", target.display())).await;
-                let text = text_of(&r);
-                let what = format!("{sandbox} {mode} {}", target.display());
-                assert!(text.contains("[exit code: 1]"), "{what}: {text}");
-                for secret in secrets.iter().map(|(_, s)| *s).chain([session, "root:"]) {
-                    assert!(!text.contains(secret), "{what}: {text}");
-                }
-                if !target.starts_with(&dsh_home) {
-                    // Outside the temp directory: there in both modes,
-                    // and hidden.
-                    assert!(text.contains("Permission denied"), "{what}: {text}");
-                }
+    for (sandbox, mode) in fenced_runs() {
+        let t = bash_host(mode, sandbox).await;
+        let dsh_home = t.home.path().to_owned();
+        // Another project's log in the harness's home, and a file of
+        // the home that stays readable.
+        let other = dsh_home.join("sessions/--tmp-other-project--/0193-abc");
+        std::fs::create_dir_all(&other).unwrap();
+        let log = other.join("session.jsonl");
+        std::fs::write(&log, format!("{{\"text\":\"{session}\"}}\n")).unwrap();
+        std::fs::write(dsh_home.join("patch.toml"), "# still readable\n").unwrap();
+        let ws = TempDir::new("hide-ws");
+        let shadow = PathBuf::from("/etc/shadow");
+        let targets = secrets.iter().map(|(f, _)| f).chain([&log, &shadow]);
+        for target in targets {
+            let text = sh_text(&t, ws.path(), &format!("cat {}", target.display())).await;
+            let what = format!("{sandbox} {mode} {}", target.display());
+            assert!(text.contains("[exit code: 1]"), "{what}: {text}");
+            for secret in secrets.iter().map(|(_, s)| *s).chain([session, "root:"]) {
+                assert!(!text.contains(secret), "{what}: {text}");
             }
-            // Nor through a listing or a search.
+            if !target.starts_with(&dsh_home) {
+                // Outside the temp directory: there in both modes,
+                // and hidden.
+                assert!(text.contains("Permission denied"), "{what}: {text}");
+            }
+        }
+        // Nor through a listing or a search.
+        let text = sh_text(
+            &t,
+            ws.path(),
+            &format!(
+                "ls -a {h}/.ssh {h}/.aws; grep -rs FAKE {h}; grep -rs {session} {s}; cat {h}/notes.txt",
+                h = h.display(),
+                s = dsh_home.join("sessions").display()
+            ),
+        )
+        .await;
+        for secret in secrets.iter().map(|(_, s)| *s).chain([session, "id_rsa"]) {
+            assert!(!text.contains(secret), "{sandbox} {mode}: {text}");
+        }
+        assert!(text.contains("not a secret"), "{sandbox} {mode}: {text}");
+        if mode == "workspace-write" {
+            // The rest of the harness's home stays readable.
             let r = sh(
                 &t,
                 ws.path(),
-                &format!(
-                    "ls -a {h}/.ssh {h}/.aws; grep -rs FAKE {h}; grep -rs {session} {s}; cat {h}/notes.txt",
-                    h = h.display(),
-                    s = dsh_home.join("sessions").display()
-                ),
+                &format!("cat {}/patch.toml", dsh_home.display()),
             )
             .await;
-            let text = text_of(&r);
-            for secret in secrets.iter().map(|(_, s)| *s).chain([session, "id_rsa"]) {
-                assert!(!text.contains(secret), "{sandbox} {mode}: {text}");
-            }
-            assert!(text.contains("not a secret"), "{sandbox} {mode}: {text}");
-            if mode == "workspace-write" {
-                // The rest of the harness's home stays readable.
-                let r = sh(
-                    &t,
-                    ws.path(),
-                    &format!("cat {}/patch.toml", dsh_home.display()),
-                )
-                .await;
-                assert_eq!(text_of(&r), "# still readable", "{sandbox}: {r}");
-            }
-            t.shutdown().await;
+            assert_eq!(text_of(&r), "# still readable", "{sandbox}: {r}");
         }
+        t.shutdown().await;
     }
 }
 
@@ -863,72 +822,65 @@ async fn the_kernel_sysctls_cannot_be_written_and_its_private_files_are_covered(
     let core_pattern = std::fs::read_to_string("/proc/sys/kernel/core_pattern").unwrap();
     let sysrq = Path::new("/proc/sysrq-trigger").exists();
     let timer_list = Path::new("/proc/timer_list").exists();
-    for sandbox in SANDBOXES {
-        for mode in FENCED {
-            let t = bash_host(mode, sandbox).await;
-            let ws = TempDir::new("sysctl-ws");
-            let what = format!("{sandbox} {mode}");
-            let r = sh(
-                &t,
-                ws.path(),
-                "cat /proc/sys/kernel/core_pattern > /proc/sys/kernel/core_pattern && echo wrote-core-pattern; \
-                 cat /proc/sys/kernel/core_pattern; echo done",
-            )
-            .await;
-            let text = text_of(&r);
-            assert!(!text.contains("wrote-core-pattern"), "{what}: {text}");
-            assert!(text.contains("Read-only file system"), "{what}: {text}");
-            // Still readable.
-            assert!(text.contains(core_pattern.trim()), "{what}: {text}");
-            assert_eq!(
-                std::fs::read_to_string("/proc/sys/kernel/core_pattern").unwrap(),
-                core_pattern
+    for (sandbox, mode) in fenced_runs() {
+        let (t, ws) = host_and_ws(mode, sandbox, "sysctl-ws").await;
+        let what = format!("{sandbox} {mode}");
+        let text = sh_text(
+            &t,
+            ws.path(),
+            "cat /proc/sys/kernel/core_pattern > /proc/sys/kernel/core_pattern && echo wrote-core-pattern; \
+             cat /proc/sys/kernel/core_pattern; echo done",
+        )
+        .await;
+        assert!(!text.contains("wrote-core-pattern"), "{what}: {text}");
+        assert!(text.contains("Read-only file system"), "{what}: {text}");
+        // Still readable.
+        assert!(text.contains(core_pattern.trim()), "{what}: {text}");
+        assert_eq!(
+            std::fs::read_to_string("/proc/sys/kernel/core_pattern").unwrap(),
+            core_pattern
+        );
+        // Read-only mounts: the sysctls, sysrq-trigger (never written
+        // here: a write acts on the host), and /sys.
+        let mut script = vec![mount_options("/proc/sys"), mount_options("/sys")];
+        if sysrq {
+            script.push(mount_options("/proc/sysrq-trigger"));
+        }
+        let text = sh_text(&t, ws.path(), &script.join("; ")).await;
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), script.len(), "{what}: {text}");
+        for line in lines {
+            let (_, options) = line.split_once(':').unwrap();
+            let options: Vec<&str> = options.split_whitespace().collect();
+            assert!(
+                !options.is_empty() && options.iter().all(|o| *o == "ro"),
+                "{what}: every mount there is read-only: {text}"
             );
-            // Read-only mounts: the sysctls, sysrq-trigger (never written
-            // here: a write acts on the host), and /sys.
-            let mut script = vec![mount_options("/proc/sys"), mount_options("/sys")];
-            if sysrq {
-                script.push(mount_options("/proc/sysrq-trigger"));
-            }
-            let r = sh(&t, ws.path(), &script.join("; ")).await;
-            let text = text_of(&r);
-            let lines: Vec<&str> = text.lines().collect();
-            assert_eq!(lines.len(), script.len(), "{what}: {text}");
-            for line in lines {
-                let (_, options) = line.split_once(':').unwrap();
-                let options: Vec<&str> = options.split_whitespace().collect();
-                assert!(
-                    !options.is_empty() && options.iter().all(|o| *o == "ro"),
-                    "{what}: every mount there is read-only: {text}"
-                );
-            }
-            // The kernel's private files are covered, and no user
-            // namespace (where capabilities come back) can be made.
-            let r = sh(
-                &t,
-                ws.path(),
-                "head -c 1 /proc/timer_list >/dev/null && echo read-timer-list; \
+        }
+        // The kernel's private files are covered, and no user
+        // namespace (where capabilities come back) can be made.
+        let text = sh_text(
+            &t,
+            ws.path(),
+            "head -c 1 /proc/timer_list >/dev/null && echo read-timer-list; \
                  ls -A /proc/acpi 2>/dev/null | head -1; \
                  unshare --user true && echo nested-userns; echo done",
-            )
-            .await;
-            let text = text_of(&r);
-            if timer_list {
-                assert!(!text.contains("read-timer-list"), "{what}: {text}");
-            }
-            assert!(!text.contains("nested-userns"), "{what}: {text}");
-            assert!(text.starts_with("done"), "{what}: {text}");
-            t.shutdown().await;
+        )
+        .await;
+        if timer_list {
+            assert!(!text.contains("read-timer-list"), "{what}: {text}");
         }
+        assert!(!text.contains("nested-userns"), "{what}: {text}");
+        assert!(text.starts_with("done"), "{what}: {text}");
+        t.shutdown().await;
     }
 }
 
 #[tokio::test]
 async fn a_raw_socket_pair_is_refused_without_network() {
     for sandbox in SANDBOXES {
-        let t = bash_host("workspace-write", sandbox).await;
-        let ws = TempDir::new("sockpair-ws");
-        let r = sh(
+        let (t, ws) = host_and_ws("workspace-write", sandbox, "sockpair-ws").await;
+        let text = sh_text(
             &t,
             ws.path(),
             "python3 -c 'import socket; socket.socketpair(socket.AF_UNIX, socket.SOCK_RAW); print(\"raw-pair\")'; \
@@ -936,7 +888,6 @@ async fn a_raw_socket_pair_is_refused_without_network() {
              python3 -c 'import socket; socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET); print(\"seqpacket-pair\")'",
         )
         .await;
-        let text = text_of(&r);
         assert!(!text.contains("raw-pair"), "{sandbox}: {text}");
         assert!(text.contains("PermissionError"), "{sandbox}: {text}");
         assert!(
@@ -980,23 +931,19 @@ impl Drop for HostSegment {
 async fn the_hosts_shared_memory_is_not_there() {
     let segment = HostSegment::new();
     let id = &segment.0;
-    for sandbox in SANDBOXES {
-        for mode in FENCED {
-            let t = bash_host(mode, sandbox).await;
-            let ws = TempDir::new("ipc-ws");
-            let r = sh(
-                &t,
-                ws.path(),
-                &format!(
-                    "ipcs -m -i {id} 2>/dev/null | grep -q shmid= && echo sees-host-segment; \
+    for (sandbox, mode) in fenced_runs() {
+        let (t, ws) = host_and_ws(mode, sandbox, "ipc-ws").await;
+        let text = sh_text(
+            &t,
+            ws.path(),
+            &format!(
+                "ipcs -m -i {id} 2>/dev/null | grep -q shmid= && echo sees-host-segment; \
                      ipcs -m | awk 'NR > 3 && NF' | wc -l"
-                ),
-            )
-            .await;
-            let text = text_of(&r);
-            assert_eq!(text, "0", "{sandbox} {mode}: {text}");
-            t.shutdown().await;
-        }
+            ),
+        )
+        .await;
+        assert_eq!(text, "0", "{sandbox} {mode}: {text}");
+        t.shutdown().await;
     }
     // Still the host's, untouched (`ipcs -i` exits 0 either way).
     let seen = std::process::Command::new("ipcs")
@@ -1019,8 +966,7 @@ fn git(dir: &Path, args: &[&str]) {
 #[tokio::test]
 async fn nested_repositories_and_separate_git_dirs_are_read_only_in_workspace_write() {
     for sandbox in SANDBOXES {
-        let t = bash_host("workspace-write", sandbox).await;
-        let ws = TempDir::new("git-nested-ws");
+        let (t, ws) = host_and_ws("workspace-write", sandbox, "git-nested-ws").await;
         let w = ws.path();
         // The workspace's `.git` is a file naming `.gd`, whose config names
         // a hooks directory of the workspace; a vendored repository below.
@@ -1046,7 +992,7 @@ async fn nested_repositories_and_separate_git_dirs_are_read_only_in_workspace_wr
             .map(|c| std::fs::read_to_string(c).unwrap())
             .collect();
         let marker = Path::new("/var/tmp").join(format!("dsh-nested-hook-{}", std::process::id()));
-        let r = sh(
+        let text = sh_text(
             &t,
             w,
             &format!(
@@ -1057,7 +1003,6 @@ async fn nested_repositories_and_separate_git_dirs_are_read_only_in_workspace_wr
             ),
         )
         .await;
-        let text = text_of(&r);
         assert!(text.contains("done"), "{sandbox}: {text}");
         assert!(text.contains("Read-only file system"), "{sandbox}: {text}");
         for hooks in ["vendor/lib/.git/hooks", ".gd/hooks", "myhooks"] {
@@ -1092,10 +1037,8 @@ async fn a_fork_bomb_stops_at_the_default_bound() {
         ("workspace-write", "landlock"),
         ("danger-full-access", "auto"),
     ] {
-        let t = bash_host(mode, sandbox).await;
-        let ws = TempDir::new("bomb-default-ws");
-        let r = sh(&t, ws.path(), FORK_BOMB).await;
-        let text = text_of(&r);
+        let (t, ws) = host_and_ws(mode, sandbox, "bomb-default-ws").await;
+        let text = sh_text(&t, ws.path(), FORK_BOMB).await;
         let n: usize = text
             .strip_prefix("refused after ")
             .and_then(|rest| rest.split_whitespace().next())

@@ -15,6 +15,21 @@ use serde_json::json;
 /// The descriptor number the starter leaves open.
 const INHERITED: i32 = 9;
 
+/// Runs the host command `c` to its end and checks that it exited 0
+/// (`what` names the run in the failure). On a blocking thread: the fake
+/// model is served by this test's runtime.
+async fn succeeds(mut c: std::process::Command, what: &str) {
+    let out = tokio::task::spawn_blocking(move || c.output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[tokio::test]
 async fn a_descriptor_the_host_inherited_never_reaches_a_command() {
     for mode in ["read-only", "workspace-write"] {
@@ -49,16 +64,8 @@ async fn a_descriptor_the_host_inherited_never_reaches_a_command() {
                 Ok(())
             });
         }
-        let out = tokio::task::spawn_blocking(move || c.output())
-            .await
-            .unwrap()
-            .unwrap();
+        succeeds(c, mode).await;
         drop(file);
-        assert!(
-            out.status.success(),
-            "{mode}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
         let result = &fake.tool_results(1)[0];
         assert!(
             result.contains("Bad file descriptor"),
@@ -90,16 +97,7 @@ async fn a_relative_dsh_home_is_still_protected_from_the_file_tools() {
     std::fs::write(&patch, "# the user's\n").unwrap();
     let mut c = h.command(&["go"]);
     c.env("DSH_HOME", "relhome");
-    // On a blocking thread: the fake model is served by this test's runtime.
-    let out = tokio::task::spawn_blocking(move || c.output())
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeds(c, "relative home").await;
     let result = &fake.tool_results(1)[0];
     assert!(
         result.contains("harness's own files"),

@@ -48,6 +48,43 @@ fn error_message<'a>(reason: &'a Value, code: &str) -> &'a str {
     reason["error"]["message"].as_str().unwrap()
 }
 
+/// [`core_host`] whose model adapter row also has `config` (`key = value`).
+async fn core_host_with(config: &str) -> (TestHost, FakeLlm) {
+    core_host(|rows| {
+        let row = "streamIdleTimeoutMs = 1500 }";
+        assert!(rows.contains(row), "{rows}");
+        rows.replace(row, &format!("streamIdleTimeoutMs = 1500, {config} }}"))
+    })
+    .await
+}
+
+/// One turn of a new agent (in `/tmp`) with `prompt`, which must end in
+/// MALFORMED_RESPONSE after a single request (that code is not retried);
+/// the agent and the error's message.
+async fn malformed_turn(t: &TestHost, fake: &FakeLlm, prompt: &str) -> (String, String) {
+    let agent = new_agent(t, "/tmp").await;
+    let reason = turn(t, &agent, prompt).await;
+    let message = error_message(&reason, "MALFORMED_RESPONSE").to_owned();
+    assert_eq!(
+        fake.requests().len(),
+        1,
+        "MALFORMED_RESPONSE is not retried"
+    );
+    (agent, message)
+}
+
+/// Waits for the server to finish writing its first flood (the `what`),
+/// and checks that the client hung up before all `payloads` went out.
+async fn flood_cut_short(fake: &FakeLlm, payloads: usize, what: &str) {
+    let written = tokio::time::timeout(DEADLINE, fake.floods_written(1))
+        .await
+        .unwrap_or_else(|_| panic!("the server finished the {what}"));
+    assert!(
+        !written[0].complete && written[0].payloads < payloads,
+        "the client read the whole {what}: {written:?}"
+    );
+}
+
 /// One turn against `answers` (and `fallback` once they run out).
 async fn one_turn(answers: Vec<Answer>, fallback: Option<Answer>) -> (Value, Vec<Value>, FakeLlm) {
     let (t, fake) = core_host(|rows| rows).await;
@@ -76,17 +113,10 @@ async fn an_sse_line_past_the_cap_fails_malformed_before_the_line_ends() {
     let line = 4 * SSE_CAP;
     let (t, fake) = core_host(|rows| rows).await;
     fake.push([Answer::LongLine(line)]);
-    let agent = new_agent(&t, "/tmp").await;
-    let reason = turn(&t, &agent, "go").await;
-    let message = error_message(&reason, "MALFORMED_RESPONSE");
+    let (agent, message) = malformed_turn(&t, &fake, "go").await;
     assert!(
         message.contains("SSE line") && message.contains("16 MiB (16777216 bytes)"),
         "{message}"
-    );
-    assert_eq!(
-        fake.requests().len(),
-        1,
-        "MALFORMED_RESPONSE is not retried"
     );
     // The adapter hung up mid-line: the rest of the line was never sent.
     let written = tokio::time::timeout(DEADLINE, fake.long_lines_written(1))
@@ -534,28 +564,13 @@ async fn a_flood_of_one_byte_deltas_is_capped_by_its_count_too() {
     // byte (exactly the cap in text alone) must fail long before the end.
     let cap = 64 * 1024;
     let deltas = cap;
-    let (t, fake) = core_host(|rows| {
-        let row = "streamIdleTimeoutMs = 1500 }";
-        assert!(rows.contains(row), "{rows}");
-        rows.replace(
-            row,
-            &format!("streamIdleTimeoutMs = 1500, maxAnswerBytes = {cap} }}"),
-        )
-    })
-    .await;
+    let (t, fake) = core_host_with(&format!("maxAnswerBytes = {cap}")).await;
     let delta = json!({"choices": [{"delta": {"reasoning_content": "r"}}]});
     fake.push([Answer::Flood(delta.to_string(), deltas)]);
-    let agent = new_agent(&t, "/tmp").await;
-    let reason = turn(&t, &agent, "think").await;
-    let message = error_message(&reason, "MALFORMED_RESPONSE");
+    let (agent, message) = malformed_turn(&t, &fake, "think").await;
     assert!(
         message.contains("maxAnswerBytes") && message.contains("65536 bytes"),
         "{message}"
-    );
-    assert_eq!(
-        fake.requests().len(),
-        1,
-        "MALFORMED_RESPONSE is not retried"
     );
     let ev = events(&t, &agent).await;
     let logged = ev
@@ -605,13 +620,7 @@ async fn a_reasoning_flood_past_max_answer_bytes_fails_malformed_with_bounded_me
         "{stderr}"
     );
     // The adapter stopped reading: the server could not write the flood.
-    let written = tokio::time::timeout(DEADLINE, fake.floods_written(1))
-        .await
-        .expect("the server finished the flood");
-    assert!(
-        !written[0].complete && written[0].payloads < FLOOD_DELTAS,
-        "the client read the whole flood: {written:?}"
-    );
+    flood_cut_short(&fake, FLOOD_DELTAS, "flood").await;
     // Memory grew by a few times the cap at most, nowhere near the flood
     // (64 MiB; read whole, the host holds several copies of it).
     let flood_kib_total = (FLOOD_DELTA * FLOOD_DELTAS / 1024) as i64;
@@ -667,6 +676,19 @@ async fn run_bounded(h: &Headless, args: &[&str]) -> (i32, String, String) {
 /// lines, never the server's megabytes.
 const STDERR_BOUND: usize = 8 * 1024;
 
+/// Runs `go`, which must fail (exit 1) with less than [`STDERR_BOUND`]
+/// bytes of stderr; returns that stderr.
+async fn fails_with_short_stderr(h: &Headless) -> String {
+    let (code, _, stderr) = run_bounded(h, &["go"]).await;
+    assert_eq!(code, 1);
+    assert!(
+        stderr.len() < STDERR_BOUND,
+        "{} bytes of stderr",
+        stderr.len()
+    );
+    stderr
+}
+
 #[tokio::test]
 async fn an_error_body_of_hundreds_of_mib_is_read_only_to_64_kib() {
     // The review sent 1,500 MiB (3.15 GB RSS); 256 MiB tells as well.
@@ -692,13 +714,7 @@ async fn an_error_body_of_hundreds_of_mib_is_read_only_to_64_kib() {
         "{stderr}"
     );
     // The adapter hung up: the server could not write the body.
-    let written = tokio::time::timeout(DEADLINE, fake.floods_written(1))
-        .await
-        .expect("the server finished the body");
-    assert!(
-        !written[0].complete && written[0].payloads < mib,
-        "the client read the whole error body: {written:?}"
-    );
+    flood_cut_short(&fake, mib, "error body").await;
     assert_eq!(fake.requests().len(), 1);
 }
 
@@ -728,13 +744,7 @@ async fn an_error_message_of_megabytes_is_cut() {
     // An HTTP error whose JSON message is 5 MB: read to 64 KiB only.
     let body = json!({"error": {"message": "M".repeat(5_000_000), "code": "x"}}).to_string();
     fake.push([Answer::Status(400, vec![], body)]);
-    let (code, _, stderr) = run_bounded(&h, &["go"]).await;
-    assert_eq!(code, 1);
-    assert!(
-        stderr.len() < STDERR_BOUND,
-        "{} bytes of stderr",
-        stderr.len()
-    );
+    let stderr = fails_with_short_stderr(&h).await;
     assert!(
         stderr.starts_with("dsh: INVALID_REQUEST: HTTP 400: "),
         "{stderr}"
@@ -755,13 +765,7 @@ async fn an_error_message_of_megabytes_is_cut() {
         "dsh: INVALID_REQUEST: HTTP 400: ",
         "dsh: CONTEXT_WINDOW_EXCEEDED: ",
     ] {
-        let (code, _, stderr) = run_bounded(&h, &["go"]).await;
-        assert_eq!(code, 1);
-        assert!(
-            stderr.len() < STDERR_BOUND,
-            "{} bytes of stderr",
-            stderr.len()
-        );
+        let stderr = fails_with_short_stderr(&h).await;
         assert!(stderr.starts_with(want), "{stderr}");
         assert!(
             stderr.contains(&format!(
@@ -782,15 +786,7 @@ async fn an_answer_with_more_tool_calls_than_max_tool_calls_fails_malformed() {
     // 8 tell the same.
     let cap = 8;
     let total = 1000;
-    let (t, fake) = core_host(|rows| {
-        let row = "streamIdleTimeoutMs = 1500 }";
-        assert!(rows.contains(row), "{rows}");
-        rows.replace(
-            row,
-            &format!("streamIdleTimeoutMs = 1500, maxToolCalls = {cap} }}"),
-        )
-    })
-    .await;
+    let (t, fake) = core_host_with(&format!("maxToolCalls = {cap}")).await;
     let calls: Vec<Value> = (0..total)
         .map(|i| json!({"index": i, "id": format!("c{i}"), "function": {"name": "x", "arguments": ""}}))
         .collect();
@@ -803,18 +799,11 @@ async fn an_answer_with_more_tool_calls_than_max_tool_calls_fails_malformed() {
     ));
     stream.push(Some("[DONE]".into()));
     fake.push([Answer::Sse(stream)]);
-    let agent = new_agent(&t, "/tmp").await;
-    let reason = turn(&t, &agent, "call everything").await;
-    let message = error_message(&reason, "MALFORMED_RESPONSE");
+    let (agent, message) = malformed_turn(&t, &fake, "call everything").await;
     assert!(
         message.contains(&format!("more than {cap} tool calls in one answer"))
             && message.contains("raise `maxToolCalls`"),
         "{message}"
-    );
-    assert_eq!(
-        fake.requests().len(),
-        1,
-        "MALFORMED_RESPONSE is not retried"
     );
     // Nothing of the answer ran or was kept: no call, no message.
     let ev = events(&t, &agent).await;

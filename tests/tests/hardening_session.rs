@@ -311,6 +311,24 @@ fn zeros_frame(gib: u64) -> Vec<u8> {
     enc.finish().unwrap()
 }
 
+/// `sessions show <id>`, and `--continue` picking it as the latest session,
+/// both fail (exit 1) naming each of `needles` on stderr, each peaking
+/// under `bound` bytes of resident memory.
+async fn show_and_continue_are_refused(e: &Headless, id: &str, needles: &[&str], bound: u64) {
+    let show = e.sessions(&["show", id]);
+    let cont = e.command(&["--continue", "next", "task"]);
+    for (what, c) in [("show", show), ("--continue", cont)] {
+        let run = run_measured(c).await;
+        let (stdout, stderr, peak) = (&run.stdout, &run.stderr, run.peak_bytes());
+        assert_eq!(run.code, Some(1), "{what}: {stdout}");
+        for needle in needles {
+            assert!(stderr.contains(needle), "{what}: {needle} in {stderr}");
+        }
+        eprintln!("{what}: peak resident memory {} MiB", peak >> 20);
+        assert!(peak < bound, "{what} peaked at {} MiB", peak >> 20);
+    }
+}
+
 /// Well under the 3 GiB the bomb inflates to: the host, its plugins and
 /// one line's worth of text (the 64 MiB default cap) fit several times.
 const PEAK_BOUND: u64 = 512 << 20;
@@ -358,25 +376,15 @@ async fn a_log_that_inflates_to_gigabytes_is_refused_at_a_cap_in_bounded_memory_
     assert!(peak < PEAK_BOUND, "list peaked at {} MiB", peak >> 20);
 
     // Reading it, or resuming it as the latest session, is refused clearly.
-    let show = e.sessions(&["show", &id]);
-    let cont = e.command(&["--continue", "next", "task"]);
-    for (what, c) in [("show", show), ("--continue", cont)] {
-        let run = run_measured(c).await;
-        let (stdout, stderr, peak) = (&run.stdout, &run.stderr, run.peak_bytes());
-        assert_eq!(run.code, Some(1), "{what}: {stdout}");
-        for needle in [
-            "SESSION_CORRUPT",
-            &format!("\"{id}\""),
-            "frame 2",
-            "64 MiB",
-            "maxLineBytes",
-            &file.display().to_string(),
-        ] {
-            assert!(stderr.contains(needle), "{what}: {needle} in {stderr}");
-        }
-        eprintln!("{what}: peak resident memory {} MiB", peak >> 20);
-        assert!(peak < PEAK_BOUND, "{what} peaked at {} MiB", peak >> 20);
-    }
+    let needles = [
+        "SESSION_CORRUPT",
+        &format!("\"{id}\""),
+        "frame 2",
+        "64 MiB",
+        "maxLineBytes",
+        &file.display().to_string(),
+    ];
+    show_and_continue_are_refused(&e, &id, &needles, PEAK_BOUND).await;
     let run = run_measured(e.sessions(&["show", "bomb-head"])).await;
     let stderr = &run.stderr;
     assert_eq!(run.code, Some(1));
@@ -452,29 +460,15 @@ async fn a_one_kilobyte_packed_row_bomb_neither_stalls_the_listing_nor_expands()
     eprintln!("sessions list: peak resident memory {} MiB", peak >> 20);
     assert!(peak < LIST_PEAK_BOUND, "list peaked at {} MiB", peak >> 20);
 
-    let show = e.sessions(&["show", "session-bomb"]);
-    let cont = e.command(&["--continue", "next", "task"]);
-    for (what, c) in [("show", show), ("--continue", cont)] {
-        let run = run_measured(c).await;
-        let (stdout, stderr, peak) = (&run.stdout, &run.stderr, run.peak_bytes());
-        assert_eq!(run.code, Some(1), "{what}: {stdout}");
-        for needle in [
-            "SESSION_CORRUPT",
-            "\"session-bomb\"",
-            "4000000 entries",
-            "more than 131072",
-            "maxRowMembers",
-            &bomb.display().to_string(),
-        ] {
-            assert!(stderr.contains(needle), "{what}: {needle} in {stderr}");
-        }
-        eprintln!("{what}: peak resident memory {} MiB", peak >> 20);
-        assert!(
-            peak < LIST_PEAK_BOUND,
-            "{what} peaked at {} MiB",
-            peak >> 20
-        );
-    }
+    let needles = [
+        "SESSION_CORRUPT",
+        "\"session-bomb\"",
+        "4000000 entries",
+        "more than 131072",
+        "maxRowMembers",
+        &bomb.display().to_string(),
+    ];
+    show_and_continue_are_refused(&e, "session-bomb", &needles, LIST_PEAK_BOUND).await;
     assert_eq!(
         std::fs::read(&bomb).unwrap(),
         bytes,

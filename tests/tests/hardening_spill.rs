@@ -13,11 +13,9 @@
 
 use std::path::{Path, PathBuf};
 
-use dsh_testkit::tools::{host, run, text_of};
-use dsh_testkit::{TempDir, TestHost};
-use serde_json::{json, Value};
-
-const SANDBOXES: [&str; 2] = ["bubblewrap", "landlock"];
+use dsh_testkit::tools::{bash_host, run, sh, text_of, SANDBOXES};
+use dsh_testkit::TempDir;
+use serde_json::json;
 
 /// The prefixes of the harness's spill directories in the temp dir (the
 /// last is tool-search's, before it held a descriptor: one fixed name per
@@ -27,28 +25,6 @@ const PREFIXES: [&str; 3] = ["dsh-bash-", "dsh-spill-", "dsh-search-"];
 /// One attack at a time: the attack renames every spill directory of this
 /// process, so two hosts of this suite must not run at once.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-async fn bash_host(sandbox: &str) -> TestHost {
-    assert!(
-        sandbox != "bubblewrap" || Path::new("/usr/bin/bwrap").exists(),
-        "these tests need bubblewrap (`cargo xtask test` installs the Debian package `bubblewrap`)"
-    );
-    host(
-        "workspace-write",
-        &format!("[[patch]]\nid='bash'\nconfig = {{ sandbox = '{sandbox}' }}\n"),
-    )
-    .await
-}
-
-async fn sh(t: &TestHost, ws: &Path, command: &str) -> Value {
-    run(
-        t,
-        ws,
-        "bash",
-        json!({"command": command, "description": "attack"}),
-    )
-    .await
-}
 
 /// A directory outside every writable root (`/var/tmp` is not the temp
 /// dir), where the attack points its symlinks.
@@ -174,7 +150,7 @@ async fn bash_output_spill_dir_cannot_be_swapped_for_a_symlink() {
     for sandbox in SANDBOXES {
         let _clean = CleanUp::now();
         let target = Target::new(&format!("bash-spill-target-{sandbox}"));
-        let t = bash_host(sandbox).await;
+        let t = bash_host("workspace-write", sandbox, "").await;
         let ws = TempDir::new("spill-bash-ws");
         // Over 64,000 bytes: the harness spills the full output.
         let r = sh(
@@ -225,7 +201,7 @@ async fn the_blank_file_over_hidden_secrets_cannot_be_swapped_for_a_link() {
     let _one = ONE_AT_A_TIME.lock().await;
     for sandbox in SANDBOXES {
         let _clean = CleanUp::now();
-        let t = bash_host(sandbox).await;
+        let t = bash_host("workspace-write", sandbox, "").await;
         let ws = TempDir::new("spill-blank-ws");
         let pid = std::process::id();
         let tmp = std::env::temp_dir();
@@ -255,7 +231,7 @@ async fn result_spill_dir_swapped_for_a_symlink_writes_nothing_outside() {
     for sandbox in SANDBOXES {
         let _clean = CleanUp::now();
         let target = Target::new(&format!("result-spill-target-{sandbox}"));
-        let t = bash_host(sandbox).await;
+        let t = bash_host("workspace-write", sandbox, "").await;
         let ws = TempDir::new("spill-result-ws");
         // A first oversized result: the spill plugin makes its directory.
         let r = sh(&t, ws.path(), "seq 1 20000").await;
@@ -305,7 +281,7 @@ async fn search_spill_dir_swapped_for_a_symlink_writes_nothing_outside() {
     for sandbox in SANDBOXES {
         let _clean = CleanUp::now();
         let target = Target::new(&format!("search-spill-target-{sandbox}"));
-        let t = bash_host(sandbox).await;
+        let t = bash_host("workspace-write", sandbox, "").await;
         let ws = TempDir::new("spill-search-ws");
         let many: String = (0..300).map(|i| format!("hit {i}\n")).collect();
         std::fs::write(ws.path().join("many.txt"), many).unwrap();

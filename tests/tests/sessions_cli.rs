@@ -558,30 +558,17 @@ async fn run_in(e: &Headless, dir: &Path, args: &[&str]) -> (i32, String, String
 async fn a_colliding_folder_key_never_yields_another_directorys_session() {
     let fake = FakeLlm::start().await;
     let e = env(&fake);
-    let base = e.work.path().canonicalize().unwrap().join("a");
-    let (xy, x_y) = (base.join("x").join("y"), base.join("x-y"));
-    std::fs::create_dir_all(&xy).unwrap();
-    std::fs::create_dir_all(&x_y).unwrap();
-    fake.push([text("In x/y.")]);
-    let (code, stdout, stderr) = run_in(&e, &xy, &["task", "of", "x/y"]).await;
-    assert_eq!((code, stdout.as_str()), (0, "In x/y.\n"), "{stderr}");
-    let file = e.log_file();
+    let (xy, x_y, id, file) = colliding_directories(&e, &fake).await;
     let folder = file.parent().and_then(Path::parent).unwrap();
     assert!(
         folder.to_string_lossy().ends_with("-a-x-y--"),
         "one folder key for both directories: {}",
         folder.display()
     );
-    let id = lines(&file)[0]["id"].as_str().unwrap().to_owned();
     let before = std::fs::read(&file).unwrap();
 
     // From x-y: not listed, nothing to continue, and no resume by id.
-    let (code, listed, stderr) = sessions_cmd_in(&e, &x_y, &["list"]);
-    assert_eq!((code, listed.lines().count()), (0, 1), "{listed}{stderr}");
-    let (code, _, stderr) = run_in(&e, &x_y, &["--continue", "next"]).await;
-    assert_eq!(code, 1);
-    let none = format!("no stored session of {} to continue", x_y.display());
-    assert!(stderr.contains(&none), "{stderr}");
+    nothing_to_continue_in(&e, &x_y).await;
     let (code, _, stderr) = run_in(&e, &x_y, &["--resume", &id, "next"]).await;
     assert_eq!(code, 1);
     for needle in [
@@ -618,12 +605,31 @@ async fn colliding_directories(
     let (xy, x_y) = (base.join("x").join("y"), base.join("x-y"));
     std::fs::create_dir_all(&xy).unwrap();
     std::fs::create_dir_all(&x_y).unwrap();
-    fake.push([text("In x/y.")]);
-    let (code, stdout, stderr) = run_in(e, &xy, &["task", "of", "x/y"]).await;
-    assert_eq!((code, stdout.as_str()), (0, "In x/y.\n"), "{stderr}");
+    let (id, file) = first_task_in(e, fake, &xy, "x/y").await;
+    (xy, x_y, id, file)
+}
+
+/// From `dir`, `sessions list` shows no session (its header line only)
+/// and `--continue` finds none.
+async fn nothing_to_continue_in(e: &Headless, dir: &Path) {
+    let (code, listed, stderr) = sessions_cmd_in(e, dir, &["list"]);
+    assert_eq!((code, listed.lines().count()), (0, 1), "{listed}{stderr}");
+    let (code, _, stderr) = run_in(e, dir, &["--continue", "next"]).await;
+    assert_eq!(code, 1);
+    let none = format!("no stored session of {} to continue", dir.display());
+    assert!(stderr.contains(&none), "{stderr}");
+}
+
+/// Runs a first task in `dir` (`task of <name>`, answered `In <name>.`);
+/// returns its session's id and log.
+async fn first_task_in(e: &Headless, fake: &FakeLlm, dir: &Path, name: &str) -> (String, PathBuf) {
+    let answer = format!("In {name}.");
+    fake.push([text(&answer)]);
+    let (code, stdout, stderr) = run_in(e, dir, &["task", "of", name]).await;
+    assert_eq!((code, stdout), (0, format!("{answer}\n")), "{stderr}");
     let file = e.log_file();
     let id = lines(&file)[0]["id"].as_str().unwrap().to_owned();
-    (xy, x_y, id, file)
+    (id, file)
 }
 
 #[tokio::test]
@@ -641,12 +647,7 @@ async fn a_planted_header_with_another_directorys_session_id_is_never_continued(
     // Under a name that is not the id's: skipped, so nothing to continue.
     let planted = folder.join("planted.jsonl");
     std::fs::write(&planted, &planted_text).unwrap();
-    let (code, listed, stderr) = sessions_cmd_in(&e, &x_y, &["list"]);
-    assert_eq!((code, listed.lines().count()), (0, 1), "{listed}{stderr}");
-    let (code, _, stderr) = run_in(&e, &x_y, &["--continue", "next"]).await;
-    assert_eq!(code, 1);
-    let none = format!("no stored session of {} to continue", x_y.display());
-    assert!(stderr.contains(&none), "{stderr}");
+    nothing_to_continue_in(&e, &x_y).await;
     std::fs::remove_file(&planted).unwrap();
 
     // Under the id's own old flat name: listed in x-y, but the log a
@@ -673,11 +674,7 @@ async fn directories_whose_names_are_not_utf8_never_share_a_session() {
     let fe = base.join(std::ffi::OsStr::from_bytes(b"a\xfe"));
     std::fs::create_dir(&ff).unwrap();
     std::fs::create_dir(&fe).unwrap();
-    fake.push([text("In a-ff.")]);
-    let (code, stdout, stderr) = run_in(&e, &ff, &["task", "of", "a-ff"]).await;
-    assert_eq!((code, stdout.as_str()), (0, "In a-ff.\n"), "{stderr}");
-    let file = e.log_file();
-    let id = lines(&file)[0]["id"].as_str().unwrap().to_owned();
+    let (id, file) = first_task_in(&e, &fake, &ff, "a-ff").await;
     let before = std::fs::read(&file).unwrap();
 
     let (code, _, stderr) = run_in(&e, &fe, &["--continue", "next"]).await;

@@ -48,3 +48,35 @@ pub fn text_of(result: &Value) -> String {
         .unwrap_or_default()
         .to_owned()
 }
+
+/// The sandboxes `bash` is attacked under: bubblewrap, and the Landlock
+/// fallback with its own namespaces.
+pub const SANDBOXES: [&str; 2] = ["bubblewrap", "landlock"];
+
+/// A [`host`] under permission `mode` whose bash row runs in `sandbox` with
+/// the `extra` config keys (`, key = value` TOML, or empty).
+///
+/// Fails the test at once when `sandbox` is bubblewrap and it is not
+/// installed.
+pub async fn bash_host(mode: &str, sandbox: &str, extra: &str) -> TestHost {
+    assert!(
+        sandbox != "bubblewrap" || Path::new("/usr/bin/bwrap").exists(),
+        "these tests need bubblewrap (`cargo xtask test` installs the Debian package `bubblewrap`)"
+    );
+    host(
+        mode,
+        &format!("[[patch]]\nid='bash'\nconfig = {{ sandbox = '{sandbox}'{extra} }}\n"),
+    )
+    .await
+}
+
+/// Runs `command` through the `bash` tool in `ws` (described as an attack).
+pub async fn sh(t: &TestHost, ws: &Path, command: &str) -> Value {
+    run(
+        t,
+        ws,
+        "bash",
+        json!({"command": command, "description": "attack"}),
+    )
+    .await
+}
