@@ -121,8 +121,7 @@ impl BootOptions {
         }
         let mut tree = compose(&layers)?;
         tree.warnings.extend(refused);
-        let enabled = tree.rows.iter().filter(|r| !r.row.disabled).count();
-        if let Some(e) = crate::limits::too_many_rows(enabled) {
+        if let Some(e) = crate::limits::too_many_rows(&tree) {
             return Err(ConfigError::Invalid(e));
         }
         Ok(Composition {

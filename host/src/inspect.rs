@@ -76,7 +76,6 @@ pub fn examine_all(paths: &[PathBuf]) -> Vec<Result<Inspected, LoadError>> {
 pub fn check(path: &Path) -> Result<(Manifest, Unloaded), LoadError> {
     let gen = Generation::load(LoadSpec {
         load_path: path,
-        is_copy: false,
         source: None,
         fiber: 0,
         name_hint: "check",

@@ -417,7 +417,6 @@ fn confine_and_load(parent: u32) -> Answer {
     }
     match Generation::load(LoadSpec {
         load_path: Path::new(CHILD_LIBRARY),
-        is_copy: false,
         source: None,
         fiber: 0,
         name_hint: "inspect",

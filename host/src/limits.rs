@@ -26,8 +26,13 @@ pub const KEY_RESERVE: usize = 128;
 /// Keys counted for each load in flight, before its library created them.
 pub const KEYS_PER_LOAD: usize = 2;
 
-/// The message for a tree that enables `enabled` rows, when too many.
-pub fn too_many_rows(enabled: usize) -> Option<String> {
+/// The message for a tree that enables too many rows, when it does.
+pub fn too_many_rows(tree: &crate::config::Tree) -> Option<String> {
+    rows_over_cap(tree.rows.iter().filter(|r| !r.row.disabled).count())
+}
+
+/// The message for `enabled` enabled rows, when too many.
+fn rows_over_cap(enabled: usize) -> Option<String> {
     (enabled > MAX_ROWS).then(|| {
         format!(
             "the configuration enables {enabled} rows; one host runs at most {MAX_ROWS}: every row loads its own copy of its library, with a thread and the pthread keys of that copy's std (glibc has 1024 per process, and running out aborts the process). Disable rows (`disabled = true` in a [[patch]]) or remove them"
@@ -52,8 +57,8 @@ mod tests {
 
     #[test]
     fn the_row_cap_counts_enabled_rows() {
-        assert_eq!(too_many_rows(MAX_ROWS), None);
-        let e = too_many_rows(10_000).unwrap();
+        assert_eq!(rows_over_cap(MAX_ROWS), None);
+        let e = rows_over_cap(10_000).unwrap();
         assert!(
             e.contains("enables 10000 rows") && e.contains("at most 256"),
             "{e}"

@@ -258,11 +258,10 @@ pub struct Generation {
     pub manifest: Manifest,
     /// The file the library was loaded from (the original or a copy).
     pub load_path: PathBuf,
-    /// Whether `load_path` is a private copy to delete after unload.
-    pub is_copy: bool,
     /// Identity of `load_path` at load time.
     pub file: FileId,
-    /// Identity of the file the private copy was made from, as copied.
+    /// Identity of the file the private copy was made from, as copied;
+    /// `None` when `load_path` is not a copy (it is then never deleted).
     pub source: Option<FileId>,
     /// The inbox of this generation.
     pub inbox: Arc<Inbox>,
@@ -279,9 +278,8 @@ unsafe impl Send for Generation {}
 pub struct LoadSpec<'a> {
     /// The file to dlopen.
     pub load_path: &'a Path,
-    /// Whether it is a private copy.
-    pub is_copy: bool,
-    /// Identity of the file the copy was made from.
+    /// Identity of the file the private copy was made from; `None` when
+    /// `load_path` is not a copy.
     pub source: Option<FileId>,
     /// Fiber id the generation will serve.
     pub fiber: u64,
@@ -432,7 +430,6 @@ impl Generation {
                 config_schema: None,
             },
             load_path: load_path.clone(),
-            is_copy: spec.is_copy,
             file,
             source: spec.source,
             inbox,
@@ -527,11 +524,11 @@ impl Generation {
             self.remove_copy();
             return Unloaded::Unmapped { keys_swept: 0 };
         };
-        unload_library(lib, &self.load_path, self.file.ino, self.is_copy)
+        unload_library(lib, &self.load_path, self.file.ino, self.source.is_some())
     }
 
     fn remove_copy(&self) {
-        if self.is_copy {
+        if self.source.is_some() {
             let _ = std::fs::remove_file(&self.load_path);
         }
     }

@@ -319,8 +319,7 @@ impl Supervisor {
         for w in &tree.warnings {
             self.reports.push(Level::Warn, "config", w.clone());
         }
-        let enabled = tree.rows.iter().filter(|r| !r.row.disabled).count();
-        if let Some(e) = crate::limits::too_many_rows(enabled) {
+        if let Some(e) = crate::limits::too_many_rows(&tree) {
             self.reports.push(
                 Level::Error,
                 "config",
@@ -435,7 +434,6 @@ impl Supervisor {
             })?;
             Generation::load(LoadSpec {
                 load_path: &plan.path,
-                is_copy: true,
                 source: Some(source),
                 fiber,
                 name_hint: &name,

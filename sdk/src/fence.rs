@@ -131,6 +131,14 @@ pub enum RefusalKind {
     Secret,
 }
 
+impl RefusalKind {
+    /// Whether an approver may allow the refused call (a path outside the
+    /// writable roots, or the workspace's configuration).
+    pub fn is_approvable(self) -> bool {
+        matches!(self, RefusalKind::Outside | RefusalKind::Config)
+    }
+}
+
 /// A refused change, with a message that says how to change the policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
@@ -182,8 +190,8 @@ impl Fence {
 
     /// This fence with the places of `own` (what the tool found itself at
     /// its start, [`Reads::discover`]) added to what it never reads.
-    pub fn with_own_reads(self, own: &Reads) -> Fence {
-        let reads = self.reads.clone().union(own);
+    pub fn with_own_reads(mut self, own: &Reads) -> Fence {
+        let reads = std::mem::take(&mut self.reads).union(own);
         self.with_reads(reads)
     }
 
@@ -203,7 +211,7 @@ impl Fence {
         let checked = self.check_write(tool, &target);
         let approvable = match &checked {
             Ok(()) => true,
-            Err(r) => matches!(r.kind, RefusalKind::Outside | RefusalKind::Config),
+            Err(r) => r.kind.is_approvable(),
         };
         if approvable && self.mode == Mode::WorkspaceWrite {
             if let Some((spelled, why)) = self.reads.forbidden_read(cwd, file, &target) {

@@ -5,6 +5,7 @@
 mod load;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use dsh_sdk::api::agent_loop::PreStep;
 use dsh_sdk::api::host::Host;
@@ -96,7 +97,11 @@ impl Plugin for Instructions {
         let home = PathBuf::from(Host::new(&ctx).info().await?.home);
         // What instruction files may never lead to: process files, the
         // harness's home, secret stores.
-        let reads = Reads::discover(ReadPolicy::Allow, &home, &std::env::temp_dir());
+        let reads = Arc::new(Reads::discover(
+            ReadPolicy::Allow,
+            &home,
+            &std::env::temp_dir(),
+        ));
         let c = ctx.clone();
         ctx.on(bus::AGENT_PRE_STEP, move |ev| {
             let (c, home, reads) = (c.clone(), home.clone(), reads.clone());

@@ -16,7 +16,7 @@ use dsh_sdk::api::commands::{
     CommandResult, Commands, ExecuteReply, RegisterParams, ResultKind, RunParams,
 };
 use dsh_sdk::api::host::Host;
-use dsh_sdk::api::session_persistence::{check_directory, SessionPersistence};
+use dsh_sdk::api::session_persistence::SessionPersistence;
 use dsh_sdk::api::sessions::{ForkParams, Sessions};
 use dsh_sdk::names::{bus, code};
 use dsh_sdk::prelude::*;
@@ -351,8 +351,9 @@ impl App {
         // A colliding folder key must never yield another directory's
         // session: its header names the directory it belongs to.
         let cwd = self.host.info().await?.cwd.unwrap_or_else(|| "/".into());
-        let header = SessionPersistence::new(&self.ctx).header(id).await?;
-        check_directory(&header, &cwd)?;
+        SessionPersistence::new(&self.ctx)
+            .resumable_from(id, &cwd)
+            .await?;
         let params = ResumeParams {
             session_id: id.to_owned(),
             agent_options: self.options(),

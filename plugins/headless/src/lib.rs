@@ -19,7 +19,7 @@ use dsh_sdk::api::agent_loop::{
 };
 use dsh_sdk::api::agents::Agents;
 use dsh_sdk::api::host::Host;
-use dsh_sdk::api::session_persistence::{check_directory, SessionPersistence};
+use dsh_sdk::api::session_persistence::SessionPersistence;
 use dsh_sdk::api::sessions::{SessionAppended, Sessions};
 use dsh_sdk::names::{bus, service};
 use dsh_sdk::prelude::*;
@@ -141,8 +141,7 @@ async fn exit(ctx: &Context, code: i32) {
 /// listing matched a log's own header, but `load` finds the id's log in
 /// any folder, so the check reads the header of the log that is loaded.
 async fn resumable(ctx: &Context, id: &str, cwd: &str) -> Result<String> {
-    let header = SessionPersistence::new(ctx).header(id).await?;
-    check_directory(&header, cwd)?;
+    SessionPersistence::new(ctx).resumable_from(id, cwd).await?;
     Ok(id.to_owned())
 }
 

@@ -79,9 +79,10 @@ fn why(sent: &Value) -> String {
 /// `text` in quotes, control characters escaped, at most
 /// [`QUOTED_CHARS`] characters of it.
 fn quoted(text: &str) -> String {
-    let cut: String = text.chars().take(QUOTED_CHARS).collect();
-    let more = if cut.len() < text.len() { "…" } else { "" };
-    format!("{cut:?}{more}")
+    match crate::wire::cut_chars(text, QUOTED_CHARS) {
+        None => format!("{text:?}"),
+        Some(cut) => format!("{cut:?}…"),
+    }
 }
 
 #[cfg(test)]

@@ -177,16 +177,18 @@ fn classify_labels(error: &ProviderError) -> &'static str {
 /// a sentence or two, and a longer one is cut, saying so.
 pub(crate) const MAX_MESSAGE_CHARS: usize = 2000;
 
+/// The first `n` characters of `text` when it has more than `n`; `None`
+/// when it has no more (it is then whole).
+pub(crate) fn cut_chars(text: &str, n: usize) -> Option<&str> {
+    text.char_indices().nth(n).map(|(end, _)| &text[..end])
+}
+
 /// `message`, cut to [`MAX_MESSAGE_CHARS`] characters with a note of its
 /// whole length when longer.
 fn cut_message(message: &str) -> String {
-    match message.char_indices().nth(MAX_MESSAGE_CHARS) {
+    match cut_chars(message, MAX_MESSAGE_CHARS) {
         None => message.to_owned(),
-        Some((end, _)) => format!(
-            "{}… (cut: the message was {} bytes)",
-            &message[..end],
-            message.len()
-        ),
+        Some(cut) => format!("{cut}… (cut: the message was {} bytes)", message.len()),
     }
 }
 
@@ -301,13 +303,10 @@ const FINISH_REASON_CHARS: usize = 100;
 /// escaped, cut to [`FINISH_REASON_CHARS`] characters (it is the server's
 /// text, and the failure goes to the log and the terminal).
 fn quoted_reason(reason: &str) -> String {
-    let cut: String = reason.chars().take(FINISH_REASON_CHARS).collect();
-    let more = if cut.len() < reason.len() {
-        format!("… (cut: {} bytes in all)", reason.len())
-    } else {
-        String::new()
-    };
-    format!("{cut:?}{more}")
+    match cut_chars(reason, FINISH_REASON_CHARS) {
+        None => format!("{reason:?}"),
+        Some(cut) => format!("{cut:?}… (cut: {} bytes in all)", reason.len()),
+    }
 }
 
 /// The bytes one delta adds to the answer (its text, reasoning, and each

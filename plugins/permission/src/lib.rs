@@ -77,7 +77,7 @@ fn read_target(exec: &Exec) -> Option<String> {
 /// read-only mode). A change to the configuration is asked for every
 /// time: its approval is never remembered for the session.
 fn decide(refusal: Refusal, ask: bool, fence: Fence) -> PreExecuteDecision {
-    let approvable = matches!(refusal.kind, RefusalKind::Outside | RefusalKind::Config);
+    let approvable = refusal.kind.is_approvable();
     if ask && approvable {
         PreExecuteDecision {
             sandbox: Some(fence),

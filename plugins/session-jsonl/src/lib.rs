@@ -25,7 +25,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use dsh_sdk::api::session_persistence::{
-    same_directory, ListParams, Listed, Location, ReadFromParams, Snapshot, StoredSession,
+    is_lossy, same_directory, ListParams, Listed, Location, ReadFromParams, Snapshot, StoredSession,
 };
 use dsh_sdk::api::sessions::{IdParams, SessionAppended, SessionCreated, SessionRef};
 use dsh_sdk::names::{bus, host, service, session_persistence, sessions};
@@ -102,12 +102,16 @@ struct Config {
     max_row_members: u64,
 }
 
+/// A configured count as a `usize`, when it is at least one and fits.
+fn positive(v: u64) -> Option<usize> {
+    usize::try_from(v).ok().filter(|n| *n > 0)
+}
+
 impl Config {
     /// The decoding caps, checked: each at least a byte, and a line no
     /// longer than a log.
     fn limits(&self) -> Result<Limits> {
-        let cap = |v: u64| usize::try_from(v).ok().filter(|n| *n > 0);
-        match (cap(self.max_line_bytes), cap(self.max_log_bytes)) {
+        match (positive(self.max_line_bytes), positive(self.max_log_bytes)) {
             (Some(line), Some(log)) if line <= log => Ok(Limits { line, log }),
             _ => Err(Error::new(
                 codes::INVALID_CONFIG,
@@ -121,8 +125,7 @@ impl Config {
 
     /// The expansion caps, checked: each at least one.
     fn expansion(&self) -> Result<Expansion> {
-        let cap = |v: u64| usize::try_from(v).ok().filter(|n| *n > 0);
-        match (cap(self.max_events), cap(self.max_row_members)) {
+        match (positive(self.max_events), positive(self.max_row_members)) {
             (Some(events), Some(row_members)) => Ok(Expansion {
                 events,
                 row_members,
@@ -303,15 +306,10 @@ fn check_id(id: &str, path: &Path, header: &SessionHeader) -> Result<()> {
     ))
 }
 
-/// What a path that is not valid UTF-8 holds once it is spelled as text
-/// (U+FFFD, the replacement character): two such directories may share one
-/// spelling, so neither is told from the other.
-const LOSSY: char = char::REPLACEMENT_CHARACTER;
-
 /// `list` of a directory known only by a lossy spelling is refused: its
 /// sessions cannot be told from another directory's.
 fn check_cwd(cwd: &str) -> Result<()> {
-    if !cwd.contains(LOSSY) {
+    if !is_lossy(cwd) {
         return Ok(());
     }
     Err(Error::new(
@@ -493,7 +491,7 @@ impl Store {
                     header
                         .cwd
                         .as_deref()
-                        .is_some_and(|own| same_directory(own, c) && !own.contains(LOSSY))
+                        .is_some_and(|own| same_directory(own, c) && !is_lossy(own))
                 });
                 if !of_cwd {
                     continue;

@@ -144,9 +144,7 @@ struct Bash {
     kernel: kernel::KernelFiles,
     /// This generation's private directory for full outputs and the blank
     /// file hidden files are covered with (removed when the fiber is
-    /// disposed).
-    spill: PathBuf,
-    /// The same directory's descriptor: spill files are created through
+    /// disposed), held by its descriptor: spill files are created through
     /// it, never by path (a command may swap the path for a symlink).
     outputs: DirHandle,
     /// What is never read, as found here at the start: added to the fence
@@ -438,11 +436,11 @@ impl Bash {
         // file bound over hidden files) lies in the temp directory, a
         // writable root: read-only to every command, so none can swap the
         // blank file for a link to a secret, or the directory for a link.
-        read_only.push(self.spill.clone());
-        let hidden = hide::Hidden::of(fence, scratch, &self.spill).map_err(|e| {
+        read_only.push(self.outputs.path().to_owned());
+        let hidden = hide::Hidden::of(fence, scratch, self.outputs.path()).map_err(|e| {
             unavailable(format!(
                 "cannot prepare the sandbox's hidden files in {}: {e}",
-                self.spill.display()
+                self.outputs.path().display()
             ))
         })?;
         let bwrap = match self.config.sandbox {
@@ -663,7 +661,6 @@ impl Plugin for BashPlugin {
             max_processes,
             namespaces: Cell::new(None),
             kernel: kernel::KernelFiles::here(),
-            spill: spill.path().to_owned(),
             outputs: spill.handle(),
             own_reads,
         });

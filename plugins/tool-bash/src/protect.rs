@@ -28,8 +28,11 @@ use std::path::{Path, PathBuf};
 use dsh_sdk::fence::{config, Fence};
 use dsh_sdk::file::{open_readable, Follow};
 
-/// The project directories kept read-only in `workspace-write`.
-pub const TRUSTED_DIRS: [&str; 3] = [".git", ".dsh", ".claude"];
+/// The project directories kept read-only in `workspace-write`: the file
+/// tools' configuration directories ([`config::CONFIG_DIRS`]), one list.
+fn trusted_dirs() -> impl Iterator<Item = &'static str> {
+    config::CONFIG_DIRS.iter().map(|(name, _)| *name)
+}
 
 /// How deep below the workspace the walk lists directories: `a/b/c/d/.git`
 /// is found, `a/b/c/d/e/.git` is not.
@@ -77,7 +80,7 @@ pub fn read_only(fence: &Fence) -> Vec<PathBuf> {
     }
     let mut dir: Option<&Path> = Some(&fence.root);
     while let Some(d) = dir.filter(|d| fence.root_for(d).is_some()) {
-        for name in TRUSTED_DIRS {
+        for name in trusted_dirs() {
             found.config_entry(d, name.as_ref());
         }
         dir = d.parent();
@@ -122,13 +125,12 @@ impl Found {
     /// `dir/name`, a configuration name: itself (or where it leads), and
     /// for `.git` the directory a `.git` file names.
     fn config_entry(&mut self, dir: &Path, name: &std::ffi::OsStr) {
-        let Some(kind) = TRUSTED_DIRS
-            .iter()
-            .find(|t| name.as_encoded_bytes().eq_ignore_ascii_case(t.as_bytes()))
+        let Some(kind) =
+            trusted_dirs().find(|t| name.as_encoded_bytes().eq_ignore_ascii_case(t.as_bytes()))
         else {
             return;
         };
-        let is_git = *kind == ".git";
+        let is_git = kind == ".git";
         self.add(&dir.join(name), is_git.then_some(dir));
         if is_git {
             // A `.git` file's `gitdir:` (a worktree, a submodule,
@@ -140,7 +142,7 @@ impl Found {
     }
 }
 
-/// Calls `visit(dir, name)` for each configuration name ([`TRUSTED_DIRS`],
+/// Calls `visit(dir, name)` for each configuration name ([`trusted_dirs`],
 /// ASCII case ignored) in `root` and in the directories below it, breadth
 /// first, within [`WALK_DEPTH`] and [`WALK_ENTRIES`], not entering
 /// [`WALK_SKIP`], configuration directories, or symbolic links. Returns
@@ -159,10 +161,7 @@ fn walk(root: &Path, mut visit: impl FnMut(&Path, &std::ffi::OsStr)) -> usize {
             read += 1;
             let name = entry.file_name();
             let bytes = name.as_encoded_bytes();
-            if TRUSTED_DIRS
-                .iter()
-                .any(|t| bytes.eq_ignore_ascii_case(t.as_bytes()))
-            {
+            if trusted_dirs().any(|t| bytes.eq_ignore_ascii_case(t.as_bytes())) {
                 visit(&dir, &name);
                 continue;
             }

@@ -11,7 +11,7 @@ use std::rc::Rc;
 use dsh_sdk::api::host::Host;
 use dsh_sdk::api::tools::{Exec, FsEditIntent, FsIntentDecision, FsObserved, FsWriteIntent};
 use dsh_sdk::beneath::{open_parent, Dir};
-use dsh_sdk::fence::{version, Guard, ReadPolicy, Reads, RefusalKind};
+use dsh_sdk::fence::{version, Guard, ReadPolicy, Reads};
 use dsh_sdk::file::identity_of;
 use dsh_sdk::names::{bus, code, service, tool};
 use dsh_sdk::prelude::*;
@@ -103,10 +103,7 @@ impl Target {
         let cwd = Path::new(exec.cwd_or("."));
         let (path, checked) = guard.resolve_write(tool, cwd, Path::new(file));
         match checked {
-            Err(r)
-                if !(exec.approved
-                    && matches!(r.kind, RefusalKind::Outside | RefusalKind::Config)) =>
-            {
+            Err(r) if !(exec.approved && r.kind.is_approvable()) => {
                 return Err(fs_error("FS_DENIED", r.message))
             }
             _ => {}

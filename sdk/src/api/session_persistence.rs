@@ -88,6 +88,14 @@ pub fn same_directory(a: &str, b: &str) -> bool {
     Path::new(a) == Path::new(b)
 }
 
+/// Whether `path` is a lossy spelling: a path that was not valid UTF-8,
+/// spelled as text with U+FFFD (the replacement character). Two such
+/// directories may share one spelling (`a\xff` and `a\xfe` are both
+/// `a\u{FFFD}`), so neither can be told from the other.
+pub fn is_lossy(path: &str) -> bool {
+    path.contains(char::REPLACEMENT_CHARACTER)
+}
+
 /// Refuses to resume the stored session `header` from directory `cwd` when
 /// its header names another directory (`SESSION_OTHER_DIRECTORY`, naming
 /// both): its history, prompt and tools are that directory's. A session
@@ -99,8 +107,7 @@ pub fn same_directory(a: &str, b: &str) -> bool {
 /// `a\u{FFFD}`): when either side holds U+FFFD the check cannot tell, so
 /// it refuses too.
 pub fn check_directory(header: &SessionHeader, cwd: &str) -> Result<()> {
-    let lossy = |p: &str| p.contains(char::REPLACEMENT_CHARACTER);
-    if lossy(cwd) || header.cwd.as_deref().is_some_and(lossy) {
+    if is_lossy(cwd) || header.cwd.as_deref().is_some_and(is_lossy) {
         return Err(Error::new(
             code::SESSION_OTHER_DIRECTORY,
             format!(
@@ -177,6 +184,15 @@ impl SessionPersistence {
     pub async fn header(&self, id: &str) -> Result<SessionHeader> {
         let params = IdParams { id: id.to_owned() };
         self.0.call_as(method::HEADER, &params).await
+    }
+
+    /// Stored session `id`'s header ([`SessionPersistence::header`]) when
+    /// it may be resumed from directory `cwd` ([`check_directory`]): what
+    /// every front end asks before it resumes a session by id.
+    pub async fn resumable_from(&self, id: &str, cwd: &str) -> Result<SessionHeader> {
+        let header = self.header(id).await?;
+        check_directory(&header, cwd)?;
+        Ok(header)
     }
 
     /// `locate`: where session `id` is stored.

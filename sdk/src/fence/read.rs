@@ -444,37 +444,10 @@ impl Reads {
     pub fn secret_places(&self) -> Vec<PathBuf> {
         let root = Path::new("/");
         let mut places = Vec::new();
-        let mut add = |place: &Path| {
-            let real = resolve(root, place);
+        for place in self.store_places() {
+            let real = resolve(root, &place);
             if real.exists() {
                 push_new(&mut places, real);
-            }
-        };
-        for home in self.homes.iter().chain(&self.found.homes) {
-            for (store, _) in HOME_STORES {
-                add(&home.join(store));
-            }
-        }
-        for dir in &self.found.runtime {
-            for (store, _) in RUNTIME_STORES {
-                add(&dir.join(store));
-            }
-        }
-        for store in &self.linked {
-            add(store);
-        }
-        for (store, _) in SYSTEM_STORES {
-            add(Path::new(store));
-        }
-        for entry in std::fs::read_dir(SSH_DIR).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if is_host_key(&path) {
-                add(&path);
-            }
-        }
-        for home in &self.harness {
-            for (secret, _) in HARNESS_SECRETS {
-                add(&home.join(secret));
             }
         }
         places

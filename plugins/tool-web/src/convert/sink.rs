@@ -135,11 +135,19 @@ impl Sink {
 
     /// Writes `s` as is, as much of it as the sink takes.
     pub fn push(&mut self, s: &str) {
+        // One walk: how many characters fit (at most `room`) and where
+        // they end.
         let room = self.room();
-        let end = s.char_indices().nth(room).map_or(s.len(), |(i, _)| i);
-        let s = &s[..end];
-        self.buf.push_str(s);
-        self.chars += s.chars().count();
+        let (mut taken, mut end) = (0, s.len());
+        for (i, _) in s.char_indices() {
+            if taken == room {
+                end = i;
+                break;
+            }
+            taken += 1;
+        }
+        self.buf.push_str(&s[..end]);
+        self.chars += taken;
     }
 
     fn push_char(&mut self, c: char) {
