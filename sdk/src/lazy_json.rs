@@ -91,6 +91,24 @@ impl LazyJson {
     }
 }
 
+impl LazyJson {
+    /// Deserializes `T` like [`LazyJson::parse`], and on failure names the
+    /// path of the field at fault (`message.content[0].text`; `.` for the
+    /// root).
+    pub fn parse_at<T: serde::de::DeserializeOwned>(
+        &self,
+    ) -> Result<T, (String, serde_json::Error)> {
+        let located = match (self.value.get(), &self.raw) {
+            (None, Some(raw)) => {
+                let mut de = serde_json::Deserializer::from_str(raw.get());
+                serde_path_to_error::deserialize(&mut de)
+            }
+            _ => serde_path_to_error::deserialize(self.value()),
+        };
+        located.map_err(|e| (e.path().to_string(), e.into_inner()))
+    }
+}
+
 /// [`LazyJson::is_lossless`] of JSON text: every number reads back as
 /// itself: not `-0` (serde reads it as the float negative zero), and a
 /// decimal or exponent form finite and not negative zero.

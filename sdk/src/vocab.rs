@@ -8,14 +8,23 @@ use serde_json::{json, Map, Value};
 
 use crate::names::{code, llm_failure};
 
+pub mod assembler;
+pub mod chunk;
 pub mod compaction;
 pub mod history;
+pub mod message;
+mod open;
+pub mod records;
 pub mod request_header;
 pub mod shape;
 pub mod surface;
+pub mod surface_op;
 pub mod tokens;
 
+pub use chunk::{Chunk, FinishReason};
+pub use message::{ContentBlock, Extra, Message, MessageSource, Role};
 pub use request_header::{canonical_header, header_equals};
+pub use surface_op::SurfaceOp;
 
 /// Session event types of the core log (§2.2).
 pub mod event {
@@ -169,6 +178,21 @@ impl SessionEvent {
             surface_op: None,
             ignorable: None,
         }
+    }
+
+    /// The data read as `T` (straight from the kept text when it was not
+    /// read yet). A mismatch is `SESSION_CORRUPT`, naming the event's seq,
+    /// its type and the field at fault.
+    pub fn data_as<T: serde::de::DeserializeOwned>(&self) -> crate::Result<T> {
+        self.data.parse_at().map_err(|(path, e)| {
+            crate::Error::new(
+                crate::names::code::SESSION_CORRUPT,
+                format!(
+                    "session event {} ({}) has malformed data at `{path}`: {e}",
+                    self.seq, self.kind
+                ),
+            )
+        })
     }
 }
 
@@ -973,10 +997,6 @@ mod tests {
 #[path = "vocab/consumed_work.rs"]
 mod consumed_work;
 pub use consumed_work::{fold_consumed_work, ConsumedWork};
-
-#[cfg(test)]
-#[path = "vocab/assembler_tests.rs"]
-mod assembler_tests;
 
 #[cfg(test)]
 #[path = "vocab/core_tests.rs"]

@@ -87,6 +87,26 @@ pub struct NewEvent {
 }
 
 impl NewEvent {
+    /// A non-surface event of `kind` with typed `data` (a record of
+    /// [`crate::vocab::records`], say).
+    pub fn typed(kind: impl Into<String>, data: &impl Serialize) -> crate::Result<NewEvent> {
+        Ok(NewEvent::new(kind, serde_json::to_value(data)?))
+    }
+
+    /// A surface event of `kind` with typed `data`, `op` and the events it
+    /// was derived from.
+    pub fn surface(
+        kind: impl Into<String>,
+        data: &impl Serialize,
+        op: crate::vocab::SurfaceOp,
+        sources: Option<Vec<u64>>,
+    ) -> crate::Result<NewEvent> {
+        let mut event = NewEvent::typed(kind, data)?;
+        event.surface_op = Some(op.to_value());
+        event.source_event_seqs = sources;
+        Ok(event)
+    }
+
     /// A non-surface event of `kind` with `data`.
     pub fn new(kind: impl Into<String>, data: Value) -> NewEvent {
         NewEvent {

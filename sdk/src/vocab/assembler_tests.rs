@@ -1,14 +1,44 @@
-//! `BlockAssembler` and the message builders against the original's
-//! assembler, properties and message specs (reference dsh-core §10.7).
+//! `BlockAssembler` against the original's assembler and properties specs
+//! (`packages/llm/llm/tests/assembler.spec.ts`, `properties.spec.ts`).
+
+use serde_json::{json, Value};
 
 use super::*;
+use crate::vocab::message::Message;
 
 fn assemble(chunks: &[Value]) -> BlockAssembler {
     let mut a = BlockAssembler::default();
     for c in chunks {
-        a.push(c);
+        a.push(&serde_json::from_value(c.clone()).unwrap());
     }
     a
+}
+
+/// The blocks as JSON, to compare with the logged shapes.
+trait AsJson {
+    fn json_blocks(&self) -> Vec<Value>;
+    fn json_interrupted(&self) -> Vec<Value>;
+    fn finish_kind(&self) -> &'static str;
+}
+
+impl AsJson for BlockAssembler {
+    fn json_blocks(&self) -> Vec<Value> {
+        let blocks = self.blocks().unwrap();
+        blocks
+            .iter()
+            .map(|b| serde_json::to_value(b).unwrap())
+            .collect()
+    }
+    fn json_interrupted(&self) -> Vec<Value> {
+        let blocks = self.interrupted_blocks();
+        blocks
+            .iter()
+            .map(|b| serde_json::to_value(b).unwrap())
+            .collect()
+    }
+    fn finish_kind(&self) -> &'static str {
+        self.finish().kind()
+    }
 }
 
 fn start(index: u64, block_type: &str) -> Value {
@@ -55,7 +85,7 @@ fn interleaved_blocks_assemble_in_order_of_first_sighting() {
         finish("tool-calls"),
     ]);
     assert_eq!(
-        a.blocks(),
+        a.json_blocks(),
         [
             json!({"type": "reasoning", "text": "thinking"}),
             json!({"type": "text", "text": "Hello"}),
@@ -73,14 +103,14 @@ fn block_end_is_authoritative_and_the_first_one_wins() {
         end(0, json!({"type": "text", "text": "final"})),
         end(0, json!({"type": "text", "text": "second close"})),
     ]);
-    assert_eq!(a.blocks(), [json!({"type": "text", "text": "final"})]);
+    assert_eq!(a.json_blocks(), [json!({"type": "text", "text": "final"})]);
 }
 
 #[test]
 fn deltas_without_a_block_start_are_tolerated() {
     let a = assemble(&[text(0, "a"), text(0, "b"), call(1, "k", Some("grep"), "{}")]);
     assert_eq!(
-        a.blocks(),
+        a.json_blocks(),
         [
             json!({"type": "text", "text": "ab"}),
             json!({"type": "tool-call", "id": "k", "name": "grep", "arguments": "{}"}),
@@ -91,10 +121,20 @@ fn deltas_without_a_block_start_are_tolerated() {
 #[test]
 fn usage_is_absent_until_a_usage_chunk_and_then_the_last_one() {
     let mut a = assemble(&[text(0, "x")]);
-    assert_eq!(a.usage, None);
-    a.push(&json!({"type": "usage", "usage": {"inputTokens": 1, "outputTokens": 2}}));
-    a.push(&json!({"type": "usage", "usage": {"inputTokens": 3, "outputTokens": 4}}));
-    assert_eq!(a.usage, Some(json!({"inputTokens": 3, "outputTokens": 4})));
+    assert_eq!(a.usage(), None);
+    for (i, o) in [(1, 2), (3, 4)] {
+        a.push(&Chunk::Usage {
+            usage: TokenUsage {
+                input_tokens: i,
+                output_tokens: o,
+                ..TokenUsage::default()
+            },
+        });
+    }
+    assert_eq!(
+        a.usage().map(|u| (u.input_tokens, u.output_tokens)),
+        Some((3, 4))
+    );
 }
 
 #[test]
@@ -105,7 +145,7 @@ fn a_duplicate_block_start_is_ignored() {
         start(0, "text"),
         text(0, "b"),
     ]);
-    assert_eq!(a.blocks(), [json!({"type": "text", "text": "ab"})]);
+    assert_eq!(a.json_blocks(), [json!({"type": "text", "text": "ab"})]);
 }
 
 #[test]
@@ -123,7 +163,7 @@ fn deltas_after_a_block_end_are_ignored() {
         text(1, " straggler"),
     ]);
     assert_eq!(
-        a.blocks(),
+        a.json_blocks(),
         [
             json!({"type": "tool-call", "id": "k", "name": "read", "arguments": "{}"}),
             json!({"type": "text", "text": "t"}),
@@ -135,7 +175,7 @@ fn deltas_after_a_block_end_are_ignored() {
 fn an_open_tool_call_without_id_is_call_index_and_without_name_is_empty() {
     let a = assemble(&[start(3, "tool-call"), call(3, "", None, "{\"x\":")]);
     assert_eq!(
-        a.blocks(),
+        a.json_blocks(),
         [json!({"type": "tool-call", "id": "call-3", "name": "", "arguments": "{\"x\":"})]
     );
 }
@@ -148,7 +188,7 @@ fn a_tool_call_keeps_its_last_id_and_first_non_empty_name() {
         call(0, "", Some("write"), "c"),
     ]);
     assert_eq!(
-        a.blocks(),
+        a.json_blocks(),
         [json!({"type": "tool-call", "id": "second", "name": "read", "arguments": "abc"})]
     );
 }
@@ -164,7 +204,10 @@ fn max_tokens_drops_every_tool_call() {
         ),
         finish("max-tokens"),
     ]);
-    assert_eq!(a.blocks(), [json!({"type": "text", "text": "partial"})]);
+    assert_eq!(
+        a.json_blocks(),
+        [json!({"type": "text", "text": "partial"})]
+    );
 }
 
 #[test]
@@ -177,7 +220,7 @@ fn interrupted_blocks_keep_only_visible_text_and_reasoning() {
         end(4, json!({"type": "text", "text": "closed"})),
     ]);
     assert_eq!(
-        a.interrupted_blocks(),
+        a.json_interrupted(),
         [
             json!({"type": "reasoning", "text": "why"}),
             json!({"type": "text", "text": "Half an ans"}),
@@ -189,7 +232,7 @@ fn interrupted_blocks_keep_only_visible_text_and_reasoning() {
 #[test]
 fn finish_is_the_last_finish_chunk_or_stop() {
     assert_eq!(assemble(&[text(0, "x")]).finish_kind(), "stop");
-    assert_eq!(assemble(&[text(0, "x")]).finish, None);
+    assert!(!assemble(&[text(0, "x")]).finished());
     let a = assemble(&[finish("tool-calls"), finish("max-tokens")]);
     assert_eq!(a.finish_kind(), "max-tokens");
 }
@@ -235,9 +278,13 @@ fn partials_never_outnumber_distinct_indices_and_blocks_is_idempotent() {
             .collect();
         indices.sort_unstable();
         indices.dedup();
-        let blocks = a.blocks();
+        let blocks = a.json_blocks();
         assert!(blocks.len() <= indices.len(), "seed {seed}");
-        assert_eq!(a.blocks(), blocks, "seed {seed}: blocks() is idempotent");
+        assert_eq!(
+            a.json_blocks(),
+            blocks,
+            "seed {seed}: blocks() is idempotent"
+        );
         let last_finish = cs.iter().rev().find(|c| c["type"] == "finish");
         let want = last_finish.map_or("stop", |f| f["reason"]["kind"].as_str().unwrap_or(""));
         assert_eq!(a.finish_kind(), want, "seed {seed}");
@@ -246,9 +293,9 @@ fn partials_never_outnumber_distinct_indices_and_blocks_is_idempotent() {
 
 #[test]
 fn a_tool_result_message_couples_its_block_to_its_source() {
-    let m = msg::tool_result("r1", "k7", vec![msg::text("out")], false);
+    let m = Message::tool_result("r1", "k7", vec![ContentBlock::text("out")], false);
     assert_eq!(
-        m,
+        serde_json::to_value(&m).unwrap(),
         json!({"id": "r1", "role": "user",
                "content": [{"type": "tool-result", "toolCallId": "k7", "content": [{"type": "text", "text": "out"}], "isError": false}],
                "source": {"kind": "tool", "callId": "k7"}})
@@ -257,11 +304,77 @@ fn a_tool_result_message_couples_its_block_to_its_source() {
 
 #[test]
 fn an_assistant_message_has_role_assistant_and_a_model_source() {
-    let m = msg::assistant("a1", vec![msg::text("hi")], "deepseek", "v4");
+    let m = serde_json::to_value(Message::assistant(
+        "a1",
+        vec![ContentBlock::text("hi")],
+        "deepseek",
+        "v4",
+    ))
+    .unwrap();
     assert_eq!(m["role"], "assistant");
     assert_eq!(
         m["source"],
         json!({"kind": "model", "provider": "deepseek", "model": "v4"})
     );
     assert_eq!(m["id"], "a1", "the given identity is kept");
+}
+
+#[test]
+fn an_unknown_open_block_type_cannot_be_assembled() {
+    // The original throws `cannot assemble incomplete block of type "x"`.
+    let a = assemble(&[start(0, "text"), text(0, "a"), start(1, "image")]);
+    assert_eq!(a.blocks(), Err(AssembleError::Incomplete("image".into())));
+    // A closed one of any type is its block-end's block.
+    let b = assemble(&[
+        start(0, "image"),
+        end(0, json!({"type": "image", "attachment": {"id": "i"}})),
+    ]);
+    assert_eq!(
+        b.json_blocks(),
+        [json!({"type": "image", "attachment": {"id": "i"}})]
+    );
+    assert_eq!(a.json_interrupted(), [json!({"type": "text", "text": "a"})]);
+}
+
+fn finish_with_replay(kind: &str, replay: Value) -> Value {
+    json!({"type": "finish", "reason": {"kind": kind}, "replayState": replay})
+}
+
+#[test]
+fn replay_state_passes_through_without_blocks_and_is_pruned_with_dropped_tool_calls() {
+    let plain = assemble(&[
+        text(0, "x"),
+        finish_with_replay("stop", json!({"response": "r"})),
+    ]);
+    assert_eq!(
+        plain.replay_state().unwrap(),
+        Some(json!({"response": "r"}))
+    );
+    let cut = assemble(&[
+        text(0, "partial"),
+        call(1, "k1", Some("read"), "{"),
+        finish_with_replay(
+            "max-tokens",
+            json!({"response": "r", "blocks": ["b0", "b1"]}),
+        ),
+    ]);
+    assert_eq!(
+        cut.json_blocks(),
+        [json!({"type": "text", "text": "partial"})]
+    );
+    assert_eq!(
+        cut.replay_state().unwrap(),
+        Some(json!({"response": "r", "blocks": ["b0"]}))
+    );
+}
+
+#[test]
+fn a_misaligned_replay_state_is_dropped() {
+    let a = assemble(&[
+        text(0, "x"),
+        text(1, "y"),
+        finish_with_replay("stop", json!({"response": "r", "blocks": ["only one"]})),
+    ]);
+    assert_eq!(a.replay_state().unwrap(), None);
+    assert_eq!(a.json_blocks().len(), 2);
 }
