@@ -3,7 +3,10 @@
 //! `BlockAssembler` edge cases, and `interrupted_turn_closers` on logs
 //! that do not start at seq 0 or span several steps and turns.
 
+use serde_json::{json, Value};
+
 use super::*;
+use crate::names::code;
 
 /// A log event at `seq`; surface types get `surfaceOp: "append"`.
 fn ev(kind: &str, seq: u64, data: Value) -> SessionEvent {
