@@ -527,6 +527,20 @@ The test host finds the host's plugins in the checkout's staged tree
 (`cargo xtask build` in the checkout makes `target/dsh`), or in the staged
 tree named by `$DSH_STAGE`. `--plugin {name}` gives the plugin a row `{name}`
 of its own; a patch changes its config by that id.
+
+The first `cargo build` compiles the SDK and every dependency into this
+crate's `target`. To reuse what the checkout compiled instead, the checkout
+needs a debug build first (`cargo build` in `{checkout}`; a `--release` build
+is not reused), then `CARGO_TARGET_DIR={checkout}/target cargo build` here
+reuses the registry crates and compiles only this crate and the checkout's
+crates it links by path (the SDK and the boundary layer), and its library is
+`{checkout}/target/debug/lib{lib}.so` (give that directory to `--plugins-dir`).
+
+What a tool's `execute` receives (`Exec`: arguments, cwd, agent, fence), how
+it returns an error result, the `tools/post-execute` listener and forwarding,
+`handoff` / `inherited` and where the error codes live:
+`{checkout}/sdk/README.md`, section "Writing a plugin: what you receive and
+return".
 "#,
         lib = krate.replace('-', "_"),
     )

@@ -245,14 +245,7 @@ pub struct SurfaceReply<E = SessionEvent> {
     pub request_header: Option<HeaderAt>,
 }
 
-/// A `request/header` of the log: its seq and its header.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct HeaderAt {
-    /// The event's seq.
-    pub seq: u64,
-    /// The header (`config`, `system`, `tools`, ...).
-    pub header: Value,
-}
+pub use crate::vocab::history::HeaderAt;
 
 /// Reply of `header`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

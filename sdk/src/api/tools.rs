@@ -11,6 +11,11 @@
 //! pipeline's results, which wrappers author and extend. The payloads a
 //! waterfall listener hands on carry the fields they do not know in
 //! `extra`, so nothing a listener does not understand is dropped.
+//!
+//! For a plugin author, sdk/README.md ("Writing a plugin: what you receive
+//! and return") says with a line of code each what a tool receives
+//! ([`Exec`]), how it answers ([`ToolReply`]) or fails, and how a
+//! `tools/post-execute` listener forwards ([`on_post_execute`]).
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -56,6 +61,12 @@ fn is_false(b: &bool) -> bool {
 /// and what the tool's own service receives with `execute`, `check`,
 /// `render` and `finalizeContent`. The pipeline adds `token`, `sandbox` and
 /// `approved` on the way; fields it does not know are kept (`extra`).
+///
+/// A tool's handler reads it with `dsh_sdk::tool::exec(&req)?` (a field of
+/// the wrong type is `INVALID_PAYLOAD`), then its arguments with
+/// [`Exec::arguments_for`], its directory with [`Exec::cwd_or`] and its
+/// agent with [`Exec::agent`]; a file it names is checked against
+/// `sandbox` (`dsh_sdk::fence::Guard::of(exec.sandbox.clone(), &own)`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Exec {
@@ -74,7 +85,9 @@ pub struct Exec {
     /// call made outside an agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
-    /// The working directory the call's paths are relative to.
+    /// The working directory the call's paths are relative to; absent when
+    /// the caller gave none (the shipped tools then use `"."`:
+    /// [`Exec::cwd_or`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
     /// Minted by `prepare`, one per execution, the same in every stage's
@@ -196,7 +209,13 @@ pub struct ExecParams {
 
 /// What a tool's `execute` answers: its content, and optionally a
 /// canonical value, presentation meta, messages for the next step and a
-/// conclusion.
+/// conclusion (`Reply::json(ToolReply::text(&text))`).
+///
+/// A reply is always a success. A tool fails by returning
+/// `Err(Error::new(code, message))` from its handler: the registry makes
+/// that the call's [`ToolResult`] (`isError: true`, `error: {message, info:
+/// {name: "ToolError", code}}`, one text block `Error: <message>`), which
+/// the model sees; the turn goes on.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolReply {
@@ -761,6 +780,10 @@ impl FsIntentDecision {
 /// Listens to [`crate::names::bus::TOOLS_PRE_EXECUTE`]: `listener` gets the
 /// parsed call and the event (to [`Event::forward`] it) and answers a
 /// decision.
+///
+/// A waterfall, as [`on_post_execute`]: forward ([`forward_as`]) unless the
+/// decision is final (`permission` denies without forwarding, and forwards
+/// before it allows).
 pub fn on_pre_execute<F, Fut>(ctx: &Context, listener: F) -> Listener
 where
     F: Fn(Exec, Event) -> Fut + 'static,
@@ -778,6 +801,17 @@ where
 
 /// Listens to [`crate::names::bus::TOOLS_POST_EXECUTE`]: `listener` gets
 /// the parsed outcome and the event and answers a decision.
+///
+/// The event is a waterfall over the result of every call (every tool,
+/// every agent): the [`Outcome`] is the call's [`Exec`] and its
+/// [`ToolResult`]. Forward it:
+/// `forward_as::<Option<PostExecuteDecision>>(&ev).await?.unwrap_or_default()`
+/// runs the listeners registered after this one and the default (`accept`;
+/// `None` when a listener answered `null`, which also accepts), and the
+/// listener answers that decision, changed or not. A listener that does not forward short-circuits: the
+/// listeners after it never see the result and its decision is final. To
+/// watch final results without deciding, listen to
+/// [`crate::names::bus::TOOLS_RESULT`] (an emit of the same [`Outcome`]).
 pub fn on_post_execute<F, Fut>(ctx: &Context, listener: F) -> Listener
 where
     F: Fn(Outcome<ToolResult>, Event) -> Fut + 'static,
@@ -794,7 +828,8 @@ where
 }
 
 /// The rest of a waterfall, with the listener's own payload unchanged, and
-/// its answer parsed as `T` (a decision type).
+/// its answer parsed as `T` (a decision type; `Option<T>` when a listener
+/// after this one may answer `null`).
 pub async fn forward_as<T: DeserializeOwned>(ev: &Event) -> Result<T> {
     Ok(serde_json::from_value(ev.forward().await?)?)
 }

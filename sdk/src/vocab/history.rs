@@ -2,7 +2,7 @@
 //! incrementally (the agent loop) keeps, so a request carries every earlier
 //! message as it was logged, without parsing or re-encoding it per step.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
@@ -37,8 +37,18 @@ pub struct SurfaceTail {
     pub seq: u64,
     /// The last `request/header` in the tail, if any.
     #[serde(rename = "requestHeader", default)]
-    pub request_header: Option<crate::api::sessions::HeaderAt>,
+    pub request_header: Option<HeaderAt>,
 }
+
+/// A `request/header` of the log: its seq and its header.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HeaderAt {
+    /// The event's seq.
+    pub seq: u64,
+    /// The header (`config`, `system`, `tools`, ...).
+    pub header: Value,
+}
+
 
 #[derive(Deserialize)]
 struct Wrapped {
