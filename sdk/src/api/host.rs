@@ -10,6 +10,10 @@ pub use dsh_wire::host_service::{
 use crate::names::{host as method, service};
 use crate::{Context, Result, Service};
 
+/// The params of a method that takes none: `{}`.
+#[derive(serde::Serialize)]
+struct NoParams {}
+
 /// A typed client of the `host` service.
 #[derive(Clone)]
 pub struct Host(Service);
@@ -22,12 +26,12 @@ impl Host {
 
     /// `args`: the process arguments after the host's own.
     pub async fn args(&self) -> Result<Vec<String>> {
-        self.0.call_as(method::ARGS, serde_json::json!({})).await
+        self.0.call_as(method::ARGS, NoParams {}).await
     }
 
     /// `info`: home, protected paths, working directory, version, pid.
     pub async fn info(&self) -> Result<Info> {
-        self.0.call_as(method::INFO, serde_json::json!({})).await
+        self.0.call_as(method::INFO, NoParams {}).await
     }
 
     /// `print`: writes `text` to stdout as it is.
@@ -60,9 +64,7 @@ impl Host {
 
     /// `terminal`: whether stdin and stdout are a terminal, and its size.
     pub async fn terminal(&self) -> Result<TerminalInfo> {
-        self.0
-            .call_as(method::TERMINAL, serde_json::json!({}))
-            .await
+        self.0.call_as(method::TERMINAL, NoParams {}).await
     }
 
     /// `readInput`: waits for terminal input after `ack` (the seq of the
@@ -87,6 +89,6 @@ impl Host {
     /// generation and error. Answered by the supervisor, so a plugin must
     /// not await it while it is being applied.
     pub async fn plugins(&self) -> Result<Vec<PluginRow>> {
-        self.0.call_as(method::PLUGINS, serde_json::json!({})).await
+        self.0.call_as(method::PLUGINS, NoParams {}).await
     }
 }

@@ -8,6 +8,7 @@
 
 use std::collections::HashSet;
 
+use super::records::{InboxSpliced, StepBoundary, TurnEnd, TurnEndReason, TurnStart};
 use super::{event, SessionEvent};
 
 /// What [`fold_consumed_work`] finds.
@@ -27,8 +28,8 @@ pub struct ConsumedWork {
 /// that accounts for that input. Only `completed` does not: its claim was
 /// rewritten away, leaving nothing to run. Any other ending (`blocked`,
 /// `aborted`, `interrupted`, `error`, or one this code does not know) does.
-fn accounts_for_claim(reason: &serde_json::Value) -> bool {
-    reason["kind"] != "completed"
+fn accounts_for_claim(reason: &TurnEndReason) -> bool {
+    *reason != TurnEndReason::Completed
 }
 
 /// Folds one agent log, or an owned suffix of one, in a single pass.
@@ -39,21 +40,23 @@ pub fn fold_consumed_work(events: &[SessionEvent]) -> ConsumedWork {
     let mut out = ConsumedWork::default();
     for e in events {
         match e.kind.as_str() {
-            event::TURN_START => open = e.data["turn"].as_u64(),
+            event::TURN_START => open = e.data_as::<TurnStart>().ok().map(|t| t.turn),
             event::STEP_START => {
-                if let Some(turn) = e.data["turn"].as_u64() {
-                    stepped.insert(turn);
+                if let Ok(s) = e.data_as::<StepBoundary>() {
+                    stepped.insert(s.turn);
                 }
             }
             event::INBOX_SPLICED => {
-                if e.data.get("removedCount").is_none_or(|n| n.is_null()) {
+                let Ok(splice) = e.data_as::<InboxSpliced>() else {
+                    continue;
+                };
+                if splice.removed_count.is_none() {
                     continue;
                 }
-                if e.data["outcome"] == "canceled" {
+                if splice.outcome.as_deref() == Some("canceled") {
                     // A replacement keeps the work pending under a new
                     // identity; only a cancellation leaving nothing drops it.
-                    let inserted = e.data["inserted"].as_array().map_or(0, Vec::len);
-                    out.dropped_unrun |= inserted == 0;
+                    out.dropped_unrun |= splice.inserted.is_empty();
                 } else if let Some(turn) = open {
                     // A claim: the loop's own step-boundary read.
                     claimed.insert(turn);
@@ -61,12 +64,12 @@ pub fn fold_consumed_work(events: &[SessionEvent]) -> ConsumedWork {
             }
             event::TURN_END => {
                 open = None;
-                let Some(turn) = e.data["turn"].as_u64() else {
+                let Ok(end) = e.data_as::<TurnEnd>() else {
                     continue;
                 };
+                let turn = end.turn;
                 let stepped_turn = stepped.remove(&turn);
-                if stepped_turn || (claimed.remove(&turn) && accounts_for_claim(&e.data["reason"]))
-                {
+                if stepped_turn || (claimed.remove(&turn) && accounts_for_claim(&end.reason)) {
                     out.end = Some(e.clone());
                     // A drop before this turn closed is what its ending
                     // reports; only a later one is still unaccounted for.

@@ -326,6 +326,10 @@ pub struct Todo {
     pub content: String,
     /// How far it is.
     pub status: TodoStatus,
+    /// Fields this harness does not know (the model may send keys the
+    /// tool's schema does not name; they are logged as they came).
+    #[serde(flatten)]
+    pub extra: Extra,
 }
 
 /// A todo item's status.
@@ -412,8 +416,13 @@ pub struct CallConfig {
     /// The sampling temperature.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
-    /// The output limit.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The output limit (`10.0` reads as `10`: the original compares
+    /// numbers by value).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "integral"
+    )]
     pub max_tokens: Option<u64>,
     /// Stop sequences.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -421,6 +430,23 @@ pub struct CallConfig {
     /// Fields this harness does not know.
     #[serde(flatten)]
     pub extra: Extra,
+}
+
+/// An optional non-negative integer that may be written as an integral
+/// float (`10.0`).
+fn integral<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let Some(n) = Option::<serde_json::Number>::deserialize(d)? else {
+        return Ok(None);
+    };
+    if let Some(n) = n.as_u64() {
+        return Ok(Some(n));
+    }
+    match n.as_f64() {
+        Some(f) if f >= 0.0 && f.fract() == 0.0 && f <= u64::MAX as f64 => Ok(Some(f as u64)),
+        _ => Err(D::Error::custom(format_args!(
+            "expected a non-negative integer, got {n}"
+        ))),
+    }
 }
 
 /// `request/context`: the route's capacity, on a change.
@@ -702,7 +728,7 @@ mod tests {
             r#"{"turn":1,"step":1,"message":{"id":"r","role":"user","content":[{"type":"tool-result","toolCallId":"c","content":[],"isError":true}],"source":{"kind":"tool","callId":"c"}},"error":{"name":"ToolNotStartedError","code":"TOOL_NOT_STARTED"},"meta":{"lines":3}}"#,
         );
         round_trip::<TodoWrite>(
-            r#"{"todos":[{"content":"a","status":"in_progress"},{"content":"b","status":"pending"}]}"#,
+            r#"{"todos":[{"content":"a","status":"in_progress"},{"content":"b","status":"pending","priority":"high"}]}"#,
         );
         round_trip::<RequestHeaderRecord>(
             r#"{"header":{"config":{"provider":"p","model":"m","reasoningEffort":"high","maxTokens":10},"adapterDefaults":{"maxTokens":true},"system":"s","tools":[{"name":"t","description":"d","parameters":{"type":"object"}}]},"reason":"initial"}"#,

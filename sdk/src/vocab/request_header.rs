@@ -1,68 +1,102 @@
-//! The request header (`EpochHeader`, reference dsh-core §2.7): its
-//! canonical form and equality, so a loop logs a `request/header` only when
-//! the header really changed.
+//! The request header (`EpochHeader`): its canonical form and equality, so
+//! a loop logs a `request/header` only when the header really changed. The
+//! header type is [`RequestHeader`].
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-/// The canonical header: `config`, then `adapterDefaults` only when a marker
-/// is `true`, `system` only when non-empty, `tools` only when non-empty
-/// (`canonicalHeader`).
+pub use super::records::{CallConfig, RequestHeader};
+
+impl RequestHeader {
+    /// The canonical header (`canonicalHeader`): `adapterDefaults` only
+    /// when a marker is `true`, `system` only when non-empty, `tools` only
+    /// when non-empty.
+    pub fn canonical(mut self) -> RequestHeader {
+        let marked = self
+            .adapter_defaults
+            .as_ref()
+            .is_some_and(|d| d.reasoning_effort == Some(true) || d.max_tokens == Some(true));
+        if !marked {
+            self.adapter_defaults = None;
+        }
+        if self.system.as_deref().is_some_and(str::is_empty) {
+            self.system = None;
+        }
+        if self.tools.as_ref().is_some_and(Vec::is_empty) {
+            self.tools = None;
+        }
+        self
+    }
+
+    /// `headerEquals`: the call config, both adapter-default markers, the
+    /// system prompt, and the tools in order by their JSON text (an absent
+    /// tool list equals an empty one).
+    pub fn same_as(&self, other: &RequestHeader) -> bool {
+        let markers = |h: &RequestHeader| {
+            let d = h.adapter_defaults.clone().unwrap_or_default();
+            (d.reasoning_effort, d.max_tokens)
+        };
+        let tools = |h: &RequestHeader| {
+            h.tools
+                .iter()
+                .flatten()
+                .map(|t| serde_json::to_string(t).ok())
+                .collect::<Vec<_>>()
+        };
+        self.config.same_as(&other.config)
+            && markers(self) == markers(other)
+            && self.system == other.system
+            && tools(self) == tools(other)
+    }
+}
+
+impl CallConfig {
+    /// `callConfigEquals`: provider, model, reasoningEffort, temperature,
+    /// maxTokens, and `stop` element-wise (absent is not empty).
+    pub fn same_as(&self, other: &CallConfig) -> bool {
+        self.provider == other.provider
+            && self.model == other.model
+            && self.reasoning_effort == other.reasoning_effort
+            && self.temperature == other.temperature
+            && self.max_tokens == other.max_tokens
+            && self.stop == other.stop
+    }
+}
+
+/// [`RequestHeader::canonical`] of a logged header; a header that is not
+/// one is returned as it is (the log's shape checks judge it).
 pub fn canonical_header(header: &Value) -> Value {
-    let mut out = Map::new();
-    out.insert("config".into(), header["config"].clone());
-    let defaults = &header["adapterDefaults"];
-    if defaults["reasoningEffort"] == true || defaults["maxTokens"] == true {
-        out.insert("adapterDefaults".into(), defaults.clone());
-    }
-    if header["system"].as_str().is_some_and(|s| !s.is_empty()) {
-        out.insert("system".into(), header["system"].clone());
-    }
-    if header["tools"].as_array().is_some_and(|t| !t.is_empty()) {
-        out.insert("tools".into(), header["tools"].clone());
-    }
-    Value::Object(out)
-}
-
-/// One scalar of a call config, compared as JavaScript's `===` does: numbers
-/// by value (`1` equals `1.0`), absent equals only absent.
-fn same_scalar(a: &Value, b: &Value) -> bool {
-    match (a.as_f64(), b.as_f64()) {
-        (Some(x), Some(y)) => x == y,
-        _ => a == b,
+    match RequestHeader::deserialize_from(header) {
+        Some(h) => serde_json::to_value(h.canonical()).unwrap_or_else(|_| header.clone()),
+        None => header.clone(),
     }
 }
 
-/// `callConfigEquals`: provider, model, reasoningEffort, temperature,
-/// maxTokens, and `stop` element-wise.
-pub fn call_config_equals(a: &Value, b: &Value) -> bool {
-    [
-        "provider",
-        "model",
-        "reasoningEffort",
-        "temperature",
-        "maxTokens",
-    ]
-    .iter()
-    .all(|k| same_scalar(&a[k], &b[k]))
-        && a["stop"] == b["stop"]
-}
-
-/// `headerEquals`: field-wise equality of two headers: the call config, both
-/// adapter-default markers, the system prompt, and the tools in order by
-/// their JSON text (an absent tool list equals an empty one).
+/// [`RequestHeader::same_as`] of two logged headers; `false` when either
+/// is not a header.
 pub fn header_equals(a: &Value, b: &Value) -> bool {
-    let marker = |h: &Value, k: &str| h["adapterDefaults"][k].clone();
-    let tools = |h: &Value| h["tools"].as_array().cloned().unwrap_or_default();
-    let (at, bt) = (tools(a), tools(b));
-    call_config_equals(&a["config"], &b["config"])
-        && marker(a, "reasoningEffort") == marker(b, "reasoningEffort")
-        && marker(a, "maxTokens") == marker(b, "maxTokens")
-        && a["system"] == b["system"]
-        && at.len() == bt.len()
-        && at
-            .iter()
-            .zip(&bt)
-            .all(|(x, y)| serde_json::to_string(x).ok() == serde_json::to_string(y).ok())
+    match (
+        RequestHeader::deserialize_from(a),
+        RequestHeader::deserialize_from(b),
+    ) {
+        (Some(a), Some(b)) => a.same_as(&b),
+        _ => false,
+    }
+}
+
+/// [`CallConfig::same_as`] of two logged configs; `false` when either is
+/// not one.
+pub fn call_config_equals(a: &Value, b: &Value) -> bool {
+    let read = |v: &Value| serde::Deserialize::deserialize(v).ok();
+    match (read(a), read(b)) {
+        (Some(a), Some(b)) => CallConfig::same_as(&a, &b),
+        _ => false,
+    }
+}
+
+impl RequestHeader {
+    fn deserialize_from(value: &Value) -> Option<RequestHeader> {
+        serde::Deserialize::deserialize(value).ok()
+    }
 }
 
 #[cfg(test)]
