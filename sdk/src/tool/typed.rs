@@ -75,17 +75,23 @@ pub fn declaration<T: ToolSpec>() -> Value {
 
 /// The JSON schema of `A` as the model should see it: a plain object
 /// schema (`type`, `properties`, `required`, `additionalProperties` when the
-/// type sets it), every subschema inline, no `$schema`, `title` or
-/// definitions, and optional properties without the `null` alternative
-/// (absent and `null` both mean "not given").
+/// type sets it), every subschema inline, no `$schema` or `title`, and
+/// optional properties without the `null` alternative (absent and `null`
+/// both mean "not given"). Definitions are kept only for a recursive type,
+/// whose inner occurrences refer to them (`$ref`).
 pub fn parameters<A: JsonSchema>() -> Value {
     let settings = SchemaSettings::draft07().with(|s| {
         s.inline_subschemas = true;
         s.meta_schema = None;
     });
     let mut schema = settings.into_generator().into_root_schema_for::<A>();
-    for key in ["$schema", "title", "description", "definitions", "$defs"] {
+    for key in ["$schema", "title", "description"] {
         schema.remove(key);
+    }
+    if !refers_to_definitions(schema.as_value()) {
+        for key in ["definitions", "$defs"] {
+            schema.remove(key);
+        }
     }
     if !schema
         .as_value()
@@ -97,6 +103,21 @@ pub fn parameters<A: JsonSchema>() -> Value {
     let mut value = schema.to_value();
     drop_null_alternatives(&mut value);
     value
+}
+
+/// Whether `schema` holds a `$ref` to one of its definitions (schemars
+/// inlines every subschema but the recursive occurrences of a type).
+fn refers_to_definitions(schema: &Value) -> bool {
+    match schema {
+        Value::Object(o) => o.iter().any(|(k, v)| {
+            (k == "$ref"
+                && v.as_str()
+                    .is_some_and(|r| r.starts_with("#/definitions/") || r.starts_with("#/$defs/")))
+                || refers_to_definitions(v)
+        }),
+        Value::Array(a) => a.iter().any(refers_to_definitions),
+        _ => false,
+    }
 }
 
 /// Removes the `null` alternative schemars adds to `Option` fields, in
@@ -114,7 +135,8 @@ fn drop_null_alternatives(schema: &mut Value) {
     }
 }
 
-/// `{"type": [T, "null"]}` → `{"type": T}`; `{"anyOf": [S, {"type":
+/// `{"type": [T, "null"]}` → `{"type": T}` (and `null` out of its
+/// `enum`, as an optional enum has it); `{"anyOf": [S, {"type":
 /// "null"}]}` → `S` (keeping the property's own keys, e.g. its
 /// description).
 fn without_null(property: &mut Value) {
@@ -126,6 +148,11 @@ fn without_null(property: &mut Value) {
         if let [only] = types.as_slice() {
             let only = only.clone();
             o.insert("type".into(), only);
+        }
+    }
+    if let Some(Value::Array(values)) = o.get_mut("enum") {
+        if values.iter().any(|v| !v.is_null()) {
+            values.retain(|v| !v.is_null());
         }
     }
     let Some(Value::Array(options)) = o.get("anyOf") else {
