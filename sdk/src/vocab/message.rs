@@ -37,7 +37,14 @@ pub enum Role {
 }
 
 /// One message of the history.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// The original writes a message's keys in an order that depends on the
+/// code that made it (`content, source, role, id` for a user message,
+/// `source, content, role, id` for a tool result); a message read keeps the
+/// order it came in and is written back in it, so a log read and written
+/// through these types is byte for byte what it was. A message made here
+/// is written `id, role, content, source`.
+#[derive(Debug, Clone)]
 pub struct Message {
     /// Stable id (a UUID for fresh messages).
     pub id: String,
@@ -48,8 +55,117 @@ pub struct Message {
     /// Where it came from.
     pub source: MessageSource,
     /// Fields this harness does not know.
-    #[serde(flatten)]
     pub extra: Extra,
+    /// The key order it was read in, when not this harness's own.
+    layout: Option<Box<[Slot]>>,
+}
+
+/// One key position of a message as it was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    Id,
+    Role,
+    Content,
+    Source,
+    /// The next field of `extra`.
+    Extra,
+}
+
+/// This harness's own order.
+const OWN_ORDER: [Slot; 4] = [Slot::Id, Slot::Role, Slot::Content, Slot::Source];
+
+impl PartialEq for Message {
+    /// Equal content; the key order a message was read in is not part of
+    /// it.
+    fn eq(&self, other: &Message) -> bool {
+        self.id == other.id
+            && self.role == other.role
+            && self.content == other.content
+            && self.source == other.source
+            && self.extra == other.extra
+    }
+}
+
+impl Serialize for Message {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(4 + self.extra.len()))?;
+        let mut extras = self.extra.iter();
+        let mut known = [false; 4];
+        let own: Vec<Slot> = OWN_ORDER
+            .iter()
+            .copied()
+            .chain(std::iter::repeat_n(Slot::Extra, self.extra.len()))
+            .collect();
+        let layout = self.layout.as_deref().unwrap_or(&own);
+        // The layout, then whatever it does not place (fields added since
+        // the message was read).
+        let tail = OWN_ORDER
+            .iter()
+            .copied()
+            .chain(std::iter::repeat_n(Slot::Extra, self.extra.len()));
+        for slot in layout.iter().copied().chain(tail) {
+            match slot {
+                Slot::Extra => {
+                    if let Some((k, v)) = extras.next() {
+                        map.serialize_entry(k, v)?;
+                    }
+                }
+                known_slot => {
+                    let i = known_slot as usize;
+                    if known[i] {
+                        continue;
+                    }
+                    known[i] = true;
+                    match known_slot {
+                        Slot::Id => map.serialize_entry("id", &self.id)?,
+                        Slot::Role => map.serialize_entry("role", &self.role)?,
+                        Slot::Content => map.serialize_entry("content", &self.content)?,
+                        _ => map.serialize_entry("source", &self.source)?,
+                    }
+                }
+            }
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for Message {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut map = Extra::deserialize(d)?;
+        let layout: Vec<Slot> = map
+            .keys()
+            .map(|k| match k.as_str() {
+                "id" => Slot::Id,
+                "role" => Slot::Role,
+                "content" => Slot::Content,
+                "source" => Slot::Source,
+                _ => Slot::Extra,
+            })
+            .collect();
+        fn field<'de, T: Deserialize<'de>, E: serde::de::Error>(
+            map: &mut Extra,
+            key: &'static str,
+        ) -> Result<T, E> {
+            let value = map.shift_remove(key).ok_or_else(|| E::missing_field(key))?;
+            T::deserialize(value).map_err(|e| E::custom(format_args!("{key}: {e}")))
+        }
+        let id = field(&mut map, "id")?;
+        let role = field(&mut map, "role")?;
+        let content = field(&mut map, "content")?;
+        let source = field(&mut map, "source")?;
+        let own = layout.len() >= 4
+            && layout[..4] == OWN_ORDER
+            && layout[4..].iter().all(|s| *s == Slot::Extra);
+        Ok(Message {
+            id,
+            role,
+            content,
+            source,
+            extra: map,
+            layout: (!own).then(|| layout.into_boxed_slice()),
+        })
+    }
 }
 
 impl Message {
@@ -74,6 +190,7 @@ impl Message {
             content,
             source,
             extra: Extra::new(),
+            layout: None,
         }
     }
 
@@ -95,6 +212,7 @@ impl Message {
                 extra: Extra::new(),
             }),
             extra: Extra::new(),
+            layout: None,
         }
     }
 
@@ -121,6 +239,7 @@ impl Message {
                 extra: Extra::new(),
             }),
             extra: Extra::new(),
+            layout: None,
         }
     }
 
@@ -559,6 +678,41 @@ mod tests {
         ] {
             assert_eq!(round_trip::<MessageSource>(text), text);
         }
+    }
+
+    #[test]
+    fn a_message_is_written_back_in_the_key_order_it_was_read_in() {
+        // The original's writers, as its logs hold them.
+        for text in [
+            r#"{"content":[{"type":"text","text":"hi"}],"source":{"kind":"user"},"role":"user","id":"u1"}"#,
+            r#"{"role":"assistant","content":[],"source":{"kind":"model","provider":"p","model":"m"},"id":"a1"}"#,
+            r#"{"source":{"kind":"tool","callId":"c"},"content":[{"type":"tool-result","toolCallId":"c","content":[],"isError":false}],"role":"user","id":"r1"}"#,
+            r#"{"id":"x","note":1,"role":"user","content":[],"source":{"kind":"user"},"later":[2]}"#,
+            r#"{"id":"u","role":"user","content":[],"source":{"kind":"user"}}"#,
+        ] {
+            assert_eq!(round_trip::<Message>(text), text);
+        }
+        let a: Message = serde_json::from_str(
+            r#"{"role":"user","content":[],"source":{"kind":"user"},"id":"u"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            a,
+            Message::user("u", vec![], MessageSource::User(Extra::new())),
+            "order is not content"
+        );
+        let err =
+            serde_json::from_str::<Message>(r#"{"id":"u","role":"user","source":{"kind":"user"}}"#)
+                .unwrap_err();
+        assert!(err.to_string().contains("missing field `content`"), "{err}");
+        let err = serde_json::from_str::<Message>(
+            r#"{"id":"u","role":"robot","content":[],"source":{"kind":"user"}}"#,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("role: unknown variant `robot`"),
+            "{err}"
+        );
     }
 
     #[test]
