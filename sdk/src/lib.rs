@@ -19,7 +19,7 @@
 //!     type Config = ();
 //!
 //!     async fn apply(ctx: Context, _config: ()) -> Result<()> {
-//!         ctx.provide("counter", |_req| async { Ok(json!(1).into()) });
+//!         ctx.provide("counter", |_req| async { Reply::json(1) });
 //!         Ok(())
 //!     }
 //! }
@@ -58,8 +58,8 @@ use std::future::Future;
 use serde::de::DeserializeOwned;
 
 pub use context::{
-    CallStream, Context, Dispatch, Event, FiberId, Listener, ListenerBuilder, Reply, ReplySender,
-    Request, ScopeBinding, Service,
+    AboutDispatch, CallStream, Context, Dispatch, Event, FiberId, Listener, ListenerBuilder, Reply,
+    ReplySender, Request, ScopeBinding, Service, Subject,
 };
 pub use dsh_tempdir as tempdir;
 pub use dsh_wire::Manifest;
@@ -82,11 +82,13 @@ pub fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// Everything a plugin usually needs.
+/// Everything a plugin usually needs. Typed data goes through
+/// `dsh_sdk::vocab` and `dsh_sdk::api`; a plugin that builds open JSON
+/// itself names `serde_json` (or `dsh_sdk::Value`) explicitly, so untyped
+/// code is never the easy path.
 pub mod prelude {
     pub use crate::{
-        codes, json, Context, Error, Event, Payload, Plugin, Reply, ReplySender, Request, Result,
-        Service, Value,
+        codes, Context, Error, Event, Payload, Plugin, Reply, ReplySender, Request, Result, Service,
     };
 }
 

@@ -1,29 +1,36 @@
 //! Helpers for plugins that contribute tools or model adapters: one service
 //! per fiber, registered with the `tools` (or `llm`) registry, which drops
 //! the registrations when the fiber is disposed.
+//!
+//! Dependencies run one way: this module builds on [`crate::api::tools`]
+//! (the service's types and client) and [`crate::api::llm`], which use
+//! nothing of it. [`ToolSpec`] and [`args`] are defined in
+//! [`crate::api::tools::spec`] and re-exported here, where plugin code
+//! names them.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use serde_json::{json, Value};
-
-use crate::api::llm::{ModelInfo, ModelInfoParams};
+use crate::api::llm::{Llm, ModelInfo, ModelInfoParams, RegisterAdapterParams};
 use crate::api::tools::{Exec, RegisterParams, ToolReply, Tools};
 use crate::context::{Context, Reply, Request};
 use crate::error::Result;
-use crate::names::{llm, llm_adapter, service, tool_service};
+use crate::names::{llm_adapter, tool_service};
 
 mod typed;
 
 pub use typed::{args, arguments, declaration, parameters, Number, ToolSpec, INVALID_ARGS};
 
-/// Serves the tools described by `schemas` (`{name, description,
-/// parameters, parallel?}`, made by [`declaration`]; read as
-/// [`RegisterParams`], a malformed one is `INVALID_PAYLOAD`) with `handler`,
-/// which receives each `execute` request (its params are the call's
-/// [`Exec`], read with [`exec`]; `name` says which tool).
-pub async fn register_tools<F, Fut>(ctx: &Context, schemas: Vec<Value>, handler: F) -> Result<()>
+/// Serves the tools described by `schemas` (made by [`declaration`]; their
+/// `service` is set here) with `handler`, which receives each `execute`
+/// request (its params are the call's [`Exec`], read with [`exec`]; `name`
+/// says which tool).
+pub async fn register_tools<F, Fut>(
+    ctx: &Context,
+    schemas: Vec<RegisterParams>,
+    handler: F,
+) -> Result<()>
 where
     F: Fn(Request) -> Fut + 'static,
     Fut: Future<Output = Result<Reply>> + 'static,
@@ -40,8 +47,7 @@ where
         }
     });
     let tools = Tools::new(ctx);
-    for schema in schemas {
-        let mut params: RegisterParams = serde_json::from_value(schema)?;
+    for mut params in schemas {
         params.service = service.clone();
         tools.register(&params).await?;
     }
@@ -88,13 +94,9 @@ where
             }
         }
     });
-    ctx.service(service::LLM)
-        .call(
-            llm::REGISTER_ADAPTER,
-            json!({"providers": providers, "service": service}),
-        )
-        .await?;
-    Ok(())
+    Llm::new(ctx)
+        .register_adapter(&RegisterAdapterParams { providers, service })
+        .await
 }
 
 /// The call an `execute` request carries (its agent, working directory,

@@ -18,27 +18,28 @@ pub mod tokens;
 
 pub use chunk::{Chunk, FinishReason};
 pub use message::{ContentBlock, Extra, Message, MessageSource, Role};
-pub use request_header::{canonical_header, header_equals};
 pub use surface_op::SurfaceOp;
 
 mod closers;
 mod derive;
 pub mod event;
 mod json;
-mod legacy;
 mod llm;
 mod session_event;
 
 pub use closers::interrupted_turn_closers;
 pub use derive::{derive_messages, event_message, surface_nodes};
 pub use json::lossless;
-pub use legacy::{msg, object, BlockAssembler};
 pub use llm::{LlmFailure, TokenUsage, ToolSchema, RETRYABLE_CODES};
 pub use session_event::{SessionEvent, SessionHeader};
 
 #[cfg(test)]
 #[path = "vocab/log_tests.rs"]
 mod log_tests;
+
+#[cfg(test)]
+#[path = "vocab/test_msg.rs"]
+mod msg;
 
 #[path = "vocab/consumed_work.rs"]
 mod consumed_work;

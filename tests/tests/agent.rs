@@ -1,6 +1,7 @@
 //! The agent core as plugins, against a fake OpenAI-compatible server:
 //! event order, tool steps, model-visible-means-logged, the DeepSeek wire
 //! format and its faults, cancellation, and a hot swap of the agent loop.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 use std::time::Duration;
 
@@ -366,14 +367,29 @@ async fn wire_faults_become_clear_turn_errors() {
         .iter()
         .filter(|e| e["type"] == event::LLM_RETRY)
         .collect();
-    let attempts: Vec<u64> = retries
+    let numbers: Vec<u64> = retries
         .iter()
-        .map(|e| e["data"]["attempt"].as_u64().unwrap())
+        .map(|e| e["data"]["retry"].as_u64().unwrap())
         .collect();
-    assert_eq!(attempts, [1, 2, 3, 4, 5]);
+    assert_eq!(numbers, [1, 2, 3, 4, 5]);
     for retry in &retries {
         assert_eq!(retry["data"]["failure"]["code"], "TRANSPORT", "{retry}");
+        // One chain: every retry of the request shares the first's id.
+        assert_eq!(retry["data"]["retryId"], retries[0]["data"]["retryId"]);
+        assert_eq!(retry["data"]["provider"], "fake", "{retry}");
     }
+    // Each wait that ran out is followed by its `llm/retry-started`.
+    let started: Vec<(u64, &Value)> = ev
+        .iter()
+        .filter(|e| e["type"] == event::LLM_RETRY_STARTED)
+        .map(|e| (e["data"]["retry"].as_u64().unwrap(), &e["data"]["retryId"]))
+        .collect();
+    let chain = &retries[0]["data"]["retryId"];
+    assert_eq!(
+        started,
+        (1..=5).map(|n| (n, chain)).collect::<Vec<_>>(),
+        "{ev:?}"
+    );
     // A clean close in the middle of an event: the stream ended without
     // [DONE], which is not retryable.
     let (r, ev, fake) = failing_turn(vec![Answer::Disconnect(vec![ok_delta.clone()]); 6]).await;

@@ -2,6 +2,7 @@
 //! pseudo-terminal against the fake model server: streamed turns, tool
 //! calls, Ctrl-C, approvals, resuming, colors, and a reload of the chat
 //! plugin in the middle of a conversation.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 mod support;
 

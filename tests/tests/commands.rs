@@ -7,6 +7,7 @@
 //! `/permission` and `/status`; with `compaction-basic` and
 //! `command-compact` loaded too, `/compact` and the context line of
 //! `/status`.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 use dsh_sdk::api::commands::event as command_event;
 use dsh_sdk::names::{agents, bus, code, commands, permission, service};

@@ -4,10 +4,11 @@
 //! only whole tool-call/result pairs), recovery from
 //! `CONTEXT_WINDOW_EXCEEDED`, a failed summary that changes nothing, and a
 //! resume after a compaction that derives the same history.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 use dsh_sdk::names::{service, sessions, tool};
 use dsh_sdk::vocab::compaction::{self as records, PREAMBLE};
-use dsh_sdk::vocab::event;
+use dsh_sdk::vocab::{event, ContentBlock};
 use dsh_testkit::agent::{events, kinds, new_agent, of_type, turn};
 use dsh_testkit::fake_llm::{text, tool_calls, Answer, FakeLlm};
 use dsh_testkit::{core_rows, TempDir, TestHost};
@@ -449,8 +450,9 @@ async fn an_original_log_with_a_prune_and_a_compaction_derives_what_the_original
         "shadowedSeqs": [u1, a1, r1b, a2], "shadowedTokenCount": 120, "provider": "fake", "model": "m1", "maxTokens": 8192}),
         json!({}),
     );
+    let typed_summary: Vec<ContentBlock> = serde_json::from_value(summary_blocks.clone()).unwrap();
     let checkpoint_message = json!({"id": "ckpt-1", "role": "user",
-        "content": records::checkpoint_content(summary_blocks.as_array().unwrap()),
+        "content": records::checkpoint_content(&typed_summary),
         "source": {"kind": "plugin", "plugin": "compact", "compactionId": "c-orig", "sourceCommandId": "cmd-1"}});
     let checkpoint = row(
         event::USER_MESSAGE,

@@ -1,6 +1,7 @@
 //! Conformance of the model seam (reference dsh-core §10.7, `service.spec`,
 //! `topology.spec`, `invariant.spec`): the `llm` router and the DeepSeek
 //! adapter as plugins in a real host, against the fake model server.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 use std::time::{Duration, Instant};
 

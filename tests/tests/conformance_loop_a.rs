@@ -3,6 +3,7 @@
 //! checked against the real plugins in a real host with the fake model
 //! server. Seams are driven by the `hooks` fixture, whose listeners act while
 //! the loop awaits them. Rows: tests/CONFORMANCE.md (§10.2, §10.3 first half).
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 use std::time::{Duration, Instant};
 

@@ -7,6 +7,7 @@
 //! Orders and overlaps are read from the session log and from the loop-kit
 //! fixture's journal (every listener invocation, every tool start and end, in
 //! order); nothing here sleeps to synchronize or asserts a duration.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 use dsh_sdk::names::{agent_loop, agents, bus, code, llm, service, sessions};
 use dsh_sdk::vocab::event;

@@ -2,6 +2,7 @@
 //! and §10.6 (scope): real plugin builds in a real host, one test per
 //! behavior of the original's test files (see
 //! `tests/CONFORMANCE.md` (§10.4-10.6)).
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 use dsh_sdk::codes;
 use dsh_sdk::names::{bus, code, service, system_prompt, tools};

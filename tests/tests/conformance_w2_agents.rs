@@ -2,17 +2,19 @@
 //! and the agents' creation rows): the original's behaviours checked against
 //! the real plugins in a real host with the fake model server. Rows:
 //! tests/CONFORMANCE.md (§10.2, §10.3).
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 use std::time::{Duration, Instant};
 
 use dsh_sdk::names::{agent_loop, agents, bus, code, service, sessions};
-use dsh_sdk::vocab::{event, msg};
+use dsh_sdk::vocab::event;
 use dsh_testkit::agent::{
     core_host_staged, create, events, logged, new_agent, send_message, user_texts,
     with_prompt_config,
 };
 use dsh_testkit::fake_llm::{stall_after, text, Answer, FakeLlm};
 use dsh_testkit::fixtures::{hooks_journal, hooks_row, HOOKS, PROBE};
+use dsh_testkit::msg;
 use dsh_testkit::TestHost;
 use serde_json::{json, Value};
 

@@ -8,6 +8,7 @@
 //! Registrations are made by a probe fiber (`probe:impl`.`call`), so their
 //! removal with that fiber is observable; waterfall listeners are loop-kit
 //! rows. Nothing here sleeps to synchronize.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 use dsh_sdk::names::{service, sessions, system_prompt};
 use dsh_sdk::vocab::event;

@@ -13,6 +13,7 @@
 //! Nothing sleeps to synchronize: waits poll the log or the journal under a
 //! generous deadline, and a stream a test holds open has the adapter's idle
 //! timeout lifted.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 use dsh_sdk::names::{agent_loop, agents, bus, code, service, sessions};
 use dsh_sdk::vocab::event;
@@ -741,6 +742,95 @@ async fn an_in_band_aborted_finish_is_a_turn_error_coded_aborted() {
         .map(|e| &e["data"]["reason"]["kind"])
         .collect();
     assert_eq!(ends, [&json!("error")]);
+    t.shutdown().await;
+}
+
+/// Contract regression "stores replay state with the assembled assistant
+/// content": the `replayState` of the adapter's `finish` (here the scripted
+/// adapter's, route `script`) is kept in the assistant message's source, in
+/// the original's key order; a `max-tokens` cut prunes its `blocks` with the
+/// tool call it drops; a replay state whose `blocks` do not line up with
+/// the blocks seen is dropped.
+#[tokio::test]
+async fn the_replay_state_is_stored_with_the_assembled_assistant_content() {
+    let fake = FakeLlm::start().await;
+    let t = TestHost::start().await;
+    let text = |index: u64, text: &str| {
+        [
+            json!({"type": "block-start", "index": index, "blockType": "text"}),
+            json!({"type": "text-delta", "index": index, "text": text}),
+            json!({"type": "block-end", "index": index, "block": {"type": "text", "text": text}}),
+        ]
+    };
+    let call = [
+        json!({"type": "block-start", "index": 1, "blockType": "tool-call"}),
+        json!({"type": "tool-call-delta", "index": 1, "id": "c1", "name": "read", "argumentsDelta": "{"}),
+        json!({"type": "block-end", "index": 1,
+               "block": {"type": "tool-call", "id": "c1", "name": "read", "arguments": "{"}}),
+    ];
+    let finish = |kind: &str, replay: Value| json!({"type": "finish", "reason": {"kind": kind}, "replayState": replay});
+    let aligned = json!({"response": {"id": "r1"}, "blocks": [{"signature": "s0"}]});
+    let cut = json!({"response": {"id": "r2"}, "blocks": [{"signature": "t"}, {"signature": "c"}]});
+    let misaligned = json!({"response": {"id": "r3"}, "blocks": []});
+    let responses = [
+        text(0, "one")
+            .into_iter()
+            .chain([finish("stop", aligned.clone())])
+            .collect::<Vec<_>>(),
+        text(0, "two")
+            .into_iter()
+            .chain(call)
+            .chain([finish("max-tokens", cut)])
+            .collect(),
+        text(0, "three")
+            .into_iter()
+            .chain([finish("stop", misaligned)])
+            .collect(),
+    ];
+    let script = t.home.path().join("script.json");
+    let responses: Vec<Value> = responses
+        .into_iter()
+        .map(|c| json!({"chunks": c}))
+        .collect();
+    std::fs::write(&script, json!({"responses": responses}).to_string()).unwrap();
+    let mut rows = dsh_testkit::core_rows(&fake.base_url, &t.home.path().join("sessions"));
+    rows.push_str(&format!(
+        "[[row]]\nid = 'llm-script'\nplugin = 'llm-script'\nconfig = {{ script = {}, provider = 'script' }}\n",
+        json!(script.to_str().unwrap())
+    ));
+    t.apply(&rows).await;
+    let agent = agent_with(&t, json!({"provider": "script", "model": "s1"})).await;
+    assert_eq!(turn(&t, &agent, "one").await, json!({"kind": "completed"}));
+    assert_eq!(turn(&t, &agent, "two").await, json!({"kind": "max-tokens"}));
+    assert_eq!(
+        turn(&t, &agent, "three").await,
+        json!({"kind": "completed"})
+    );
+    let ev = events(&t, &agent).await;
+    let messages: Vec<&Value> = of_type(&ev, event::ASSISTANT_MESSAGE)
+        .iter()
+        .map(|e| &e["data"]["message"])
+        .collect();
+    assert_eq!(messages.len(), 3, "{ev:?}");
+    // Kept whole, after the route, as the original writes the source.
+    assert_eq!(
+        serde_json::to_string(&messages[0]["source"]).unwrap(),
+        format!(r#"{{"kind":"model","provider":"script","model":"s1","replayState":{aligned}}}"#)
+    );
+    // Pruned in step with the content: the cut tool call is gone from both.
+    assert_eq!(
+        messages[1]["content"],
+        json!([{"type": "text", "text": "two"}])
+    );
+    assert_eq!(
+        messages[1]["source"]["replayState"],
+        json!({"response": {"id": "r2"}, "blocks": [{"signature": "t"}]})
+    );
+    // Misaligned: dropped, the message is stored without one.
+    assert_eq!(
+        messages[2]["source"],
+        json!({"kind": "model", "provider": "script", "model": "s1"})
+    );
     t.shutdown().await;
 }
 

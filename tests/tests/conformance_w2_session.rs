@@ -8,6 +8,7 @@
 //! agent core) in a real host. Rows: `tests/CONFORMANCE.md` (§10.1).
 //!
 //! No waits here: every call is answered after its effects.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 use dsh_sdk::names::{agent_loop, agents, code, service, sessions};
 use dsh_sdk::vocab::event;

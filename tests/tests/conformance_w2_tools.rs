@@ -4,6 +4,7 @@
 //! agent loop drives (a cancel during pre-execute) — real plugin builds in
 //! a real host. The rows of `tests/CONFORMANCE.md` (§10.4) name these tests.
 //! Nothing here sleeps to synchronize or asserts a duration.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 use dsh_sdk::codes;
 use dsh_sdk::names::{agent_loop, agents, bus, code, service, sessions, tools};

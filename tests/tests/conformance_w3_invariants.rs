@@ -5,6 +5,7 @@
 //! grammar, and forwards to the fake model (`fake`) or an `llm-script` route.
 //! A violation ends the stream with `finish{error}` of code `INVARIANT` and
 //! is recorded in the companion's `violations`. Nothing here sleeps.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 use dsh_testkit::agent::{agent_with, core_host_staged, idle, logged, new_agent, send, turn};
 use dsh_testkit::fake_llm::{calls, text, text_payloads, tool_calls, Answer, Gate};

@@ -6,6 +6,7 @@
 //! Nothing sleeps to synchronize: a stream a test holds open is an
 //! `Answer::Gated` (with the adapter's idle timeout lifted), and waits poll
 //! the log under a generous deadline.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 use dsh_sdk::names::{agent_loop, agents, code, llm, service};
 use dsh_sdk::vocab::event;
@@ -223,7 +224,7 @@ async fn always_mode_retries_every_failure_past_max_retries_until_success() {
         .map(|e| {
             let d = &e["data"];
             let code = d["failure"]["code"].as_str().unwrap_or_default().to_owned();
-            (code, d["mode"].clone(), d["attempt"].clone())
+            (code, d["mode"].clone(), d["retry"].clone())
         })
         .collect();
     assert_eq!(

@@ -7,6 +7,7 @@
 //! `session-jsonl` plugins in a real host. Rows: `tests/CONFORMANCE.md`.
 //!
 //! No waits here: every call is answered after its effects.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 use std::path::{Path, PathBuf};
 

@@ -4,14 +4,16 @@
 //! aborted driver and removed before it converges does not replay (§10.3
 //! cancel). Real host, real cdylib plugins, the fake model server. Rows:
 //! `tests/CONFORMANCE.md`.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
-use dsh_sdk::vocab::{event, msg};
+use dsh_sdk::vocab::event;
 use dsh_testkit::agent::{
     core_host, core_host_staged, events, idle, new_agent, of_type, send, turn, wait_log,
 };
 use dsh_testkit::fake_llm::{calls, text, FakeLlm};
 use dsh_testkit::fixtures::{hooks_journal, hooks_row, kit_journal, kit_row, toml_value, HOOKS};
 use dsh_testkit::headless::lines;
+use dsh_testkit::msg;
 use dsh_testkit::TestHost;
 use serde_json::{json, Value};
 

@@ -3,6 +3,7 @@
 //! finite number above zero bounds the tool body, which then ends as a
 //! `TOOL_TIMEOUT` result; anything else refuses the registration; the
 //! model never sees it. Real host, the loop-kit fixture's tools.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 use dsh_testkit::agent::{core_host, core_host_applied};
 use dsh_testkit::fixtures::kit_row;

@@ -9,6 +9,7 @@
 //! holes: the kernel's sysctls written as the host's uid 0, a `SOCK_RAW`
 //! socket pair, the host's SysV shared memory, nested and separate git
 //! directories, and the default process bound.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};

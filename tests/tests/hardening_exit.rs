@@ -1,6 +1,7 @@
 //! Through the real `dsh-host` binary: nothing a command started outlives
 //! the harness (clean exit or `kill -9`), and endless output under a memory
 //! cap neither aborts the harness nor fills memory or disk.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 use std::os::unix::process::CommandExt;
 use std::time::Duration;

@@ -6,6 +6,7 @@
 //! middle of a write, a directory where the temp link goes, a sparse file
 //! of gigabytes to `edit`, and the workspace swapped for a link under a
 //! running session.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 // Only the chat's pty is used here.
 #[allow(dead_code)]

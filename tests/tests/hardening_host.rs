@@ -6,6 +6,7 @@
 //! after a crash, a configuration with too many rows is refused before it
 //! exhausts pthread keys, `$DSH_HOME` is private, and the spill plugin
 //! removes its directory when disposed.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;

@@ -3,6 +3,7 @@
 //! (a shell redirection `9<>file`) is not passed on to commands, and a
 //! relative `$DSH_HOME` is still the harness's own, protected from the
 //! file tools.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;

@@ -10,6 +10,7 @@
 //! error messages of megabytes, answers of a thousand tool calls
 //! (`maxToolCalls`), usage counts of `u64::MAX`, and a finish reason of
 //! megabytes.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 use std::path::Path;
 use std::time::Duration;

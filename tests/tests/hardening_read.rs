@@ -5,6 +5,7 @@
 //!
 //! Every test takes `SERIAL`: the memory test measures this process's peak
 //! RSS, which another test's host loading its plugins would disturb.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 use std::ffi::CString;
 use std::io::{Seek, SeekFrom, Write};

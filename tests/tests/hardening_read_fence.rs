@@ -5,6 +5,7 @@
 //! `/proc/kmsg` that blocks forever, and the `read = "ask"` policy. Every
 //! secret is a fake one: a fake `HOME`, a fake key in the host's
 //! environment, a fake log in the test's own `$DSH_HOME`.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -8,6 +8,7 @@
 //!
 //! Every wait here is on an event (a file the winner's tool creates, a
 //! request the fake model server received), bounded by a generous deadline.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;

@@ -10,6 +10,7 @@
 //! target (a directory outside every writable root) and that the call still
 //! succeeds. The harness creates its files through a descriptor of the
 //! directory it made (`dsh_tempdir::PrivateDir`), never by path.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 use std::path::{Path, PathBuf};
 

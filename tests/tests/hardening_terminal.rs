@@ -6,6 +6,7 @@
 //!
 //! Every run is the real `dsh-host` with the real plugins against the fake
 //! model server; "on a terminal" runs in a real pseudo-terminal.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 #[allow(dead_code)] // the pty helpers this suite does not call
 mod support;

@@ -11,6 +11,7 @@
 //!   reaches the terminal.
 //! - The chat: a background job types `a` while the approval prompt of a
 //!   write outside the workspace waits; the write must not be allowed.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 #[allow(dead_code)] // the pty helpers this suite does not call
 mod support;

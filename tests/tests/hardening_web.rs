@@ -16,6 +16,7 @@
 //! is switched on the way the README says (a `[[patch]]` of the `tool-web`
 //! row with `fetch = true`), plus `allowPrivate = true`, without which the
 //! SSRF guard refuses the loopback server.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -1,6 +1,7 @@
 //! The host with real plugin builds: services, events, effects, lifecycle,
 //! hot reload and bad inputs. Every plugin here is a real cdylib loaded into
 //! a real host; the probe fixture's row config selects its behavior.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 use dsh_host::FiberState;
 use dsh_testkit::fixtures::{probe_journal, probe_row, stage_probe};

@@ -2,6 +2,7 @@
 //! DeepSeek catalog's windows and output caps, the config's overrides for
 //! another OpenAI-compatible route, a bare answer from an adapter without
 //! a catalog, and the failures.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 use dsh_sdk::api::llm::ModelInfo;
 use dsh_sdk::names::{llm, service};

@@ -1,4 +1,5 @@
 //! The persistence contracts, run against the JSONL backend.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 use std::path::{Path, PathBuf};
 

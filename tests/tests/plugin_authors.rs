@@ -2,6 +2,7 @@
 //! gives a plugin of a `--plugins-dir` a row without writing one, shown by
 //! `--dump-config` and `plugins list`, patched by its id, reloaded under
 //! `--watch`. (`plugin_out_of_repo.rs` tests the out-of-repo scaffold.)
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;

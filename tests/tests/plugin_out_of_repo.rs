@@ -4,6 +4,7 @@
 //!
 //! A test binary of its own, so the nested build does not run beside the
 //! timing-sensitive tests.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

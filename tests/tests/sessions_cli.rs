@@ -6,6 +6,7 @@
 //! rm`, `--continue` and `--resume` end to end against the real host, the
 //! real plugins and the fake model server; a folder key two directories
 //! share never yields one's session to the other (issue 18).
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 use std::path::{Path, PathBuf};
 

@@ -2,6 +2,7 @@
 //! `session` plugin: every method is called with its params type and its
 //! reply parsed into its reply type, so the types and the provider cannot
 //! drift without this failing.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 use dsh_sdk::api::sessions::{
     AppendManyParams, AppendParams, AppendReply, Boundary, CreateMeta, CreateParams, CreateReply,
@@ -9,9 +10,10 @@ use dsh_sdk::api::sessions::{
     SurfaceReply,
 };
 use dsh_sdk::codes;
-use dsh_sdk::names::{service, sessions};
-use dsh_sdk::vocab::{event, msg, SessionEvent};
+use dsh_sdk::names::{service, session_persistence, sessions};
+use dsh_sdk::vocab::{event, SessionEvent};
 use dsh_sdk::Error;
+use dsh_testkit::msg;
 use dsh_testkit::session::store;
 use serde_json::{json, Value};
 
@@ -226,5 +228,162 @@ async fn params_that_do_not_parse_name_the_method_and_the_field() {
     .unwrap();
     let e = refused(json!({"id": "src", "boundary": "0"}), sessions::FORK).await;
     assert_eq!(e.code, "INVALID_BOUNDARY", "{e}");
+    t.shutdown().await;
+}
+
+/// Issue 19, item 2: a core event whose data does not read as its record
+/// (`dsh_sdk::vocab::records`) is refused with `INVALID_APPEND` naming the
+/// event and the field, and nothing changes, live or stored; a seed
+/// holding one creates no session.
+#[tokio::test]
+async fn a_malformed_core_record_is_refused_naming_the_field_and_changes_nothing() {
+    let (t, _root) = store().await;
+    let _: CreateReply = ask!(
+        &t,
+        sessions::CREATE,
+        CreateParams {
+            id: Some("m".into()),
+            meta: Some(CreateMeta {
+                cwd: Some(CWD.into()),
+            }),
+            ..CreateParams::default()
+        },
+    )
+    .await
+    .unwrap();
+    let opened: Vec<u64> = ask!(
+        &t,
+        sessions::APPEND_MANY,
+        AppendManyParams {
+            expect_seq: None,
+            id: "m".into(),
+            events: vec![
+                NewEvent::new(event::TURN_START, json!({"turn": 1})),
+                NewEvent::new(event::STEP_START, json!({"turn": 1, "step": 1})),
+                NewEvent::new(
+                    event::TOOL_CALL,
+                    json!({"turn": 1, "step": 1, "callId": "c1", "name": "read", "arguments": "{}"}),
+                ),
+            ],
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(opened, [0, 1, 2]);
+    let log = |from| FromParams {
+        id: "m".into(),
+        from,
+    };
+    let before: Vec<SessionEvent> = ask!(&t, sessions::EVENTS, log(0)).await.unwrap();
+    let result = |message: Value| {
+        surface(
+            event::TOOL_RESULT,
+            json!({"turn": 1, "step": 1, "message": message}),
+        )
+    };
+    let cases = [
+        (
+            NewEvent::new(event::TURN_END, json!({"turn": 1})),
+            "session event 3 (turn/end) has malformed data at `.`: missing field `reason`",
+        ),
+        (
+            NewEvent::new(event::STEP_END, json!({"turn": 1, "step": "1"})),
+            "session event 3 (step/end) has malformed data at `step`: invalid type: string \"1\", expected u64",
+        ),
+        (
+            NewEvent::new(
+                event::TOOL_CALL,
+                json!({"turn": 1, "step": 1, "callId": "c2", "name": "read", "arguments": {}}),
+            ),
+            "session event 3 (tool/call) has malformed data at `arguments`: invalid type: map, expected a string",
+        ),
+        (
+            result(json!({"role": "user", "content": [], "source": {"kind": "tool", "callId": "c1"}})),
+            "session event 3 (tool/result) has malformed data at `message`: missing field `id`",
+        ),
+        (
+            NewEvent::new(
+                event::REQUEST_HEADER,
+                json!({"header": {"config": {"provider": "p"}}, "reason": "initial"}),
+            ),
+            "session event 3 (request/header) has malformed data at `header.config`: missing field `model`",
+        ),
+    ];
+    for (bad, why) in cases {
+        let refused: Result<AppendReply, Error> = ask!(
+            &t,
+            sessions::APPEND,
+            AppendParams {
+                id: "m".into(),
+                event: bad,
+            },
+        )
+        .await;
+        let e = refused.unwrap_err();
+        assert_eq!(
+            (e.code.as_str(), e.message.as_str()),
+            ("INVALID_APPEND", why)
+        );
+    }
+    let after: Vec<SessionEvent> = ask!(&t, sessions::EVENTS, log(0)).await.unwrap();
+    assert_eq!(after, before, "the live log is unchanged");
+    // The refused events took no seq, and none of them was stored.
+    let closed: Vec<u64> = ask!(
+        &t,
+        sessions::APPEND_MANY,
+        AppendManyParams {
+            expect_seq: None,
+            id: "m".into(),
+            events: vec![
+                NewEvent::new(event::STEP_END, json!({"turn": 1, "step": 1})),
+                NewEvent::new(
+                    event::TURN_END,
+                    json!({"turn": 1, "reason": {"kind": "completed"}}),
+                ),
+            ],
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(closed, [3, 4]);
+    let live: Vec<SessionEvent> = ask!(&t, sessions::EVENTS, log(0)).await.unwrap();
+    assert_eq!(live[..3], before[..]);
+    let flushed: bool = ask!(&t, sessions::FLUSH, id("m")).await.unwrap();
+    assert!(flushed);
+    let stored = t
+        .host
+        .call(
+            service::SESSION_PERSISTENCE,
+            session_persistence::LOAD,
+            json!({"id": "m"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(stored["events"], json!(live), "nothing refused was stored");
+
+    let seeded: Result<CreateReply, Error> = ask!(
+        &t,
+        sessions::CREATE,
+        CreateParams {
+            id: Some("seeded".into()),
+            seed: Some(vec![SessionEvent::new(
+                event::TURN_START,
+                0,
+                json!({"turn": "one"}),
+            )]),
+            ..CreateParams::default()
+        },
+    )
+    .await;
+    let e = seeded.unwrap_err();
+    assert_eq!(
+        (e.code.as_str(), e.message.as_str()),
+        (
+            "INVALID_APPEND",
+            "invalid seed event at index 0: session event 0 (turn/start) has malformed data at `turn`: invalid type: string \"one\", expected u64 at line 1 column 13"
+        )
+    );
+    let live: Vec<String> = ask!(&t, sessions::LIST, ListParams {}).await.unwrap();
+    assert_eq!(live, ["m"], "the seeded session was not created");
     t.shutdown().await;
 }

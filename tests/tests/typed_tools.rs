@@ -3,6 +3,7 @@
 //! type and equal the original's, and arguments of the wrong type come back
 //! as an `INVALID_ARGS` tool result naming the field, whether the
 //! registry's schema check or the tool's own typed parse refuses them.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 use dsh_testkit::agent::{core_host, events, new_agent, of_type, turn};
 use dsh_testkit::fake_llm::{text, tool_calls, FakeLlm};

@@ -7,7 +7,8 @@
 //! - `test`: build everything (tests load real plugin builds), check the
 //!   plugin rules, run every test.
 //! - `check`: the plugin rules that `cargo tree` can see (a deny list of
-//!   crates and tokio features).
+//!   crates and tokio features), and the untyped-JSON budget of the
+//!   plugins and the SDK (`untyped.rs`).
 //! - `new-plugin NAME`: scaffold `plugins/NAME` with a passing test.
 //! - `new-plugin --out DIR NAME`: the same plugin as a crate of its own at
 //!   `DIR/NAME`, outside this repository, depending on this checkout's SDK
@@ -18,6 +19,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
+
+mod untyped;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -330,6 +333,9 @@ fn check() -> Result<()> {
     }
     problems.sort();
     problems.dedup();
+    if let Err(e) = untyped::check(&root()) {
+        problems.push(e.to_string());
+    }
     if problems.is_empty() {
         println!(
             "plugin rules: {} crates checked, no denied crate or tokio feature",
@@ -409,6 +415,10 @@ fn new_plugin(name: &str, out: Option<&Path>) -> Result<()> {
         out_of_repo_readme(name, &krate, &checkout),
     )?;
     std::fs::write(dir.join(".gitignore"), "/target\n")?;
+    // The lint settings of this workspace (tests may unwrap), so `cargo
+    // clippy --all-targets` there passes as it does here.
+    std::fs::copy(root().join("clippy.toml"), dir.join("clippy.toml"))
+        .context("copying clippy.toml")?;
     // The versions this checkout builds and tests with, so the plugin and
     // the host it is tested against agree, and nothing is fetched.
     std::fs::copy(root().join("Cargo.lock"), dir.join("Cargo.lock"))
@@ -606,7 +616,8 @@ impl Plugin for {ty} {{
         let seen = changes.clone();
         ctx.on(bus::TOOLS_CHANGE, move |_event| {{
             seen.set(seen.get() + 1);
-            async {{ Ok(Value::Null) }}
+            // A listener's answer: null leaves the dispatch as it was.
+            async {{ Ok(dsh_sdk::Value::Null) }}
         }});
         // A service, with typed parameters.
         let g = greeting.clone();

@@ -14,6 +14,8 @@ use dsh_sdk::blocking::cancellable;
 use dsh_sdk::fence::{resolve, ReadPolicy, Reads};
 use dsh_sdk::names::{bus, service};
 use dsh_sdk::prelude::*;
+use dsh_sdk::vocab::message::PluginSource;
+use dsh_sdk::vocab::{ContentBlock, Extra, Message, MessageSource};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -85,6 +87,21 @@ fn render(files: &[Loaded], budget: usize) -> Option<String> {
     Some(text)
 }
 
+/// The plugin the instructions message is from.
+const SOURCE_PLUGIN: &str = "agent-instructions";
+/// The form of context it is (`instructions`).
+const SOURCE_FORM: &str = "instructions";
+
+/// The user message that carries the rendered instructions.
+fn instructions_message(text: String) -> Message {
+    let source = MessageSource::Plugin(PluginSource {
+        plugin: SOURCE_PLUGIN.to_owned(),
+        form: Some(SOURCE_FORM.to_owned()),
+        extra: Extra::new(),
+    });
+    Message::user(dsh_sdk::new_id(), vec![ContentBlock::text(text)], source)
+}
+
 struct Instructions;
 
 impl Plugin for Instructions {
@@ -121,10 +138,8 @@ impl Plugin for Instructions {
                 let Some(text) = render(&files, config.max_bytes) else {
                     return ev.forward().await;
                 };
-                let message = json!({"id": dsh_sdk::new_id(), "role": "user",
-                    "content": [{"type": "text", "text": text}],
-                    "source": {"kind": "plugin", "plugin": "agent-instructions", "form": "instructions"}});
-                p.messages.insert(0, message);
+                p.messages
+                    .insert(0, serde_json::to_value(instructions_message(text))?);
                 ev.next(&p).await
             }
         });
@@ -133,3 +148,20 @@ impl Plugin for Instructions {
 }
 
 dsh_sdk::export_plugin!(Instructions);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_message_has_the_logged_shape() {
+        let mut m = serde_json::to_value(instructions_message("do".into())).unwrap();
+        assert!(m["id"].as_str().is_some_and(|id| !id.is_empty()));
+        m["id"] = json!("x");
+        assert_eq!(
+            serde_json::to_string(&m).unwrap(),
+            r#"{"id":"x","role":"user","content":[{"type":"text","text":"do"}],"source":{"kind":"plugin","plugin":"agent-instructions","form":"instructions"}}"#
+        );
+    }
+}

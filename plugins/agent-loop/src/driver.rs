@@ -1,4 +1,5 @@
-//! The turn and step algorithm (reference dsh-core §4.4–4.6, §5.4).
+//! The turn and step algorithm (reference dsh-core §4.4–4.6); a step's
+//! tool calls run in `tool_calls.rs`, in the order `schedule.rs` decides.
 
 use std::future::Future;
 use std::rc::Rc;
@@ -11,34 +12,67 @@ use dsh_sdk::api::agents::RunStatus;
 use dsh_sdk::api::llm::{Llm, StreamRequest};
 use dsh_sdk::api::sessions::{NewEvent, Sessions};
 use dsh_sdk::api::system_prompt::{AssembleParams, Assembly, SystemPrompt};
-use dsh_sdk::api::tools::{
-    Dispatched, ErrorInfo, Exec, Outcome, ScopeParams, StageKind, ToolError, ToolMode, ToolResult,
-    Tools,
-};
-use dsh_sdk::names::{bus, code, tools};
-use dsh_sdk::new_id;
+use dsh_sdk::api::tools::{ScopeParams, Tools};
+use dsh_sdk::names::{bus, tools};
 use dsh_sdk::prelude::*;
+use dsh_sdk::vocab::assembler::{AssembleError, BlockAssembler};
 use dsh_sdk::vocab::history;
-use dsh_sdk::vocab::{event, header_equals, msg, BlockAssembler};
-use dsh_sdk::CallStream;
+use dsh_sdk::vocab::message::{ContentBlock, MessageSource};
+use dsh_sdk::vocab::records::{
+    AssistantChunk, AssistantMessage, CallConfig, CancelCause, HeaderReason, RequestContext,
+    RequestHeader, RequestHeaderRecord, SpliceTarget, StepBoundary, TurnEnd, TurnEndReason,
+    TurnStart,
+};
+use dsh_sdk::vocab::{
+    event, Chunk, Extra, FinishReason, LlmFailure, Message, SurfaceOp, ToolSchema,
+};
+use dsh_sdk::{new_id, CallStream, Payload};
 use serde::Deserialize;
-use serde_json::Map;
+// `Value` stays where data is open: the call config an `agent/request`
+// listener may extend (sent on to the adapter as it is), the variables of
+// the prompt assembly, and the waterfall payloads before they are read.
+use serde_json::{Map, Value};
 
+use crate::tool_calls::Call;
 use crate::{Abort, Inbox, Loop, MAX_STEPS_FIELD, NEXT_STEP, NEXT_TURN, STEP_LIMIT};
 
 /// Told when a turn has claimed its first batch.
 pub(crate) type FirstClaim = tokio::sync::oneshot::Sender<()>;
 
-/// How a step ended: `Some(kind)` ends the turn unless more input is
+/// How a step ended: `Some(reason)` ends the turn unless more input is
 /// pending; `None` means tool results owe the model a response.
-type StepEnd = Option<&'static str>;
+type StepEnd = Option<TurnEndReason>;
 
 /// The call config of a request, as the `agent/request` waterfall left
-/// it, and the route it names.
+/// it: whole, for the adapter (listeners may add fields of their own), and
+/// read as a call config, for the logged header and the route.
 struct Route {
+    config: Map<String, Value>,
+    call: CallConfig,
+}
+
+/// The route fields of a call config, read before the rest: a config
+/// without a route fails with the original's message.
+#[derive(Deserialize)]
+struct Named {
+    #[serde(default)]
+    provider: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+}
+
+/// The `config` of an `agent/request` payload, as the last listener passed
+/// it on.
+#[derive(Deserialize)]
+struct PassedConfig {
     config: Value,
-    provider: String,
-    model: String,
+}
+
+/// The `messages` of an `agent/pre-step` payload, as the last listener
+/// passed it on.
+#[derive(Deserialize)]
+struct PassedMessages {
+    messages: Vec<Message>,
 }
 
 /// What a model stream produced: its blocks so far, the seqs of the
@@ -50,8 +84,33 @@ struct Answer {
     interrupted: bool,
 }
 
+/// A stream item read as a chunk. The set of chunks is closed (the
+/// original's consumers end in `assertNever`): an item that is not one
+/// fails the step before it is logged.
+fn chunk_of(item: Result<Payload>) -> Result<Chunk, Stop> {
+    item?.parse::<Chunk>().map_err(|e| {
+        Stop::Failed(Error::new(
+            codes::INVALID_PAYLOAD,
+            format!("the model stream sent an item that is not a stream chunk: {e}"),
+        ))
+    })
+}
+
+/// A stream whose blocks cannot be assembled fails the turn, as the
+/// original's assembler throws.
+fn unassembled(e: AssembleError) -> Stop {
+    Stop::Failed(Error::new(codes::UNKNOWN, e.to_string()))
+}
+
+/// The reason of a turn the abort ended (its first cause; an abort always
+/// has one, `user` only stands in for the impossible).
+fn aborted(abort: &Abort) -> TurnEndReason {
+    let reason = abort.cause.borrow().clone().unwrap_or(CancelCause::User);
+    TurnEndReason::Aborted { reason }
+}
+
 /// A failure that ends the turn: an abort, or an error with its reason.
-enum Stop {
+pub(crate) enum Stop {
     Aborted,
     Failed(Error),
 }
@@ -74,7 +133,7 @@ impl Loop {
     /// Awaits `fut` unless the turn is aborted first: a cancel must not wait
     /// out a retry delay or a running tool. Dropping `fut` cancels the calls
     /// it made.
-    async fn unless_aborted<T>(
+    pub(crate) async fn unless_aborted<T>(
         &self,
         abort: &Abort,
         fut: impl Future<Output = T>,
@@ -102,7 +161,7 @@ impl Loop {
             step,
             error,
         };
-        self.notify(agent, bus::AGENT_ERROR, error);
+        self.notify(bus::AGENT_ERROR, &error);
     }
 
     pub(crate) async fn drive(&self, agent: &str, mut claimed: Option<FirstClaim>) {
@@ -122,7 +181,7 @@ impl Loop {
             agent: agent.to_owned(),
             status: RunStatus::Idle,
         };
-        self.notify(agent, bus::AGENT_STATUS, idle);
+        self.notify(bus::AGENT_STATUS, &idle);
         for w in waiters {
             let _ = w.send(end.clone());
         }
@@ -144,7 +203,7 @@ impl Loop {
             (abort, a.last_turn + 1)
         };
         if let Err(e) = self
-            .append(agent, event::TURN_START, json!({"turn": turn}), false, None)
+            .append_record(agent, event::TURN_START, &TurnStart::new(turn))
             .await
         {
             self.report_error(agent, turn, Some(0), e);
@@ -153,53 +212,30 @@ impl Loop {
         if let Some(a) = self.agents.borrow_mut().get_mut(agent) {
             a.last_turn = turn;
         }
-        let mut ends: Option<&'static str> = None;
+        let mut ends: StepEnd = None;
         let outcome = self
             .turn_body(agent, turn, &abort, &mut ends, claimed)
             .await;
         let reason = match outcome {
-            Ok(()) => json!({"kind": ends.unwrap_or("completed")}),
-            Err(Stop::Aborted) => {
-                let cause = abort
-                    .cause
-                    .borrow()
-                    .clone()
-                    .unwrap_or(json!({"kind": "user"}));
-                json!({"kind": "aborted", "reason": cause})
-            }
-            Err(Stop::Failed(_)) if abort.is_aborted() => {
-                let cause = abort
-                    .cause
-                    .borrow()
-                    .clone()
-                    .unwrap_or(json!({"kind": "user"}));
-                json!({"kind": "aborted", "reason": cause})
-            }
+            Ok(()) => ends.unwrap_or(TurnEndReason::Completed),
+            Err(Stop::Aborted) => aborted(&abort),
+            Err(Stop::Failed(_)) if abort.is_aborted() => aborted(&abort),
             Err(Stop::Failed(e)) => {
-                let reason =
-                    json!({"kind": "error", "error": {"message": e.message, "code": e.code}});
+                let error = LlmFailure::new(&e.code, e.message.clone());
                 self.report_error(agent, turn, None, e);
-                reason
+                TurnEndReason::Error { error }
             }
         };
-        if let Err(e) = self
-            .append(
-                agent,
-                event::TURN_END,
-                json!({"turn": turn, "reason": reason}),
-                false,
-                None,
-            )
-            .await
-        {
+        let end = TurnEnd::new(turn, reason.clone());
+        if let Err(e) = self.append_record(agent, event::TURN_END, &end).await {
             self.report_error(agent, turn, None, e);
         }
         let mut agents = self.agents.borrow_mut();
         let Some(a) = agents.get_mut(agent) else {
             return false;
         };
-        a.last_end = reason.clone();
-        let completed = matches!(reason["kind"].as_str(), Some("completed" | "max-tokens"));
+        let completed = matches!(reason, TurnEndReason::Completed | TurnEndReason::MaxTokens);
+        a.last_end = Some(reason);
         let again = completed && !abort.is_aborted() && a.inbox.has_pending();
         if again {
             a.abort = Some(Rc::default());
@@ -210,7 +246,9 @@ impl Loop {
     /// `deriveMessages()`, incrementally: only surface events appended since
     /// the last request are fetched; a `replace` falls back to a full derive.
     /// Messages are kept as the JSON text they were logged as, so a request
-    /// copies the history instead of parsing and re-encoding it.
+    /// copies the history instead of parsing and re-encoding it: the one
+    /// place the loop keeps messages untyped, on purpose, for speed (a
+    /// long session's history is most of every request).
     async fn refresh_history(&self, agent: &str) -> Result<()> {
         let sessions = Sessions::new(&self.ctx);
         let from = self.agents.borrow().get(agent).map_or(0, |a| a.history_seq);
@@ -236,11 +274,13 @@ impl Loop {
     /// Opens the `llm.stream` request of a step: the call config, then the
     /// history (copied as logged, never re-encoded), the system prompt, the
     /// tools and the session id.
-    fn open_stream(&self, agent: &str, config: &Value, assembly: &Assembly) -> Result<CallStream> {
-        let mut config = config
-            .as_object()
-            .cloned()
-            .ok_or_else(|| Error::msg(format!("the call config is not an object: {config}")))?;
+    fn open_stream(
+        &self,
+        agent: &str,
+        config: &Map<String, Value>,
+        assembly: &Assembly,
+    ) -> Result<CallStream> {
+        let mut config = config.clone();
         for key in StreamRequest::OWN_KEYS {
             config.shift_remove(key);
         }
@@ -257,34 +297,24 @@ impl Loop {
         Llm::new(&self.ctx).stream(&request)
     }
 
-    async fn claim(&self, agent: &str, target: &str, turn: u64) -> Result<Vec<Value>> {
+    async fn claim(&self, agent: &str, target: SpliceTarget, turn: u64) -> Result<Vec<Message>> {
         let lock = self.inbox_lock(agent)?;
         let _ordered = lock.lock().await;
         let (steps, turns) = {
             let agents = self.agents.borrow();
             let a = agents.get(agent).ok_or_else(|| Error::msg("agent gone"))?;
-            let take_turn = target == "next-turn" && !a.inbox.next_turn.is_empty();
+            let take_turn = target == NEXT_TURN && !a.inbox.next_turn.is_empty();
             (a.inbox.next_step.len(), usize::from(take_turn))
         };
         if steps > 0 {
-            self.append(
-                agent,
-                event::INBOX_SPLICED,
-                Inbox::removal(NEXT_STEP, steps, None),
-                false,
-                None,
-            )
-            .await?;
+            let splice = Inbox::removal(NEXT_STEP, steps, None);
+            self.append_record(agent, event::INBOX_SPLICED, &splice)
+                .await?;
         }
         if turns > 0 {
-            self.append(
-                agent,
-                event::INBOX_SPLICED,
-                Inbox::removal(NEXT_TURN, 1, None),
-                false,
-                None,
-            )
-            .await?;
+            let splice = Inbox::removal(NEXT_TURN, 1, None);
+            self.append_record(agent, event::INBOX_SPLICED, &splice)
+                .await?;
         }
         let mut claimed = Vec::new();
         if let Some(a) = self.agents.borrow_mut().get_mut(agent) {
@@ -303,7 +333,7 @@ impl Loop {
                 message: m,
                 turn,
             };
-            self.notify(agent, bus::AGENT_INBOX_CLAIMED, claim);
+            self.notify(bus::AGENT_INBOX_CLAIMED, &claim);
         }
         Ok(claimed)
     }
@@ -325,8 +355,14 @@ impl Loop {
         };
         // An unset option is a variable without a value (an error if a
         // section uses it), unless a `system-prompt/assemble` listener
-        // supplies it.
-        let var = |v: String| if v.is_empty() { Value::Null } else { json!(v) };
+        // supplies it. (Variables are open: listeners add their own.)
+        let var = |v: String| {
+            if v.is_empty() {
+                Value::Null
+            } else {
+                Value::String(v)
+            }
+        };
         let mut variables = Map::new();
         variables.insert("provider".to_owned(), var(provider));
         variables.insert("model".to_owned(), var(model));
@@ -352,7 +388,7 @@ impl Loop {
 
     /// The runtime-context snapshot message this step must append, if the
     /// assembly's differs from the one the log retains.
-    async fn runtime_context(&self, agent: &str, assembly: &Assembly) -> Result<Option<Value>> {
+    async fn runtime_context(&self, agent: &str, assembly: &Assembly) -> Result<Option<Message>> {
         let from = self
             .agents
             .borrow()
@@ -364,12 +400,12 @@ impl Loop {
             .get_mut(agent)
             .ok_or_else(|| Error::msg("agent gone"))?;
         if from == 0 {
-            a.runtime_context.restore(&events);
+            a.runtime_context.restore(&events)?;
         } else {
-            a.runtime_context.follow(&events);
+            a.runtime_context.follow(&events)?;
         }
-        Ok(a.runtime_context
-            .project(&assembly.context, &assembly.context_sections))
+        a.runtime_context
+            .project(&assembly.context, &assembly.context_sections)
     }
 
     async fn turn_body(
@@ -377,10 +413,10 @@ impl Loop {
         agent: &str,
         turn: u64,
         abort: &Abort,
-        ends: &mut Option<&'static str>,
+        ends: &mut StepEnd,
         mut first_claim: Option<FirstClaim>,
     ) -> Result<(), Stop> {
-        let mut target = "next-turn";
+        let mut target = NEXT_TURN;
         let mut step = 0u64;
         loop {
             self.check(abort)?;
@@ -401,7 +437,7 @@ impl Loop {
                 .await?;
             self.check(abort)?;
             if decision.kind == PreStepKind::Reject {
-                *ends = Some("blocked");
+                *ends = Some(TurnEndReason::Blocked);
                 return Ok(());
             }
             let messages = decision.messages;
@@ -409,31 +445,20 @@ impl Loop {
                 return Ok(());
             }
             if step == 0 && messages.is_empty() {
-                *ends = Some("completed");
+                *ends = Some(TurnEndReason::Completed);
                 return Ok(());
             }
-            self.append(
-                agent,
-                event::STEP_START,
-                json!({"turn": turn, "step": next}),
-                false,
-                None,
-            )
-            .await?;
+            self.append_record(agent, event::STEP_START, &StepBoundary::new(turn, next))
+                .await?;
             step = next;
             let result = self
                 .step_body(agent, (turn, step), &assembly, &messages, abort)
                 .await;
-            self.append(
-                agent,
-                event::STEP_END,
-                json!({"turn": turn, "step": step}),
-                false,
-                None,
-            )
-            .await?;
+            self.append_record(agent, event::STEP_END, &StepBoundary::new(turn, step))
+                .await?;
             let end = result?;
-            if *ends != Some("max-tokens") {
+            // `max-tokens` is sticky within a turn.
+            if !matches!(ends, Some(TurnEndReason::MaxTokens)) {
                 *ends = end;
             }
             self.check(abort)?;
@@ -444,20 +469,20 @@ impl Loop {
                     .is_some_and(|a| !a.inbox.next_step.is_empty())
             };
             if ends.is_some() && !pending_step() {
+                let stopping = TurnStopping {
+                    agent: agent.to_owned(),
+                    turn,
+                };
                 self.ctx
-                    .dispatch(bus::AGENT_TURN_STOPPING)
-                    .scope(agent)
-                    .serial(TurnStopping {
-                        agent: agent.to_owned(),
-                        turn,
-                    })
+                    .dispatch_about(bus::AGENT_TURN_STOPPING, &stopping)
+                    .serial()
                     .await?;
                 self.check(abort)?;
                 if !pending_step() {
                     return Ok(());
                 }
             }
-            target = "next-step";
+            target = NEXT_STEP;
         }
     }
 
@@ -470,10 +495,10 @@ impl Loop {
         &self,
         agent: &str,
         (turn, step): (u64, u64),
-        claimed: Vec<Value>,
-        context: Option<Value>,
+        claimed: Vec<Message>,
+        context: Option<Message>,
         abort: &Abort,
-    ) -> Result<PreStepDecision> {
+    ) -> Result<PreStepDecision<Message>> {
         let signal = format!("pre-step:{agent}:{turn}:{step}");
         let payload = PreStep {
             agent: agent.to_owned(),
@@ -484,10 +509,18 @@ impl Loop {
         };
         let waterfall = self
             .ctx
-            .dispatch(bus::AGENT_PRE_STEP)
-            .scope(agent)
-            .waterfall(payload, |p| async move {
-                let mut messages = p["messages"].as_array().cloned().unwrap_or_default();
+            .dispatch_about(bus::AGENT_PRE_STEP, &payload)
+            .waterfall(|p| async move {
+                let PassedMessages { mut messages } =
+                    PassedMessages::deserialize(p).map_err(|e| {
+                        Error::new(
+                            codes::INVALID_PAYLOAD,
+                            format!(
+                                "an `{}` listener passed on messages that are not messages: {e}",
+                                bus::AGENT_PRE_STEP
+                            ),
+                        )
+                    })?;
                 messages.extend(context);
                 let enter = PreStepDecision {
                     kind: PreStepKind::Enter,
@@ -544,7 +577,7 @@ impl Loop {
         agent: &str,
         at: (u64, u64),
         assembly: &Assembly,
-        messages: &[Value],
+        messages: &[Message],
         abort: &Abort,
     ) -> Result<StepEnd, Stop> {
         self.log_step_input(agent, messages).await?;
@@ -562,9 +595,8 @@ impl Loop {
                     .await?;
                 return Err(Stop::Aborted);
             }
-            let kind = answer.assembler.finish_kind();
-            if kind == "error" || kind == "aborted" {
-                self.retry_or_fail(agent, at, &route, &answer.assembler, abort)
+            if let Some(failure) = answer.assembler.failure() {
+                self.retry_or_fail(agent, at, &route, failure, abort)
                     .await?;
                 continue;
             }
@@ -573,10 +605,10 @@ impl Loop {
     }
 
     /// The step's input messages enter the log (and so the history).
-    async fn log_step_input(&self, agent: &str, messages: &[Value]) -> Result<()> {
+    async fn log_step_input(&self, agent: &str, messages: &[Message]) -> Result<()> {
         for m in messages {
-            self.append(agent, event::USER_MESSAGE, m.clone(), true, None)
-                .await?;
+            let event = NewEvent::surface(event::USER_MESSAGE, m, SurfaceOp::Append, None)?;
+            self.append(agent, event).await?;
         }
         Ok(())
     }
@@ -606,22 +638,38 @@ impl Loop {
         };
         let config = self
             .ctx
-            .dispatch(bus::AGENT_REQUEST)
-            .scope(agent)
-            .waterfall(payload, |p| async move { Ok(p["config"].clone()) })
+            .dispatch_about(bus::AGENT_REQUEST, &payload)
+            .waterfall(|p| async move {
+                let PassedConfig { config } = PassedConfig::deserialize(p)?;
+                Ok(config)
+            })
             .await?;
-        let provider = config["provider"].as_str().unwrap_or_default().to_owned();
-        let model = config["model"].as_str().unwrap_or_default().to_owned();
-        if provider.is_empty() || model.is_empty() {
+        let refused = |why: String| {
+            Error::new(
+                codes::INVALID_PAYLOAD,
+                format!(
+                    "the `{}` waterfall answered a call config {why}",
+                    bus::AGENT_REQUEST
+                ),
+            )
+        };
+        if !config.is_object() {
+            return Err(refused(format!("that is not an object: {config}")));
+        }
+        let named = Named::deserialize(&config)
+            .map_err(|e| refused(format!("whose route is not text: {e}")))?;
+        let routed = |v: &Option<String>| v.as_deref().is_some_and(|s| !s.is_empty());
+        if !routed(&named.provider) || !routed(&named.model) {
             return Err(Error::new(codes::UNKNOWN, format!(
                 "agent \"{agent}\" has no provider/model: set AgentOptions.provider and AgentOptions.model or supply both via the agent/request waterfall"
             )));
         }
-        Ok(Route {
-            config,
-            provider,
-            model,
-        })
+        let call = CallConfig::deserialize(&config)
+            .map_err(|e| refused(format!("that is not a call config: {e}")))?;
+        let Value::Object(config) = config else {
+            return Err(refused(format!("that is not an object: {config}")));
+        };
+        Ok(Route { config, call })
     }
 
     /// Logs `request/header` when this is the agent's first request or
@@ -632,42 +680,59 @@ impl Loop {
         route: &Route,
         assembly: &Assembly,
     ) -> Result<()> {
-        let mut header = json!({"config": route.config});
-        if !assembly.system.is_empty() {
-            header["system"] = json!(assembly.system);
+        let tools = assembly
+            .tools
+            .iter()
+            .map(ToolSchema::deserialize)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| {
+                Error::new(
+                    codes::INVALID_PAYLOAD,
+                    format!("the prompt assembly offers a tool that is not a tool schema: {e}"),
+                )
+            })?;
+        let header = RequestHeader {
+            config: route.call.clone(),
+            adapter_defaults: None,
+            system: Some(assembly.system.clone()),
+            tools: Some(tools),
+            extra: Extra::new(),
         }
-        if !assembly.tools.is_empty() {
-            header["tools"] = json!(assembly.tools);
-        }
-        let (first, logged, logged_ctx) = {
+        .canonical();
+        let (first, resumed, logged, logged_ctx) = {
             let agents = self.agents.borrow();
             let a = agents.get(agent);
             (
                 a.is_none_or(|a| a.first_request),
+                a.is_some_and(|a| a.resumed_header),
                 a.and_then(|a| a.logged_header.clone()),
                 a.and_then(|a| a.logged_context.clone()),
             )
         };
-        if first || !logged.as_ref().is_some_and(|l| header_equals(l, &header)) {
+        if first || !logged.as_ref().is_some_and(|l| l.same_as(&header)) {
             let reason = if !first {
-                "change"
-            } else if logged.is_some() {
-                "resume"
+                HeaderReason::Change
+            } else if resumed {
+                HeaderReason::Resume
             } else {
-                "initial"
+                HeaderReason::Initial
             };
-            self.append(
-                agent,
-                event::REQUEST_HEADER,
-                json!({"header": header, "reason": reason}),
-                false,
-                None,
-            )
-            .await?;
+            let record = RequestHeaderRecord {
+                header: header.clone(),
+                reason,
+                extra: Extra::new(),
+            };
+            self.append_record(agent, event::REQUEST_HEADER, &record)
+                .await?;
         }
-        let context = json!({"provider": route.provider, "model": route.model});
+        let context = RequestContext {
+            provider: route.call.provider.clone(),
+            model: route.call.model.clone(),
+            context_window: None,
+            extra: Extra::new(),
+        };
         if logged_ctx.as_ref() != Some(&context) {
-            self.append(agent, event::REQUEST_CONTEXT, context.clone(), false, None)
+            self.append_record(agent, event::REQUEST_CONTEXT, &context)
                 .await?;
         }
         if let Some(a) = self.agents.borrow_mut().get_mut(agent) {
@@ -692,28 +757,32 @@ impl Loop {
         loop {
             let item = tokio::select! {
                 _ = abort.notify.notified() => { answer.interrupted = true; break; }
-                item = stream.next() => item,
+                item = stream.next_payload() => item,
             };
             let Some(item) = item else { break };
-            let first_chunk = item.map_err(Stop::Failed)?;
-            let mut batch = vec![first_chunk];
-            while let Some(more) = stream.try_next() {
-                batch.push(more.map_err(Stop::Failed)?);
+            let mut batch = vec![chunk_of(item)?];
+            while let Some(more) = stream.try_next_payload() {
+                batch.push(chunk_of(more)?);
             }
-            let events: Vec<NewEvent> = batch
-                .iter()
-                .map(|c| {
-                    NewEvent::new(
-                        event::ASSISTANT_CHUNK,
-                        json!({"turn": turn, "step": step, "chunk": c}),
-                    )
+            // Fed first, then moved into their records (the assembler is
+            // dropped if the append fails).
+            for chunk in &batch {
+                answer.assembler.push(chunk);
+            }
+            let events = batch
+                .into_iter()
+                .map(|chunk| {
+                    let record = AssistantChunk {
+                        turn,
+                        step,
+                        chunk,
+                        extra: Extra::new(),
+                    };
+                    NewEvent::typed(event::ASSISTANT_CHUNK, &record)
                 })
-                .collect();
+                .collect::<Result<Vec<_>>>()?;
             let seqs = Sessions::new(&self.ctx).append_many(agent, events).await?;
             answer.chunk_seqs.extend(seqs);
-            for c in &batch {
-                answer.assembler.push(c);
-            }
             if abort.is_aborted() {
                 answer.interrupted = true;
                 break;
@@ -733,13 +802,8 @@ impl Loop {
     ) -> Result<()> {
         let blocks = answer.assembler.interrupted_blocks();
         if !blocks.is_empty() {
-            let route = (route.provider.as_str(), route.model.as_str());
-            let Answer {
-                assembler,
-                chunk_seqs,
-                ..
-            } = answer;
-            self.append_assistant(agent, at, route, blocks, &assembler, chunk_seqs, true)
+            let message = assistant_message(route, blocks, None);
+            self.append_assistant(agent, at, message, answer, true)
                 .await?;
         }
         Ok(())
@@ -753,33 +817,35 @@ impl Loop {
         agent: &str,
         (turn, step): (u64, u64),
         route: &Route,
-        assembler: &BlockAssembler,
+        failure: &LlmFailure,
         abort: &Abort,
     ) -> Result<(), Stop> {
-        let failure = assembler.failure();
-        let payload = RequestError {
+        let payload = RequestError::<&LlmFailure> {
             agent: agent.to_owned(),
             turn,
             step,
-            provider: route.provider.clone(),
-            failure: failure.clone(),
+            provider: route.call.provider.clone(),
+            failure,
             retry_policy: RetryPolicy::default(),
         };
         let decide = self
             .ctx
-            .dispatch(bus::AGENT_REQUEST_ERROR)
-            .scope(agent)
-            .waterfall(payload, |_| async { Ok(Value::Null) });
+            .dispatch_about(bus::AGENT_REQUEST_ERROR, &payload)
+            .waterfall(|_| async { Ok(Value::Null) });
         let action = self.unless_aborted(abort, decide).await??;
-        let decision: Option<RequestErrorDecision> = serde_json::from_value(action).ok().flatten();
+        let decision = Option::<RequestErrorDecision>::deserialize(action).map_err(|e| {
+            Error::new(
+                codes::INVALID_PAYLOAD,
+                format!(
+                    "an `{}` listener answered no decision: {e}",
+                    bus::AGENT_REQUEST_ERROR
+                ),
+            )
+        })?;
         if decision.is_some_and(|d| d.is_retry()) {
             return Ok(());
         }
-        let code = failure["code"].as_str().unwrap_or(codes::UNKNOWN);
-        let message = failure["message"]
-            .as_str()
-            .unwrap_or("the model request failed");
-        Err(Error::new(code, message).into())
+        Err(Error::new(&failure.code, &failure.message).into())
     }
 
     /// Logs the model's answer, then runs its tool calls: the step ends
@@ -793,351 +859,75 @@ impl Loop {
         answer: Answer,
         abort: &Abort,
     ) -> Result<StepEnd, Stop> {
-        let kind = answer.assembler.finish_kind();
-        let blocks = answer.assembler.blocks();
+        let max_tokens = answer.assembler.finish() == FinishReason::MaxTokens;
+        let blocks = answer.assembler.blocks().map_err(unassembled)?;
+        // Kept with the message, as the original does, for the adapter to
+        // replay this answer (pruned with the tool calls a cut dropped).
+        let replay_state = answer.assembler.replay_state().map_err(unassembled)?;
         let calls = Call::of(&blocks);
-        let Answer {
-            assembler,
-            chunk_seqs,
-            ..
-        } = answer;
-        self.append_assistant(
-            agent,
-            (turn, step),
-            (route.provider.as_str(), route.model.as_str()),
-            blocks,
-            &assembler,
-            chunk_seqs,
-            false,
-        )
-        .await?;
-        if kind == "max-tokens" {
-            return Ok(Some("max-tokens"));
+        let message = assistant_message(route, blocks, replay_state);
+        self.append_assistant(agent, (turn, step), message, answer, false)
+            .await?;
+        if max_tokens {
+            return Ok(Some(TurnEndReason::MaxTokens));
         }
         if calls.is_empty() {
-            return Ok(Some("completed"));
+            return Ok(Some(TurnEndReason::Completed));
         }
         let concluded = self
-            .run_tool_calls(agent, turn, step, &calls, abort)
+            .run_tool_calls(agent, (turn, step), &calls, abort)
             .await?;
         if abort.is_aborted() {
             return Err(Stop::Aborted);
         }
         // A tool that concluded the turn ends it after this step's
         // results, unless next-step input (its contexts) is pending.
-        Ok(concluded.then_some("completed"))
+        Ok(concluded.then_some(TurnEndReason::Completed))
     }
 
-    /// Logs the assistant message of a step, citing its chunks.
-    #[allow(clippy::too_many_arguments)]
+    /// Logs the assistant message of a step with the answer's usage,
+    /// citing its chunks.
     async fn append_assistant(
         &self,
         agent: &str,
         (turn, step): (u64, u64),
-        (provider, model): (&str, &str),
-        blocks: Vec<Value>,
-        assembler: &BlockAssembler,
-        chunk_seqs: Vec<u64>,
+        message: Message,
+        answer: Answer,
         interrupted: bool,
     ) -> Result<u64> {
-        let mut data = json!({"turn": turn, "step": step, "message": msg::assistant(&new_id(), blocks, provider, model)});
-        if let Some(u) = &assembler.usage {
-            data["usage"] = u.clone();
-        }
-        if interrupted {
-            data["interrupted"] = json!(true);
-        }
-        self.append(
-            agent,
+        let record = AssistantMessage {
+            turn,
+            step,
+            message,
+            usage: answer.assembler.usage().cloned(),
+            interrupted: interrupted.then_some(true),
+            extra: Extra::new(),
+        };
+        let event = NewEvent::surface(
             event::ASSISTANT_MESSAGE,
-            data,
-            true,
-            Some(chunk_seqs),
-        )
-        .await
-    }
-
-    /// Runs one step's tool calls in groups (parallel-safe siblings
-    /// together, exclusive ones alone), committing results in model order.
-    /// True when a result concluded the turn.
-    async fn run_tool_calls(
-        &self,
-        agent: &str,
-        turn: u64,
-        step: u64,
-        calls: &[Call],
-        abort: &Abort,
-    ) -> Result<bool> {
-        let mut concluded = false;
-        let cwd = self.agents.borrow().get(agent).and_then(|a| a.cwd.clone());
-        let tools = Tools::new(&self.ctx);
-        // An unknown tool, or a registry that cannot say, runs alone.
-        let mode = |name: &str| {
-            let tools = tools.clone();
-            let name = name.to_owned();
-            async move {
-                tools
-                    .mode(&name, Some(agent))
-                    .await
-                    .unwrap_or(ToolMode::Exclusive)
-            }
-        };
-        let mut i = 0;
-        while i < calls.len() {
-            if abort.is_aborted() {
-                for call in &calls[i..] {
-                    let seq = self.log_call(agent, turn, step, call).await?;
-                    let result = aborted_before_dispatch();
-                    self.commit_result(agent, turn, step, call, seq, &result)
-                        .await?;
-                }
-                return Ok(concluded);
-            }
-            let mut group = vec![i];
-            if mode(&calls[i].name).await == ToolMode::Parallel {
-                while group.len() < self.config.max_parallel_tool_calls.max(1)
-                    && i + group.len() < calls.len()
-                {
-                    if mode(&calls[i + group.len()].name).await != ToolMode::Parallel {
-                        break;
-                    }
-                    group.push(i + group.len());
-                }
-            }
-            // Pre-execute (policy, approval) runs call by call in model
-            // order; only the dispatches overlap; post-execute and the
-            // commits follow in model order again (the original's staged
-            // scheduler: prepare, dispatch, finalize).
-            let mut started = Vec::new();
-            for &k in &group {
-                // A cancel stops the starts; the unstarted calls are
-                // skipped at the top of the next round.
-                if abort.is_aborted() {
-                    break;
-                }
-                let call = &calls[k];
-                let seq = self.log_call(agent, turn, step, call).await?;
-                let exec = call.exec(agent, cwd.clone());
-                let slot = match tools.prepare(&exec).await {
-                    Err(e) => Slot::Settled(Tail::None, Box::new(transport_failure(&e))),
-                    Ok(prepared) => {
-                        let result = Box::new(prepared.result.unwrap_or_default());
-                        match prepared.kind {
-                            // Cancelled while pre-execute ran: no dispatch,
-                            // but post-execute still sees the outcome.
-                            StageKind::Dispatch if abort.is_aborted() => Slot::Settled(
-                                Tail::Post(prepared.exec),
-                                Box::new(aborted_before_dispatch()),
-                            ),
-                            StageKind::Dispatch => {
-                                let t = tools.clone();
-                                let x = prepared.exec.clone();
-                                let handle =
-                                    tokio::task::spawn_local(async move { t.dispatch(&x).await });
-                                Slot::Running(prepared.exec, handle)
-                            }
-                            StageKind::PostResult => {
-                                Slot::Settled(Tail::Post(prepared.exec), result)
-                            }
-                            StageKind::FinalResult => {
-                                Slot::Settled(Tail::Finish(prepared.exec), result)
-                            }
-                        }
-                    }
-                };
-                started.push((k, seq, slot));
-            }
-            let count = started.len();
-            for (k, seq, slot) in started {
-                let (tail, result) = match slot {
-                    Slot::Settled(tail, result) => (tail, *result),
-                    Slot::Running(exec, handle) => self.await_dispatch(abort, exec, handle).await,
-                };
-                let result = match tail {
-                    Tail::Post(exec) => tools.finalize(&Outcome { exec, result }).await,
-                    Tail::Finish(exec) => tools.finish(&Outcome { exec, result }).await,
-                    Tail::None => Ok(result),
-                }
-                .unwrap_or_else(|e| transport_failure(&e));
-                self.commit_result(agent, turn, step, &calls[k], seq, &result)
-                    .await?;
-                concluded |= result.concludes_turn;
-                for m in result.additional_contexts.into_iter().flatten() {
-                    self.queue_next_step(agent, m).await?;
-                }
-            }
-            i += count;
-        }
-        Ok(concluded)
-    }
-
-    /// Waits for a dispatching call. A cancel stops the calls still
-    /// running: dropping the call cancels it in the tool's plugin (bash
-    /// kills its process group), and the result is the original's
-    /// ABORTED. A call that finished before the cancel keeps its result.
-    async fn await_dispatch(
-        &self,
-        abort: &Abort,
-        exec: Exec,
-        mut handle: Dispatching,
-    ) -> (Tail, ToolResult) {
-        let outcome = if handle.is_finished() {
-            Some((&mut handle).await)
-        } else {
-            self.unless_aborted(abort, &mut handle).await.ok()
-        };
-        match outcome {
-            None => {
-                handle.abort();
-                (Tail::Post(exec), aborted_in_dispatch())
-            }
-            Some(Ok(Ok(d))) if d.kind == StageKind::PostResult => (Tail::Post(exec), d.result),
-            Some(Ok(Ok(d))) => (Tail::Finish(exec), d.result),
-            Some(Ok(Err(e))) => (Tail::None, transport_failure(&e)),
-            Some(Err(e)) => (
-                Tail::None,
-                failure(&e.to_string(), None, "Error: the tool task failed"),
-            ),
-        }
-    }
-
-    /// Appends a tool's additional context to the end of the `next-step`
-    /// inbox (a durable splice, then the live emit), so it becomes a
-    /// `user/message` at the start of the next step, after every result.
-    async fn queue_next_step(&self, agent: &str, message: Value) -> Result<()> {
-        self.append_inbox(agent, NEXT_STEP, message).await
-    }
-
-    async fn log_call(&self, agent: &str, turn: u64, step: u64, call: &Call) -> Result<u64> {
-        self.append(
-            agent,
-            event::TOOL_CALL,
-            json!({"turn": turn, "step": step, "callId": call.id, "name": call.name, "arguments": call.arguments}),
-            false,
-            None,
-        )
-        .await
-    }
-
-    async fn commit_result(
-        &self,
-        agent: &str,
-        turn: u64,
-        step: u64,
-        call: &Call,
-        call_seq: u64,
-        result: &ToolResult,
-    ) -> Result<u64> {
-        let message =
-            msg::tool_result(&new_id(), &call.id, result.content.clone(), result.is_error);
-        let mut data = json!({"turn": turn, "step": step, "message": message});
-        if let Some(info) = result.error.as_ref().and_then(|e| e.info.as_ref()) {
-            data["error"] = json!(info);
-        }
-        if let Some(meta) = &result.meta {
-            data["meta"] = meta.clone();
-        }
-        self.append(agent, event::TOOL_RESULT, data, true, Some(vec![call_seq]))
-            .await
+            &record,
+            SurfaceOp::Append,
+            Some(answer.chunk_seqs),
+        )?;
+        self.append(agent, event).await
     }
 }
 
-/// One tool call of the model's answer (a `tool-call` block).
-#[derive(Debug, Deserialize)]
-pub(crate) struct Call {
-    #[serde(default)]
-    id: String,
-    #[serde(default)]
-    name: String,
-    /// The model's arguments text, logged as it came.
-    #[serde(default)]
-    arguments: Value,
-}
-
-impl Call {
-    /// The tool-call blocks of an answer.
-    fn of(blocks: &[Value]) -> Vec<Call> {
-        blocks
-            .iter()
-            .filter(|b| b["type"] == "tool-call")
-            .filter_map(|b| Call::deserialize(b).ok())
-            .collect()
+/// The assistant message of `blocks` from the request's route, with the
+/// adapter's replay state when it left one.
+fn assistant_message(
+    route: &Route,
+    blocks: Vec<ContentBlock>,
+    replay_state: Option<Value>,
+) -> Message {
+    let mut message = Message::assistant(
+        new_id(),
+        blocks,
+        route.call.provider.as_str(),
+        route.call.model.as_str(),
+    );
+    if let MessageSource::Model(source) = &mut message.source {
+        source.replay_state = replay_state;
     }
-
-    /// The registry's `exec` of this call: its arguments parsed (blank is
-    /// no arguments; text that is not JSON goes to the tool as a string,
-    /// for the registry's schema check to refuse).
-    fn exec(&self, agent: &str, cwd: Option<String>) -> Exec {
-        let raw = self.arguments.as_str().unwrap_or_default();
-        let arguments = if raw.trim().is_empty() {
-            json!({})
-        } else {
-            serde_json::from_str(raw).unwrap_or_else(|_| json!(raw))
-        };
-        Exec {
-            call_id: Some(self.id.clone()),
-            agent: Some(agent.to_owned()),
-            cwd,
-            ..Exec::new(self.name.clone(), arguments)
-        }
-    }
-}
-
-/// A call dispatching on its own task.
-type Dispatching = tokio::task::JoinHandle<Result<Dispatched<ToolResult>>>;
-
-/// One started call of a group: settled (with the stage still owed), or
-/// dispatching.
-enum Slot {
-    Settled(Tail, Box<ToolResult>),
-    Running(Exec, Dispatching),
-}
-
-/// What a settled result still owes the registry: post-execute (and the
-/// result emit), only the emit, or nothing (the registry itself failed).
-enum Tail {
-    Post(Exec),
-    Finish(Exec),
-    None,
-}
-
-/// A failed result: `message`, the error's class and code when known, and
-/// the `text` the model sees.
-fn failure(message: &str, info: Option<&str>, text: &str) -> ToolResult {
-    ToolResult {
-        is_error: true,
-        error: Some(ToolError {
-            message: message.to_owned(),
-            info: info.map(|code| ErrorInfo {
-                name: "AbortError".to_owned(),
-                code: Some(code.to_owned()),
-                ..ErrorInfo::default()
-            }),
-        }),
-        content: vec![msg::text(text)],
-        ..ToolResult::default()
-    }
-}
-
-/// The original's result for a call that never reached its tool.
-fn aborted_before_dispatch() -> ToolResult {
-    failure(
-        "tool call aborted before dispatch",
-        Some(code::ABORTED_BEFORE_DISPATCH),
-        "Error: tool call aborted before dispatch",
-    )
-}
-
-/// The original's result for a call cancelled while its tool ran.
-fn aborted_in_dispatch() -> ToolResult {
-    failure(
-        "tool call aborted",
-        Some(code::ABORTED),
-        "Error: tool call aborted",
-    )
-}
-
-/// The registry itself failed to answer for a call.
-fn transport_failure(e: &Error) -> ToolResult {
-    failure(&e.message, None, &format!("Error: {}", e.message))
+    message
 }

@@ -1,71 +1,91 @@
 //! The durable inbox (reference dsh-core §4.2): two ordered lists; every
-//! mutation is logged first as `agent/inbox/spliced`, so a resumed agent
-//! restores pending work. A message id is pending at most once across both
-//! lists, and a logged splice is always normalized (in range), which replay
-//! checks.
+//! mutation is logged first as `agent/inbox/spliced` ([`InboxSpliced`]), so
+//! a resumed agent restores pending work. A message id is pending at most
+//! once across both lists, and a logged splice is always normalized (in
+//! range), which replay checks.
 
 use dsh_sdk::prelude::*;
+use dsh_sdk::vocab::records::{InboxSpliced, SpliceTarget};
+use dsh_sdk::vocab::{Extra, Message};
+use serde::Deserialize;
 use serde_json::Value;
 
 /// The list of prompts awaiting their own turn.
-pub const NEXT_TURN: &str = "next-turn";
+pub const NEXT_TURN: SpliceTarget = SpliceTarget::NextTurn;
 /// The list of input awaiting the next step boundary.
-pub const NEXT_STEP: &str = "next-step";
+pub const NEXT_STEP: SpliceTarget = SpliceTarget::NextStep;
 /// A splice whose coordinates do not fit the lists it applies to.
 pub const INVALID_INBOX_SPLICE: &str = "INVALID_INBOX_SPLICE";
 /// A message whose id is already pending in either list.
 pub const MESSAGE_ALREADY_PENDING: &str = "MESSAGE_ALREADY_PENDING";
+/// The `outcome` of a splice whose removal cancelled work.
+pub const CANCELED: &str = "canceled";
 
 #[derive(Debug, Default)]
 pub struct Inbox {
-    pub next_turn: Vec<Value>,
-    pub next_step: Vec<Value>,
+    pub next_turn: Vec<Message>,
+    pub next_step: Vec<Message>,
+}
+
+/// How many messages `splice` removes: its `removedCount`, which the
+/// record leaves out when it removes none.
+fn removed_count(splice: &InboxSpliced) -> u64 {
+    splice.removed_count.unwrap_or(0)
+}
+
+/// The error of a splice that does not fit the lists.
+fn invalid() -> Error {
+    Error::new(INVALID_INBOX_SPLICE, "invalid inbox splice")
 }
 
 impl Inbox {
     /// Rebuilds the inbox from the logged splices after the seed, each with
-    /// its session seq; the first invalid one fails the whole replay, as the
-    /// original's does (`invalid persisted inbox splice at session seq N`).
+    /// its session seq, as logged (JSON: a splice that is not one is named
+    /// by its seq like one that does not fit); the first invalid one fails
+    /// the whole replay, as the original's does (`invalid persisted inbox
+    /// splice at session seq N`).
     pub fn replay<'a>(splices: impl IntoIterator<Item = (u64, &'a Value)>) -> Result<Inbox> {
         let mut inbox = Inbox::default();
-        for (seq, splice) in splices {
-            inbox.apply(splice).map_err(|e| {
+        for (seq, logged) in splices {
+            let at_seq = |why: String| {
                 Error::new(
                     INVALID_INBOX_SPLICE,
-                    format!(
-                        "invalid persisted inbox splice at session seq {seq}: {}",
-                        e.message
-                    ),
+                    format!("invalid persisted inbox splice at session seq {seq}: {why}"),
                 )
-            })?;
+            };
+            let splice = InboxSpliced::deserialize(logged)
+                .map_err(|e| at_seq(format!("{} ({e})", invalid().message)))?;
+            inbox.apply(&splice).map_err(|e| at_seq(e.message))?;
         }
         Ok(inbox)
     }
 
-    fn list(&mut self, target: &str) -> &mut Vec<Value> {
-        if target == NEXT_STEP {
-            &mut self.next_step
-        } else {
-            &mut self.next_turn
+    fn list(&mut self, target: SpliceTarget) -> &mut Vec<Message> {
+        match target {
+            SpliceTarget::NextStep => &mut self.next_step,
+            SpliceTarget::NextTurn => &mut self.next_turn,
         }
     }
 
-    pub fn len(&self, target: &str) -> usize {
-        if target == NEXT_STEP {
-            self.next_step.len()
-        } else {
-            self.next_turn.len()
+    fn get(&self, target: SpliceTarget) -> &[Message] {
+        match target {
+            SpliceTarget::NextStep => &self.next_step,
+            SpliceTarget::NextTurn => &self.next_turn,
         }
+    }
+
+    pub fn len(&self, target: SpliceTarget) -> usize {
+        self.get(target).len()
     }
 
     #[cfg(test)]
-    pub fn push(&mut self, target: &str, m: Value) {
+    pub fn push(&mut self, target: SpliceTarget, m: Message) {
         self.list(target).push(m);
     }
 
     /// Empties both lists, returning what each held (next-step first, as
     /// the original clears them), skipping empty ones.
-    pub fn clear(&mut self) -> Vec<(&'static str, Vec<Value>)> {
+    pub fn clear(&mut self) -> Vec<(SpliceTarget, Vec<Message>)> {
         let step = std::mem::take(&mut self.next_step);
         let turn = std::mem::take(&mut self.next_turn);
         [(NEXT_STEP, step), (NEXT_TURN, turn)]
@@ -80,14 +100,13 @@ impl Inbox {
 
     /// Where a pending message is: its list and index (next-turn searched
     /// first, as the original's `locate`).
-    pub fn locate(&self, message_id: &str) -> Option<(&'static str, usize)> {
-        [(NEXT_TURN, &self.next_turn), (NEXT_STEP, &self.next_step)]
-            .into_iter()
-            .find_map(|(target, list)| {
-                list.iter()
-                    .position(|m| m["id"].as_str() == Some(message_id))
-                    .map(|i| (target, i))
-            })
+    pub fn locate(&self, message_id: &str) -> Option<(SpliceTarget, usize)> {
+        [NEXT_TURN, NEXT_STEP].into_iter().find_map(|target| {
+            self.get(target)
+                .iter()
+                .position(|m| m.id == message_id)
+                .map(|i| (target, i))
+        })
     }
 
     /// The normalized splice that `Array.splice(start, deleteCount,
@@ -97,11 +116,11 @@ impl Inbox {
     /// which the original does not log.
     pub fn normalize(
         &self,
-        target: &str,
+        target: SpliceTarget,
         start: f64,
         delete_count: f64,
-        inserted: Vec<Value>,
-    ) -> Option<Value> {
+        inserted: Vec<Message>,
+    ) -> Option<InboxSpliced> {
         let len = self.len(target) as f64;
         let start = if start.is_nan() { 0.0 } else { start.trunc() };
         let start = if start < 0.0 {
@@ -118,63 +137,55 @@ impl Inbox {
         if removed == 0 && inserted.is_empty() {
             return None;
         }
-        let mut splice = json!({"target": target, "start": start as u64, "inserted": inserted});
-        if removed > 0 {
-            splice["removedCount"] = json!(removed);
-        }
-        Some(splice)
+        Some(InboxSpliced {
+            target,
+            start: start as u64,
+            removed_count: (removed > 0).then_some(removed),
+            inserted,
+            outcome: None,
+            extra: Extra::new(),
+        })
     }
 
     /// The splice that removes the first `count` messages of `target`
     /// (a claim, or a cancel's clear with `outcome: "canceled"`).
-    pub fn removal(target: &str, count: usize, outcome: Option<&str>) -> Value {
-        let mut splice =
-            json!({"target": target, "start": 0, "removedCount": count, "inserted": []});
-        if let Some(outcome) = outcome {
-            splice["outcome"] = json!(outcome);
+    pub fn removal(target: SpliceTarget, count: usize, outcome: Option<&str>) -> InboxSpliced {
+        InboxSpliced {
+            target,
+            start: 0,
+            removed_count: Some(count as u64),
+            inserted: Vec::new(),
+            outcome: outcome.map(str::to_owned),
+            extra: Extra::new(),
         }
-        splice
     }
 
-    /// Checks one normalized splice against the current lists: a known
-    /// target, integer coordinates inside the list, and no message id pending
-    /// twice across both lists afterwards.
-    pub fn validate(&self, splice: &Value) -> Result<()> {
-        let invalid = || Error::new(INVALID_INBOX_SPLICE, "invalid inbox splice");
-        let target = match splice["target"].as_str() {
-            Some(t @ (NEXT_TURN | NEXT_STEP)) => t,
-            _ => return Err(invalid()),
-        };
-        let len = self.len(target) as u64;
-        let start = splice["start"].as_u64().ok_or_else(invalid)?;
-        let removed = match splice.get("removedCount") {
-            None => 0,
-            Some(n) => n.as_u64().ok_or_else(invalid)?,
-        };
-        let inserted = splice["inserted"].as_array().ok_or_else(invalid)?;
-        if start > len || removed > len - start {
+    /// Checks one normalized splice against the current lists: coordinates
+    /// inside the list, and no message id pending twice across both lists
+    /// afterwards.
+    pub fn validate(&self, splice: &InboxSpliced) -> Result<()> {
+        let this = self.get(splice.target);
+        let len = this.len() as u64;
+        let removed = removed_count(splice);
+        if splice.start > len || removed > len - splice.start {
             return Err(invalid());
         }
-        let (start, removed) = (start as usize, removed as usize);
-        let (this, other) = if target == NEXT_TURN {
-            (&self.next_turn, &self.next_step)
-        } else {
-            (&self.next_step, &self.next_turn)
+        let (start, removed) = (splice.start as usize, removed as usize);
+        let other = match splice.target {
+            SpliceTarget::NextTurn => &self.next_step,
+            SpliceTarget::NextStep => &self.next_turn,
         };
         let candidate = this[..start]
             .iter()
-            .chain(inserted)
+            .chain(&splice.inserted)
             .chain(&this[start + removed..])
             .chain(other);
         let mut ids = std::collections::HashSet::new();
         for m in candidate {
-            let Some(id) = m["id"].as_str() else {
-                continue;
-            };
-            if !ids.insert(id) {
+            if !ids.insert(m.id.as_str()) {
                 return Err(Error::new(
                     MESSAGE_ALREADY_PENDING,
-                    format!("message \"{id}\" is already pending"),
+                    format!("message \"{}\" is already pending", m.id),
                 ));
             }
         }
@@ -183,15 +194,13 @@ impl Inbox {
 
     /// Applies one normalized splice after [`Inbox::validate`]; returns the
     /// removed messages.
-    pub fn apply(&mut self, splice: &Value) -> Result<Vec<Value>> {
+    pub fn apply(&mut self, splice: &InboxSpliced) -> Result<Vec<Message>> {
         self.validate(splice)?;
-        let target = splice["target"].as_str().unwrap_or(NEXT_TURN);
-        let start = splice["start"].as_u64().unwrap_or(0) as usize;
-        let removed = splice["removedCount"].as_u64().unwrap_or(0) as usize;
-        let inserted = splice["inserted"].as_array().cloned().unwrap_or_default();
+        let start = splice.start as usize;
+        let removed = removed_count(splice) as usize;
         Ok(self
-            .list(target)
-            .splice(start..start + removed, inserted)
+            .list(splice.target)
+            .splice(start..start + removed, splice.inserted.iter().cloned())
             .collect())
     }
 }
@@ -201,32 +210,31 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn texts(list: &[Value]) -> Vec<&str> {
-        list.iter()
-            .map(|m| m.as_str().or(m["text"].as_str()).unwrap_or_default())
-            .collect()
+    fn texts(list: &[Message]) -> Vec<String> {
+        list.iter().map(Message::text).collect()
+    }
+
+    /// A message with an identity, as the loop stores them; its text is its
+    /// id.
+    fn msg(id: &str) -> Message {
+        Message::user_text(id, id)
     }
 
     fn inbox_with(items: &[&str]) -> Inbox {
         let mut inbox = Inbox::default();
         for i in items {
-            inbox.push(NEXT_TURN, json!(i));
+            inbox.push(NEXT_TURN, msg(i));
         }
         inbox
     }
 
     /// A live `Array.splice` on next-turn: normalize, then apply.
-    fn splice(i: &mut Inbox, start: f64, delete: f64, inserted: &[&str]) -> Vec<Value> {
-        let inserted = inserted.iter().map(|s| json!(s)).collect();
+    fn splice(i: &mut Inbox, start: f64, delete: f64, inserted: &[&str]) -> Vec<Message> {
+        let inserted = inserted.iter().map(|s| msg(s)).collect();
         match i.normalize(NEXT_TURN, start, delete, inserted) {
             Some(s) => i.apply(&s).unwrap(),
             None => Vec::new(),
         }
-    }
-
-    /// A message with an identity, as the loop stores them.
-    fn msg(id: &str) -> Value {
-        json!({"id": id, "text": id})
     }
 
     #[test]
@@ -247,12 +255,12 @@ mod tests {
         splice(&mut i, f64::NAN, f64::NAN, &["n"]);
         assert_eq!(texts(&i.next_turn), ["n", "a", "c"]);
         // A removal past the end removes what is there, and is logged as
-        // what it removed.
+        // what it removed, in the original's key order.
         let mut i = inbox_with(&["a", "b"]);
-        let normalized = i.normalize(NEXT_TURN, 1.0, 5.0, Vec::new());
+        let normalized = i.normalize(NEXT_TURN, 1.0, 5.0, Vec::new()).unwrap();
         assert_eq!(
-            normalized,
-            Some(json!({"target": "next-turn", "start": 1, "removedCount": 1, "inserted": []}))
+            serde_json::to_string(&normalized).unwrap(),
+            r#"{"target":"next-turn","start":1,"removedCount":1,"inserted":[]}"#
         );
         splice(&mut i, 1.0, 5.0, &[]);
         assert_eq!(texts(&i.next_turn), ["a"]);
@@ -262,9 +270,18 @@ mod tests {
     }
 
     #[test]
+    fn a_cancelling_removal_is_logged_with_its_outcome() {
+        let clear = Inbox::removal(NEXT_STEP, 2, Some(CANCELED));
+        assert_eq!(
+            serde_json::to_string(&clear).unwrap(),
+            r#"{"target":"next-step","start":0,"removedCount":2,"inserted":[],"outcome":"canceled"}"#
+        );
+    }
+
+    #[test]
     fn clear_reports_next_step_first_and_skips_empty_lists() {
         let mut i = inbox_with(&["t1", "t2"]);
-        i.push(NEXT_STEP, json!("s1"));
+        i.push(NEXT_STEP, msg("s1"));
         let removed = i.clear();
         assert_eq!(removed.len(), 2);
         assert_eq!(removed[0].0, NEXT_STEP);
@@ -285,18 +302,39 @@ mod tests {
             err.message,
             "invalid persisted inbox splice at session seq 0: invalid inbox splice"
         );
-        // Replay never normalizes: a logged negative start, a removal past
-        // the end and an unknown target are all invalid, at their own seq.
+        // Replay never normalizes: a removal past the end is invalid at its
+        // own seq; a logged negative start, an unknown target and an
+        // inserted entry that is not a message are not splices at all, and
+        // say why.
         let first = json!({"target": "next-turn", "start": 0, "inserted": [msg("a")]});
-        for bad in [
-            json!({"target": "next-turn", "start": -1, "inserted": []}),
-            json!({"target": "next-turn", "start": 0, "removedCount": 2, "inserted": []}),
-            json!({"target": "later", "start": 0, "inserted": [msg("b")]}),
+        let past_end =
+            json!({"target": "next-turn", "start": 0, "removedCount": 2, "inserted": []});
+        let err = Inbox::replay([(3, &first), (7, &past_end)]).unwrap_err();
+        assert_eq!(
+            err.message,
+            "invalid persisted inbox splice at session seq 7: invalid inbox splice"
+        );
+        for (bad, why) in [
+            (
+                json!({"target": "next-turn", "start": -1, "inserted": []}),
+                "invalid value: integer `-1`, expected u64",
+            ),
+            (
+                json!({"target": "later", "start": 0, "inserted": [msg("b")]}),
+                "unknown variant `later`, expected `next-turn` or `next-step`",
+            ),
+            (
+                json!({"target": "next-turn", "start": 1, "inserted": [{"id": "c", "text": "c"}]}),
+                "missing field `role`",
+            ),
         ] {
             let err = Inbox::replay([(3, &first), (7, &bad)]).unwrap_err();
+            assert_eq!(err.code, INVALID_INBOX_SPLICE);
             assert_eq!(
                 err.message,
-                "invalid persisted inbox splice at session seq 7: invalid inbox splice"
+                format!(
+                    "invalid persisted inbox splice at session seq 7: invalid inbox splice ({why})"
+                )
             );
         }
         let ok = json!({"target": "next-turn", "start": 1, "inserted": [msg("b")]});

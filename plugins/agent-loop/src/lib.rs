@@ -2,8 +2,11 @@
 
 mod driver;
 mod inbox;
+mod new_session;
 mod runtime_context;
+mod schedule;
 mod services;
+mod tool_calls;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -15,15 +18,24 @@ use dsh_sdk::api::agent_loop::{
 };
 use dsh_sdk::api::agents::{MaintenanceTask, RunStatus, SendReply, WhenIdleReply};
 use dsh_sdk::api::session_persistence::SessionPersistence;
-use dsh_sdk::api::sessions::{self as session_api, NewEvent, ResumeReply, Sessions};
+use dsh_sdk::api::sessions::{NewEvent, ResumeReply, Sessions};
 use dsh_sdk::names::{bus, code, service};
 use dsh_sdk::new_id;
 use dsh_sdk::prelude::*;
-use dsh_sdk::vocab::event;
+use dsh_sdk::vocab::records::{
+    CancelCause, RequestContext, RequestHeader, SpliceTarget, TurnEndReason,
+};
+use dsh_sdk::vocab::{event, Message};
+use dsh_sdk::Subject;
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
+// `Value` stays where data is open: a `maxTokens` as configured (refused
+// with the original's message when it is not a positive safe integer), an
+// inbox input before it is read as a message, a maintenance task's reply.
+use serde_json::Value;
 use tokio::sync::{oneshot, Mutex, Notify};
 
-pub(crate) use inbox::{Inbox, NEXT_STEP, NEXT_TURN};
+pub(crate) use inbox::{Inbox, CANCELED, NEXT_STEP, NEXT_TURN};
 
 /// The default of [`Config::max_steps_per_turn`].
 pub(crate) const DEFAULT_MAX_STEPS_PER_TURN: u64 = 200;
@@ -150,12 +162,12 @@ impl Config {
 /// Why a turn stops early; first cause wins.
 #[derive(Default)]
 pub(crate) struct Abort {
-    pub cause: RefCell<Option<Value>>,
+    pub cause: RefCell<Option<CancelCause>>,
     pub notify: Notify,
 }
 
 impl Abort {
-    pub fn abort(&self, cause: Value) {
+    pub fn abort(&self, cause: CancelCause) {
         if self.cause.borrow().is_none() {
             *self.cause.borrow_mut() = Some(cause);
         }
@@ -194,12 +206,21 @@ pub(crate) struct Agent {
     /// are latched and replayed when it ends).
     pub maintenance: bool,
     pub last_turn: u64,
-    pub last_end: Value,
+    /// How the last turn ended (none before the first).
+    pub last_end: Option<TurnEndReason>,
     pub abort: Option<Rc<Abort>>,
-    pub idle: Vec<oneshot::Sender<Value>>,
-    pub logged_header: Option<Value>,
-    pub logged_context: Option<Value>,
+    pub idle: Vec<oneshot::Sender<Option<TurnEndReason>>>,
+    /// The session's log had a `request/header` when the agent was made
+    /// (its first request logs `resume` rather than `initial`).
+    pub resumed_header: bool,
+    /// The request header this agent last logged.
+    pub logged_header: Option<RequestHeader>,
+    /// The route in force (`session.requestContext()`).
+    pub logged_context: Option<RequestContext>,
     /// The model history derived so far, and the log length it covers.
+    /// Kept as the JSON text each message was logged as, on purpose: a
+    /// request copies the history on without parsing or re-encoding it
+    /// (`vocab::history`), which keeps long sessions' steps fast.
     pub history: Vec<Box<serde_json::value::RawValue>>,
     pub history_seq: u64,
     /// The runtime-context snapshot the log retains.
@@ -219,25 +240,27 @@ pub(crate) struct Loop {
 }
 
 impl Loop {
-    /// Emits an agent-scoped notification (contained).
-    pub fn notify(&self, agent: &str, name: &str, payload: impl Serialize) {
-        let _ = self.ctx.dispatch(name).scope(agent).emit(payload);
+    /// Emits a notification about the agent its payload names, scoped to
+    /// that agent (contained).
+    pub fn notify<P: Serialize + Subject>(&self, name: &str, payload: &P) {
+        let _ = self.ctx.dispatch_about(name, payload).emit();
     }
 
-    pub async fn append(
+    /// Appends `event` (built with `NewEvent::typed` / `NewEvent::surface`
+    /// from a record of `dsh_sdk::vocab::records`) to `session`; its seq.
+    pub async fn append(&self, session: &str, event: NewEvent) -> Result<u64> {
+        Ok(Sessions::new(&self.ctx).append(session, event).await?.seq)
+    }
+
+    /// Appends a non-surface event of `kind` whose data is `record`; its
+    /// seq.
+    pub async fn append_record(
         &self,
         session: &str,
         kind: &str,
-        data: Value,
-        surface: bool,
-        sources: Option<Vec<u64>>,
+        record: &impl Serialize,
     ) -> Result<u64> {
-        let mut event = NewEvent::new(kind, data);
-        if surface {
-            event.surface_op = Some(json!("append"));
-        }
-        event.source_event_seqs = sources;
-        Ok(Sessions::new(&self.ctx).append(session, event).await?.seq)
+        self.append(session, NewEvent::typed(kind, record)?).await
     }
 
     /// The lock that orders `agent`'s inbox mutations (see `Agent::inbox_lock`).
@@ -258,15 +281,36 @@ impl Loop {
         summary: Option<&ResumeReply>,
     ) -> Result<()> {
         let inbox = match summary {
-            Some(s) => Inbox::replay(
-                s.splices
-                    .iter()
-                    .enumerate()
-                    .map(|(i, splice)| (s.splice_seqs.get(i).copied().unwrap_or(0), splice)),
-            )?,
+            Some(s) => {
+                if s.splice_seqs.len() != s.splices.len() {
+                    return Err(Error::new(
+                        codes::INVALID_PAYLOAD,
+                        format!(
+                            "`sessions.resume` of \"{id}\" answered {} inbox splices with {} seqs; \
+                             each splice needs its seq",
+                            s.splices.len(),
+                            s.splice_seqs.len()
+                        ),
+                    ));
+                }
+                Inbox::replay(s.splice_seqs.iter().copied().zip(&s.splices))?
+            }
             None => Inbox::default(),
         };
+        let last_end = summary
+            .and_then(|s| s.last_end.as_ref())
+            .map(|reason| stored(id, "the last `turn/end`'s reason", reason))
+            .transpose()?;
+        // The route in force (`session.requestContext()`), so a resumed
+        // agent logs `request/context` only when it changes.
+        let logged_context = summary
+            .and_then(|s| s.request_context.as_ref())
+            .map(|context| stored(id, "the latest `request/context`", context))
+            .transpose()?;
         let agent = Agent {
+            // An unset route is empty, as the original seeds it: an
+            // `agent/request` listener may supply it (else the turn fails
+            // with the original's message).
             provider: options.provider.clone().unwrap_or_default(),
             model: options.model.clone().unwrap_or_default(),
             max_tokens: options.max_tokens.as_ref().and_then(MaxTokens::get),
@@ -280,19 +324,12 @@ impl Loop {
             running: false,
             maintenance: false,
             last_turn: summary.map_or(0, |s| s.last_turn),
-            last_end: summary
-                .and_then(|s| s.last_end.clone())
-                .unwrap_or(Value::Null),
+            last_end,
             abort: None,
             idle: Vec::new(),
-            logged_header: summary
-                .and_then(|s| s.request_header.clone())
-                .filter(|h| !h.is_null()),
-            // The route in force (`session.requestContext()`), so a
-            // resumed agent logs `request/context` only when it changes.
-            logged_context: summary
-                .and_then(|s| s.request_context.clone())
-                .filter(|c| !c.is_null()),
+            resumed_header: summary.is_some_and(|s| s.request_header.is_some()),
+            logged_header: None,
+            logged_context,
             history: Vec::new(),
             history_seq: 0,
             runtime_context: Default::default(),
@@ -303,7 +340,7 @@ impl Loop {
         let created = AgentRef {
             agent: id.to_owned(),
         };
-        self.notify(id, bus::AGENT_CREATED, created);
+        self.notify(bus::AGENT_CREATED, &created);
         Ok(())
     }
 
@@ -317,20 +354,15 @@ impl Loop {
                 ));
             }
         }
-        // Without `meta.cwd` the session has no cwd (not `/`).
-        let cwd = params.meta.as_ref().and_then(|m| m.cwd.clone());
-        let args = session_api::CreateParams {
-            id: params.session_id.clone(),
-            meta: Some(session_api::CreateMeta { cwd: cwd.clone() }),
-            ..Default::default()
-        };
+        let args = new_session::session_create(params);
+        let cwd = args.meta.as_ref().and_then(|m| m.cwd.clone());
         let id = Sessions::new(&self.ctx).create(&args).await?.id;
         self.register(&id, options, cwd, None)?;
         let start = SessionStart {
             agent: id.clone(),
             source: SessionSource::Startup,
         };
-        self.notify(&id, bus::AGENT_SESSION_START, start);
+        self.notify(bus::AGENT_SESSION_START, &start);
         Ok(AgentRef { agent: id })
     }
 
@@ -351,7 +383,7 @@ impl Loop {
             agent: id.clone(),
             source: SessionSource::Resume,
         };
-        self.notify(&id, bus::AGENT_SESSION_START, start);
+        self.notify(bus::AGENT_SESSION_START, &start);
         Ok(AgentRef { agent: id })
     }
 
@@ -380,10 +412,13 @@ impl Loop {
                     let create = CreateParams {
                         session_id: Some(id.clone()),
                         agent_options: options,
-                        meta: a.cwd.clone().map(|cwd| CreateMeta { cwd: Some(cwd) }),
+                        meta: a.cwd.clone().map(|cwd| CreateMeta {
+                            cwd: Some(cwd),
+                            ..CreateMeta::default()
+                        }),
                     };
                     let outcome = match &a.session_id {
-                        Some(_) => self.restore_or_create(&create).await,
+                        Some(exact) => self.restore_or_create(exact, &create).await,
                         None => self.create(&create).await,
                     };
                     ("restore", id, outcome)
@@ -405,13 +440,13 @@ impl Loop {
         }
     }
 
-    /// An exact configured id: resumed when stored, created when absent;
-    /// a stored session that does not resume (corrupt, unreadable) fails.
-    async fn restore_or_create(&self, create: &CreateParams) -> Result<AgentRef> {
-        let id = create.session_id.clone().unwrap_or_default();
+    /// An exact configured id (`create` names it too): resumed when
+    /// stored, created when absent; a stored session that does not resume
+    /// (corrupt, unreadable) fails.
+    async fn restore_or_create(&self, id: &str, create: &CreateParams) -> Result<AgentRef> {
         let resumed = self
             .resume(&ResumeParams {
-                session_id: id.clone(),
+                session_id: id.to_owned(),
                 agent_options: create.agent_options.clone(),
             })
             .await;
@@ -494,7 +529,7 @@ impl Loop {
     /// emits `agent/disposed`.
     async fn dispose(&self, agent: &str) {
         if self
-            .cancel(agent, json!({"kind": "disposed"}), true)
+            .cancel(agent, CancelCause::Disposed, true)
             .await
             .is_err()
         {
@@ -505,7 +540,7 @@ impl Loop {
             let disposed = AgentRef {
                 agent: agent.to_owned(),
             };
-            self.notify(agent, bus::AGENT_DISPOSED, disposed);
+            self.notify(bus::AGENT_DISPOSED, &disposed);
             // Then its session leaves the live store (the original's
             // handle dispose): the final write lands and the log's lock is
             // released, so the session can be resumed again, here or by
@@ -554,11 +589,11 @@ impl Loop {
         &self,
         agent: &str,
         message: Value,
-        target: &'static str,
+        target: SpliceTarget,
         wakeup: bool,
     ) -> Result<SendReply> {
-        let message = normalize_message(message)?;
-        let id = message["id"].clone();
+        let message = inbox_message(message)?;
+        let id = Value::String(message.id.clone());
         // Whether this wake lands in an aborting turn is decided just
         // before the insertion (reference §4.3 step 1).
         self.splice_inbox(agent, |a| {
@@ -591,8 +626,8 @@ impl Loop {
     pub async fn splice_inbox(
         &self,
         agent: &str,
-        plan: impl FnOnce(&Agent) -> Option<(&'static str, f64, f64, Vec<Value>)>,
-    ) -> Result<Option<Vec<Value>>> {
+        plan: impl FnOnce(&Agent) -> Option<(SpliceTarget, f64, f64, Vec<Message>)>,
+    ) -> Result<Option<Vec<Message>>> {
         let lock = self.inbox_lock(agent)?;
         let _ordered = lock.lock().await;
         let splice = {
@@ -605,12 +640,12 @@ impl Loop {
                 return Ok(Some(Vec::new()));
             };
             a.inbox.validate(&splice)?;
-            if splice.get("removedCount").is_some() {
-                splice["outcome"] = json!("canceled");
+            if splice.removed_count.is_some() {
+                splice.outcome = Some(CANCELED.to_owned());
             }
             splice
         };
-        self.append(agent, event::INBOX_SPLICED, splice.clone(), false, None)
+        self.append_record(agent, event::INBOX_SPLICED, &splice)
             .await?;
         let removed = match self.agents.borrow_mut().get_mut(agent) {
             Some(a) => a.inbox.apply(&splice)?,
@@ -618,19 +653,17 @@ impl Loop {
         };
         for message in &removed {
             self.notify(
-                agent,
                 bus::AGENT_INBOX_DISCARDED,
-                InboxMessage {
+                &InboxMessage {
                     agent: agent.to_owned(),
                     message,
                 },
             );
         }
-        for message in splice["inserted"].as_array().into_iter().flatten() {
+        for message in &splice.inserted {
             self.notify(
-                agent,
                 bus::AGENT_INBOX_INSERTED,
-                InboxMessage {
+                &InboxMessage {
                     agent: agent.to_owned(),
                     message,
                 },
@@ -640,7 +673,7 @@ impl Loop {
     }
 
     /// Appends one message at the end of `target`.
-    pub async fn append_inbox(&self, agent: &str, target: &'static str, m: Value) -> Result<()> {
+    pub async fn append_inbox(&self, agent: &str, target: SpliceTarget, m: Message) -> Result<()> {
         self.splice_inbox(agent, |_| Some((target, f64::INFINITY, 0.0, vec![m])))
             .await?;
         Ok(())
@@ -651,7 +684,7 @@ impl Loop {
     /// inserted). False when no such message is pending; an error when the
     /// replacement's id is already pending elsewhere.
     async fn replace(&self, agent: &str, message_id: &str, message: Value) -> Result<bool> {
-        let message = normalize_message(message)?;
+        let message = inbox_message(message)?;
         let replaced = self
             .splice_inbox(agent, |a| {
                 let (target, i) = a.inbox.locate(message_id)?;
@@ -714,7 +747,7 @@ impl Loop {
                 // Maintenance cannot deliver a wake: latch it for replay
                 // when the task ends, unless the agent is being disposed.
                 let cause = a.abort.as_ref().and_then(|x| x.cause.borrow().clone());
-                if cause.is_none_or(|c| c["kind"] != "disposed") {
+                if cause != Some(CancelCause::Disposed) {
                     a.wake_requested = true;
                 }
                 return false;
@@ -725,7 +758,7 @@ impl Loop {
                 // turn is latched and replayed once idle, never a wake into
                 // a disposal (reference §4.3).
                 let cause = a.abort.as_ref().and_then(|x| x.cause.borrow().clone());
-                if cause.is_some_and(|c| c["kind"] != "disposed") {
+                if cause.is_some_and(|c| c != CancelCause::Disposed) {
                     a.wake_requested = true;
                 }
                 return false;
@@ -737,9 +770,8 @@ impl Loop {
             a.abort = Some(Rc::new(Abort::default()));
         }
         self.notify(
-            agent,
             bus::AGENT_STATUS,
-            StatusChanged {
+            &StatusChanged {
                 agent: agent.to_owned(),
                 status: RunStatus::Running,
             },
@@ -753,7 +785,7 @@ impl Loop {
             let a = agents.get_mut(agent).ok_or_else(|| no_agent(agent))?;
             if !a.running && !a.maintenance {
                 return Ok(WhenIdleReply {
-                    reason: a.last_end.clone(),
+                    reason: serde_json::to_value(&a.last_end)?,
                     last_turn: a.last_turn,
                 });
             }
@@ -765,18 +797,21 @@ impl Loop {
             .await
             .map_err(|_| Error::new(codes::DISPOSED, "the agent was disposed"))?;
         let last_turn = self.agents.borrow().get(agent).map_or(0, |a| a.last_turn);
-        Ok(WhenIdleReply { reason, last_turn })
+        Ok(WhenIdleReply {
+            reason: serde_json::to_value(reason)?,
+            last_turn,
+        })
     }
 
     /// `cancel(cause, {keepInbox})` of reference §4.3. Without `keepInbox`
     /// the inbox is cleared durably: one `canceled` splice per non-empty
     /// list (next-step first), so a resumed agent does not restore work the
     /// user cancelled, then one `agent/inbox/discarded` per message.
-    async fn cancel(&self, agent: &str, cause: Value, keep_inbox: bool) -> Result<()> {
+    async fn cancel(&self, agent: &str, cause: CancelCause, keep_inbox: bool) -> Result<()> {
         {
             let mut agents = self.agents.borrow_mut();
             let a = agents.get_mut(agent).ok_or_else(|| no_agent(agent))?;
-            if cause["kind"] == "disposed" || !keep_inbox {
+            if cause == CancelCause::Disposed || !keep_inbox {
                 a.wake_requested = false;
             }
             if let Some(abort) = &a.abort {
@@ -800,17 +835,16 @@ impl Loop {
         let events = removed
             .iter()
             .map(|(target, list)| {
-                let splice = Inbox::removal(target, list.len(), Some("canceled"));
-                NewEvent::new(event::INBOX_SPLICED, splice)
+                let splice = Inbox::removal(*target, list.len(), Some(CANCELED));
+                NewEvent::typed(event::INBOX_SPLICED, &splice)
             })
-            .collect();
+            .collect::<Result<Vec<_>>>()?;
         Sessions::new(&self.ctx).append_many(agent, events).await?;
         for (_, list) in removed {
             for message in list {
                 self.notify(
-                    agent,
                     bus::AGENT_INBOX_DISCARDED,
-                    InboxMessage {
+                    &InboxMessage {
                         agent: agent.to_owned(),
                         message,
                     },
@@ -825,15 +859,45 @@ fn no_agent(id: &str) -> Error {
     Error::new(code::AGENT_NOT_FOUND, format!("no agent `{id}`"))
 }
 
-/// Accepts a full user message or `{text}` shorthand.
-fn normalize_message(m: Value) -> Result<Value> {
-    if m.get("role").is_some() {
-        return Ok(m);
+/// What tells the inbox's two input forms apart: a full message has a
+/// `role`; the shorthand is `{text}`.
+#[derive(Deserialize)]
+struct InboxInput {
+    #[serde(default)]
+    role: Option<IgnoredAny>,
+    #[serde(default)]
+    text: Option<String>,
+}
+
+/// The message an inbox input stands for: a full message (anything with a
+/// `role`), which must then be a well-formed message, or the `{text}`
+/// shorthand, a user message of that text. Anything else is refused with
+/// `INVALID_PAYLOAD`, before it is logged.
+pub(crate) fn inbox_message(input: Value) -> Result<Message> {
+    let refused = || Error::new(codes::INVALID_PAYLOAD, "a message needs `role` or `text`");
+    match InboxInput::deserialize(&input) {
+        Ok(InboxInput { role: Some(_), .. }) => Message::deserialize(input).map_err(|e| {
+            Error::new(
+                codes::INVALID_PAYLOAD,
+                format!("the message is not a well-formed message: {e}"),
+            )
+        }),
+        Ok(InboxInput {
+            text: Some(text), ..
+        }) => Ok(Message::user_text(new_id(), text)),
+        _ => Err(refused()),
     }
-    let text = m["text"]
-        .as_str()
-        .ok_or_else(|| Error::new(codes::INVALID_PAYLOAD, "a message needs `role` or `text`"))?;
-    Ok(dsh_sdk::vocab::msg::user_text(&new_id(), text))
+}
+
+/// A record `sessions.resume` read from the stored log of session `id`
+/// (`what` names it), typed; a malformed one is the log's corruption.
+fn stored<T: serde::de::DeserializeOwned>(id: &str, what: &str, value: &Value) -> Result<T> {
+    T::deserialize(value).map_err(|e| {
+        Error::new(
+            code::SESSION_CORRUPT,
+            format!("session \"{id}\": {what} is malformed: {e}"),
+        )
+    })
 }
 
 struct AgentLoop;
@@ -877,7 +941,7 @@ impl Plugin for AgentLoop {
             // log stays balanced across a hot swap.
             let ids: Vec<String> = l4.agents.borrow().keys().cloned().collect();
             for id in ids {
-                let _ = l4.cancel(&id, json!({"kind": "disposed"}), true).await;
+                let _ = l4.cancel(&id, CancelCause::Disposed, true).await;
                 let _ = l4.when_idle(&id).await;
             }
         });
@@ -890,6 +954,7 @@ dsh_sdk::export_plugin!(AgentLoop);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn config(v: Value) -> Config {
         serde_json::from_value(v).unwrap()
@@ -917,5 +982,57 @@ mod tests {
         );
         // The field name quoted in the limit's message is the one parsed.
         assert_eq!(config(json!({MAX_STEPS_FIELD: 3})).max_steps(), 3);
+    }
+
+    #[test]
+    fn an_inbox_input_is_a_full_message_or_the_text_shorthand() {
+        let full = json!({"content": [{"type": "text", "text": "hi"}], "source": {"kind": "user"},
+                          "role": "user", "id": "m1"});
+        let m = inbox_message(full.clone()).unwrap();
+        assert_eq!(m.id, "m1");
+        // Logged as it came, key order included.
+        assert_eq!(
+            serde_json::to_string(&m).unwrap(),
+            serde_json::to_string(&full).unwrap()
+        );
+        let short = inbox_message(json!({"text": "hello"})).unwrap();
+        assert_eq!(
+            (short.text(), short.source.kind()),
+            ("hello".into(), "user")
+        );
+        for (input, message) in [
+            (json!({"txt": "x"}), "a message needs `role` or `text`"),
+            (json!({"text": 3}), "a message needs `role` or `text`"),
+            (json!("hello"), "a message needs `role` or `text`"),
+            (
+                json!({"id": "m", "role": "user", "content": []}),
+                "the message is not a well-formed message: missing field `source`",
+            ),
+        ] {
+            let e = inbox_message(input.clone()).unwrap_err();
+            assert_eq!(
+                (e.code.as_str(), e.message.as_str()),
+                (codes::INVALID_PAYLOAD, message),
+                "{input}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_stored_record_that_does_not_read_is_the_logs_corruption() {
+        let reason: TurnEndReason =
+            stored("s", "the reason", &json!({"kind": "max-tokens"})).unwrap();
+        assert_eq!(reason, TurnEndReason::MaxTokens);
+        let e = stored::<TurnEndReason>(
+            "s",
+            "the last `turn/end`'s reason",
+            &json!({"kind": "error"}),
+        )
+        .unwrap_err();
+        assert_eq!(e.code, code::SESSION_CORRUPT);
+        assert_eq!(
+            e.message,
+            "session \"s\": the last `turn/end`'s reason is malformed: missing field `error`"
+        );
     }
 }

@@ -9,9 +9,20 @@ use dsh_sdk::api::agents::{
 };
 use dsh_sdk::names::{agent_loop, agents};
 use dsh_sdk::prelude::*;
+use dsh_sdk::vocab::records::{CancelCause, SpliceTarget};
 use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::Value;
 
 use crate::{no_agent, Loop, NEXT_STEP, NEXT_TURN};
+
+/// The params fields that name what a method is about, as callers write
+/// them.
+mod field {
+    pub const AGENT: &str = "agent";
+    pub const MESSAGE_ID: &str = "messageId";
+    pub const SESSION_ID: &str = "sessionId";
+}
 
 /// Parses a method's params. When they do not parse and one of `ids` (the
 /// fields that name the agent, message or session, in the order they are
@@ -25,8 +36,8 @@ fn params<T: DeserializeOwned>(req: &Request, ids: &[&str]) -> Result<T> {
     )
 }
 
-const AGENT: &[&str] = &["agent"];
-const MESSAGE: &[&str] = &["agent", "messageId"];
+const AGENT: &[&str] = &[field::AGENT];
+const MESSAGE: &[&str] = &[field::AGENT, field::MESSAGE_ID];
 
 /// The `agents` service.
 pub(crate) async fn handle_agents(l: Loop, req: Request) -> Result<Reply> {
@@ -49,7 +60,7 @@ pub(crate) async fn handle_agents(l: Loop, req: Request) -> Result<Reply> {
 
 /// `followup`, `steer`, `inject`: queues the message in `target`, waking
 /// the agent when `wakeup`.
-async fn send(l: &Loop, req: &Request, target: &'static str, wakeup: bool) -> Result<Reply> {
+async fn send(l: &Loop, req: &Request, target: SpliceTarget, wakeup: bool) -> Result<Reply> {
     let p: SendParams = params(req, AGENT)?;
     Reply::json(l.send(&p.agent, p.message, target, wakeup).await?)
 }
@@ -77,12 +88,36 @@ fn pending(l: &Loop, req: &Request) -> Result<Reply> {
     })
 }
 
-/// `cancel`: a user cause unless one is given.
+/// `cancel`: a user cause unless one is given. A cause is one of the
+/// original's (`user`, `parent`, `hook {reason}`, `disposed`); another is
+/// refused with `INVALID_PAYLOAD`, and nothing is cancelled.
 async fn cancel(l: &Loop, req: &Request) -> Result<Reply> {
     let p: CancelParams = params(req, AGENT)?;
-    let cause = p.cause.unwrap_or_else(|| json!({"kind": "user"}));
+    let cause = match p.cause {
+        None => CancelCause::User,
+        Some(cause) => cancel_cause(&cause)?,
+    };
     l.cancel(&p.agent, cause, p.keep_inbox).await?;
     Ok(Value::Null.into())
+}
+
+/// A cancel's `cause`, as the original types it (`AgentCancelCause`; a
+/// `legacy` cause only comes from imported logs).
+fn cancel_cause(cause: &Value) -> Result<CancelCause> {
+    let refused = |why: String| {
+        Error::new(
+            codes::INVALID_PAYLOAD,
+            format!(
+                "`cause` must be {{kind: \"user\"}}, {{kind: \"parent\"}}, \
+                 {{kind: \"hook\", reason}} or {{kind: \"disposed\"}}, got {cause}{why}"
+            ),
+        )
+    };
+    match CancelCause::deserialize(cause) {
+        Ok(CancelCause::Legacy) => Err(refused(String::new())),
+        Ok(cause) => Ok(cause),
+        Err(e) => Err(refused(format!(" ({e})"))),
+    }
 }
 
 /// `whenIdle`.
@@ -131,7 +166,7 @@ fn status(l: &Loop, req: &Request) -> Result<Reply> {
         },
         maintenance: a.maintenance,
         last_turn: a.last_turn,
-        last_end: a.last_end.clone(),
+        last_end: serde_json::to_value(&a.last_end)?,
     })
 }
 
@@ -172,7 +207,7 @@ async fn create(l: &Loop, req: &Request) -> Result<Reply> {
 /// owner that created it, unless it was released (then the caller owns
 /// it).
 async fn resume(l: &Loop, req: &Request) -> Result<Reply> {
-    let p: ResumeParams = params(req, &["sessionId"])?;
+    let p: ResumeParams = params(req, &[field::SESSION_ID])?;
     let live = l.agents.borrow().get(&p.session_id).map(|a| a.released);
     let resumed = l.resume(&p).await?;
     // Not live (resumed from the store), or live and released.
@@ -186,4 +221,41 @@ async fn resume(l: &Loop, req: &Request) -> Result<Reply> {
 fn list(l: &Loop) -> Result<Reply> {
     let ids: Vec<String> = l.agents.borrow().keys().cloned().collect();
     Reply::json(ids)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_cancel_cause_is_one_of_the_originals() {
+        for (cause, typed) in [
+            (json!({"kind": "user"}), CancelCause::User),
+            (json!({"kind": "parent"}), CancelCause::Parent),
+            (
+                json!({"kind": "hook", "reason": "policy"}),
+                CancelCause::Hook {
+                    reason: "policy".into(),
+                },
+            ),
+            (json!({"kind": "disposed"}), CancelCause::Disposed),
+        ] {
+            assert_eq!(cancel_cause(&cause).unwrap(), typed);
+        }
+        let expected = "`cause` must be {kind: \"user\"}, {kind: \"parent\"}, \
+                        {kind: \"hook\", reason} or {kind: \"disposed\"}, got ";
+        for (cause, why) in [
+            (json!({"kind": "legacy"}), String::new()),
+            (
+                json!({"kind": "bored"}),
+                " (unknown variant `bored`, expected one of `user`, `parent`, `hook`, `disposed`, `legacy`)".to_owned(),
+            ),
+            (json!({"kind": "hook"}), " (missing field `reason`)".to_owned()),
+        ] {
+            let e = cancel_cause(&cause).unwrap_err();
+            assert_eq!(e.code, codes::INVALID_PAYLOAD);
+            assert_eq!(e.message, format!("{expected}{cause}{why}"));
+        }
+    }
 }

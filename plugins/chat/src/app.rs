@@ -20,14 +20,17 @@ use dsh_sdk::api::session_persistence::SessionPersistence;
 use dsh_sdk::api::sessions::{ForkParams, Sessions};
 use dsh_sdk::names::{bus, code};
 use dsh_sdk::prelude::*;
-use dsh_sdk::vocab::{event, msg, SessionEvent};
+use dsh_sdk::vocab::records::{ToolCall, ToolResult};
+use dsh_sdk::vocab::{event, ContentBlock, Message, SessionEvent};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::editor::{Action, Editor};
 use crate::keys::{Key, KeyParser};
 use crate::render::{Out, Renderer, Theme, Tone};
 use crate::screen::{sanitize, Prompt, Screen};
+use crate::transcript::{end_reason, last_exchange};
 use crate::Config;
 
 /// What reaches the loop besides input.
@@ -335,6 +338,7 @@ impl App {
             agent_options: self.options(),
             meta: Some(CreateMeta {
                 cwd: Some(cwd.to_owned()),
+                ..CreateMeta::default()
             }),
         };
         let created = AgentLoop::new(&self.ctx).create(&params).await?;
@@ -371,22 +375,22 @@ impl App {
         )
         .await;
         // The last exchange, as a reminder of where it stood.
-        let last_user = events.iter().rev().find(|e| {
-            e.kind == event::USER_MESSAGE && e.data["message"]["source"]["kind"] == "user"
-        });
-        let last_answer = events
-            .iter()
-            .rev()
-            .find(|e| e.kind == event::ASSISTANT_MESSAGE);
-        if let Some(u) = last_user {
-            let text = msg::joined_text(&u.data["message"]);
-            self.notice(Tone::Dim, &format!("› {}", sanitize(&text)))
-                .await;
-        }
-        if let Some(a) = last_answer {
-            let text = msg::joined_text(&a.data["message"]);
-            if !text.trim().is_empty() {
-                self.notice(Tone::Plain, &sanitize(&text)).await;
+        match last_exchange(&events) {
+            Ok((prompt, answer)) => {
+                if let Some(prompt) = prompt {
+                    self.notice(Tone::Dim, &format!("› {}", sanitize(&prompt)))
+                        .await;
+                }
+                if let Some(answer) = answer.filter(|a| !a.trim().is_empty()) {
+                    self.notice(Tone::Plain, &sanitize(&answer)).await;
+                }
+            }
+            Err(e) => {
+                let text = format!(
+                    "✗ the last exchange cannot be shown: {}: {}",
+                    e.code, e.message
+                );
+                self.notice(Tone::Error, &text).await;
             }
         }
         Ok(())
@@ -487,17 +491,7 @@ impl App {
                 self.exit().await;
             }
             Msg::Event(e) => {
-                if e.kind == event::TOOL_RESULT {
-                    if let Some(id) = e.data["message"]["content"][0]["toolCallId"].as_str() {
-                        self.view.borrow_mut().calls.remove(id);
-                    }
-                }
-                if e.kind == event::TOOL_CALL {
-                    let id = e.data["callId"].as_str().unwrap_or_default().to_owned();
-                    let name = e.data["name"].as_str().unwrap_or_default().to_owned();
-                    let args = e.data["arguments"].as_str().unwrap_or_default().to_owned();
-                    self.view.borrow_mut().calls.insert(id, (name, args));
-                }
+                self.note_call(&e);
                 let out = self.view.borrow_mut().renderer.event(&e);
                 if !out.plain.is_empty() {
                     self.show(&out).await;
@@ -520,11 +514,13 @@ impl App {
                 // were cancelled with it).
                 self.asking = None;
                 self.queued_approvals.clear();
-                let out = match done {
-                    Ok(idle) => self.view.borrow_mut().renderer.turn_end(&idle.reason),
+                let reason = done.and_then(|idle| end_reason(&idle.reason));
+                let out = match reason {
+                    Ok(reason) => self.view.borrow_mut().renderer.turn_end(reason.as_ref()),
                     Err(e) => {
                         let theme = self.view.borrow().renderer.theme;
-                        theme.one(Tone::Error, &format!("✗ {}: {}\n", e.code, e.message))
+                        let text = format!("✗ {}: {}\n", e.code, sanitize(&e.message));
+                        theme.one(Tone::Error, &text)
                     }
                 };
                 self.show(&out).await;
@@ -548,6 +544,28 @@ impl App {
                     self.ask(asking).await;
                 }
             }
+        }
+    }
+
+    /// Keeps the tool calls seen (an approval prompt shows the call's
+    /// arguments) until their results arrive. A malformed record is left
+    /// to the renderer, which shows what is wrong with it.
+    fn note_call(&self, e: &SessionEvent) {
+        match e.kind.as_str() {
+            event::TOOL_CALL => {
+                if let Ok(call) = e.data_as::<ToolCall>() {
+                    let entry = (call.name, call.arguments);
+                    self.view.borrow_mut().calls.insert(call.call_id, entry);
+                }
+            }
+            event::TOOL_RESULT => {
+                if let Ok(result) = e.data_as::<ToolResult>() {
+                    if let Some(ContentBlock::ToolResult(block)) = result.message.content.first() {
+                        self.view.borrow_mut().calls.remove(&block.tool_call_id);
+                    }
+                }
+            }
+            _ => {}
         }
     }
 
@@ -593,9 +611,10 @@ impl App {
     async fn interrupt(&mut self, had_input: bool) {
         let running = self.view.borrow().running;
         if running {
+            // No cause is the user's (`{kind: "user"}`).
             let params = CancelParams {
                 agent: self.agent(),
-                cause: Some(json!({"kind": "user"})),
+                cause: None,
                 keep_inbox: false,
             };
             if let Err(e) = Agents::new(&self.ctx).cancel(&params).await {
@@ -705,7 +724,14 @@ impl App {
             return self.command(trimmed).await;
         }
         let agents = Agents::new(&self.ctx);
-        let message = json!({ "text": text });
+        // The agents service takes a message as open JSON.
+        let message = match serde_json::to_value(Message::user_text(dsh_sdk::new_id(), text)) {
+            Ok(message) => message,
+            Err(e) => {
+                let text = format!("✗ cannot send the message: {e}");
+                return self.notice(Tone::Error, &text).await;
+            }
+        };
         if running {
             if let Err(e) = agents.steer(&self.agent(), message).await {
                 self.notice(Tone::Error, &format!("✗ {}: {}", e.code, e.message))
@@ -890,9 +916,10 @@ impl App {
     async fn exit(&mut self) {
         self.quit = true;
         if self.view.borrow().running {
+            // No cause is the user's (`{kind: "user"}`).
             let params = CancelParams {
                 agent: self.agent(),
-                cause: Some(json!({"kind": "user"})),
+                cause: None,
                 keep_inbox: false,
             };
             let _ = Agents::new(&self.ctx).cancel(&params).await;

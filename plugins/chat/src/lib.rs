@@ -14,6 +14,7 @@ mod history;
 mod keys;
 mod render;
 mod screen;
+mod transcript;
 
 use std::cell::RefCell;
 use std::path::PathBuf;
@@ -27,6 +28,7 @@ use dsh_sdk::api::sessions::SessionAppended;
 use dsh_sdk::names::{bus, service};
 use dsh_sdk::prelude::*;
 use serde::Deserialize;
+use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use app::{App, Msg, View};
@@ -185,7 +187,14 @@ impl Plugin for Chat {
             let mut view = v.borrow_mut();
             view.released = !view.agent.is_empty();
             r.set(view.released);
-            serde_json::to_value(&*view).unwrap_or(Value::Null)
+            match serde_json::to_value(&*view) {
+                Ok(state) => state,
+                Err(e) => {
+                    // Null hands nothing: the next generation starts afresh.
+                    dsh_sdk::tracing::warn!("chat: cannot hand the conversation over: {e}");
+                    Value::Null
+                }
+            }
         });
         let (c, v) = (ctx.clone(), view.clone());
         ctx.effect(move || async move {
@@ -271,16 +280,19 @@ dsh_sdk::export_plugin!(Chat);
 pub mod bench {
     use std::time::{Duration, Instant};
 
-    use dsh_sdk::json;
-    use dsh_sdk::vocab::{event, SessionEvent};
+    use dsh_sdk::vocab::records::AssistantChunk;
+    use dsh_sdk::vocab::{event, Chunk, Extra, SessionEvent};
+    use dsh_sdk::{LazyJson, Result};
+    use serde_json::Value;
 
     use crate::render::{Renderer, Theme};
     use crate::screen::Screen;
 
     /// Time to render `n` streamed text chunks (a word each, a fenced code
     /// block among them) as the chat does for each: the event to styled
-    /// text, placed above the input area.
-    pub fn render_chunks(n: usize) -> Duration {
+    /// text, placed above the input area. The events are read from their
+    /// text, as the chat gets them from the bus.
+    pub fn render_chunks(n: usize) -> Result<Duration> {
         let words = [
             "Here ",
             "is ",
@@ -291,14 +303,19 @@ pub mod bench {
             "```\n",
             "done. ",
         ];
-        let events: Vec<SessionEvent> = (0..n)
+        let events = (0..n)
             .map(|i| {
-                let chunk =
-                    json!({"type": "text-delta", "index": 0, "text": words[i % words.len()]});
-                let data = json!({"turn": 1, "step": 1, "chunk": chunk});
-                SessionEvent::new(event::ASSISTANT_CHUNK, i as u64, data)
+                let data = AssistantChunk {
+                    turn: 1,
+                    step: 1,
+                    chunk: Chunk::text(0, words[i % words.len()]),
+                    extra: Extra::new(),
+                };
+                let mut e = SessionEvent::new(event::ASSISTANT_CHUNK, i as u64, Value::Null);
+                e.data = LazyJson::from_text(serde_json::to_string(&data)?)?;
+                Ok(e)
             })
-            .collect();
+            .collect::<Result<Vec<SessionEvent>>>()?;
         let mut renderer = Renderer::new(Theme { color: true }, 100);
         let mut screen = Screen::new(100);
         let mut bytes = 0;
@@ -310,7 +327,7 @@ pub mod bench {
         }
         let elapsed = t.elapsed();
         std::hint::black_box(bytes);
-        elapsed
+        Ok(elapsed)
     }
 }
 

@@ -5,9 +5,14 @@
 //! or when stdout is not a terminal).
 
 use anstyle::{AnsiColor, Effects, Style};
-use dsh_sdk::vocab::{compaction, event, SessionEvent};
-use dsh_sdk::Value;
+use dsh_sdk::names::code;
+use dsh_sdk::vocab::compaction::{self, CompactionEnd, CompactionSummary};
+use dsh_sdk::vocab::message::joined_text;
+use dsh_sdk::vocab::records::{AssistantChunk, LlmRetry, ToolCall, ToolResult, TurnEndReason};
+use dsh_sdk::vocab::{event, Chunk, ContentBlock, Message, SessionEvent};
+use dsh_sdk::{Error, Result};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use dsh_sdk::terminal_text::Sanitizer;
 
@@ -94,6 +99,11 @@ impl Theme {
     }
 }
 
+/// The renderer's `last_delta` after a text delta (handed over as text).
+const DELTA_TEXT: &str = "text";
+/// The renderer's `last_delta` after a reasoning delta.
+const DELTA_REASONING: &str = "reasoning";
+
 /// Where the streamed text is: inside a fenced code block, at a line
 /// start, holding back backticks that may open a fence, inside a
 /// reasoning block.
@@ -126,96 +136,135 @@ impl Renderer {
         }
     }
 
-    /// The display of one logged event (empty for events not shown).
+    /// The display of one logged event (empty for events not shown: an
+    /// event type this renderer does not show, a chunk that is not a text
+    /// or reasoning delta). A known event whose data does not have its
+    /// record's shape is shown as an error line naming the event and the
+    /// field, never as a silent default.
     pub fn event(&mut self, e: &SessionEvent) -> Out {
-        match e.kind.as_str() {
-            event::ASSISTANT_CHUNK => self.chunk(&e.data["chunk"]),
-            event::ASSISTANT_MESSAGE => self.finish_block(),
-            event::TOOL_CALL => {
-                let mut out = self.finish_block();
-                let name = e.data["name"].as_str().unwrap_or("?");
-                let args = short_args(
-                    &e.data["arguments"],
-                    self.cols.saturating_sub(name.len() + 6),
-                );
-                self.theme
-                    .push(&mut out, Tone::Tool, &format!("• {}", sanitize(name)));
-                self.theme.push(&mut out, Tone::Dim, &format!(" {args}\n"));
-                out
-            }
-            event::TOOL_RESULT => self.tool_result(&e.data),
-            event::LLM_RETRY => {
-                let mut out = self.finish_block();
-                let text = format!(
-                    "  retrying the model request (attempt {}) in {} ms: {}\n",
-                    e.data["attempt"],
-                    e.data["delayMs"].as_u64().unwrap_or(0),
-                    sanitize(e.data["code"].as_str().unwrap_or("error"))
-                );
-                self.theme.push(&mut out, Tone::Dim, &text);
-                out
-            }
-            compaction::SUMMARY => {
-                let mut out = self.finish_block();
-                let text = format!(
-                    "  context compacted: {} messages (~{} tokens) summarized\n",
-                    e.data["shadowedSeqs"].as_array().map_or(0, Vec::len),
-                    e.data["shadowedTokenCount"].as_u64().unwrap_or(0)
-                );
-                self.theme.push(&mut out, Tone::Dim, &text);
-                out
-            }
-            compaction::END => match e.data["error"].as_str() {
-                Some(error) => {
-                    let mut out = self.finish_block();
-                    let text = format!(
-                        "✗ compaction failed (history unchanged): {}\n",
-                        sanitize(error)
-                    );
-                    self.theme.push(&mut out, Tone::Error, &text);
-                    out
-                }
-                None => Out::default(),
-            },
-            _ => Out::default(),
-        }
+        let shown = match e.kind.as_str() {
+            event::ASSISTANT_CHUNK => e.data_as::<AssistantChunk>().map(|c| self.chunk(&c.chunk)),
+            event::ASSISTANT_MESSAGE => Ok(self.finish_block()),
+            event::TOOL_CALL => e.data_as::<ToolCall>().map(|c| self.tool_call(&c)),
+            event::TOOL_RESULT => e
+                .data_as::<ToolResult>()
+                .and_then(|r| self.tool_result(e, &r.message)),
+            event::LLM_RETRY => e.data_as::<LlmRetry>().map(|r| self.retry(&r)),
+            compaction::SUMMARY => e.data_as::<CompactionSummary>().map(|s| self.compacted(&s)),
+            compaction::END => e
+                .data_as::<CompactionEnd>()
+                .map(|end| self.compaction_end(&end)),
+            _ => Ok(Out::default()),
+        };
+        shown.unwrap_or_else(|err| self.unreadable(&err))
     }
 
-    /// The end of a turn: an error or an interruption is said.
-    pub fn turn_end(&mut self, reason: &Value) -> Out {
+    /// A known event that cannot be shown: what is wrong with it, as an
+    /// error line (the error names the event's seq, type and field).
+    fn unreadable(&mut self, err: &Error) -> Out {
         let mut out = self.finish_block();
-        match reason["kind"].as_str() {
-            Some("completed") | None => {}
-            Some("error") => {
-                let code = reason["error"]["code"].as_str().unwrap_or("ERROR");
-                let message = reason["error"]["message"].as_str().unwrap_or_default();
-                self.theme.push(
-                    &mut out,
-                    Tone::Error,
-                    &format!("✗ {}: {}\n", sanitize(code), sanitize(message)),
-                );
+        let text = format!("✗ {}: {}\n", err.code, sanitize(&err.message));
+        self.theme.push(&mut out, Tone::Error, &text);
+        out
+    }
+
+    /// A tool call: its name and its main argument, on one line.
+    fn tool_call(&mut self, call: &ToolCall) -> Out {
+        let mut out = self.finish_block();
+        let args = short_args(
+            &call.arguments,
+            self.cols.saturating_sub(call.name.len() + 6),
+        );
+        self.theme
+            .push(&mut out, Tone::Tool, &format!("• {}", sanitize(&call.name)));
+        self.theme.push(&mut out, Tone::Dim, &format!(" {args}\n"));
+        out
+    }
+
+    /// A failed model request about to be retried: which retry, after how
+    /// long, and the failure's code.
+    fn retry(&mut self, retry: &LlmRetry) -> Out {
+        let mut out = self.finish_block();
+        let of = match retry.max_retries {
+            Some(max) => format!(" of {max}"),
+            None => String::new(),
+        };
+        let text = format!(
+            "  retrying the model request (retry {}{of}) in {} ms: {}\n",
+            retry.retry,
+            retry.delay_ms,
+            sanitize(&retry.failure.code)
+        );
+        self.theme.push(&mut out, Tone::Dim, &text);
+        out
+    }
+
+    /// A compaction summarized part of the history.
+    fn compacted(&mut self, summary: &CompactionSummary) -> Out {
+        let mut out = self.finish_block();
+        let text = format!(
+            "  context compacted: {} messages (~{} tokens) summarized\n",
+            summary.shadowed_seqs.len(),
+            summary.shadowed_token_count
+        );
+        self.theme.push(&mut out, Tone::Dim, &text);
+        out
+    }
+
+    /// A compaction ended: nothing to say unless it failed.
+    fn compaction_end(&mut self, end: &CompactionEnd) -> Out {
+        let Some(error) = &end.error else {
+            return Out::default();
+        };
+        let mut out = self.finish_block();
+        let text = format!(
+            "✗ compaction failed (history unchanged): {}\n",
+            sanitize(error)
+        );
+        self.theme.push(&mut out, Tone::Error, &text);
+        out
+    }
+
+    /// The end of a turn (`None` before any turn): an error or an
+    /// interruption is said.
+    pub fn turn_end(&mut self, reason: Option<&TurnEndReason>) -> Out {
+        let mut out = self.finish_block();
+        match reason {
+            None | Some(TurnEndReason::Completed) => {}
+            Some(TurnEndReason::Error { error }) => self.theme.push(
+                &mut out,
+                Tone::Error,
+                &format!(
+                    "✗ {}: {}\n",
+                    sanitize(&error.code),
+                    sanitize(&error.message)
+                ),
+            ),
+            Some(TurnEndReason::Aborted { .. }) => {
+                self.theme.push(&mut out, Tone::Dim, "(turn cancelled)\n")
             }
-            Some("aborted") => self.theme.push(&mut out, Tone::Dim, "(turn cancelled)\n"),
             Some(other) => self.theme.push(
                 &mut out,
                 Tone::Dim,
-                &format!("(turn ended: {})\n", sanitize(other)),
+                &format!("(turn ended: {})\n", sanitize(other.kind())),
             ),
         }
         out
     }
 
-    fn chunk(&mut self, chunk: &Value) -> Out {
-        let kind = match chunk["type"].as_str() {
-            Some("text-delta") => "text",
-            Some("reasoning-delta") => "reasoning",
+    /// A streamed chunk: text and reasoning deltas are shown, the other
+    /// chunks (block framing, usage, finish) are not.
+    fn chunk(&mut self, chunk: &Chunk) -> Out {
+        let (kind, text) = match chunk {
+            Chunk::TextDelta { text, .. } => (DELTA_TEXT, text),
+            Chunk::ReasoningDelta { text, .. } => (DELTA_REASONING, text),
             _ => return Out::default(),
         };
         // A delta of another kind ends the block (and its sanitizer's
         // state) before this one is read.
         let mut out = self.switch_delta(kind);
-        let text = expand_tabs(self.stream.push(chunk["text"].as_str().unwrap_or_default()));
-        if kind == "text" {
+        let text = expand_tabs(self.stream.push(text));
+        if kind == DELTA_TEXT {
             self.text(&mut out, &text);
         } else if self.show_reasoning {
             self.theme.push(&mut out, Tone::Dim, &text);
@@ -232,7 +281,7 @@ impl Renderer {
         }
         let mut out = self.finish_block();
         self.last_delta = kind.to_owned();
-        if kind == "reasoning" && !self.show_reasoning {
+        if kind == DELTA_REASONING && !self.show_reasoning {
             self.theme.push(
                 &mut out,
                 Tone::Dim,
@@ -307,11 +356,22 @@ impl Renderer {
         }
     }
 
-    fn tool_result(&mut self, data: &Value) -> Out {
+    /// A tool's result: its first and last meaningful lines, marked when
+    /// it failed. A result message whose first block is not a
+    /// `tool-result` is an error naming the event.
+    fn tool_result(&mut self, e: &SessionEvent, message: &Message) -> Result<Out> {
+        let Some(ContentBlock::ToolResult(block)) = message.content.first() else {
+            return Err(Error::new(
+                code::SESSION_CORRUPT,
+                format!(
+                    "session event {} ({}) has no `tool-result` block first in its message",
+                    e.seq, e.kind
+                ),
+            ));
+        };
         let mut out = self.finish_block();
-        let block = &data["message"]["content"][0];
-        let is_error = block["isError"] == Value::Bool(true);
-        let joined = dsh_sdk::vocab::msg::joined_lines(&block["content"]);
+        let is_error = block.is_error == Some(true);
+        let joined = joined_text(&block.content, "\n");
         let text = sanitize(&joined);
         let lines: Vec<&str> = text
             .lines()
@@ -348,7 +408,7 @@ impl Renderer {
                     .push(&mut out, tone, &format!("    {}\n", shorten(last, width)));
             }
         }
-        out
+        Ok(out)
     }
 }
 
@@ -371,12 +431,15 @@ fn shorten(text: &str, width: usize) -> String {
     s
 }
 
-/// The short form of a tool call's arguments: its main argument when it
-/// has one of the usual names, else its compact JSON.
-fn short_args(arguments: &Value, width: usize) -> String {
-    let parsed: Value = match arguments {
-        Value::String(s) => serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone())),
-        other => other.clone(),
+/// The short form of a tool call's arguments (the raw JSON text the
+/// model wrote): its main argument when it has one of the usual names,
+/// else its compact JSON, else the text as written.
+fn short_args(arguments: &str, width: usize) -> String {
+    // Tool arguments are open JSON until the tool parses them: any object
+    // (or anything else the model wrote) is shown.
+    let parsed: Value = match serde_json::from_str(arguments) {
+        Ok(parsed) => parsed,
+        Err(_) => Value::String(arguments.to_owned()),
     };
     const MAIN: [&str; 8] = [
         "command",
@@ -390,7 +453,7 @@ fn short_args(arguments: &Value, width: usize) -> String {
     ];
     let text = MAIN
         .iter()
-        .find_map(|k| parsed[k].as_str().map(str::to_owned))
+        .find_map(|k| parsed.get(k).and_then(Value::as_str).map(str::to_owned))
         .unwrap_or_else(|| match &parsed {
             Value::Object(m) if m.is_empty() => String::new(),
             Value::String(s) => s.clone(),
@@ -402,30 +465,55 @@ fn short_args(arguments: &Value, width: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dsh_sdk::json;
+    use dsh_sdk::vocab::LlmFailure;
+    use serde_json::json;
 
     fn ev(kind: &str, data: Value) -> SessionEvent {
         SessionEvent::new(kind, 0, data)
     }
 
+    /// A `compaction/summary` of `seqs` (the original's record, whole).
+    fn summary(seqs: &[u64], tokens: u64) -> Value {
+        json!({"compactionId": "c", "summary": [{"type": "text", "text": "s"}],
+            "shadowedRange": {"start": seqs[0], "end": seqs[seqs.len() - 1]},
+            "shadowedSeqs": seqs, "shadowedTokenCount": tokens,
+            "provider": "p", "model": "m"})
+    }
+
+    /// A `tool/result` whose one block says `text`.
+    fn result_data(text: &str, is_error: bool) -> Value {
+        json!({"turn": 1, "step": 1, "message": {"id": "r", "role": "user", "content": [
+            {"type": "tool-result", "toolCallId": "c", "isError": is_error,
+             "content": [{"type": "text", "text": text}]}],
+            "source": {"kind": "tool", "callId": "c"}}})
+    }
+
+    /// An `assistant/chunk` of `chunk`.
+    fn chunk_event(chunk: Value) -> SessionEvent {
+        ev(
+            event::ASSISTANT_CHUNK,
+            json!({"turn": 1, "step": 1, "chunk": chunk}),
+        )
+    }
+
     #[test]
     fn compactions_are_said_and_a_failed_one_is_an_error() {
         let mut r = Renderer::new(Theme { color: false }, 80);
-        let done = r.event(&ev(
-            compaction::SUMMARY,
-            json!({"shadowedSeqs": [1, 2, 3], "shadowedTokenCount": 1200}),
-        ));
+        let done = r.event(&ev(compaction::SUMMARY, summary(&[1, 2, 3], 1200)));
         assert_eq!(
             done.plain,
             "  context compacted: 3 messages (~1200 tokens) summarized\n"
         );
         assert!(r
-            .event(&ev(compaction::END, json!({"compactionId": "c"})))
+            .event(&ev(
+                compaction::END,
+                json!({"compactionId": "c", "turn": null})
+            ))
             .plain
             .is_empty());
         let failed = r.event(&ev(
             compaction::END,
-            json!({"compactionId": "c", "error": "summary is not smaller\u{1b}[2J"}),
+            json!({"compactionId": "c", "turn": 2, "error": "summary is not smaller\u{1b}[2J"}),
         ));
         assert!(failed
             .plain
@@ -434,9 +522,8 @@ mod tests {
     }
 
     fn text(r: &mut Renderer, t: &str) -> String {
-        r.event(&ev(
-            event::ASSISTANT_CHUNK,
-            json!({"chunk": {"type": "text-delta", "text": t}}),
+        r.event(&chunk_event(
+            json!({"type": "text-delta", "index": 0, "text": t}),
         ))
         .plain
     }
@@ -469,16 +556,11 @@ mod tests {
     #[test]
     fn code_is_colored_only_with_colors_on() {
         let mut plain = Renderer::new(Theme { color: false }, 80);
-        let out = plain.event(&ev(
-            event::ASSISTANT_CHUNK,
-            json!({"chunk": {"type": "text-delta", "text": "```\ncode\n```\n"}}),
-        ));
+        let code = json!({"type": "text-delta", "index": 0, "text": "```\ncode\n```\n"});
+        let out = plain.event(&chunk_event(code.clone()));
         assert_eq!(out.styled, out.plain);
         let mut colored = Renderer::new(Theme { color: true }, 80);
-        let out = colored.event(&ev(
-            event::ASSISTANT_CHUNK,
-            json!({"chunk": {"type": "text-delta", "text": "```\ncode\n```\n"}}),
-        ));
+        let out = colored.event(&chunk_event(code));
         assert!(out.styled.contains("\x1b["), "{:?}", out.styled);
     }
 
@@ -487,26 +569,21 @@ mod tests {
         let mut r = Renderer::new(Theme::default(), 80);
         let call = r.event(&ev(
             event::TOOL_CALL,
-            json!({"name": "bash", "arguments": "{\"command\":\"ls -la\"}"}),
+            json!({"turn": 1, "step": 1, "callId": "c", "name": "bash",
+                "arguments": "{\"command\":\"ls -la\"}"}),
         ));
         assert_eq!(call.plain, "• bash ls -la\n");
-        let result = r.event(&ev(event::TOOL_RESULT, json!({"message": {"content": [
-            {"type": "tool-result", "isError": false, "content": [{"type": "text", "text": "a\n\nb\nc\n"}]}]}})));
+        let result = r.event(&ev(event::TOOL_RESULT, result_data("a\n\nb\nc\n", false)));
         assert_eq!(result.plain, "  └ a\n    … 1 more lines\n    c\n");
-        let failed = r.event(&ev(event::TOOL_RESULT, json!({"message": {"content": [
-            {"type": "tool-result", "isError": true, "content": [{"type": "text", "text": "Error: no"}]}]}})));
+        let failed = r.event(&ev(event::TOOL_RESULT, result_data("Error: no", true)));
         assert_eq!(failed.plain, "  ✗ Error: no\n");
     }
 
     #[test]
     fn reasoning_folds_to_one_line_unless_shown() {
         let mut r = Renderer::new(Theme::default(), 80);
-        let chunk = |t: &str| {
-            ev(
-                event::ASSISTANT_CHUNK,
-                json!({"chunk": {"type": "reasoning-delta", "text": t}}),
-            )
-        };
+        let chunk =
+            |t: &str| chunk_event(json!({"type": "reasoning-delta", "index": 0, "text": t}));
         assert!(r.event(&chunk("hmm")).plain.starts_with("∴ thinking"));
         assert_eq!(r.event(&chunk("more")).plain, "");
         r.finish_block();
@@ -517,9 +594,10 @@ mod tests {
     #[test]
     fn errors_are_marked_and_model_escapes_are_dropped() {
         let mut r = Renderer::new(Theme::default(), 80);
-        let out =
-            r.turn_end(&json!({"kind": "error", "error": {"code": "AUTH", "message": "bad key"}}));
-        assert_eq!(out.plain, "✗ AUTH: bad key\n");
+        let error = TurnEndReason::Error {
+            error: LlmFailure::new("AUTH", "bad key"),
+        };
+        assert_eq!(r.turn_end(Some(&error)).plain, "✗ AUTH: bad key\n");
         assert_eq!(text(&mut r, "\x1b[2Jhi"), "hi");
     }
 
@@ -541,5 +619,61 @@ mod tests {
         assert_eq!(text(&mut r, "x\x1b]0;"), "x");
         r.event(&ev(event::ASSISTANT_MESSAGE, json!({})));
         assert_eq!(text(&mut r, "next"), "next");
+    }
+
+    #[test]
+    fn a_retry_line_names_the_retry_and_the_failures_code() {
+        // The original's `llm/retry` record: the code is the failure's.
+        let retry = json!({"retryId": "r", "turn": 1, "step": 1, "provider": "deepseek",
+            "mode": "normal", "retry": 1, "maxRetries": 2, "delayMs": 500,
+            "failure": {"message": "slow down", "code": "RATE_LIMIT", "status": 429}});
+        let mut r = Renderer::new(Theme::default(), 80);
+        assert_eq!(
+            r.event(&ev(event::LLM_RETRY, retry)).plain,
+            "  retrying the model request (retry 1 of 2) in 500 ms: RATE_LIMIT\n"
+        );
+    }
+
+    #[test]
+    fn a_malformed_known_event_is_an_error_line_and_an_unknown_one_is_skipped() {
+        let mut r = Renderer::new(Theme::default(), 80);
+        // The pre-fix reading: a flat `code` and no `failure`.
+        let flat = json!({"attempt": 1, "delayMs": 5, "code": "SERVER"});
+        let out = r.event(&SessionEvent::new(event::LLM_RETRY, 7, flat));
+        assert!(
+            out.plain
+                .starts_with("✗ SESSION_CORRUPT: session event 7 (llm/retry)"),
+            "{:?}",
+            out.plain
+        );
+        let no_block = json!({"turn": 1, "step": 1, "message": {"id": "r", "role": "user",
+            "content": [], "source": {"kind": "tool", "callId": "c"}}});
+        let out = r.event(&ev(event::TOOL_RESULT, no_block));
+        assert!(
+            out.plain.contains("no `tool-result` block"),
+            "{:?}",
+            out.plain
+        );
+        assert_eq!(
+            r.event(&ev("plan/mode", json!({"active": true}))),
+            Out::default()
+        );
+        let framing = chunk_event(json!({"type": "block-start", "index": 0, "blockType": "text"}));
+        assert_eq!(r.event(&framing), Out::default());
+    }
+
+    #[test]
+    fn a_turn_end_says_a_cancel_and_an_unknown_kind() {
+        let mut r = Renderer::new(Theme::default(), 80);
+        assert_eq!(r.turn_end(None).plain, "");
+        assert_eq!(r.turn_end(Some(&TurnEndReason::Completed)).plain, "");
+        let aborted = TurnEndReason::Aborted {
+            reason: dsh_sdk::vocab::records::CancelCause::User,
+        };
+        assert_eq!(r.turn_end(Some(&aborted)).plain, "(turn cancelled)\n");
+        assert_eq!(
+            r.turn_end(Some(&TurnEndReason::MaxTokens)).plain,
+            "(turn ended: max-tokens)\n"
+        );
     }
 }

@@ -4,17 +4,16 @@
 //! (`tools/execute`).
 
 use dsh_sdk::api::agent_loop::PreStep;
+use dsh_sdk::api::sessions::Sessions;
 use dsh_sdk::api::tools::ExecParams;
-use dsh_sdk::names::{bus, service, sessions};
+use dsh_sdk::names::{bus, service};
 use dsh_sdk::prelude::*;
 
+/// Makes `session`'s log durable through `sessions.flush`; a failure is
+/// warned about (the step goes on, as in the original).
 async fn flush(ctx: &Context, session: Option<&str>) {
     if let Some(id) = session.filter(|s| !s.is_empty()) {
-        if let Err(e) = ctx
-            .service(service::SESSIONS)
-            .call(sessions::FLUSH, json!({"id": id}))
-            .await
-        {
+        if let Err(e) = Sessions::new(ctx).flush(id).await {
             dsh_sdk::tracing::warn!("checkpoint flush of {id} failed: {e}");
         }
     }

@@ -105,9 +105,8 @@ impl Executor {
 
     /// Appends one lifecycle event to `agent`'s session.
     async fn append(&self, agent: &str, kind: &str, data: &impl Serialize) -> Result<()> {
-        let data = serde_json::to_value(data)?;
         Sessions::new(&self.ctx)
-            .append(agent, NewEvent::new(kind, data))
+            .append(agent, NewEvent::typed(kind, data)?)
             .await?;
         Ok(())
     }

@@ -28,6 +28,7 @@ use std::rc::Rc;
 use dsh_sdk::api::commands::{CommandsChanged, ListParams, RegisterParams};
 use dsh_sdk::names::{bus, commands, service};
 use dsh_sdk::prelude::*;
+use dsh_sdk::Value;
 
 use builtin::Builtin;
 use execute::{Executor, Ids};

@@ -10,18 +10,10 @@ use dsh_sdk::api::commands::{CommandResult, RunParams};
 use dsh_sdk::api::llm::Llm;
 use dsh_sdk::api::sessions::Sessions;
 use dsh_sdk::prelude::*;
+use dsh_sdk::vocab::records::RequestContext;
 use serde::Deserialize;
 
 use crate::registry::Registry;
-
-/// The route fields of a `request/context`.
-#[derive(Deserialize)]
-struct RouteContext {
-    #[serde(default)]
-    provider: Option<String>,
-    #[serde(default)]
-    model: Option<String>,
-}
 
 /// The usage line.
 const USAGE: &str = "usage: /model [<provider>] <model>";
@@ -81,6 +73,11 @@ async fn current(
     let Some(context) = Sessions::new(ctx).request_context(agent).await? else {
         return Ok(None);
     };
-    let route: RouteContext = serde_json::from_value(context)?;
-    Ok(route.provider.zip(route.model))
+    let route = RequestContext::deserialize(&context).map_err(|e| {
+        Error::new(
+            dsh_sdk::names::code::SESSION_CORRUPT,
+            format!("the session's request/context of {agent} is malformed: {e}"),
+        )
+    })?;
+    Ok(Some((route.provider, route.model)))
 }

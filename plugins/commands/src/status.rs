@@ -12,14 +12,13 @@ use dsh_sdk::api::commands::{CommandResult, RunParams};
 use dsh_sdk::api::compaction::{Compaction, Measurement};
 use dsh_sdk::api::sessions::Sessions;
 use dsh_sdk::prelude::*;
-use dsh_sdk::vocab::{event, SessionEvent};
-use serde::Deserialize;
+use dsh_sdk::vocab::records::AssistantMessage;
+use dsh_sdk::vocab::{event, MessageSource, SessionEvent, TokenUsage};
 
 use crate::prices;
 
-/// The usage fields an assistant message carries.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+/// The token counts `/status` sums.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Usage {
     /// Uncached input tokens.
     pub input_tokens: u64,
@@ -27,6 +26,16 @@ pub struct Usage {
     pub output_tokens: u64,
     /// Cached input tokens.
     pub cache_read_tokens: u64,
+}
+
+impl From<&TokenUsage> for Usage {
+    fn from(u: &TokenUsage) -> Usage {
+        Usage {
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+            cache_read_tokens: u.cache_read_tokens.unwrap_or(0),
+        }
+    }
 }
 
 impl Usage {
@@ -41,8 +50,7 @@ impl Usage {
     }
 }
 
-/// The usage of the session, per model (`""` when a message names none),
-/// and how many answers it sums.
+/// The usage of the session, per model, and how many answers it sums.
 #[derive(Debug, Default)]
 pub struct Totals {
     /// Per model.
@@ -51,21 +59,29 @@ pub struct Totals {
     pub answers: usize,
 }
 
-/// Sums the usage of `events`' assistant messages.
-pub fn totals(events: &[SessionEvent]) -> Totals {
+/// Sums the usage of `events`' assistant messages (one without usage adds
+/// nothing); a malformed one is `SESSION_CORRUPT`, naming its seq.
+pub fn totals(events: &[SessionEvent]) -> Result<Totals> {
     let mut t = Totals::default();
     for e in events.iter().filter(|e| e.kind == event::ASSISTANT_MESSAGE) {
-        // A message without usage (or with one this harness cannot read)
-        // adds nothing; /status must still answer for the rest.
-        let usage: Usage = serde_json::from_value(e.data["usage"].clone()).unwrap_or_default();
-        let model = e.data["message"]["source"]["model"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        t.by_model.entry(model).or_default().add(usage);
+        let answer: AssistantMessage = e.data_as()?;
+        let usage = answer.usage.as_ref().map(Usage::from).unwrap_or_default();
+        t.by_model
+            .entry(model_of(&answer.message.source))
+            .or_default()
+            .add(usage);
         t.answers += 1;
     }
-    t
+    Ok(t)
+}
+
+/// The model an answer came from (`""` for a source that names none: the
+/// store refuses those, an imported log may still hold one).
+fn model_of(source: &MessageSource) -> String {
+    match source {
+        MessageSource::Model(m) => m.model.clone(),
+        _ => String::new(),
+    }
 }
 
 /// The text for `totals`.
@@ -138,7 +154,7 @@ async fn context(ctx: &Context, agent: &str) -> Option<String> {
 /// Runs `/status` for `inv`.
 pub async fn run(ctx: &Context, inv: &RunParams) -> Result<CommandResult> {
     let events = Sessions::new(ctx).events(&inv.agent, 0).await?;
-    let mut text = render(&totals(&events));
+    let mut text = render(&totals(&events)?);
     if let Some(line) = context(ctx, &inv.agent).await {
         text.push('\n');
         text.push_str(&line);
@@ -149,10 +165,12 @@ pub async fn run(ctx: &Context, inv: &RunParams) -> Result<CommandResult> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{json, Value};
 
     fn answer(model: &str, usage: Value) -> SessionEvent {
         serde_json::from_value(json!({"type": "assistant/message", "seq": 0, "time": 0,
-            "data": {"message": {"source": {"kind": "model", "model": model}}, "usage": usage}}))
+            "data": {"turn": 1, "step": 1, "message": {"id": "a", "role": "assistant", "content": [],
+                "source": {"kind": "model", "provider": "p", "model": model}}, "usage": usage}}))
         .unwrap()
     }
 
@@ -168,7 +186,7 @@ mod tests {
                 json!({"inputTokens": 1000000, "outputTokens": 0}),
             ),
         ];
-        let text = render(&totals(&events));
+        let text = render(&totals(&events).unwrap());
         assert_eq!(
             text,
             "tokens: 1000020 in (8 cache hit, 1000012 cache miss), 5 out, over 2 model answers\ncost: $0.280006"
@@ -198,12 +216,26 @@ mod tests {
     fn an_unpriced_model_makes_the_cost_unknown() {
         let events = [answer("m1", json!({"inputTokens": 2, "outputTokens": 1}))];
         assert_eq!(
-            render(&totals(&events)),
+            render(&totals(&events).unwrap()),
             "tokens: 2 in (0 cache hit, 2 cache miss), 1 out, over 1 model answer\ncost unknown (no price for model \"m1\")"
         );
         assert_eq!(
-            render(&totals(&[])).lines().last().unwrap(),
+            render(&totals(&[]).unwrap()).lines().last().unwrap(),
             "cost: $0.000000"
+        );
+    }
+
+    #[test]
+    fn an_answer_without_usage_adds_nothing_and_a_malformed_one_is_named() {
+        let t = totals(&[answer("m1", Value::Null)]).unwrap();
+        assert_eq!((t.answers, t.by_model["m1"]), (1, Usage::default()));
+        let mut bad = answer("m1", json!({"inputTokens": "many", "outputTokens": 1}));
+        bad.seq = 7;
+        let e = totals(&[bad]).unwrap_err();
+        assert_eq!(e.code, dsh_sdk::names::code::SESSION_CORRUPT);
+        assert!(
+            e.message.contains("session event 7 (assistant/message)"),
+            "{e}"
         );
     }
 
@@ -212,7 +244,7 @@ mod tests {
         let max =
             json!({"inputTokens": u64::MAX, "outputTokens": u64::MAX, "cacheReadTokens": u64::MAX});
         let events = [answer("m1", max.clone()), answer("m1", max)];
-        let text = render(&totals(&events));
+        let text = render(&totals(&events).unwrap());
         assert!(
             text.starts_with(&format!("tokens: {} in", u64::MAX)),
             "{text}"

@@ -95,6 +95,7 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dsh_sdk::Value;
     use serde_json::json;
 
     #[test]

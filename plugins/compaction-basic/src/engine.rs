@@ -22,14 +22,17 @@ use dsh_sdk::api::sessions::{NewEvent, Sessions};
 use dsh_sdk::names::code;
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::compaction::{
-    checkpoint_content, CheckpointSource, CompactionEnd, CompactionStart, CompactionSummary,
+    checkpoint_message, CheckpointSource, CompactionEnd, CompactionStart, CompactionSummary,
     ShadowedRange, END, START, SUMMARY,
 };
-use dsh_sdk::vocab::{event, event_message, tokens, SessionEvent};
+use dsh_sdk::vocab::records::{RequestHeader, RequestHeaderRecord, TurnEnd, TurnStart};
+use dsh_sdk::vocab::{event, tokens, ContentBlock, Message, SessionEvent, SurfaceOp};
+use serde_json::value::RawValue;
 
 use crate::config::Config;
 use crate::meter::Meter;
 use crate::summarizer::{self, Input};
+use crate::surfaced::Surfaced;
 
 /// Who a compaction belongs to: the open turn (automatic), or none
 /// (`/compact` between turns).
@@ -361,7 +364,7 @@ impl Engine {
         };
         // A span no bigger than an empty checkpoint cannot shrink: no
         // summary is asked for.
-        let floor = tokens::of_message(&checkpoint_message(&txn, &[]));
+        let floor = tokens::of_typed_message(&txn.checkpoint(&[]));
         if shadowed_tokens <= floor {
             return Err(failed(format!(
                 "the span to compact (~{shadowed_tokens} tokens) is no bigger than an empty checkpoint (~{floor}); nothing was summarized"
@@ -370,26 +373,23 @@ impl Engine {
         let sessions = Sessions::new(&self.ctx);
         let log = sessions.events(agent, 0).await?;
         check_entry(agent, &log, owner)?;
-        let header = log
-            .iter()
-            .rev()
-            .find(|e| e.kind == event::REQUEST_HEADER)
-            .map(|e| e.data["header"].clone())
-            .unwrap_or(Value::Null);
+        let header = last_header(&log)?;
         let route = self
             .config
             .summarization_route()
             .or(route)
-            .or_else(|| header_route(&header))
+            .or_else(|| header.as_ref().and_then(header_route))
             .ok_or_else(|| failed("no provider/model for the summary: no request was routed yet and compaction-basic names no summarizationProvider/summarizationModel"))?;
         let messages = shadowed_messages(&log, &shadowed)?;
-        let tools = header["tools"].as_array().cloned().unwrap_or_default();
         let input = Input {
             provider: &route.0,
             model: &route.1,
             max_tokens: self.config.max_tokens,
-            system: header["system"].as_str(),
-            tools: &tools,
+            system: header.as_ref().and_then(|h| h.system.as_deref()),
+            tools: header
+                .as_ref()
+                .and_then(|h| h.tools.as_deref())
+                .unwrap_or(&[]),
             messages,
             session_id: agent,
             instructions,
@@ -397,8 +397,8 @@ impl Engine {
         };
         let outcome = match summarizer::summarize(&self.ctx, input).await {
             Ok(s) => {
-                let checkpoint = checkpoint_message(&txn, &s.summary);
-                let framed = tokens::of_message(&checkpoint);
+                let checkpoint = txn.checkpoint(&s.summary);
+                let framed = tokens::of_typed_message(&checkpoint);
                 if framed >= shadowed_tokens {
                     Err(failed(format!("summary is not smaller than the shadowed content ({framed} estimated framed tokens >= {shadowed_tokens})")))
                 } else {
@@ -441,7 +441,7 @@ impl Engine {
         since: u64,
         txn: &Txn<'_>,
         summary: CompactionSummary,
-        checkpoint: Value,
+        checkpoint: Message,
     ) -> Result<CompactionResult> {
         let sessions = Sessions::new(&self.ctx);
         let later = sessions.events(agent, since).await?;
@@ -450,16 +450,15 @@ impl Engine {
         let range = txn.range();
         let mut sources = vec![at, at + 1];
         sources.extend_from_slice(txn.shadowed);
-        let summary_blocks = summary.summary.clone();
+        let replace = SurfaceOp::Replace {
+            start: range.start,
+            end: range.end,
+        };
         let events = vec![
-            NewEvent::new(START, serde_json::to_value(txn.start())?),
-            NewEvent::new(SUMMARY, serde_json::to_value(summary)?),
-            NewEvent {
-                surface_op: Some(json!({"op": "replace", "start": range.start, "end": range.end})),
-                source_event_seqs: Some(sources),
-                ..NewEvent::new(event::USER_MESSAGE, checkpoint)
-            },
-            NewEvent::new(END, serde_json::to_value(txn.end(None))?),
+            NewEvent::typed(START, &txn.start())?,
+            NewEvent::typed(SUMMARY, &summary)?,
+            NewEvent::surface(event::USER_MESSAGE, &checkpoint, replace, Some(sources))?,
+            NewEvent::typed(END, &txn.end(None))?,
         ];
         let seqs = sessions.append_many_at(agent, at, events).await?;
         dsh_sdk::tracing::info!(
@@ -475,7 +474,7 @@ impl Engine {
             start_seq: seqs[0],
             summary_seq: seqs[1],
             end_seq: seqs[3],
-            summary: summary_blocks,
+            summary: summary.summary,
             shadowed_range: range,
             shadowed_seqs: txn.shadowed.to_vec(),
             shadowed_token_count: txn.shadowed_tokens,
@@ -486,22 +485,18 @@ impl Engine {
     /// with the error) while its turn is still open; never fails itself.
     async fn record_failure(&self, agent: &str, since: u64, txn: &Txn<'_>, e: &Error) {
         let sessions = Sessions::new(&self.ctx);
-        let open = match sessions.events(agent, since).await {
-            Ok(later) => !txn.turn_ended(&later),
-            Err(_) => false,
+        let logged = async {
+            let later = sessions.events(agent, since).await?;
+            if txn.turn_ended(&later)? {
+                return Ok(());
+            }
+            let events = vec![
+                NewEvent::typed(START, &txn.start())?,
+                NewEvent::typed(END, &txn.end(Some(e.message.clone())))?,
+            ];
+            sessions.append_many(agent, events).await.map(drop)
         };
-        if !open {
-            return;
-        }
-        let events = [START, END]
-            .into_iter()
-            .zip([
-                serde_json::to_value(txn.start()),
-                serde_json::to_value(txn.end(Some(e.message.clone()))),
-            ])
-            .filter_map(|(kind, data)| Some(NewEvent::new(kind, data.ok()?)))
-            .collect();
-        if let Err(err) = sessions.append_many(agent, events).await {
+        if let Err(err) = logged.await {
             dsh_sdk::tracing::warn!("compaction: the failure of {agent} was not logged: {err}");
         }
     }
@@ -541,18 +536,30 @@ impl Txn<'_> {
         }
     }
 
+    /// The checkpoint message that replaces the span.
+    fn checkpoint(&self, summary: &[ContentBlock]) -> Message {
+        let source = CheckpointSource::new(self.id, self.source_command_id.clone());
+        checkpoint_message(dsh_sdk::new_id(), &source, summary)
+    }
+
     /// True when the owning turn ended in `later` (or, for a manual one,
     /// a turn started).
-    fn turn_ended(&self, later: &[SessionEvent]) -> bool {
-        later.iter().any(|e| match self.owner {
-            Some(t) => e.kind == event::TURN_END && e.data["turn"].as_u64() == Some(t),
-            None => e.kind == event::TURN_START,
-        })
+    fn turn_ended(&self, later: &[SessionEvent]) -> Result<bool> {
+        for e in later {
+            let ended = match self.owner {
+                Some(t) => e.kind == event::TURN_END && e.data_as::<TurnEnd>()?.turn == t,
+                None => e.kind == event::TURN_START,
+            };
+            if ended {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Refuses to commit after the turn ended or the surface was rewritten.
     fn still_valid(&self, later: &[SessionEvent]) -> Result<()> {
-        if self.turn_ended(later) {
+        if self.turn_ended(later)? {
             return Err(Error::new(
                 code::ABORTED,
                 "the turn ended while its compaction ran; nothing was replaced",
@@ -560,7 +567,7 @@ impl Txn<'_> {
         }
         let rewritten = later
             .iter()
-            .any(|e| e.surface_op.as_ref().is_some_and(|op| op != "append"));
+            .any(|e| e.surface_op.is_some() && !SurfaceOp::is_append(e.surface_op.as_ref()));
         if rewritten {
             return Err(failed(
                 "the session surface changed during summarization; nothing was replaced",
@@ -570,19 +577,19 @@ impl Txn<'_> {
     }
 }
 
-/// The checkpoint message that replaces the span.
-fn checkpoint_message(txn: &Txn<'_>, summary: &[Value]) -> Value {
-    json!({"id": dsh_sdk::new_id(), "role": "user", "content": checkpoint_content(summary),
-           "source": CheckpointSource::new(txn.id, txn.source_command_id.clone())})
+/// The request header in force at the end of `log`, if one was logged.
+fn last_header(log: &[SessionEvent]) -> Result<Option<RequestHeader>> {
+    log.iter()
+        .rev()
+        .find(|e| e.kind == event::REQUEST_HEADER)
+        .map(|e| Ok(e.data_as::<RequestHeaderRecord>()?.header))
+        .transpose()
 }
 
-/// The route of a request header's config.
-fn header_route(header: &Value) -> Option<(String, String)> {
-    let c = &header["config"];
-    Some((
-        c["provider"].as_str().filter(|s| !s.is_empty())?.to_owned(),
-        c["model"].as_str().filter(|s| !s.is_empty())?.to_owned(),
-    ))
+/// The route of a request header's config (both parts non-empty).
+fn header_route(header: &RequestHeader) -> Option<(String, String)> {
+    let c = &header.config;
+    (!c.provider.is_empty() && !c.model.is_empty()).then(|| (c.provider.clone(), c.model.clone()))
 }
 
 /// Refuses a compaction while another one is open in the log, a manual
@@ -606,7 +613,8 @@ fn check_entry(agent: &str, log: &[SessionEvent], owner: Owner) -> Result<()> {
         .rev()
         .find(|e| e.kind == event::TURN_START || e.kind == event::TURN_END)
         .filter(|e| e.kind == event::TURN_START)
-        .and_then(|e| e.data["turn"].as_u64());
+        .map(|e| e.data_as::<TurnStart>().map(|s| s.turn))
+        .transpose()?;
     match (owner, open_turn) {
         (None, Some(t)) => busy(format!(
             "manual compaction of {agent}: turn {t} is still open"
@@ -619,18 +627,15 @@ fn check_entry(agent: &str, log: &[SessionEvent], owner: Owner) -> Result<()> {
 }
 
 /// The model messages of the shadowed nodes, as the history derives them.
-fn shadowed_messages(
-    log: &[SessionEvent],
-    shadowed: &[u64],
-) -> Result<Vec<Box<serde_json::value::RawValue>>> {
+fn shadowed_messages(log: &[SessionEvent], shadowed: &[u64]) -> Result<Vec<Box<RawValue>>> {
     let mut out = Vec::with_capacity(shadowed.len());
     for seq in shadowed {
         let e = log
             .get(*seq as usize)
             .filter(|e| e.seq == *seq)
             .ok_or_else(|| failed(format!("surface seq {seq} is not in the log")))?;
-        if let Some(message) = event_message(e) {
-            out.push(serde_json::value::to_raw_value(message)?);
+        if let Some(message) = Surfaced::read(e)?.into_history() {
+            out.push(serde_json::value::to_raw_value(&message)?);
         }
     }
     Ok(out)

@@ -10,6 +10,7 @@ mod config;
 mod engine;
 mod meter;
 mod summarizer;
+mod surfaced;
 
 use std::rc::Rc;
 
@@ -19,6 +20,9 @@ use dsh_sdk::api::compaction::{AgentParams, CompactNowParams, CompactionResult};
 use dsh_sdk::api::sessions::SessionRef;
 use dsh_sdk::names::{bus, compaction, llm_failure, service};
 use dsh_sdk::prelude::*;
+use dsh_sdk::vocab::LlmFailure;
+use serde::Deserialize;
+use serde_json::Value;
 
 use config::Config;
 use engine::Engine;
@@ -125,7 +129,7 @@ fn on_request_error(ctx: &Context, engine: &Rc<Engine>) {
         let e = e.clone();
         async move {
             let p: RequestError = ev.payload_as()?;
-            if p.failure["code"] != llm_failure::CONTEXT_WINDOW_EXCEEDED {
+            if !is_overflow(&p) {
                 return ev.forward().await;
             }
             match e.on_overflow(&p.agent, (p.turn, p.step)).await {
@@ -139,6 +143,22 @@ fn on_request_error(ctx: &Context, engine: &Rc<Engine>) {
             ev.forward().await
         }
     });
+}
+
+/// Whether the request failed for `CONTEXT_WINDOW_EXCEEDED`. A failure in
+/// another shape is not this plugin's to judge: it is warned about and the
+/// chain goes on.
+fn is_overflow(p: &RequestError) -> bool {
+    match Option::<LlmFailure>::deserialize(&p.failure) {
+        Ok(failure) => failure.is_some_and(|f| f.code == llm_failure::CONTEXT_WINDOW_EXCEEDED),
+        Err(e) => {
+            dsh_sdk::tracing::warn!(
+                "compaction: the request error of {} has a malformed failure ({e}); not compacting",
+                p.agent
+            );
+            false
+        }
+    }
 }
 
 dsh_sdk::export_plugin!(CompactionBasic);

@@ -10,10 +10,13 @@
 use dsh_sdk::api::compaction::Baseline;
 use dsh_sdk::api::sessions::HeaderAt;
 use dsh_sdk::vocab::history::{RawSurfaceEvent, SurfaceTail};
+use dsh_sdk::vocab::records::RequestHeader;
 use dsh_sdk::vocab::surface::replace_range;
 use dsh_sdk::vocab::tokens;
-use dsh_sdk::vocab::{canonical_header, event, header_equals};
-use serde_json::Value;
+use dsh_sdk::vocab::{event, MessageSource};
+use serde::Deserialize;
+
+use crate::surfaced::Surfaced;
 
 /// One surface node: a message the model sees.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,8 +50,9 @@ pub struct Meter {
     nodes: Vec<Node>,
     surface_tokens: u64,
     anchor: Option<Anchor>,
-    /// The `request/header` in force (canonical), and its estimate.
-    header: Option<(Value, u64)>,
+    /// The `request/header` in force (canonical, as the SDK compares
+    /// headers), and its estimate.
+    header: Option<(RequestHeader, u64)>,
     /// Bumped when a header of other content comes into force (a header
     /// logged again unchanged, as on resume, keeps the usage good).
     header_epoch: u64,
@@ -70,31 +74,34 @@ impl Meter {
             }
             // The header logged before this event is in force for it.
             if let Some(h) = header.take_if(|h| h.seq < e.seq) {
-                self.take_header(&h);
+                self.take_header(&h)?;
             }
             self.fold_event(e)?;
         }
         if let Some(h) = header {
-            self.take_header(&h);
+            self.take_header(&h)?;
         }
         self.consumed = self.consumed.max(tail.seq);
         Ok(())
     }
 
     /// A `request/header`: its system prompt and tools priced.
-    fn take_header(&mut self, h: &HeaderAt) {
-        let header = canonical_header(&h.header);
+    fn take_header(&mut self, h: &HeaderAt) -> Result<(), String> {
+        let header = RequestHeader::deserialize(&h.header)
+            .map_err(|e| format!("the request/header at seq {} is malformed: {e}", h.seq))?
+            .canonical();
         if self
             .header
             .as_ref()
-            .is_some_and(|(old, _)| header_equals(old, &header))
+            .is_some_and(|(old, _)| old.same_as(&header))
         {
-            return;
+            return Ok(());
         }
-        let system = tokens::of_system(header["system"].as_str());
-        let tools = tokens::of_tools(header["tools"].as_array().map_or(&[], Vec::as_slice));
+        let system = tokens::of_system(header.system.as_deref());
+        let tools = header.tools.as_deref().map_or(0, tokens::of_tool_schemas);
         self.header = Some((header, system + tools));
         self.header_epoch += 1;
+        Ok(())
     }
 
     /// The estimate of the header in force.
@@ -103,25 +110,17 @@ impl Meter {
     }
 
     fn fold_event(&mut self, e: RawSurfaceEvent) -> Result<(), String> {
-        let data: Value = serde_json::from_str(e.data.get())
-            .map_err(|err| format!("surface event {} is not JSON: {err}", e.seq))?;
-        let message = if e.kind == event::USER_MESSAGE {
-            &data
-        } else {
-            &data["message"]
-        };
+        let surfaced = Surfaced::read(&e).map_err(|err| err.message)?;
+        let message = &surfaced.message;
         let node = Node {
             seq: e.seq,
-            tokens: tokens::of_message(message),
+            tokens: tokens::of_typed_message(message),
             delta: match e.kind.as_str() {
-                event::ASSISTANT_MESSAGE => message["content"]
-                    .as_array()
-                    .map_or(0, |c| c.iter().filter(|b| b["type"] == "tool-call").count())
-                    as i64,
+                event::ASSISTANT_MESSAGE => message.tool_calls().count() as i64,
                 event::TOOL_RESULT => -1,
                 _ => 0,
             },
-            answer: e.kind == event::ASSISTANT_MESSAGE,
+            answer: surfaced.answer,
         };
         match e.surface_op.as_ref().and_then(replace_range) {
             Some((start, end)) => self.replace(start, end, node)?,
@@ -130,13 +129,12 @@ impl Meter {
                 self.nodes.push(node);
             }
         }
-        if e.kind == event::ASSISTANT_MESSAGE {
-            let source = &message["source"];
-            if let (Some(p), Some(m)) = (source["provider"].as_str(), source["model"].as_str()) {
-                self.route = Some((p.to_owned(), m.to_owned()));
+        if surfaced.answer {
+            if let MessageSource::Model(source) = &message.source {
+                self.route = Some((source.provider.clone(), source.model.clone()));
             }
             let estimate = self.header_tokens() + self.surface_tokens;
-            let reported = data.get("usage").map(tokens::of_usage);
+            let reported = surfaced.usage.as_ref().map(tokens::of_token_usage);
             let header_epoch = self.header_epoch;
             self.anchor = Some(match reported {
                 Some(u) if u >= estimate => Anchor {
@@ -252,6 +250,7 @@ impl Meter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dsh_sdk::Value;
     use serde_json::json;
 
     fn ev(kind: &str, seq: u64, data: Value, op: Value) -> Value {
@@ -266,7 +265,8 @@ mod tests {
         ev(
             event::USER_MESSAGE,
             seq,
-            json!({"role": "user", "content": [{"type": "text", "text": text}]}),
+            json!({"id": format!("u{seq}"), "role": "user", "content": [{"type": "text", "text": text}],
+                   "source": {"kind": "user"}}),
             json!("append"),
         )
     }
@@ -276,7 +276,8 @@ mod tests {
             .iter()
             .map(|id| json!({"type": "tool-call", "id": id, "name": "read", "arguments": "{}"}))
             .collect();
-        let mut data = json!({"turn": 1, "step": 1, "message": {"role": "assistant", "content": content,
+        let mut data = json!({"turn": 1, "step": 1, "message": {"id": format!("a{seq}"),
+            "role": "assistant", "content": content,
             "source": {"kind": "model", "provider": "p", "model": "m"}}});
         if let Some(u) = usage {
             data["usage"] = u;
@@ -288,8 +289,10 @@ mod tests {
         ev(
             event::TOOL_RESULT,
             seq,
-            json!({"message": {"role": "user", "content": [{"type": "tool-result",
-            "toolCallId": id, "content": [{"type": "text", "text": "x".repeat(400)}]}]}}),
+            json!({"turn": 1, "step": 1, "message": {"id": format!("r{seq}"), "role": "user",
+            "content": [{"type": "tool-result", "toolCallId": id,
+                         "content": [{"type": "text", "text": "x".repeat(400)}]}],
+            "source": {"kind": "tool", "callId": id}}}),
             json!("append"),
         )
     }
@@ -383,7 +386,8 @@ mod tests {
         let checkpoint = ev(
             event::USER_MESSAGE,
             5,
-            json!({"role": "user", "content": [{"type": "text", "text": "sum"}]}),
+            json!({"id": "c", "role": "user", "content": [{"type": "text", "text": "sum"}],
+                   "source": {"kind": "plugin", "plugin": "compact"}}),
             json!({"op": "replace", "start": 0, "end": 2}),
         );
         m.fold(tail(vec![checkpoint], 6)).unwrap();
@@ -393,10 +397,26 @@ mod tests {
         let bad = ev(
             event::USER_MESSAGE,
             7,
-            json!({"role": "user", "content": []}),
+            json!({"id": "b", "role": "user", "content": [], "source": {"kind": "user"}}),
             json!({"op": "replace", "start": 0, "end": 0}),
         );
         assert!(m.fold(tail(vec![bad], 8)).is_err());
+    }
+
+    #[test]
+    fn a_malformed_surface_event_is_an_error_naming_it() {
+        let mut m = Meter::default();
+        let bad = ev(
+            event::ASSISTANT_MESSAGE,
+            4,
+            json!({"turn": 1, "step": 1, "message": {"id": "a", "role": "assistant",
+                "content": [{"type": "text", "text": 7}],
+                "source": {"kind": "model", "provider": "p", "model": "m"}}}),
+            json!("append"),
+        );
+        let err = m.fold(tail(vec![bad], 5)).unwrap_err();
+        assert!(err.contains("session event 4 (assistant/message)"), "{err}");
+        assert!(m.nodes().is_empty());
     }
 
     #[test]

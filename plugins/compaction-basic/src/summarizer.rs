@@ -6,10 +6,17 @@
 use dsh_sdk::api::llm::{purpose, Llm, StreamRequest};
 use dsh_sdk::names::code;
 use dsh_sdk::prelude::*;
+use dsh_sdk::vocab::assembler::BlockAssembler;
 use dsh_sdk::vocab::compaction::SUMMARY_OPEN_TAG;
-use dsh_sdk::vocab::{msg, BlockAssembler};
+use dsh_sdk::vocab::records::CallConfig;
+use dsh_sdk::vocab::{
+    Chunk, ContentBlock, Extra, FinishReason, Message, MessageSource, TokenUsage, ToolSchema,
+};
 use serde_json::value::RawValue;
-use serde_json::Map;
+use serde_json::{Map, Value};
+
+/// The plugin the summary request's final user message is from.
+const ASKER: &str = "dsh-compaction-basic";
 
 /// The instruction, byte for byte the original's `COMPACTION_INSTRUCTION`.
 pub fn instruction() -> String {
@@ -63,7 +70,7 @@ pub struct Input<'a> {
     /// The conversation's system prompt.
     pub system: Option<&'a str>,
     /// The conversation's tools.
-    pub tools: &'a [Value],
+    pub tools: &'a [ToolSchema],
     /// The shadowed messages, as logged.
     pub messages: Vec<Box<RawValue>>,
     /// The session.
@@ -77,78 +84,116 @@ pub struct Input<'a> {
 /// A summary and the call's output.
 pub struct Summary {
     /// Its text blocks.
-    pub summary: Vec<Value>,
+    pub summary: Vec<ContentBlock>,
     /// The model's whole output.
-    pub raw_output: Vec<Value>,
+    pub raw_output: Vec<ContentBlock>,
     /// The call's usage, if reported.
-    pub usage: Option<Value>,
+    pub usage: Option<TokenUsage>,
+}
+
+/// The final user message: the instruction, and the user's focus.
+fn ask(instructions: Option<&str>) -> Message {
+    let mut text = instruction();
+    if let Some(extra) = instructions.filter(|s| !s.trim().is_empty()) {
+        text.push_str("\n\nAdditional instructions from the user for this checkpoint:\n");
+        text.push_str(extra.trim());
+    }
+    Message::user(
+        dsh_sdk::new_id(),
+        vec![ContentBlock::text(text)],
+        MessageSource::plugin(ASKER),
+    )
+}
+
+/// The call config of the summary request: the route, the output cap and
+/// `purpose: compaction`, in that key order.
+fn call_config(input: &Input<'_>) -> Result<Map<String, Value>> {
+    let mut extra = Extra::new();
+    extra.insert("purpose".to_owned(), Value::from(purpose::COMPACTION));
+    let config = CallConfig {
+        provider: input.provider.to_owned(),
+        model: input.model.to_owned(),
+        reasoning_effort: None,
+        temperature: None,
+        max_tokens: Some(input.max_tokens),
+        stop: None,
+        extra,
+    };
+    // `StreamRequest` takes the config as the open map an `agent/request`
+    // listener may extend.
+    match serde_json::to_value(config)? {
+        Value::Object(map) => Ok(map),
+        other => Err(Error::msg(format!(
+            "the summary request's call config serialized to {other}, not an object"
+        ))),
+    }
 }
 
 /// Runs the summary request; a failed, truncated or empty answer is an
 /// error with the model's code and message.
 pub async fn summarize(ctx: &Context, input: Input<'_>) -> Result<Summary> {
-    let mut text = instruction();
-    if let Some(extra) = input.instructions.filter(|s| !s.trim().is_empty()) {
-        text.push_str("\n\nAdditional instructions from the user for this checkpoint:\n");
-        text.push_str(extra.trim());
-    }
-    let ask = json!({"id": dsh_sdk::new_id(), "role": "user", "content": [msg::text(&text)],
-                     "source": {"kind": "plugin", "plugin": "dsh-compaction-basic"}});
+    let config = call_config(&input)?;
+    // `StreamRequest` carries tool schemas as the open JSON adapters read.
+    let tools = input
+        .tools
+        .iter()
+        .map(serde_json::to_value)
+        .collect::<serde_json::Result<Vec<Value>>>()?;
     let mut messages = input.messages;
-    messages.push(serde_json::value::to_raw_value(&ask)?);
-    let mut config = Map::new();
-    config.insert("provider".into(), json!(input.provider));
-    config.insert("model".into(), json!(input.model));
-    config.insert("maxTokens".into(), json!(input.max_tokens));
-    config.insert("purpose".into(), json!(purpose::COMPACTION));
+    messages.push(serde_json::value::to_raw_value(&ask(input.instructions))?);
     let request = StreamRequest {
         config: &config,
         messages: &messages,
         system: input.system.filter(|s| !s.is_empty()),
-        tools: (!input.tools.is_empty()).then_some(input.tools),
+        tools: (!tools.is_empty()).then_some(tools.as_slice()),
         session_id: input.session_id,
         signal: input.signal,
     };
     let mut stream = Llm::new(ctx).stream(&request)?;
     let mut assembler = BlockAssembler::default();
-    while let Some(chunk) = stream.next().await {
-        assembler.push(&chunk?);
+    while let Some(payload) = stream.next_payload().await {
+        let chunk: Chunk = payload?.parse().map_err(|e| {
+            Error::new(
+                codes::INVALID_PAYLOAD,
+                format!("the summary request streamed a malformed chunk: {e}"),
+            )
+        })?;
+        assembler.push(&chunk);
     }
-    match assembler.finish_kind().as_str() {
-        "error" | "aborted" => {
-            let failure = assembler.failure();
+    match assembler.finish() {
+        FinishReason::Error { failure } | FinishReason::Aborted { failure } => {
             return Err(Error::new(
-                failure["code"].as_str().unwrap_or(codes::UNKNOWN),
-                format!(
-                    "the summary request failed: {}",
-                    failure["message"].as_str().unwrap_or("no message")
-                ),
+                failure.code,
+                format!("the summary request failed: {}", failure.message),
             ));
         }
-        "max-tokens" => {
+        FinishReason::MaxTokens => {
             return Err(Error::new(
                 code::MAX_TOKENS,
                 "summarization truncated at the token cap (incomplete checkpoint)",
             ))
         }
-        _ => {}
+        FinishReason::Stop | FinishReason::ToolCalls => {}
     }
-    let raw_output = assembler.blocks();
-    let summary: Vec<Value> = raw_output
+    let raw_output = assembler
+        .blocks()
+        .map_err(|e| Error::msg(format!("the summary answer cannot be assembled: {e}")))?;
+    let summary: Vec<ContentBlock> = raw_output
         .iter()
-        .filter(|b| b["type"] == "text")
+        .filter(|b| matches!(b, ContentBlock::Text(_)))
         .cloned()
         .collect();
     if !summary
         .iter()
-        .any(|b| b["text"].as_str().is_some_and(|t| !t.trim().is_empty()))
+        .filter_map(ContentBlock::as_text)
+        .any(|t| !t.trim().is_empty())
     {
         return Err(Error::msg("summarization produced no text summary content"));
     }
     Ok(Summary {
         summary,
         raw_output,
-        usage: assembler.usage.clone(),
+        usage: assembler.usage().cloned(),
     })
 }
 

@@ -9,8 +9,10 @@
 //! `--list-sessions` (of the current directory), `--show-session <id>`,
 //! `--fork-session <id>` (prints the new id), `--remove-session <id>`.
 
+mod outcome;
 mod stdout;
 mod stored;
+mod stream;
 
 use std::rc::Rc;
 
@@ -23,20 +25,13 @@ use dsh_sdk::api::session_persistence::SessionPersistence;
 use dsh_sdk::api::sessions::{SessionAppended, Sessions};
 use dsh_sdk::names::{bus, service};
 use dsh_sdk::prelude::*;
-use dsh_sdk::vocab::{event, msg};
-use serde::{Deserialize, Serialize};
+use dsh_sdk::vocab::Message;
+use serde::Deserialize;
+use serde_json::Value;
 
+use crate::outcome::Outcome;
 use crate::stdout::Stdout;
-
-/// One line of `--output jsonl`.
-#[derive(Serialize)]
-struct JsonlLine<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    #[serde(rename = "sessionId")]
-    session_id: &'a str,
-    event: &'a Payload,
-}
+use crate::stream::EventLine;
 
 #[derive(Deserialize, Default, Clone)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
@@ -202,6 +197,7 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
                 agent_options: options,
                 meta: Some(CreateMeta {
                     cwd: Some(cwd.clone()),
+                    ..CreateMeta::default()
                 }),
             };
             loop_.create(&params).await?
@@ -220,41 +216,11 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
                 if appended.session_id != id {
                     return Ok(Value::Null);
                 }
-                let e = &appended.event;
-                let text = match Some(e.kind.as_str()) {
-                    Some(event::ASSISTANT_CHUNK) if e.data["chunk"]["type"] == "text-delta" => out
-                        .delta(e.data["chunk"]["text"].as_str().unwrap_or_default())
-                        .into_owned(),
-                    Some(event::ASSISTANT_MESSAGE) => {
-                        out.end_stream();
-                        "\n".to_owned()
-                    }
-                    Some(event::TOOL_RESULT) => {
-                        let body = &e.data["message"]["content"][0]["content"][0]["text"];
-                        // The last line that is not markup (read ends with `</content>`).
-                        let first = body
-                            .as_str()
-                            .unwrap_or_default()
-                            .lines()
-                            .rev()
-                            .find(|l| !l.trim().is_empty() && !l.starts_with('<'))
-                            .unwrap_or_default();
-                        let line =
-                            format!("  -> {}\n", first.chars().take(100).collect::<String>());
-                        out.text(&line).into_owned()
-                    }
-                    Some(event::TOOL_CALL) => {
-                        let line = format!(
-                            "  [{} {}]\n",
-                            e.data["name"].as_str().unwrap_or("?"),
-                            e.data["arguments"].as_str().unwrap_or_default()
-                        );
-                        out.text(&line).into_owned()
-                    }
-                    _ => return Ok(Value::Null),
-                };
-                if !text.is_empty() {
-                    print(&c, &text).await;
+                match stream::stream_text(&appended.event, &out) {
+                    Ok(Some(text)) if !text.is_empty() => print(&c, &text).await,
+                    Ok(_) => {}
+                    // Said, and the run goes on: the log is the record.
+                    Err(e) => eprint(&c, &error_line(&e.code, &e.message)).await,
                 }
                 Ok(Value::Null)
             }
@@ -268,8 +234,8 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
                 // The event is printed as it was emitted, never re-encoded.
                 let appended: SessionAppended<Payload> = ev.payload_as()?;
                 if appended.session_id == id {
-                    let line = serde_json::to_string(&JsonlLine {
-                        kind: "session_event",
+                    let line = serde_json::to_string(&EventLine {
+                        kind: EventLine::KIND,
                         session_id: &id,
                         event: &appended.event,
                     })?;
@@ -280,56 +246,29 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
         });
     }
     let agents = Agents::new(&ctx);
-    agents.followup(&agent, json!({"text": args.task})).await?;
+    // The agents service takes a message as open JSON.
+    let task = serde_json::to_value(Message::user_text(dsh_sdk::new_id(), args.task))?;
+    agents.followup(&agent, task).await?;
     let idle = agents.when_idle(&agent).await?;
     let sessions = Sessions::new(&ctx);
     sessions.flush(&agent).await?;
     let events = sessions.events(&agent, start).await?;
-    let mut output = String::new();
-    let (mut input_tokens, mut output_tokens) = (0u64, 0u64);
-    for e in events.iter().filter(|e| e.kind == event::ASSISTANT_MESSAGE) {
-        let text = msg::joined_text(&e.data["message"]);
-        if !text.trim().is_empty() {
-            output = text;
-        }
-        // Saturating: the counts are the server's, and need not be sane.
-        let count = |k: &str| e.data["usage"][k].as_u64().unwrap_or(0);
-        input_tokens = input_tokens.saturating_add(count("inputTokens"));
-        output_tokens = output_tokens.saturating_add(count("outputTokens"));
-    }
-    let reason = &idle.reason;
-    let completed = reason["kind"] == "completed";
+    let outcome = Outcome::read(&events, &idle.reason)?;
+    let completed = outcome.completed();
     if args.jsonl {
         // Let the last session_event lines go out first.
         tokio::task::yield_now().await;
-        let result = json!({"type": "result", "sessionId": agent, "output": output,
-            "reason": reason, "usage": {"inputTokens": input_tokens, "outputTokens": output_tokens}});
-        print(&ctx, &format!("{}\n", stdout.json(&result.to_string()))).await;
+        let line = outcome.result_line(&agent)?;
+        print(&ctx, &format!("{}\n", stdout.json(&line))).await;
     } else if config.stream {
         tokio::task::yield_now().await;
-    } else if !output.is_empty() || completed {
-        print(&ctx, &format!("{}\n", stdout.text(&output))).await;
+    } else if !outcome.output.is_empty() || completed {
+        print(&ctx, &format!("{}\n", stdout.text(&outcome.output))).await;
     }
     if completed {
         return Ok(0);
     }
-    let (code, message) = match reason["kind"].as_str() {
-        Some("error") => (
-            reason["error"]["code"]
-                .as_str()
-                .unwrap_or(codes::UNKNOWN)
-                .to_owned(),
-            reason["error"]["message"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned(),
-        ),
-        Some(kind) => (
-            kind.to_ascii_uppercase().replace('-', "_"),
-            format!("the turn ended {kind}"),
-        ),
-        None => (codes::UNKNOWN.into(), "the agent did not run".into()),
-    };
+    let (code, message) = outcome.failure();
     eprint(&ctx, &error_line(&code, &message)).await;
     Ok(1)
 }

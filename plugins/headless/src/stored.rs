@@ -13,8 +13,10 @@ use dsh_sdk::api::session_persistence::SessionPersistence;
 use dsh_sdk::api::sessions::{CreateParams, Sessions};
 use dsh_sdk::prelude::*;
 use dsh_sdk::terminal_text::sanitize;
-use dsh_sdk::vocab::{event, msg, SessionEvent, SessionHeader};
+use dsh_sdk::vocab::records::{AssistantMessage, ToolCall, ToolResult};
+use dsh_sdk::vocab::{event, Message, MessageSource, SessionEvent, SessionHeader};
 
+use crate::stream::result_text;
 use crate::{print, Stored};
 
 /// Runs one stored-session command; the exit code.
@@ -87,31 +89,51 @@ fn header_lines(h: &SessionHeader, events: usize) -> String {
 }
 
 /// One readable line for a conversation event, `None` for the rest
-/// (chunks, framing, bookkeeping).
+/// (chunks, framing, bookkeeping). A conversation event whose data does
+/// not have its record's shape is a line saying so (which event, which
+/// field), and the rest of the session is still shown.
 fn conversation_line(e: &SessionEvent) -> Option<String> {
-    match e.kind.as_str() {
-        event::USER_MESSAGE if e.data["source"]["kind"] == "user" => Some(format!(
-            "user: {}",
-            one_line(&msg::joined_text(&e.data), 200)
-        )),
-        event::ASSISTANT_MESSAGE => {
-            let text = msg::joined_text(&e.data["message"]);
-            (!text.trim().is_empty()).then(|| format!("assistant: {}", one_line(&text, 200)))
-        }
-        event::TOOL_CALL => Some(format!(
-            "tool call: {} {}",
-            e.data["name"].as_str().unwrap_or("?"),
-            one_line(e.data["arguments"].as_str().unwrap_or_default(), 120)
-        )),
-        event::TOOL_RESULT => {
-            let body = &e.data["message"]["content"][0]["content"][0]["text"];
-            Some(format!(
-                "tool result: {}",
-                one_line(body.as_str().unwrap_or_default(), 120)
-            ))
-        }
-        _ => None,
+    match read_line(e) {
+        Ok(line) => line,
+        Err(err) => Some(format!("[{}: {}]", err.code, one_line(&err.message, 200))),
     }
+}
+
+/// [`conversation_line`] of an event read as its record.
+fn read_line(e: &SessionEvent) -> Result<Option<String>> {
+    let line = match e.kind.as_str() {
+        event::USER_MESSAGE => {
+            let message: Message = e.data_as()?;
+            let MessageSource::User(_) = message.source else {
+                return Ok(None);
+            };
+            format!("user: {}", one_line(&message.text(), 200))
+        }
+        event::ASSISTANT_MESSAGE => {
+            let text = e.data_as::<AssistantMessage>()?.message.text();
+            if text.trim().is_empty() {
+                return Ok(None);
+            }
+            format!("assistant: {}", one_line(&text, 200))
+        }
+        event::TOOL_CALL => {
+            let call: ToolCall = e.data_as()?;
+            format!(
+                "tool call: {} {}",
+                call.name,
+                one_line(&call.arguments, 120)
+            )
+        }
+        event::TOOL_RESULT => {
+            let result: ToolResult = e.data_as()?;
+            format!(
+                "tool result: {}",
+                one_line(result_text(&result.message), 120)
+            )
+        }
+        _ => return Ok(None),
+    };
+    Ok(Some(line))
 }
 
 /// A new stored session holding a copy of `id`'s history, its lineage in
@@ -181,29 +203,68 @@ fn format_time(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{json, Value};
 
     fn ev(kind: &str, data: Value) -> SessionEvent {
         SessionEvent::new(kind, 0, data)
+    }
+
+    /// An `assistant/message` saying `text`.
+    fn answer(text: &str) -> Value {
+        json!({"turn": 1, "step": 1, "message": {"id": "a", "role": "assistant",
+            "content": [{"type": "text", "text": text}],
+            "source": {"kind": "model", "provider": "p", "model": "m"}}})
+    }
+
+    #[test]
+    fn a_tool_result_and_a_malformed_event_each_get_a_line() {
+        let result = ev(
+            event::TOOL_RESULT,
+            json!({"turn": 1, "step": 1, "message": {"id": "r", "role": "user", "content": [
+                {"type": "tool-result", "toolCallId": "c", "isError": false,
+                 "content": [{"type": "text", "text": "a\nb"}]}],
+                "source": {"kind": "tool", "callId": "c"}}}),
+        );
+        assert_eq!(
+            conversation_line(&result).as_deref(),
+            Some("tool result: a b")
+        );
+        // A plugin's context is not the user's prompt.
+        let context = ev(
+            event::USER_MESSAGE,
+            json!({"id": "p", "role": "user", "content": [{"type": "text", "text": "ctx"}],
+                "source": {"kind": "plugin", "plugin": "x"}}),
+        );
+        assert_eq!(conversation_line(&context), None);
+        // A call without its name was `tool call: ?` before.
+        let bad = SessionEvent::new(
+            event::TOOL_CALL,
+            9,
+            json!({"turn": 1, "step": 1, "callId": "c", "arguments": "{}"}),
+        );
+        let line = conversation_line(&bad).unwrap();
+        assert!(
+            line.starts_with("[SESSION_CORRUPT: session event 9 (tool/call)"),
+            "{line}"
+        );
+        assert!(line.contains("name"), "{line}");
     }
 
     #[test]
     fn the_conversation_reads_one_line_per_message_and_call() {
         let user = ev(
             event::USER_MESSAGE,
-            json!({"role": "user", "content": [{"type": "text", "text": "fix\nit"}], "source": {"kind": "user"}}),
+            json!({"id": "u", "role": "user", "content": [{"type": "text", "text": "fix\nit"}], "source": {"kind": "user"}}),
         );
         assert_eq!(conversation_line(&user).as_deref(), Some("user: fix it"));
-        let said = ev(
-            event::ASSISTANT_MESSAGE,
-            json!({"message": {"role": "assistant", "content": [{"type": "text", "text": "Done."}]}}),
-        );
+        let said = ev(event::ASSISTANT_MESSAGE, answer("Done."));
         assert_eq!(
             conversation_line(&said).as_deref(),
             Some("assistant: Done.")
         );
         let call = ev(
             event::TOOL_CALL,
-            json!({"name": "read", "arguments": "{\"path\":\"a\"}"}),
+            json!({"turn": 1, "step": 1, "callId": "c", "name": "read", "arguments": "{\"path\":\"a\"}"}),
         );
         assert_eq!(
             conversation_line(&call).as_deref(),
@@ -215,8 +276,7 @@ mod tests {
         // cut counts what is shown.
         let said = ev(
             event::ASSISTANT_MESSAGE,
-            json!({"message": {"role": "assistant", "content": [{"type": "text",
-                "text": "ok\u{1b}]52;c;aGVsbG8=\u{7}\u{1b}]0;t\u{1b}\\ \u{202e}done\r\n"}]}}),
+            answer("ok\u{1b}]52;c;aGVsbG8=\u{7}\u{1b}]0;t\u{1b}\\ \u{202e}done\r\n"),
         );
         assert_eq!(
             conversation_line(&said).as_deref(),

@@ -11,8 +11,8 @@
 
 use dsh_sdk::vocab::LlmFailure;
 
+use crate::failure::code;
 use crate::sse::human_bytes;
-use crate::wire::code;
 
 /// The config field that sets the cap, as users write it.
 pub(crate) const FIELD: &str = "maxAnswerBytes";
@@ -83,6 +83,20 @@ impl AnswerBudget {
     /// [`DELTA_COST`] more); the failure that ends the stream when the
     /// answer goes past the cap. Nothing is counted then.
     pub(crate) fn charge(&mut self, bytes: usize, parts: usize) -> Result<(), LlmFailure> {
+        self.used = self.after(bytes, parts)?;
+        Ok(())
+    }
+
+    /// Whether `parts` pieces (and nothing else) would still fit, counting
+    /// nothing: checked before a delta's pieces are read, so a flood of
+    /// them is refused before it is kept.
+    pub(crate) fn check_parts(&self, parts: usize) -> Result<(), LlmFailure> {
+        self.after(0, parts).map(drop)
+    }
+
+    /// What the answer would have used with a delta of `bytes` in `parts`
+    /// pieces; the failure when that is past the cap.
+    fn after(&self, bytes: usize, parts: usize) -> Result<usize, LlmFailure> {
         let total = parts
             .saturating_mul(DELTA_COST)
             .saturating_add(bytes)
@@ -90,8 +104,7 @@ impl AnswerBudget {
         if total > self.cap {
             return Err(self.exceeded());
         }
-        self.used = total;
-        Ok(())
+        Ok(total)
     }
 
     fn exceeded(&self) -> LlmFailure {
@@ -122,6 +135,16 @@ mod tests {
         // The refused delta was not counted: nothing more fits anyway.
         assert_eq!(b.used, 100);
         assert!(b.charge(1, 0).is_err());
+    }
+
+    #[test]
+    fn checking_parts_counts_nothing() {
+        let mut b = AnswerBudget::new(2 * DELTA_COST, 1);
+        b.check_parts(2).unwrap();
+        assert!(b.check_parts(3).is_err());
+        assert_eq!(b.used, 0);
+        b.charge(0, 2).unwrap();
+        assert!(b.check_parts(1).is_err());
     }
 
     #[test]

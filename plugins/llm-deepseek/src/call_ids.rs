@@ -13,7 +13,7 @@
 
 use std::collections::HashSet;
 
-use serde_json::Value;
+use crate::response::SentId;
 
 /// The prefix of an id this adapter makes up (as OpenAI's own ids start).
 const FRESH_PREFIX: &str = "call_";
@@ -29,10 +29,10 @@ impl CallIds {
     /// delta's `sent` id: `sent` when it is a non-empty string no earlier
     /// call of this answer has, else a fresh `call_<uuid>`, with a warning
     /// naming what was sent and what the call is stored as.
-    pub(crate) fn assign(&mut self, index: u64, sent: &Value) -> String {
-        if let Some(id) = sent.as_str().filter(|s| !s.is_empty()) {
-            if self.given.insert(id.to_owned()) {
-                return id.to_owned();
+    pub(crate) fn assign(&mut self, index: u64, sent: Option<&SentId>) -> String {
+        if let Some(SentId::Text(id)) = sent {
+            if !id.is_empty() && self.given.insert(id.clone()) {
+                return id.clone();
             }
         }
         let fresh = self.fresh();
@@ -61,25 +61,24 @@ const QUOTED_CHARS: usize = 64;
 /// What was wrong with the `id` a call came with, for the warning. The id
 /// is quoted escaped and cut short: it is the model's text, and the log
 /// may go to a terminal.
-fn why(sent: &Value) -> String {
+fn why(sent: Option<&SentId>) -> String {
     match sent {
-        Value::Null => "without an id".to_owned(),
-        Value::String(s) if s.is_empty() => "with an empty id".to_owned(),
-        Value::String(s) => format!(
+        None => "without an id".to_owned(),
+        Some(SentId::Text(s)) if s.is_empty() => "with an empty id".to_owned(),
+        Some(SentId::Text(s)) => format!(
             "with the id {} of an earlier call of the same answer",
             quoted(s)
         ),
-        other => format!(
-            "with an id that is not a string ({})",
-            quoted(&other.to_string())
-        ),
+        Some(SentId::Other(json)) => {
+            format!("with an id that is not a string ({})", quoted(json))
+        }
     }
 }
 
 /// `text` in quotes, control characters escaped, at most
 /// [`QUOTED_CHARS`] characters of it.
 fn quoted(text: &str) -> String {
-    match crate::wire::cut_chars(text, QUOTED_CHARS) {
+    match crate::failure::cut_chars(text, QUOTED_CHARS) {
         None => format!("{text:?}"),
         Some(cut) => format!("{cut:?}…"),
     }
@@ -88,22 +87,25 @@ fn quoted(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+
+    fn text(id: &str) -> SentId {
+        SentId::Text(id.to_owned())
+    }
 
     #[test]
     fn a_unique_id_is_kept() {
         let mut ids = CallIds::default();
-        assert_eq!(ids.assign(0, &json!("c1")), "c1");
-        assert_eq!(ids.assign(1, &json!("c2")), "c2");
+        assert_eq!(ids.assign(0, Some(&text("c1"))), "c1");
+        assert_eq!(ids.assign(1, Some(&text("c2"))), "c2");
     }
 
     #[test]
     fn a_missing_empty_or_odd_id_gets_a_fresh_one() {
         let mut ids = CallIds::default();
-        let given: Vec<String> = [json!(null), json!(""), json!(7)]
+        let given: Vec<String> = [None, Some(text("")), Some(SentId::Other("7".into()))]
             .iter()
             .enumerate()
-            .map(|(i, sent)| ids.assign(i as u64, sent))
+            .map(|(i, sent)| ids.assign(i as u64, sent.as_ref()))
             .collect();
         for id in &given {
             assert!(
@@ -118,26 +120,29 @@ mod tests {
     #[test]
     fn a_repeated_id_is_kept_by_the_first_call_only() {
         let mut ids = CallIds::default();
-        assert_eq!(ids.assign(0, &json!("call_0")), "call_0");
-        let second = ids.assign(1, &json!("call_0"));
+        assert_eq!(ids.assign(0, Some(&text("call_0"))), "call_0");
+        let second = ids.assign(1, Some(&text("call_0")));
         assert!(
             second.starts_with(FRESH_PREFIX) && second != "call_0",
             "{second}"
         );
         // A provider id equal to one made up earlier is renamed too.
-        let third = ids.assign(2, &json!(second));
+        let third = ids.assign(2, Some(&text(&second)));
         assert!(third != second && third != "call_0", "{third}");
     }
 
     #[test]
     fn the_warning_says_what_was_sent() {
-        assert_eq!(why(&json!(null)), "without an id");
-        assert_eq!(why(&json!("")), "with an empty id");
+        assert_eq!(why(None), "without an id");
+        assert_eq!(why(Some(&text(""))), "with an empty id");
         assert_eq!(
-            why(&json!("call_0")),
+            why(Some(&text("call_0"))),
             "with the id \"call_0\" of an earlier call of the same answer"
         );
-        assert_eq!(why(&json!(7)), "with an id that is not a string (\"7\")");
+        assert_eq!(
+            why(Some(&SentId::Other("7".into()))),
+            "with an id that is not a string (\"7\")"
+        );
     }
 
     #[test]

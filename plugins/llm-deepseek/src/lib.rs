@@ -5,11 +5,15 @@
 
 mod answer_cap;
 mod call_ids;
+mod convert;
 mod error_body;
+mod failure;
+mod lenient;
 mod models;
 mod request;
+mod response;
 mod sse;
-mod wire;
+mod stream;
 
 use std::rc::Rc;
 use std::time::Duration;
@@ -19,6 +23,7 @@ use dsh_sdk::names::service;
 use dsh_sdk::prelude::*;
 use dsh_sdk::tool::register_model_adapter;
 use dsh_sdk::vocab::LlmFailure;
+use failure::code;
 use serde::Deserialize;
 
 /// The config field that raises the SSE line cap, as users write it.
@@ -121,7 +126,7 @@ struct Adapter {
 impl Adapter {
     async fn stream(self: Rc<Self>, request: Payload, tx: ReplySender) {
         let fail = |f: LlmFailure| {
-            tx.send(f.finish_chunk(false));
+            tx.send(f.finish(false));
         };
         let key = if self.config.api_key_env.is_empty() {
             None
@@ -130,7 +135,7 @@ impl Adapter {
                 Ok(k) if !k.trim().is_empty() => Some(k),
                 _ => {
                     return fail(LlmFailure::new(
-                        wire::code::MISSING_CREDENTIAL,
+                        code::MISSING_CREDENTIAL,
                         format!(
                             "no API key: set the environment variable {}",
                             self.config.api_key_env
@@ -143,7 +148,7 @@ impl Adapter {
             Ok(r) => r,
             Err(e) => {
                 return fail(LlmFailure::new(
-                    wire::code::INVALID_REQUEST,
+                    code::INVALID_REQUEST,
                     format!("the request does not fit the chat-completions adapter: {e}"),
                 ))
             }
@@ -154,8 +159,8 @@ impl Adapter {
             Ok(b) => b,
             Err(e) => {
                 return fail(LlmFailure::new(
-                    wire::code::INVALID_REQUEST,
-                    format!("a message of the request cannot be converted: {e}"),
+                    code::INVALID_REQUEST,
+                    format!("the request cannot be converted to chat completions: {e}"),
                 ))
             }
         };
@@ -182,13 +187,13 @@ impl Adapter {
         let response = match tokio::time::timeout(idle, http.send()).await {
             Err(_) => {
                 return fail(LlmFailure::new(
-                    wire::code::TIMEOUT,
+                    code::TIMEOUT,
                     format!("no response within {} ms", idle.as_millis()),
                 ))
             }
             Ok(Err(e)) => {
                 return fail(LlmFailure::new(
-                    wire::code::TRANSPORT,
+                    code::TRANSPORT,
                     format!("request to {url} failed: {}", error_chain(&e)),
                 ))
             }
@@ -209,32 +214,32 @@ impl Adapter {
                 .map(|s| (s * 1000.0) as u64)
                 .filter(|ms| *ms > 0);
             let body = error_body::read(response, idle, error_body::MAX_ERROR_BODY_BYTES).await;
-            let mut f = wire::http_failure(status.as_u16(), &body.text, body.cut.as_deref());
+            let mut f = failure::http_failure(status.as_u16(), &body.text, body.cut.as_deref());
             f.provider_retry_after_ms = retry_after;
             f.request_id = request_id;
             return fail(f);
         }
         let mut parser = sse::Parser::new(self.config.sse_cap());
         let mut state =
-            wire::StreamState::new(self.config.answer_cap(), self.config.tool_call_cap());
+            stream::StreamState::new(self.config.answer_cap(), self.config.tool_call_cap());
         let mut response = response;
         loop {
             let chunk = match tokio::time::timeout(idle, response.chunk()).await {
                 Err(_) => {
                     return fail(LlmFailure::new(
-                        wire::code::TIMEOUT,
+                        code::TIMEOUT,
                         format!("the stream was idle for {} ms", idle.as_millis()),
                     ))
                 }
                 Ok(Err(e)) => {
                     return fail(LlmFailure::new(
-                        wire::code::TRANSPORT,
+                        code::TRANSPORT,
                         format!("the stream broke: {}", error_chain(&e)),
                     ))
                 }
                 Ok(Ok(None)) => {
                     return fail(LlmFailure::new(
-                        wire::code::STREAM_CLOSED,
+                        code::STREAM_CLOSED,
                         "the stream ended without [DONE]",
                     ));
                 }
@@ -244,7 +249,7 @@ impl Adapter {
                 Ok(events) => events,
                 Err(overflow) => {
                     return fail(LlmFailure::new(
-                        wire::code::MALFORMED_RESPONSE,
+                        code::MALFORMED_RESPONSE,
                         format!(
                             "the stream was cut off: {overflow}; if the provider's events \
                              are really that large, raise `{MAX_SSE_LINE_FIELD}` in the \
@@ -338,6 +343,7 @@ dsh_sdk::export_plugin!(DeepSeek);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{json, Value};
 
     #[derive(Debug)]
     struct Chain(&'static str, Option<Box<Chain>>);

@@ -4,35 +4,41 @@
 //! reuse the conversion of every message they share with the previous one.
 
 use std::cell::RefCell;
+use std::fmt;
 
+use dsh_sdk::vocab::Message;
 use serde::{Deserialize, Serialize};
 use serde_json::value::{to_raw_value, RawValue};
-use serde_json::{json, Value};
+use serde_json::Number;
 
-use crate::wire::messages_of;
+use crate::convert::{messages_of, ToolIn, WireMessage, WireTool};
 use crate::Config;
 
 /// The harness request (`llm-adapter.stream` params) as this adapter reads
-/// it; other fields pass by.
+/// it; other fields pass by. The history stays as the JSON texts the
+/// messages were logged as: each is read as a [`Message`] only when the
+/// session's previous request did not carry the same text.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Request {
     #[serde(default)]
     model: Option<String>,
     #[serde(default)]
-    messages: Option<Vec<Box<RawValue>>>,
+    messages: Vec<Box<RawValue>>,
     #[serde(default)]
     system: Option<String>,
+    /// The tool schemas, converted once per distinct list ([`Converter`]).
     #[serde(default)]
     tools: Option<Box<RawValue>>,
     #[serde(default)]
     max_tokens: Option<u64>,
     #[serde(default)]
     reasoning_effort: Option<String>,
+    /// Passed on as written (a `Number` keeps `1` and `1.0` apart).
     #[serde(default)]
-    temperature: Option<Value>,
+    temperature: Option<Number>,
     #[serde(default)]
-    stop: Option<Value>,
+    stop: Option<Stop>,
     /// Sent as `x-deepseek-harness-session-id`.
     #[serde(default)]
     pub session_id: Option<String>,
@@ -42,14 +48,41 @@ pub(crate) struct Request {
     pub purpose: Option<String>,
 }
 
+/// The sequences that stop the model: one, or several.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(untagged)]
+enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// `stream_options`: the usage comes as the stream's last event.
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+/// DeepSeek's `thinking` switch.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+enum Thinking {
+    Enabled,
+    Disabled,
+}
+
+/// The reasoning effort that turns thinking off.
+const EFFORT_OFF: &str = "off";
+
+/// The chat-completions request body, keys in the wire's order.
 #[derive(Serialize)]
 struct Body<'a> {
     model: &'a str,
+    /// Each message converted once ([`Converted::wire`]).
     messages: Vec<&'a RawValue>,
     stream: bool,
-    stream_options: Value,
+    stream_options: StreamOptions,
     #[serde(skip_serializing_if = "Option::is_none")]
-    thinking: Option<Value>,
+    thinking: Option<Thinking>,
     #[serde(skip_serializing_if = "Option::is_none")]
     reasoning_effort: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -57,9 +90,30 @@ struct Body<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     max_tokens: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    temperature: Option<&'a Value>,
+    temperature: Option<&'a Number>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    stop: Option<&'a Value>,
+    stop: Option<&'a Stop>,
+}
+
+/// Why a request could not become a body: which part, and the reading
+/// error.
+#[derive(Debug)]
+pub(crate) struct ConvertError {
+    part: String,
+    error: serde_json::Error,
+}
+
+impl fmt::Display for ConvertError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.part, self.error)
+    }
+}
+
+impl ConvertError {
+    fn at(part: impl Into<String>) -> impl FnOnce(serde_json::Error) -> ConvertError {
+        let part = part.into();
+        move |error| ConvertError { part, error }
+    }
 }
 
 /// One harness message and the chat-completions messages it became.
@@ -78,8 +132,9 @@ pub(crate) struct Converter {
     tools: RefCell<Option<(Box<RawValue>, Box<RawValue>)>>,
 }
 
+/// Reads one logged message and converts it.
 fn convert(source: Box<RawValue>) -> serde_json::Result<Converted> {
-    let message: Value = serde_json::from_str(source.get())?;
+    let message: Message = serde_json::from_str(source.get())?;
     let wire = messages_of(&message)
         .iter()
         .map(to_raw_value)
@@ -87,15 +142,13 @@ fn convert(source: Box<RawValue>) -> serde_json::Result<Converted> {
     Ok(Converted { source, wire })
 }
 
+/// The request's tool list on the wire; `None` when it is empty.
 fn convert_tools(tools: &RawValue) -> serde_json::Result<Option<Box<RawValue>>> {
-    let tools: Value = serde_json::from_str(tools.get())?;
-    let Some(tools) = tools.as_array().filter(|t| !t.is_empty()) else {
+    let tools: Vec<ToolIn<'_>> = serde_json::from_str(tools.get())?;
+    if tools.is_empty() {
         return Ok(None);
-    };
-    let wire: Vec<Value> = tools
-        .iter()
-        .map(|t| json!({"type": "function", "function": {"name": t["name"], "description": t["description"], "parameters": t["parameters"]}}))
-        .collect();
+    }
+    let wire: Vec<WireTool<'_>> = tools.iter().map(WireTool::of).collect();
     Ok(Some(to_raw_value(&wire)?))
 }
 
@@ -104,18 +157,23 @@ impl Converter {
     /// the session's previous request shares, made for the rest.
     fn messages(
         &self,
-        session: &str,
+        session: Option<&str>,
         messages: Vec<Box<RawValue>>,
-    ) -> serde_json::Result<Vec<Converted>> {
-        let mut sessions = self.sessions.borrow_mut();
-        let previous = match sessions.iter().position(|(s, _)| s == session) {
-            Some(at) => sessions.remove(at).1,
+    ) -> Result<Vec<Converted>, ConvertError> {
+        let previous = match session {
+            Some(session) => {
+                let mut sessions = self.sessions.borrow_mut();
+                match sessions.iter().position(|(s, _)| s == session) {
+                    Some(at) => sessions.remove(at).1,
+                    None => Vec::new(),
+                }
+            }
             None => Vec::new(),
         };
         let mut previous = previous.into_iter();
         let mut out = Vec::with_capacity(messages.len());
         let mut reusing = true;
-        for m in messages {
+        for (at, m) in messages.into_iter().enumerate() {
             if reusing {
                 match previous.next() {
                     Some(c) if c.source.get() == m.get() => {
@@ -125,7 +183,7 @@ impl Converter {
                     _ => reusing = false,
                 }
             }
-            out.push(convert(m)?);
+            out.push(convert(m).map_err(ConvertError::at(format!("message {at}")))?);
         }
         Ok(out)
     }
@@ -151,21 +209,23 @@ impl Converter {
         Ok(wire)
     }
 
-    /// The chat-completions request body for `req`, as JSON bytes.
-    pub(crate) fn body(&self, config: &Config, req: Request) -> serde_json::Result<Vec<u8>> {
-        let session = req.session_id.clone().unwrap_or_default();
-        let converted = self.messages(&session, req.messages.unwrap_or_default())?;
+    /// The chat-completions request body for `req`, as JSON bytes. A
+    /// request without a session id keeps no conversions.
+    pub(crate) fn body(&self, config: &Config, req: Request) -> Result<Vec<u8>, ConvertError> {
+        let session = req.session_id.clone().filter(|s| !s.is_empty());
+        let converted = self.messages(session.as_deref(), req.messages)?;
         let system = req
             .system
-            .as_deref()
             .filter(|s| !s.is_empty())
-            .map(|s| to_raw_value(&json!({"role": "system", "content": s})))
-            .transpose()?;
+            .map(|content| to_raw_value(&WireMessage::System { content }))
+            .transpose()
+            .map_err(ConvertError::at("the system prompt"))?;
         let tools = req
             .tools
             .as_deref()
             .map(|t| self.tools(t))
-            .transpose()?
+            .transpose()
+            .map_err(ConvertError::at("the tools"))?
             .flatten();
         let mut messages: Vec<&RawValue> = Vec::with_capacity(converted.len() + 1);
         messages.extend(system.as_deref());
@@ -178,8 +238,8 @@ impl Converter {
             .unwrap_or(&config.reasoning_effort);
         let (thinking, reasoning_effort) = match (config.reasoning, effort) {
             (false, _) => (None, None),
-            (true, "off") => (Some(json!({"type": "disabled"})), None),
-            (true, effort) => (Some(json!({"type": "enabled"})), Some(effort)),
+            (true, EFFORT_OFF) => (Some(Thinking::Disabled), None),
+            (true, effort) => (Some(Thinking::Enabled), Some(effort)),
         };
         let body = Body {
             model: req
@@ -189,17 +249,19 @@ impl Converter {
                 .unwrap_or(&config.model),
             messages,
             stream: true,
-            stream_options: json!({"include_usage": true}),
+            stream_options: StreamOptions {
+                include_usage: true,
+            },
             thinking,
             reasoning_effort,
             tools: tools.as_deref(),
             max_tokens: req.max_tokens.or(config.max_tokens),
-            temperature: req.temperature.as_ref().filter(|v| !v.is_null()),
-            stop: req.stop.as_ref().filter(|v| !v.is_null()),
+            temperature: req.temperature.as_ref(),
+            stop: req.stop.as_ref(),
         };
-        let bytes = serde_json::to_vec(&body)?;
+        let bytes = serde_json::to_vec(&body).map_err(ConvertError::at("the body"))?;
         drop(body);
-        if !session.is_empty() {
+        if let Some(session) = session {
             self.keep(session, converted);
         }
         Ok(bytes)
@@ -209,6 +271,7 @@ impl Converter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{json, Value};
 
     fn config() -> Config {
         serde_json::from_value(json!({"baseUrl": "http://x", "model": "dflt"})).unwrap()
@@ -220,7 +283,7 @@ mod tests {
     }
 
     fn user(id: &str, text: &str) -> Value {
-        json!({"id": id, "role": "user", "content": [{"type": "text", "text": text}]})
+        json!({"id": id, "role": "user", "content": [{"type": "text", "text": text}], "source": {"kind": "user"}})
     }
 
     #[test]
@@ -232,8 +295,10 @@ mod tests {
                    "messages": [user("u", "hi"),
                                 {"id": "a", "role": "assistant", "content": [
                                     {"type": "reasoning", "text": "r"}, {"type": "text", "text": "t"},
-                                    {"type": "tool-call", "id": "c1", "name": "read", "arguments": "{}"}]},
-                                {"id": "r", "role": "user", "content": [{"type": "tool-result", "toolCallId": "c1", "content": [], "isError": false}]}],
+                                    {"type": "tool-call", "id": "c1", "name": "read", "arguments": "{}"}],
+                                 "source": {"kind": "model", "provider": "p", "model": "m"}},
+                                {"id": "r", "role": "user", "content": [{"type": "tool-result", "toolCallId": "c1", "content": [], "isError": false}],
+                                 "source": {"kind": "tool", "callId": "c1"}}],
                    "tools": [{"name": "read", "description": "d", "parameters": {"type": "object"}}],
                    "sessionId": "s"}),
         );
@@ -298,5 +363,59 @@ mod tests {
             );
         }
         assert_eq!(c.sessions.borrow().len(), SESSIONS_KEPT);
+    }
+
+    fn body_text(c: &Converter, req: &str) -> Result<String, ConvertError> {
+        let req: Request = serde_json::from_str(req).unwrap();
+        c.body(&config(), req)
+            .map(|b| String::from_utf8(b).unwrap())
+    }
+
+    #[test]
+    fn the_body_is_byte_for_byte_the_wire() {
+        let c = Converter::default();
+        let got = body_text(
+            &c,
+            r#"{"model":"m","temperature":1,"stop":["x","y"],"reasoningEffort":"off",
+                "tools":[{"name":"t","parameters":{"type": "object"}},{"name":"u","description":"d"}],
+                "messages":[{"id":"u","role":"user","content":[{"type":"text","text":"hi"}],"source":{"kind":"user"}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            got,
+            concat!(
+                r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true,"#,
+                r#""stream_options":{"include_usage":true},"thinking":{"type":"disabled"},"#,
+                r#""tools":[{"type":"function","function":{"name":"t","description":null,"parameters":{"type": "object"}}},"#,
+                r#"{"type":"function","function":{"name":"u","description":"d","parameters":null}}],"#,
+                r#""temperature":1,"stop":["x","y"]}"#
+            )
+        );
+        let one = body_text(&c, r#"{"stop":"end","temperature":0.25,"tools":[]}"#).unwrap();
+        assert!(
+            one.ends_with(r#""temperature":0.25,"stop":"end"}"#),
+            "{one}"
+        );
+        assert!(
+            !one.contains("tools"),
+            "an empty tool list is not sent: {one}"
+        );
+    }
+
+    #[test]
+    fn a_message_that_is_not_a_message_is_refused_naming_it() {
+        let c = Converter::default();
+        let e = body_text(
+            &c,
+            r#"{"messages":[{"id":"u","role":"user","content":[],"source":{"kind":"user"}},
+                            {"id":"v","role":"user","content":[{"type":"text"}],"source":{"kind":"user"}}]}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("message 1: ") && e.contains("text"), "{e}");
+        let e = body_text(&c, r#"{"tools":{"name":"t"}}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("the tools: "), "{e}");
     }
 }

@@ -1,7 +1,11 @@
 //! `llm-retry`: retries retryable failures at the step boundary through the
 //! `agent/request-error` waterfall (reference dsh-core §3.10, dsh-product
 //! §3.1): exponential backoff with jitter, honoring the provider's
-//! `Retry-After`; each retry is logged as an `llm/retry` session event.
+//! `Retry-After`. Each retry is logged as the original logs it: an
+//! `llm/retry` record before the wait, an `llm/retry-started` record when
+//! the wait is over and the request runs again. The retries of one
+//! request (one agent, turn, step and provider route) form a chain that
+//! shares one `retryId`.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -13,13 +17,15 @@ use dsh_sdk::api::sessions::{NewEvent, Sessions};
 use dsh_sdk::names::{bus, service};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::event;
-use dsh_sdk::vocab::RETRYABLE_CODES;
-use serde::Deserialize;
+use dsh_sdk::vocab::records::{LlmRetry, LlmRetryStarted};
+use dsh_sdk::vocab::{Extra, LlmFailure, RETRYABLE_CODES};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 /// The original's retry modes (`retryPolicy.mode`): `normal` retries the
 /// retryable codes up to `maxRetries`; `always` retries every model-request
 /// failure, without a limit, until success, a cancel or disposal.
-#[derive(Deserialize, Clone, Copy, Debug, PartialEq, Default)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Default)]
 #[serde(rename_all = "lowercase")]
 enum Mode {
     #[default]
@@ -36,7 +42,9 @@ impl Mode {
     }
 }
 
-#[derive(Deserialize, Clone)]
+/// The retry policy. Its JSON text is the `policyKey` of the records it
+/// writes.
+#[derive(Serialize, Deserialize, Clone)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 struct Config {
     mode: Mode,
@@ -59,38 +67,72 @@ impl Default for Config {
     }
 }
 
+/// The request a chain of retries is about.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct ChainKey {
+    agent: String,
+    turn: u64,
+    step: u64,
+    provider: String,
+}
+
+/// One retry: which request, its number in the chain, its chain's id.
+struct Retry<'a> {
+    key: &'a ChainKey,
+    retry_id: String,
+    retry: u32,
+}
+
 impl Config {
-    /// Whether a failure with `code` earns retry number `attempt`.
-    fn retries(&self, code: &str, attempt: u32) -> bool {
+    /// Whether a failure with `code` earns retry number `retry`.
+    fn retries(&self, code: &str, retry: u32) -> bool {
         match self.mode {
             Mode::Always => true,
-            Mode::Normal => RETRYABLE_CODES.contains(&code) && attempt <= self.max_retries,
+            Mode::Normal => RETRYABLE_CODES.contains(&code) && retry <= self.max_retries,
         }
     }
 
-    /// The `llm/retry` event of retry `attempt`: the policy's mode, and its
+    /// The `llm/retry` record of `r`: the policy's mode and key, and its
     /// limit only in `normal` mode (`always` has none).
-    fn retry_event(
+    fn retry_record(
         &self,
-        (turn, step): (u64, u64),
-        attempt: u32,
-        wait: u64,
-        failure: &Value,
-    ) -> Value {
-        let mut data = json!({"turn": turn, "step": step, "mode": self.mode.name(), "attempt": attempt,
-                              "delayMs": wait, "failure": failure});
-        if self.mode == Mode::Normal {
-            data["maxRetries"] = json!(self.max_retries);
+        policy_key: &str,
+        r: &Retry<'_>,
+        delay_ms: u64,
+        failure: LlmFailure,
+    ) -> LlmRetry {
+        LlmRetry {
+            retry_id: r.retry_id.clone(),
+            turn: r.key.turn,
+            step: r.key.step,
+            provider: r.key.provider.clone(),
+            mode: self.mode.name().to_owned(),
+            policy_key: Some(policy_key.to_owned()),
+            retry: r.retry,
+            max_retries: (self.mode == Mode::Normal).then_some(self.max_retries),
+            delay_ms,
+            failure,
+            extra: Extra::new(),
         }
-        data
     }
 }
 
-/// Backoff for `attempt` (1-based), jittered, at least `retry_after`.
-fn delay_ms(c: &Config, attempt: u32, retry_after: Option<u64>) -> u64 {
+/// The `llm/retry-started` record of `r`.
+fn started_record(r: &Retry<'_>) -> LlmRetryStarted {
+    LlmRetryStarted {
+        retry_id: r.retry_id.clone(),
+        turn: r.key.turn,
+        step: r.key.step,
+        retry: r.retry,
+        extra: Extra::new(),
+    }
+}
+
+/// Backoff for retry `retry` (1-based), jittered, at least `retry_after`.
+fn delay_ms(c: &Config, retry: u32, retry_after: Option<u64>) -> u64 {
     let base = c
         .initial_delay_ms
-        .saturating_mul(1u64 << (attempt - 1).min(20))
+        .saturating_mul(1u64 << (retry - 1).min(20))
         .min(c.max_delay_ms);
     let noise = f64::from(
         std::time::SystemTime::now()
@@ -107,64 +149,127 @@ fn delay_ms(c: &Config, attempt: u32, retry_after: Option<u64>) -> u64 {
     }
 }
 
-/// Retries so far per (agent, turn, step).
-type Attempts = Rc<RefCell<HashMap<(String, u64, u64), u32>>>;
+/// Whether a waterfall answer is the decision to retry (an answer that
+/// is no decision is not). Listeners answer JSON (`Value` is the SDK's
+/// listener type), read here as a [`RequestErrorDecision`].
+fn is_retry(answer: &Value) -> bool {
+    Option::<RequestErrorDecision>::deserialize(answer)
+        .ok()
+        .flatten()
+        .is_some_and(|d| d.is_retry())
+}
 
-struct Retry;
+/// One chain of retries: its id and how many retries it had.
+struct Chain {
+    id: String,
+    retries: u32,
+}
 
-impl Plugin for Retry {
+/// The chains in progress (at most the current step's, per agent).
+type Chains = Rc<RefCell<HashMap<ChainKey, Chain>>>;
+
+/// What the listener keeps.
+struct Policy {
+    config: Config,
+    /// The config's JSON text, as the records carry it.
+    key: String,
+    chains: Chains,
+}
+
+impl Policy {
+    /// Answers one `agent/request-error`.
+    async fn on_request_error(&self, ctx: &Context, ev: Event) -> Result<Value> {
+        let p: RequestError<Option<LlmFailure>> = ev.payload_as()?;
+        // A failed request without a failure has nothing to retry or log.
+        let Some(failure) = p.failure else {
+            return ev.forward().await;
+        };
+        let key = ChainKey {
+            agent: p.agent,
+            turn: p.turn,
+            step: p.step,
+            provider: p.provider,
+        };
+        let retry = self.chains.borrow().get(&key).map_or(0, |c| c.retries) + 1;
+        if self.config.mode == Mode::Always {
+            // Specialized recovery downstream decides first; a retry it
+            // chose stands, anything else falls back here.
+            match ev.forward().await {
+                Ok(d) if is_retry(&d) => return Ok(d),
+                Ok(_) => {}
+                Err(e) => dsh_sdk::tracing::warn!(
+                    "llm-retry: the always policy ignored a downstream recovery failure: {e}"
+                ),
+            }
+        }
+        if !self.config.retries(&failure.code, retry) {
+            self.chains.borrow_mut().remove(&key);
+            return ev.forward().await;
+        }
+        let retry_id = {
+            let mut chains = self.chains.borrow_mut();
+            // The agent's earlier steps are over: their chains are done.
+            chains.retain(|k, _| k.agent != key.agent || (k.turn, k.step) == (key.turn, key.step));
+            let chain = chains.entry(key.clone()).or_insert_with(|| Chain {
+                id: dsh_sdk::new_id(),
+                retries: 0,
+            });
+            chain.retries = retry;
+            chain.id.clone()
+        };
+        let r = Retry {
+            key: &key,
+            retry_id,
+            retry,
+        };
+        let wait = delay_ms(&self.config, retry, failure.provider_retry_after_ms);
+        let record = self.config.retry_record(&self.key, &r, wait, failure);
+        let sessions = Sessions::new(ctx);
+        sessions
+            .append(&key.agent, NewEvent::typed(event::LLM_RETRY, &record)?)
+            .await?;
+        // A cancel drops this future here: no `llm/retry-started` then.
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        sessions
+            .append(
+                &key.agent,
+                NewEvent::typed(event::LLM_RETRY_STARTED, &started_record(&r))?,
+            )
+            .await?;
+        Ok(serde_json::to_value(RequestErrorDecision::retry())?)
+    }
+}
+
+struct LlmRetryPlugin;
+
+impl Plugin for LlmRetryPlugin {
     const NAME: &'static str = "llm-retry";
     const DESCRIPTION: &'static str = "retries retryable model failures";
     const INJECT: &'static [&'static str] = &[service::SESSIONS];
     type Config = Config;
 
     async fn apply(ctx: Context, config: Config) -> Result<()> {
-        let attempts: Attempts = Rc::default();
+        let policy = Rc::new(Policy {
+            key: serde_json::to_string(&config)?,
+            config,
+            chains: Rc::default(),
+        });
         let c = ctx.clone();
         ctx.on(bus::AGENT_REQUEST_ERROR, move |ev| {
-            let (c, config, attempts) = (c.clone(), config.clone(), attempts.clone());
-            async move {
-                let p: RequestError = ev.payload_as()?;
-                let failure = &p.failure;
-                let code = failure["code"].as_str().unwrap_or_default();
-                let (agent, turn, step) = (p.agent.clone(), p.turn, p.step);
-                let key = (agent.clone(), turn, step);
-                let attempt = attempts.borrow().get(&key).copied().unwrap_or(0) + 1;
-                if config.mode == Mode::Always {
-                    // Specialized recovery downstream decides first; a
-                    // retry it chose stands, anything else falls back here.
-                    match ev.forward().await {
-                        Ok(d) if d["kind"] == RequestErrorDecision::RETRY => return Ok(d),
-                        Ok(_) => {}
-                        Err(e) => dsh_sdk::tracing::warn!(
-                            "llm-retry: the always policy ignored a downstream recovery failure: {e}"
-                        ),
-                    }
-                }
-                if !config.retries(code, attempt) {
-                    attempts.borrow_mut().remove(&key);
-                    return ev.forward().await;
-                }
-                attempts.borrow_mut().insert(key, attempt);
-                let wait = delay_ms(&config, attempt, failure["providerRetryAfterMs"].as_u64());
-                let data = config.retry_event((turn, step), attempt, wait, failure);
-                Sessions::new(&c)
-                    .append(&agent, NewEvent::new(event::LLM_RETRY, data))
-                    .await?;
-                tokio::time::sleep(Duration::from_millis(wait)).await;
-                Ok(serde_json::to_value(RequestErrorDecision::retry())?)
-            }
+            let (c, policy) = (c.clone(), policy.clone());
+            async move { policy.on_request_error(&c, ev).await }
         });
         Ok(())
     }
 }
 
-dsh_sdk::export_plugin!(Retry);
+dsh_sdk::export_plugin!(LlmRetryPlugin);
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use dsh_sdk::names::{code, llm_failure};
+    use serde_json::json;
 
     #[test]
     fn the_default_policy_is_the_originals_normal_mode() {
@@ -216,20 +321,77 @@ mod tests {
         assert!(serde_json::from_value::<Config>(json!({"mode": "sometimes"})).is_err());
     }
 
+    fn key() -> ChainKey {
+        ChainKey {
+            agent: "a".into(),
+            turn: 1,
+            step: 2,
+            provider: "p".into(),
+        }
+    }
+
     #[test]
     fn always_mode_keeps_the_backoff_and_logs_no_limit() {
         let always = config(json!({"mode": "always", "jitterRatio": 0.0}));
         assert_eq!(delay_ms(&always, 1, None), 500);
         assert_eq!(delay_ms(&always, 30, None), 10_000);
-        let event = always.retry_event((1, 2), 7, 500, &json!({"code": llm_failure::AUTH}));
-        assert_eq!(event["mode"], "always");
-        assert!(event.get("maxRetries").is_none());
+        let key = key();
+        let r = Retry {
+            key: &key,
+            retry_id: "r".into(),
+            retry: 7,
+        };
+        let record = always.retry_record("k", &r, 500, LlmFailure::new(llm_failure::AUTH, "no"));
+        assert_eq!((record.mode.as_str(), record.max_retries), ("always", None));
         let normal = config(json!({}));
-        let event = normal.retry_event((1, 2), 1, 500, &json!({"code": llm_failure::SERVER}));
+        let record = normal.retry_record("k", &r, 500, LlmFailure::new(llm_failure::SERVER, "x"));
         assert_eq!(
-            (event["mode"].clone(), event["maxRetries"].clone()),
-            (json!("normal"), json!(5))
+            (record.mode.as_str(), record.max_retries),
+            ("normal", Some(5))
         );
+    }
+
+    #[test]
+    fn the_records_are_the_originals_field_for_field() {
+        let c = Config::default();
+        let policy_key = serde_json::to_string(&c).unwrap();
+        assert_eq!(
+            policy_key,
+            r#"{"mode":"normal","maxRetries":5,"initialDelayMs":500,"maxDelayMs":10000,"jitterRatio":0.1}"#
+        );
+        let key = key();
+        let r = Retry {
+            key: &key,
+            retry_id: "chain".into(),
+            retry: 2,
+        };
+        let mut failure = LlmFailure::new(llm_failure::RATE_LIMIT, "slow down");
+        failure.provider_retry_after_ms = Some(1000);
+        let record = c.retry_record(&policy_key, &r, 1000, failure);
+        assert_eq!(
+            serde_json::to_value(&record).unwrap(),
+            json!({"retryId": "chain", "turn": 1, "step": 2, "provider": "p", "mode": "normal",
+                   "policyKey": policy_key, "retry": 2, "maxRetries": 5, "delayMs": 1000,
+                   "failure": {"message": "slow down", "code": "RATE_LIMIT", "providerRetryAfterMs": 1000}})
+        );
+        assert_eq!(
+            serde_json::to_string(&started_record(&r)).unwrap(),
+            r#"{"retryId":"chain","turn":1,"step":2,"retry":2}"#
+        );
+    }
+
+    #[test]
+    fn only_a_retry_decision_is_a_retry() {
+        assert!(is_retry(&json!({"kind": "retry"})));
+        for other in [
+            json!(null),
+            json!({}),
+            json!({"kind": "fail"}),
+            json!("retry"),
+            json!(3),
+        ] {
+            assert!(!is_retry(&other), "{other}");
+        }
     }
 
     #[test]

@@ -18,8 +18,10 @@ use std::rc::Rc;
 use dsh_sdk::names::{llm_failure, service};
 use dsh_sdk::prelude::*;
 use dsh_sdk::tool::register_adapter;
-use dsh_sdk::vocab::LlmFailure;
+use dsh_sdk::vocab::message::block_type;
+use dsh_sdk::vocab::{Chunk, ContentBlock, FinishReason, LlmFailure, TokenUsage};
 use serde::Deserialize;
+use serde_json::Value;
 
 #[derive(Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
@@ -32,58 +34,160 @@ struct Config {
     delay_ms: u64,
 }
 
-fn chunks_of(response: &Value) -> Vec<Value> {
-    if let Some(raw) = response["chunks"].as_array() {
+/// A script file.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScriptFile {
+    /// One response per model request, in order.
+    responses: Vec<Response>,
+}
+
+/// One scripted response: raw chunks, else an error, else an answer made
+/// of reasoning, text and tool calls (in that order).
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+struct Response {
+    /// The stream itself, played as written (it may break the grammar on
+    /// purpose; each must still be a chunk).
+    chunks: Option<Vec<Chunk>>,
+    /// A failed request.
+    error: Option<ScriptedError>,
+    /// The model's reasoning.
+    reasoning: Option<String>,
+    /// The model's text.
+    text: Option<String>,
+    /// The tool calls.
+    tool_calls: Vec<ScriptedCall>,
+}
+
+/// A scripted failure (`{code?, message?}`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScriptedError {
+    #[serde(default = "ScriptedError::default_code")]
+    code: String,
+    #[serde(default = "ScriptedError::default_message")]
+    message: String,
+}
+
+impl ScriptedError {
+    fn default_code() -> String {
+        llm_failure::SERVER.to_owned()
+    }
+
+    fn default_message() -> String {
+        "scripted failure".to_owned()
+    }
+}
+
+/// A scripted tool call.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScriptedCall {
+    /// Its id (default `call_<n>`, n its position in the response).
+    #[serde(default)]
+    id: Option<String>,
+    /// The tool.
+    name: String,
+    /// The arguments: a JSON text as the model would write it, or any
+    /// JSON value (written compact). Open: the tool parses them.
+    arguments: Value,
+}
+
+impl ScriptedCall {
+    /// The arguments as the model would stream them.
+    fn arguments(&self) -> String {
+        match &self.arguments {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        }
+    }
+}
+
+/// The failure code of a request past the script's last response.
+const SCRIPT_EXHAUSTED: &str = "SCRIPT_EXHAUSTED";
+
+/// Words per streamed delta.
+const WORDS_PER_DELTA: usize = 3;
+
+/// The usage every scripted answer reports.
+fn scripted_usage() -> TokenUsage {
+    TokenUsage {
+        input_tokens: 10,
+        output_tokens: 5,
+        ..TokenUsage::default()
+    }
+}
+
+/// A block of `text` at `index`, streamed a few words per delta.
+fn text_block(index: u64, kind: &str, text: &str, out: &mut Vec<Chunk>) {
+    out.push(Chunk::BlockStart {
+        index,
+        block_type: kind.to_owned(),
+    });
+    let words: Vec<&str> = text.split_inclusive(' ').collect();
+    for piece in words.chunks(WORDS_PER_DELTA) {
+        let text = piece.concat();
+        out.push(if kind == block_type::REASONING {
+            Chunk::ReasoningDelta { index, text }
+        } else {
+            Chunk::TextDelta { index, text }
+        });
+    }
+    let block = if kind == block_type::REASONING {
+        ContentBlock::reasoning(text)
+    } else {
+        ContentBlock::text(text)
+    };
+    out.push(Chunk::BlockEnd { index, block });
+}
+
+/// The chunks that play `response`.
+fn chunks_of(response: &Response) -> Vec<Chunk> {
+    if let Some(raw) = &response.chunks {
         return raw.clone();
     }
-    if let Some(err) = response.get("error") {
-        let code = err["code"].as_str().unwrap_or(llm_failure::SERVER);
-        let message = err["message"].as_str().unwrap_or("scripted failure");
-        return vec![LlmFailure::new(code, message).finish_chunk(false)];
+    if let Some(err) = &response.error {
+        return vec![LlmFailure::new(&err.code, err.message.clone()).finish(false)];
     }
     let mut out = Vec::new();
     let mut index = 0;
-    for (kind, field) in [("reasoning", "reasoning"), ("text", "text")] {
-        let Some(text) = response[field].as_str() else {
-            continue;
-        };
-        out.push(json!({"type": "block-start", "index": index, "blockType": kind}));
-        let words: Vec<&str> = text.split_inclusive(' ').collect();
-        for piece in words.chunks(3) {
-            out.push(
-                json!({"type": format!("{kind}-delta"), "index": index, "text": piece.concat()}),
-            );
+    for (kind, text) in [
+        (block_type::REASONING, &response.reasoning),
+        (block_type::TEXT, &response.text),
+    ] {
+        if let Some(text) = text {
+            text_block(index, kind, text, &mut out);
+            index += 1;
         }
-        out.push(
-            json!({"type": "block-end", "index": index, "block": {"type": kind, "text": text}}),
-        );
+    }
+    for (n, call) in response.tool_calls.iter().enumerate() {
+        let id = call.id.clone().unwrap_or_else(|| format!("call_{n}"));
+        let args = call.arguments();
+        out.push(Chunk::BlockStart {
+            index,
+            block_type: block_type::TOOL_CALL.to_owned(),
+        });
+        out.push(Chunk::ToolCallDelta {
+            index,
+            id: id.clone(),
+            name: Some(call.name.clone()),
+            arguments_delta: args.clone(),
+        });
+        out.push(Chunk::BlockEnd {
+            index,
+            block: ContentBlock::tool_call(id, call.name.clone(), args),
+        });
         index += 1;
     }
-    let calls = response["toolCalls"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    for (n, call) in calls.iter().enumerate() {
-        let id = call["id"]
-            .as_str()
-            .map(str::to_owned)
-            .unwrap_or_else(|| format!("call_{n}"));
-        let args = match &call["arguments"] {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        };
-        out.push(json!({"type": "block-start", "index": index, "blockType": "tool-call"}));
-        out.push(json!({"type": "tool-call-delta", "index": index, "id": id, "name": call["name"], "argumentsDelta": args}));
-        out.push(json!({"type": "block-end", "index": index, "block": {"type": "tool-call", "id": id, "name": call["name"], "arguments": args}}));
-        index += 1;
-    }
-    out.push(json!({"type": "usage", "usage": {"inputTokens": 10, "outputTokens": 5}}));
-    let kind = if calls.is_empty() {
-        "stop"
+    out.push(Chunk::Usage {
+        usage: scripted_usage(),
+    });
+    out.push(Chunk::finish(if response.tool_calls.is_empty() {
+        FinishReason::Stop
     } else {
-        "tool-calls"
-    };
-    out.push(json!({"type": "finish", "reason": {"kind": kind}}));
+        FinishReason::ToolCalls
+    }));
     out
 }
 
@@ -102,13 +206,17 @@ impl Plugin for Script {
                 format!("cannot read script {}: {e}", config.script),
             )
         })?;
-        let script: Value = serde_json::from_str(&text).map_err(|e| {
+        let script: ScriptFile = serde_json::from_str(&text).map_err(|e| {
             Error::new(
                 codes::INVALID_CONFIG,
-                format!("script {} is not JSON: {e}", config.script),
+                format!(
+                    "script {} is not a script (`{{\"responses\": [...]}}`, see the \
+                     llm-script README): {e}",
+                    config.script
+                ),
             )
         })?;
-        let responses = Rc::new(script["responses"].as_array().cloned().unwrap_or_default());
+        let responses = Rc::new(script.responses);
         let next = Rc::new(Cell::new(0usize));
         let delay = config.delay_ms;
         let provider = config.provider.unwrap_or_else(|| "script".into());
@@ -120,10 +228,10 @@ impl Plugin for Script {
                 let chunks = match responses.get(i) {
                     Some(r) => chunks_of(r),
                     None => vec![LlmFailure::new(
-                        "SCRIPT_EXHAUSTED",
+                        SCRIPT_EXHAUSTED,
                         format!("the script has only {} responses", responses.len()),
                     )
-                    .finish_chunk(false)],
+                    .finish(false)],
                 };
                 let (tx, reply) = Reply::stream();
                 tokio::task::spawn_local(async move {
@@ -144,3 +252,112 @@ impl Plugin for Script {
 }
 
 dsh_sdk::export_plugin!(Script);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dsh_sdk::vocab::assembler::BlockAssembler;
+
+    fn script(text: &str) -> serde_json::Result<ScriptFile> {
+        serde_json::from_str(text)
+    }
+
+    fn played(response: &str) -> Vec<Chunk> {
+        let s = script(&format!(r#"{{"responses": [{response}]}}"#)).unwrap();
+        chunks_of(&s.responses[0])
+    }
+
+    #[test]
+    fn the_demo_script_plays_whole_answers() {
+        let text = include_str!("../../../profiles/demo/script.json");
+        let s = script(text).unwrap();
+        assert_eq!(s.responses.len(), 4);
+        let mut assembler = BlockAssembler::default();
+        for c in chunks_of(&s.responses[0]) {
+            assembler.push(&c);
+        }
+        let blocks = assembler.blocks().unwrap();
+        assert_eq!(
+            blocks
+                .iter()
+                .map(ContentBlock::block_type)
+                .collect::<Vec<_>>(),
+            [
+                block_type::REASONING,
+                block_type::TEXT,
+                block_type::TOOL_CALL
+            ]
+        );
+        // Arguments given as JSON are written compact, as a model does.
+        assert_eq!(
+            blocks[2],
+            ContentBlock::tool_call("call_0", "read", r#"{"file_path":"notes.md"}"#)
+        );
+        assert_eq!(assembler.finish(), FinishReason::ToolCalls);
+        assert_eq!(assembler.usage(), Some(&scripted_usage()));
+    }
+
+    #[test]
+    fn text_streams_a_few_words_per_delta() {
+        let chunks = played(r#"{"text": "one two three four"}"#);
+        let deltas: Vec<&str> = chunks
+            .iter()
+            .filter_map(|c| match c {
+                Chunk::TextDelta { text, .. } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(deltas, ["one two three ", "four"]);
+        assert_eq!(chunks.last(), Some(&Chunk::finish(FinishReason::Stop)));
+    }
+
+    #[test]
+    fn an_error_response_is_one_error_finish_with_defaults() {
+        let failure = |response: &str| match played(response).as_slice() {
+            [Chunk::Finish {
+                reason: FinishReason::Error { failure },
+                ..
+            }] => failure.clone(),
+            other => panic!("{other:?}"),
+        };
+        let f = failure(r#"{"error": {"code": "RATE_LIMIT", "message": "slow down"}}"#);
+        assert_eq!(
+            (f.code.as_str(), f.message.as_str()),
+            ("RATE_LIMIT", "slow down")
+        );
+        let f = failure(r#"{"error": {}}"#);
+        assert_eq!(
+            (f.code.as_str(), f.message.as_str()),
+            (llm_failure::SERVER, "scripted failure")
+        );
+    }
+
+    #[test]
+    fn raw_chunks_play_as_written_even_out_of_grammar() {
+        let chunks = played(
+            r#"{"chunks": [{"type": "finish", "reason": {"kind": "stop"}},
+                          {"type": "usage", "usage": {"inputTokens": 1, "outputTokens": 1}}]}"#,
+        );
+        assert_eq!(chunks.len(), 2);
+        assert_eq!(chunks[0], Chunk::finish(FinishReason::Stop));
+    }
+
+    #[test]
+    fn a_script_that_is_not_one_is_refused_naming_the_fault() {
+        for (text, fault) in [
+            (r#"{"answers": []}"#, "unknown field `answers`"),
+            (r#"{"responses": [{"txt": "hi"}]}"#, "unknown field `txt`"),
+            (
+                r#"{"responses": [{"chunks": [{"type": "thinking"}]}]}"#,
+                "unknown variant `thinking`",
+            ),
+            (
+                r#"{"responses": [{"toolCalls": [{"arguments": {}}]}]}"#,
+                "missing field `name`",
+            ),
+        ] {
+            let e = script(text).err().unwrap().to_string();
+            assert!(e.contains(fault), "{text}: {e}");
+        }
+    }
+}

@@ -2,8 +2,10 @@
 //!
 //! An adapter plugin registers `{providers, service}`; `llm.stream(request)`
 //! runs the `llm/stream` waterfall over the request minus its messages
-//! (listeners may reconfigure or re-route it), then streams from the adapter. Any adapter-side failure —
-//! no adapter, a failed call, a stream that broke — becomes one terminal
+//! (listeners may reconfigure or re-route it), then streams from the
+//! adapter: each item is read as a [`Chunk`] and forwarded as the adapter
+//! wrote it. Any adapter-side failure — no adapter, a failed call, a stream
+//! that broke, an item that is no chunk — becomes one terminal
 //! `finish{error}` chunk, so consumers see a single grammar — or
 //! `finish{aborted}` when the caller cancelled the request (the original's
 //! aborted `signal`) or the failure's code is `ABORTED`.
@@ -14,6 +16,7 @@
 //! `finish{aborted}`. A name stays aborted ([`signals`]): a request that
 //! starts under it after its cancel ends at once.
 
+mod replay;
 mod signals;
 
 use std::cell::RefCell;
@@ -22,9 +25,9 @@ use std::rc::Rc;
 use dsh_sdk::api::llm::{
     AdaptersUpdated, CancelParams, CancelReply, ModelInfo, ModelInfoParams, RegisterAdapterParams,
 };
-use dsh_sdk::names::{bus, code, llm, llm_adapter, service};
+use dsh_sdk::names::{bus, code, llm, llm_adapter, llm_failure, service};
 use dsh_sdk::prelude::*;
-use dsh_sdk::vocab::LlmFailure;
+use dsh_sdk::vocab::{Chunk, LlmFailure};
 use dsh_sdk::RawObject;
 use signals::{Signal, Signals};
 
@@ -36,23 +39,66 @@ struct Adapter {
 
 type Registry = Rc<RefCell<Vec<Adapter>>>;
 
+/// The codes of this service's own errors.
+mod error_code {
+    /// No adapter serves the request's route.
+    pub const NO_ADAPTER: &str = "NO_ADAPTER";
+    /// A registration without routes or a service.
+    pub const INVALID_ADAPTER: &str = "INVALID_ADAPTER";
+    /// A route another adapter serves already.
+    pub const DUPLICATE_ADAPTER: &str = "DUPLICATE_ADAPTER";
+    /// An adapter's model metadata is not the model asked about.
+    pub const INVALID_MODEL_INFO: &str = "INVALID_MODEL_INFO";
+    /// An adapter's context window is not positive.
+    pub const INVALID_MODEL_CONTEXT: &str = "INVALID_MODEL_CONTEXT";
+    /// An adapter's default output cap is not positive.
+    pub const INVALID_MODEL_MAX_TOKENS: &str = "INVALID_MODEL_MAX_TOKENS";
+}
+
 /// The cancellation signals, by name.
 type SharedSignals = Rc<RefCell<Signals>>;
 
 /// The terminal chunk of a failed request: `aborted` when the caller's
 /// signal was aborted or the failure is itself `ABORTED` (the original's
 /// `adapterFailureChunk`), `error` otherwise.
-fn failure_finish(code: &str, message: String, signal_aborted: bool) -> Value {
-    LlmFailure::new(code, message).finish_chunk(signal_aborted || code == code::ABORTED)
+fn failure_finish(code: &str, message: String, signal_aborted: bool) -> Chunk {
+    LlmFailure::new(code, message).finish(signal_aborted || code == code::ABORTED)
+}
+
+/// Reads one item an adapter streamed as a [`Chunk`]: whether it is the
+/// `finish`, or the failure that ends the stream when it is no chunk (the
+/// set is closed: a consumer could only refuse it later).
+fn read_chunk(item: &Payload) -> Result<bool, (String, String)> {
+    match item.parse::<Chunk>() {
+        Ok(chunk) => Ok(matches!(chunk, Chunk::Finish { .. })),
+        Err(e) => Err((
+            llm_failure::MALFORMED_RESPONSE.to_owned(),
+            format!("the adapter streamed an item that is not a stream chunk: {e}"),
+        )),
+    }
 }
 
 /// Joins `request`'s `signal` (removed from the request, so adapters
-/// never see it) for the life of the stream.
-fn take_signal(signals: &SharedSignals, request: &mut RawObject) -> Option<(String, Rc<Signal>)> {
-    let raw = request.remove("signal")?;
-    let name: String = serde_json::from_str(raw.get()).ok()?;
+/// never see it) for the life of the stream; a `signal` that is not a
+/// name is refused.
+fn take_signal(
+    signals: &SharedSignals,
+    request: &mut RawObject,
+) -> Result<Option<(String, Rc<Signal>)>> {
+    let Some(raw) = request.remove("signal") else {
+        return Ok(None);
+    };
+    let name: String = serde_json::from_str(raw.get()).map_err(|e| {
+        Error::new(
+            codes::INVALID_PAYLOAD,
+            format!(
+                "the request's `signal` must be a string (the name `{}` stops it by): {e}",
+                llm::CANCEL
+            ),
+        )
+    })?;
     let signal = signals.borrow_mut().join(&name);
-    Some((name, signal))
+    Ok(Some((name, signal)))
 }
 
 async fn handle(
@@ -73,11 +119,17 @@ async fn handle(
 
 /// The adapter service serving `provider`.
 fn adapter_of(registry: &Registry, provider: &str) -> Option<String> {
+    instance_of(registry, provider).map(|(service, _)| service)
+}
+
+/// The adapter instance serving `provider`: its service and the fiber
+/// that registered it.
+fn instance_of(registry: &Registry, provider: &str) -> Option<(String, u64)> {
     registry
         .borrow()
         .iter()
         .find(|a| a.providers.iter().any(|p| p == provider))
-        .map(|a| a.service.clone())
+        .map(|a| (a.service.clone(), a.owner))
 }
 
 /// `resolveModelInfo`: the adapter's metadata of one model, checked as the
@@ -87,7 +139,7 @@ async fn resolve_model_info(ctx: &Context, registry: &Registry, req: &Request) -
     let params: ModelInfoParams = req.params_as()?;
     let Some(service) = adapter_of(registry, &params.provider) else {
         return Err(Error::new(
-            "NO_ADAPTER",
+            error_code::NO_ADAPTER,
             format!("no adapter serves provider `{}`", params.provider),
         ));
     };
@@ -98,19 +150,19 @@ async fn resolve_model_info(ctx: &Context, registry: &Registry, req: &Request) -
     let (provider, model) = (&params.provider, &params.model);
     if info.provider != *provider || info.id != *model || info.name.is_empty() {
         return Err(Error::new(
-            "INVALID_MODEL_INFO",
+            error_code::INVALID_MODEL_INFO,
             format!("adapter returned invalid exact model metadata for provider \"{provider}\" model \"{model}\""),
         ));
     }
     if info.context.is_some_and(|c| c.context_window == 0) {
         return Err(Error::new(
-            "INVALID_MODEL_CONTEXT",
+            error_code::INVALID_MODEL_CONTEXT,
             format!("adapter returned invalid context metadata for provider \"{provider}\" model \"{model}\""),
         ));
     }
     if info.default_max_tokens == Some(0) {
         return Err(Error::new(
-            "INVALID_MODEL_MAX_TOKENS",
+            error_code::INVALID_MODEL_MAX_TOKENS,
             format!("adapter returned invalid default maxTokens for provider \"{provider}\" model \"{model}\""),
         ));
     }
@@ -123,7 +175,7 @@ fn register_adapter(ctx: &Context, registry: &Registry, req: &Request) -> Result
     let RegisterAdapterParams { providers, service } = req.params_as()?;
     if providers.is_empty() || providers.iter().any(String::is_empty) || service.is_empty() {
         return Err(Error::new(
-            "INVALID_ADAPTER",
+            error_code::INVALID_ADAPTER,
             "an adapter needs routes and a service",
         ));
     }
@@ -134,7 +186,7 @@ fn register_adapter(ctx: &Context, registry: &Registry, req: &Request) -> Result
             .find(|p| reg.iter().any(|a| a.providers.contains(p)))
         {
             return Err(Error::new(
-                "DUPLICATE_ADAPTER",
+                error_code::DUPLICATE_ADAPTER,
                 format!("provider route `{p}` is already served"),
             ));
         }
@@ -148,7 +200,7 @@ fn register_adapter(ctx: &Context, registry: &Registry, req: &Request) -> Result
     let r2 = registry.clone();
     req.on_caller_gone(move || r2.borrow_mut().retain(|a| a.owner != owner));
     ctx.emit(bus::LLM_ADAPTERS_UPDATED, AdaptersUpdated {})?;
-    Ok(Value::Null.into())
+    Reply::json(())
 }
 
 /// `providers`: every route served, in registration order.
@@ -180,7 +232,7 @@ fn stream(
     // The request stays raw: this hop reads `signal` and `provider`
     // and hands the history on without parsing it.
     let mut request: RawObject = req.params_as()?;
-    let signal = take_signal(&signals, &mut request);
+    let signal = take_signal(&signals, &mut request)?;
     let task_ctx = ctx.clone();
     task_ctx.spawn(async move {
         let (name, signal) = match signal {
@@ -257,29 +309,58 @@ async fn stream_from_adapter(
     if signal.is_aborted() {
         return aborted();
     }
-    let provider = request
-        .get_as::<String>("provider")
-        .ok()
-        .flatten()
-        .unwrap_or_default();
-    let Some(service) = adapter_of(registry, &provider) else {
+    let provider = match request.get_as::<String>("provider") {
+        Ok(Some(p)) => p,
+        Ok(None) => {
+            return Some((
+                error_code::NO_ADAPTER.to_owned(),
+                "the request names no provider route (`provider`)".to_owned(),
+            ))
+        }
+        Err(e) => {
+            return Some((
+                codes::INVALID_PAYLOAD.to_owned(),
+                format!("the request's `provider` is not a route name: {e}"),
+            ))
+        }
+    };
+    let Some(instance) = instance_of(registry, &provider) else {
         return Some((
-            "NO_ADAPTER".to_owned(),
+            error_code::NO_ADAPTER.to_owned(),
             format!("no adapter serves provider `{provider}`"),
         ));
     };
+    let mut request = request;
+    if let Some(messages) = request.get("messages") {
+        let same = |p: &str| instance_of(registry, p).as_ref() == Some(&instance);
+        match replay::for_adapter(messages, same) {
+            Ok(Some(filtered)) => request.insert("messages", filtered),
+            Ok(None) => {}
+            Err(e) => {
+                return Some((
+                    codes::INVALID_PAYLOAD.to_owned(),
+                    format!("the request's `messages` are not a message list: {e}"),
+                ))
+            }
+        }
+    }
+    let service = instance.0;
     // Dropping the adapter's stream (on a cancel) stops it in its plugin.
     let mut stream = ctx.service(service).stream(llm_adapter::STREAM, &request);
     loop {
         let item = tokio::select! {
             biased;
             () = signal.aborted() => return aborted(),
-            item = stream.next() => item,
+            item = stream.next_payload() => item,
         };
         match item? {
             Ok(chunk) => {
-                let done = chunk["type"] == "finish";
-                if !tx.send(chunk) || done {
+                let done = match read_chunk(&chunk) {
+                    Ok(done) => done,
+                    Err(failure) => return Some(failure),
+                };
+                // Forwarded as the adapter wrote it.
+                if !tx.send_payload(chunk) || done {
                     return None;
                 }
             }
@@ -312,18 +393,46 @@ dsh_sdk::export_plugin!(Llm);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dsh_sdk::names::llm_failure;
 
     #[test]
     fn a_failure_is_aborted_when_the_signal_is_or_its_code_is_aborted() {
-        let kind = |code: &str, aborted: bool| {
-            failure_finish(code, "m".to_owned(), aborted)["reason"]["kind"].clone()
+        let kind = |code: &str, aborted: bool| match failure_finish(code, "m".to_owned(), aborted) {
+            Chunk::Finish { reason, .. } => reason.kind(),
+            other => panic!("{other:?}"),
         };
-        assert_eq!(kind(llm_failure::SERVER, false), json!("error"));
-        assert_eq!(kind(llm_failure::SERVER, true), json!("aborted"));
-        assert_eq!(kind(code::ABORTED, false), json!("aborted"));
+        assert_eq!(kind(llm_failure::SERVER, false), "error");
+        assert_eq!(kind(llm_failure::SERVER, true), "aborted");
+        assert_eq!(kind(code::ABORTED, false), "aborted");
         let chunk = failure_finish(llm_failure::SERVER, "stopped".to_owned(), true);
-        assert_eq!(chunk["reason"]["failure"]["message"], "stopped");
-        assert_eq!(chunk["reason"]["failure"]["code"], llm_failure::SERVER);
+        assert_eq!(
+            serde_json::to_string(&chunk).unwrap(),
+            r#"{"type":"finish","reason":{"kind":"aborted","failure":{"message":"stopped","code":"SERVER"}}}"#
+        );
+    }
+
+    #[test]
+    fn an_adapters_item_is_read_as_a_chunk() {
+        let read = |text: &str| read_chunk(&Payload::from_text(text));
+        assert_eq!(
+            read(r#"{"type":"text-delta","index":0,"text":"hi"}"#),
+            Ok(false)
+        );
+        assert_eq!(
+            read(r#"{"type":"finish","reason":{"kind":"stop"},"x":1}"#),
+            Ok(true)
+        );
+        for bad in [
+            r#"{"type":"thinking","index":0}"#,
+            r#"{"type":"finish","reason":{"kind":"later"}}"#,
+            r#"{"type":"text-delta","index":0}"#,
+            "[1]",
+        ] {
+            let (code, message) = read(bad).unwrap_err();
+            assert_eq!(code, llm_failure::MALFORMED_RESPONSE, "{bad}");
+            assert!(
+                message.starts_with("the adapter streamed an item that is not a stream chunk: "),
+                "{message}"
+            );
+        }
     }
 }

@@ -15,6 +15,7 @@ use dsh_sdk::api::tools::{forward_as, on_pre_execute, Exec, PreExecuteDecision, 
 use dsh_sdk::fence::{resolve, Fence, Mode, ReadPolicy, Reads, Refusal, RefusalKind};
 use dsh_sdk::names::{bus, service, tool};
 use dsh_sdk::prelude::*;
+use dsh_sdk::Value;
 use serde::Deserialize;
 
 use pin::Pins;

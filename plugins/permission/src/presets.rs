@@ -15,6 +15,7 @@ use dsh_sdk::api::permission::{
 use dsh_sdk::fence::Mode;
 use dsh_sdk::names::{bus, code, permission, service};
 use dsh_sdk::prelude::*;
+use dsh_sdk::Value;
 
 /// The configured preset and each agent's switch.
 #[derive(Clone)]

@@ -10,13 +10,21 @@
 //! `flock` on the log, see `lock`); logs are created 0600 in 0700
 //! directories.
 
+mod durable;
 mod expand;
-mod format;
+mod fields;
 mod frames;
+mod header;
 mod legacy;
 mod limits;
 mod lock;
+mod packing;
+mod paths;
+mod reader;
 mod summary;
+mod tail;
+#[cfg(test)]
+mod test_logs;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -24,19 +32,22 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::Duration;
 
+use dsh_sdk::api::host::Host;
 use dsh_sdk::api::session_persistence::{
     is_lossy, same_directory, ListParams, Listed, Location, ReadFromParams, Snapshot, StoredSession,
 };
-use dsh_sdk::api::sessions::{IdParams, SessionAppended, SessionCreated, SessionRef};
-use dsh_sdk::names::{bus, host, service, session_persistence, sessions};
+use dsh_sdk::api::sessions::{IdParams, SessionAppended, SessionCreated, SessionRef, Sessions};
+use dsh_sdk::names::{bus, service, session_persistence};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::{event, interrupted_turn_closers, SessionEvent, SessionHeader};
+use dsh_sdk::Value;
 use expand::Expansion;
-use format::{encode_segment, project_key, scan, Compression, Scan};
 use frames::Framer;
 use limits::Limits;
 use lock::{LogLock, Refused};
+use paths::{encode_segment, Compression};
 use serde::Deserialize;
+use tail::{scan, Scan};
 
 /// The error codes of this backend.
 mod code {
@@ -63,20 +74,37 @@ mod code {
 /// The largest integer JSON (and the original's JavaScript) holds exactly.
 const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
 
+/// The header's `createdAt` of a `session/created` payload, as sent (any
+/// JSON value), read before the payload is: a value that is not a safe
+/// integer is refused as the original's `create` refuses it, not as a
+/// payload of the wrong shape.
+#[derive(Deserialize)]
+struct CreatedAt {
+    #[serde(deserialize_with = "fields::object")]
+    header: CreatedAtOf,
+}
+
+/// See [`CreatedAt`].
+#[derive(Deserialize)]
+struct CreatedAtOf {
+    #[serde(rename = "createdAt", default)]
+    created_at: Value,
+}
+
 /// Checks a new session's metadata as the original's `create` does: the
-/// `createdAt` must be a non-negative safe integer.
-fn check_meta(header: &Value) -> Result<()> {
-    let ok = header["createdAt"]
-        .as_u64()
-        .is_some_and(|t| t <= MAX_SAFE_INTEGER);
-    if ok {
+/// `createdAt` must be a non-negative safe integer. A payload whose header
+/// is not an object has none (`null`).
+fn check_meta(payload: &dsh_sdk::Payload) -> Result<()> {
+    let created_at = payload
+        .parse::<CreatedAt>()
+        .map_or(Value::Null, |p| p.header.created_at);
+    if created_at.as_u64().is_some_and(|t| t <= MAX_SAFE_INTEGER) {
         return Ok(());
     }
     Err(Error::new(
         code::INVALID_META,
         format!(
-            "session metadata createdAt must be a non-negative safe integer (got {})",
-            header["createdAt"]
+            "session metadata createdAt must be a non-negative safe integer (got {created_at})"
         ),
     ))
 }
@@ -320,23 +348,6 @@ fn check_cwd(cwd: &str) -> Result<()> {
     ))
 }
 
-/// The log a project directory entry holds: a session directory's
-/// transcript (zstd first), or one of our old flat logs; `None` for
-/// anything else (a temp file, say).
-fn log_of_entry(entry: &Path) -> Option<PathBuf> {
-    // Never through a link: a log is read only from a regular file.
-    let meta = std::fs::symlink_metadata(entry).ok()?;
-    if meta.is_dir() {
-        return [Compression::Zstd, Compression::None]
-            .iter()
-            .map(|c| entry.join(c.file_name()))
-            .find(|p| p.is_file());
-    }
-    let name = entry.file_name()?.to_str()?;
-    let named = name.ends_with(".jsonl") || name.ends_with(".jsonl.zstd");
-    (named && meta.is_file()).then(|| entry.to_path_buf())
-}
-
 /// The log's modification time, epoch ms (0 when unknown).
 fn modified_ms(path: &Path) -> u64 {
     std::fs::metadata(path)
@@ -398,19 +409,15 @@ impl Live {
 }
 
 impl Store {
-    fn dir_for(&self, cwd: Option<&str>) -> PathBuf {
-        match cwd {
-            Some(c) => self.root.join(format!("--{}--", project_key(c))),
-            None => self.root.join("_no-cwd"),
-        }
-    }
-
+    /// Where a new log of `header`'s session is written.
     fn path_for(&self, header: &SessionHeader) -> Result<PathBuf> {
-        let name = encode_segment(&header.id).map_err(|e| err(code::INVALID_ID, e))?;
-        Ok(self
-            .dir_for(header.cwd.as_deref())
-            .join(name)
-            .join(self.compression.file_name()))
+        paths::new_log(
+            &self.root,
+            &header.id,
+            header.cwd.as_deref(),
+            self.compression,
+        )
+        .map_err(|e| err(code::INVALID_ID, e))
     }
 
     /// Every stored log of `id` in any project directory, the session
@@ -418,12 +425,7 @@ impl Store {
     /// one (`<id>.jsonl[.zstd]`).
     fn artifacts(&self, id: &str) -> Result<Vec<PathBuf>> {
         let name = encode_segment(id).map_err(|e| err(code::INVALID_ID, e))?;
-        let candidates = [
-            format!("{name}/{}", Compression::Zstd.file_name()),
-            format!("{name}/{}", Compression::None.file_name()),
-            format!("{name}.jsonl"),
-            format!("{name}.jsonl.zstd"),
-        ];
+        let candidates = paths::stored_names(&name);
         let dirs: Vec<PathBuf> = std::fs::read_dir(&self.root)
             .into_iter()
             .flatten()
@@ -446,14 +448,13 @@ impl Store {
             .ok_or_else(|| not_found(id))
     }
 
-    /// True for a log of our old flat layout, `<root>/<project>/<id>.jsonl`:
-    /// read, never written (the original refuses a root holding one).
+    /// True for a log of our old flat layout (see [`paths::is_flat`]).
     fn is_flat(&self, path: &Path) -> bool {
-        path.parent().and_then(Path::parent) == Some(self.root.as_path())
+        paths::is_flat(&self.root, path)
     }
 
     /// The stored logs (path and header) of directory `cwd`, or of every
-    /// project, read from their header alone (see `format::read_header`).
+    /// project, read from their header alone (see `reader::read_header`).
     /// With `cwd`, only the logs whose header's `cwd` is that directory:
     /// the project folder's key is lossy (`/a/x/y` and `/a/x-y` share
     /// one), so the folder may hold other directories' sessions. A log
@@ -461,7 +462,7 @@ impl Store {
     /// which directory it belongs to.
     fn logs(&self, cwd: Option<&str>) -> Vec<(PathBuf, SessionHeader)> {
         let dirs: Vec<PathBuf> = match cwd {
-            Some(c) => vec![self.dir_for(Some(c))],
+            Some(c) => vec![paths::project_dir(&self.root, Some(c))],
             None => std::fs::read_dir(&self.root)
                 .into_iter()
                 .flatten()
@@ -472,7 +473,7 @@ impl Store {
         let mut found: HashMap<String, (PathBuf, SessionHeader)> = HashMap::new();
         for dir in dirs {
             for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-                let Some(path) = log_of_entry(&e.path()) else {
+                let Some(path) = paths::log_of_entry(&e.path()) else {
                     continue;
                 };
                 let header = match self.read_named_header(&path) {
@@ -515,7 +516,7 @@ impl Store {
     /// [`summary::SUMMARY_MAX`] decoded bytes and without expanding packed
     /// rows (see `summary`). A longer log answers `TOO_LONG_TO_SUMMARIZE`.
     fn summary(&self, id: &str, path: &Path) -> Result<(u64, String)> {
-        match format::read_within(path, summary::SUMMARY_MAX) {
+        match reader::read_within(path, summary::SUMMARY_MAX) {
             Ok(Some(log)) => Ok(summary::summarize(&log.text)),
             Ok(None) => Err(Error::new(
                 code::TOO_LONG_TO_SUMMARIZE,
@@ -535,30 +536,14 @@ impl Store {
     /// for that session.
     fn read_named_header(&self, path: &Path) -> std::result::Result<SessionHeader, String> {
         let header =
-            format::read_header(path).map_err(|e| format!("its header cannot be read: {e}"))?;
-        if !self.named_for(path, &header.id) {
+            reader::read_header(path).map_err(|e| format!("its header cannot be read: {e}"))?;
+        if !paths::named_for(&self.root, path, &header.id) {
             return Err(format!(
                 "its header names session \"{}\", which is not the session its file name encodes",
                 header.id
             ));
         }
         Ok(header)
-    }
-
-    /// Whether `path` is where a log of session `id` is stored: in the
-    /// session directory `<encoded-id>/`, or the old flat
-    /// `<encoded-id>.jsonl[.zstd]`.
-    fn named_for(&self, path: &Path, id: &str) -> bool {
-        let Ok(name) = encode_segment(id) else {
-            return false;
-        };
-        let own = |p: Option<&std::ffi::OsStr>, want: &str| p.is_some_and(|n| n == want);
-        if self.is_flat(path) {
-            let file = path.file_name();
-            own(file, &format!("{name}.jsonl")) || own(file, &format!("{name}.jsonl.zstd"))
-        } else {
-            own(path.parent().and_then(Path::file_name), &name)
-        }
     }
 
     /// `header`: a stored session's header alone (a live session's, when
@@ -569,7 +554,7 @@ impl Store {
             return Ok(live.header.clone());
         }
         let path = self.find(id)?;
-        let header = format::read_header(&path).map_err(|e| read_failed(id, &path, e))?;
+        let header = reader::read_header(&path).map_err(|e| read_failed(id, &path, e))?;
         check_id(id, &path, &header)?;
         Ok(header)
     }
@@ -694,7 +679,7 @@ impl Store {
     /// is an error: appending to it would bury the session under lines no
     /// reader reaches.
     fn stored_events(&self, id: &str, path: &Path) -> Result<Vec<SessionEvent>> {
-        match format::read(path, self.limits) {
+        match reader::read(path, self.limits) {
             Ok(log) => Ok(self.scan_log(id, path, &log)?.events),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
             Err(e) => Err(read_failed(id, path, e)),
@@ -787,16 +772,16 @@ impl Store {
     /// first write. Fails `PERSISTENCE` (events kept for the next try) or,
     /// when another writer's log is already there, with that reason.
     fn write_pending(id: &str, s: &mut Live, pack_chunks: bool, framer: &mut Framer) -> Result<()> {
-        let text = format::storage_lines(&s.pending, pack_chunks).map_err(|e| {
+        let text = packing::storage_lines(&s.pending, pack_chunks).map_err(|e| {
             err(
                 code::PERSISTENCE,
                 format!("cannot encode the batch of {id}: {e}"),
             )
         })?;
         if s.lock.is_some() {
-            format::append(&s.path, &text, framer).map_err(|e| err(code::PERSISTENCE, e))?;
+            durable::append(&s.path, &text, framer).map_err(|e| err(code::PERSISTENCE, e))?;
         } else {
-            match format::publish_new(&s.path, &s.header, &text, framer) {
+            match durable::publish_new(&s.path, &s.header, &text, framer) {
                 Ok(lock) => s.lock = Some(lock),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                     return Err(collision(id, &s.path))
@@ -898,7 +883,7 @@ impl Store {
 
     /// Scans a log and imports its events (legacy records upgraded,
     /// message shapes validated); a log that fails either is corrupt.
-    fn scan_log(&self, id: &str, path: &Path, log: &format::Log) -> Result<Scan> {
+    fn scan_log(&self, id: &str, path: &Path, log: &reader::Log) -> Result<Scan> {
         let corrupt = |e: String| invalid(id, path, e);
         let mut s = scan(&log.text, self.expansion).map_err(corrupt)?;
         check_id(id, path, &s.header)?;
@@ -913,7 +898,7 @@ impl Store {
         path: &Path,
         view: View,
     ) -> Result<(SessionHeader, Vec<SessionEvent>)> {
-        let log = format::read(path, self.limits).map_err(|e| read_failed(id, path, e))?;
+        let log = reader::read(path, self.limits).map_err(|e| read_failed(id, path, e))?;
         let Scan {
             header,
             mut events,
@@ -940,7 +925,7 @@ impl Store {
             ));
         }
         if view == View::Repair && (torn_at.is_some() || log.is_torn() || !closers.is_empty()) {
-            format::repair(path, &log, torn_at, &closers, &mut self.framer.borrow_mut())
+            durable::repair(path, &log, torn_at, &closers, &mut self.framer.borrow_mut())
                 .map_err(|e| err(code::PERSISTENCE, e))?;
         }
         events.extend(closers);
@@ -1006,7 +991,7 @@ fn read_from(store: &Store, req: &Request) -> Result<Reply> {
         )
     })?;
     let path = store.find(&p.id)?;
-    let log = format::read(&path, store.limits).map_err(|e| read_failed(&p.id, &path, e))?;
+    let log = reader::read(&path, store.limits).map_err(|e| read_failed(&p.id, &path, e))?;
     let s = store.scan_log(&p.id, &path, &log)?;
     let events: Vec<&SessionEvent> = s.events.iter().filter(|e| e.seq >= p.from_seq).collect();
     Reply::json(StoredSession {
@@ -1070,12 +1055,15 @@ struct Jsonl;
 /// match is refused, never repaired or overwritten. Events that arrive
 /// while adopting are kept and appended after the snapshot.
 async fn adopt_live_sessions(ctx: &Context, store: &Shared) {
-    let live = ctx.service(service::SESSIONS);
-    // No sessions service yet (first boot): nothing was live.
-    let ids: Vec<String> = live
-        .call_as(sessions::LIST, json!({}))
-        .await
-        .unwrap_or_default();
+    let live = Sessions::new(ctx);
+    let ids = live_ids(live.list().await).unwrap_or_else(|e| {
+        dsh_sdk::tracing::warn!(
+            "the sessions live across this reload of session-jsonl cannot be listed, so none of \
+             them is adopted and their later events are not persisted (resume them to persist \
+             again): {e}"
+        );
+        Vec::new()
+    });
     for id in ids {
         if store.live.borrow().contains_key(&id) {
             continue;
@@ -1096,10 +1084,19 @@ async fn adopt_live_sessions(ctx: &Context, store: &Shared) {
     }
 }
 
-async fn adopt(live: &dsh_sdk::Service, store: &Shared, id: &str) -> Result<()> {
-    let header = live.call(sessions::HEADER, json!({ "id": id })).await?;
-    let header: SessionHeader = serde_json::from_value(header["header"].clone())?;
-    let mut events: Vec<SessionEvent> = live.call_as(sessions::EVENTS, json!({ "id": id })).await?;
+/// The sessions live in the `sessions` service, from its `list` answer:
+/// none when there is no such service yet (the first boot, where nothing
+/// was live); any other failure is the caller's to report.
+fn live_ids(listed: Result<Vec<String>>) -> Result<Vec<String>> {
+    match listed {
+        Err(e) if e.code == codes::SERVICE_UNAVAILABLE => Ok(Vec::new()),
+        listed => listed,
+    }
+}
+
+async fn adopt(live: &Sessions, store: &Shared, id: &str) -> Result<()> {
+    let header = live.header(id).await?.header;
+    let mut events = live.events(id, 0).await?;
     let waiting = store
         .adopting
         .borrow_mut()
@@ -1122,13 +1119,7 @@ impl Plugin for Jsonl {
         let expansion = config.expansion()?;
         let root = match config.root {
             Some(r) => PathBuf::from(r),
-            None => {
-                let info = ctx
-                    .service(service::HOST)
-                    .call(host::INFO, json!({}))
-                    .await?;
-                PathBuf::from(info["home"].as_str().unwrap_or(".")).join("sessions")
-            }
+            None => PathBuf::from(Host::new(&ctx).info().await?.home).join("sessions"),
         };
         let store: Shared = Rc::new(Store {
             root,
@@ -1155,7 +1146,7 @@ impl Plugin for Jsonl {
         ctx.on(bus::SESSION_CREATED, move |ev| {
             let s = s.clone();
             async move {
-                check_meta(&ev.payload["header"])?;
+                check_meta(&ev.payload)?;
                 let created: SessionCreated = ev.payload_as()?;
                 s.attach(
                     created.header,
@@ -1244,6 +1235,38 @@ dsh_sdk::export_plugin!(Jsonl);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dsh_sdk::json;
+
+    #[test]
+    fn created_at_must_be_a_safe_integer_whatever_the_payload_s_shape() {
+        let check = |text: &str| check_meta(&dsh_sdk::Payload::from_text(text));
+        for ok in [
+            r#"{"header":{"id":"s","createdAt":0},"events":[]}"#,
+            r#"{"header":{"createdAt":9007199254740991}}"#,
+        ] {
+            assert_eq!(check(ok), Ok(()), "{ok}");
+        }
+        for (bad, got) in [
+            (r#"{"header":{"createdAt":1.5}}"#, "1.5"),
+            (r#"{"header":{"createdAt":-1}}"#, "-1"),
+            (
+                r#"{"header":{"createdAt":9007199254740992}}"#,
+                "9007199254740992",
+            ),
+            (r#"{"header":{"createdAt":"1"}}"#, "\"1\""),
+            (r#"{"header":{"id":"s"}}"#, "null"),
+            // A header that is not an object has no createdAt, an array
+            // included (serde alone would read its first entry).
+            (r#"{"header":[5]}"#, "null"),
+            (r#"{"header":"s"}"#, "null"),
+            (r#"{"events":[]}"#, "null"),
+            ("[]", "null"),
+        ] {
+            let e = check(bad).unwrap_err();
+            assert_eq!(e.code, code::INVALID_META, "{bad}");
+            assert!(e.message.ends_with(&format!("(got {got})")), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn the_caps_default_to_the_limits_and_bad_ones_are_refused() {
@@ -1272,5 +1295,16 @@ mod tests {
             assert_eq!(e.code, codes::INVALID_CONFIG, "{e}");
             assert!(e.message.contains("maxLineBytes"), "{e}");
         }
+    }
+
+    #[test]
+    fn only_a_missing_sessions_service_reads_as_no_live_session() {
+        assert_eq!(
+            live_ids(Err(Error::new(codes::SERVICE_UNAVAILABLE, "no sessions"))).unwrap(),
+            Vec::<String>::new()
+        );
+        let e = live_ids(Err(Error::new(codes::TIMEOUT, "slow"))).unwrap_err();
+        assert_eq!(e.code, codes::TIMEOUT, "any other failure is reported");
+        assert_eq!(live_ids(Ok(vec!["a".into()])).unwrap(), ["a"]);
     }
 }

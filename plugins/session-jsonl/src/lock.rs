@@ -39,8 +39,8 @@ pub enum Refused {
 /// Locks the existing log at `path`.
 pub fn lock_path(path: &Path) -> Result<LogLock, Refused> {
     // `flock` needs no write access, so a read-only descriptor will do;
-    // only a regular file, never through a link (see `format::open_log`).
-    let file = crate::format::open_log_read(path).map_err(Refused::Io)?;
+    // only a regular file, never through a link (see `reader::open_log`).
+    let file = crate::reader::open_log_read(path).map_err(Refused::Io)?;
     lock_file(file)
 }
 

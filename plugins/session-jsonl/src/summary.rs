@@ -5,9 +5,20 @@
 //! a packed chunk row: each line's type is read without building its tree,
 //! and only `user/message` lines are parsed further.
 
-use dsh_sdk::vocab::{event, SessionEvent};
+use dsh_sdk::vocab::message::joined_text;
+use dsh_sdk::vocab::{event, ContentBlock, MessageSource, SessionEvent};
+use serde::Deserialize;
 
-use crate::format::row_type;
+use crate::fields::Object;
+use crate::tail::row_type;
+
+/// What `list` reads of a `user/message`: who it is from and what it says
+/// (an identified message or one of before identities alike).
+#[derive(Deserialize)]
+struct Prompt {
+    source: MessageSource,
+    content: Vec<ContentBlock>,
+}
 
 /// The most of a log `list` decodes for its turns and last prompt: 32 MiB
 /// (a long session of ordinary size; a log over it is still listed, with
@@ -34,8 +45,14 @@ pub fn summarize(text: &[u8]) -> (u64, String) {
             let Ok(e) = serde_json::from_str::<SessionEvent>(line) else {
                 break;
             };
-            if e.data["source"]["kind"] == "user" {
-                last_prompt = Some(dsh_sdk::vocab::msg::joined_text(&e.data));
+            // A message that does not read as one (the shape checks of
+            // `load` judge it) is no prompt.
+            if let Ok(Object(Prompt {
+                source: MessageSource::User(_),
+                content,
+            })) = e.data.parse()
+            {
+                last_prompt = Some(joined_text(&content, ""));
             }
         }
     }

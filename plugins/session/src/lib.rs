@@ -19,12 +19,15 @@ use dsh_sdk::api::sessions::{
 };
 use dsh_sdk::names::{bus, code, service, sessions};
 use dsh_sdk::prelude::*;
+use dsh_sdk::vocab::records::{EndSeed, RequestHeader, RequestHeaderRecord, TurnEnd, TurnStart};
 use dsh_sdk::vocab::surface::{Plan, Surface};
-use dsh_sdk::vocab::{
-    canonical_header, derive_messages, event, shape, SessionEvent, SessionHeader,
-};
+use dsh_sdk::vocab::{derive_messages, event, shape, SessionEvent, SessionHeader, SurfaceOp};
 use dsh_sdk::{new_id, now_ms};
-use framing::Framing;
+use framing::{Advance, Framing};
+// Open on purpose: a `request/context` record and the inbox splices are
+// handed back as logged (their readers judge them), and `close` answers
+// null.
+use serde_json::Value;
 
 struct Session {
     header: SessionHeader,
@@ -32,7 +35,7 @@ struct Session {
     framing: Framing,
     surface: Surface,
     /// The latest `request/context` record (`session.requestContext()`),
-    /// folded as each event enters the log.
+    /// folded as each event enters the log and answered as logged.
     request_context: Option<Value>,
 }
 
@@ -101,6 +104,23 @@ fn check_entry(e: &SessionEvent, seed: Option<usize>) -> Result<(), String> {
     }
 }
 
+/// The header of a `request/header` event (read whole: a record that does
+/// not read is `SESSION_CORRUPT`, naming the seq and the field).
+fn logged_header(e: &SessionEvent) -> Result<RequestHeader> {
+    Ok(e.data_as::<RequestHeaderRecord>()?.header)
+}
+
+/// Reads the records the log hands back later (a `request/header`'s
+/// header, for `surface` and `resume`) as `e` enters the log, so that a
+/// malformed one is refused at the door rather than failing every read.
+/// Runs after the original's shape checks, which keep their wording.
+fn check_record(e: &SessionEvent) -> Result<(), String> {
+    if e.kind == event::REQUEST_HEADER {
+        logged_header(e).map_err(|err| err.message)?;
+    }
+    Ok(())
+}
+
 impl Session {
     fn append(&mut self, new: NewEvent) -> Result<SessionEvent> {
         let seq = self.events.len() as u64;
@@ -119,15 +139,16 @@ impl Session {
                 return Err(invalid("sourceEventSeqs must precede the event".into()));
             }
         }
+        check_record(&ev).map_err(invalid)?;
         let plan = self.surface.plan(&ev, &self.events).map_err(invalid)?;
-        self.framing.check(&ev).map_err(invalid)?;
-        self.commit(ev.clone(), plan);
+        let advance = self.framing.check(&ev).map_err(invalid)?;
+        self.commit(ev.clone(), plan, advance);
         Ok(ev)
     }
 
     /// Takes a checked event into the log and every fold over it.
-    fn commit(&mut self, ev: SessionEvent, plan: Plan) {
-        self.framing.apply(&ev);
+    fn commit(&mut self, ev: SessionEvent, plan: Plan, advance: Advance) {
+        self.framing.apply(advance);
         self.surface.apply(plan);
         if ev.kind == event::REQUEST_CONTEXT {
             self.request_context = Some(ev.data.clone().into());
@@ -143,59 +164,84 @@ impl Session {
         }
         check_entry(&e, Some(i)).map_err(invalid)?;
         shape::seed_event_shape(&e, i).map_err(invalid)?;
-        let plan = self
-            .surface
-            .plan(&e, &self.events)
-            .map_err(|why| invalid(format!("invalid seed event at index {i}: {why}")))?;
-        self.commit(e, plan);
+        let refused = |why: String| invalid(format!("invalid seed event at index {i}: {why}"));
+        check_record(&e).map_err(refused)?;
+        let plan = self.surface.plan(&e, &self.events).map_err(refused)?;
+        let advance = Advance::of(&e).map_err(refused)?;
+        self.commit(e, plan, advance);
         Ok(())
     }
 
     /// The `surface` reply: surface events from `from` on.
-    fn surface_from(&self, from: u64) -> SurfaceReply<&SessionEvent> {
+    fn surface_from(&self, from: u64) -> Result<SurfaceReply<&SessionEvent>> {
         let tail = &self.events[index(from).min(self.events.len())..];
         let events: Vec<&SessionEvent> = tail.iter().filter(|e| e.surface_op.is_some()).collect();
+        // Every logged op passed the surface rules, so it is one or the
+        // other.
         let replaced = events
             .iter()
-            .any(|e| e.surface_op.as_ref().is_some_and(|op| op != "append"));
+            .any(|e| SurfaceOp::is_replace(e.surface_op.as_ref()));
         let request_header = tail
             .iter()
             .rev()
             .find(|e| e.kind == event::REQUEST_HEADER)
-            .map(|e| HeaderAt {
-                seq: e.seq,
-                header: e.data["header"].clone(),
-            });
-        SurfaceReply {
+            .map(|e| -> Result<HeaderAt> {
+                Ok(HeaderAt {
+                    seq: e.seq,
+                    header: serde_json::to_value(logged_header(e)?)?,
+                })
+            })
+            .transpose()?;
+        Ok(SurfaceReply {
             events,
             replaced,
             seq: self.events.len() as u64,
             request_header,
-        }
+        })
     }
 
     /// What an agent needs to continue the session: the last turn and its
     /// end, the request header in force, and the inbox splices after the
     /// seed (with their seqs, so a bad one can be named).
-    fn resume_summary(&self) -> ResumeReply<&Value> {
+    ///
+    /// The records were read as they entered the log, so reading them
+    /// again fails only on a log this plugin did not check
+    /// (`SESSION_CORRUPT`, naming the seq and the field).
+    fn resume_summary(&self) -> Result<ResumeReply<&Value>> {
         let events = &self.events;
         let last = |kind: &str| events.iter().rev().find(|e| e.kind == kind);
-        let seed_len = self.header.seed_length.unwrap_or(0);
+        // The seed a session was forked with (its `seedLength` events) is
+        // its source's history, splices included; without one, every
+        // splice is this session's own.
+        let after_seed = |e: &SessionEvent| self.header.seed_length.is_none_or(|n| e.seq >= n);
         let logged: Vec<&SessionEvent> = events
             .iter()
-            .filter(|e| e.seq >= seed_len && e.kind == event::INBOX_SPLICED)
+            .filter(|e| e.kind == event::INBOX_SPLICED && after_seed(e))
             .collect();
-        ResumeReply {
+        // Turn 0 is "no turn yet": the first turn is 1.
+        let last_turn = match last(event::TURN_START) {
+            Some(e) => e.data_as::<TurnStart>()?.turn,
+            None => 0,
+        };
+        let last_end = match last(event::TURN_END) {
+            Some(e) => Some(serde_json::to_value(e.data_as::<TurnEnd>()?.reason)?),
+            None => None,
+        };
+        let request_header = match last(event::REQUEST_HEADER) {
+            Some(e) => Some(serde_json::to_value(logged_header(e)?.canonical())?),
+            None => None,
+        };
+        Ok(ResumeReply {
             header: self.header.clone(),
             seq: events.len() as u64,
-            last_turn: last(event::TURN_START).map_or(0, |e| e.data["turn"].as_u64().unwrap_or(0)),
-            last_end: last(event::TURN_END).map(|e| e.data["reason"].clone()),
-            request_header: last(event::REQUEST_HEADER)
-                .map(|e| canonical_header(&e.data["header"])),
+            last_turn,
+            last_end,
+            request_header,
             request_context: self.request_context.clone(),
+            // As logged: the agent reads each and names a bad one by seq.
             splices: logged.iter().map(|e| e.data.value()).collect(),
             splice_seqs: logged.iter().map(|e| e.seq).collect(),
-        }
+        })
     }
 
     /// The seed of a fork at `boundary` (the last event when `None`), and
@@ -240,7 +286,6 @@ impl Session {
 /// `session/end-seed`, appended unless the seed already ends in one; a
 /// fresh session (`None`) starts empty (reference §2.8).
 fn seeded(header: SessionHeader, seed: Option<Vec<SessionEvent>>) -> Result<Session> {
-    let has_seed = seed.is_some();
     let mut s = Session {
         header,
         events: Vec::new(),
@@ -248,22 +293,23 @@ fn seeded(header: SessionHeader, seed: Option<Vec<SessionEvent>>) -> Result<Sess
         surface: Surface::default(),
         request_context: None,
     };
-    let seed = seed.unwrap_or_default();
+    let Some(seed) = seed else {
+        return Ok(s);
+    };
     s.events.reserve(seed.len() + 1);
     for (i, e) in seed.into_iter().enumerate() {
         s.take_seed(i, e)?;
     }
-    if has_seed
-        && s.events
-            .last()
-            .is_none_or(|e| e.kind != event::SESSION_END_SEED)
+    if s.events
+        .last()
+        .is_none_or(|e| e.kind != event::SESSION_END_SEED)
     {
         let seq = s.events.len() as u64;
         s.events.push(SessionEvent {
             kind: event::SESSION_END_SEED.into(),
             seq,
             time: now_ms(),
-            data: json!({}).into(),
+            data: serde_json::to_value(EndSeed::default())?.into(),
             source_event_seqs: None,
             surface_op: None,
             ignorable: None,
@@ -447,7 +493,7 @@ impl Log {
     }
 
     fn surface(&self, p: FromParams) -> Result<Reply> {
-        self.with(&p.id, |s| Reply::json(s.surface_from(p.from)))?
+        self.with(&p.id, |s| Reply::json(s.surface_from(p.from)?))?
     }
 
     fn request_context(&self, p: IdParams) -> Result<Reply> {
@@ -491,7 +537,7 @@ impl Log {
         if !self.is_live(&id) {
             self.load(&id).await?;
         }
-        self.with(&id, |s| Reply::json(s.resume_summary()))?
+        self.with(&id, |s| Reply::json(s.resume_summary()?))?
     }
 
     /// Loads stored session `id` through `sessionPersistence` and makes it

@@ -18,7 +18,8 @@ use dsh_sdk::api::tools::{forward_as, on_post_execute, PostExecuteDecision, Post
 use dsh_sdk::names::tool;
 use dsh_sdk::prelude::*;
 use dsh_sdk::tempdir::{self, PrivateDir};
-use dsh_sdk::vocab::msg;
+use dsh_sdk::vocab::message::joined_text;
+use dsh_sdk::vocab::ContentBlock;
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -146,11 +147,14 @@ impl Plugin for Spill {
                 if name == tool::READ || decision.kind != Some(PostExecuteKind::Accept) {
                     return Ok(decision);
                 }
+                // What the model will see: an earlier listener's content when
+                // it gave a list (a `null` replaces nothing), else the tool's
+                // own.
                 let content = match &decision.content {
-                    Some(content) => content.clone(),
-                    None => Value::Array(outcome.result.content),
+                    Some(Some(content)) => content.clone(),
+                    _ => outcome.result.content,
                 };
-                let text = msg::joined_lines(&content);
+                let text = joined_text(&content, "\n");
                 if text.len() <= max {
                     return Ok(decision);
                 }
@@ -163,11 +167,8 @@ impl Plugin for Spill {
                         return Ok(decision);
                     }
                 };
-                decision.content = Some(json!([msg::text(&preview(
-                    &text,
-                    &path.display().to_string(),
-                    max
-                ))]));
+                let preview = preview(&text, &path.display().to_string(), max);
+                decision.content = Some(Some(vec![ContentBlock::text(preview)]));
                 Ok(decision)
             }
         });

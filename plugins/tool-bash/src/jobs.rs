@@ -7,13 +7,13 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use dsh_sdk::api::tools::Exec;
-use dsh_sdk::names::{agents, service, tool};
+use dsh_sdk::api::agents::Agents;
+use dsh_sdk::api::tools::{Exec, RegisterParams, ToolReply};
+use dsh_sdk::names::tool;
 use dsh_sdk::prelude::*;
 use dsh_sdk::tool::{declaration, ToolSpec};
-use dsh_sdk::vocab::msg;
 use schemars::JsonSchema;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::capture::Capture;
 use crate::exec::{self, Cancel, Group};
@@ -67,6 +67,13 @@ struct JobKillArgs {
     // (no doc comment: that would be its model-visible description).
     #[allow(dead_code)]
     reason: Option<String>,
+}
+
+/// The completion notice steered into a job's owner: the inbox's `{text}`
+/// shorthand (a user text message with a fresh id).
+#[derive(Serialize)]
+struct Notice {
+    text: String,
 }
 
 /// How much of a job's output memory keeps (the rest is in its spill
@@ -203,9 +210,19 @@ pub fn start(
             .get(&jid)
             .and_then(|j| lock(&j.shared).status.clone())
             .unwrap_or_else(|| "finished".into());
-        if !owner.is_empty() {
-            let notice = format!("background job {jid} (bash: {label}) finished [status: {status}]. Read its output with job_output.");
-            let _ = c.service(service::AGENTS).call(agents::STEER, json!({"agent": owner, "message": {"text": notice}})).await;
+        if owner.is_empty() {
+            return;
+        }
+        let notice = Notice {
+            text: format!("background job {jid} (bash: {label}) finished [status: {status}]. Read its output with job_output."),
+        };
+        let steered = match serde_json::to_value(notice) {
+            Ok(message) => Agents::new(&c).steer(&owner, message).await.map(drop),
+            Err(e) => Err(e.into()),
+        };
+        // The owner may be gone (disposed) by now: nobody is left to tell.
+        if let Err(e) = steered {
+            dsh_sdk::tracing::debug!("the completion notice of job {jid} was not delivered: {e}");
         }
     });
     Ok(id)
@@ -297,7 +314,7 @@ pub async fn tool(jobs: &Jobs, req: &Request, exec: &Exec) -> Result<Reply> {
         }
         _ => return Err(req.unknown_method()),
     };
-    Reply::json(json!({"content": [msg::text(&text)]}))
+    Reply::json(ToolReply::text(&text))
 }
 
 fn no_job(id: &str) -> Error {
@@ -308,7 +325,7 @@ fn no_job(id: &str) -> Error {
 }
 
 /// The job tools' registrations.
-pub fn schemas() -> Vec<Value> {
+pub fn schemas() -> Vec<RegisterParams> {
     vec![
         declaration::<JobOutput>(),
         declaration::<JobList>(),

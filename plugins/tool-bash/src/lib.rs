@@ -27,17 +27,16 @@ use contain::{Fenced, Plan, Support};
 use dsh_confine::landlock::{self, Ruleset};
 use dsh_confine::seccomp::Filter;
 use dsh_sdk::api::host::Host;
-use dsh_sdk::api::tools::Exec;
+use dsh_sdk::api::tools::{Exec, ToolReply};
 use dsh_sdk::fence::{Fence, Mode, ReadPolicy, Reads};
 use dsh_sdk::names::{service, tool};
 use dsh_sdk::prelude::*;
 use dsh_sdk::tempdir::{DirHandle, PrivateDir};
 use dsh_sdk::tool::{declaration, register_tools, ToolSpec};
-use dsh_sdk::vocab::msg;
 use exec::{Cancel, Stream};
 use schemars::JsonSchema;
 use seccomp::Sockets;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 const DEFAULT_TIMEOUT_MS: u64 = 120_000;
 const MAX_TIMEOUT_MS: u64 = 600_000;
@@ -583,9 +582,11 @@ async fn execute(ctx: Context, bash: Rc<Bash>, jobs: jobs::Jobs, exec: Exec) -> 
             label,
             bash.config.max_jobs,
         )?;
-        return Reply::json(
-            json!({"content": [msg::text(&format!("started background job {id}"))], "value": {"jobId": id}}),
-        );
+        let started = serde_json::to_value(JobStarted { job_id: id.clone() })?;
+        return Reply::json(ToolReply::text_with_value(
+            &format!("started background job {id}"),
+            started,
+        ));
     }
     let Prepared {
         mut cmd,
@@ -616,9 +617,26 @@ async fn execute(ctx: Context, bash: Rc<Bash>, jobs: jobs::Jobs, exec: Exec) -> 
         timeout_ms,
         mode.filter(|m| *m != Mode::DangerFullAccess),
     );
-    Reply::json(
-        json!({"content": [msg::text(&text)], "value": {"exitCode": outcome.code, "timedOut": outcome.timed_out}}),
-    )
+    let value = serde_json::to_value(Finished {
+        exit_code: outcome.code,
+        timed_out: outcome.timed_out,
+    })?;
+    Reply::json(ToolReply::text_with_value(&text, value))
+}
+
+/// The value of a background start: `{jobId}`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct JobStarted {
+    job_id: String,
+}
+
+/// The value of a finished command: `{exitCode, timedOut}`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Finished {
+    exit_code: Option<i32>,
+    timed_out: bool,
 }
 
 struct BashPlugin;

@@ -9,16 +9,18 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use dsh_sdk::api::host::Host;
-use dsh_sdk::api::tools::{Exec, FsEditIntent, FsIntentDecision, FsObserved, FsWriteIntent};
+use dsh_sdk::api::tools::{
+    Exec, FsEditIntent, FsIntentDecision, FsObserved, FsWriteIntent, ToolReply,
+};
 use dsh_sdk::beneath::{open_parent, Dir};
 use dsh_sdk::fence::{version, Guard, ReadPolicy, Reads};
 use dsh_sdk::file::identity_of;
 use dsh_sdk::names::{bus, code, service, tool};
 use dsh_sdk::prelude::*;
 use dsh_sdk::tool::{declaration, register_tools, ToolSpec};
-use dsh_sdk::vocab::msg;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 /// The `write` tool (the original's schema, reference dsh-product §4.1).
 struct WriteTool;
@@ -226,7 +228,11 @@ async fn intent(ctx: &Context, event: &str, agent: &str, payload: impl Serialize
     }
     let decision = d
         .waterfall(payload, |_| async {
-            Ok(json!({"kind": FsIntentDecision::ALLOW}))
+            let allow = FsIntentDecision {
+                kind: Some(FsIntentDecision::ALLOW.to_owned()),
+                reason: None,
+            };
+            Ok(serde_json::to_value(allow)?)
         })
         .await?;
     let decision: FsIntentDecision =
@@ -238,7 +244,7 @@ async fn intent(ctx: &Context, event: &str, agent: &str, payload: impl Serialize
     Ok(())
 }
 
-async fn write(ctx: &Context, observed: &Observed, own: &Reads, exec: &Exec) -> Result<Value> {
+async fn write(ctx: &Context, observed: &Observed, own: &Reads, exec: &Exec) -> Result<ToolReply> {
     let WriteArgs {
         file_path: file,
         content,
@@ -276,12 +282,12 @@ async fn write(ctx: &Context, observed: &Observed, own: &Reads, exec: &Exec) -> 
     } else {
         "Created file"
     };
-    Ok(
-        json!({"content": [msg::text(&format!("<path>{file}</path>\n<type>file</type>\n<content>\n{verb}\n</content>"))]}),
-    )
+    Ok(ToolReply::text(&format!(
+        "<path>{file}</path>\n<type>file</type>\n<content>\n{verb}\n</content>"
+    )))
 }
 
-async fn edit(ctx: &Context, observed: &Observed, own: &Reads, exec: &Exec) -> Result<Value> {
+async fn edit(ctx: &Context, observed: &Observed, own: &Reads, exec: &Exec) -> Result<ToolReply> {
     let EditArgs {
         file_path: file,
         old_string: old,
@@ -357,7 +363,7 @@ async fn edit(ctx: &Context, observed: &Observed, own: &Reads, exec: &Exec) -> R
     } else {
         format!("The file {file} has been updated successfully.")
     };
-    Ok(json!({"content": [msg::text(&text)]}))
+    Ok(ToolReply::text(&text))
 }
 
 struct ToolFs;
@@ -399,7 +405,7 @@ impl Plugin for ToolFs {
                 } else {
                     edit(&c, &o, &own, &exec).await?
                 };
-                Ok(out.into())
+                Reply::json(out)
             }
         })
         .await?;

@@ -1,15 +1,18 @@
 //! `tool-result-pruner`: the `toolResultPruner` service (see the README).
 
 mod prune;
+mod record;
 
-use dsh_sdk::api::compaction::{PruneParams, PruneResult, PrunedEntry};
+use dsh_sdk::api::compaction::{PruneParams, PruneResult};
 use dsh_sdk::api::sessions::{NewEvent, Sessions};
 use dsh_sdk::names::{service, tool_result_pruner};
 use dsh_sdk::prelude::*;
-use dsh_sdk::vocab::compaction::{CompactionPrune, ShadowedRange, PRUNE};
-use dsh_sdk::vocab::{event, surface_nodes, tokens};
+use dsh_sdk::vocab::compaction::PRUNE;
+use dsh_sdk::vocab::records::ToolResult;
+use dsh_sdk::vocab::{event, surface_nodes, SurfaceOp};
 
-use prune::{prune_content, text_chars, Config};
+use prune::Config;
+use record::{prune_result, Pruned};
 
 struct Pruner;
 
@@ -54,47 +57,46 @@ async fn prune_session(ctx: &Context, config: &Config, p: PruneParams) -> Result
     let mut events = Vec::new();
     let mut entries = Vec::new();
     for node in nodes[..end].iter().filter(|n| n.kind == event::TOOL_RESULT) {
-        let message = &node.data["message"];
-        let content = message["content"][0]["content"]
-            .as_array()
-            .map_or(&[][..], Vec::as_slice);
-        let Some(pruned) = prune_content(config, content) else {
+        let original: ToolResult = node.data_as()?;
+        let Some(Pruned {
+            record,
+            replacement,
+            entry,
+        }) = prune_result(config, node.seq, original)
+        else {
             continue;
         };
-        let record = CompactionPrune {
-            shadowed_range: ShadowedRange {
+        events.push(NewEvent::typed(PRUNE, &record)?);
+        events.push(NewEvent::surface(
+            event::TOOL_RESULT,
+            &replacement,
+            SurfaceOp::Replace {
                 start: node.seq,
                 end: node.seq,
             },
-            shadowed_seqs: vec![node.seq],
-            shadowed_token_count: tokens::of_message(message),
-        };
-        let mut data = node.data.value().clone();
-        data["message"]["content"][0]["content"] = Value::Array(pruned.clone());
-        events.push(NewEvent::new(PRUNE, serde_json::to_value(record)?));
-        events.push(NewEvent {
-            surface_op: Some(json!({"op": "replace", "start": node.seq, "end": node.seq})),
-            source_event_seqs: Some(vec![node.seq]),
-            ..NewEvent::new(event::TOOL_RESULT, data)
-        });
-        let call_id = message["source"]["callId"]
-            .as_str()
-            .or_else(|| message["content"][0]["toolCallId"].as_str())
-            .unwrap_or_default();
-        entries.push(PrunedEntry {
-            original_seq: node.seq,
-            replacement_seq: 0,
-            call_id: call_id.to_owned(),
-            chars_before: text_chars(content) as u64,
-            chars_after: text_chars(&pruned) as u64,
-        });
+            Some(vec![node.seq]),
+        )?);
+        entries.push(entry);
     }
     if events.is_empty() {
         return Ok(PruneResult::default());
     }
     let seqs = sessions.append_many(&p.agent, events).await?;
-    for (entry, pair) in entries.iter_mut().zip(seqs.chunks(2)) {
-        entry.replacement_seq = pair.get(1).copied().unwrap_or_default();
+    if seqs.len() != 2 * entries.len() {
+        return Err(Error::new(
+            codes::INVALID_PAYLOAD,
+            format!(
+                "sessions.appendMany answered {} seqs for the {} events of {} prunes",
+                seqs.len(),
+                2 * entries.len(),
+                entries.len()
+            ),
+        ));
+    }
+    for (entry, pair) in entries.iter_mut().zip(seqs.chunks_exact(2)) {
+        if let [_, replacement] = pair {
+            entry.replacement_seq = *replacement;
+        }
     }
     let chars_removed = entries.iter().map(|e| e.chars_before - e.chars_after).sum();
     Ok(PruneResult {

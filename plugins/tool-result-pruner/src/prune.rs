@@ -3,6 +3,8 @@
 //! blocks kept, the marker once where the removed span begins.
 
 use dsh_sdk::prelude::*;
+use dsh_sdk::vocab::message::TextBlock;
+use dsh_sdk::vocab::ContentBlock;
 use serde::Deserialize;
 
 /// Put where the middle of a result was removed.
@@ -55,18 +57,17 @@ impl Config {
 }
 
 /// The code points of the text blocks of `blocks`.
-pub fn text_chars(blocks: &[Value]) -> usize {
+pub fn text_chars(blocks: &[ContentBlock]) -> usize {
     blocks
         .iter()
-        .filter(|b| b["type"] == "text")
-        .filter_map(|b| b["text"].as_str())
+        .filter_map(ContentBlock::as_text)
         .map(|t| t.chars().count())
         .sum()
 }
 
 /// `blocks` with the middle of their text removed, or `None` when their
-/// text is within the threshold.
-pub fn prune_content(config: &Config, blocks: &[Value]) -> Option<Vec<Value>> {
+/// text is within the threshold. A text block keeps its other fields.
+pub fn prune_content(config: &Config, blocks: &[ContentBlock]) -> Option<Vec<ContentBlock>> {
     let total = text_chars(blocks);
     if total <= config.threshold_chars {
         return None;
@@ -76,7 +77,7 @@ pub fn prune_content(config: &Config, blocks: &[Value]) -> Option<Vec<Value>> {
     let mut consumed = 0;
     let mut marked = false;
     for block in blocks {
-        let Some(text) = block["text"].as_str().filter(|_| block["type"] == "text") else {
+        let ContentBlock::Text(TextBlock { text, extra }) = block else {
             out.push(block.clone());
             continue;
         };
@@ -94,9 +95,10 @@ pub fn prune_content(config: &Config, blocks: &[Value]) -> Option<Vec<Value>> {
         kept.push_str(marker);
         kept.extend(text.chars().skip(tail_start));
         if !kept.is_empty() {
-            let mut b = block.clone();
-            b["text"] = Value::String(kept);
-            out.push(b);
+            out.push(ContentBlock::Text(TextBlock {
+                text: kept,
+                extra: extra.clone(),
+            }));
         }
         consumed = end;
     }
@@ -108,8 +110,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn text(t: &str) -> Value {
-        json!({"type": "text", "text": t})
+    fn text(t: &str) -> ContentBlock {
+        ContentBlock::text(t)
     }
 
     fn small() -> Config {
@@ -138,7 +140,8 @@ mod tests {
     #[test]
     fn blocks_are_cut_across_and_non_text_is_kept() {
         let c = small();
-        let image = json!({"type": "image", "data": "x"});
+        let image: ContentBlock =
+            serde_json::from_value(json!({"type": "image", "attachment": {"id": "x"}})).unwrap();
         let blocks = [
             text(&"h".repeat(8)),
             image.clone(),

@@ -6,10 +6,10 @@ use dsh_sdk::api::sessions::{NewEvent, Sessions};
 use dsh_sdk::names::{service, tool};
 use dsh_sdk::prelude::*;
 use dsh_sdk::tool::{declaration, register_tools, text_reply, ToolSpec, INVALID_ARGS};
-use dsh_sdk::vocab::event;
+use dsh_sdk::vocab::records::TodoStatus;
+use dsh_sdk::vocab::{event, records, Extra};
 use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-use serde_json::Map;
+use serde::Deserialize;
 
 /// The `todo_write` tool (the original's schema, reference dsh-product §3.6).
 struct TodoWrite;
@@ -29,22 +29,36 @@ struct TodoArgs {
 // One item (no doc comment: it would be the model-visible description).
 // The model is told no other keys exist; any it sends anyway are kept as
 // they came (`rest`), so the logged list is what it wrote.
-#[derive(Deserialize, Serialize, JsonSchema)]
+#[derive(Deserialize, JsonSchema)]
 #[schemars(extend("additionalProperties" = false))]
 struct TodoItem {
     content: String,
-    status: Status,
+    #[schemars(with = "Status")]
+    status: TodoStatus,
     #[serde(flatten)]
     #[schemars(skip)]
-    rest: Map<String, Value>,
+    rest: Extra,
 }
 
-#[derive(Deserialize, Serialize, JsonSchema, Clone, Copy)]
+// The schema of a status (the values of `records::TodoStatus`; no doc
+// comments, which would become model-visible descriptions).
+#[derive(JsonSchema)]
 #[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
 enum Status {
     Pending,
     InProgress,
     Completed,
+}
+
+impl From<TodoItem> for records::Todo {
+    fn from(item: TodoItem) -> records::Todo {
+        records::Todo {
+            content: item.content,
+            status: item.status,
+            extra: item.rest,
+        }
+    }
 }
 
 async fn execute(ctx: Context, req: Request) -> Result<Reply> {
@@ -64,15 +78,18 @@ async fn execute(ctx: Context, req: Request) -> Result<Reply> {
             ));
         }
         match t.status {
-            Status::Pending => pending += 1,
-            Status::InProgress => doing += 1,
-            Status::Completed => done += 1,
+            TodoStatus::Pending => pending += 1,
+            TodoStatus::InProgress => doing += 1,
+            TodoStatus::Completed => done += 1,
         }
     }
     if let Some(agent) = exec.agent.as_deref() {
-        let data = json!({"todos": todos});
+        let data = records::TodoWrite {
+            todos: todos.into_iter().map(records::Todo::from).collect(),
+            extra: Extra::new(),
+        };
         Sessions::new(&ctx)
-            .append(agent, NewEvent::new(event::TODO_WRITE, data))
+            .append(agent, NewEvent::typed(event::TODO_WRITE, &data)?)
             .await?;
     }
     let text =

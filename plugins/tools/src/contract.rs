@@ -3,15 +3,18 @@
 //! value into the content the model sees and the presentation meta by the
 //! tool's `render`.
 
-use dsh_sdk::api::tools::{Exec, OutputContract, RenderParams, Rendered};
+use dsh_sdk::api::tools::{Exec, OutputContract, RenderParams, Rendered, ToolResult};
 use dsh_sdk::names::tool_service;
 use dsh_sdk::prelude::*;
+use dsh_sdk::vocab::ContentBlock;
+// A tool's value is its own shape (checked here against its own schema).
+use serde_json::Value;
 
-use crate::results::failure;
+use crate::results::{failure, read};
 use crate::schema;
 
 /// The failure of a value that breaks its tool's output contract.
-pub fn invalid_output(name: &str, violations: &[String]) -> Value {
+pub fn invalid_output(name: &str, violations: &[String]) -> ToolResult {
     failure(
         &format!(
             "tool \"{name}\" returned invalid output: {}",
@@ -30,9 +33,9 @@ pub async fn project(
     output: &OutputContract,
     exec: &Exec,
     value: Value,
-    content: Value,
+    content: Vec<ContentBlock>,
     meta: Option<Value>,
-) -> std::result::Result<Value, Value> {
+) -> std::result::Result<ToolResult, ToolResult> {
     let name = exec.name.as_str();
     let violations = schema::validate_output(&output.schema, &value);
     if !violations.is_empty() {
@@ -47,40 +50,21 @@ pub async fn project(
             .service(service.to_owned())
             .call(tool_service::RENDER, &params)
             .await
+            .and_then(|answer| read::<Option<Rendered>>(answer, "the output.render answer"))
             .map_err(|e| invalid_output(name, &[format!("output.render failed: {}", e.message)]))?;
-        let Ok(Rendered {
+        let Some(Rendered {
             content: Some(content),
             meta,
-        }) = serde_json::from_value::<Rendered>(rendered)
+        }) = rendered
         else {
             return Err(invalid_output(
                 name,
                 &["output.render returned no content blocks".to_owned()],
             ));
         };
-        (Value::Array(content), meta.filter(|m| !m.is_null()))
+        (content, meta.filter(|m| !m.is_null()))
     } else {
         (content, meta)
     };
-    Ok(success(value, content, meta))
-}
-
-/// A successful result in the pipeline's format.
-pub fn success(value: Value, content: Value, meta: Option<Value>) -> Value {
-    let mut result = json!({"isError": false, "value": value, "content": content});
-    // Presentation meta (reference §5.3 step 7).
-    if let Some(meta) = meta {
-        result["meta"] = meta;
-    }
-    result
-}
-
-/// The value, content and meta of a tool's answer or a result (`null`,
-/// `[]` and none when absent).
-pub fn parts(v: &Value) -> (Value, Value, Option<Value>) {
-    (
-        v.get("value").cloned().unwrap_or(Value::Null),
-        v.get("content").cloned().unwrap_or_else(|| json!([])),
-        v.get("meta").filter(|m| !m.is_null()).cloned(),
-    )
+    Ok(ToolResult::success(value, content, meta))
 }

@@ -7,14 +7,15 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use dsh_sdk::api::tools::{Dispatched, Exec, ExecParams, StageKind};
+use dsh_sdk::api::tools::{Dispatched, Exec, ExecParams, StageKind, ToolReply, ToolResult};
 use dsh_sdk::names::{bus, code, tool_service};
 use dsh_sdk::prelude::*;
+use serde_json::Value;
 
-use crate::contract::{parts, project, success};
+use crate::contract::project;
 use crate::prepare::dispatcher;
 use crate::registry::Registry;
-use crate::results::{contexts_of, failure, from_error, unknown_tool};
+use crate::results::{failure, from_error, read, to_json, unknown_tool};
 use crate::signal::{aborted, cancelled, unless_cancelled, Signal};
 
 /// A call whose body outran the tool's `timeoutMs`.
@@ -44,7 +45,7 @@ pub async fn dispatch(
     let window = Window(registry.clone(), key);
     // What this dispatch's body produced, to tell it from a result a
     // wrapper authored (or brought from another dispatch).
-    let canonical: Rc<RefCell<Option<Value>>> = Rc::default();
+    let canonical: Rc<RefCell<Option<ToolResult>>> = Rc::default();
     let (c, r, x, sig, slot) = (
         ctx.clone(),
         registry.clone(),
@@ -55,10 +56,13 @@ pub async fn dispatch(
     let outcome = dispatcher(ctx, exec, bus::TOOLS_EXECUTE)
         .waterfall(ExecParams { exec: exec.clone() }, move |_| async move {
             let result = run_tool(&c, &r, &x, &sig).await;
-            *slot.borrow_mut() = Some(result.clone());
-            Ok(result)
+            let json = to_json(&result);
+            *slot.borrow_mut() = Some(result);
+            json
         })
-        .await;
+        .await
+        // A wrapper's answer that is not a result fails like the wrapper.
+        .and_then(|answer| read::<ToolResult>(answer, "the tools/execute result"));
     let outcome = match outcome {
         Ok(result) if canonical.borrow().as_ref() != Some(&result) => {
             Ok(normalize(ctx, registry, exec, result).await)
@@ -76,9 +80,8 @@ pub async fn dispatch(
             // Deferred contexts first, then the result's own (a wrapper's
             // or the tool's); a failed body keeps them too.
             if !deferred.is_empty() {
-                let own = contexts_of(&result);
-                result["additionalContexts"] =
-                    Value::Array(deferred.into_iter().chain(own).collect());
+                let own = result.additional_contexts.take().unwrap_or_default();
+                result.additional_contexts = Some(deferred.into_iter().chain(own).collect());
             }
             Dispatched {
                 kind: StageKind::PostResult,
@@ -94,7 +97,7 @@ pub async fn dispatch(
 
 /// The body: the tool `exec` names, as its agent sees it, with arguments
 /// valid under its schema, called through its service.
-async fn run_tool(ctx: &Context, registry: &Registry, exec: &Exec, signal: &Signal) -> Value {
+async fn run_tool(ctx: &Context, registry: &Registry, exec: &Exec, signal: &Signal) -> ToolResult {
     let name = exec.name.as_str();
     let Some((service, parameters, output, timeout)) =
         registry.borrow().visible(exec.agent(), name).map(|t| {
@@ -144,11 +147,19 @@ async fn run_tool(ctx: &Context, registry: &Registry, exec: &Exec, signal: &Sign
             }
         }
     };
-    let v = match answer {
-        Ok(v) => v,
+    let who = format!("the reply of tool \"{name}\"");
+    let reply = match answer.and_then(|answer| read::<ToolReply>(answer, &who)) {
+        Ok(reply) => reply,
         Err(e) => return from_error(&e),
     };
-    let (value, content, meta) = parts(&v);
+    let ToolReply {
+        content,
+        value,
+        meta,
+        additional_contexts,
+        concludes_turn,
+    } = reply;
+    let (value, meta) = (value.unwrap_or(Value::Null), meta.filter(|m| !m.is_null()));
     // The output contract, before any wrapper or post-execute sees the
     // result: a value that breaks it is a failed call.
     let mut result = match &output {
@@ -156,16 +167,12 @@ async fn run_tool(ctx: &Context, registry: &Registry, exec: &Exec, signal: &Sign
             Ok(result) => result,
             Err(failed) => return failed,
         },
-        None => success(value, content, meta),
+        None => ToolResult::success(value, content, meta),
     };
     // What the tool adds beyond its content: messages for the next step, a
     // conclusion.
-    if let Some(contexts) = v.get("additionalContexts").filter(|c| c.is_array()) {
-        result["additionalContexts"] = contexts.clone();
-    }
-    if v.get("concludesTurn") == Some(&json!(true)) {
-        result["concludesTurn"] = json!(true);
-    }
+    result.additional_contexts = additional_contexts;
+    result.concludes_turn = concludes_turn;
     result
 }
 
@@ -173,8 +180,13 @@ async fn run_tool(ctx: &Context, registry: &Registry, exec: &Exec, signal: &Sign
 /// output contract like the body's own (validated, rendered again); its
 /// contexts and conclusion stay. Failures and tools without a contract are
 /// taken as they are.
-async fn normalize(ctx: &Context, registry: &Registry, exec: &Exec, result: Value) -> Value {
-    if result["isError"] == json!(true) {
+async fn normalize(
+    ctx: &Context,
+    registry: &Registry,
+    exec: &Exec,
+    result: ToolResult,
+) -> ToolResult {
+    if result.is_error {
         return result;
     }
     let Some((service, Some(output))) = registry
@@ -184,16 +196,21 @@ async fn normalize(ctx: &Context, registry: &Registry, exec: &Exec, result: Valu
     else {
         return result;
     };
-    let (value, content, meta) = parts(&result);
+    let ToolResult {
+        value,
+        content,
+        meta,
+        additional_contexts,
+        concludes_turn,
+        ..
+    } = result;
+    let value = value.unwrap_or(Value::Null);
     match project(ctx, &service, &output, exec, value, content, meta).await {
-        Ok(mut normalized) => {
-            for key in ["additionalContexts", "concludesTurn"] {
-                if let Some(v) = result.get(key) {
-                    normalized[key] = v.clone();
-                }
-            }
-            normalized
-        }
+        Ok(normalized) => ToolResult {
+            additional_contexts,
+            concludes_turn,
+            ..normalized
+        },
         Err(failed) => failed,
     }
 }

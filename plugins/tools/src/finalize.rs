@@ -3,14 +3,15 @@
 //! add contexts, block), then the tool's `finalizeContent` and the
 //! `tools/result` emit.
 
-use dsh_sdk::api::tools::{Exec, Outcome, PostExecuteDecision};
+use dsh_sdk::api::tools::{Exec, Outcome, PostExecuteDecision, PostExecuteKind, ToolResult};
 use dsh_sdk::names::{bus, tool_service};
 use dsh_sdk::prelude::*;
+use dsh_sdk::vocab::ContentBlock;
 
 use crate::contract::{invalid_output, project};
 use crate::prepare::dispatcher;
 use crate::registry::Registry;
-use crate::results::{blocked, contexts_of, failure, from_error, unknown_tool};
+use crate::results::{blocked, failure, from_error, read, unknown_tool};
 use crate::signal::{unless_cancelled, Signal};
 
 /// `tools/post-execute` over `result` and its decision, then [`finish`].
@@ -18,26 +19,23 @@ pub async fn finalize(
     ctx: &Context,
     registry: &Registry,
     exec: &Exec,
-    result: Value,
+    result: ToolResult,
     signal: &Signal,
-) -> Value {
+) -> ToolResult {
     let outcome = Outcome {
         exec: exec.clone(),
         result: &result,
     };
+    let who = format!("the {} decision", bus::TOOLS_POST_EXECUTE);
     let decision = dispatcher(ctx, exec, bus::TOOLS_POST_EXECUTE)
-        .waterfall(&outcome, |_| async { Ok(json!({"kind": "accept"})) })
+        .waterfall(&outcome, |_| async {
+            Ok(serde_json::to_value(PostExecuteDecision::new(
+                PostExecuteKind::Accept,
+            ))?)
+        })
         .await
-        .and_then(|d| {
-            serde_json::from_value::<Option<PostExecuteDecision>>(d)
-                .map(Option::unwrap_or_default)
-                .map_err(|e| {
-                    Error::new(
-                        codes::INVALID_PAYLOAD,
-                        format!("invalid {} decision: {e}", bus::TOOLS_POST_EXECUTE),
-                    )
-                })
-        });
+        .and_then(|d| read::<Option<PostExecuteDecision>>(d, &who))
+        .map(Option::unwrap_or_default);
     let result = match decision {
         Ok(decision) => {
             unless_cancelled(signal, decide(ctx, registry, exec, result, decision).await)
@@ -54,22 +52,28 @@ async fn decide(
     ctx: &Context,
     registry: &Registry,
     exec: &Exec,
-    result: Value,
+    mut result: ToolResult,
     decision: PostExecuteDecision,
-) -> Value {
-    let added = decision.additional_contexts.clone().unwrap_or_default();
-    let with_contexts = |mut r: Value, mut contexts: Vec<Value>| {
-        contexts.extend(added.iter().cloned());
+) -> ToolResult {
+    let is_block = decision.is_block();
+    let PostExecuteDecision {
+        content,
+        value,
+        feedback,
+        additional_contexts: added,
+        ..
+    } = decision;
+    let with_contexts = |mut r: ToolResult, mut contexts: Vec<_>| {
+        contexts.extend(added.into_iter().flatten());
         if !contexts.is_empty() {
-            r["additionalContexts"] = Value::Array(contexts);
+            r.additional_contexts = Some(contexts);
         }
         r
     };
-    if decision.is_block() {
-        return with_contexts(blocked(&decision.feedback), Vec::new());
+    if is_block {
+        return with_contexts(blocked(feedback), Vec::new());
     }
-    let own = contexts_of(&result);
-    let PostExecuteDecision { content, value, .. } = decision;
+    let own = result.additional_contexts.take().unwrap_or_default();
     if content.is_some() && value.is_some() {
         return failure(
             "tools/post-execute accept decision cannot replace both value and content",
@@ -77,7 +81,7 @@ async fn decide(
         );
     }
     if let Some(value) = value {
-        if result["isError"] == json!(true) {
+        if result.is_error {
             return failure(
                 "tools/post-execute cannot replace the value of a failed result",
                 None,
@@ -94,29 +98,29 @@ async fn decide(
         let Some(output) = output.filter(|o| o.render) else {
             return invalid_output(name, &["output.render is not declared".to_owned()]);
         };
-        let mut replaced = match project(ctx, &service, &output, exec, value, json!([]), None).await
-        {
-            Ok(r) => r,
-            Err(failed) => return failed,
-        };
-        if result["concludesTurn"] == json!(true) {
-            replaced["concludesTurn"] = json!(true);
-        }
+        let mut replaced =
+            match project(ctx, &service, &output, exec, value, Vec::new(), None).await {
+                Ok(r) => r,
+                Err(failed) => return failed,
+            };
+        replaced.concludes_turn = result.concludes_turn;
         return with_contexts(replaced, own);
     }
-    let mut result = result;
-    if let Some(content) = content.filter(Value::is_array) {
-        result["content"] = content;
-    }
-    if let Some(map) = result.as_object_mut() {
-        map.remove("additionalContexts");
+    // A `null` content counts as given above but replaces nothing.
+    if let Some(Some(content)) = content {
+        result.content = content;
     }
     with_contexts(result, own)
 }
 
 /// The last stage: the tool's `finalizeContent` (when it declares one),
 /// then the `tools/result` emit; answers the final result.
-pub async fn finish(ctx: &Context, registry: &Registry, exec: &Exec, result: Value) -> Value {
+pub async fn finish(
+    ctx: &Context,
+    registry: &Registry,
+    exec: &Exec,
+    result: ToolResult,
+) -> ToolResult {
     let result = finalize_content(ctx, registry, exec, result).await;
     let outcome = Outcome {
         exec: exec.clone(),
@@ -134,8 +138,8 @@ async fn finalize_content(
     ctx: &Context,
     registry: &Registry,
     exec: &Exec,
-    mut result: Value,
-) -> Value {
+    mut result: ToolResult,
+) -> ToolResult {
     let name = exec.name.as_str();
     let Some(service) = registry
         .borrow()
@@ -149,20 +153,27 @@ async fn finalize_content(
         exec: exec.clone(),
         result: &result,
     };
-    match ctx
+    let answer = match ctx
         .service(service)
         .call(tool_service::FINALIZE_CONTENT, &outcome)
         .await
     {
-        Ok(Value::Null) => result,
-        Ok(content @ Value::Array(_)) => {
-            result["content"] = content;
+        Ok(answer) => answer,
+        Err(e) => return from_error(&e),
+    };
+    let who = format!("the finalizeContent answer of tool \"{name}\"");
+    match read::<Option<Vec<ContentBlock>>>(answer, &who) {
+        Ok(None) => result,
+        Ok(Some(content)) => {
+            result.content = content;
             result
         }
-        Ok(_) => failure(
-            &format!("tool \"{name}\": finalizeContent must answer content blocks or null"),
+        Err(e) => failure(
+            &format!(
+                "tool \"{name}\": finalizeContent must answer content blocks or null ({})",
+                e.message
+            ),
             Some(("ToolError", codes::INVALID_PAYLOAD)),
         ),
-        Err(e) => from_error(&e),
     }
 }

@@ -33,10 +33,13 @@ use std::rc::Rc;
 
 use dsh_sdk::api::tools::{
     CallRef, DeferContextParams, Exec, GuardParams, ModeParams, Outcome, RegisterParams,
-    ScopeParams, StageKind, ToolMode, ToolsChanged,
+    ScopeParams, StageKind, ToolMode, ToolResult, ToolsChanged,
 };
 use dsh_sdk::names::{bus, service, tools};
 use dsh_sdk::prelude::*;
+// The registry's own replies are `null`; a deferred context is open (the
+// inbox's input form, which the agent loop completes).
+use serde_json::Value;
 
 use registry::{Guard, Registry, Tool};
 use signal::CallSignal;
@@ -170,7 +173,7 @@ fn cancel(registry: &Registry, req: &Request) -> Result<Reply> {
 /// The whole pipeline for one call: the stages in a row, under the
 /// caller's signal (`exec.cancelled: true` when it is already aborted;
 /// `cancel {agent, callId}` aborts it on the way).
-async fn execute(ctx: &Context, registry: &Registry, exec: Exec) -> Value {
+async fn execute(ctx: &Context, registry: &Registry, exec: Exec) -> ToolResult {
     /// Forgets the call's signal however the call ends.
     struct Tracked(Registry, (String, String));
     impl Drop for Tracked {
@@ -194,7 +197,17 @@ async fn execute(ctx: &Context, registry: &Registry, exec: Exec) -> Value {
             let d = dispatch::dispatch(ctx, registry, &exec, &signal).await;
             (d.kind, d.result)
         }
-        kind => (kind, prepared.result.unwrap_or_default()),
+        kind => match prepared.result {
+            Some(result) => (kind, result),
+            // Every stage but a dispatch carries its result (see `prepare`).
+            None => (
+                StageKind::FinalResult,
+                results::failure(
+                    &format!("tools.prepare settled the call ({kind:?}) without its result"),
+                    None,
+                ),
+            ),
+        },
     };
     if kind == StageKind::PostResult {
         finalize::finalize(ctx, registry, &exec, result, &signal).await

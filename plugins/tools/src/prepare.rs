@@ -2,16 +2,16 @@
 //! `tools/pre-execute` waterfall, the approval seam and the guards, in the
 //! caller's order.
 
-use dsh_sdk::api::approval::{ApprovalOutcome, ApprovalReply, ApprovalRequest};
+use dsh_sdk::api::approval::{Approval, ApprovalOutcome, ApprovalRequest};
 use dsh_sdk::api::tools::{
-    Exec, ExecParams, PreExecuteDecision, PreExecuteKind, Prepared, StageKind,
+    Exec, ExecParams, PreExecuteDecision, PreExecuteKind, Prepared, StageKind, ToolResult,
 };
-use dsh_sdk::names::{approval, bus, service, tool_service};
+use dsh_sdk::names::{bus, tool_service};
 use dsh_sdk::prelude::*;
 use dsh_sdk::Dispatch;
 
 use crate::registry::Registry;
-use crate::results::{failure, from_error};
+use crate::results::{failure, from_error, read};
 use crate::signal::{aborted, cancelled, Signal};
 
 /// A stage's dispatcher for `exec`'s agent: scope-filtered when it has one.
@@ -23,7 +23,7 @@ pub fn dispatcher(ctx: &Context, exec: &Exec, event: &str) -> Dispatch {
     }
 }
 
-fn stage(kind: StageKind, exec: Exec, result: Option<Value>) -> Prepared {
+fn stage(kind: StageKind, exec: Exec, result: Option<ToolResult>) -> Prepared {
     Prepared { kind, exec, result }
 }
 
@@ -45,21 +45,17 @@ pub async fn prepare(
     if aborted(signal) {
         return stage(StageKind::FinalResult, exec, Some(cancelled(signal, None)));
     }
+    let who = format!("the {} decision", bus::TOOLS_PRE_EXECUTE);
     let decision = dispatcher(ctx, &exec, bus::TOOLS_PRE_EXECUTE)
         .waterfall(ExecParams { exec: exec.clone() }, |_| async {
-            Ok(json!({"kind": "allow"}))
+            Ok(serde_json::to_value(PreExecuteDecision::new(
+                PreExecuteKind::Allow,
+                None,
+            ))?)
         })
         .await
-        .and_then(|d| {
-            serde_json::from_value::<Option<PreExecuteDecision>>(d)
-                .map(Option::unwrap_or_default)
-                .map_err(|e| {
-                    Error::new(
-                        codes::INVALID_PAYLOAD,
-                        format!("invalid {} decision: {e}", bus::TOOLS_PRE_EXECUTE),
-                    )
-                })
-        });
+        .and_then(|d| read::<Option<PreExecuteDecision>>(d, &who))
+        .map(Option::unwrap_or_default);
     let decision = match decision {
         Ok(d) => d,
         Err(e) => return stage(StageKind::FinalResult, exec, Some(from_error(&e))),
@@ -132,11 +128,7 @@ async fn approve(
         arguments: Some(exec.arguments.clone()),
         always_ask: decision.always_ask,
     };
-    let asked = ctx
-        .service(service::APPROVAL)
-        .call(approval::REQUEST, &request)
-        .await;
-    match asked {
+    match Approval::new(ctx).request(&request).await {
         // No approval service: denied with the policy's reason.
         Err(e) if e.code == codes::SERVICE_UNAVAILABLE => Err((
             reason.unwrap_or_else(|| {
@@ -146,15 +138,15 @@ async fn approve(
         )),
         Err(e) => Err((format!("approval for tool \"{name}\" failed: {e}"), false)),
         // An answer without a known outcome: no channel could answer.
-        Ok(v) => match serde_json::from_value::<ApprovalReply>(v).map(|r| r.outcome) {
-            Ok(Some(ApprovalOutcome::AllowedOnce)) => Ok(()),
-            Ok(Some(ApprovalOutcome::Rejected)) => {
+        Ok(reply) => match reply.outcome {
+            Some(ApprovalOutcome::AllowedOnce) => Ok(()),
+            Some(ApprovalOutcome::Rejected) => {
                 Err((format!("the user rejected tool \"{name}\""), false))
             }
-            Ok(Some(ApprovalOutcome::Cancelled)) => {
+            Some(ApprovalOutcome::Cancelled) => {
                 Err((format!("approval for tool \"{name}\" was cancelled"), true))
             }
-            _ => Err((
+            Some(ApprovalOutcome::Other(_)) | None => Err((
                 format!("tool \"{name}\" requires approval, but no approval channel is available"),
                 false,
             )),
@@ -163,16 +155,19 @@ async fn approve(
 }
 
 /// The first denial of the guards that see `exec`: the global ones, then
-/// its agent's, each in registration order.
+/// its agent's, each in registration order. A guard's `check` answers a
+/// reason or null; any other answer fails the call (a guard that cannot
+/// say no clearly must not let it through).
 async fn guard_reason(ctx: &Context, registry: &Registry, exec: &Exec) -> Result<Option<String>> {
     let services = registry.borrow().guards_of(exec.agent());
     for service in services {
         let answer = ctx
-            .service(service)
+            .service(service.clone())
             .call(tool_service::CHECK, ExecParams { exec: exec.clone() })
             .await?;
-        if let Some(reason) = answer.as_str() {
-            return Ok(Some(reason.to_owned()));
+        let who = format!("the check answer of guard \"{service}\" (a denial reason or null)");
+        if let Some(reason) = read::<Option<String>>(answer, &who)? {
+            return Ok(Some(reason));
         }
     }
     Ok(None)

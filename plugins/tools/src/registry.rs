@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use dsh_sdk::api::tools::{OutputContract, RegisterParams, ToolSchema};
 use dsh_sdk::prelude::*;
+use dsh_sdk::Value;
 
 use crate::restrictions::Restriction;
 use crate::signal::CallSignal;

@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 
 use dsh_sdk::api::tools::RestrictParams;
 use dsh_sdk::prelude::*;
+use dsh_sdk::Value;
 
 use crate::registry::State;
 
@@ -42,6 +43,8 @@ fn unscoped() -> Error {
 /// first, then `allow`, then `deny`.
 pub fn params(req: &Request) -> Result<RestrictParams> {
     req.params_as().map_err(|e| {
+        // The params did not parse as their type: only the raw JSON can say
+        // which field is at fault.
         let raw = &req.params;
         if raw["scope"].as_str().is_none_or(str::is_empty) {
             return unscoped();

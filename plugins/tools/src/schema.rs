@@ -1,6 +1,11 @@
 //! Argument validation against the JSON Schema subset tools use: object
 //! properties, `required`, primitive `type`s, `enum`, array `items`.
 //! Extra keys are allowed; no defaults are applied.
+//!
+//! Both sides are open JSON by nature: a schema is whatever a tool
+//! registered (keywords outside the subset, or of the wrong type, are
+//! ignored), and the arguments are the model's before any tool parses them.
+//! So this module reads both by key.
 
 use serde_json::Value;
 

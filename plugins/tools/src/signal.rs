@@ -5,10 +5,10 @@
 //! group).
 
 use std::cell::Cell;
-
-use dsh_sdk::names::code;
-use dsh_sdk::prelude::*;
 use std::rc::Rc;
+
+use dsh_sdk::api::tools::ToolResult;
+use dsh_sdk::names::code;
 
 use crate::results::failure;
 
@@ -35,7 +35,7 @@ pub fn aborted(signal: &Signal) -> bool {
 /// The original's result for a call cancelled before its body ran
 /// (`ABORTED_BEFORE_DISPATCH`) or while or after it ran (`ABORTED`),
 /// keeping the contexts of `prior`.
-pub fn cancelled(signal: &Signal, prior: Option<&Value>) -> Value {
+pub fn cancelled(signal: &Signal, prior: Option<&ToolResult>) -> ToolResult {
     let started = signal.as_ref().is_some_and(|s| s.body_invoked.get());
     let (message, code) = if started {
         ("tool call aborted", code::ABORTED)
@@ -46,19 +46,16 @@ pub fn cancelled(signal: &Signal, prior: Option<&Value>) -> Value {
         )
     };
     let mut result = failure(message, Some(("AbortError", code)));
-    if let Some(contexts) = prior
-        .and_then(|p| p["additionalContexts"].as_array())
-        .filter(|c| !c.is_empty())
-    {
-        result["additionalContexts"] = Value::Array(contexts.clone());
+    if let Some(prior) = prior.filter(|p| !p.contexts().is_empty()) {
+        result.additional_contexts = Some(prior.contexts().to_vec());
     }
     result
 }
 
 /// A success the caller's cancellation overtook becomes the cancellation
 /// result; failures (denials, tool errors) are kept.
-pub fn unless_cancelled(signal: &Signal, result: Value) -> Value {
-    if aborted(signal) && result["isError"] != json!(true) {
+pub fn unless_cancelled(signal: &Signal, result: ToolResult) -> ToolResult {
+    if aborted(signal) && !result.is_error {
         cancelled(signal, Some(&result))
     } else {
         result

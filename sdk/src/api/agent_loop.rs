@@ -71,12 +71,196 @@ impl fmt::Display for MaxTokens {
     }
 }
 
-/// The `meta` of [`CreateParams`].
+/// The `meta` of [`CreateParams`]: what the new session's header records.
+/// A subagent's creator sets the lineage fields; each is checked as the
+/// params are read, so `create` refuses a bad one with `INVALID_PAYLOAD`
+/// naming the field, and nothing is created.
+///
+/// ```
+/// use dsh_sdk::api::agent_loop::{CreateMeta, SessionOrigin};
+/// let meta = CreateMeta {
+///     cwd: Some("/work".into()),
+///     parent_session: Some("session-parent".into()),
+///     origin: Some(SessionOrigin::Subagent),
+///     delegation_depth: Some(1),
+/// };
+/// assert_eq!(
+///     serde_json::to_string(&meta).unwrap(),
+///     r#"{"cwd":"/work","parentSession":"session-parent","origin":"subagent","delegationDepth":1}"#
+/// );
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct CreateMeta {
     /// The session's working directory; without it the session has none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
+    /// The session that delegated this one (a subagent's parent): a
+    /// non-empty session id.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lineage::parent_session"
+    )]
+    pub parent_session: Option<String>,
+    /// Why the session exists, when it is not a person's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<SessionOrigin>,
+    /// How many delegations deep the session is: a non-negative integer, 0
+    /// for a top-level session, its parent's depth + 1 for a subagent's.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lineage::delegation_depth"
+    )]
+    pub delegation_depth: Option<u64>,
+}
+
+/// The `origin` of a session header (`CreateMeta::origin`): `"subagent"`
+/// is the only one. Any other value is refused with a message that says
+/// so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SessionOrigin {
+    /// A session an agent delegated work to.
+    Subagent,
+}
+
+impl SessionOrigin {
+    /// The wire name of [`SessionOrigin::Subagent`].
+    pub const SUBAGENT: &'static str = "subagent";
+
+    /// The wire name (as the session header stores it).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionOrigin::Subagent => Self::SUBAGENT,
+        }
+    }
+}
+
+impl fmt::Display for SessionOrigin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for SessionOrigin {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        d.deserialize_str(lineage::OriginVisitor)
+    }
+}
+
+/// The checks of [`CreateMeta`]'s lineage fields, as serde visitors, so a
+/// bad value is refused while the params are read, with a message that
+/// names the field and what it must be.
+mod lineage {
+    use std::fmt;
+
+    use serde::de::{self, Deserializer, Visitor};
+
+    use super::SessionOrigin;
+
+    /// Reads [`SessionOrigin`].
+    pub(super) struct OriginVisitor;
+
+    impl Visitor<'_> for OriginVisitor {
+        type Value = SessionOrigin;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(
+                "`origin` \"subagent\" (leave `origin` out for a session that is not a subagent's)",
+            )
+        }
+
+        fn visit_str<E: de::Error>(self, s: &str) -> Result<SessionOrigin, E> {
+            match s {
+                SessionOrigin::SUBAGENT => Ok(SessionOrigin::Subagent),
+                other => Err(E::custom(format!(
+                    "`origin` must be \"subagent\", got \"{other}\" (leave `origin` out for a session that is not a subagent's)"
+                ))),
+            }
+        }
+    }
+
+    /// A session id that is not empty.
+    struct ParentSession;
+
+    impl Visitor<'_> for ParentSession {
+        type Value = String;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("`parentSession` as the id of the session that delegated this one")
+        }
+
+        fn visit_str<E: de::Error>(self, s: &str) -> Result<String, E> {
+            if s.is_empty() {
+                return Err(E::custom(
+                    "`parentSession` must be the id of the session that delegated this one, got an empty string (leave it out for a top-level session)",
+                ));
+            }
+            Ok(s.to_owned())
+        }
+    }
+
+    /// A delegation depth: a non-negative integer.
+    struct Depth;
+
+    impl Visitor<'_> for Depth {
+        type Value = u64;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("`delegationDepth` as a non-negative integer (0 for a top-level session)")
+        }
+
+        fn visit_u64<E: de::Error>(self, n: u64) -> Result<u64, E> {
+            Ok(n)
+        }
+
+        fn visit_i64<E: de::Error>(self, n: i64) -> Result<u64, E> {
+            u64::try_from(n).map_err(|_| {
+                E::custom(format!(
+                    "`delegationDepth` must be a non-negative integer (0 for a top-level session), got {n}"
+                ))
+            })
+        }
+    }
+
+    /// Reads an optional field with `visitor` (null is absent).
+    struct Optional<V>(V);
+
+    impl<'de, V: Visitor<'de>> Visitor<'de> for Optional<V> {
+        type Value = Option<V::Value>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            self.0.expecting(f)
+        }
+
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_any(self.0).map(Some)
+        }
+    }
+
+    /// `CreateMeta::parent_session`.
+    pub(super) fn parent_session<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<String>, D::Error> {
+        d.deserialize_option(Optional(ParentSession))
+    }
+
+    /// `CreateMeta::delegation_depth`.
+    pub(super) fn delegation_depth<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<u64>, D::Error> {
+        d.deserialize_option(Optional(Depth))
+    }
 }
 
 /// Params of `create`: an agent on a new session.
@@ -126,12 +310,16 @@ pub struct AgentRef {
 /// the agent): the messages a step is about to enter. The innermost answer
 /// is [`PreStepDecision`] `enter` with these messages plus a changed
 /// runtime context.
+///
+/// Generic over the message, so the loop sends typed messages
+/// (`PreStep<crate::vocab::Message>`) and a listener may read them typed
+/// too; the default keeps them JSON for listeners that only pass them on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PreStep {
+pub struct PreStep<M = Value> {
     /// The agent.
     pub agent: String,
     /// The claimed inbox messages (user messages).
-    pub messages: Vec<Value>,
+    pub messages: Vec<M>,
     /// The turn.
     pub turn: u64,
     /// The step about to start (1 for the first).
@@ -155,15 +343,18 @@ pub enum PreStepKind {
     Reject,
 }
 
-/// The answer of the [`crate::names::bus::AGENT_PRE_STEP`] waterfall.
+/// The answer of the [`crate::names::bus::AGENT_PRE_STEP`] waterfall
+/// (generic over the message as [`PreStep`]; the loop reads
+/// `PreStepDecision<crate::vocab::Message>`, so a listener that answers
+/// something that is not a message is refused with `INVALID_PAYLOAD`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct PreStepDecision {
+pub struct PreStepDecision<M = Value> {
     /// Enter (the default) or reject.
     #[serde(default)]
     pub kind: PreStepKind,
     /// The step's input messages, in order.
-    #[serde(default)]
-    pub messages: Vec<Value>,
+    #[serde(default = "Vec::new")]
+    pub messages: Vec<M>,
 }
 
 /// Payload of [`crate::names::bus::AGENT_REQUEST`] (waterfall, scoped):
@@ -200,9 +391,13 @@ pub struct RequestConfig {
 /// Payload of [`crate::names::bus::AGENT_REQUEST_ERROR`] (waterfall,
 /// scoped): a model request failed. The innermost answer is null (the turn
 /// fails); [`RequestErrorDecision`] `retry` runs the request again.
+///
+/// Generic over the failure so a listener can read it typed,
+/// `RequestError<Option<LlmFailure>>` (as `llm-retry` does); the default
+/// keeps it a `Value` for the writers not moved to the typed failure yet.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RequestError {
+pub struct RequestError<F = Value> {
     /// The agent.
     pub agent: String,
     /// The turn.
@@ -213,7 +408,7 @@ pub struct RequestError {
     pub provider: String,
     /// The failure as the stream's `finish` chunk reported it
     /// ([`crate::vocab::LlmFailure`]'s shape; null when it had none).
-    pub failure: Value,
+    pub failure: F,
     /// The retry policy in force.
     pub retry_policy: RetryPolicy,
 }
@@ -408,6 +603,31 @@ impl AgentLoop {
             .map(drop)
     }
 }
+
+/// The agent events' payloads name the agent they are about: dispatched
+/// with [`crate::Context::dispatch_about`], they are scoped to it.
+macro_rules! about_the_agent {
+    ($($ty:ident $(<$g:ident>)?),* $(,)?) => {
+        $(impl$(<$g>)? crate::Subject for $ty$(<$g>)? {
+            fn subject(&self) -> &str {
+                &self.agent
+            }
+        })*
+    };
+}
+
+about_the_agent!(
+    AgentRef,
+    PreStep<M>,
+    AgentRequest<C>,
+    RequestError<F>,
+    TurnStopping,
+    InboxMessage<M>,
+    InboxClaimed<M>,
+    StatusChanged,
+    AgentError,
+    SessionStart,
+);
 
 #[cfg(test)]
 mod tests;

@@ -9,10 +9,10 @@
 //! their place. The records it logs are [`crate::vocab::compaction`].
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::names::{compaction as method, service, tool_result_pruner};
 use crate::vocab::compaction::ShadowedRange;
+use crate::vocab::message::ContentBlock;
 use crate::{Context, Result, Service};
 
 /// Params of `measure`.
@@ -85,7 +85,7 @@ pub struct CompactionResult {
     /// The seq of its `compaction/end`.
     pub end_seq: u64,
     /// The summary's text blocks.
-    pub summary: Vec<Value>,
+    pub summary: Vec<ContentBlock>,
     /// The first and last shadowed nodes.
     pub shadowed_range: ShadowedRange,
     /// Every shadowed node, in surface order.

@@ -1,16 +1,25 @@
 //! The `tools` service (plugin `tools`, reference dsh-core §5): the params
 //! and reply of each method of [`crate::names::tools`], the `exec` a tool's
 //! own service receives ([`Exec`], methods of [`crate::names::tool_service`]),
-//! the payloads of the `tools/*` and `fs/*` bus events, and [`Tools`], a
-//! client with one method per service method.
+//! what a tool answers and what the pipeline makes of it ([`ToolReply`],
+//! [`ToolResult`]), the payloads of the `tools/*` and `fs/*` bus events, and
+//! [`Tools`], a client with one method per service method.
 //!
 //! Field names are the wire's (camelCase where the original spells them so).
-//! `serde_json::Value` stays only where a payload is open: tool arguments
-//! before the tool parses them, parameter and output schemas, content
-//! blocks, values and presentation meta, user messages (contexts), and the
-//! pipeline's results, which wrappers author and extend. The payloads a
-//! waterfall listener hands on carry the fields they do not know in
-//! `extra`, so nothing a listener does not understand is dropped.
+//! Content is typed ([`ContentBlock`]) wherever it travels: replies,
+//! results, renders and post-execute decisions. `serde_json::Value` stays
+//! only where a payload is open: tool arguments before the tool parses them
+//! ([`spec::args`] ends that), parameter and output schemas (JSON Schema), a
+//! tool's canonical `value` and presentation `meta` (each tool's own
+//! shapes), and the contexts a call adds (user messages in the inbox's input
+//! form, which the agent loop completes). The payloads a waterfall listener
+//! hands on carry the fields they do not know in `extra`, so nothing a
+//! listener does not understand is dropped.
+//!
+//! Dependencies run one way: [`crate::tool`] (the helpers that serve tools)
+//! builds on this module, which uses nothing of it; a tool's [`ToolSpec`]
+//! and the parsing of its arguments ([`args`]) live here, in [`spec`], and
+//! `crate::tool` re-exports them.
 //!
 //! For a plugin author, sdk/README.md ("Writing a plugin: what you receive
 //! and return") says with a line of code each what a tool receives
@@ -27,7 +36,14 @@ use serde_json::{Map, Value};
 
 use crate::fence::Fence;
 use crate::names::{bus, service, tools as method};
+use crate::vocab::message::ContentBlock;
 use crate::{Context, Event, Listener, Result, Service};
+
+mod result;
+pub mod spec;
+
+pub use result::{ErrorInfo, ToolError, ToolReply, ToolResult};
+pub use spec::{args, ToolSpec};
 
 /// `T`'s default for an absent or `null` field (a wrong type still fails).
 fn nullable<'de, D, T>(d: D) -> std::result::Result<T, D::Error>
@@ -42,6 +58,16 @@ where
 /// from one that is absent (`None`, with `#[serde(default)]`).
 fn present<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<Value>, D::Error> {
     Value::deserialize(d).map(Some)
+}
+
+/// [`present`] for a typed field: absent is `None` (with
+/// `#[serde(default)]`), `null` is `Some(None)`, a value `Some(Some(_))`.
+fn given<'de, D, T>(d: D) -> std::result::Result<Option<Option<T>>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
 }
 
 /// A flag that is set only by an exact `true`: any other value (`"true"`,
@@ -78,7 +104,8 @@ pub struct Exec {
     pub name: String,
     /// The model's arguments, as it gave them: the tool parses them
     /// ([`Exec::arguments_as`]); the registry checks them against the
-    /// tool's schema first.
+    /// tool's schema first. Open JSON until then: only the tool knows
+    /// their type.
     #[serde(default, skip_serializing_if = "Value::is_null")]
     pub arguments: Value,
     /// The calling agent (its id is also the dispatch scope); absent for a
@@ -150,26 +177,26 @@ impl Exec {
         (self.agent().to_owned(), self.call_id().to_owned())
     }
 
-    /// The arguments parsed as `T` ([`crate::tool::args`]: a mismatch is
+    /// The arguments parsed as `T` ([`args`]: a mismatch is
     /// [`crate::names::code::INVALID_ARGS`] naming the field).
     pub fn arguments_as<T: DeserializeOwned>(&self) -> Result<T> {
-        crate::tool::args(&self.arguments)
+        args(&self.arguments)
     }
 
     /// The arguments of a call of tool `T`, parsed into its
-    /// [`crate::tool::ToolSpec::Args`].
-    pub fn arguments_for<T: crate::tool::ToolSpec>(&self) -> Result<T::Args> {
+    /// [`ToolSpec::Args`].
+    pub fn arguments_for<T: ToolSpec>(&self) -> Result<T::Args> {
         self.arguments_as()
     }
 }
 
-/// A call's `exec` with its `result` (the pipeline's [`ToolResult`], kept
-/// open as JSON by default): the params of `finalize` and `finish` and of
-/// a tool's `finalizeContent`, and the payload of
-/// [`crate::names::bus::TOOLS_POST_EXECUTE`] and
+/// A call's `exec` with its `result` (the pipeline's [`ToolResult`]; `R`
+/// is a reference to one for a writer that keeps its own): the params of
+/// `finalize` and `finish` and of a tool's `finalizeContent`, and the
+/// payload of [`crate::names::bus::TOOLS_POST_EXECUTE`] and
 /// [`crate::names::bus::TOOLS_RESULT`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Outcome<R = Value> {
+pub struct Outcome<R = ToolResult> {
     /// The call.
     pub exec: Exec,
     /// Its result so far.
@@ -183,7 +210,8 @@ pub struct RenderParams {
     /// The call.
     #[serde(flatten)]
     pub exec: Exec,
-    /// The canonical value, valid under the tool's output schema.
+    /// The canonical value, valid under the tool's output schema (open
+    /// JSON: the tool's own shape).
     pub value: Value,
 }
 
@@ -193,8 +221,9 @@ pub struct RenderParams {
 pub struct Rendered {
     /// Content blocks (a reply without them fails the call).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub content: Option<Vec<Value>>,
-    /// Presentation meta (logged as `tool/result.meta`).
+    pub content: Option<Vec<ContentBlock>>,
+    /// Presentation meta (logged as `tool/result.meta`; the tool's own
+    /// shape).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub meta: Option<Value>,
 }
@@ -205,121 +234,6 @@ pub struct Rendered {
 pub struct ExecParams {
     /// The call.
     pub exec: Exec,
-}
-
-/// What a tool's `execute` answers: its content, and optionally a
-/// canonical value, presentation meta, messages for the next step and a
-/// conclusion (`Reply::json(ToolReply::text(&text))`).
-///
-/// A reply is always a success. A tool fails by returning
-/// `Err(Error::new(code, message))` from its handler: the registry makes
-/// that the call's [`ToolResult`] (`isError: true`, `error: {message, info:
-/// {name: "ToolError", code}}`, one text block `Error: <message>`), which
-/// the model sees; the turn goes on.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ToolReply {
-    /// Content blocks the model sees.
-    #[serde(default)]
-    pub content: Vec<Value>,
-    /// The canonical value (checked against the tool's output schema).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub value: Option<Value>,
-    /// Presentation meta (logged as `tool/result.meta`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub meta: Option<Value>,
-    /// User messages the agent loop queues for the next step.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub additional_contexts: Option<Vec<Value>>,
-    /// The call ends the turn.
-    #[serde(
-        default,
-        deserialize_with = "exactly_true",
-        skip_serializing_if = "is_false"
-    )]
-    pub concludes_turn: bool,
-}
-
-impl ToolReply {
-    /// A reply of one text block.
-    pub fn text(text: &str) -> ToolReply {
-        ToolReply {
-            content: vec![crate::vocab::msg::text(text)],
-            ..ToolReply::default()
-        }
-    }
-
-    /// A reply of one text block and a canonical value.
-    pub fn text_with_value(text: &str, value: Value) -> ToolReply {
-        ToolReply {
-            value: Some(value),
-            ..ToolReply::text(text)
-        }
-    }
-}
-
-/// A result of the pipeline (what `execute`, `finalize` and `finish`
-/// answer, and what `tools/result` carries), for a reader: a success
-/// (`isError: false`, `value`, `content`, `meta?`) or a failure (`isError:
-/// true`, `error`, `content`), with the contexts and conclusion of the
-/// call. Fields of other plugins are kept (`extra`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ToolResult {
-    /// The call failed (denied, invalid, aborted, or the tool's error).
-    #[serde(default)]
-    pub is_error: bool,
-    /// Why, on a failure.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<ToolError>,
-    /// The canonical value, on a success.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub value: Option<Value>,
-    /// Content blocks the model sees.
-    #[serde(default, deserialize_with = "nullable")]
-    pub content: Vec<Value>,
-    /// Presentation meta.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub meta: Option<Value>,
-    /// User messages the agent loop queues for the next step.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub additional_contexts: Option<Vec<Value>>,
-    /// The call ends the turn.
-    #[serde(
-        default,
-        deserialize_with = "exactly_true",
-        skip_serializing_if = "is_false"
-    )]
-    pub concludes_turn: bool,
-    /// Fields of other plugins.
-    #[serde(flatten)]
-    pub extra: Map<String, Value>,
-}
-
-/// The `error` of a failed [`ToolResult`].
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ToolError {
-    /// For people (and the model).
-    pub message: String,
-    /// The error's class and code, when known.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub info: Option<ErrorInfo>,
-}
-
-/// The `info` of a [`ToolError`]: `{name, code}` (`ToolError`,
-/// `INVALID_ARGS`...). A hook may replace a result with an `info` of its
-/// own: missing fields read as absent and unknown ones are kept.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ErrorInfo {
-    /// The error class (`ToolError`, `ToolArgsError`, `AbortError`...).
-    #[serde(default, deserialize_with = "nullable")]
-    pub name: String,
-    /// The error code, when it has one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub code: Option<String>,
-    /// Fields of other plugins.
-    #[serde(flatten)]
-    pub extra: Map<String, Value>,
 }
 
 // ---- params ----------------------------------------------------------------
@@ -335,7 +249,7 @@ pub struct RegisterParams {
     /// What the model is told it does.
     #[serde(default, deserialize_with = "nullable")]
     pub description: String,
-    /// The JSON schema of its arguments.
+    /// The JSON schema of its arguments (JSON Schema: open by nature).
     #[serde(default)]
     pub parameters: Value,
     /// The service that runs it (required: empty is refused).
@@ -371,7 +285,7 @@ pub struct RegisterParams {
 /// whether its service answers `render`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct OutputContract {
-    /// The schema of the canonical value.
+    /// The schema of the canonical value (JSON Schema: open by nature).
     #[serde(default)]
     pub schema: Value,
     /// The service projects a value into content and meta (`render`).
@@ -516,7 +430,8 @@ pub struct DeferContextParams {
     /// The call.
     #[serde(flatten)]
     pub call: CallRef,
-    /// The message (an object; anything else is refused).
+    /// The message (an object; anything else is refused). Open: the
+    /// inbox's input form, as [`ToolResult::additional_contexts`].
     #[serde(default)]
     pub context: Value,
 }
@@ -560,7 +475,7 @@ pub enum StageKind {
 /// (with its token, sandbox and approval), and the result unless it is
 /// [`StageKind::Dispatch`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Prepared<R = Value> {
+pub struct Prepared<R = ToolResult> {
     /// What is left.
     pub kind: StageKind,
     /// The call.
@@ -573,7 +488,7 @@ pub struct Prepared<R = Value> {
 /// Reply of `dispatch`: [`StageKind::PostResult`], or
 /// [`StageKind::FinalResult`] when a wrapper failed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Dispatched<R = Value> {
+pub struct Dispatched<R = ToolResult> {
     /// What is left.
     pub kind: StageKind,
     /// The result.
@@ -661,26 +576,29 @@ pub struct PostExecuteDecision {
     /// The decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<PostExecuteKind>,
-    /// An accept's new content (present, even as `null`, counts as given).
+    /// An accept's new content: `Some(Some(blocks))` replaces the content;
+    /// `Some(None)` (`content: null`) replaces nothing but counts as given
+    /// (it cannot go with a new `value`); `None` when absent.
     #[serde(
         default,
-        deserialize_with = "present",
+        deserialize_with = "given",
         skip_serializing_if = "Option::is_none"
     )]
-    pub content: Option<Value>,
+    pub content: Option<Option<Vec<ContentBlock>>>,
     /// An accept's new value, validated and rendered again (present, even
-    /// as `null`, counts as given).
+    /// as `null`, counts as given). Open JSON: the tool's own shape.
     #[serde(
         default,
         deserialize_with = "present",
         skip_serializing_if = "Option::is_none"
     )]
     pub value: Option<Value>,
-    /// A block's feedback: a string or content blocks.
-    #[serde(default, skip_serializing_if = "Value::is_null")]
-    pub feedback: Value,
+    /// A block's feedback: a text or content blocks (absent or `null`:
+    /// none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feedback: Option<Feedback>,
     /// Messages the decision adds (after the result's own on an accept,
-    /// alone on a block).
+    /// alone on a block); open, as [`ToolResult::additional_contexts`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub additional_contexts: Option<Vec<Value>>,
     /// Fields of other listeners, passed on.
@@ -693,17 +611,55 @@ impl PostExecuteDecision {
     pub fn new(kind: PostExecuteKind) -> PostExecuteDecision {
         PostExecuteDecision {
             kind: Some(kind),
-            content: None,
-            value: None,
-            feedback: Value::Null,
-            additional_contexts: None,
-            extra: Map::new(),
+            ..PostExecuteDecision::default()
         }
     }
 
     /// True for a block (anything else accepts).
     pub fn is_block(&self) -> bool {
         self.kind == Some(PostExecuteKind::Block)
+    }
+}
+
+/// The feedback of a `tools/post-execute` block: a text, or content
+/// blocks; written as it came (a string or a list).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Feedback {
+    /// A text (shown as one text block).
+    Text(String),
+    /// Content blocks.
+    Blocks(Vec<ContentBlock>),
+}
+
+impl Feedback {
+    /// The content blocks it shows (a text is one text block).
+    pub fn into_blocks(self) -> Vec<ContentBlock> {
+        match self {
+            Feedback::Text(text) => vec![ContentBlock::text(text)],
+            Feedback::Blocks(blocks) => blocks,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Feedback {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        use serde::de::{Error as _, Unexpected};
+        // Read whole first to tell the two forms apart with a clear error
+        // (serde's `untagged` would name neither).
+        match Value::deserialize(d)? {
+            Value::String(text) => Ok(Feedback::Text(text)),
+            blocks @ Value::Array(_) => Vec::<ContentBlock>::deserialize(blocks)
+                .map(Feedback::Blocks)
+                .map_err(D::Error::custom),
+            other => {
+                let shown = other.to_string();
+                Err(D::Error::invalid_type(
+                    Unexpected::Other(&shown),
+                    &"a text or a list of content blocks",
+                ))
+            }
+        }
     }
 }
 

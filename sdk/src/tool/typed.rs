@@ -30,47 +30,31 @@ use std::borrow::Cow;
 
 use schemars::generate::SchemaSettings;
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
-use serde::de::DeserializeOwned;
-use serde_json::{json, Map, Value};
+use serde::Deserialize;
+// JSON Schema is open by nature: the schema is built and trimmed as JSON.
+use serde_json::{Map, Value};
 
+use crate::api::tools::RegisterParams;
 use crate::context::Request;
-use crate::error::{Error, Result};
+use crate::error::Result;
+
+pub use crate::api::tools::{args, ToolSpec};
 
 /// The code of a tool call whose arguments do not fit the tool's type (the
 /// tools registry gives schema violations the same code).
 pub use crate::names::code::INVALID_ARGS;
 
-/// A tool a plugin serves: what the model is told about it and the type its
-/// arguments parse into.
-pub trait ToolSpec {
-    /// The name the model calls it by.
-    const NAME: &'static str;
-    /// What the model is told it does. (A doc comment on [`ToolSpec::Args`]
-    /// is not sent: this is the tool's one description.)
-    const DESCRIPTION: &'static str;
-    /// Whether its calls may run alongside other calls of the same step
-    /// (`parallel` in the registration); `false` runs them exclusively.
-    const PARALLEL: bool = false;
-    /// Its parameters: doc comments on fields and on nested types become
-    /// model-visible descriptions (write plain `//` comments for notes the
-    /// model should not see), `Option` fields are optional, unknown fields are
-    /// ignored unless the type denies them.
-    type Args: DeserializeOwned + JsonSchema;
-}
-
 /// The registration of tool `T` for [`super::register_tools`]: `{name,
 /// description, parameters, parallel?}` (`parallel` only when true, as the
-/// registry reads it).
-pub fn declaration<T: ToolSpec>() -> Value {
-    let mut d = json!({
-        "name": T::NAME,
-        "description": T::DESCRIPTION,
-        "parameters": parameters::<T::Args>(),
-    });
-    if T::PARALLEL {
-        d["parallel"] = json!(true);
+/// registry reads it); [`super::register_tools`] names the service.
+pub fn declaration<T: ToolSpec>() -> RegisterParams {
+    RegisterParams {
+        name: T::NAME.to_owned(),
+        description: T::DESCRIPTION.to_owned(),
+        parameters: parameters::<T::Args>(),
+        parallel: T::PARALLEL,
+        ..RegisterParams::default()
     }
-    d
 }
 
 /// The JSON schema of `A` as the model should see it: a plain object
@@ -98,7 +82,7 @@ pub fn parameters<A: JsonSchema>() -> Value {
         .get("properties")
         .is_some_and(Value::is_object)
     {
-        schema.insert("properties".into(), json!({}));
+        schema.insert("properties".into(), Value::Object(Map::new()));
     }
     let mut value = schema.to_value();
     drop_null_alternatives(&mut value);
@@ -158,10 +142,7 @@ fn without_null(property: &mut Value) {
     let Some(Value::Array(options)) = o.get("anyOf") else {
         return;
     };
-    let rest: Vec<&Value> = options
-        .iter()
-        .filter(|s| **s != json!({"type": "null"}))
-        .collect();
+    let rest: Vec<&Value> = options.iter().filter(|s| !is_null_schema(s)).collect();
     if let [Value::Object(only)] = rest.as_slice() {
         let only: Map<String, Value> = only.clone();
         o.remove("anyOf");
@@ -169,6 +150,13 @@ fn without_null(property: &mut Value) {
             o.entry(k).or_insert(v);
         }
     }
+}
+
+/// Whether `schema` is exactly `{"type": "null"}`.
+fn is_null_schema(schema: &Value) -> bool {
+    schema
+        .as_object()
+        .is_some_and(|o| o.len() == 1 && o.get("type").and_then(Value::as_str) == Some("null"))
 }
 
 /// The schema type of a count or size the model gives as a JSON `number`
@@ -193,28 +181,18 @@ impl JsonSchema for Number {
     }
 }
 
-/// `value` parsed as `T`; a mismatch fails with [`INVALID_ARGS`] and a
-/// message naming the field (`todos[0].status: unknown variant ...`).
-/// Missing or `null` arguments parse as `{}`.
-pub fn args<T: DeserializeOwned>(value: &Value) -> Result<T> {
-    let empty = Value::Object(Map::new());
-    let value = if value.is_null() { &empty } else { value };
-    serde_path_to_error::deserialize(value).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        let message = if path == "." {
-            format!("invalid arguments: {inner}")
-        } else {
-            format!("invalid arguments: {path}: {inner}")
-        };
-        Error::new(INVALID_ARGS, message)
-    })
-}
-
 /// The `arguments` of an `execute` request for tool `T`, parsed by
-/// [`args`].
+/// [`args`] (the rest of the call is not read: see [`super::exec`]).
 pub fn arguments<T: ToolSpec>(req: &Request) -> Result<T::Args> {
-    args(&req.params["arguments"])
+    /// The one field of an `execute` request read here.
+    #[derive(Deserialize)]
+    struct Call {
+        // The model's arguments before the tool's type parses them: open.
+        #[serde(default)]
+        arguments: Value,
+    }
+    let call: Call = req.params_as()?;
+    args(&call.arguments)
 }
 
 #[cfg(test)]

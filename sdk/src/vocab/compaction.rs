@@ -11,6 +11,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::message::{ContentBlock, Extra, Message, MessageSource, PluginSource};
+use super::TokenUsage;
+
 /// `compaction/start`.
 pub const START: &str = "compaction/start";
 /// `compaction/summary`.
@@ -54,11 +57,11 @@ pub struct CompactionSummary {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_command_id: Option<String>,
     /// The summary: text blocks only.
-    pub summary: Vec<Value>,
+    pub summary: Vec<ContentBlock>,
     /// The model's whole output (reasoning and tool calls included), with
     /// `llmStreamCall`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub raw_output: Option<Vec<Value>>,
+    pub raw_output: Option<Vec<ContentBlock>>,
     /// The summary came from one `llm.stream` call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub llm_stream_call: Option<bool>,
@@ -77,7 +80,7 @@ pub struct CompactionSummary {
     pub max_tokens: Option<u64>,
     /// The summary request's usage.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub usage: Option<Value>,
+    pub usage: Option<TokenUsage>,
 }
 
 /// Closes a compaction (log-only): without `error` it replaced its span.
@@ -134,11 +137,31 @@ impl CheckpointSource {
             source_command_id,
         }
     }
+
+    /// The source as a message's [`MessageSource`]: a `plugin` source of
+    /// `compact` carrying `compactionId` (and `sourceCommandId`), written in
+    /// the same order as this struct.
+    pub fn to_source(&self) -> MessageSource {
+        let mut extra = Extra::new();
+        extra.insert(
+            "compactionId".to_owned(),
+            Value::String(self.compaction_id.clone()),
+        );
+        if let Some(command) = &self.source_command_id {
+            extra.insert("sourceCommandId".to_owned(), Value::String(command.clone()));
+        }
+        MessageSource::Plugin(PluginSource {
+            plugin: self.plugin.clone(),
+            form: None,
+            extra,
+        })
+    }
 }
 
-/// True when `message` is a compaction checkpoint.
-pub fn is_checkpoint(message: &Value) -> bool {
-    message["source"]["kind"] == "plugin" && message["source"]["plugin"] == "compact"
+/// True when `message` is a compaction checkpoint (its source is the
+/// `compact` plugin).
+pub fn is_checkpoint(message: &Message) -> bool {
+    matches!(&message.source, MessageSource::Plugin(p) if p.plugin == "compact")
 }
 
 /// The opening text of a checkpoint, before the summary (the original's
@@ -152,13 +175,23 @@ pub const SUMMARY_CLOSE_TAG: &str = "</compacted-summary>";
 
 /// The content of a checkpoint: the preamble, the summary inside
 /// `<compacted-summary>`, as the original frames it.
-pub fn checkpoint_content(summary: &[Value]) -> Vec<Value> {
-    let mut content = vec![crate::vocab::msg::text(&format!(
+pub fn checkpoint_content(summary: &[ContentBlock]) -> Vec<ContentBlock> {
+    let mut content = vec![ContentBlock::text(format!(
         "{PREAMBLE}\n\n{SUMMARY_OPEN_TAG}"
     ))];
     content.extend(summary.iter().cloned());
-    content.push(crate::vocab::msg::text(SUMMARY_CLOSE_TAG));
+    content.push(ContentBlock::text(SUMMARY_CLOSE_TAG));
     content
+}
+
+/// The checkpoint message `id` that closes compaction `source`: a `user`
+/// message of [`checkpoint_content`] from [`CheckpointSource::to_source`].
+pub fn checkpoint_message(
+    id: impl Into<String>,
+    source: &CheckpointSource,
+    summary: &[ContentBlock],
+) -> Message {
+    Message::user(id, checkpoint_content(summary), source.to_source())
 }
 
 #[cfg(test)]
@@ -188,8 +221,8 @@ mod tests {
         let summary = CompactionSummary {
             compaction_id: "c1".into(),
             source_command_id: None,
-            summary: vec![json!({"type": "text", "text": "s"})],
-            raw_output: Some(vec![json!({"type": "text", "text": "s"})]),
+            summary: vec![ContentBlock::text("s")],
+            raw_output: Some(vec![ContentBlock::text("s")]),
             llm_stream_call: Some(true),
             shadowed_range: ShadowedRange { start: 2, end: 9 },
             shadowed_seqs: vec![2, 5, 9],
@@ -199,10 +232,14 @@ mod tests {
             max_tokens: Some(8192),
             usage: None,
         };
-        assert_eq!(
-            serde_json::to_string(&summary).unwrap(),
-            r#"{"compactionId":"c1","summary":[{"type":"text","text":"s"}],"rawOutput":[{"type":"text","text":"s"}],"llmStreamCall":true,"shadowedRange":{"start":2,"end":9},"shadowedSeqs":[2,5,9],"shadowedTokenCount":1200,"provider":"deepseek-official","model":"deepseek-v4-flash","maxTokens":8192}"#
-        );
+        let text = r#"{"compactionId":"c1","summary":[{"type":"text","text":"s"}],"rawOutput":[{"type":"text","text":"s"}],"llmStreamCall":true,"shadowedRange":{"start":2,"end":9},"shadowedSeqs":[2,5,9],"shadowedTokenCount":1200,"provider":"deepseek-official","model":"deepseek-v4-flash","maxTokens":8192}"#;
+        assert_eq!(serde_json::to_string(&summary).unwrap(), text);
+        // A summary with usage, reasoning and an unknown block reads back
+        // byte for byte.
+        let full = r#"{"compactionId":"c1","sourceCommandId":"k","summary":[{"type":"text","text":"s"}],"rawOutput":[{"type":"reasoning","text":"r"},{"type":"text","text":"s"},{"type":"later","x":1}],"llmStreamCall":true,"shadowedRange":{"start":2,"end":9},"shadowedSeqs":[2,5,9],"shadowedTokenCount":1200,"provider":"p","model":"m","maxTokens":8192,"usage":{"inputTokens":10,"outputTokens":3,"cacheReadTokens":4}}"#;
+        let read: CompactionSummary = serde_json::from_str(full).unwrap();
+        assert_eq!(read.usage.as_ref().map(|u| u.input_tokens), Some(10));
+        assert_eq!(serde_json::to_string(&read).unwrap(), full);
         let failed: CompactionEnd = serde_json::from_value(
             json!({"compactionId": "c1", "turn": 3, "error": "summarization produced no text summary content"}),
         )
@@ -221,21 +258,32 @@ mod tests {
 
     #[test]
     fn a_checkpoint_is_framed_and_recognised() {
-        let content = checkpoint_content(&[json!({"type": "text", "text": "## Primary Request"})]);
+        let content = checkpoint_content(&[ContentBlock::text("## Primary Request")]);
         assert_eq!(content.len(), 3);
-        assert!(content[0]["text"]
-            .as_str()
+        assert!(content[0]
+            .as_text()
             .unwrap()
             .ends_with("without acknowledging this checkpoint.\n\n<compacted-summary>"));
-        assert_eq!(content[2]["text"], "</compacted-summary>");
+        assert_eq!(content[2].as_text(), Some("</compacted-summary>"));
         let source = CheckpointSource::new("c1", None);
-        let message = json!({"role": "user", "content": content, "source": source});
+        let message = checkpoint_message("m0", &source, &[]);
         assert!(is_checkpoint(&message));
         assert_eq!(
-            message["source"],
+            serde_json::to_value(&message.source).unwrap(),
             json!({"kind": "plugin", "plugin": "compact", "compactionId": "c1"})
         );
-        assert!(!is_checkpoint(&json!({"source": {"kind": "user"}})));
+        assert!(!is_checkpoint(&Message::user_text("u", "x")));
+        // The typed message writes the same source, in the same order.
+        let source = CheckpointSource::new("c1", Some("cmd".into()));
+        let typed = checkpoint_message("m", &source, &[ContentBlock::text("s")]);
+        assert_eq!(
+            serde_json::to_string(&typed.source).unwrap(),
+            serde_json::to_string(&source).unwrap()
+        );
+        assert_eq!(
+            serde_json::to_value(&typed).unwrap(),
+            json!({"id": "m", "role": "user", "content": checkpoint_content(&[ContentBlock::text("s")]), "source": source})
+        );
     }
 
     #[test]

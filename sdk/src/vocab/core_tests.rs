@@ -154,12 +154,35 @@ fn a_non_message_type_on_the_surface_derives_nothing() {
 
 // ---- BlockAssembler -------------------------------------------------------------
 
-fn assemble(chunks: &[Value]) -> BlockAssembler {
-    let mut a = BlockAssembler::default();
+fn assemble(chunks: &[Value]) -> Assembled {
+    let mut a = assembler::BlockAssembler::default();
     for c in chunks {
-        a.push(c);
+        a.push(&serde_json::from_value(c.clone()).unwrap());
     }
-    a
+    Assembled(a)
+}
+
+/// The typed assembler, its blocks compared as the JSON they log as.
+struct Assembled(assembler::BlockAssembler);
+
+impl Assembled {
+    fn blocks(&self) -> Vec<Value> {
+        let blocks = self.0.blocks().unwrap();
+        blocks
+            .iter()
+            .map(|b| serde_json::to_value(b).unwrap())
+            .collect()
+    }
+    fn interrupted_blocks(&self) -> Vec<Value> {
+        let blocks = self.0.interrupted_blocks();
+        blocks
+            .iter()
+            .map(|b| serde_json::to_value(b).unwrap())
+            .collect()
+    }
+    fn push(&mut self, chunk: &Value) {
+        self.0.push(&serde_json::from_value(chunk.clone()).unwrap());
+    }
 }
 
 fn call(index: u64, id: &str, name: &str, args: &str) -> Value {
@@ -191,14 +214,14 @@ fn a_block_end_alone_opens_and_closes_its_block_and_its_block_wins() {
     let closed =
         json!({"type": "tool-call", "id": "k", "name": "read", "arguments": "{}", "extra": 1});
     let a = assemble(&[
-        json!({"type": "block-start", "index": 0}),
+        json!({"type": "block-start", "index": 0, "blockType": "text"}),
         json!({"type": "text-delta", "index": 0, "text": "t"}),
         json!({"type": "block-end", "index": 1, "block": closed}),
     ]);
     assert_eq!(
         a.blocks(),
         [json!({"type": "text", "text": "t"}), closed.clone()],
-        "a start without blockType is text; a closed block is kept as sent"
+        "a closed block is kept as sent, its unknown fields included"
     );
     // Under max-tokens a closed tool call is dropped like an open one.
     let mut a = a;
@@ -217,15 +240,25 @@ fn a_delta_of_another_kind_does_not_change_a_blocks_type() {
 }
 
 #[test]
-fn usage_finish_and_unknown_chunks_open_no_block() {
+fn usage_and_finish_open_no_block_and_malformed_chunks_are_refused() {
     let a = assemble(&[
         json!({"type": "usage", "index": 3, "usage": {"inputTokens": 1, "outputTokens": 1}}),
-        json!({"type": "ping", "index": 4}),
-        json!({"type": "finish", "index": 5, "reason": {}}),
+        json!({"type": "finish", "index": 5, "reason": {"kind": "stop"}}),
     ]);
     assert!(a.blocks().is_empty());
-    assert_eq!(a.finish_kind(), "stop", "a finish without a kind is stop");
-    assert_eq!(a.finish, Some(json!({})));
+    assert_eq!(a.0.finish(), FinishReason::Stop);
+    // The set is closed: an unknown chunk, a start without its block type
+    // and a finish without a kind are not chunks at all.
+    for bad in [
+        json!({"type": "ping", "index": 4}),
+        json!({"type": "block-start", "index": 0}),
+        json!({"type": "finish", "reason": {}}),
+    ] {
+        assert!(
+            serde_json::from_value::<Chunk>(bad.clone()).is_err(),
+            "{bad}"
+        );
+    }
 }
 
 #[test]

@@ -31,6 +31,8 @@ pub const SESSION_END_SEED: &str = "session/end-seed";
 pub const INBOX_SPLICED: &str = "agent/inbox/spliced";
 /// A retry of a failed model request.
 pub const LLM_RETRY: &str = "llm/retry";
+/// The wait of an `llm/retry` is over: the request runs again.
+pub const LLM_RETRY_STARTED: &str = "llm/retry-started";
 
 /// Types that carry a `surfaceOp`.
 pub const SURFACE: [&str; 3] = [USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT];
@@ -59,7 +61,7 @@ pub const KNOWN: [&str; 48] = [
     "hook/invoked",
     "hook/result",
     LLM_RETRY,
-    "llm/retry-started",
+    LLM_RETRY_STARTED,
     "permission/preset",
     "plan/mode",
     REQUEST_CONTEXT,

@@ -49,7 +49,6 @@ pub struct HeaderAt {
     pub header: Value,
 }
 
-
 #[derive(Deserialize)]
 struct Wrapped {
     message: Box<RawValue>,

@@ -66,12 +66,6 @@ impl LlmFailure {
         };
         super::Chunk::finish(reason)
     }
-
-    /// [`LlmFailure::finish`] as JSON (for the plugins not moved to
-    /// [`super::Chunk`] yet).
-    pub fn finish_chunk(&self, aborted: bool) -> Value {
-        serde_json::to_value(self.clone().finish(aborted)).unwrap_or(Value::Null)
-    }
 }
 
 /// Codes that the default retry policy retries.

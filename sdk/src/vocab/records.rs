@@ -413,8 +413,13 @@ pub struct CallConfig {
     /// The reasoning effort.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_effort: Option<String>,
-    /// The sampling temperature.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The sampling temperature (an integral one is written `1`, as
+    /// JavaScript writes it, not `1.0`).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "js_number"
+    )]
     pub temperature: Option<f64>,
     /// The output limit (`10.0` reads as `10`: the original compares
     /// numbers by value).
@@ -430,6 +435,17 @@ pub struct CallConfig {
     /// Fields this harness does not know.
     #[serde(flatten)]
     pub extra: Extra,
+}
+
+/// A number as JavaScript writes it: an integral value without `.0`.
+fn js_number<S: Serializer>(n: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+    match n {
+        Some(f) if f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0 => {
+            s.serialize_i64(*f as i64)
+        }
+        Some(f) => s.serialize_f64(*f),
+        None => s.serialize_none(),
+    }
 }
 
 /// An optional non-negative integer that may be written as an integral
@@ -734,6 +750,8 @@ mod tests {
             r#"{"header":{"config":{"provider":"p","model":"m","reasoningEffort":"high","maxTokens":10},"adapterDefaults":{"maxTokens":true},"system":"s","tools":[{"name":"t","description":"d","parameters":{"type":"object"}}]},"reason":"initial"}"#,
         );
         round_trip::<RequestContext>(r#"{"provider":"p","model":"m","contextWindow":4096}"#);
+        round_trip::<CallConfig>(r#"{"provider":"p","model":"m","temperature":1}"#);
+        round_trip::<CallConfig>(r#"{"provider":"p","model":"m","temperature":0.7}"#);
         round_trip::<EndSeed>(r#"{}"#);
         round_trip::<InboxSpliced>(
             r#"{"target":"next-step","start":0,"removedCount":1,"inserted":[],"outcome":"canceled"}"#,

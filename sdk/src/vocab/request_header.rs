@@ -2,8 +2,6 @@
 //! a loop logs a `request/header` only when the header really changed. The
 //! header type is [`RequestHeader`].
 
-use serde_json::Value;
-
 pub use super::records::{CallConfig, RequestHeader};
 
 impl RequestHeader {
@@ -62,46 +60,47 @@ impl CallConfig {
     }
 }
 
-/// [`RequestHeader::canonical`] of a logged header; a header that is not
-/// one is returned as it is (the log's shape checks judge it).
-pub fn canonical_header(header: &Value) -> Value {
-    match RequestHeader::deserialize_from(header) {
-        Some(h) => serde_json::to_value(h.canonical()).unwrap_or_else(|_| header.clone()),
-        None => header.clone(),
-    }
-}
-
-/// [`RequestHeader::same_as`] of two logged headers; `false` when either
-/// is not a header.
-pub fn header_equals(a: &Value, b: &Value) -> bool {
-    match (
-        RequestHeader::deserialize_from(a),
-        RequestHeader::deserialize_from(b),
-    ) {
-        (Some(a), Some(b)) => a.same_as(&b),
-        _ => false,
-    }
-}
-
-/// [`CallConfig::same_as`] of two logged configs; `false` when either is
-/// not one.
-pub fn call_config_equals(a: &Value, b: &Value) -> bool {
-    let read = |v: &Value| serde::Deserialize::deserialize(v).ok();
-    match (read(a), read(b)) {
-        (Some(a), Some(b)) => CallConfig::same_as(&a, &b),
-        _ => false,
-    }
-}
-
-impl RequestHeader {
-    fn deserialize_from(value: &Value) -> Option<RequestHeader> {
-        serde::Deserialize::deserialize(value).ok()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
+
+    /// [`RequestHeader::canonical`] of a logged header; a header that is not
+    /// one is returned as it is (the log's shape checks judge it).
+    fn canonical_header(header: &Value) -> Value {
+        match RequestHeader::deserialize_from(header) {
+            Some(h) => serde_json::to_value(h.canonical()).unwrap_or_else(|_| header.clone()),
+            None => header.clone(),
+        }
+    }
+
+    /// [`RequestHeader::same_as`] of two logged headers; `false` when either
+    /// is not a header.
+    fn header_equals(a: &Value, b: &Value) -> bool {
+        match (
+            RequestHeader::deserialize_from(a),
+            RequestHeader::deserialize_from(b),
+        ) {
+            (Some(a), Some(b)) => a.same_as(&b),
+            _ => false,
+        }
+    }
+
+    /// [`CallConfig::same_as`] of two logged configs; `false` when either is
+    /// not one.
+    fn call_config_equals(a: &Value, b: &Value) -> bool {
+        let read = |v: &Value| serde::Deserialize::deserialize(v).ok();
+        match (read(a), read(b)) {
+            (Some(a), Some(b)) => CallConfig::same_as(&a, &b),
+            _ => false,
+        }
+    }
+
+    impl RequestHeader {
+        fn deserialize_from(value: &Value) -> Option<RequestHeader> {
+            serde::Deserialize::deserialize(value).ok()
+        }
+    }
     use serde_json::json;
 
     fn tool(name: &str) -> Value {

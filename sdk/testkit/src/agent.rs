@@ -149,7 +149,9 @@ pub fn of_type<'a>(ev: &'a [Value], kind: &str) -> Vec<&'a Value> {
 pub fn kinds(events: &[Value]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for e in events {
-        let k = e["type"].as_str().unwrap().to_owned();
+        let Some(k) = e["type"].as_str().map(str::to_owned) else {
+            panic!("a logged event without a string `type`: {e}");
+        };
         if k == event::ASSISTANT_CHUNK && out.last().is_some_and(|l| l == "assistant/chunk*") {
             continue;
         }

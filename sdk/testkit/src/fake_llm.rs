@@ -2,7 +2,7 @@
 //! scripted SSE streams and faults. It records every request body.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -174,6 +174,14 @@ pub fn stall_after(prefix: &str) -> Answer {
     ])
 }
 
+/// Locks the server's state. A test that panicked while holding it left it
+/// consistent enough to read (every change is a push or a pop), so the
+/// poison is ignored: the next test's report is its own failure, not a
+/// `PoisonError`.
+fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 #[derive(Default)]
 struct State {
     answers: VecDeque<Answer>,
@@ -225,7 +233,7 @@ impl FakeLlm {
     pub async fn start() -> FakeLlm {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
-            .expect("bind 127.0.0.1");
+            .unwrap_or_else(|e| panic!("the fake model cannot listen on 127.0.0.1: {e}"));
         let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
         let state: Arc<Mutex<State>> = Arc::default();
         let s = state.clone();
@@ -242,12 +250,12 @@ impl FakeLlm {
 
     /// Queues answers, served in order (one per request).
     pub fn push(&self, answers: impl IntoIterator<Item = Answer>) {
-        self.state.lock().unwrap().answers.extend(answers);
+        lock(&self.state).answers.extend(answers);
     }
 
     /// Every request body received so far.
     pub fn requests(&self) -> Vec<Value> {
-        let bodies = self.state.lock().unwrap().requests.clone();
+        let bodies = lock(&self.state).requests.clone();
         bodies
             .iter()
             .map(|b| serde_json::from_slice(b).unwrap_or(Value::Null))
@@ -279,23 +287,25 @@ impl FakeLlm {
     /// [`FakeLlm::tool_results`]; panics when no request came.
     pub fn tool_results_of_last_request(&self) -> Vec<String> {
         let requests = self.requests();
-        let last = requests.last().expect("the fake model got no request");
+        let Some(last) = requests.last() else {
+            panic!("the fake model got no request");
+        };
         texts_of(&tool_messages_of(last))
     }
 
     /// When each request arrived.
     pub fn request_times(&self) -> Vec<std::time::Instant> {
-        self.state.lock().unwrap().times.clone()
+        lock(&self.state).times.clone()
     }
 
     /// The answer served when the queue is empty (default: a 500).
     pub fn set_fallback(&self, answer: Answer) {
-        self.state.lock().unwrap().fallback = Some(answer);
+        lock(&self.state).fallback = Some(answer);
     }
 
     /// Forgets recorded requests (to keep long runs small).
     pub fn clear_requests(&self) {
-        let mut s = self.state.lock().unwrap();
+        let mut s = lock(&self.state);
         s.requests.clear();
         s.headers.clear();
     }
@@ -325,12 +335,12 @@ impl FakeLlm {
         list: impl Fn(&State) -> &Vec<T>,
     ) -> Vec<T> {
         loop {
-            let done = done(&self.state.lock().unwrap()).clone();
+            let done = done(&lock(&self.state)).clone();
             // Registered before the check, so a record made between the
             // check and the wait still wakes it.
             let notified = done.notified();
             {
-                let s = self.state.lock().unwrap();
+                let s = lock(&self.state);
                 if list(&s).len() >= n {
                     return list(&s).clone();
                 }
@@ -341,7 +351,7 @@ impl FakeLlm {
 
     /// Every request's raw header block.
     pub fn headers(&self) -> Vec<String> {
-        self.state.lock().unwrap().headers.clone()
+        lock(&self.state).headers.clone()
     }
 }
 
@@ -452,7 +462,7 @@ async fn serve(mut sock: TcpStream, state: Arc<Mutex<State>>) {
         return;
     };
     let answer = {
-        let mut s = state.lock().unwrap();
+        let mut s = lock(&state);
         s.times.push(std::time::Instant::now());
         s.requests.push(body);
         s.headers.push(head);
@@ -552,7 +562,7 @@ async fn serve(mut sock: TcpStream, state: Arc<Mutex<State>>) {
             let _ = sock.write_all(sse_head.as_bytes()).await;
             let written = write_long_line(&mut sock, len).await;
             let done = {
-                let mut s = state.lock().unwrap();
+                let mut s = lock(&state);
                 s.long_lines.push(written);
                 s.long_line_done.clone()
             };
@@ -562,7 +572,7 @@ async fn serve(mut sock: TcpStream, state: Arc<Mutex<State>>) {
             let _ = sock.write_all(sse_head.as_bytes()).await;
             let written = write_flood(&mut sock, &payload, times).await;
             let done = {
-                let mut s = state.lock().unwrap();
+                let mut s = lock(&state);
                 s.floods.push(written);
                 s.flood_done.clone()
             };
@@ -571,7 +581,7 @@ async fn serve(mut sock: TcpStream, state: Arc<Mutex<State>>) {
         Answer::StatusFlood(code, mib) => {
             let written = write_status_flood(&mut sock, code, mib).await;
             let done = {
-                let mut s = state.lock().unwrap();
+                let mut s = lock(&state);
                 s.floods.push(written);
                 s.flood_done.clone()
             };

@@ -196,7 +196,9 @@ impl Running {
     /// Waits (on a blocking thread) for its end; its status and what it
     /// wrote to stdout and stderr.
     pub async fn output(mut self) -> Output {
-        let child = self.0.take().expect("a running dsh-host");
+        let Some(child) = self.0.take() else {
+            panic!("dsh-host was already reaped");
+        };
         tokio::task::spawn_blocking(move || child.wait_with_output())
             .await
             .unwrap_or_else(|e| panic!("dsh-host waiter panicked: {e}"))

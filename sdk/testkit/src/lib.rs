@@ -26,6 +26,7 @@ pub mod fake_llm;
 pub mod fixtures;
 pub mod headless;
 pub mod measure;
+pub mod msg;
 pub mod session;
 pub mod tools;
 

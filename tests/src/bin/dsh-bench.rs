@@ -565,8 +565,9 @@ fn append_compaction(body: &mut String, seq: u64, shadowed: &[u64]) -> Result<()
     let (Some(first), Some(last)) = (shadowed.first(), shadowed.last()) else {
         return Ok(());
     };
-    let summary =
-        vec![json!({"type": "text", "text": "## Primary Request and Intent\n- the bench"})];
+    let summary = vec![dsh_sdk::vocab::ContentBlock::text(
+        "## Primary Request and Intent\n- the bench",
+    )];
     let mut sources = vec![seq, seq + 1];
     sources.extend_from_slice(shadowed);
     let start = records::CompactionStart {
@@ -771,7 +772,7 @@ async fn bench_chat(stage: &Path) -> Result<(f64, f64, f64)> {
         .await?;
     }
     let n = 20_000;
-    let render = dsh_plugin_chat::bench::render_chunks(n).as_secs_f64() * 1e6 / n as f64;
+    let render = dsh_plugin_chat::bench::render_chunks(n)?.as_secs_f64() * 1e6 / n as f64;
     Ok((median(starts), median(rss), render))
 }
 

@@ -177,3 +177,66 @@ fn the_notifications_are_what_the_loop_emits() {
         r#"{"sessionId":"s","error":{"code":"X","message":"broke"}}"#
     );
 }
+
+#[test]
+fn create_meta_carries_the_lineage_of_a_subagent_session() {
+    let text = r#"{"agentOptions":{},"meta":{"cwd":"/w","parentSession":"p-1","origin":"subagent","delegationDepth":2}}"#;
+    // Read from text (as a service reads its params) and from a tree.
+    for p in [
+        serde_json::from_str::<CreateParams>(text).unwrap(),
+        parse::<CreateParams>(serde_json::from_str(text).unwrap()),
+    ] {
+        let meta = p.meta.clone().unwrap();
+        assert_eq!(meta.parent_session.as_deref(), Some("p-1"));
+        assert_eq!(meta.origin, Some(SessionOrigin::Subagent));
+        assert_eq!(meta.delegation_depth, Some(2));
+        assert_eq!(wire(&p), text);
+    }
+    // Absent and null are the same: none.
+    let bare: CreateMeta =
+        parse(json!({"parentSession": null, "origin": null, "delegationDepth": null}));
+    assert_eq!(bare, CreateMeta::default());
+    assert_eq!(wire(CreateMeta::default()), "{}");
+    assert_eq!(
+        parse::<CreateMeta>(json!({"delegationDepth": 0})).delegation_depth,
+        Some(0)
+    );
+}
+
+#[test]
+fn create_meta_refuses_bad_lineage_naming_the_field() {
+    let refused = |meta: &str| -> String {
+        let text = format!(r#"{{"agentOptions":{{}},"meta":{meta}}}"#);
+        let from_text = serde_json::from_str::<CreateParams>(&text)
+            .unwrap_err()
+            .to_string();
+        let tree: Value = serde_json::from_str(&text).unwrap();
+        let from_tree = serde_json::from_value::<CreateParams>(tree)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            from_text.starts_with(&from_tree),
+            "{from_text} / {from_tree}"
+        );
+        from_tree
+    };
+    assert_eq!(
+        refused(r#"{"origin":"worker"}"#),
+        r#"`origin` must be "subagent", got "worker" (leave `origin` out for a session that is not a subagent's)"#
+    );
+    assert!(refused(r#"{"origin":1}"#).contains(r#"expected `origin` "subagent""#));
+    assert_eq!(
+        refused(r#"{"delegationDepth":-1}"#),
+        "`delegationDepth` must be a non-negative integer (0 for a top-level session), got -1"
+    );
+    for bad in ["1.5", r#""1""#, "true"] {
+        let e = refused(&format!(r#"{{"delegationDepth":{bad}}}"#));
+        assert!(
+            e.contains("expected `delegationDepth` as a non-negative integer"),
+            "{bad}: {e}"
+        );
+    }
+    assert!(refused(r#"{"parentSession":""}"#)
+        .starts_with("`parentSession` must be the id of the session that delegated this one, got an empty string"));
+    assert!(refused(r#"{"parentSession":7}"#).contains("expected `parentSession` as the id"));
+}

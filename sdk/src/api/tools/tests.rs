@@ -286,8 +286,85 @@ fn post_execute_decisions_tell_a_null_from_an_absent_replacement() {
     );
     let block: PostExecuteDecision = parse(json!({"kind": "block", "feedback": "nope"}));
     assert!(block.is_block());
-    assert_eq!(block.feedback, json!("nope"));
+    assert_eq!(block.feedback, Some(Feedback::Text("nope".into())));
+    assert_eq!(wire(&block), r#"{"kind":"block","feedback":"nope"}"#);
     assert!(!parse::<PostExecuteDecision>(json!({"kind": "hmm"})).is_block());
+    // A null content counts as given (it cannot go with a value) but
+    // replaces nothing; it is written back as it came.
+    let null_content: PostExecuteDecision = parse(json!({"kind": "accept", "content": null}));
+    assert_eq!(null_content.content, Some(None));
+    assert_eq!(wire(&null_content), r#"{"kind":"accept","content":null}"#);
+}
+
+#[test]
+fn feedback_is_a_text_or_content_blocks_and_anything_else_is_named() {
+    let blocks: PostExecuteDecision = parse(json!({"kind": "block",
+        "feedback": [{"type": "text", "text": "no"}, {"type": "later-block", "x": 1}]}));
+    let Some(Feedback::Blocks(b)) = blocks.feedback.clone() else {
+        panic!("blocks read as {:?}", blocks.feedback);
+    };
+    assert_eq!(b[0], ContentBlock::text("no"));
+    assert_eq!(b[1].block_type(), "later-block");
+    assert_eq!(
+        wire(&blocks),
+        r#"{"kind":"block","feedback":[{"type":"text","text":"no"},{"type":"later-block","x":1}]}"#
+    );
+    assert_eq!(
+        Feedback::Text("t".into()).into_blocks(),
+        [ContentBlock::text("t")]
+    );
+    let null: PostExecuteDecision = parse(json!({"kind": "block", "feedback": null}));
+    assert_eq!(null.feedback, None);
+    let e = serde_json::from_value::<PostExecuteDecision>(json!({"kind": "block", "feedback": 5}))
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("a text or a list of content blocks"),
+        "{e}"
+    );
+    let e = serde_json::from_value::<PostExecuteDecision>(
+        json!({"kind": "block", "feedback": [{"text": "untyped"}]}),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("missing field `type`"), "{e}");
+}
+
+#[test]
+fn content_is_typed_and_its_json_is_unchanged() {
+    let raw = r#"{"isError":false,"value":null,"content":[{"type":"text","text":"a"},{"type":"image","attachment":{"id":"i"}},{"type":"later-block","z":[1]}],"meta":{"m":1}}"#;
+    let r: ToolResult = serde_json::from_str(raw).unwrap();
+    assert_eq!(r.value, Some(Value::Null), "a success's null value is kept");
+    assert_eq!(r.content[0].as_text(), Some("a"));
+    assert_eq!(r.content[2].block_type(), "later-block");
+    assert_eq!(wire(&r), raw);
+    assert_eq!(
+        wire(ToolResult::success(
+            Value::Null,
+            vec![ContentBlock::text("a")],
+            None
+        )),
+        r#"{"isError":false,"value":null,"content":[{"type":"text","text":"a"}]}"#
+    );
+    assert_eq!(
+        wire(ToolResult::failure(
+            "m",
+            Some(ErrorInfo::new("ToolError", "X"))
+        )),
+        r#"{"isError":true,"error":{"message":"m","info":{"name":"ToolError","code":"X"}},"content":[{"type":"text","text":"Error: m"}]}"#
+    );
+    // A reply with null content has none; a malformed block is named.
+    assert_eq!(
+        parse::<ToolReply>(json!({"content": null})),
+        ToolReply::default()
+    );
+    let e =
+        serde_json::from_value::<ToolReply>(json!({"content": [{"type": "text"}]})).unwrap_err();
+    assert!(e.to_string().contains("missing field `text`"), "{e}");
+    let rendered: Rendered = parse(json!({"content": [{"type": "text", "text": "r"}],
+        "meta": {"k": 1}}));
+    assert_eq!(
+        wire(&rendered),
+        r#"{"content":[{"type":"text","text":"r"}],"meta":{"k":1}}"#
+    );
 }
 
 #[test]
@@ -296,8 +373,14 @@ fn outcomes_and_exec_params_wrap_the_exec() {
     assert_eq!(o.exec.name, "t");
     assert_eq!(
         wire(&o),
-        r#"{"exec":{"name":"t"},"result":{"isError":false}}"#
+        r#"{"exec":{"name":"t"},"result":{"isError":false,"content":[]}}"#
     );
+    // A writer that keeps its result may send a reference.
+    let by_ref = Outcome {
+        exec: o.exec.clone(),
+        result: &o.result,
+    };
+    assert_eq!(wire(&by_ref), wire(&o));
     let typed: Outcome<ToolResult> = parse(json!({"exec": {"name": "t"},
         "result": {"isError": false, "content": []}}));
     assert!(!typed.result.is_error);

@@ -81,10 +81,18 @@ fn the_schema_is_a_plain_inline_object_schema_with_descriptions_from_doc_comment
 #[test]
 fn a_declaration_carries_name_description_parameters_and_parallel() {
     let d = declaration::<SampleTool>();
-    assert_eq!(d["name"], "sample");
-    assert_eq!(d["description"], "A sample.");
-    assert_eq!(d["parallel"], true);
-    assert_eq!(d["parameters"], parameters::<Sample>());
+    assert_eq!(
+        (d.name.as_str(), d.description.as_str(), d.parallel),
+        ("sample", "A sample.", true)
+    );
+    assert_eq!(d.parameters, parameters::<Sample>());
+    // As the registry receives it once `register_tools` names the service.
+    let wire = serde_json::to_value(&d).unwrap();
+    assert_eq!(
+        wire,
+        json!({"name": "sample", "description": "A sample.",
+               "parameters": parameters::<Sample>(), "service": "", "parallel": true})
+    );
 }
 
 #[test]

@@ -1,0 +1,190 @@
+//! What a run came to: the last assistant text, the token usage of its
+//! steps, why its final turn ended, and how that is printed: the text
+//! answer, the `result` line of `--output jsonl`, or the error for stderr.
+
+use dsh_sdk::vocab::records::{AssistantMessage, TurnEndReason};
+use dsh_sdk::vocab::{event, SessionEvent, TokenUsage};
+use dsh_sdk::{codes, Error, Result};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The outcome of a run.
+#[derive(Debug, PartialEq)]
+pub struct Outcome {
+    /// The last non-blank assistant text (empty when there was none).
+    pub output: String,
+    /// The usage of every step of the run, summed.
+    pub usage: TokenUsage,
+    /// Why the final turn ended (`None`: no turn ran).
+    pub reason: Option<TurnEndReason>,
+}
+
+/// The `result` line of `--output jsonl`, after the session events.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ResultLine<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    session_id: &'a str,
+    output: &'a str,
+    reason: &'a Option<TurnEndReason>,
+    usage: &'a TokenUsage,
+}
+
+impl Outcome {
+    /// The outcome of the run whose events are `events` and whose final
+    /// turn ended for `reason` (as `whenIdle` answers it: null when no
+    /// turn ran). A malformed `assistant/message` is `SESSION_CORRUPT`
+    /// naming it, a malformed reason `INVALID_PAYLOAD`.
+    pub fn read(events: &[SessionEvent], reason: &Value) -> Result<Outcome> {
+        let mut output = String::new();
+        let mut usage = TokenUsage::default();
+        for e in events.iter().filter(|e| e.kind == event::ASSISTANT_MESSAGE) {
+            let said: AssistantMessage = e.data_as()?;
+            let text = said.message.text();
+            if !text.trim().is_empty() {
+                output = text;
+            }
+            if let Some(step) = &said.usage {
+                add_usage(&mut usage, step);
+            }
+        }
+        let reason = Option::<TurnEndReason>::deserialize(reason).map_err(|e| {
+            Error::new(
+                codes::INVALID_PAYLOAD,
+                format!("the agent's turn-end reason cannot be read: {e}"),
+            )
+        })?;
+        Ok(Outcome {
+            output,
+            usage,
+            reason,
+        })
+    }
+
+    /// The final turn completed (the run exits 0).
+    pub fn completed(&self) -> bool {
+        self.reason == Some(TurnEndReason::Completed)
+    }
+
+    /// The `result` line of `--output jsonl` for session `session_id`
+    /// (without its newline).
+    pub fn result_line(&self, session_id: &str) -> serde_json::Result<String> {
+        serde_json::to_string(&ResultLine {
+            kind: "result",
+            session_id,
+            output: &self.output,
+            reason: &self.reason,
+            usage: &self.usage,
+        })
+    }
+
+    /// The code and message for stderr when the final turn did not
+    /// complete: a failure's own, else the end's kind.
+    pub fn failure(&self) -> (String, String) {
+        match &self.reason {
+            Some(TurnEndReason::Error { error }) => (error.code.clone(), error.message.clone()),
+            Some(reason) => {
+                let kind = reason.kind();
+                (
+                    kind.to_ascii_uppercase().replace('-', "_"),
+                    format!("the turn ended {kind}"),
+                )
+            }
+            None => (
+                codes::UNKNOWN.to_owned(),
+                "the agent did not run".to_owned(),
+            ),
+        }
+    }
+}
+
+/// Adds one step's usage to `total`. Saturating: the counts are the
+/// server's, and need not be sane. A count no step reported stays absent.
+fn add_usage(total: &mut TokenUsage, step: &TokenUsage) {
+    fn add(total: Option<u64>, step: Option<u64>) -> Option<u64> {
+        match (total, step) {
+            (Some(a), Some(b)) => Some(a.saturating_add(b)),
+            (one, None) | (None, one) => one,
+        }
+    }
+    total.input_tokens = total.input_tokens.saturating_add(step.input_tokens);
+    total.output_tokens = total.output_tokens.saturating_add(step.output_tokens);
+    total.cache_read_tokens = add(total.cache_read_tokens, step.cache_read_tokens);
+    total.cache_write_tokens = add(total.cache_write_tokens, step.cache_write_tokens);
+    total.reasoning_tokens = add(total.reasoning_tokens, step.reasoning_tokens);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dsh_sdk::names::code;
+    use serde_json::json;
+
+    fn said(seq: u64, text: &str, usage: Value) -> SessionEvent {
+        let data = json!({"turn": 1, "step": seq, "message": {"id": "a", "role": "assistant",
+            "content": [{"type": "text", "text": text}],
+            "source": {"kind": "model", "provider": "p", "model": "m"}}, "usage": usage});
+        SessionEvent::new(event::ASSISTANT_MESSAGE, seq, data)
+    }
+
+    #[test]
+    fn the_result_line_sums_every_count_cache_reads_included() {
+        let events = [
+            said(
+                1,
+                "Looking.",
+                json!({"inputTokens": 10, "outputTokens": 2, "cacheReadTokens": 8}),
+            ),
+            said(
+                2,
+                "Done.",
+                json!({"inputTokens": 2, "outputTokens": 3, "cacheReadTokens": 16}),
+            ),
+            said(3, " ", json!({"inputTokens": 1, "outputTokens": 0})),
+        ];
+        let outcome = Outcome::read(&events, &json!({"kind": "completed"})).unwrap();
+        assert!(outcome.completed());
+        assert_eq!(
+            outcome.result_line("s").unwrap(),
+            r#"{"type":"result","sessionId":"s","output":"Done.","reason":{"kind":"completed"},"usage":{"inputTokens":13,"outputTokens":5,"cacheReadTokens":24}}"#
+        );
+    }
+
+    #[test]
+    fn a_turn_that_did_not_complete_says_why() {
+        let failed = json!({"kind": "error", "error": {"message": "bad key", "code": "AUTH"}});
+        let outcome = Outcome::read(&[], &failed).unwrap();
+        assert_eq!(outcome.failure(), ("AUTH".into(), "bad key".into()));
+        let cut = Outcome::read(&[], &json!({"kind": "max-tokens"})).unwrap();
+        assert!(!cut.completed());
+        assert_eq!(
+            cut.failure(),
+            ("MAX_TOKENS".into(), "the turn ended max-tokens".into())
+        );
+        let none = Outcome::read(&[], &Value::Null).unwrap();
+        assert_eq!(none.failure().0, codes::UNKNOWN);
+        assert_eq!(
+            none.result_line("s").unwrap(),
+            r#"{"type":"result","sessionId":"s","output":"","reason":null,"usage":{"inputTokens":0,"outputTokens":0}}"#
+        );
+    }
+
+    #[test]
+    fn malformed_data_is_a_clear_error_not_a_zero() {
+        // A usage count that is not a number was read as 0 before.
+        let bad = said(4, "x", json!({"inputTokens": "12", "outputTokens": 5}));
+        let err = Outcome::read(&[bad], &json!({"kind": "completed"})).unwrap_err();
+        assert_eq!(err.code, code::SESSION_CORRUPT);
+        assert!(
+            err.message.contains("session event 4 (assistant/message)"),
+            "{}",
+            err.message
+        );
+        assert!(err.message.contains("usage.inputTokens"), "{}", err.message);
+        // An error end without its error was `UNKNOWN` with no message.
+        let err = Outcome::read(&[], &json!({"kind": "error"})).unwrap_err();
+        assert_eq!(err.code, codes::INVALID_PAYLOAD);
+        assert!(err.message.contains("error"), "{}", err.message);
+    }
+}
