@@ -785,7 +785,7 @@ impl Loop {
             let a = agents.get_mut(agent).ok_or_else(|| no_agent(agent))?;
             if !a.running && !a.maintenance {
                 return Ok(WhenIdleReply {
-                    reason: serde_json::to_value(&a.last_end)?,
+                    reason: a.last_end.clone(),
                     last_turn: a.last_turn,
                 });
             }
@@ -797,10 +797,7 @@ impl Loop {
             .await
             .map_err(|_| Error::new(codes::DISPOSED, "the agent was disposed"))?;
         let last_turn = self.agents.borrow().get(agent).map_or(0, |a| a.last_turn);
-        Ok(WhenIdleReply {
-            reason: serde_json::to_value(reason)?,
-            last_turn,
-        })
+        Ok(WhenIdleReply { reason, last_turn })
     }
 
     /// `cancel(cause, {keepInbox})` of reference §4.3. Without `keepInbox`

@@ -166,7 +166,7 @@ fn status(l: &Loop, req: &Request) -> Result<Reply> {
         },
         maintenance: a.maintenance,
         last_turn: a.last_turn,
-        last_end: serde_json::to_value(&a.last_end)?,
+        last_end: a.last_end.clone(),
     })
 }
 

@@ -30,7 +30,7 @@ use crate::editor::{Action, Editor};
 use crate::keys::{Key, KeyParser};
 use crate::render::{Out, Renderer, Theme, Tone};
 use crate::screen::{sanitize, Prompt, Screen};
-use crate::transcript::{end_reason, last_exchange};
+use crate::transcript::last_exchange;
 use crate::Config;
 
 /// What reaches the loop besides input.
@@ -514,7 +514,7 @@ impl App {
                 // were cancelled with it).
                 self.asking = None;
                 self.queued_approvals.clear();
-                let reason = done.and_then(|idle| end_reason(&idle.reason));
+                let reason = done.map(|idle| idle.reason);
                 let out = match reason {
                     Ok(reason) => self.view.borrow_mut().renderer.turn_end(reason.as_ref()),
                     Err(e) => {

@@ -1,12 +1,9 @@
 //! What the chat reads back from the session besides the live events: the
-//! last exchange, shown when a session is resumed, and the end reason of
-//! a turn as `whenIdle` answers it.
+//! last exchange, shown when a session is resumed.
 
-use dsh_sdk::vocab::records::{AssistantMessage, TurnEndReason};
+use dsh_sdk::vocab::records::AssistantMessage;
 use dsh_sdk::vocab::{event, Message, MessageSource, SessionEvent};
-use dsh_sdk::{codes, Error, Result};
-use serde::Deserialize;
-use serde_json::Value;
+use dsh_sdk::Result;
 
 /// The last prompt the user typed and the last answer of the model, read
 /// from `events` (a malformed message is an error naming the event).
@@ -34,21 +31,11 @@ pub fn last_exchange(events: &[SessionEvent]) -> Result<(Option<String>, Option<
     Ok((prompt, answer))
 }
 
-/// The turn-end reason `whenIdle` answered (null before any turn). A
-/// reason of a known kind with the wrong shape is an error saying so.
-pub fn end_reason(reason: &Value) -> Result<Option<TurnEndReason>> {
-    Option::<TurnEndReason>::deserialize(reason).map_err(|e| {
-        Error::new(
-            codes::INVALID_PAYLOAD,
-            format!("the agent's turn-end reason cannot be read: {e}"),
-        )
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+    use serde_json::Value;
 
     fn user(seq: u64, text: &str, source: Value) -> SessionEvent {
         let data = json!({"id": format!("u{seq}"), "role": "user",
@@ -89,12 +76,5 @@ mod tests {
             "{}",
             err.message
         );
-        assert_eq!(end_reason(&Value::Null).unwrap(), None);
-        assert_eq!(
-            end_reason(&json!({"kind": "completed"})).unwrap(),
-            Some(TurnEndReason::Completed)
-        );
-        let err = end_reason(&json!({"kind": "error"})).unwrap_err();
-        assert_eq!(err.code, codes::INVALID_PAYLOAD);
     }
 }

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::names::{agents as method, service};
+use crate::vocab::records::TurnEndReason;
 use crate::{Context, Result, Service};
 
 // ---- params ----------------------------------------------------------------
@@ -141,8 +142,8 @@ pub struct PendingReply<L = Vec<Value>> {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WhenIdleReply {
-    /// The last turn's end reason (`{kind, ...}`), null before any turn.
-    pub reason: Value,
+    /// The last turn's end reason, null before any turn.
+    pub reason: Option<TurnEndReason>,
     /// The number of the last turn (0 when none).
     pub last_turn: u64,
 }
@@ -168,7 +169,7 @@ pub struct StatusReply {
     /// The number of the last turn (0 when none).
     pub last_turn: u64,
     /// The last turn's end reason, null before any turn.
-    pub last_end: Value,
+    pub last_end: Option<TurnEndReason>,
 }
 
 // ---- client ----------------------------------------------------------------

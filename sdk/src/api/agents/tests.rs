@@ -95,7 +95,7 @@ fn replies_are_what_the_provider_writes() {
     let owned: PendingReply = parse(json!({"nextTurn": [], "nextStep": [{"id": "s"}]}));
     assert_eq!(owned.next_step, vec![json!({"id": "s"})]);
     let idle = WhenIdleReply {
-        reason: json!({"kind": "completed"}),
+        reason: Some(crate::vocab::records::TurnEndReason::Completed),
         last_turn: 2,
     };
     assert_eq!(
@@ -106,7 +106,7 @@ fn replies_are_what_the_provider_writes() {
         status: RunStatus::Idle,
         maintenance: false,
         last_turn: 0,
-        last_end: Value::Null,
+        last_end: None,
     };
     assert_eq!(
         wire(&status),
