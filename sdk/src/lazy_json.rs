@@ -109,14 +109,32 @@ impl LazyJson {
     }
 }
 
+/// The deepest nesting an event's data may have: serde_json refuses to
+/// parse deeper JSON (its recursion limit), so data nested deeper
+/// would load as text and fail every reader; it is refused where the
+/// lossless check runs (append, seed, load), naming the event.
+const MAX_DEPTH: usize = 127;
+
 /// [`LazyJson::is_lossless`] of JSON text: every number reads back as
 /// itself: not `-0` (serde reads it as the float negative zero), and a
 /// decimal or exponent form finite and not negative zero.
 fn text_is_lossless(text: &str) -> bool {
     let b = text.as_bytes();
     let mut i = 0;
+    let mut depth = 0usize;
     while i < b.len() {
         match b[i] {
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    return false;
+                }
+                i += 1;
+            }
+            b']' | b'}' => {
+                depth = depth.saturating_sub(1);
+                i += 1;
+            }
             b'"' => {
                 i += 1;
                 while i < b.len() && b[i] != b'"' {
@@ -251,8 +269,9 @@ impl<'de> Deserialize<'de> for LazyJson {
 
 #[cfg(test)]
 mod tests {
-    use super::LazyJson;
+    use super::{LazyJson, MAX_DEPTH};
     use serde_json::json;
+    use serde_json::Value;
 
     #[test]
     fn unread_text_is_copied_as_it_came_and_read_once() {
@@ -281,6 +300,22 @@ mod tests {
         assert_eq!(back, json!({"k": null}));
         let raw: LazyJson = serde_json::from_str("[1]").unwrap();
         assert_eq!(serde_json::to_value(&raw).unwrap(), json!([1]));
+    }
+
+    #[test]
+    fn data_nested_deeper_than_the_parser_reads_is_not_lossless() {
+        let nested = |depth: usize| format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        let deepest = nested(MAX_DEPTH);
+        assert!(
+            serde_json::from_str::<Value>(&deepest).is_ok(),
+            "the parser reads it"
+        );
+        assert!(LazyJson::from_text(deepest).unwrap().is_lossless());
+        let deeper = LazyJson::from_text(nested(MAX_DEPTH + 1)).unwrap();
+        assert!(!deeper.is_lossless());
+        // Brackets inside strings do not count.
+        let text = format!("[\"{}\"]", "[".repeat(500));
+        assert!(LazyJson::from_text(text).unwrap().is_lossless());
     }
 
     #[test]

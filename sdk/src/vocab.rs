@@ -7,6 +7,7 @@ pub mod assembler;
 pub mod chunk;
 pub mod compaction;
 pub mod history;
+pub mod input;
 pub mod message;
 mod open;
 pub mod records;
@@ -17,6 +18,7 @@ pub mod surface_op;
 pub mod tokens;
 
 pub use chunk::{Chunk, FinishReason};
+pub use input::UserInput;
 pub use message::{ContentBlock, Extra, Message, MessageSource, Role};
 pub use surface_op::SurfaceOp;
 
@@ -29,7 +31,7 @@ mod session_event;
 
 pub use closers::interrupted_turn_closers;
 pub use derive::{derive_messages, event_message, surface_nodes};
-pub use json::lossless;
+pub use json::{lossless, MAX_SAFE_INTEGER};
 pub use llm::{LlmFailure, TokenUsage, ToolSchema, RETRYABLE_CODES};
 pub use session_event::{SessionEvent, SessionHeader};
 

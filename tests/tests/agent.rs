@@ -418,6 +418,13 @@ async fn rate_limit_with_retry_after_is_retried_and_logged() {
     assert_eq!(retry["data"]["failure"]["code"], "RATE_LIMIT");
     assert_eq!(retry["data"]["failure"]["providerRetryAfterMs"], 1000);
     assert!(retry["data"]["delayMs"].as_u64().unwrap() >= 1000);
+    // The policy is named as the original names it: its fields as a JSON
+    // array, as text (the kit's llm-retry row: initialDelayMs = 10,
+    // maxDelayMs = 3000, the rest the defaults).
+    assert_eq!(
+        retry["data"]["policyKey"],
+        r#"["normal",5,["EMPTY_RESPONSE","RATE_LIMIT","SERVER","TIMEOUT","TRANSPORT"],10,3000,0.1]"#
+    );
     // Same turn and step for the retry; one step/end.
     assert_eq!(
         ev.iter().filter(|e| e["type"] == event::STEP_START).count(),
@@ -428,6 +435,38 @@ async fn rate_limit_with_retry_after_is_retried_and_logged() {
         .find(|e| e["type"] == event::ASSISTANT_MESSAGE)
         .unwrap();
     assert_eq!(msg["data"]["message"]["content"][0]["text"], "recovered");
+}
+
+#[tokio::test]
+async fn an_always_policy_names_itself_as_the_original_does() {
+    let (t, fake) = setup_with(|rows| {
+        let row = "config = { initialDelayMs = 10, maxDelayMs = 3000 }";
+        assert!(rows.contains(row), "{rows}");
+        rows.replace(
+            row,
+            "config = { mode = \"always\", maxRetries = 2, initialDelayMs = 10, maxDelayMs = 3000, jitterRatio = 0.0 }",
+        )
+    })
+    .await;
+    fake.push([
+        Answer::Status(401, vec![], "{\"error\":{\"message\":\"bad key\"}}".into()),
+        text("recovered"),
+    ]);
+    let agent = new_agent(&t, "/tmp").await;
+    let reason = turn(&t, &agent, "go").await;
+    assert_eq!(reason, json!({"kind": "completed"}));
+    let ev = events(&t, &agent).await;
+    t.shutdown().await;
+    let retry = ev
+        .iter()
+        .find(|e| e["type"] == event::LLM_RETRY)
+        .expect("llm/retry logged");
+    // `always` has no limit and no codes: the original's four fields, the
+    // ratio written as JavaScript writes 0.
+    assert_eq!(retry["data"]["mode"], "always");
+    assert_eq!(retry["data"]["policyKey"], r#"["always",10,3000,0]"#);
+    assert!(retry["data"].get("maxRetries").is_none(), "{retry}");
+    assert_eq!(fake.requests().len(), 2);
 }
 
 #[tokio::test]

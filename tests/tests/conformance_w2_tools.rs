@@ -95,7 +95,8 @@ async fn heard(t: &TestHost, event: &str) -> Vec<Value> {
 }
 
 fn user(id: &str, text: &str) -> Value {
-    json!({"id": id, "role": "user", "content": [{"type": "text", "text": text}]})
+    json!({"id": id, "role": "user", "content": [{"type": "text", "text": text}],
+           "source": {"kind": "user"}})
 }
 
 const STRING_OUTPUT: &str = r#"{"schema": {"type": "string"}, "render": true}"#;
@@ -464,7 +465,7 @@ async fn deferred_contexts_lead_then_the_wrappers_then_post_executes() {
     let wrapper = "[[row]]\nid = \"hooks-w\"\nplugin = \"hooks\"\n\
         config = { tag = \"w\", listeners = [{ event = \"tools/execute\", \
         merge = { additionalContexts = [{ id = \"w\", role = \"user\", \
-        content = [{ type = \"text\", text = \"wrapper\" }] }] } }] }\n";
+        content = [{ type = \"text\", text = \"wrapper\" }], source = { kind = \"user\" } }] } }] }\n";
     // The hooks fixture needs the system prompt service.
     let prompt = "[[row]]\nid = \"system-prompt\"\nplugin = \"system-prompt\"\n";
     t.apply(&format!("{}{wrapper}{prompt}", tool_rows(&post)))

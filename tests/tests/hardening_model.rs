@@ -251,6 +251,103 @@ async fn an_in_stream_rate_limit_is_retried_as_a_rate_limit() {
     );
 }
 
+#[tokio::test]
+async fn an_in_stream_rate_limit_beside_an_unreadable_field_is_still_retried() {
+    // The error is read first: a field this adapter cannot read next to it
+    // must not turn a retryable RATE_LIMIT into MALFORMED_RESPONSE.
+    let (r, ev, fake) = one_turn(
+        vec![
+            Answer::Sse(vec![data(
+                json!({"error": {"message": "Rate limit reached for requests",
+                                 "code": "rate_limit_exceeded"},
+                       "choices": [{"delta": {"content": 5}}]}),
+            )]),
+            text("recovered"),
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(r, json!({"kind": "completed"}), "{r}");
+    assert_eq!(fake.requests().len(), 2, "retried once");
+    let retry = ev
+        .iter()
+        .find(|e| e["type"] == event::LLM_RETRY)
+        .expect("llm/retry logged");
+    assert_eq!(retry["data"]["failure"]["code"], "RATE_LIMIT", "{retry}");
+}
+
+// ---------------------------------------------------------------------------
+// Metadata of an odd shape after a complete answer.
+
+#[tokio::test]
+async fn odd_usage_after_a_complete_answer_keeps_the_answer_and_its_usage() {
+    let (r, ev, fake) = one_turn(
+        vec![Answer::Sse(vec![
+            data(json!({"choices": [{"delta": {"content": "hi"}}]})),
+            data(json!({"choices": [{"delta": {}, "finish_reason": "stop"}]})),
+            data(
+                json!({"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1,
+                                                 "completion_tokens_details": 5}}),
+            ),
+            Some("[DONE]".into()),
+        ])],
+        None,
+    )
+    .await;
+    assert_eq!(r, json!({"kind": "completed"}), "{r}");
+    assert_eq!(fake.requests().len(), 1, "nothing failed, nothing retried");
+    let messages: Vec<&Value> = ev
+        .iter()
+        .filter(|e| e["type"] == event::ASSISTANT_MESSAGE)
+        .collect();
+    assert_eq!(messages.len(), 1, "{ev:?}");
+    let data = &messages[0]["data"];
+    assert_eq!(
+        data["message"]["content"],
+        json!([{"type": "text", "text": "hi"}])
+    );
+    assert_eq!(data["usage"], json!({"inputTokens": 1, "outputTokens": 1}));
+}
+
+#[tokio::test]
+async fn odd_metadata_in_a_tool_call_answer_leaves_the_call_to_run() {
+    // `index: null`, `choices: {}`, a finish reason of another type and a
+    // usage with unknown nested fields: the call still runs, once.
+    let read = json!({"index": null, "id": "c1", "function": {"name": "read",
+                      "arguments": "{\"file_path\":\"a.txt\"}"}});
+    let (r, ev, fake) = one_turn(
+        vec![
+            Answer::Sse(vec![
+                data(json!({"choices": [{"delta": {"tool_calls": [read]}}]})),
+                data(json!({"choices": {}})),
+                data(json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]})),
+                data(json!({"choices": [{"delta": {}, "finish_reason": 1}]})),
+                data(
+                    json!({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2,
+                    "prompt_tokens_details": {"cached_tokens": 1, "audio_tokens": {"in": [0]}},
+                    "cost": {"usd": 0.1}}}),
+                ),
+                Some("[DONE]".into()),
+            ]),
+            text("done"),
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(r, json!({"kind": "completed"}), "{r}");
+    assert_eq!(fake.requests().len(), 2, "the call's result went back once");
+    assert_eq!(count(&ev, event::TOOL_CALL), 1);
+    assert_eq!(count(&ev, event::TOOL_RESULT), 1);
+    let first = ev
+        .iter()
+        .find(|e| e["type"] == event::ASSISTANT_MESSAGE)
+        .unwrap();
+    assert_eq!(
+        first["data"]["usage"],
+        json!({"inputTokens": 2, "outputTokens": 2, "cacheReadTokens": 1})
+    );
+}
+
 // ---------------------------------------------------------------------------
 // The step limit.
 

@@ -25,13 +25,12 @@ use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::records::{
     CancelCause, RequestContext, RequestHeader, SpliceTarget, TurnEndReason,
 };
-use dsh_sdk::vocab::{event, Message};
+use dsh_sdk::vocab::{event, Message, UserInput};
 use dsh_sdk::Subject;
-use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 // `Value` stays where data is open: a `maxTokens` as configured (refused
-// with the original's message when it is not a positive safe integer), an
-// inbox input before it is read as a message, a maintenance task's reply.
+// with the original's message when it is not a positive safe integer), a
+// maintenance task's reply.
 use serde_json::Value;
 use tokio::sync::{oneshot, Mutex, Notify};
 
@@ -584,15 +583,16 @@ impl Loop {
         Ok(())
     }
 
-    /// `send(m, target, wakeup)` of reference §4.3.
+    /// `send(m, target, wakeup)` of reference §4.3 (`message` was checked
+    /// when the params were read).
     async fn send(
         &self,
         agent: &str,
-        message: Value,
+        message: UserInput,
         target: SpliceTarget,
         wakeup: bool,
     ) -> Result<SendReply> {
-        let message = inbox_message(message)?;
+        let message = message.into_message();
         let id = Value::String(message.id.clone());
         // Whether this wake lands in an aborting turn is decided just
         // before the insertion (reference §4.3 step 1).
@@ -683,8 +683,8 @@ impl Loop {
     /// in either list, is replaced in place (discarded, the new one
     /// inserted). False when no such message is pending; an error when the
     /// replacement's id is already pending elsewhere.
-    async fn replace(&self, agent: &str, message_id: &str, message: Value) -> Result<bool> {
-        let message = inbox_message(message)?;
+    async fn replace(&self, agent: &str, message_id: &str, message: UserInput) -> Result<bool> {
+        let message = message.into_message();
         let replaced = self
             .splice_inbox(agent, |a| {
                 let (target, i) = a.inbox.locate(message_id)?;
@@ -856,36 +856,6 @@ fn no_agent(id: &str) -> Error {
     Error::new(code::AGENT_NOT_FOUND, format!("no agent `{id}`"))
 }
 
-/// What tells the inbox's two input forms apart: a full message has a
-/// `role`; the shorthand is `{text}`.
-#[derive(Deserialize)]
-struct InboxInput {
-    #[serde(default)]
-    role: Option<IgnoredAny>,
-    #[serde(default)]
-    text: Option<String>,
-}
-
-/// The message an inbox input stands for: a full message (anything with a
-/// `role`), which must then be a well-formed message, or the `{text}`
-/// shorthand, a user message of that text. Anything else is refused with
-/// `INVALID_PAYLOAD`, before it is logged.
-pub(crate) fn inbox_message(input: Value) -> Result<Message> {
-    let refused = || Error::new(codes::INVALID_PAYLOAD, "a message needs `role` or `text`");
-    match InboxInput::deserialize(&input) {
-        Ok(InboxInput { role: Some(_), .. }) => Message::deserialize(input).map_err(|e| {
-            Error::new(
-                codes::INVALID_PAYLOAD,
-                format!("the message is not a well-formed message: {e}"),
-            )
-        }),
-        Ok(InboxInput {
-            text: Some(text), ..
-        }) => Ok(Message::user_text(new_id(), text)),
-        _ => Err(refused()),
-    }
-}
-
 /// A record `sessions.resume` read from the stored log of session `id`
 /// (`what` names it), typed; a malformed one is the log's corruption.
 fn stored<T: serde::de::DeserializeOwned>(id: &str, what: &str, value: &Value) -> Result<T> {
@@ -979,40 +949,6 @@ mod tests {
         );
         // The field name quoted in the limit's message is the one parsed.
         assert_eq!(config(json!({MAX_STEPS_FIELD: 3})).max_steps(), 3);
-    }
-
-    #[test]
-    fn an_inbox_input_is_a_full_message_or_the_text_shorthand() {
-        let full = json!({"content": [{"type": "text", "text": "hi"}], "source": {"kind": "user"},
-                          "role": "user", "id": "m1"});
-        let m = inbox_message(full.clone()).unwrap();
-        assert_eq!(m.id, "m1");
-        // Logged as it came, key order included.
-        assert_eq!(
-            serde_json::to_string(&m).unwrap(),
-            serde_json::to_string(&full).unwrap()
-        );
-        let short = inbox_message(json!({"text": "hello"})).unwrap();
-        assert_eq!(
-            (short.text(), short.source.kind()),
-            ("hello".into(), "user")
-        );
-        for (input, message) in [
-            (json!({"txt": "x"}), "a message needs `role` or `text`"),
-            (json!({"text": 3}), "a message needs `role` or `text`"),
-            (json!("hello"), "a message needs `role` or `text`"),
-            (
-                json!({"id": "m", "role": "user", "content": []}),
-                "the message is not a well-formed message: missing field `source`",
-            ),
-        ] {
-            let e = inbox_message(input.clone()).unwrap_err();
-            assert_eq!(
-                (e.code.as_str(), e.message.as_str()),
-                (codes::INVALID_PAYLOAD, message),
-                "{input}"
-            );
-        }
     }
 
     #[test]

@@ -20,6 +20,7 @@ use crate::{no_agent, Loop, NEXT_STEP, NEXT_TURN};
 /// them.
 mod field {
     pub const AGENT: &str = "agent";
+    pub const CAUSE: &str = "cause";
     pub const MESSAGE_ID: &str = "messageId";
     pub const SESSION_ID: &str = "sessionId";
 }
@@ -88,36 +89,38 @@ fn pending(l: &Loop, req: &Request) -> Result<Reply> {
     })
 }
 
-/// `cancel`: a user cause unless one is given. A cause is one of the
-/// original's (`user`, `parent`, `hook {reason}`, `disposed`); another is
-/// refused with `INVALID_PAYLOAD`, and nothing is cancelled.
+/// `cancel`: a user cause unless one is given. Every cause that reads as
+/// a [`CancelCause`] cancels: the original's, `legacy`, and a kind of
+/// another plugin's (kept whole, as the original keeps what it is given).
+/// Only one that does not read (not an object with a string `kind`, or a
+/// known kind that is malformed, which would make the log unreadable) is
+/// refused with `INVALID_PAYLOAD`, and then nothing is cancelled.
 async fn cancel(l: &Loop, req: &Request) -> Result<Reply> {
-    let p: CancelParams = params(req, AGENT)?;
-    let cause = match p.cause {
-        None => CancelCause::User,
-        Some(cause) => cancel_cause(&cause)?,
+    let p: CancelParams = match params(req, AGENT) {
+        Ok(p) => p,
+        Err(e) => return Err(refused_cause(&req.params[field::CAUSE]).unwrap_or(e)),
     };
+    let cause = p.cause.unwrap_or(CancelCause::User);
     l.cancel(&p.agent, cause, p.keep_inbox).await?;
     Ok(Value::Null.into())
 }
 
-/// A cancel's `cause`, as the original types it (`AgentCancelCause`; a
-/// `legacy` cause only comes from imported logs).
-fn cancel_cause(cause: &Value) -> Result<CancelCause> {
-    let refused = |why: String| {
-        Error::new(
-            codes::INVALID_PAYLOAD,
-            format!(
-                "`cause` must be {{kind: \"user\"}}, {{kind: \"parent\"}}, \
-                 {{kind: \"hook\", reason}} or {{kind: \"disposed\"}}, got {cause}{why}"
-            ),
-        )
-    };
-    match CancelCause::deserialize(cause) {
-        Ok(CancelCause::Legacy) => Err(refused(String::new())),
-        Ok(cause) => Ok(cause),
-        Err(e) => Err(refused(format!(" ({e})"))),
+/// The refusal of a cancel's `cause` that does not read as one, saying
+/// why and what a cause is; `None` when the cause is absent or reads (the
+/// params failed for another field).
+fn refused_cause(cause: &Value) -> Option<Error> {
+    if cause.is_null() {
+        return None;
     }
+    let e = CancelCause::deserialize(cause).err()?;
+    Some(Error::new(
+        codes::INVALID_PAYLOAD,
+        format!(
+            "the cancel's `cause` {cause} is refused ({e}), and nothing was cancelled: a cause \
+             is an object with a string `kind`, such as {{kind: \"user\"}}, {{kind: \"parent\"}}, \
+             {{kind: \"hook\", reason}}, {{kind: \"disposed\"}} or a kind of another plugin's"
+        ),
+    ))
 }
 
 /// `whenIdle`.
@@ -229,33 +232,42 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn a_cancel_cause_is_one_of_the_originals() {
-        for (cause, typed) in [
-            (json!({"kind": "user"}), CancelCause::User),
-            (json!({"kind": "parent"}), CancelCause::Parent),
-            (
-                json!({"kind": "hook", "reason": "policy"}),
-                CancelCause::Hook {
-                    reason: "policy".into(),
-                },
-            ),
-            (json!({"kind": "disposed"}), CancelCause::Disposed),
+    fn a_cause_that_reads_is_not_refused() {
+        for cause in [
+            json!(null),
+            json!({"kind": "user"}),
+            json!({"kind": "hook"}),
+            json!({"kind": "hook", "reason": "policy"}),
+            json!({"kind": "legacy"}),
+            json!({"kind": "timeout", "afterMs": 5}),
         ] {
-            assert_eq!(cancel_cause(&cause).unwrap(), typed);
+            assert!(refused_cause(&cause).is_none(), "{cause}");
         }
-        let expected = "`cause` must be {kind: \"user\"}, {kind: \"parent\"}, \
-                        {kind: \"hook\", reason} or {kind: \"disposed\"}, got ";
+    }
+
+    #[test]
+    fn a_cause_that_does_not_read_is_refused_saying_what_a_cause_is() {
+        let what = "and nothing was cancelled: a cause is an object with a string `kind`, \
+                    such as {kind: \"user\"}, {kind: \"parent\"}, {kind: \"hook\", reason}, \
+                    {kind: \"disposed\"} or a kind of another plugin's";
         for (cause, why) in [
-            (json!({"kind": "legacy"}), String::new()),
             (
-                json!({"kind": "bored"}),
-                " (unknown variant `bored`, expected one of `user`, `parent`, `hook`, `disposed`, `legacy`)".to_owned(),
+                json!("user"),
+                "invalid type: string \"user\", expected a map",
             ),
-            (json!({"kind": "hook"}), " (missing field `reason`)".to_owned()),
+            (json!({"reason": "x"}), "missing field `kind`"),
+            (json!({"kind": 3}), "`kind` must be a string"),
+            (
+                json!({"kind": "hook", "reason": 3}),
+                "invalid type: integer `3`, expected a string",
+            ),
         ] {
-            let e = cancel_cause(&cause).unwrap_err();
+            let e = refused_cause(&cause).expect("refused");
             assert_eq!(e.code, codes::INVALID_PAYLOAD);
-            assert_eq!(e.message, format!("{expected}{cause}{why}"));
+            assert_eq!(
+                e.message,
+                format!("the cancel's `cause` {cause} is refused ({why}), {what}")
+            );
         }
     }
 }

@@ -16,7 +16,7 @@ use dsh_sdk::new_id;
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::message::ToolCallBlock;
 use dsh_sdk::vocab::records::{self, ToolErrorRef};
-use dsh_sdk::vocab::{event, ContentBlock, Extra, Message, SurfaceOp};
+use dsh_sdk::vocab::{event, ContentBlock, Extra, Message, SurfaceOp, UserInput};
 use serde_json::{Map, Value};
 use tokio::task::{Id, JoinError, JoinSet};
 
@@ -318,8 +318,7 @@ impl Loop {
         self.commit_result(run, k, call_seq, &result).await?;
         run.concluded |= result.concludes_turn;
         for context in result.additional_contexts.into_iter().flatten() {
-            self.queue_next_step(run.agent, &run.calls[k], context)
-                .await?;
+            self.queue_next_step(run.agent, context).await?;
         }
         Ok(())
     }
@@ -336,19 +335,11 @@ impl Loop {
     /// Appends a tool's additional context (the inbox's input form, a
     /// message or `{text}`) to the end of the `next-step` inbox (a durable
     /// splice, then the live emit), so it becomes a `user/message` at the
-    /// start of the next step, after every result. A context that is not a
-    /// message fails the step, naming the call.
-    async fn queue_next_step(&self, agent: &str, call: &Call, context: Value) -> Result<()> {
-        let message = crate::inbox_message(context).map_err(|e| {
-            Error::new(
-                e.code,
-                format!(
-                    "an additional context of tool call `{}` ({}) is refused: {}",
-                    call.id, call.name, e.message
-                ),
-            )
-        })?;
-        self.append_inbox(agent, NEXT_STEP, message).await
+    /// start of the next step, after every result. Its form was checked
+    /// where the registry read it: a malformed one failed its call there.
+    async fn queue_next_step(&self, agent: &str, context: UserInput) -> Result<()> {
+        self.append_inbox(agent, NEXT_STEP, context.into_message())
+            .await
     }
 
     async fn log_call(&self, run: &Run<'_>, call: &Call) -> Result<u64> {
@@ -395,14 +386,16 @@ impl Loop {
     }
 }
 
-/// The `error` a `tool/result` records for `result`: its error's class
-/// and code (`{name, code}`). An info without a code (a hook may answer
-/// one) names no error the log can record, so none is.
+/// The `error` a `tool/result` records for `result`: its error's info
+/// whole (`result.error.info`, as the original writes it): class, code when
+/// it has one (a hook's info may not), and any other field of whoever made
+/// it. None when the result carries no info.
 fn error_ref(result: &ToolResult) -> Option<ToolErrorRef> {
     let info = result.error.as_ref()?.info.as_ref()?;
     Some(ToolErrorRef {
         name: info.name.clone(),
-        code: info.code.clone()?,
+        code: info.code.clone(),
+        extra: info.extra.clone(),
     })
 }
 
@@ -491,23 +484,25 @@ mod tests {
     }
 
     #[test]
-    fn a_tool_result_records_its_errors_name_and_code() {
+    fn a_tool_result_records_its_errors_info_whole() {
         let coded = ToolResult::failure("no", Some(ErrorInfo::new("AbortError", "ABORTED")));
         assert_eq!(
             error_ref(&coded),
-            Some(ToolErrorRef {
-                name: "AbortError".into(),
-                code: "ABORTED".into()
-            })
+            Some(ToolErrorRef::new("AbortError", "ABORTED"))
         );
+        // A hook's info: no code, fields of its own; written as it was.
+        let mut extra = Map::new();
+        extra.insert("rule".into(), Value::from("r7"));
         let uncoded = ToolResult::failure(
             "no",
             Some(ErrorInfo {
                 name: "HookError".into(),
-                ..ErrorInfo::default()
+                code: None,
+                extra,
             }),
         );
-        assert_eq!(error_ref(&uncoded), None);
+        let written = serde_json::to_string(&error_ref(&uncoded)).unwrap();
+        assert_eq!(written, r#"{"name":"HookError","rule":"r7"}"#);
         assert_eq!(error_ref(&ToolResult::failure("no", None)), None);
         assert_eq!(error_ref(&ToolResult::default()), None);
     }

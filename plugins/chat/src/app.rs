@@ -724,14 +724,7 @@ impl App {
             return self.command(trimmed).await;
         }
         let agents = Agents::new(&self.ctx);
-        // The agents service takes a message as open JSON.
-        let message = match serde_json::to_value(Message::user_text(dsh_sdk::new_id(), text)) {
-            Ok(message) => message,
-            Err(e) => {
-                let text = format!("✗ cannot send the message: {e}");
-                return self.notice(Tone::Error, &text).await;
-            }
-        };
+        let message = Message::user_text(dsh_sdk::new_id(), text);
         if running {
             if let Err(e) = agents.steer(&self.agent(), message).await {
                 self.notice(Tone::Error, &format!("✗ {}: {}", e.code, e.message))

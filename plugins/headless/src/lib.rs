@@ -246,8 +246,7 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
         });
     }
     let agents = Agents::new(&ctx);
-    // The agents service takes a message as open JSON.
-    let task = serde_json::to_value(Message::user_text(dsh_sdk::new_id(), args.task))?;
+    let task = Message::user_text(dsh_sdk::new_id(), args.task);
     agents.followup(&agent, task).await?;
     let idle = agents.when_idle(&agent).await?;
     let sessions = Sessions::new(&ctx);

@@ -45,7 +45,7 @@ impl Outcome {
                 output = text;
             }
             if let Some(step) = &said.usage {
-                add_usage(&mut usage, step);
+                usage.add(step);
             }
         }
         let reason = reason.clone();
@@ -95,20 +95,6 @@ impl Outcome {
 
 /// Adds one step's usage to `total`. Saturating: the counts are the
 /// server's, and need not be sane. A count no step reported stays absent.
-fn add_usage(total: &mut TokenUsage, step: &TokenUsage) {
-    fn add(total: Option<u64>, step: Option<u64>) -> Option<u64> {
-        match (total, step) {
-            (Some(a), Some(b)) => Some(a.saturating_add(b)),
-            (one, None) | (None, one) => one,
-        }
-    }
-    total.input_tokens = total.input_tokens.saturating_add(step.input_tokens);
-    total.output_tokens = total.output_tokens.saturating_add(step.output_tokens);
-    total.cache_read_tokens = add(total.cache_read_tokens, step.cache_read_tokens);
-    total.cache_write_tokens = add(total.cache_write_tokens, step.cache_write_tokens);
-    total.reasoning_tokens = add(total.reasoning_tokens, step.reasoning_tokens);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

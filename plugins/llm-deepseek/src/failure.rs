@@ -274,6 +274,16 @@ pub(crate) fn stream_failure(error: &RawValue) -> LlmFailure {
     )
 }
 
+/// The `error` of a stream event's text, read alone (every other field
+/// skipped unread): the error of an event whose other fields this adapter
+/// cannot read still keeps its code (a rate limit stays retryable).
+/// `None` when the event has no error, or is not JSON.
+pub(crate) fn event_error(data: &str) -> Option<&RawValue> {
+    serde_json::from_str::<ErrorEnvelope<'_>>(data)
+        .ok()
+        .and_then(|envelope| envelope.error)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,10 @@
 use std::fmt;
 use std::marker::PhantomData;
 
-use serde::de::{Deserialize, Deserializer, Error, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{
+    Deserialize, Deserializer, Error, IgnoredAny, MapAccess, SeqAccess, Unexpected, Visitor,
+};
 
 /// Skips the rest of a list.
 fn drain_seq<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<(), A::Error> {
@@ -116,8 +119,11 @@ impl<'de> Deserialize<'de> for TokenCount {
     }
 }
 
-/// The first element of a list (`null` reads as an empty list); the rest
-/// is skipped, not kept.
+/// The first element of a list; the rest is skipped, not kept. What holds
+/// no element (`null`, a number, a boolean, an empty object `{}`) reads
+/// as an empty list. A string or an object with keys is refused: it may
+/// hold what the list should (a server's answer in a shape this adapter
+/// does not know), and that must not vanish unread.
 #[derive(Debug)]
 pub(crate) struct First<T>(pub Option<T>);
 
@@ -138,6 +144,24 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for First<T> {
             fn visit_unit<E: Error>(self) -> Result<First<T>, E> {
                 Ok(First(None))
             }
+            fn visit_bool<E: Error>(self, _: bool) -> Result<First<T>, E> {
+                Ok(First(None))
+            }
+            fn visit_u64<E: Error>(self, _: u64) -> Result<First<T>, E> {
+                Ok(First(None))
+            }
+            fn visit_i64<E: Error>(self, _: i64) -> Result<First<T>, E> {
+                Ok(First(None))
+            }
+            fn visit_f64<E: Error>(self, _: f64) -> Result<First<T>, E> {
+                Ok(First(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<First<T>, A::Error> {
+                match map.next_key::<IgnoredAny>()? {
+                    None => Ok(First(None)),
+                    Some(_) => Err(A::Error::invalid_type(Unexpected::Map, &self)),
+                }
+            }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<First<T>, A::Error> {
                 let first = seq.next_element::<T>()?;
                 drain_seq(seq)?;
@@ -145,6 +169,102 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for First<T> {
             }
         }
         d.deserialize_any(Read(PhantomData))
+    }
+}
+
+/// An object read as `T`, or nothing: metadata a server sent in another
+/// shape (a number, a string, a list where an object belongs) reads as not
+/// sent, skipped as it streams past. Inside the object, `T`'s fields
+/// decide (they are loose readers too where servers differ).
+#[derive(Debug)]
+pub(crate) struct Loose<T>(pub Option<T>);
+
+impl<T> Default for Loose<T> {
+    fn default() -> Self {
+        Loose(None)
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Loose<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Read<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for Read<T> {
+            type Value = Loose<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Loose<T>, A::Error> {
+                T::deserialize(MapAccessDeserializer::new(map)).map(|t| Loose(Some(t)))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Loose<T>, A::Error> {
+                drain_seq(seq).map(|()| Loose(None))
+            }
+            fn visit_str<E: Error>(self, _: &str) -> Result<Loose<T>, E> {
+                Ok(Loose(None))
+            }
+            fn visit_unit<E: Error>(self) -> Result<Loose<T>, E> {
+                Ok(Loose(None))
+            }
+            fn visit_bool<E: Error>(self, _: bool) -> Result<Loose<T>, E> {
+                Ok(Loose(None))
+            }
+            fn visit_u64<E: Error>(self, _: u64) -> Result<Loose<T>, E> {
+                Ok(Loose(None))
+            }
+            fn visit_i64<E: Error>(self, _: i64) -> Result<Loose<T>, E> {
+                Ok(Loose(None))
+            }
+            fn visit_f64<E: Error>(self, _: f64) -> Result<Loose<T>, E> {
+                Ok(Loose(None))
+            }
+        }
+        d.deserialize_any(Read(PhantomData))
+    }
+}
+
+/// A string, or nothing: a label a server may send in another type (a
+/// `finish_reason` of `1`, `{}` or `[…]`) reads as not sent, skipped as it
+/// streams past.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(crate) struct LooseText(pub Option<String>);
+
+impl<'de> Deserialize<'de> for LooseText {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Read;
+        impl<'de> Visitor<'de> for Read {
+            type Value = LooseText;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: Error>(self, v: &str) -> Result<LooseText, E> {
+                Ok(LooseText(Some(v.to_owned())))
+            }
+            fn visit_string<E: Error>(self, v: String) -> Result<LooseText, E> {
+                Ok(LooseText(Some(v)))
+            }
+            fn visit_unit<E: Error>(self) -> Result<LooseText, E> {
+                Ok(LooseText(None))
+            }
+            fn visit_bool<E: Error>(self, _: bool) -> Result<LooseText, E> {
+                Ok(LooseText(None))
+            }
+            fn visit_u64<E: Error>(self, _: u64) -> Result<LooseText, E> {
+                Ok(LooseText(None))
+            }
+            fn visit_i64<E: Error>(self, _: i64) -> Result<LooseText, E> {
+                Ok(LooseText(None))
+            }
+            fn visit_f64<E: Error>(self, _: f64) -> Result<LooseText, E> {
+                Ok(LooseText(None))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<LooseText, A::Error> {
+                drain_seq(seq).map(|()| LooseText(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<LooseText, A::Error> {
+                drain_map(map).map(|()| LooseText(None))
+            }
+        }
+        d.deserialize_any(Read)
     }
 }
 
@@ -212,8 +332,45 @@ mod tests {
         assert_eq!(read::<First<u8>>("null").0, None);
         // Only the first is read as the type.
         assert_eq!(read::<First<u8>>(r#"[1,"x",{}]"#).0, Some(1));
-        assert!(serde_json::from_str::<First<u8>>("{}").is_err());
+        // What holds no element is an empty list; what may hold one is refused.
+        for none in ["{}", "5", "-1", "1.5", "true"] {
+            assert_eq!(read::<First<u8>>(none).0, None, "{none}");
+        }
+        for bad in [r#"{"0":1}"#, r#""x""#] {
+            assert!(serde_json::from_str::<First<u8>>(bad).is_err(), "{bad}");
+        }
         assert_eq!(read::<Count>(r#"[1,"x",{"a":[]}]"#).0, 3);
         assert!(serde_json::from_str::<Count>("{}").is_err());
+    }
+
+    #[derive(serde::Deserialize, Debug, PartialEq)]
+    struct Pair {
+        #[serde(default)]
+        n: TokenCount,
+    }
+
+    #[test]
+    fn a_loose_object_reads_as_its_type_or_as_not_sent() {
+        assert_eq!(
+            read::<Loose<Pair>>(r#"{"n":3,"more":{"deep":[1,{"x":null}]}}"#).0,
+            Some(Pair {
+                n: TokenCount(Some(3))
+            })
+        );
+        for none in ["5", r#""lots""#, "null", "true", "[1,{}]", "-2.5"] {
+            assert_eq!(read::<Loose<Pair>>(none).0, None, "{none}");
+        }
+    }
+
+    #[test]
+    fn loose_text_keeps_strings_and_drops_the_rest() {
+        assert_eq!(read::<LooseText>(r#""stop""#).0.as_deref(), Some("stop"));
+        assert_eq!(
+            read::<LooseText>(r#""st\"op""#).0.as_deref(),
+            Some("st\"op")
+        );
+        for none in ["1", "null", "false", "[\"stop\"]", r#"{"a":"stop"}"#] {
+            assert_eq!(read::<LooseText>(none), LooseText(None), "{none}");
+        }
     }
 }

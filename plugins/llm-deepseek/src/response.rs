@@ -2,15 +2,24 @@
 //! payload (but `[DONE]`) is one [`StreamEvent`], read straight from its
 //! text. Only the fields this adapter uses are read: other fields, choices
 //! after the first and the parts of a loose field that are not used are
-//! skipped as they stream past, not kept. A field of the wrong type makes
-//! the event unreadable (`MALFORMED_RESPONSE`), except token counts, which
-//! servers report loosely ([`TokenCount`]).
+//! skipped as they stream past, not kept.
+//!
+//! What the answer is made of is read strictly: a text, reasoning, tool
+//! call name or arguments of the wrong type (or a tool call `index` that
+//! is not a number) makes the event unreadable (`MALFORMED_RESPONSE`),
+//! since a part of the answer would be lost. Metadata servers send
+//! loosely is read leniently, as the original and the adapter before it
+//! did: `usage` and its details of another shape, and token counts that
+//! are no counts, read as not reported ([`Loose`], [`TokenCount`]); a
+//! `finish_reason` that is not a string reads as not sent ([`LooseText`]);
+//! a tool call `index` of `null` is the call's position in its delta;
+//! `choices` that hold nothing (`{}`, `null`) are no choices ([`First`]).
 
 use dsh_sdk::vocab::TokenUsage;
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
-use crate::lenient::{First, TokenCount};
+use crate::lenient::{First, Loose, LooseText, TokenCount};
 
 /// The `finish_reason`s this adapter maps; any other ends the answer with
 /// a `SERVER` failure quoting it.
@@ -32,9 +41,10 @@ pub(crate) struct StreamEvent<'a> {
     #[serde(default, borrow)]
     pub error: Option<&'a RawValue>,
     /// The call's token usage (with `stream_options.include_usage`, in an
-    /// event of its own at the end).
+    /// event of its own at the end); not reported when it is not an
+    /// object.
     #[serde(default)]
-    pub usage: Option<WireUsage>,
+    pub usage: Loose<WireUsage>,
     /// The first choice (the request asks for one; others are skipped).
     #[serde(default, borrow)]
     pub choices: First<Choice<'a>>,
@@ -46,9 +56,10 @@ pub(crate) struct Choice<'a> {
     /// What the answer grows by.
     #[serde(default, borrow)]
     pub delta: Option<Delta<'a>>,
-    /// Why the answer ended, in the event that ends it.
+    /// Why the answer ended, in the event that ends it (not sent when it
+    /// is not a string, as the original reads it).
     #[serde(default)]
-    pub finish_reason: Option<String>,
+    pub finish_reason: LooseText,
 }
 
 /// What one event adds to the answer.
@@ -60,7 +71,7 @@ pub(crate) struct Delta<'a> {
     /// More visible text.
     #[serde(default)]
     pub content: Option<String>,
-    /// More of the tool calls: a list of [`CallDelta`], kept as its text
+    /// More of the tool calls: a list of [`SentCall`], kept as its text
     /// until its entries are counted against the answer's cap
     /// ([`crate::stream::StreamState`]), so a flood of them is refused
     /// before it is read.
@@ -68,18 +79,46 @@ pub(crate) struct Delta<'a> {
     pub tool_calls: Option<&'a RawValue>,
 }
 
-/// More of one tool call.
+/// More of one tool call, as sent.
 #[derive(Deserialize)]
-pub(crate) struct CallDelta {
-    /// The call's position in the answer. Servers that send one call may
-    /// leave it out: it is then call 0.
+pub(crate) struct SentCall {
+    /// The call's position in the answer. Servers that send one call at a
+    /// time may leave it out or send `null` (see [`SentCall::at`]); a
+    /// string or a negative number is refused (the arguments could join
+    /// the wrong call).
     #[serde(default)]
-    pub index: u64,
+    index: Option<u64>,
     /// The call's id as sent (the first delta of a call carries it).
     #[serde(default)]
-    pub id: Option<SentId>,
+    id: Option<SentId>,
     /// The function's name and more of its arguments.
     #[serde(default)]
+    function: Option<FunctionDelta>,
+}
+
+impl SentCall {
+    /// The delta, at `position` in its event's `tool_calls`: a call sent
+    /// without an `index` (or with `null`) is the call at that position,
+    /// so one call per delta is call 0, as before, and several calls in
+    /// one delta stay apart.
+    pub fn at(self, position: usize) -> CallDelta {
+        CallDelta {
+            index: self
+                .index
+                .unwrap_or_else(|| u64::try_from(position).unwrap_or(u64::MAX)),
+            id: self.id,
+            function: self.function,
+        }
+    }
+}
+
+/// More of one tool call, with its index settled ([`SentCall::at`]).
+pub(crate) struct CallDelta {
+    /// The call's position in the answer.
+    pub index: u64,
+    /// The call's id as sent (the first delta of a call carries it).
+    pub id: Option<SentId>,
+    /// The function's name and more of its arguments.
     pub function: Option<FunctionDelta>,
 }
 
@@ -144,7 +183,8 @@ impl<'de> Deserialize<'de> for SentId {
 
 /// A chat-completions `usage` object. DeepSeek reports cache hits as
 /// `prompt_cache_hit_tokens`, OpenAI as
-/// `prompt_tokens_details.cached_tokens`.
+/// `prompt_tokens_details.cached_tokens`. Every part is loose: a count
+/// that is no count, or details that are no object, read as not reported.
 #[derive(Deserialize)]
 pub(crate) struct WireUsage {
     #[serde(default)]
@@ -154,9 +194,9 @@ pub(crate) struct WireUsage {
     #[serde(default)]
     prompt_cache_hit_tokens: TokenCount,
     #[serde(default)]
-    prompt_tokens_details: Option<PromptDetails>,
+    prompt_tokens_details: Loose<PromptDetails>,
     #[serde(default)]
-    completion_tokens_details: Option<CompletionDetails>,
+    completion_tokens_details: Loose<CompletionDetails>,
 }
 
 /// `usage.prompt_tokens_details`.
@@ -180,6 +220,7 @@ impl WireUsage {
     pub fn usage(&self) -> TokenUsage {
         let hit = self.prompt_cache_hit_tokens.0.or_else(|| {
             self.prompt_tokens_details
+                .0
                 .as_ref()
                 .and_then(|d| d.cached_tokens.0)
         });
@@ -191,6 +232,7 @@ impl WireUsage {
             cache_write_tokens: None,
             reasoning_tokens: self
                 .completion_tokens_details
+                .0
                 .as_ref()
                 .and_then(|d| d.reasoning_tokens.0),
         }
@@ -226,12 +268,48 @@ mod tests {
     }
 
     #[test]
+    fn odd_usage_shapes_read_as_not_reported() {
+        let u = usage(
+            r#"{"prompt_tokens":3,"completion_tokens":2,"completion_tokens_details":5,
+                "prompt_tokens_details":[1,{"cached_tokens":1}],"server_extra":{"a":[{"b":null}]}}"#,
+        );
+        assert_eq!(
+            u,
+            TokenUsage {
+                input_tokens: 3,
+                output_tokens: 2,
+                ..TokenUsage::default()
+            }
+        );
+        let u = usage(
+            r#"{"prompt_tokens":3,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":1,
+                "audio_tokens":{"x":[1]}},"completion_tokens_details":{"reasoning_tokens":"2","y":{}}}"#,
+        );
+        assert_eq!(
+            (u.input_tokens, u.cache_read_tokens, u.reasoning_tokens),
+            (2, Some(1), None)
+        );
+        for odd in [r#""lots""#, "5", "[1,2]", "true"] {
+            let text = format!(r#"{{"choices":[],"usage":{odd}}}"#);
+            let event: StreamEvent<'_> = serde_json::from_str(&text).unwrap();
+            assert!(event.usage.0.is_none(), "{odd}");
+        }
+    }
+
+    fn sent_call(text: &str) -> SentCall {
+        serde_json::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn an_index_left_out_or_null_is_the_calls_position() {
+        assert_eq!(sent_call(r#"{"index":4}"#).at(1).index, 4);
+        assert_eq!(sent_call(r#"{"index":null}"#).at(1).index, 1);
+        assert_eq!(sent_call("{}").at(0).index, 0);
+    }
+
+    #[test]
     fn an_id_keeps_what_was_sent() {
-        let id = |text: &str| {
-            serde_json::from_str::<CallDelta>(&format!(r#"{{"id":{text}}}"#))
-                .unwrap()
-                .id
-        };
+        let id = |text: &str| sent_call(&format!(r#"{{"id":{text}}}"#)).at(0).id;
         assert_eq!(id(r#""c1""#), Some(SentId::Text("c1".into())));
         assert_eq!(id(r#""""#), Some(SentId::Text(String::new())));
         assert_eq!(id("7"), Some(SentId::Other("7".into())));
@@ -240,18 +318,45 @@ mod tests {
 
     #[test]
     fn a_field_of_the_wrong_type_makes_the_event_unreadable() {
+        // The parts of the answer are strict: one of the wrong type would
+        // be lost.
         for bad in [
             r#"{"choices":[{"delta":{"content":5}}]}"#,
-            r#"{"choices":[{"delta":{},"finish_reason":1}]}"#,
-            r#"{"choices":{}}"#,
-            r#"{"usage":"lots"}"#,
+            r#"{"choices":[{"delta":{"reasoning_content":["x"]}}]}"#,
+            r#"{"choices":{"0":{"delta":{"content":"hi"}}}}"#,
+            r#"{"choices":"hi"}"#,
         ] {
             assert!(
                 serde_json::from_str::<StreamEvent<'_>>(bad).is_err(),
                 "{bad}"
             );
         }
-        assert!(serde_json::from_str::<CallDelta>(r#"{"index":"0"}"#).is_err());
+        for bad in [
+            r#"{"index":"0"}"#,
+            r#"{"index":-1}"#,
+            r#"{"function":{"arguments":5}}"#,
+            r#"{"function":{"name":{}}}"#,
+        ] {
+            assert!(serde_json::from_str::<SentCall>(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn odd_metadata_leaves_the_event_readable() {
+        let event: StreamEvent<'_> =
+            serde_json::from_str(r#"{"choices":[{"delta":{"content":"a"},"finish_reason":1}]}"#)
+                .unwrap();
+        let choice = event.choices.0.unwrap();
+        assert_eq!(choice.finish_reason, LooseText(None));
+        assert_eq!(choice.delta.unwrap().content.as_deref(), Some("a"));
+        for odd in [
+            r#"{"choices":{}}"#,
+            r#"{"choices":null}"#,
+            r#"{"choices":0}"#,
+        ] {
+            let event: StreamEvent<'_> = serde_json::from_str(odd).unwrap();
+            assert!(event.choices.0.is_none(), "{odd}");
+        }
     }
 
     #[test]

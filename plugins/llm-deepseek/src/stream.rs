@@ -10,9 +10,9 @@ use serde_json::value::RawValue;
 
 use crate::answer_cap::{AnswerBudget, DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_TOOL_CALLS};
 use crate::call_ids::CallIds;
-use crate::failure::{code, cut_chars, stream_failure};
+use crate::failure::{code, cut_chars, event_error, stream_failure};
 use crate::lenient::Count;
-use crate::response::{finish_reason, CallDelta, StreamEvent};
+use crate::response::{finish_reason, CallDelta, SentCall, StreamEvent};
 
 #[derive(Clone, Copy, PartialEq)]
 enum Open {
@@ -131,14 +131,25 @@ impl StreamState {
     }
 
     /// One `data:` payload. A delta that takes the answer past its cap is
-    /// refused before anything of it is kept.
+    /// refused before anything of it is kept. An `error` in the payload
+    /// comes first: it is the failure even when the payload's other fields
+    /// cannot be read (looked for alone, a second reading of the text,
+    /// only then).
     pub fn on_data(&mut self, data: &str) -> Result<Vec<Chunk>, LlmFailure> {
-        let event: StreamEvent<'_> = serde_json::from_str(data).map_err(|e| unreadable(&e))?;
+        let event: StreamEvent<'_> = match serde_json::from_str(data) {
+            Ok(event) => event,
+            Err(e) => {
+                return Err(match event_error(data) {
+                    Some(error) => stream_failure(error),
+                    None => unreadable(&e),
+                })
+            }
+        };
         if let Some(error) = event.error {
             return Err(stream_failure(error));
         }
         let mut out = Vec::new();
-        if let Some(u) = &event.usage {
+        if let Some(u) = &event.usage.0 {
             self.usage = Some(u.usage());
         }
         let Some(choice) = event.choices.0 else {
@@ -185,7 +196,7 @@ impl StreamState {
                 self.on_call(call, &mut out);
             }
         }
-        if let Some(r) = choice.finish_reason {
+        if let Some(r) = choice.finish_reason.0 {
             // Kept until the answer ends: it counts like the answer's text.
             self.budget.charge(r.len(), 0)?;
             self.finish = Some(r);
@@ -195,7 +206,8 @@ impl StreamState {
 
     /// The tool-call deltas of an event (`tool_calls`, as its text): each
     /// is a piece the answer's cap charges, so they are counted first, and
-    /// read only when they and the event's `pieces` other pieces fit.
+    /// read only when they and the event's `pieces` other pieces fit. A
+    /// delta without an index is the call at its position in the list.
     fn read_calls(
         &self,
         raw: Option<&RawValue>,
@@ -206,7 +218,12 @@ impl StreamState {
         };
         let Count(n) = serde_json::from_str(raw.get()).map_err(|e| unreadable(&e))?;
         self.budget.check_parts(n.saturating_add(pieces))?;
-        serde_json::from_str(raw.get()).map_err(|e| unreadable(&e))
+        let sent: Vec<SentCall> = serde_json::from_str(raw.get()).map_err(|e| unreadable(&e))?;
+        Ok(sent
+            .into_iter()
+            .enumerate()
+            .map(|(position, call)| call.at(position))
+            .collect())
     }
 
     /// One tool-call delta: joins its call (started here when new).
@@ -703,6 +720,189 @@ mod tests {
             panic!("{chunks:?}");
         };
         assert_eq!(failure.code, code::EMPTY_RESPONSE);
+    }
+
+    /// Every chunk of a stream of `payloads`, then `[DONE]`.
+    fn run(payloads: &[&str]) -> Result<Vec<Chunk>, LlmFailure> {
+        let mut s = StreamState::default();
+        let mut all = Vec::new();
+        for p in payloads {
+            all.extend(s.on_data(p)?);
+        }
+        all.extend(s.finish());
+        Ok(all)
+    }
+
+    fn usage_of(chunks: &[Chunk]) -> Option<TokenUsage> {
+        chunks.iter().find_map(|c| match c {
+            Chunk::Usage { usage } => Some(usage.clone()),
+            _ => None,
+        })
+    }
+
+    const HI: &str = r#"{"choices":[{"delta":{"content":"hi"}}]}"#;
+    const STOP: &str = r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#;
+
+    #[test]
+    fn odd_usage_after_a_complete_answer_keeps_the_answer_and_its_usage() {
+        let all = run(&[
+            HI,
+            STOP,
+            r#"{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1,"completion_tokens_details":5}}"#,
+        ])
+        .unwrap();
+        assert_eq!(
+            all,
+            [
+                Chunk::BlockStart {
+                    index: 0,
+                    block_type: block_type::TEXT.into()
+                },
+                Chunk::text(0, "hi"),
+                Chunk::BlockEnd {
+                    index: 0,
+                    block: ContentBlock::text("hi")
+                },
+                Chunk::Usage {
+                    usage: TokenUsage {
+                        input_tokens: 1,
+                        output_tokens: 1,
+                        ..TokenUsage::default()
+                    }
+                },
+                Chunk::finish(FinishReason::Stop),
+            ]
+        );
+        // Details of other shapes and unknown nested fields are skipped.
+        for usage in [
+            r#"{"prompt_tokens":1,"completion_tokens":1,"prompt_tokens_details":"none"}"#,
+            r#"{"prompt_tokens":1,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":0,
+                "audio":{"in":[1,{"x":null}]}},"completion_tokens_details":{"reasoning_tokens":[0]},
+                "cost":{"usd":{"amount":1.5}}}"#,
+        ] {
+            let all = run(&[HI, STOP, &format!(r#"{{"choices":[],"usage":{usage}}}"#)]).unwrap();
+            assert_eq!(
+                usage_of(&all).map(|u| (u.input_tokens, u.output_tokens)),
+                Some((1, 1)),
+                "{usage}"
+            );
+            assert_eq!(
+                all.last(),
+                Some(&Chunk::finish(FinishReason::Stop)),
+                "{usage}"
+            );
+        }
+        // A usage that is no object is not reported; the answer stands.
+        let all = run(&[HI, STOP, r#"{"choices":[],"usage":"lots"}"#]).unwrap();
+        assert_eq!(usage_of(&all), None);
+        assert_eq!(all.last(), Some(&Chunk::finish(FinishReason::Stop)));
+    }
+
+    #[test]
+    fn choices_that_hold_nothing_and_a_non_string_finish_reason_are_skipped() {
+        let all = run(&[
+            HI,
+            r#"{"choices":{},"usage":{"prompt_tokens":2,"completion_tokens":1}}"#,
+            r#"{"choices":[{"delta":{"content":"!"},"finish_reason":{"why":1}}]}"#,
+        ])
+        .unwrap();
+        let text: String = all
+            .iter()
+            .filter_map(|c| match c {
+                Chunk::TextDelta { text, .. } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(text, "hi!");
+        assert_eq!(usage_of(&all).map(|u| u.input_tokens), Some(2));
+        assert_eq!(all.last(), Some(&Chunk::finish(FinishReason::Stop)));
+        // A finish reason sent first stays when a later one is no string.
+        let all = run(&[
+            &call_delta(
+                json!({"index": 0, "id": "c", "function": {"name": "read", "arguments": "{}"}}),
+            ),
+            r#"{"choices":[{"delta":{},"finish_reason":"tool_calls"}]}"#,
+            r#"{"choices":[{"delta":{},"finish_reason":7}]}"#,
+        ])
+        .unwrap();
+        assert_eq!(all.last(), Some(&Chunk::finish(FinishReason::ToolCalls)));
+    }
+
+    #[test]
+    fn a_null_tool_call_index_is_the_calls_position() {
+        let mut s = StreamState::default();
+        s.on_data(
+            &json!({"choices": [{"delta": {"tool_calls": [
+                {"index": null, "id": "a", "function": {"name": "read", "arguments": "{\"x\""}},
+                {"index": null, "id": "b", "function": {"name": "glob", "arguments": "{}"}}
+            ]}}]})
+            .to_string(),
+        )
+        .unwrap();
+        // A later delta without an index joins the call at its position.
+        s.on_data(&call_delta(
+            json!({"index": null, "function": {"arguments": ":1}"}}),
+        ))
+        .unwrap();
+        s.on_data(r#"{"choices":[{"delta":{},"finish_reason":"tool_calls"}]}"#)
+            .unwrap();
+        let calls = closed_calls(&mut s);
+        assert_eq!(
+            calls
+                .iter()
+                .map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.as_str()))
+                .collect::<Vec<_>>(),
+            [("a", "read", "{\"x\":1}"), ("b", "glob", "{}")]
+        );
+    }
+
+    #[test]
+    fn the_answers_own_parts_stay_strict() {
+        for bad in [
+            r#"{"choices":[{"delta":{"content":5}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":{"a":1}}}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":"0","function":{"arguments":"{}"}}]}}]}"#,
+            r#"{"choices":{"0":{"delta":{"content":"hi"}}}}"#,
+        ] {
+            let f = run(&[HI, bad]).unwrap_err();
+            assert_eq!(f.code, code::MALFORMED_RESPONSE, "{bad}");
+            assert!(
+                f.message
+                    .starts_with("the provider sent a stream event this adapter cannot read"),
+                "{}",
+                f.message
+            );
+        }
+    }
+
+    #[test]
+    fn an_error_keeps_its_code_beside_a_field_that_cannot_be_read() {
+        for sibling in [
+            r#""choices":[{"delta":{"content":5}}]"#,
+            r#""choices":"n/a""#,
+            r#""usage":"lots""#,
+        ] {
+            let payload = format!(
+                r#"{{"error":{{"message":"Rate limit reached","code":"rate_limit_exceeded"}},{sibling}}}"#
+            );
+            let f = run(&[HI, &payload]).unwrap_err();
+            assert_eq!(f.code, code::RATE_LIMIT, "{payload}: {}", f.message);
+            assert!(
+                f.message
+                    .contains("Rate limit reached (code: rate_limit_exceeded)"),
+                "{}",
+                f.message
+            );
+            // The error read alone, after the field: the same.
+            let payload = format!(
+                r#"{{{sibling},"error":{{"message":"Rate limit reached","code":"rate_limit_exceeded"}}}}"#
+            );
+            assert_eq!(
+                run(&[&payload]).unwrap_err().code,
+                code::RATE_LIMIT,
+                "{payload}"
+            );
+        }
     }
 
     #[test]

@@ -20,6 +20,7 @@ use dsh_sdk::vocab::event;
 use dsh_sdk::vocab::records::{LlmRetry, LlmRetryStarted};
 use dsh_sdk::vocab::{Extra, LlmFailure, RETRYABLE_CODES};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 /// The original's retry modes (`retryPolicy.mode`): `normal` retries the
@@ -42,9 +43,9 @@ impl Mode {
     }
 }
 
-/// The retry policy. Its JSON text is the `policyKey` of the records it
-/// writes.
-#[derive(Serialize, Deserialize, Clone)]
+/// The retry policy ([`Config::policy_key`] names it in the records it
+/// writes).
+#[derive(Deserialize, Clone)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 struct Config {
     mode: Mode,
@@ -84,6 +85,36 @@ struct Retry<'a> {
 }
 
 impl Config {
+    /// The policy's `policyKey`, as the original writes it
+    /// (`retryPolicyKey`): a JSON array as text. `normal`:
+    /// `["normal",maxRetries,[retryable codes, sorted],initialDelayMs,maxDelayMs,jitterRatio]`;
+    /// `always`: `["always",initialDelayMs,maxDelayMs,jitterRatio]`.
+    /// Numbers are written as JavaScript's `JSON.stringify` writes them
+    /// (`0`, not `0.0`), so a key matches the original's byte for byte.
+    fn policy_key(&self) -> serde_json::Result<String> {
+        let jitter = JsNumber(self.jitter_ratio);
+        match self.mode {
+            Mode::Always => serde_json::to_string(&(
+                self.mode,
+                self.initial_delay_ms,
+                self.max_delay_ms,
+                jitter,
+            )),
+            Mode::Normal => {
+                let mut codes = RETRYABLE_CODES.to_vec();
+                codes.sort_unstable();
+                serde_json::to_string(&(
+                    self.mode,
+                    self.max_retries,
+                    codes,
+                    self.initial_delay_ms,
+                    self.max_delay_ms,
+                    jitter,
+                ))
+            }
+        }
+    }
+
     /// Whether a failure with `code` earns retry number `retry`.
     fn retries(&self, code: &str, retry: u32) -> bool {
         match self.mode {
@@ -125,6 +156,61 @@ fn started_record(r: &Retry<'_>) -> LlmRetryStarted {
         step: r.key.step,
         retry: r.retry,
         extra: Extra::new(),
+    }
+}
+
+/// A number written as JavaScript writes it (`Number.prototype.toString`,
+/// which `JSON.stringify` uses): integers without a fraction (`0`, `1`),
+/// the shortest digits that read back, an exponent (`1e-7`, `1e+21`) only
+/// outside 1e-6 ≤ |x| < 1e21; `null` for what is not finite.
+struct JsNumber(f64);
+
+impl JsNumber {
+    /// The number's text.
+    fn text(&self) -> Option<String> {
+        let x = self.0;
+        if !x.is_finite() {
+            return None;
+        }
+        if x == 0.0 {
+            return Some("0".to_owned());
+        }
+        let sign = if x < 0.0 { "-" } else { "" };
+        // Rust's `{:e}` gives the shortest digits that read back, as
+        // JavaScript picks them: `d[.ddd]e<exp>`.
+        let sci = format!("{:e}", x.abs());
+        let (mantissa, exp) = sci.split_once('e')?;
+        let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+        let k = i64::try_from(digits.len()).ok()?;
+        // The value is 0.d1d2… × 10^n.
+        let n = exp.parse::<i64>().ok()? + 1;
+        let body = if k <= n && n <= 21 {
+            format!("{digits}{}", "0".repeat(usize::try_from(n - k).ok()?))
+        } else if 0 < n && n <= 21 {
+            let (int, frac) = digits.split_at(usize::try_from(n).ok()?);
+            format!("{int}.{frac}")
+        } else if -6 < n && n <= 0 {
+            format!("0.{}{digits}", "0".repeat(usize::try_from(-n).ok()?))
+        } else {
+            let e = n - 1;
+            let exp_sign = if e < 0 { '-' } else { '+' };
+            let (first, rest) = digits.split_at(1);
+            let dot = if rest.is_empty() { "" } else { "." };
+            format!("{first}{dot}{rest}e{exp_sign}{}", e.unsigned_abs())
+        };
+        Some(format!("{sign}{body}"))
+    }
+}
+
+impl Serialize for JsNumber {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match self.text() {
+            // The text is a JSON number: written as it is.
+            Some(text) => RawValue::from_string(text)
+                .map_err(serde::ser::Error::custom)?
+                .serialize(s),
+            None => s.serialize_unit(),
+        }
     }
 }
 
@@ -171,7 +257,7 @@ type Chains = Rc<RefCell<HashMap<ChainKey, Chain>>>;
 /// What the listener keeps.
 struct Policy {
     config: Config,
-    /// The config's JSON text, as the records carry it.
+    /// The policy's key, as the records carry it ([`Config::policy_key`]).
     key: String,
     chains: Chains,
 }
@@ -250,7 +336,7 @@ impl Plugin for LlmRetryPlugin {
 
     async fn apply(ctx: Context, config: Config) -> Result<()> {
         let policy = Rc::new(Policy {
-            key: serde_json::to_string(&config)?,
+            key: config.policy_key()?,
             config,
             chains: Rc::default(),
         });
@@ -352,13 +438,68 @@ mod tests {
     }
 
     #[test]
+    fn the_policy_key_is_the_originals_array() {
+        // The original's own log (sdk/tests/fixtures/original/
+        // empty-response-retry.jsonl, line 13) under this policy.
+        let c = config(
+            json!({"maxRetries": 2, "initialDelayMs": 1, "maxDelayMs": 1, "jitterRatio": 0}),
+        );
+        assert_eq!(
+            c.policy_key().unwrap(),
+            r#"["normal",2,["EMPTY_RESPONSE","RATE_LIMIT","SERVER","TIMEOUT","TRANSPORT"],1,1,0]"#
+        );
+        assert_eq!(
+            Config::default().policy_key().unwrap(),
+            r#"["normal",5,["EMPTY_RESPONSE","RATE_LIMIT","SERVER","TIMEOUT","TRANSPORT"],500,10000,0.1]"#
+        );
+        // `always` has no limit and no codes: the original's four fields
+        // (its tests: '["always",500,10000,0.1]').
+        let always = config(json!({"mode": "always", "maxRetries": 2}));
+        assert_eq!(always.policy_key().unwrap(), r#"["always",500,10000,0.1]"#);
+        let line = include_str!("../../../sdk/tests/fixtures/original/empty-response-retry.jsonl")
+            .lines()
+            .nth(12)
+            .unwrap();
+        let logged: LlmRetry =
+            serde_json::from_value(serde_json::from_str::<Value>(line).unwrap()["data"].clone())
+                .unwrap();
+        assert_eq!(logged.policy_key, Some(c.policy_key().unwrap()));
+    }
+
+    #[test]
+    fn numbers_are_written_as_javascript_writes_them() {
+        for (x, js) in [
+            (0.0, "0"),
+            (-0.0, "0"),
+            (1.0, "1"),
+            (0.1, "0.1"),
+            (0.25, "0.25"),
+            (1.5, "1.5"),
+            (123_456.0, "123456"),
+            (0.000_001, "0.000001"),
+            (0.000_001_5, "0.0000015"),
+            (1e-7, "1e-7"),
+            (1.5e-7, "1.5e-7"),
+            (1e21, "1e+21"),
+            (1.25e21, "1.25e+21"),
+            (1e20, "100000000000000000000"),
+            (-2.5, "-2.5"),
+            (1.0 / 3.0, "0.3333333333333333"),
+        ] {
+            assert_eq!(JsNumber(x).text().as_deref(), Some(js), "{x}");
+        }
+        assert_eq!(JsNumber(f64::NAN).text(), None);
+        assert_eq!(
+            serde_json::to_string(&JsNumber(f64::INFINITY)).unwrap(),
+            "null"
+        );
+        assert_eq!(serde_json::to_string(&JsNumber(0.0)).unwrap(), "0");
+    }
+
+    #[test]
     fn the_records_are_the_originals_field_for_field() {
         let c = Config::default();
-        let policy_key = serde_json::to_string(&c).unwrap();
-        assert_eq!(
-            policy_key,
-            r#"{"mode":"normal","maxRetries":5,"initialDelayMs":500,"maxDelayMs":10000,"jitterRatio":0.1}"#
-        );
+        let policy_key = c.policy_key().unwrap();
         let key = key();
         let r = Retry {
             key: &key,

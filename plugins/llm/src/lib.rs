@@ -16,6 +16,8 @@
 //! `finish{aborted}`. A name stays aborted ([`signals`]): a request that
 //! starts under it after its cancel ends at once.
 
+#[cfg(test)]
+mod alloc_count;
 mod replay;
 mod signals;
 
@@ -68,6 +70,12 @@ fn failure_finish(code: &str, message: String, signal_aborted: bool) -> Chunk {
 /// Reads one item an adapter streamed as a [`Chunk`]: whether it is the
 /// `finish`, or the failure that ends the stream when it is no chunk (the
 /// set is closed: a consumer could only refuse it later).
+///
+/// This one typed reading is the check and the `finish` test at once. A
+/// probe of `type` alone would spot `finish` with less work, but every item
+/// must still be read whole to refuse what is no chunk (a `text-delta`
+/// without its `text`, a `finish` of an unknown kind), so a probe would add
+/// a reading, not save one. The item goes on as the text it came as.
 fn read_chunk(item: &Payload) -> Result<bool, (String, String)> {
     match item.parse::<Chunk>() {
         Ok(chunk) => Ok(matches!(chunk, Chunk::Finish { .. })),
@@ -120,6 +128,16 @@ async fn handle(
 /// The adapter service serving `provider`.
 fn adapter_of(registry: &Registry, provider: &str) -> Option<String> {
     instance_of(registry, provider).map(|(service, _)| service)
+}
+
+/// Whether `instance` (its service and owner) is the adapter serving
+/// `provider`, compared in place (nothing is cloned).
+fn serves(registry: &Registry, instance: &(String, u64), provider: &str) -> bool {
+    registry
+        .borrow()
+        .iter()
+        .find(|a| a.providers.iter().any(|p| p == provider))
+        .is_some_and(|a| a.service == instance.0 && a.owner == instance.1)
 }
 
 /// The adapter instance serving `provider`: its service and the fiber
@@ -332,7 +350,9 @@ async fn stream_from_adapter(
     };
     let mut request = request;
     if let Some(messages) = request.get("messages") {
-        let same = |p: &str| instance_of(registry, p).as_ref() == Some(&instance);
+        // The request's own route is the adapter's; another route is looked
+        // up only when a message of it has replay state.
+        let same = |p: &str| p == provider || serves(registry, &instance, p);
         match replay::for_adapter(messages, same) {
             Ok(Some(filtered)) => request.insert("messages", filtered),
             Ok(None) => {}

@@ -71,8 +71,7 @@ mod code {
     pub use dsh_sdk::names::code::SESSION_OTHER_DIRECTORY;
 }
 
-/// The largest integer JSON (and the original's JavaScript) holds exactly.
-const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+use dsh_sdk::vocab::MAX_SAFE_INTEGER;
 
 /// The header's `createdAt` of a `session/created` payload, as sent (any
 /// JSON value), read before the payload is: a value that is not a safe

@@ -33,12 +33,12 @@ use serde_json::Value;
 
 use crate::fields::{self, Object};
 
+pub use dsh_sdk::vocab::MAX_SAFE_INTEGER;
+
 /// Fewest members a packed run holds (the original's `MIN_RUN`): below it a
 /// row's envelope rivals the lines it replaces. A format constant: both
 /// layouts decode the same, so it never invalidates a stored log.
 pub const MIN_RUN: usize = 3;
-/// Largest integer the original's reader (JavaScript numbers) holds exactly.
-pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
 
 /// A packed row's `type`: which deltas its members are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

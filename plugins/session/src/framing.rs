@@ -14,7 +14,7 @@ use std::collections::HashSet;
 use dsh_sdk::names::code;
 use dsh_sdk::vocab::message::{ContentBlock, ToolSource};
 use dsh_sdk::vocab::records::{StepBoundary, ToolCall, ToolResult, TurnEnd, TurnStart};
-use dsh_sdk::vocab::{event, SessionEvent, SurfaceOp};
+use dsh_sdk::vocab::{event, SessionEvent, SurfaceOp, MAX_SAFE_INTEGER};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
@@ -103,22 +103,29 @@ fn is_not_started_repair(r: &ToolResult) -> bool {
     is_error
         && r.error
             .as_ref()
-            .is_some_and(|e| e.code == code::TOOL_NOT_STARTED)
+            .is_some_and(|e| e.code.as_deref() == Some(code::TOOL_NOT_STARTED))
 }
 
 impl Advance {
     /// What stored event `e` changes, as a seed is replayed: the turn of a
     /// `turn/start`, the step of a `step/start`, the call of a `tool/call`
-    /// or of an appended `tool/result` (a `turn/end` is read whole, since
-    /// a resume reports its reason).
+    /// or of an appended `tool/result`. Only those fields are read (a
+    /// stored record is the log's, not judged again; the reason of a
+    /// `turn/end` is read by whoever reports it). A turn or step beyond
+    /// JavaScript's safe integers is refused: the original cannot hold it
+    /// and the next number would not exist.
     pub fn of(e: &SessionEvent) -> Result<Advance, String> {
-        Ok(match e.kind.as_str() {
-            event::TURN_START => Advance::OpenTurn(read::<TurnStart>(e)?.turn),
-            event::TURN_END => {
-                read::<TurnEnd>(e)?;
-                Advance::CloseTurn
+        let safe = |n: u64, what: &str| {
+            if n > MAX_SAFE_INTEGER {
+                Err(format!("{} {what} {n} is beyond the safe integers", e.kind))
+            } else {
+                Ok(n)
             }
-            event::STEP_START => Advance::OpenStep(read::<StepBoundary>(e)?.step),
+        };
+        Ok(match e.kind.as_str() {
+            event::TURN_START => Advance::OpenTurn(safe(read::<TurnStart>(e)?.turn, "turn")?),
+            event::TURN_END => Advance::CloseTurn,
+            event::STEP_START => Advance::OpenStep(safe(read::<StepBoundary>(e)?.step, "step")?),
             event::STEP_END => Advance::CloseStep,
             event::TOOL_CALL => Advance::Call(read::<ToolCall>(e)?.call_id),
             event::TOOL_RESULT if appends_result(e) => {
@@ -190,10 +197,10 @@ impl Framing {
         if let Some(t) = self.open_turn {
             return Err(format!("turn/start while turn {t} is open"));
         }
-        if turn != self.last_turn + 1 {
+        if Some(turn) != self.last_turn.checked_add(1) {
             return Err(format!(
                 "turn/start must open turn {}, got {:?}",
-                self.last_turn + 1,
+                self.last_turn.saturating_add(1),
                 Some(turn)
             ));
         }
@@ -224,10 +231,10 @@ impl Framing {
         if let Some(s) = self.open_step {
             return Err(format!("step/start while step {s} is open"));
         }
-        if step != self.last_step + 1 {
+        if Some(step) != self.last_step.checked_add(1) {
             return Err(format!(
                 "step/start must open step {}, got {:?}",
-                self.last_step + 1,
+                self.last_step.saturating_add(1),
                 Some(step)
             ));
         }
@@ -356,10 +363,7 @@ mod tests {
             turn,
             step,
             message: Message::tool_result("r", id, vec![], code.is_some()),
-            error: code.map(|code| ToolErrorRef {
-                name: "ToolNotStartedError".into(),
-                code: code.into(),
-            }),
+            error: code.map(|code| ToolErrorRef::new("ToolNotStartedError", code)),
             meta: None,
             extra: Extra::new(),
         };

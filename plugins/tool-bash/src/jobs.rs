@@ -12,8 +12,9 @@ use dsh_sdk::api::tools::{Exec, RegisterParams, ToolReply};
 use dsh_sdk::names::tool;
 use dsh_sdk::prelude::*;
 use dsh_sdk::tool::{declaration, ToolSpec};
+use dsh_sdk::vocab::UserInput;
 use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::capture::Capture;
 use crate::exec::{self, Cancel, Group};
@@ -67,13 +68,6 @@ struct JobKillArgs {
     // (no doc comment: that would be its model-visible description).
     #[allow(dead_code)]
     reason: Option<String>,
-}
-
-/// The completion notice steered into a job's owner: the inbox's `{text}`
-/// shorthand (a user text message with a fresh id).
-#[derive(Serialize)]
-struct Notice {
-    text: String,
 }
 
 /// How much of a job's output memory keeps (the rest is in its spill
@@ -213,13 +207,10 @@ pub fn start(
         if owner.is_empty() {
             return;
         }
-        let notice = Notice {
-            text: format!("background job {jid} (bash: {label}) finished [status: {status}]. Read its output with job_output."),
-        };
-        let steered = match serde_json::to_value(notice) {
-            Ok(message) => Agents::new(&c).steer(&owner, message).await.map(drop),
-            Err(e) => Err(e.into()),
-        };
+        // The inbox's `{text}` shorthand: a user text message with a
+        // fresh id.
+        let notice = UserInput::text(format!("background job {jid} (bash: {label}) finished [status: {status}]. Read its output with job_output."));
+        let steered = Agents::new(&c).steer(&owner, notice).await.map(drop);
         // The owner may be gone (disposed) by now: nobody is left to tell.
         if let Err(e) = steered {
             dsh_sdk::tracing::debug!("the completion notice of job {jid} was not delivered: {e}");

@@ -133,18 +133,13 @@ fn guard(registry: &Registry, req: &Request) -> Result<Reply> {
 }
 
 /// `deferContext`: a tool (or a wrapper) defers a context of the call it
-/// runs.
+/// runs. A context that is not a message nor `{text}` is refused as the
+/// params are read (`INVALID_PAYLOAD`, saying what a message needs).
 fn defer_context(registry: &Registry, req: &Request) -> Result<Reply> {
     let DeferContextParams { call, context } = req.params_as()?;
     let key = call.key();
     match registry.borrow_mut().deferred.get_mut(&key) {
-        Some(list) if context.is_object() => list.push(context),
-        Some(_) => {
-            return Err(Error::new(
-                codes::INVALID_PAYLOAD,
-                "deferContext needs a context (a user message)",
-            ))
-        }
+        Some(list) => list.push(context),
         None => {
             return Err(Error::new(
                 "NOT_DISPATCHING",

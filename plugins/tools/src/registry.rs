@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use dsh_sdk::api::tools::{OutputContract, RegisterParams, ToolSchema};
 use dsh_sdk::prelude::*;
-use dsh_sdk::Value;
+use dsh_sdk::vocab::UserInput;
 
 use crate::restrictions::Restriction;
 use crate::signal::CallSignal;
@@ -114,7 +114,7 @@ pub struct State {
     pub guards: Vec<Guard>,
     /// Contexts deferred by calls dispatching now, by (agent, callId)
     /// (reference `exec.deferContext`): they lead the result's own.
-    pub deferred: BTreeMap<(String, String), Vec<Value>>,
+    pub deferred: BTreeMap<(String, String), Vec<UserInput>>,
     /// The caller signals of the `execute` calls running now, by (agent,
     /// callId); `cancel` aborts one.
     pub signals: BTreeMap<(String, String), Rc<CallSignal>>,

@@ -2,17 +2,20 @@
 //! params and reply of each method of [`crate::names::agents`], and
 //! [`Agents`], a client with one method per service method.
 //!
-//! Every method names its agent with `agent`. Messages stay
-//! `serde_json::Value`: a full user message (`{role, ...}`, the shapes of
-//! [`crate::vocab::msg`]) or the `{text}` shorthand. Turn-end reasons and
-//! cancel causes are open too (`{kind, ...}`, kinds of other plugins').
-//! The bus events the loop dispatches are in [`super::agent_loop`].
+//! Every method names its agent with `agent`. A message sent is a
+//! [`UserInput`]: a full message (anything with a `role`, which must then
+//! be a well-formed [`crate::vocab::Message`]) or the `{text}` shorthand;
+//! anything else is refused (`INVALID_PAYLOAD`) before it is queued.
+//! Turn-end reasons and cancel causes are open (`{kind, ...}`: kinds of
+//! other plugins are kept whole). The bus events the loop dispatches are in
+//! [`super::agent_loop`].
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::names::{agents as method, service};
-use crate::vocab::records::TurnEndReason;
+use crate::vocab::input::UserInput;
+use crate::vocab::records::{CancelCause, TurnEndReason};
 use crate::{Context, Result, Service};
 
 // ---- params ----------------------------------------------------------------
@@ -32,9 +35,7 @@ pub struct SendParams {
     /// The agent.
     pub agent: String,
     /// A user message, or `{text}` (a user text message with a fresh id).
-    /// Null when absent (refused by the provider).
-    #[serde(default)]
-    pub message: Value,
+    pub message: UserInput,
 }
 
 /// Params of `replace`: the pending message `messageId` is replaced in
@@ -47,8 +48,7 @@ pub struct ReplaceParams {
     /// The id of the pending message to replace.
     pub message_id: String,
     /// The replacement, as for [`SendParams::message`].
-    #[serde(default)]
-    pub message: Value,
+    pub message: UserInput,
 }
 
 /// Params of `remove`: the pending message `messageId` is cancelled.
@@ -67,9 +67,11 @@ pub struct RemoveParams {
 pub struct CancelParams {
     /// The agent.
     pub agent: String,
-    /// Why (`{kind, ...}`); `{kind: "user"}` when absent or null.
+    /// Why; `{kind: "user"}` when absent or null. Any object with a string
+    /// `kind` cancels: a kind of another plugin's is kept whole
+    /// ([`CancelCause::Other`]); a known kind must be well-formed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cause: Option<Value>,
+    pub cause: Option<CancelCause>,
     /// Keep the pending messages; without it the inbox is cleared durably.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub keep_inbox: bool,
@@ -197,30 +199,31 @@ impl Agents {
         }
     }
 
-    fn send(agent: &str, message: Value) -> SendParams {
+    fn send(agent: &str, message: impl Into<UserInput>) -> SendParams {
         SendParams {
             agent: agent.to_owned(),
-            message,
+            message: message.into(),
         }
     }
 
     /// `followup`: queues a message for the next turn, starting one when
-    /// the agent is idle.
-    pub async fn followup(&self, agent: &str, message: Value) -> Result<SendReply> {
+    /// the agent is idle. `message` is a [`crate::vocab::Message`] or
+    /// [`UserInput::text`].
+    pub async fn followup(&self, agent: &str, message: impl Into<UserInput>) -> Result<SendReply> {
         let params = Self::send(agent, message);
         self.0.call_as(method::FOLLOWUP, &params).await
     }
 
     /// `steer`: queues a message for the next step, starting a turn when
     /// the agent is idle.
-    pub async fn steer(&self, agent: &str, message: Value) -> Result<SendReply> {
+    pub async fn steer(&self, agent: &str, message: impl Into<UserInput>) -> Result<SendReply> {
         let params = Self::send(agent, message);
         self.0.call_as(method::STEER, &params).await
     }
 
     /// `inject`: queues a message for the next step without starting a
     /// turn.
-    pub async fn inject(&self, agent: &str, message: Value) -> Result<SendReply> {
+    pub async fn inject(&self, agent: &str, message: impl Into<UserInput>) -> Result<SendReply> {
         let params = Self::send(agent, message);
         self.0.call_as(method::INJECT, &params).await
     }

@@ -11,8 +11,9 @@
 //! only where a payload is open: tool arguments before the tool parses them
 //! ([`spec::args`] ends that), parameter and output schemas (JSON Schema), a
 //! tool's canonical `value` and presentation `meta` (each tool's own
-//! shapes), and the contexts a call adds (user messages in the inbox's input
-//! form, which the agent loop completes). The payloads a waterfall listener
+//! shapes). The contexts a call adds are [`UserInput`]s (a message or the
+//! `{text}` shorthand), checked where they are read, so a malformed one
+//! fails its call alone. The payloads a waterfall listener
 //! hands on carry the fields they do not know in `extra`, so nothing a
 //! listener does not understand is dropped.
 //!
@@ -36,6 +37,7 @@ use serde_json::{Map, Value};
 
 use crate::fence::Fence;
 use crate::names::{bus, service, tools as method};
+use crate::vocab::input::UserInput;
 use crate::vocab::message::ContentBlock;
 use crate::{Context, Event, Listener, Result, Service};
 
@@ -430,10 +432,9 @@ pub struct DeferContextParams {
     /// The call.
     #[serde(flatten)]
     pub call: CallRef,
-    /// The message (an object; anything else is refused). Open: the
-    /// inbox's input form, as [`ToolResult::additional_contexts`].
-    #[serde(default)]
-    pub context: Value,
+    /// The message, in the inbox's input form (as
+    /// [`ToolResult::additional_contexts`]); anything else is refused.
+    pub context: UserInput,
 }
 
 // ---- replies ---------------------------------------------------------------
@@ -598,9 +599,9 @@ pub struct PostExecuteDecision {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub feedback: Option<Feedback>,
     /// Messages the decision adds (after the result's own on an accept,
-    /// alone on a block); open, as [`ToolResult::additional_contexts`].
+    /// alone on a block), as [`ToolResult::additional_contexts`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub additional_contexts: Option<Vec<Value>>,
+    pub additional_contexts: Option<Vec<UserInput>>,
     /// Fields of other listeners, passed on.
     #[serde(flatten)]
     pub extra: Map<String, Value>,

@@ -5,7 +5,7 @@
 //! `block-start` or a first delta: delta-only streams are fine). A repeated
 //! `block-start` is ignored; once a `block-end` closed an index, later
 //! deltas and closes for it are ignored (the first close wins). Text and
-//! reasoning accumulate; a tool call keeps its last id, its first
+//! reasoning accumulate; a tool call keeps its last id, its last
 //! non-empty name and the concatenated arguments. On `max-tokens` every
 //! tool call is dropped (its arguments are cut), and the replay state's
 //! `blocks` are pruned in step; a replay state whose `blocks` do not match
@@ -94,8 +94,8 @@ impl BlockAssembler {
                     if !id.is_empty() {
                         p.id = Some(id.clone());
                     }
-                    if p.name.is_none() {
-                        p.name = name.clone().filter(|n| !n.is_empty());
+                    if let Some(n) = name.as_ref().filter(|n| !n.is_empty()) {
+                        p.name = Some(n.clone());
                     }
                     p.arguments.push_str(arguments_delta);
                 }

@@ -181,7 +181,8 @@ fn an_open_tool_call_without_id_is_call_index_and_without_name_is_empty() {
 }
 
 #[test]
-fn a_tool_call_keeps_its_last_id_and_first_non_empty_name() {
+fn a_tool_call_keeps_its_last_non_empty_id_and_name() {
+    // The original: `if (chunk.name) partial.toolCallName = chunk.name`.
     let a = assemble(&[
         call(0, "first", Some(""), "a"),
         call(0, "second", Some("read"), "b"),
@@ -189,7 +190,7 @@ fn a_tool_call_keeps_its_last_id_and_first_non_empty_name() {
     ]);
     assert_eq!(
         a.json_blocks(),
-        [json!({"type": "tool-call", "id": "second", "name": "read", "arguments": "abc"})]
+        [json!({"type": "tool-call", "id": "second", "name": "write", "arguments": "abc"})]
     );
 }
 

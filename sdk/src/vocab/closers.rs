@@ -6,7 +6,7 @@
 //! `turn/end {kind: "interrupted"}`. Seqs continue the log; `time` is the
 //! last event's.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::message::{ContentBlock, Message};
 use super::records::{StepBoundary, ToolErrorRef, ToolResult, TurnEnd, TurnEndReason};
@@ -18,6 +18,36 @@ const OUTCOME_UNKNOWN: &str = "The tool call was interrupted after it was record
 
 /// The text of a result for a call that never started.
 const NOT_STARTED: &str = "The tool call was interrupted before the Harness recorded it as started. Retry it if it is still needed.";
+
+/// The calls of an `assistant/message`, as repair reads them.
+#[derive(Deserialize)]
+struct CallsOf {
+    step: u64,
+    message: CallsMessage,
+}
+
+#[derive(Deserialize)]
+struct CallsMessage {
+    content: Vec<CallProbe>,
+}
+
+/// A content block, as far as repair looks at it.
+#[derive(Deserialize)]
+struct CallProbe {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    id: Option<String>,
+}
+
+impl CallProbe {
+    /// The call id of a `tool-call` block.
+    fn id(self) -> Option<String> {
+        (self.kind == super::message::block_type::TOOL_CALL)
+            .then_some(self.id)
+            .flatten()
+    }
+}
 
 /// A call of the open step still waiting for its result.
 struct Pending {
@@ -60,12 +90,19 @@ pub fn interrupted_turn_closers(events: &[SessionEvent]) -> Vec<SessionEvent> {
                 pending.clear();
             }
             event::ASSISTANT_MESSAGE => {
-                if let Ok(m) = e.data_as::<records::AssistantMessage>() {
-                    pending.extend(m.message.tool_calls().map(|c| Pending {
-                        call_id: c.id.clone(),
-                        step: m.step,
-                        recorded: None,
-                    }));
+                // Only the calls are read: an answer whose other fields do
+                // not read (a bad usage from an adapter) still had its
+                // calls made, and each must be answered.
+                if let Ok(m) = e.data_as::<CallsOf>() {
+                    for call in m.message.content.into_iter().filter_map(CallProbe::id) {
+                        if !pending.iter().any(|p| p.call_id == call) {
+                            pending.push(Pending {
+                                call_id: call,
+                                step: m.step,
+                                recorded: None,
+                            });
+                        }
+                    }
                 }
             }
             event::TOOL_CALL => {
@@ -106,10 +143,7 @@ pub fn interrupted_turn_closers(events: &[SessionEvent]) -> Vec<SessionEvent> {
             turn,
             step: p.step,
             message: Message::tool_result(id, p.call_id, vec![ContentBlock::text(text)], true),
-            error: Some(ToolErrorRef {
-                name: name.to_owned(),
-                code: code.to_owned(),
-            }),
+            error: Some(ToolErrorRef::new(name, code)),
             meta: None,
             extra: Default::default(),
         };

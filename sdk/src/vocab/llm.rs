@@ -25,6 +25,25 @@ pub struct TokenUsage {
     pub reasoning_tokens: Option<u64>,
 }
 
+impl TokenUsage {
+    /// Adds `other`'s counts, saturating (the counts are a server's and
+    /// need not be sane); an optional bucket stays absent only when absent
+    /// on both sides.
+    pub fn add(&mut self, other: &TokenUsage) {
+        fn sum(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+            match (a, b) {
+                (Some(a), Some(b)) => Some(a.saturating_add(b)),
+                (one, None) | (None, one) => one,
+            }
+        }
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cache_read_tokens = sum(self.cache_read_tokens, other.cache_read_tokens);
+        self.cache_write_tokens = sum(self.cache_write_tokens, other.cache_write_tokens);
+        self.reasoning_tokens = sum(self.reasoning_tokens, other.reasoning_tokens);
+    }
+}
+
 /// A normalized model failure.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -36,8 +55,13 @@ pub struct LlmFailure {
     /// HTTP status, when there was one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<u16>,
-    /// The provider's `Retry-After`, in ms.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The provider's `Retry-After`, in ms (the original allows any
+    /// positive number; a fraction reads rounded up).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "whole_ms"
+    )]
     pub provider_retry_after_ms: Option<u64>,
     /// The provider's request id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -68,6 +92,24 @@ impl LlmFailure {
     }
 }
 
+/// An optional duration in ms written as any non-negative number (the
+/// original computes some without rounding), rounded up.
+pub(crate) fn whole_ms<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    use serde::de::Error;
+    let Some(n) = Option::<serde_json::Number>::deserialize(d)? else {
+        return Ok(None);
+    };
+    if let Some(n) = n.as_u64() {
+        return Ok(Some(n));
+    }
+    match n.as_f64() {
+        Some(f) if f.is_finite() && f >= 0.0 && f <= u64::MAX as f64 => Ok(Some(f.ceil() as u64)),
+        _ => Err(D::Error::custom(format_args!(
+            "expected a non-negative number of milliseconds, got {n}"
+        ))),
+    }
+}
+
 /// Codes that the default retry policy retries.
 pub const RETRYABLE_CODES: [&str; 5] = [
     llm_failure::EMPTY_RESPONSE,
@@ -82,7 +124,9 @@ pub const RETRYABLE_CODES: [&str; 5] = [
 pub struct ToolSchema {
     /// Tool name.
     pub name: String,
-    /// What it does.
+    /// What it does (absent reads as empty: a tool from another source,
+    /// an MCP server's, may have none).
+    #[serde(default)]
     pub description: String,
     /// JSON Schema of its arguments.
     pub parameters: Value,

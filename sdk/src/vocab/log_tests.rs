@@ -209,6 +209,24 @@ fn closers_tolerate_an_orphan_tool_call() {
     );
 }
 
+#[test]
+fn closers_answer_the_calls_of_an_answer_whose_usage_does_not_read_once_each() {
+    let mut answer = calls(&["k1", "k1"]);
+    answer["usage"] = json!({"inputTokens": -3, "outputTokens": 0});
+    let l = log(vec![
+        (event::TURN_START, json!({"turn": 1})),
+        (event::STEP_START, ts()),
+        (event::ASSISTANT_MESSAGE, answer),
+    ]);
+    let c = interrupted_turn_closers(&l);
+    assert_eq!(
+        kinds(&c),
+        [event::TOOL_RESULT, event::STEP_END, event::TURN_END],
+        "the call is answered once, though the usage is malformed"
+    );
+    assert_eq!(c[0].data["message"]["source"]["callId"], "k1");
+}
+
 // ---- session.spec / surface.spec / properties.spec: derivation ----
 
 #[test]

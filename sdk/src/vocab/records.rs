@@ -185,23 +185,107 @@ impl<'de> Deserialize<'de> for TurnEndReason {
     }
 }
 
-/// Who cancelled a turn (`AgentCancelCause`, plus `legacy` for imports).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "kebab-case")]
+/// Who cancelled a turn (`reason` of an `aborted` [`TurnEndReason`],
+/// tagged by `kind`): the original's `AgentCancelCause`, `legacy` for
+/// imported logs, and, as in the original, whatever other cause a plugin
+/// passes to `agents.cancel`, kept whole in [`CancelCause::Other`]. A
+/// known kind that is malformed (`{kind: "hook", reason: 3}`) is an error.
+#[derive(Debug, Clone, PartialEq)]
 pub enum CancelCause {
-    /// The user.
+    /// `{kind: "user"}`: the user.
     User,
-    /// The parent agent.
+    /// `{kind: "parent"}`: the parent agent.
     Parent,
-    /// A hook, with its reason.
+    /// `{kind: "hook", reason?}`: a hook. The original types the reason as
+    /// required, but a hook that passes none writes `{kind: "hook"}` (its
+    /// JSON drops an undefined field), so a log may hold one.
     Hook {
-        /// What the hook said.
-        reason: String,
+        /// What the hook said, if it said anything.
+        reason: Option<String>,
     },
-    /// The agent was disposed.
+    /// `{kind: "disposed"}`: the agent was disposed.
     Disposed,
-    /// An imported log's cancellation.
+    /// `{kind: "legacy"}`: an imported log's cancellation.
     Legacy,
+    /// A kind this harness does not know (`{kind: "timeout", ...}`), kept
+    /// whole (`kind` included).
+    Other(Extra),
+}
+
+/// The `kind` tags of [`CancelCause`].
+pub mod cancel_kind {
+    /// [`super::CancelCause::User`].
+    pub const USER: &str = "user";
+    /// [`super::CancelCause::Parent`].
+    pub const PARENT: &str = "parent";
+    /// [`super::CancelCause::Hook`].
+    pub const HOOK: &str = "hook";
+    /// [`super::CancelCause::Disposed`].
+    pub const DISPOSED: &str = "disposed";
+    /// [`super::CancelCause::Legacy`].
+    pub const LEGACY: &str = "legacy";
+}
+
+impl CancelCause {
+    /// The `kind` tag.
+    pub fn kind(&self) -> &str {
+        match self {
+            CancelCause::User => cancel_kind::USER,
+            CancelCause::Parent => cancel_kind::PARENT,
+            CancelCause::Hook { .. } => cancel_kind::HOOK,
+            CancelCause::Disposed => cancel_kind::DISPOSED,
+            CancelCause::Legacy => cancel_kind::LEGACY,
+            CancelCause::Other(o) => o.get("kind").and_then(Value::as_str).unwrap_or(""),
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+enum KnownCause<R> {
+    User,
+    Parent,
+    Hook {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<R>,
+    },
+    Disposed,
+    Legacy,
+}
+
+impl Serialize for CancelCause {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            CancelCause::User => KnownCause::<&str>::User.serialize(s),
+            CancelCause::Parent => KnownCause::<&str>::Parent.serialize(s),
+            CancelCause::Hook { reason } => KnownCause::Hook {
+                reason: reason.as_deref(),
+            }
+            .serialize(s),
+            CancelCause::Disposed => KnownCause::<&str>::Disposed.serialize(s),
+            CancelCause::Legacy => KnownCause::<&str>::Legacy.serialize(s),
+            CancelCause::Other(o) => o.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for CancelCause {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use cancel_kind::*;
+        let known = [USER, PARENT, HOOK, DISPOSED, LEGACY];
+        let value = match open::split(Extra::deserialize(d)?, "kind", &known)? {
+            Ok(value) => value,
+            Err(other) => return Ok(CancelCause::Other(other)),
+        };
+        let known: KnownCause<String> = KnownCause::deserialize(value).map_err(D::Error::custom)?;
+        Ok(match known {
+            KnownCause::User => CancelCause::User,
+            KnownCause::Parent => CancelCause::Parent,
+            KnownCause::Hook { reason } => CancelCause::Hook { reason },
+            KnownCause::Disposed => CancelCause::Disposed,
+            KnownCause::Legacy => CancelCause::Legacy,
+        })
+    }
 }
 
 /// `step/start` and `step/end`: one model call and its tools.
@@ -300,13 +384,31 @@ pub struct ToolResult {
     pub extra: Extra,
 }
 
-/// The name and code of a failed call's error.
+/// A failed call's error info, as its result carried it (the original
+/// writes `result.error.info` whole): the error's class and code, and the
+/// fields of whoever made it (a `tools/post-execute` hook may give an info
+/// of its own, without a code or with more).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolErrorRef {
-    /// The error's name (`ToolNotStartedError`, ...).
+    /// The error's class (`ToolNotStartedError`, ...).
     pub name: String,
-    /// Its code (`TOOL_NOT_STARTED`, ...).
-    pub code: String,
+    /// Its code (`TOOL_NOT_STARTED`, ...), when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// Fields this harness does not know.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+impl ToolErrorRef {
+    /// The info of class `name` with `code`.
+    pub fn new(name: impl Into<String>, code: impl Into<String>) -> ToolErrorRef {
+        ToolErrorRef {
+            name: name.into(),
+            code: Some(code.into()),
+            extra: Extra::new(),
+        }
+    }
 }
 
 /// `todo/write`: the todo list, replaced whole.
@@ -727,6 +829,10 @@ mod tests {
             r#"{"kind":"max-tokens"}"#,
             r#"{"kind":"interrupted"}"#,
             r#"{"kind":"handed-off","to":"x"}"#,
+            // Causes of other plugins, and a hook that gave no reason.
+            r#"{"kind":"aborted","reason":{"kind":"timeout","afterMs":500}}"#,
+            r#"{"kind":"aborted","reason":{"kind":"hook"}}"#,
+            r#"{"kind":"aborted","reason":{"kind":"legacy"}}"#,
         ] {
             round_trip::<TurnEnd>(&format!(r#"{{"turn":2,"reason":{reason}}}"#));
         }
@@ -742,6 +848,14 @@ mod tests {
         );
         round_trip::<ToolResult>(
             r#"{"turn":1,"step":1,"message":{"id":"r","role":"user","content":[{"type":"tool-result","toolCallId":"c","content":[],"isError":true}],"source":{"kind":"tool","callId":"c"}},"error":{"name":"ToolNotStartedError","code":"TOOL_NOT_STARTED"},"meta":{"lines":3}}"#,
+        );
+        // The info as the result carried it: without a code, or with
+        // fields of whoever made it.
+        round_trip::<ToolResult>(
+            r#"{"turn":1,"step":1,"message":{"id":"r","role":"user","content":[{"type":"tool-result","toolCallId":"c","content":[],"isError":true}],"source":{"kind":"tool","callId":"c"}},"error":{"name":"HookError"}}"#,
+        );
+        round_trip::<ToolResult>(
+            r#"{"turn":1,"step":1,"message":{"id":"r","role":"user","content":[{"type":"tool-result","toolCallId":"c","content":[],"isError":true}],"source":{"kind":"tool","callId":"c"}},"error":{"name":"PolicyError","code":"DENIED","rule":"r7","retryable":false}}"#,
         );
         round_trip::<TodoWrite>(
             r#"{"todos":[{"content":"a","status":"in_progress"},{"content":"b","status":"pending","priority":"high"}]}"#,
@@ -775,7 +889,58 @@ mod tests {
     fn a_malformed_known_reason_is_an_error_and_an_unknown_one_is_kept() {
         assert!(serde_json::from_str::<TurnEndReason>(r#"{"kind":"error"}"#).is_err());
         assert!(serde_json::from_str::<TurnEndReason>(r#"{"kind":3}"#).is_err());
+        // The original computes some delays without rounding.
+        let end: TurnEndReason = serde_json::from_str(
+            r#"{"kind":"error","error":{"message":"m","code":"RATE_LIMIT","providerRetryAfterMs":1500.5}}"#,
+        )
+        .unwrap();
+        match end {
+            TurnEndReason::Error { error } => assert_eq!(error.provider_retry_after_ms, Some(1501)),
+            other => panic!("{other:?}"),
+        }
         let other: TurnEndReason = serde_json::from_str(r#"{"kind":"later","x":1}"#).unwrap();
         assert_eq!(other.kind(), "later");
+    }
+
+    #[test]
+    fn a_cancel_cause_of_another_plugin_is_kept_and_a_malformed_known_one_is_an_error() {
+        let end: TurnEnd = serde_json::from_str(
+            r#"{"turn":3,"reason":{"kind":"aborted","reason":{"kind":"timeout","afterMs":500}}}"#,
+        )
+        .unwrap();
+        let TurnEndReason::Aborted { reason } = &end.reason else {
+            panic!("{end:?}");
+        };
+        assert_eq!(reason.kind(), "timeout");
+        assert!(matches!(reason, CancelCause::Other(o) if o["afterMs"] == 500));
+        let hook: CancelCause =
+            serde_json::from_str(r#"{"kind":"hook","reason":"policy"}"#).unwrap();
+        assert_eq!(
+            hook,
+            CancelCause::Hook {
+                reason: Some("policy".into())
+            }
+        );
+        let silent: CancelCause = serde_json::from_str(r#"{"kind":"hook"}"#).unwrap();
+        assert_eq!(silent, CancelCause::Hook { reason: None });
+        for (text, why) in [
+            (r#"{"kind":"hook","reason":3}"#, "invalid type: integer `3`"),
+            (r#"{"kind":3}"#, "`kind` must be a string"),
+            (r#"{"reason":"x"}"#, "missing field `kind`"),
+            (r#""user""#, "invalid type: string"),
+        ] {
+            let e = serde_json::from_str::<CancelCause>(text).unwrap_err();
+            assert!(e.to_string().contains(why), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_tool_error_ref_is_the_info_whole() {
+        let bare: ToolErrorRef = serde_json::from_str(r#"{"name":"HookError"}"#).unwrap();
+        assert_eq!((bare.code, bare.extra.len()), (None, 0));
+        assert_eq!(
+            serde_json::to_string(&ToolErrorRef::new("AbortError", "ABORTED")).unwrap(),
+            r#"{"name":"AbortError","code":"ABORTED"}"#
+        );
     }
 }

@@ -18,7 +18,7 @@ fn wire(v: impl Serialize) -> String {
 fn sends_carry_the_agent_and_the_message_as_given() {
     let p = SendParams {
         agent: "a".into(),
-        message: json!({"text": "hi"}),
+        message: UserInput::text("hi"),
     };
     assert_eq!(wire(&p), r#"{"agent":"a","message":{"text":"hi"}}"#);
     assert_eq!(
@@ -35,7 +35,7 @@ fn replace_and_remove_name_the_message_in_camel_case() {
     let r = ReplaceParams {
         agent: "a".into(),
         message_id: "m".into(),
-        message: json!({"text": "x"}),
+        message: UserInput::text("x"),
     };
     assert_eq!(
         wire(&r),
@@ -61,6 +61,36 @@ fn cancel_defaults_to_no_cause_and_clearing_the_inbox() {
         wire(&full),
         r#"{"agent":"a","cause":{"kind":"disposed"},"keepInbox":true}"#
     );
+    assert_eq!(full.cause, Some(CancelCause::Disposed));
+    // A cause of another plugin's is kept whole.
+    let other: CancelParams = parse(json!({"agent": "a", "cause": {"kind": "timeout", "ms": 5}}));
+    assert_eq!(other.cause.as_ref().map(CancelCause::kind), Some("timeout"));
+    assert_eq!(
+        wire(&other),
+        r#"{"agent":"a","cause":{"kind":"timeout","ms":5}}"#
+    );
+}
+
+#[test]
+fn a_sent_message_is_a_message_or_the_text_shorthand() {
+    let full = json!({"id": "m1", "role": "user", "content": [{"type": "text", "text": "hi"}],
+                      "source": {"kind": "user"}});
+    let p: SendParams = parse(json!({"agent": "a", "message": full.clone()}));
+    assert!(matches!(&p.message, UserInput::Message(m) if m.id == "m1"));
+    assert_eq!(serde_json::to_value(&p.message).unwrap(), full);
+    for (message, why) in [
+        (json!({"content": 5}), "a message needs `role` or `text`"),
+        (
+            json!({"role": "user", "content": []}),
+            "the message is not a well-formed message: missing field `id`",
+        ),
+    ] {
+        let e = serde_json::from_value::<SendParams>(json!({"agent": "a", "message": message}))
+            .unwrap_err();
+        assert_eq!(e.to_string(), why);
+    }
+    let e = serde_json::from_value::<SendParams>(json!({"agent": "a"})).unwrap_err();
+    assert_eq!(e.to_string(), "missing field `message`");
 }
 
 #[test]

@@ -1,12 +1,14 @@
 //! What a call answers: a tool's [`ToolReply`], and the pipeline's
 //! [`ToolResult`] made of it (or of a failure: [`ToolError`],
-//! [`ErrorInfo`]). Content is typed ([`ContentBlock`]); the `value` and
-//! `meta` are each tool's own shapes and stay JSON.
+//! [`ErrorInfo`]). Content is typed ([`ContentBlock`]), and so are the
+//! contexts a call adds ([`UserInput`]); the `value` and `meta` are each
+//! tool's own shapes and stay JSON.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::{exactly_true, is_false, nullable, present};
+use crate::vocab::input::UserInput;
 use crate::vocab::message::ContentBlock;
 
 /// What a tool's `execute` answers: its content, and optionally a
@@ -35,11 +37,12 @@ pub struct ToolReply {
     /// shape, for front-ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub meta: Option<Value>,
-    /// User messages the agent loop queues for the next step. Open: the
-    /// inbox's input form (a message, or the `{text}` shorthand), which the
-    /// agent loop completes and checks.
+    /// User messages the agent loop queues for the next step, in the
+    /// inbox's input form (a message, or the `{text}` shorthand). One that
+    /// is neither fails the call (`INVALID_PAYLOAD` naming
+    /// `additionalContexts[i]`), not the agent's step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub additional_contexts: Option<Vec<Value>>,
+    pub additional_contexts: Option<Vec<UserInput>>,
     /// The call ends the turn.
     #[serde(
         default,
@@ -98,10 +101,10 @@ pub struct ToolResult {
     /// Presentation meta; the tool's own shape, for front-ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub meta: Option<Value>,
-    /// User messages the agent loop queues for the next step (open, as
+    /// User messages the agent loop queues for the next step (as
     /// [`ToolReply::additional_contexts`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub additional_contexts: Option<Vec<Value>>,
+    pub additional_contexts: Option<Vec<UserInput>>,
     /// The call ends the turn.
     #[serde(
         default,
@@ -141,7 +144,7 @@ impl ToolResult {
     }
 
     /// The contexts it carries (none when it has no list).
-    pub fn contexts(&self) -> &[Value] {
+    pub fn contexts(&self) -> &[UserInput] {
         self.additional_contexts.as_deref().unwrap_or(&[])
     }
 }

@@ -181,11 +181,19 @@ fn the_small_params_default_their_absent_fields() {
     let g: GuardParams = parse(json!({"service": "g1"}));
     assert_eq!((g.service.as_deref(), g.scope), (Some("g1"), None));
     let d: DeferContextParams =
-        parse(json!({"agent": "a1", "callId": "c1", "context": {"role": "user"}}));
+        parse(json!({"agent": "a1", "callId": "c1", "context": {"text": "later"}}));
     assert_eq!(d.call.key(), ("a1".to_owned(), "c1".to_owned()));
     assert_eq!(
         wire(&d),
-        r#"{"agent":"a1","callId":"c1","context":{"role":"user"}}"#
+        r#"{"agent":"a1","callId":"c1","context":{"text":"later"}}"#
+    );
+    let e = serde_json::from_value::<DeferContextParams>(
+        json!({"agent": "a1", "callId": "c1", "context": {"role": "user"}}),
+    )
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "the message is not a well-formed message: missing field `id`"
     );
     assert_eq!(CallRef::default().key(), (String::new(), String::new()));
 }
@@ -219,10 +227,10 @@ fn replies_read_the_providers_json() {
 fn results_read_successes_failures_and_unknown_fields() {
     let ok: ToolResult = parse(json!({"isError": false, "value": {"n": 1},
         "content": [{"type": "text", "text": "1"}], "meta": {"m": true},
-        "additionalContexts": [{"role": "user"}], "concludesTurn": true, "cached": 1}));
+        "additionalContexts": [{"text": "note"}], "concludesTurn": true, "cached": 1}));
     assert!(!ok.is_error && ok.concludes_turn);
     assert_eq!(ok.value, Some(json!({"n": 1})));
-    assert_eq!(ok.additional_contexts.as_ref().map(Vec::len), Some(1));
+    assert_eq!(ok.contexts(), [UserInput::text("note")]);
     assert_eq!(ok.extra["cached"], 1);
     let failed: ToolResult = parse(json!({"isError": true,
         "error": {"message": "m", "info": {"name": "ToolError", "code": "X"}},
@@ -243,6 +251,26 @@ fn results_read_successes_failures_and_unknown_fields() {
     assert_eq!(
         wire(ToolReply::text("x")),
         r#"{"content":[{"type":"text","text":"x"}]}"#
+    );
+}
+
+#[test]
+fn a_context_that_is_not_a_message_fails_the_reply_naming_it() {
+    let reply = json!({"content": [], "additionalContexts": [
+        {"text": "fine"},
+        {"id": "m", "role": "user", "content": []},
+    ]});
+    let e = serde_path_to_error::deserialize::<_, ToolReply>(reply).unwrap_err();
+    assert_eq!(e.path().to_string(), "additionalContexts[1]");
+    assert_eq!(
+        e.into_inner().to_string(),
+        "the message is not a well-formed message: missing field `source`"
+    );
+    let full = json!({"id": "m", "role": "user", "content": [], "source": {"kind": "user"}});
+    let reply: ToolReply = parse(json!({"additionalContexts": [full.clone(), {"text": "t"}]}));
+    assert_eq!(
+        serde_json::to_value(reply.additional_contexts).unwrap(),
+        json!([full, {"text": "t"}])
     );
 }
 
@@ -279,10 +307,10 @@ fn post_execute_decisions_tell_a_null_from_an_absent_replacement() {
     let null: PostExecuteDecision = parse(json!({"kind": "accept", "value": null}));
     assert_eq!((null.value, null.content), (Some(Value::Null), None));
     let spilled: PostExecuteDecision = parse(json!({"kind": "accept",
-        "content": [{"type": "text", "text": "preview"}], "additionalContexts": [{}], "x": 2}));
+        "content": [{"type": "text", "text": "preview"}], "additionalContexts": [{"text": "t"}], "x": 2}));
     assert_eq!(
         wire(&spilled),
-        r#"{"kind":"accept","content":[{"type":"text","text":"preview"}],"additionalContexts":[{}],"x":2}"#
+        r#"{"kind":"accept","content":[{"type":"text","text":"preview"}],"additionalContexts":[{"text":"t"}],"x":2}"#
     );
     let block: PostExecuteDecision = parse(json!({"kind": "block", "feedback": "nope"}));
     assert!(block.is_block());
