@@ -12,7 +12,6 @@
 //! original's own writers differ per call site); a stored event that
 //! nobody rewrote keeps its text byte for byte (see [`crate::LazyJson`]).
 
-use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
@@ -132,7 +131,12 @@ impl Serialize for Message {
 
 impl<'de> Deserialize<'de> for Message {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let mut map = Extra::deserialize(d)?;
+        open::deserialize(d)
+    }
+}
+
+impl open::FromMap for Message {
+    fn from_map(mut map: Extra) -> Result<Self, String> {
         let layout: Vec<Slot> = map
             .keys()
             .map(|k| match k.as_str() {
@@ -143,12 +147,14 @@ impl<'de> Deserialize<'de> for Message {
                 _ => Slot::Extra,
             })
             .collect();
-        fn field<'de, T: Deserialize<'de>, E: serde::de::Error>(
+        fn field<T: serde::de::DeserializeOwned>(
             map: &mut Extra,
             key: &'static str,
-        ) -> Result<T, E> {
-            let value = map.shift_remove(key).ok_or_else(|| E::missing_field(key))?;
-            T::deserialize(value).map_err(|e| E::custom(format_args!("{key}: {e}")))
+        ) -> Result<T, String> {
+            let value = map
+                .shift_remove(key)
+                .ok_or_else(|| format!("missing field `{key}`"))?;
+            T::deserialize(value).map_err(|e| format!("{key}: {e}"))
         }
         let id = field(&mut map, "id")?;
         let role = field(&mut map, "role")?;
@@ -401,18 +407,24 @@ impl Serialize for MessageSource {
 
 impl<'de> Deserialize<'de> for MessageSource {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        open::deserialize(d)
+    }
+}
+
+impl open::FromMap for MessageSource {
+    fn from_map(map: Extra) -> Result<Self, String> {
         let known = [
             source_kind::USER,
             source_kind::MODEL,
             source_kind::TOOL,
             source_kind::PLUGIN,
         ];
-        let value = match open::split(Extra::deserialize(d)?, "kind", &known)? {
+        let value = match open::split(map, "kind", &known)? {
             Ok(value) => value,
             Err(other) => return Ok(MessageSource::Other(other)),
         };
         type Owned = TaggedSource<Extra, ModelSource, ToolSource, PluginSource>;
-        let tagged = Owned::deserialize(value).map_err(D::Error::custom)?;
+        let tagged: Owned = open::known(value)?;
         Ok(match tagged {
             TaggedSource::User(mut e) => {
                 e.shift_remove("kind");
@@ -606,6 +618,12 @@ impl Serialize for ContentBlock {
 
 impl<'de> Deserialize<'de> for ContentBlock {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        open::deserialize(d)
+    }
+}
+
+impl open::FromMap for ContentBlock {
+    fn from_map(map: Extra) -> Result<Self, String> {
         let known = [
             block_type::TEXT,
             block_type::REASONING,
@@ -613,12 +631,12 @@ impl<'de> Deserialize<'de> for ContentBlock {
             block_type::TOOL_RESULT,
             block_type::IMAGE,
         ];
-        let value = match open::split(Extra::deserialize(d)?, "type", &known)? {
+        let value = match open::split(map, "type", &known)? {
             Ok(value) => value,
             Err(other) => return Ok(ContentBlock::Other(other)),
         };
         type Owned = TaggedBlock<TextBlock, ToolCallBlock, ToolResultBlock, ImageBlock>;
-        let tagged = Owned::deserialize(value).map_err(D::Error::custom)?;
+        let tagged: Owned = open::known(value)?;
         Ok(match tagged {
             TaggedBlock::Text(b) => ContentBlock::Text(b),
             TaggedBlock::Reasoning(b) => ContentBlock::Reasoning(b),

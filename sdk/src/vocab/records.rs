@@ -166,14 +166,19 @@ impl Serialize for TurnEndReason {
 
 impl<'de> Deserialize<'de> for TurnEndReason {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        open::deserialize(d)
+    }
+}
+
+impl open::FromMap for TurnEndReason {
+    fn from_map(map: Extra) -> Result<Self, String> {
         use turn_end_kind::*;
         let known = [COMPLETED, ABORTED, BLOCKED, ERROR, MAX_TOKENS, INTERRUPTED];
-        let value = match open::split(Extra::deserialize(d)?, "kind", &known)? {
+        let value = match open::split(map, "kind", &known)? {
             Ok(value) => value,
             Err(other) => return Ok(TurnEndReason::Other(other)),
         };
-        let known: KnownTurnEnd<CancelCause, LlmFailure> =
-            KnownTurnEnd::deserialize(value).map_err(D::Error::custom)?;
+        let known: KnownTurnEnd<CancelCause, LlmFailure> = open::known(value)?;
         Ok(match known {
             KnownTurnEnd::Completed => TurnEndReason::Completed,
             KnownTurnEnd::Aborted { reason } => TurnEndReason::Aborted { reason },
@@ -271,13 +276,19 @@ impl Serialize for CancelCause {
 
 impl<'de> Deserialize<'de> for CancelCause {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        open::deserialize(d)
+    }
+}
+
+impl open::FromMap for CancelCause {
+    fn from_map(map: Extra) -> Result<Self, String> {
         use cancel_kind::*;
         let known = [USER, PARENT, HOOK, DISPOSED, LEGACY];
-        let value = match open::split(Extra::deserialize(d)?, "kind", &known)? {
+        let value = match open::split(map, "kind", &known)? {
             Ok(value) => value,
             Err(other) => return Ok(CancelCause::Other(other)),
         };
-        let known: KnownCause<String> = KnownCause::deserialize(value).map_err(D::Error::custom)?;
+        let known: KnownCause<String> = open::known(value)?;
         Ok(match known {
             KnownCause::User => CancelCause::User,
             KnownCause::Parent => CancelCause::Parent,
