@@ -350,6 +350,9 @@ async fn wire_faults_become_clear_turn_errors() {
         !r.to_string().contains("sk-test"),
         "the key must never appear: {r}"
     );
+    // The turn logs the model's failure whole, status included (the
+    // original's `turn/end` carries `e.failure`).
+    assert_eq!(r["error"]["status"], 401, "{r}");
     // 400 context overflow.
     let (r, _, _) = failing_turn(vec![Answer::Status(
         400,

@@ -109,10 +109,13 @@ fn aborted(abort: &Abort) -> TurnEndReason {
     TurnEndReason::Aborted { reason }
 }
 
-/// A failure that ends the turn: an abort, or an error with its reason.
+/// A failure that ends the turn: an abort, an error, or the model's
+/// failure, logged whole in the `turn/end` (status, retry-after and request
+/// id included, as the original logs `e.failure`).
 pub(crate) enum Stop {
     Aborted,
     Failed(Error),
+    Model(LlmFailure),
 }
 
 impl From<Error> for Stop {
@@ -219,9 +222,14 @@ impl Loop {
         let reason = match outcome {
             Ok(()) => ends.unwrap_or(TurnEndReason::Completed),
             Err(Stop::Aborted) => aborted(&abort),
-            Err(Stop::Failed(_)) if abort.is_aborted() => aborted(&abort),
+            Err(Stop::Failed(_) | Stop::Model(_)) if abort.is_aborted() => aborted(&abort),
             Err(Stop::Failed(e)) => {
                 let error = LlmFailure::new(&e.code, e.message.clone());
+                self.report_error(agent, turn, None, e);
+                TurnEndReason::Error { error }
+            }
+            Err(Stop::Model(error)) => {
+                let e = Error::new(&error.code, error.message.clone());
                 self.report_error(agent, turn, None, e);
                 TurnEndReason::Error { error }
             }
@@ -845,7 +853,7 @@ impl Loop {
         if decision.is_some_and(|d| d.is_retry()) {
             return Ok(());
         }
-        Err(Error::new(&failure.code, &failure.message).into())
+        Err(Stop::Model(failure.clone()))
     }
 
     /// Logs the model's answer, then runs its tool calls: the step ends
