@@ -868,10 +868,10 @@ impl Loop {
         abort: &Abort,
     ) -> Result<StepEnd, Stop> {
         let max_tokens = answer.assembler.finish() == FinishReason::MaxTokens;
-        let blocks = answer.assembler.blocks().map_err(unassembled)?;
-        // Kept with the message, as the original does, for the adapter to
-        // replay this answer (pruned with the tool calls a cut dropped).
-        let replay_state = answer.assembler.replay_state().map_err(unassembled)?;
+        // The replay state is kept with the message, as the original does,
+        // for the adapter to replay this answer (pruned with the tool calls
+        // a cut dropped).
+        let (blocks, replay_state) = answer.assembler.assemble().map_err(unassembled)?;
         let calls = Call::of(&blocks);
         let message = assistant_message(route, blocks, replay_state);
         self.append_assistant(agent, (turn, step), message, answer, false)

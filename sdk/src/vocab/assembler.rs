@@ -154,27 +154,31 @@ impl BlockAssembler {
         self.usage.as_ref()
     }
 
-    fn assembled(&self) -> Result<(Vec<ContentBlock>, Option<Value>), AssembleError> {
+    /// The assembled blocks and the replay state to keep with them, in
+    /// one pass: what a message is made of. On `max-tokens` every tool call
+    /// is dropped, and the replay state's `blocks` with them; a replay
+    /// state whose `blocks` do not line up with the blocks seen is dropped.
+    pub fn assemble(&self) -> Result<(Vec<ContentBlock>, Option<Value>), AssembleError> {
         let all = self
             .partials
             .iter()
             .map(Self::block_of)
             .collect::<Result<Vec<_>, _>>()?;
+        let seen = all.len();
         let max_tokens = matches!(self.finish, Some(FinishReason::MaxTokens));
         let kept: Vec<bool> = all
             .iter()
             .map(|b| !(max_tokens && matches!(b, ContentBlock::ToolCall(_))))
             .collect();
         let blocks: Vec<ContentBlock> = all
-            .iter()
+            .into_iter()
             .zip(&kept)
-            .filter(|(_, k)| **k)
-            .map(|(b, _)| b.clone())
+            .filter_map(|(b, k)| k.then_some(b))
             .collect();
         let replay = match &self.replay_state {
             Some(Value::Object(envelope)) => match envelope.get("blocks") {
                 None => self.replay_state.clone(),
-                Some(Value::Array(replayed)) if replayed.len() == all.len() => {
+                Some(Value::Array(replayed)) if replayed.len() == seen => {
                     let mut envelope = envelope.clone();
                     let pruned: Vec<Value> = replayed
                         .iter()
@@ -194,14 +198,7 @@ impl BlockAssembler {
 
     /// The assembled blocks; on `max-tokens` every tool call is dropped.
     pub fn blocks(&self) -> Result<Vec<ContentBlock>, AssembleError> {
-        Ok(self.assembled()?.0)
-    }
-
-    /// The replay state to keep with the message: as the finish chunk
-    /// gave it, pruned with dropped tool calls, or `None` when its
-    /// `blocks` do not line up with the blocks seen.
-    pub fn replay_state(&self) -> Result<Option<Value>, AssembleError> {
-        Ok(self.assembled()?.1)
+        Ok(self.assemble()?.0)
     }
 
     /// Text and reasoning with visible content, for an interrupted stream

@@ -347,10 +347,7 @@ fn replay_state_passes_through_without_blocks_and_is_pruned_with_dropped_tool_ca
         text(0, "x"),
         finish_with_replay("stop", json!({"response": "r"})),
     ]);
-    assert_eq!(
-        plain.replay_state().unwrap(),
-        Some(json!({"response": "r"}))
-    );
+    assert_eq!(plain.assemble().unwrap().1, Some(json!({"response": "r"})));
     let cut = assemble(&[
         text(0, "partial"),
         call(1, "k1", Some("read"), "{"),
@@ -364,7 +361,7 @@ fn replay_state_passes_through_without_blocks_and_is_pruned_with_dropped_tool_ca
         [json!({"type": "text", "text": "partial"})]
     );
     assert_eq!(
-        cut.replay_state().unwrap(),
+        cut.assemble().unwrap().1,
         Some(json!({"response": "r", "blocks": ["b0"]}))
     );
 }
@@ -376,6 +373,6 @@ fn a_misaligned_replay_state_is_dropped() {
         text(1, "y"),
         finish_with_replay("stop", json!({"response": "r", "blocks": ["only one"]})),
     ]);
-    assert_eq!(a.replay_state().unwrap(), None);
+    assert_eq!(a.assemble().unwrap().1, None);
     assert_eq!(a.json_blocks().len(), 2);
 }

@@ -94,20 +94,12 @@ impl LlmFailure {
 
 /// An optional duration in ms written as any non-negative number (the
 /// original computes some without rounding), rounded up.
-pub(crate) fn whole_ms<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    use serde::de::Error;
-    let Some(n) = Option::<serde_json::Number>::deserialize(d)? else {
-        return Ok(None);
-    };
-    if let Some(n) = n.as_u64() {
-        return Ok(Some(n));
-    }
-    match n.as_f64() {
-        Some(f) if f.is_finite() && f >= 0.0 && f <= u64::MAX as f64 => Ok(Some(f.ceil() as u64)),
-        _ => Err(D::Error::custom(format_args!(
-            "expected a non-negative number of milliseconds, got {n}"
-        ))),
-    }
+fn whole_ms<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    super::json::whole_number(
+        d,
+        super::json::Fraction::RoundedUp,
+        "number of milliseconds",
+    )
 }
 
 /// Codes that the default retry policy retries.

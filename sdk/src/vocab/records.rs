@@ -30,7 +30,6 @@
 //! | `session/title` | [`SessionTitle`] |
 //! | `hook/invoked`, `hook/result` | [`HookInvoked`], [`HookResult`] |
 
-use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
@@ -561,21 +560,9 @@ fn js_number<S: Serializer>(n: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
     }
 }
 
-/// An optional non-negative integer that may be written as an integral
-/// float (`10.0`).
+/// `maxTokens`: an integral float (`10.0`) reads as its integer.
 fn integral<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    let Some(n) = Option::<serde_json::Number>::deserialize(d)? else {
-        return Ok(None);
-    };
-    if let Some(n) = n.as_u64() {
-        return Ok(Some(n));
-    }
-    match n.as_f64() {
-        Some(f) if f >= 0.0 && f.fract() == 0.0 && f <= u64::MAX as f64 => Ok(Some(f as u64)),
-        _ => Err(D::Error::custom(format_args!(
-            "expected a non-negative integer, got {n}"
-        ))),
-    }
+    super::json::whole_number(d, super::json::Fraction::Refused, "integer")
 }
 
 /// `request/context`: the route's capacity, on a change.
