@@ -3,16 +3,10 @@
 //! `reasoning = false` and its own `baseUrl` — any OpenAI-compatible
 //! endpoint (Ollama, vLLM, llama.cpp server).
 
-mod answer_cap;
-mod call_ids;
 mod convert;
-mod error_body;
-mod failure;
-mod lenient;
 mod models;
 mod request;
 mod response;
-mod sse;
 mod stream;
 
 use std::rc::Rc;
@@ -22,12 +16,13 @@ use dsh_sdk::api::llm::purpose;
 use dsh_sdk::names::service;
 use dsh_sdk::prelude::*;
 use dsh_sdk::tool::register_model_adapter;
+use dsh_llm_http::exchange::{self, Events};
+use dsh_llm_http::{answer_cap, code, sse};
 use dsh_sdk::vocab::LlmFailure;
-use failure::code;
 use serde::Deserialize;
 
-/// The config field that raises the SSE line cap, as users write it.
-const MAX_SSE_LINE_FIELD: &str = "maxSseLineBytes";
+/// This plugin's name, as its failures tell the user which config to change.
+pub(crate) const PLUGIN: &str = "llm-deepseek";
 
 #[derive(Deserialize, Clone)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
@@ -125,45 +120,29 @@ struct Adapter {
 
 impl Adapter {
     async fn stream(self: Rc<Self>, request: Payload, tx: ReplySender) {
-        let fail = |f: LlmFailure| {
+        if let Err(f) = self.exchange(request, &tx).await {
             tx.send(f.finish(false));
-        };
-        let key = if self.config.api_key_env.is_empty() {
-            None
-        } else {
-            match std::env::var(&self.config.api_key_env) {
-                Ok(k) if !k.trim().is_empty() => Some(k),
-                _ => {
-                    return fail(LlmFailure::new(
-                        code::MISSING_CREDENTIAL,
-                        format!(
-                            "no API key: set the environment variable {}",
-                            self.config.api_key_env
-                        ),
-                    ))
-                }
-            }
-        };
-        let request: request::Request = match request.parse() {
-            Ok(r) => r,
-            Err(e) => {
-                return fail(LlmFailure::new(
-                    code::INVALID_REQUEST,
-                    format!("the request does not fit the chat-completions adapter: {e}"),
-                ))
-            }
-        };
+        }
+    }
+
+    /// One request: its chunks sent on `tx` as they stream; the failure
+    /// that ends it otherwise.
+    async fn exchange(&self, request: Payload, tx: &ReplySender) -> Result<(), LlmFailure> {
+        let key = exchange::api_key(&self.config.api_key_env)?;
+        let request: request::Request = request.parse().map_err(|e| {
+            LlmFailure::new(
+                code::INVALID_REQUEST,
+                format!("the request does not fit the chat-completions adapter: {e}"),
+            )
+        })?;
         let session = request.session_id.clone();
         let compaction = request.purpose.as_deref() == Some(purpose::COMPACTION);
-        let body = match self.converter.body(&self.config, request) {
-            Ok(b) => b,
-            Err(e) => {
-                return fail(LlmFailure::new(
-                    code::INVALID_REQUEST,
-                    format!("the request cannot be converted to chat completions: {e}"),
-                ))
-            }
-        };
+        let body = self.converter.body(&self.config, request).map_err(|e| {
+            LlmFailure::new(
+                code::INVALID_REQUEST,
+                format!("the request cannot be converted to chat completions: {e}"),
+            )
+        })?;
         let url = format!(
             "{}/chat/completions",
             self.config.base_url.trim_end_matches('/')
@@ -171,7 +150,7 @@ impl Adapter {
         let mut http = self
             .client
             .post(&url)
-            .header("User-Agent", concat!("dsh/", env!("CARGO_PKG_VERSION")))
+            .header("User-Agent", exchange::USER_AGENT)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body);
         if let Some(k) = key {
@@ -184,114 +163,30 @@ impl Adapter {
             http = http.header("x-deepseek-harness-compact", "1");
         }
         let idle = Duration::from_millis(self.config.stream_idle_timeout_ms);
-        let response = match tokio::time::timeout(idle, http.send()).await {
-            Err(_) => {
-                return fail(LlmFailure::new(
-                    code::TIMEOUT,
-                    format!("no response within {} ms", idle.as_millis()),
-                ))
-            }
-            Ok(Err(e)) => {
-                return fail(LlmFailure::new(
-                    code::TRANSPORT,
-                    format!("request to {url} failed: {}", error_chain(&e)),
-                ))
-            }
-            Ok(Ok(r)) => r,
-        };
-        let status = response.status();
-        let request_id = response
-            .headers()
-            .get("x-request-id")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        if !status.is_success() {
-            let retry_after = response
-                .headers()
-                .get("retry-after")
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse::<f64>().ok())
-                .map(|s| (s * 1000.0) as u64)
-                .filter(|ms| *ms > 0);
-            let body = error_body::read(response, idle, error_body::MAX_ERROR_BODY_BYTES).await;
-            let mut f = failure::http_failure(status.as_u16(), &body.text, body.cut.as_deref());
-            f.provider_retry_after_ms = retry_after;
-            f.request_id = request_id;
-            return fail(f);
-        }
-        let mut parser = sse::Parser::new(self.config.sse_cap());
+        let response = exchange::send(http, &url, idle).await?;
+        let mut events = Events::new(response, self.config.sse_cap(), idle, PLUGIN);
         let mut state =
             stream::StreamState::new(self.config.answer_cap(), self.config.tool_call_cap());
-        let mut response = response;
-        loop {
-            let chunk = match tokio::time::timeout(idle, response.chunk()).await {
-                Err(_) => {
-                    return fail(LlmFailure::new(
-                        code::TIMEOUT,
-                        format!("the stream was idle for {} ms", idle.as_millis()),
-                    ))
-                }
-                Ok(Err(e)) => {
-                    return fail(LlmFailure::new(
-                        code::TRANSPORT,
-                        format!("the stream broke: {}", error_chain(&e)),
-                    ))
-                }
-                Ok(Ok(None)) => {
-                    return fail(LlmFailure::new(
-                        code::STREAM_CLOSED,
-                        "the stream ended without [DONE]",
-                    ));
-                }
-                Ok(Ok(Some(bytes))) => bytes,
-            };
-            let events = match parser.feed(&chunk) {
-                Ok(events) => events,
-                Err(overflow) => {
-                    return fail(LlmFailure::new(
-                        code::MALFORMED_RESPONSE,
-                        format!(
-                            "the stream was cut off: {overflow}; if the provider's events \
-                             are really that large, raise `{MAX_SSE_LINE_FIELD}` in the \
-                             llm-deepseek config"
-                        ),
-                    ))
-                }
-            };
-            for data in events {
+        while let Some(batch) = events.next().await? {
+            for data in batch {
                 if data == "[DONE]" {
                     for c in state.finish() {
                         tx.send(c);
                     }
-                    return;
+                    return Ok(());
                 }
-                match state.on_data(&data) {
-                    Ok(chunks) => {
-                        for c in chunks {
-                            if !tx.send(c) {
-                                return; // the caller is gone: drop the request
-                            }
-                        }
+                for c in state.on_data(&data)? {
+                    if !tx.send(c) {
+                        return Ok(()); // the caller is gone: drop the request
                     }
-                    Err(f) => return fail(f),
                 }
             }
         }
+        Err(LlmFailure::new(
+            code::STREAM_CLOSED,
+            "the stream ended without [DONE]",
+        ))
     }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let t = c.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        cause = c.source();
-    }
-    s
 }
 
 struct DeepSeek;
@@ -345,39 +240,13 @@ mod tests {
     use super::*;
     use serde_json::{json, Value};
 
-    #[derive(Debug)]
-    struct Chain(&'static str, Option<Box<Chain>>);
-    impl std::fmt::Display for Chain {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str(self.0)
-        }
-    }
-    impl std::error::Error for Chain {
-        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-            self.1.as_deref().map(|c| c as _)
-        }
-    }
-
-    #[test]
-    fn an_error_chain_appends_each_cause_unless_already_said() {
-        let e = Chain(
-            "request failed",
-            Some(Box::new(Chain(
-                "connection reset",
-                Some(Box::new(Chain("reset", None))),
-            ))),
-        );
-        assert_eq!(error_chain(&e), "request failed: connection reset");
-        assert_eq!(error_chain(&Chain("alone", None)), "alone");
-    }
-
     #[test]
     fn the_sse_cap_defaults_when_absent_or_zero() {
         let config = |v: Value| serde_json::from_value::<Config>(v).unwrap().sse_cap();
         assert_eq!(config(json!({})), sse::MAX_LINE_BYTES);
-        assert_eq!(config(json!({MAX_SSE_LINE_FIELD: 0})), sse::MAX_LINE_BYTES);
+        assert_eq!(config(json!({exchange::MAX_SSE_LINE_FIELD: 0})), sse::MAX_LINE_BYTES);
         // The field name quoted in the overflow message is the one parsed.
-        assert_eq!(config(json!({MAX_SSE_LINE_FIELD: 1024})), 1024);
+        assert_eq!(config(json!({exchange::MAX_SSE_LINE_FIELD: 1024})), 1024);
     }
 
     #[test]

@@ -16,10 +16,11 @@
 //! `choices` that hold nothing (`{}`, `null`) are no choices ([`First`]).
 
 use dsh_sdk::vocab::TokenUsage;
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
+use dsh_llm_http::call_ids::SentId;
 use serde_json::value::RawValue;
 
-use crate::lenient::{First, Loose, LooseText, TokenCount};
+use dsh_llm_http::lenient::{First, Loose, LooseText, TokenCount};
 
 /// The `finish_reason`s this adapter maps; any other ends the answer with
 /// a `SERVER` failure quoting it.
@@ -37,7 +38,7 @@ pub(crate) mod finish_reason {
 pub(crate) struct StreamEvent<'a> {
     /// An error reported inside a 200 stream, as OpenAI-compatible servers
     /// and DeepSeek send it (its shape varies: read by
-    /// [`crate::failure::stream_failure`]); absent or `null` otherwise.
+    /// [`dsh_llm_http::failure::stream_failure`]); absent or `null` otherwise.
     #[serde(default, borrow)]
     pub error: Option<&'a RawValue>,
     /// The call's token usage (with `stream_options.include_usage`, in an
@@ -158,27 +159,6 @@ pub(crate) struct FunctionDelta {
     /// More of the raw JSON arguments.
     #[serde(default)]
     pub arguments: Option<String>,
-}
-
-/// A tool call's `id` as a server sent it (`null` reads as absent).
-/// Servers do not all send a string; what they sent is kept, as JSON text,
-/// for the warning that renames the call ([`crate::call_ids`]).
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum SentId {
-    /// A string (maybe empty).
-    Text(String),
-    /// Anything else, as its JSON text.
-    Other(String),
-}
-
-impl<'de> Deserialize<'de> for SentId {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let raw = <&RawValue>::deserialize(d)?;
-        Ok(match serde_json::from_str::<String>(raw.get()) {
-            Ok(text) => SentId::Text(text),
-            Err(_) => SentId::Other(raw.get().to_owned()),
-        })
-    }
 }
 
 /// A chat-completions `usage` object. DeepSeek reports cache hits as

@@ -8,10 +8,10 @@ use dsh_sdk::vocab::{Chunk, ContentBlock, FinishReason, LlmFailure, TokenUsage};
 
 use serde_json::value::RawValue;
 
-use crate::answer_cap::{AnswerBudget, DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_TOOL_CALLS};
-use crate::call_ids::CallIds;
-use crate::failure::{code, cut_chars, event_error, stream_failure};
-use crate::lenient::Count;
+use dsh_llm_http::answer_cap::{AnswerBudget, DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_TOOL_CALLS};
+use dsh_llm_http::call_ids::CallIds;
+use dsh_llm_http::failure::{code, cut_chars, event_error, stream_failure};
+use dsh_llm_http::lenient::Count;
 use crate::response::{finish_reason, CallDelta, SentCall, StreamEvent};
 
 #[derive(Clone, Copy, PartialEq)]
@@ -89,7 +89,7 @@ fn unreadable(e: &serde_json::Error) -> LlmFailure {
 
 impl StreamState {
     /// A stream whose answer may hold `max_answer_bytes` and
-    /// `max_tool_calls` tool calls (see [`crate::answer_cap`]).
+    /// `max_tool_calls` tool calls (see [`dsh_llm_http::answer_cap`]).
     pub fn new(max_answer_bytes: usize, max_tool_calls: usize) -> Self {
         StreamState {
             next_index: 0,
@@ -98,8 +98,8 @@ impl StreamState {
             reasoning: String::new(),
             calls: Vec::new(),
             by_index: HashMap::new(),
-            ids: CallIds::default(),
-            budget: AnswerBudget::new(max_answer_bytes, max_tool_calls),
+            ids: CallIds::new(crate::PLUGIN),
+            budget: AnswerBudget::new(crate::PLUGIN, max_answer_bytes, max_tool_calls),
             finish: None,
             usage: None,
             any_content: false,
@@ -324,8 +324,8 @@ impl StreamState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::failure::MAX_MESSAGE_CHARS;
-    use crate::lenient::MAX_TOKEN_COUNT;
+    use dsh_llm_http::failure::MAX_MESSAGE_CHARS;
+    use dsh_llm_http::lenient::MAX_TOKEN_COUNT;
     use dsh_sdk::vocab::message::ToolCallBlock;
     use serde_json::{json, Value};
 
@@ -554,7 +554,7 @@ mod tests {
 
     #[test]
     fn an_answer_past_its_cap_fails_malformed_as_the_delta_arrives() {
-        use crate::answer_cap::DELTA_COST;
+        use dsh_llm_http::answer_cap::DELTA_COST;
         // Two deltas of 50 bytes fit a cap of 100 + 2 delta costs; a third
         // byte in any field does not, before anything of it is kept.
         let cap = 100 + 2 * DELTA_COST;

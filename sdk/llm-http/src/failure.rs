@@ -17,7 +17,7 @@ pub use dsh_sdk::names::llm_failure as code;
 /// The most characters of a server's error message a failure keeps.
 /// Messages go to the log, the terminal and the model: a server's error is
 /// a sentence or two, and a longer one is cut, saying so.
-pub(crate) const MAX_MESSAGE_CHARS: usize = 2000;
+pub const MAX_MESSAGE_CHARS: usize = 2000;
 
 /// The most characters of an error a server sent in a shape this adapter
 /// does not read (no message) that the failure quotes.
@@ -25,7 +25,7 @@ const UNREAD_ERROR_CHARS: usize = 500;
 
 /// The first `n` characters of `text` when it has more than `n`; `None`
 /// when it has no more (it is then whole).
-pub(crate) fn cut_chars(text: &str, n: usize) -> Option<&str> {
+pub fn cut_chars(text: &str, n: usize) -> Option<&str> {
     text.char_indices().nth(n).map(|(end, _)| &text[..end])
 }
 
@@ -122,7 +122,7 @@ impl<'de> Deserialize<'de> for SentError {
 }
 
 /// A server's error, as the failure reports it.
-pub(crate) struct ProviderError {
+pub struct ProviderError {
     message: String,
     code: Option<String>,
     kind: Option<String>,
@@ -131,7 +131,7 @@ pub(crate) struct ProviderError {
 impl ProviderError {
     /// Reads the `error` a server sent (its JSON text). One without a
     /// message (or of another shape) is quoted whole, cut short.
-    pub(crate) fn of(error: &RawValue) -> ProviderError {
+    pub fn of(error: &RawValue) -> ProviderError {
         let unread = || ProviderError {
             message: head(error.get()),
             code: None,
@@ -262,7 +262,7 @@ pub fn http_failure(status: u16, body: &str, cut: Option<&str>) -> LlmFailure {
 
 /// Maps an `error` payload sent inside a 200 stream to a failure that keeps
 /// the server's message, code and type.
-pub(crate) fn stream_failure(error: &RawValue) -> LlmFailure {
+pub fn stream_failure(error: &RawValue) -> LlmFailure {
     let error = ProviderError::of(error);
     LlmFailure::new(
         &classify(None, &error),
@@ -278,7 +278,7 @@ pub(crate) fn stream_failure(error: &RawValue) -> LlmFailure {
 /// skipped unread): the error of an event whose other fields this adapter
 /// cannot read still keeps its code (a rate limit stays retryable).
 /// `None` when the event has no error, or is not JSON.
-pub(crate) fn event_error(data: &str) -> Option<&RawValue> {
+pub fn event_error(data: &str) -> Option<&RawValue> {
     serde_json::from_str::<ErrorEnvelope<'_>>(data)
         .ok()
         .and_then(|envelope| envelope.error)

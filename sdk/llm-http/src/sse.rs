@@ -30,7 +30,7 @@ impl fmt::Display for Overflow {
 }
 
 /// `16 MiB (16777216 bytes)`, or just the bytes when not whole MiB.
-pub(crate) fn human_bytes(n: usize) -> String {
+pub fn human_bytes(n: usize) -> String {
     const MIB: usize = 1024 * 1024;
     if n >= MIB && n.is_multiple_of(MIB) {
         format!("{} MiB ({n} bytes)", n / MIB)

@@ -13,23 +13,53 @@
 
 use std::collections::HashSet;
 
-use crate::response::SentId;
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
+
+/// A tool call's `id` as a server sent it (`null` reads as absent).
+/// Servers do not all send a string; what they sent is kept, as JSON text,
+/// for the warning that renames the call ([`CallIds`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum SentId {
+    /// A string (maybe empty).
+    Text(String),
+    /// Anything else, as its JSON text.
+    Other(String),
+}
+
+impl<'de> Deserialize<'de> for SentId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = <&RawValue>::deserialize(d)?;
+        Ok(match serde_json::from_str::<String>(raw.get()) {
+            Ok(text) => SentId::Text(text),
+            Err(_) => SentId::Other(raw.get().to_owned()),
+        })
+    }
+}
 
 /// The prefix of an id this adapter makes up (as OpenAI's own ids start).
 const FRESH_PREFIX: &str = "call_";
 
 /// The ids given to the tool calls of one answer so far.
-#[derive(Default)]
-pub(crate) struct CallIds {
+pub struct CallIds {
+    plugin: &'static str,
     given: HashSet<String>,
 }
 
 impl CallIds {
+    /// No ids given yet, for the adapter `plugin` (named in its warnings).
+    pub fn new(plugin: &'static str) -> CallIds {
+        CallIds {
+            plugin,
+            given: HashSet::new(),
+        }
+    }
+
     /// The id of the call at provider index `index` that starts with the
     /// delta's `sent` id: `sent` when it is a non-empty string no earlier
     /// call of this answer has, else a fresh `call_<uuid>`, with a warning
     /// naming what was sent and what the call is stored as.
-    pub(crate) fn assign(&mut self, index: u64, sent: Option<&SentId>) -> String {
+    pub fn assign(&mut self, index: u64, sent: Option<&SentId>) -> String {
         if let Some(SentId::Text(id)) = sent {
             if !id.is_empty() && self.given.insert(id.clone()) {
                 return id.clone();
@@ -37,8 +67,9 @@ impl CallIds {
         }
         let fresh = self.fresh();
         dsh_sdk::tracing::warn!(
-            "llm-deepseek: tool call {index} of the model's answer came {}; it is stored as \
+            "{}: tool call {index} of the model's answer came {}; it is stored as \
              `{fresh}` (the session log needs a unique, non-empty id for each call of an answer)",
+            self.plugin,
             why(sent)
         );
         fresh
@@ -94,14 +125,14 @@ mod tests {
 
     #[test]
     fn a_unique_id_is_kept() {
-        let mut ids = CallIds::default();
+        let mut ids = CallIds::new("llm-deepseek");
         assert_eq!(ids.assign(0, Some(&text("c1"))), "c1");
         assert_eq!(ids.assign(1, Some(&text("c2"))), "c2");
     }
 
     #[test]
     fn a_missing_empty_or_odd_id_gets_a_fresh_one() {
-        let mut ids = CallIds::default();
+        let mut ids = CallIds::new("llm-deepseek");
         let given: Vec<String> = [None, Some(text("")), Some(SentId::Other("7".into()))]
             .iter()
             .enumerate()
@@ -119,7 +150,7 @@ mod tests {
 
     #[test]
     fn a_repeated_id_is_kept_by_the_first_call_only() {
-        let mut ids = CallIds::default();
+        let mut ids = CallIds::new("llm-deepseek");
         assert_eq!(ids.assign(0, Some(&text("call_0"))), "call_0");
         let second = ids.assign(1, Some(&text("call_0")));
         assert!(

@@ -27,7 +27,7 @@ fn drain_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
 /// string, or a number as its text (vLLM sends `code` as the HTTP status);
 /// anything else is not a label.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub(crate) struct Label(pub Option<String>);
+pub struct Label(pub Option<String>);
 
 impl<'de> Deserialize<'de> for Label {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -72,13 +72,13 @@ impl<'de> Deserialize<'de> for Label {
 /// reader of the log holds exactly (JavaScript's numbers included). A
 /// server's count above it is clamped, so sums of a session's usage stay
 /// far from `u64::MAX` (they saturate there anyway).
-pub(crate) const MAX_TOKEN_COUNT: u64 = (1 << 53) - 1;
+pub const MAX_TOKEN_COUNT: u64 = (1 << 53) - 1;
 
 /// A token count a server reported: a non-negative integer, clamped to
 /// [`MAX_TOKEN_COUNT`]. Anything else (a float, a negative number, a
 /// string, `null`, a list) is not a count and reads as not reported.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
-pub(crate) struct TokenCount(pub Option<u64>);
+pub struct TokenCount(pub Option<u64>);
 
 impl<'de> Deserialize<'de> for TokenCount {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -125,7 +125,7 @@ impl<'de> Deserialize<'de> for TokenCount {
 /// hold what the list should (a server's answer in a shape this adapter
 /// does not know), and that must not vanish unread.
 #[derive(Debug)]
-pub(crate) struct First<T>(pub Option<T>);
+pub struct First<T>(pub Option<T>);
 
 impl<T> Default for First<T> {
     fn default() -> Self {
@@ -177,7 +177,7 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for First<T> {
 /// sent, skipped as it streams past. Inside the object, `T`'s fields
 /// decide (they are loose readers too where servers differ).
 #[derive(Debug)]
-pub(crate) struct Loose<T>(pub Option<T>);
+pub struct Loose<T>(pub Option<T>);
 
 impl<T> Default for Loose<T> {
     fn default() -> Self {
@@ -226,7 +226,7 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Loose<T> {
 /// `finish_reason` of `1`, `{}` or `[…]`) reads as not sent, skipped as it
 /// streams past.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub(crate) struct LooseText(pub Option<String>);
+pub struct LooseText(pub Option<String>);
 
 impl<'de> Deserialize<'de> for LooseText {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -269,7 +269,7 @@ impl<'de> Deserialize<'de> for LooseText {
 }
 
 /// How many elements a list has, counted as they stream past (none kept).
-pub(crate) struct Count(pub usize);
+pub struct Count(pub usize);
 
 impl<'de> Deserialize<'de> for Count {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

@@ -13,10 +13,10 @@ use crate::sse::human_bytes;
 
 /// The most bytes of an error body read: far more than any server's error
 /// object, far less than would matter to memory.
-pub(crate) const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
+pub const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 
 /// What was read of an error body.
-pub(crate) struct ErrorBody {
+pub struct ErrorBody {
     /// The bytes read, as text (invalid UTF-8 replaced).
     pub text: String,
     /// Why the reading stopped before the end of the body, when it did.
@@ -25,7 +25,7 @@ pub(crate) struct ErrorBody {
 
 /// Reads at most `cap` bytes of `response`'s body within `time` (the
 /// whole body, not each chunk).
-pub(crate) async fn read(mut response: reqwest::Response, time: Duration, cap: usize) -> ErrorBody {
+pub async fn read(mut response: reqwest::Response, time: Duration, cap: usize) -> ErrorBody {
     let deadline = tokio::time::Instant::now() + time;
     let mut bytes: Vec<u8> = Vec::new();
     let cut = loop {

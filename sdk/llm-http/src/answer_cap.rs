@@ -15,22 +15,22 @@ use crate::failure::code;
 use crate::sse::human_bytes;
 
 /// The config field that sets the cap, as users write it.
-pub(crate) const FIELD: &str = "maxAnswerBytes";
+pub const FIELD: &str = "maxAnswerBytes";
 
 /// The default cap: 16 MiB, well above the longest answer an output limit
 /// of 256,000 tokens allows (about 1 MiB of text; about 9 MiB counted with
 /// [`DELTA_COST`], when each token comes in a delta of its own).
-pub(crate) const DEFAULT_MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
+pub const DEFAULT_MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
 
 /// What each text, reasoning or tool-call delta counts on top of its
 /// bytes. Every delta becomes a logged chunk, which costs the host far more
 /// than its text, so a flood of one-byte deltas must not pass as "1 byte"
 /// each: with this cost, the most deltas the default cap admits (about
 /// 500,000) are about twice those of the longest legitimate answer.
-pub(crate) const DELTA_COST: usize = 32;
+pub const DELTA_COST: usize = 32;
 
 /// The config field that caps the tool calls of one answer.
-pub(crate) const CALLS_FIELD: &str = "maxToolCalls";
+pub const CALLS_FIELD: &str = "maxToolCalls";
 
 /// The default cap on the tool calls of one answer. Each call costs the
 /// host far more than its bytes (a logged chunk per delta, a block of the
@@ -39,10 +39,11 @@ pub(crate) const CALLS_FIELD: &str = "maxToolCalls";
 /// calls take gigabytes (100,000 of them took 2.7 GB). Models call a few
 /// tools per answer, rarely dozens; 1,024 leaves room for any real batch
 /// and bounds the rest to tens of MiB.
-pub(crate) const DEFAULT_MAX_TOOL_CALLS: usize = 1024;
+pub const DEFAULT_MAX_TOOL_CALLS: usize = 1024;
 
 /// How much of the cap one answer has used.
-pub(crate) struct AnswerBudget {
+pub struct AnswerBudget {
+    plugin: &'static str,
     cap: usize,
     used: usize,
     max_calls: usize,
@@ -50,9 +51,11 @@ pub(crate) struct AnswerBudget {
 }
 
 impl AnswerBudget {
-    /// A budget of `cap` bytes and `max_calls` tool calls.
-    pub(crate) fn new(cap: usize, max_calls: usize) -> Self {
+    /// A budget of `cap` bytes and `max_calls` tool calls, for the adapter
+    /// `plugin` (the config its failures tell the user to change).
+    pub fn new(plugin: &'static str, cap: usize, max_calls: usize) -> Self {
         AnswerBudget {
+            plugin,
             cap,
             used: 0,
             max_calls,
@@ -62,7 +65,7 @@ impl AnswerBudget {
 
     /// Counts `n` tool calls starting; the failure that ends the stream
     /// when the answer goes past its call cap. Nothing is counted then.
-    pub(crate) fn start_calls(&mut self, n: usize) -> Result<(), LlmFailure> {
+    pub fn start_calls(&mut self, n: usize) -> Result<(), LlmFailure> {
         let total = self.calls.saturating_add(n);
         if total > self.max_calls {
             return Err(LlmFailure::new(
@@ -70,8 +73,8 @@ impl AnswerBudget {
                 format!(
                     "the model's answer exceeded {CALLS_FIELD}: more than {} tool calls in \
                      one answer; the stream was stopped there. If the model really calls \
-                     that many tools at once, raise `{CALLS_FIELD}` in the llm-deepseek config",
-                    self.max_calls
+                     that many tools at once, raise `{CALLS_FIELD}` in the {} config",
+                    self.max_calls, self.plugin
                 ),
             ));
         }
@@ -82,7 +85,7 @@ impl AnswerBudget {
     /// Counts a delta of `bytes` in `parts` pieces (each charged
     /// [`DELTA_COST`] more); the failure that ends the stream when the
     /// answer goes past the cap. Nothing is counted then.
-    pub(crate) fn charge(&mut self, bytes: usize, parts: usize) -> Result<(), LlmFailure> {
+    pub fn charge(&mut self, bytes: usize, parts: usize) -> Result<(), LlmFailure> {
         self.used = self.after(bytes, parts)?;
         Ok(())
     }
@@ -90,7 +93,7 @@ impl AnswerBudget {
     /// Whether `parts` pieces (and nothing else) would still fit, counting
     /// nothing: checked before a delta's pieces are read, so a flood of
     /// them is refused before it is kept.
-    pub(crate) fn check_parts(&self, parts: usize) -> Result<(), LlmFailure> {
+    pub fn check_parts(&self, parts: usize) -> Result<(), LlmFailure> {
         self.after(0, parts).map(drop)
     }
 
@@ -114,8 +117,9 @@ impl AnswerBudget {
                 "the model's answer exceeded {FIELD}: more than {} of text, reasoning and \
                  tool calls as they streamed (each delta counting {DELTA_COST} bytes more); \
                  the stream was stopped there. If the model's answers are really that long, \
-                 raise `{FIELD}` in the llm-deepseek config",
-                human_bytes(self.cap)
+                 raise `{FIELD}` in the {} config",
+                human_bytes(self.cap),
+                self.plugin
             ),
         )
     }
@@ -127,7 +131,7 @@ mod tests {
 
     #[test]
     fn an_answer_up_to_the_cap_passes_and_one_byte_more_fails() {
-        let mut b = AnswerBudget::new(100, 1);
+        let mut b = AnswerBudget::new("llm-deepseek", 100, 1);
         b.charge(60 - DELTA_COST, 1).unwrap();
         b.charge(40 - DELTA_COST, 1).unwrap();
         let f = b.charge(0, 1).unwrap_err();
@@ -139,7 +143,7 @@ mod tests {
 
     #[test]
     fn checking_parts_counts_nothing() {
-        let mut b = AnswerBudget::new(2 * DELTA_COST, 1);
+        let mut b = AnswerBudget::new("llm-deepseek", 2 * DELTA_COST, 1);
         b.check_parts(2).unwrap();
         assert!(b.check_parts(3).is_err());
         assert_eq!(b.used, 0);
@@ -149,7 +153,7 @@ mod tests {
 
     #[test]
     fn tiny_deltas_count_their_cost() {
-        let mut b = AnswerBudget::new(10 * (DELTA_COST + 1), 1);
+        let mut b = AnswerBudget::new("llm-deepseek", 10 * (DELTA_COST + 1), 1);
         for _ in 0..10 {
             b.charge(1, 1).unwrap();
         }
@@ -158,13 +162,13 @@ mod tests {
 
     #[test]
     fn a_huge_count_does_not_wrap() {
-        let mut b = AnswerBudget::new(DEFAULT_MAX_ANSWER_BYTES, 1);
+        let mut b = AnswerBudget::new("llm-deepseek", DEFAULT_MAX_ANSWER_BYTES, 1);
         assert!(b.charge(usize::MAX, usize::MAX).is_err());
     }
 
     #[test]
     fn calls_up_to_their_cap_pass_and_one_more_fails() {
-        let mut b = AnswerBudget::new(DEFAULT_MAX_ANSWER_BYTES, 3);
+        let mut b = AnswerBudget::new("llm-deepseek", DEFAULT_MAX_ANSWER_BYTES, 3);
         b.start_calls(2).unwrap();
         b.start_calls(1).unwrap();
         let f = b.start_calls(1).unwrap_err();
@@ -181,7 +185,7 @@ mod tests {
 
     #[test]
     fn the_failure_names_the_field_the_cap_and_the_fix() {
-        let f = AnswerBudget::new(1024 * 1024, 1).exceeded();
+        let f = AnswerBudget::new("llm-deepseek", 1024 * 1024, 1).exceeded();
         assert_eq!(
             f.message,
             format!(
