@@ -15,6 +15,10 @@ pub enum Answer {
     /// 200 with these SSE `data:` payloads (and `: keep-alive` comments
     /// where an item is `None`), then the connection closes.
     Sse(Vec<Option<String>>),
+    /// 200 with these SSE events, each an `event:` name and its `data:`
+    /// payload (as the Anthropic Messages and OpenAI Responses APIs send
+    /// them), then the connection closes.
+    Named(Vec<(String, String)>),
     /// 200, some data payloads, then the server stops writing forever.
     Stall(Vec<String>),
     /// 200, some data payloads, then the connection drops mid-event.
@@ -485,6 +489,16 @@ async fn serve(mut sock: TcpStream, state: Arc<Mutex<State>>) {
                     Some(d) => format!("data: {d}\n\n"),
                     None => ": keep-alive\n\n".to_owned(),
                 };
+                if sock.write_all(frame.as_bytes()).await.is_err() {
+                    return;
+                }
+                let _ = sock.flush().await;
+            }
+        }
+        Answer::Named(events) => {
+            let _ = sock.write_all(sse_head.as_bytes()).await;
+            for (name, data) in events {
+                let frame = format!("event: {name}\ndata: {data}\n\n");
                 if sock.write_all(frame.as_bytes()).await.is_err() {
                     return;
                 }
