@@ -3,7 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::config::{
-    compose, read_layer_file, ComposedRow, ConfigError, Layer, Patch, ProfileRoots, Row, Tree,
+    compose, compose_knowing, read_layer_file, ComposedRow, ConfigError, Layer, Patch,
+    ProfileRoots, Row, Tree,
 };
 use crate::paths::Install;
 
@@ -119,7 +120,7 @@ impl BootOptions {
             layers.push(layer);
             files.push(abs);
         }
-        let mut tree = compose(&layers)?;
+        let mut tree = compose_knowing(&layers, &roots.elsewhere())?;
         tree.warnings.extend(refused);
         if let Some(e) = crate::limits::too_many_rows(&tree) {
             return Err(ConfigError::Invalid(e));

@@ -94,6 +94,44 @@ pub struct Tree {
     pub rows: Vec<ComposedRow>,
     /// Non-fatal problems (unknown patch ids, ...).
     pub warnings: Vec<String>,
+    /// Patches skipped on purpose: they name a row (or group) that another
+    /// shipped bundle or profile has and this profile does not load (see
+    /// [`Elsewhere`]). `--dump-config` prints them as comments.
+    pub skipped: Vec<String>,
+}
+
+/// The row ids and groups every bundle and profile of the profile roots
+/// declares (`bundles/*.toml`, `*/profile.toml`). A patch naming one of
+/// them that the composed profile does not load is skipped with a note,
+/// not warned about: one `$DSH_HOME/patch.toml` (or a recipe's `--patch`)
+/// serves every profile, so it patches the chat's rows and the headless
+/// app's alike. A name no bundle or profile has is a typo: a warning.
+#[derive(Debug, Clone, Default)]
+pub struct Elsewhere {
+    rows: HashSet<String>,
+    groups: HashSet<String>,
+}
+
+impl Elsewhere {
+    /// Adds the rows (and rows a patch inserts) and groups of `layer`.
+    fn add(&mut self, layer: &Layer) {
+        let inserted = layer.patches.iter().flat_map(|p| p.insert.iter().flatten());
+        for row in layer.rows.iter().chain(inserted) {
+            self.rows.insert(row.id.clone());
+            if let Some(g) = &row.group {
+                self.groups.insert(g.clone());
+            }
+        }
+    }
+
+    /// Whether some bundle or profile declares the patch's target.
+    fn declares(&self, patch: &Patch) -> bool {
+        match (&patch.id, &patch.group) {
+            (Some(id), _) => self.rows.contains(id),
+            (None, Some(g)) => self.groups.contains(g),
+            (None, None) => false,
+        }
+    }
 }
 
 /// Why a configuration could not be composed.
@@ -186,6 +224,41 @@ impl ProfileRoots {
         Ok(file.parent().map(Path::to_owned).unwrap_or_default())
     }
 
+    /// Every bundle's and profile's rows and groups ([`Elsewhere`]). A file
+    /// that cannot be read or parsed adds nothing (it fails when its own
+    /// profile runs).
+    pub fn elsewhere(&self) -> Elsewhere {
+        let mut found = Elsewhere::default();
+        let layer_files = |root: &Path| -> Vec<PathBuf> {
+            let mut files = Vec::new();
+            if let Ok(entries) = std::fs::read_dir(root.join("bundles")) {
+                files.extend(
+                    entries
+                        .flatten()
+                        .map(|e| e.path())
+                        .filter(|p| p.extension().is_some_and(|x| x == "toml")),
+                );
+            }
+            if let Ok(entries) = std::fs::read_dir(root) {
+                files.extend(
+                    entries
+                        .flatten()
+                        .map(|e| e.path().join("profile.toml"))
+                        .filter(|p| p.is_file()),
+                );
+            }
+            files
+        };
+        for root in &self.0 {
+            for file in layer_files(root) {
+                if let Ok((layer, _)) = read_layer_file(&file) {
+                    found.add(&layer);
+                }
+            }
+        }
+        found
+    }
+
     /// Reads profile `name` and its bundles into layers, bundles first.
     pub fn profile_layers(&self, name: &str) -> Result<(Vec<Layer>, Vec<PathBuf>), ConfigError> {
         let dir = self.profile_dir(name)?;
@@ -218,13 +291,19 @@ impl ProfileRoots {
 
 /// Applies `layers` to an empty tree.
 pub fn compose(layers: &[Layer]) -> Result<Tree, ConfigError> {
+    compose_knowing(layers, &Elsewhere::default())
+}
+
+/// Applies `layers` to an empty tree; a patch whose target is missing but
+/// declared `elsewhere` is skipped with a note instead of a warning.
+pub fn compose_knowing(layers: &[Layer], elsewhere: &Elsewhere) -> Result<Tree, ConfigError> {
     let mut tree = Tree::default();
     for layer in layers {
         for row in &layer.rows {
             insert_row(&mut tree, row.clone(), &layer.origin, None)?;
         }
         for patch in &layer.patches {
-            apply_patch(&mut tree, patch, &layer.origin)?;
+            apply_patch(&mut tree, patch, &layer.origin, elsewhere)?;
         }
     }
     for r in &tree.rows {
@@ -277,7 +356,12 @@ fn insert_row(
     Ok(())
 }
 
-fn apply_patch(tree: &mut Tree, patch: &Patch, origin: &str) -> Result<(), ConfigError> {
+fn apply_patch(
+    tree: &mut Tree,
+    patch: &Patch,
+    origin: &str,
+    elsewhere: &Elsewhere,
+) -> Result<(), ConfigError> {
     if let Some(rows) = &patch.insert {
         for row in rows {
             insert_row(tree, row.clone(), origin, patch.id.as_deref())?;
@@ -311,8 +395,14 @@ fn apply_patch(tree: &mut Tree, patch: &Patch, origin: &str) -> Result<(), Confi
             (_, Some(g)) => format!("group \"{g}\""),
             _ => String::new(),
         };
-        tree.warnings
-            .push(format!("[{origin}] patch: {what} not found"));
+        if elsewhere.declares(patch) {
+            tree.skipped.push(format!(
+                "[{origin}] patch: {what} is not in this profile (another profile has it); skipped"
+            ));
+        } else {
+            tree.warnings
+                .push(format!("[{origin}] patch: {what} not found"));
+        }
         return Ok(());
     }
     for i in targets {
@@ -383,6 +473,14 @@ pub fn dump(tree: &Tree) -> String {
         row: [&'a Row; 1],
     }
     let mut out = String::new();
+    for note in &tree.skipped {
+        out.push_str("# ");
+        out.push_str(note);
+        out.push('\n');
+    }
+    if !tree.skipped.is_empty() {
+        out.push('\n');
+    }
     let mut last: Option<(&str, &[String])> = None;
     for r in &tree.rows {
         // One comment per run of rows sharing origin and patch layers.
@@ -500,6 +598,30 @@ mod tests {
         assert!(dumped.contains("# == bundle:base, patched by /u/patch.toml\n[[row]]\nid = \"a\""));
         let again = compose(&[layer(&dumped, "dump")]).unwrap();
         assert_eq!(again.rows[0].row, tree.rows[0].row);
+    }
+
+    #[test]
+    fn a_patch_of_a_row_another_profile_has_is_skipped_not_warned() {
+        let base = layer("[[row]]\nid='a'\nplugin='pa'\n", "bundle:base");
+        let mut elsewhere = Elsewhere::default();
+        elsewhere.add(&layer(
+            "[[row]]\nid='chat'\nplugin='chat'\ngroup='apps'\n",
+            "bundle:chat",
+        ));
+        let user = layer(
+            "[[patch]]\nid='chat'\nconfig={x=1}\n[[patch]]\ngroup='apps'\ndisabled=true\n[[patch]]\nid='caht'\ndisabled=true\n",
+            "/u/p.toml",
+        );
+        let tree = compose_knowing(&[base.clone(), user.clone()], &elsewhere).unwrap();
+        assert_eq!(
+            tree.warnings,
+            vec!["[/u/p.toml] patch: row \"caht\" not found"]
+        );
+        assert_eq!(tree.skipped.len(), 2, "{:?}", tree.skipped);
+        assert!(tree.skipped[0].contains("row \"chat\" is not in this profile"));
+        assert!(dump(&tree).starts_with("# [/u/p.toml] patch: row \"chat\" is not in this profile"));
+        // Without the other profile's rows, all three are warnings.
+        assert_eq!(compose(&[base, user]).unwrap().warnings.len(), 3);
     }
 
     #[test]

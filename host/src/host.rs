@@ -34,6 +34,9 @@ pub struct HostConfig {
     /// and profiles, layer files): no tool may change them (`host.info`
     /// lists them with the home as `protected`).
     pub protected: Vec<PathBuf>,
+    /// `--model` of this run (`host.info`'s `model`): the model every app
+    /// starts on, not saved.
+    pub model: Option<String>,
 }
 
 /// A running host. Cheap to clone.
@@ -131,6 +134,7 @@ impl Host {
                 cwd: None,
                 version: env!("CARGO_PKG_VERSION").to_owned(),
                 pid: std::process::id(),
+                model: config.model.clone(),
             },
             exit: exit.clone(),
             terminal: terminal.clone(),

@@ -160,6 +160,7 @@ pub async fn soak(
         timeouts: Timeouts::default(),
         args: Vec::new(),
         protected: Vec::new(),
+        model: None,
     })?;
     host.apply(Tree {
         rows: vec![ComposedRow {
@@ -175,6 +176,7 @@ pub async fn soak(
             patched_by: Vec::new(),
         }],
         warnings: Vec::new(),
+        skipped: Vec::new(),
     })
     .await;
     let probe = probe.and_then(|p| p.split_once('.'));

@@ -52,6 +52,12 @@ struct RunArgs {
     /// Continue stored session ID (chat or headless).
     #[arg(long, value_name = "ID")]
     resume: Option<String>,
+    /// The model for this run, in every app: `provider/model` (a route and
+    /// one of its models; the first `/` splits them) or `model` (on the
+    /// default route). Not saved: `/model` in the chat, or the
+    /// `agent-default-model` row, sets the default.
+    #[arg(long, value_name = "PROVIDER/MODEL", value_parser = model_choice)]
+    model: Option<String>,
     /// Arguments for the profile's app.
     #[arg(
         trailing_var_arg = true,
@@ -434,6 +440,29 @@ fn pick_profile(args: &RunArgs) -> anyhow::Result<String> {
     )
 }
 
+/// `--model`'s text, if it has the shape `provider/model` or `model`
+/// (whether the route is served is checked when an app starts on it).
+fn model_choice(text: &str) -> Result<String, String> {
+    let text = text.trim();
+    let shaped = match text.split_once('/') {
+        None => !text.is_empty(),
+        Some((provider, model)) => !provider.is_empty() && !model.is_empty(),
+    };
+    if shaped {
+        Ok(text.to_owned())
+    } else {
+        Err("give `provider/model` (a route and one of its models, e.g. local/qwen3) or `model` (on the default route)".to_owned())
+    }
+}
+
+/// Says each warning of a composition, once (the supervisor records them
+/// without saying them again).
+fn say_warnings(tree: &dsh_host::Tree) {
+    for w in &tree.warnings {
+        say(&format!("dsh-host: {w}"));
+    }
+}
+
 /// The app's arguments: `--continue` or `--resume ID`, then the task.
 fn app_args(args: &RunArgs) -> Vec<String> {
     let mut out = Vec::new();
@@ -456,9 +485,7 @@ fn run(args: RunArgs) -> anyhow::Result<u8> {
         args.plugins.clone(),
     )?;
     let composition = opts.compose()?;
-    for w in &composition.tree.warnings {
-        eprintln!("dsh-host: {w}");
-    }
+    say_warnings(&composition.tree);
     if args.dump_config {
         if !args.args.is_empty() {
             anyhow::bail!("--dump-config takes no app arguments, got {:?}", args.args);
@@ -494,6 +521,7 @@ async fn serve(
         timeouts: Timeouts::default(),
         args: app_args(&args),
         protected: opts.protected(&composition),
+        model: args.model.clone(),
     })?;
     let (change_tx, mut change_rx) = mpsc::unbounded_channel();
     let _watcher = if args.watch {
@@ -563,6 +591,7 @@ async fn serve(
                 Change::Config(path) => match opts.compose() {
                     Ok(c) => {
                         if c.tree != last_good {
+                            say_warnings(&c.tree);
                             host.apply(c.tree.clone()).await;
                             last_good = c.tree;
                         }
@@ -581,9 +610,7 @@ async fn serve(
 async fn recompose(host: &Host, opts: &BootOptions, last_good: &mut dsh_host::Tree) {
     match opts.compose() {
         Ok(c) => {
-            for w in &c.tree.warnings {
-                say(&format!("dsh-host: {w}"));
-            }
+            say_warnings(&c.tree);
             host.apply(c.tree.clone()).await;
             *last_good = c.tree;
         }

@@ -41,6 +41,14 @@ impl Reports {
             Level::Warn => tracing::warn!(target: "dsh", "{source}: {message}"),
             Level::Info => tracing::info!(target: "dsh", "{source}: {message}"),
         }
+        self.record(level, source, message);
+    }
+
+    /// Records a report without logging it: for what its caller has said
+    /// already (the CLI says each configuration warning once, as it
+    /// composes).
+    pub fn record(&self, level: Level, source: &str, message: impl Into<String>) {
+        let message = message.into();
         let mut list = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if list.len() >= KEEP {
             list.remove(0);

@@ -314,10 +314,12 @@ impl Supervisor {
         s.error = Some(error);
     }
 
-    /// Reconciles rows by id: only changed rows restart.
+    /// Reconciles rows by id: only changed rows restart. The tree's
+    /// warnings are recorded, not logged: whoever composed the tree said
+    /// them (the CLI, once per composition).
     async fn apply(&mut self, tree: Tree) {
         for w in &tree.warnings {
-            self.reports.push(Level::Warn, "config", w.clone());
+            self.reports.record(Level::Warn, "config", w.clone());
         }
         if let Some(e) = crate::limits::too_many_rows(&tree) {
             self.reports.push(

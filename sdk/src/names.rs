@@ -58,6 +58,10 @@ pub mod service {
         /// Model-free pruning of oversized tool results (plugin
         /// `tool-result-pruner`), used by compaction engines.
         TOOL_RESULT_PRUNER = "toolResultPruner";
+        /// The model choice new agents start on (plugin
+        /// `agent-default-model`): the row's config, the user's
+        /// `settings.yaml` and this run's `--model`, layered.
+        AGENT_DEFAULT_MODEL = "agentDefaultModel";
         /// Provided by the host itself (see [`super::host`]).
         HOST = dsh_wire::host_service::NAME;
     }
@@ -216,6 +220,12 @@ pub mod llm {
         /// context window and default output cap (the original's
         /// `resolveModelInfo`).
         RESOLVE_MODEL_INFO = "resolveModelInfo";
+        /// A call config checked against its model's metadata, with the
+        /// model's defaults (`maxTokens`, `reasoningEffort`) filled in,
+        /// which fields were filled, and the model's context window (the
+        /// original's `resolveCallConfig` and the metadata half of its
+        /// `prepareCall`).
+        RESOLVE_CALL_CONFIG = "resolveCallConfig";
     }
 }
 
@@ -345,6 +355,20 @@ pub mod compaction {
     }
 }
 
+/// Methods of [`service::AGENT_DEFAULT_MODEL`] (see
+/// [`crate::api::agent_default_model`]).
+pub mod agent_default_model {
+    names! {
+        /// The selection a new agent starts on: `{provider, model,
+        /// reasoningEffort?, source, settingsFile}`.
+        CURRENT_SELECTION = "currentSelection";
+        /// Saves `{provider, model, reasoningEffort?}` as the default of
+        /// later sessions (`$DSH_HOME/settings.yaml`); answers
+        /// `{settingsFile}`.
+        SAVE_SELECTION = "saveSelection";
+    }
+}
+
 /// Methods of [`service::TOOL_RESULT_PRUNER`].
 pub mod tool_result_pruner {
     names! {
@@ -451,6 +475,12 @@ pub mod code {
     names! {
         /// The work was cancelled.
         ABORTED = "ABORTED";
+        /// No model adapter serves the request's provider route (from
+        /// `llm`; the loop then lets an `llm/stream` listener serve it).
+        NO_ADAPTER = "NO_ADAPTER";
+        /// A call asks for a reasoning effort its model does not offer
+        /// (from `llm`; never clamped to another).
+        UNSUPPORTED_REASONING_EFFORT = "UNSUPPORTED_REASONING_EFFORT";
         /// A tool call was cancelled before its body ran.
         ABORTED_BEFORE_DISPATCH = "ABORTED_BEFORE_DISPATCH";
         /// A tool's arguments do not match its parameters.
@@ -511,6 +541,12 @@ pub mod code {
         /// smaller, a span that changed meanwhile); the surface is as it
         /// was and the log holds a `compaction/end` with the error.
         COMPACTION_FAILED = "COMPACTION_FAILED";
+        /// The settings document (`$DSH_HOME/settings.yaml`) cannot be
+        /// read or is not what its section needs; it is left as it is.
+        INVALID_SETTINGS = "INVALID_SETTINGS";
+        /// Another writer holds the settings document's lock
+        /// (`settings.yaml.lock`) longer than a writer waits.
+        SETTINGS_LOCKED = "SETTINGS_LOCKED";
     }
 }
 
@@ -578,6 +614,7 @@ mod tests {
             ("commands", commands::ALL),
             ("command_service", command_service::ALL),
             ("permission", permission::ALL),
+            ("agent_default_model", agent_default_model::ALL),
             ("host", host::ALL),
             ("bus", bus::ALL),
             ("code", code::ALL),

@@ -82,6 +82,28 @@ where
     Fut: Future<Output = Result<Reply>> + 'static,
     M: Fn(&ModelInfoParams) -> Result<ModelInfo> + 'static,
 {
+    register_model_adapter_async(ctx, providers, handler, move |params| {
+        std::future::ready(models(&params))
+    })
+    .await
+}
+
+/// [`register_model_adapter`] with `models` answering asynchronously: an
+/// adapter that may ask its server (a context window the config does not
+/// state) answers `resolveModel` without holding up its `stream`
+/// requests.
+pub async fn register_model_adapter_async<F, Fut, M, MFut>(
+    ctx: &Context,
+    providers: Vec<String>,
+    handler: F,
+    models: M,
+) -> Result<()>
+where
+    F: Fn(Request) -> Fut + 'static,
+    Fut: Future<Output = Result<Reply>> + 'static,
+    M: Fn(ModelInfoParams) -> MFut + 'static,
+    MFut: Future<Output = Result<ModelInfo>> + 'static,
+{
     let service = format!("llm:{}:{}", ctx.plugin_name(), ctx.fiber());
     let (handler, models) = (Rc::new(handler), Rc::new(models));
     ctx.provide(service.clone(), move |req| {
@@ -89,7 +111,7 @@ where
         async move {
             match req.method.as_str() {
                 llm_adapter::STREAM => handler(req).await,
-                llm_adapter::RESOLVE_MODEL => Reply::json(models(&req.params_as()?)?),
+                llm_adapter::RESOLVE_MODEL => Reply::json(models(req.params_as()?).await?),
                 _ => Err(req.unknown_method()),
             }
         }

@@ -12,6 +12,7 @@ pub mod message;
 mod open;
 pub mod records;
 pub mod request_header;
+pub mod retry_trail;
 pub mod shape;
 pub mod surface;
 pub mod surface_op;

@@ -585,12 +585,15 @@ async fn status_shows_the_context_when_a_compaction_engine_measures_it() {
     let lines: Vec<&str> = status.lines().collect();
     assert_eq!(lines.len(), 3, "{status}");
     assert!(lines[0].starts_with("tokens: 20 in "), "{status}");
-    // The fake route's window is the adapter's default, 1,000,000; the
-    // threshold is 0.8 of it.
+    // The fake route's window is the adapter's default, 1,000,000 (the
+    // fake server states none); the threshold is 0.8 of it.
     let context = lines[2];
     assert!(context.starts_with("context: ~"), "{context}");
     assert!(
-        context.ends_with(" tokens of 1000000 (0%), compaction at 800000"),
+        context.ends_with(
+            " tokens of 1000000 (0%), compaction at 800000 \
+             (window: the adapter's default, stated by neither the config nor the server)"
+        ),
         "{context}"
     );
     t.shutdown().await;

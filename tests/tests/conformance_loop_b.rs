@@ -676,9 +676,11 @@ async fn agent_request_can_supply_the_model() {
     assert_eq!(turn(&t, &agent, "go").await, json!({"kind": "completed"}));
     assert_eq!(fake.requests()[0]["model"], "m-from-hook");
     let ev = events(&t, &agent).await;
+    // The route's default effort and output cap are filled in (the
+    // DeepSeek adapter's).
     assert_eq!(
         of_type(&ev, event::REQUEST_HEADER)[0]["data"]["header"]["config"],
-        json!({"provider": "fake", "model": "m-from-hook"})
+        json!({"provider": "fake", "model": "m-from-hook", "reasoningEffort": "high", "maxTokens": 256_000})
     );
     t.shutdown().await;
 }
@@ -1222,7 +1224,7 @@ async fn requests_append_extend_and_a_switch_logs_a_change_header() {
     assert_eq!(reasons, [&json!("initial"), &json!("change")]);
     assert_eq!(
         headers[1]["data"]["header"]["config"],
-        json!({"provider": "fake", "model": "m2"})
+        json!({"provider": "fake", "model": "m2", "reasoningEffort": "high", "maxTokens": 256_000})
     );
     assert!(
         headers[1]["data"]["header"]["system"].is_string(),

@@ -664,7 +664,12 @@ async fn the_request_context_fold_keeps_the_last_record_and_a_resumed_agent_does
         .filter(|e| e["type"] == event::REQUEST_CONTEXT)
         .map(|e| &e["data"])
         .collect();
-    assert_eq!(contexts, [&json!({"provider": "fake", "model": "m1"})]);
+    // One record, with the window the route's adapter answers for the
+    // model (the DeepSeek adapter's default for a model it does not list).
+    assert_eq!(
+        contexts,
+        [&json!({"provider": "fake", "model": "m1", "contextWindow": 1_000_000})]
+    );
     let headers: Vec<&Value> = ev
         .iter()
         .filter(|e| e["type"] == event::REQUEST_HEADER)

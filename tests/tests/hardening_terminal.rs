@@ -175,7 +175,7 @@ async fn the_headless_answer_on_a_terminal_has_none_of_the_escapes() {
 #[tokio::test]
 async fn the_streamed_headless_answer_on_a_terminal_drops_an_escape_split_across_chunks() {
     let screen = headless_on_a_terminal(
-        "[[patch]]\nid = \"headless\"\nconfig = { provider = \"deepseek-official\", model = \"deepseek-v4-flash\", stream = true }\n",
+        "[[patch]]\nid = \"headless\"\nconfig = { stream = true }\n",
         "headless --stream on a terminal",
     )
     .await;

@@ -78,6 +78,11 @@ pub struct Info {
     /// The host's process id.
     #[serde(default)]
     pub pid: u32,
+    /// This run's `dsh-host --model` (`provider/model`, or `model` on the
+    /// default route), as given: the model every app starts on for this
+    /// run, not saved. Read by plugin `agent-default-model`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 /// Reply of [`TERMINAL`].

@@ -5,23 +5,23 @@ use std::future::Future;
 use std::rc::Rc;
 
 use dsh_sdk::api::agent_loop::{
-    AgentError, AgentRequest, InboxClaimed, PreStep, PreStepDecision, PreStepKind, RequestConfig,
-    RequestError, RequestErrorDecision, RetryPolicy, StatusChanged, TurnStopping,
+    AgentError, AgentRequest, InboxClaimed, PreStep, PreStepDecision, PreStepKind, RequestError,
+    RequestErrorDecision, RetryPolicy, StatusChanged, TurnStopping,
 };
 use dsh_sdk::api::agents::RunStatus;
 use dsh_sdk::api::llm::{Llm, StreamRequest};
 use dsh_sdk::api::sessions::{NewEvent, Sessions};
 use dsh_sdk::api::system_prompt::{AssembleParams, Assembly, SystemPrompt};
 use dsh_sdk::api::tools::{ScopeParams, Tools};
-use dsh_sdk::names::{bus, tools};
+use dsh_sdk::names::{bus, code, tools};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::assembler::{AssembleError, BlockAssembler};
 use dsh_sdk::vocab::history;
 use dsh_sdk::vocab::message::{ContentBlock, MessageSource};
 use dsh_sdk::vocab::records::{
-    AssistantChunk, AssistantMessage, CallConfig, CancelCause, HeaderReason, RequestContext,
-    RequestHeader, RequestHeaderRecord, SpliceTarget, StepBoundary, TurnEnd, TurnEndReason,
-    TurnStart,
+    AdapterDefaults, AssistantChunk, AssistantMessage, CallConfig, CancelCause, HeaderReason,
+    RequestContext, RequestHeader, RequestHeaderRecord, SpliceTarget, StepBoundary, TurnEnd,
+    TurnEndReason, TurnStart,
 };
 use dsh_sdk::vocab::{
     event, Chunk, Extra, FinishReason, LlmFailure, Message, SurfaceOp, ToolSchema,
@@ -45,10 +45,16 @@ type StepEnd = Option<TurnEndReason>;
 
 /// The call config of a request, as the `agent/request` waterfall left
 /// it: whole, for the adapter (listeners may add fields of their own), and
-/// read as a call config, for the logged header and the route.
+/// read as a call config, for the logged header and the route; then with
+/// the model's defaults filled in (`Loop::resolve_call`).
 struct Route {
     config: Map<String, Value>,
     call: CallConfig,
+    /// Which of the config's fields are the model's defaults, not asked
+    /// for (the header's `adapterDefaults`).
+    adapter_defaults: AdapterDefaults,
+    /// The model's context window, when its adapter knows it.
+    context_window: Option<u64>,
 }
 
 /// The route fields of a call config, read before the rest: a config
@@ -591,6 +597,7 @@ impl Loop {
         self.log_step_input(agent, messages).await?;
         loop {
             let route = self.request_config(agent, at).await?;
+            let route = self.resolve_call(route, abort).await?;
             self.log_request_header(agent, &route, assembly).await?;
             self.refresh_history(agent).await?;
             // A cancel from an `agent/request` listener (or during the
@@ -621,8 +628,9 @@ impl Loop {
         Ok(())
     }
 
-    /// The call config of a request: the route of the step's assembly and
-    /// the agent's `maxTokens`, through the `agent/request` waterfall; a
+    /// The call config of a request: the route of the step's assembly, the
+    /// agent's `maxTokens`, and the reasoning effort its last logged header
+    /// chose (`restored_effort`), through the `agent/request` waterfall; a
     /// route without a provider or a model fails the turn.
     async fn request_config(&self, agent: &str, (turn, step): (u64, u64)) -> Result<Route> {
         let seed = {
@@ -632,13 +640,18 @@ impl Loop {
                 .assembled
                 .clone()
                 .unwrap_or_else(|| (a.provider.clone(), a.model.clone()));
-            RequestConfig {
+            let reasoning_effort = restored_effort(a.logged_header.as_ref(), &provider, &model);
+            CallConfig {
                 provider,
                 model,
+                reasoning_effort,
+                temperature: None,
                 max_tokens: a.max_tokens,
+                stop: None,
+                extra: Extra::new(),
             }
         };
-        let payload = AgentRequest {
+        let payload = AgentRequest::<CallConfig> {
             agent: agent.to_owned(),
             turn,
             step,
@@ -677,7 +690,52 @@ impl Loop {
         let Value::Object(config) = config else {
             return Err(refused(format!("that is not an object: {config}")));
         };
-        Ok(Route { config, call })
+        Ok(Route {
+            config,
+            call,
+            adapter_defaults: AdapterDefaults::default(),
+            context_window: None,
+        })
+    }
+
+    /// `route` checked against its model's metadata (`llm.resolveCallConfig`,
+    /// the original's `prepareCall`): the model's default `maxTokens` and
+    /// `reasoningEffort` filled in where the config set none (and marked as
+    /// adapter defaults), and its context window. A route no adapter serves
+    /// goes on as proposed (an `llm/stream` listener may serve it); any
+    /// other refusal (`UNSUPPORTED_REASONING_EFFORT`, metadata an adapter
+    /// got wrong) fails the turn. A cancel or the agent's disposal drops the
+    /// lookup, however long the adapter takes.
+    async fn resolve_call(&self, mut route: Route, abort: &Abort) -> Result<Route, Stop> {
+        let llm = Llm::new(&self.ctx);
+        let resolved = match self
+            .unless_aborted(abort, llm.resolve_call_config(&route.call))
+            .await?
+        {
+            Ok(resolved) => resolved,
+            Err(e) if e.code == code::NO_ADAPTER => return Ok(route),
+            Err(e) => return Err(Stop::Failed(e)),
+        };
+        let marked = resolved.adapter_defaults;
+        if marked.max_tokens == Some(true) {
+            if let Some(cap) = resolved.config.max_tokens {
+                route.call.max_tokens = Some(cap);
+                route
+                    .config
+                    .insert("maxTokens".to_owned(), Value::from(cap));
+            }
+        }
+        if marked.reasoning_effort == Some(true) {
+            if let Some(effort) = resolved.config.reasoning_effort {
+                route
+                    .config
+                    .insert("reasoningEffort".to_owned(), Value::from(effort.as_str()));
+                route.call.reasoning_effort = Some(effort);
+            }
+        }
+        route.adapter_defaults = marked;
+        route.context_window = resolved.context.map(|c| c.context_window);
+        Ok(route)
     }
 
     /// Logs `request/header` when this is the agent's first request or
@@ -701,7 +759,7 @@ impl Loop {
             })?;
         let header = RequestHeader {
             config: route.call.clone(),
-            adapter_defaults: None,
+            adapter_defaults: Some(route.adapter_defaults.clone()),
             system: Some(assembly.system.clone()),
             tools: Some(tools),
             extra: Extra::new(),
@@ -733,10 +791,11 @@ impl Loop {
             self.append_record(agent, event::REQUEST_HEADER, &record)
                 .await?;
         }
+        // Absent capacity is recorded too: it clears an older window.
         let context = RequestContext {
             provider: route.call.provider.clone(),
             model: route.call.model.clone(),
-            context_window: None,
+            context_window: route.context_window,
             extra: Extra::new(),
         };
         if logged_ctx.as_ref() != Some(&context) {
@@ -921,6 +980,23 @@ impl Loop {
     }
 }
 
+/// The reasoning effort a request on `provider`/`model` starts from: the
+/// one `logged` (the agent's last request header, or on its first request
+/// the session's) chose, when it was for the same provider and model and
+/// was asked for, not the model's default (the original's rule: a default
+/// is resolved afresh, and another model's effort may not be its).
+fn restored_effort(logged: Option<&RequestHeader>, provider: &str, model: &str) -> Option<String> {
+    let logged = logged?;
+    let defaulted = logged
+        .adapter_defaults
+        .as_ref()
+        .is_some_and(|d| d.reasoning_effort == Some(true));
+    if defaulted || logged.config.provider != provider || logged.config.model != model {
+        return None;
+    }
+    logged.config.reasoning_effort.clone()
+}
+
 /// The assistant message of `blocks` from the request's route, with the
 /// adapter's replay state when it left one.
 fn assistant_message(
@@ -938,4 +1014,51 @@ fn assistant_message(
         source.replay_state = replay_state;
     }
     message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dsh_sdk::vocab::records::AdapterDefaults;
+
+    fn header(model: &str, effort: Option<&str>, defaulted: bool) -> RequestHeader {
+        RequestHeader {
+            config: CallConfig {
+                provider: "p".into(),
+                model: model.into(),
+                reasoning_effort: effort.map(str::to_owned),
+                temperature: None,
+                max_tokens: None,
+                stop: None,
+                extra: Extra::new(),
+            },
+            adapter_defaults: Some(AdapterDefaults {
+                reasoning_effort: defaulted.then_some(true),
+                max_tokens: None,
+            }),
+            system: None,
+            tools: None,
+            extra: Extra::new(),
+        }
+    }
+
+    /// The original's seed rule: a chosen effort of the same provider and
+    /// model is restored; a default, or another route's, is not.
+    #[test]
+    fn only_a_chosen_effort_of_the_same_route_is_restored() {
+        let chosen = header("m", Some("max"), false);
+        assert_eq!(
+            restored_effort(Some(&chosen), "p", "m").as_deref(),
+            Some("max")
+        );
+        assert_eq!(restored_effort(Some(&chosen), "p", "other"), None);
+        assert_eq!(restored_effort(Some(&chosen), "q", "m"), None);
+        let defaulted = header("m", Some("high"), true);
+        assert_eq!(restored_effort(Some(&defaulted), "p", "m"), None);
+        assert_eq!(
+            restored_effort(Some(&header("m", None, false)), "p", "m"),
+            None
+        );
+        assert_eq!(restored_effort(None, "p", "m"), None);
+    }
 }

@@ -212,7 +212,8 @@ pub(crate) struct Agent {
     /// The session's log had a `request/header` when the agent was made
     /// (its first request logs `resume` rather than `initial`).
     pub resumed_header: bool,
-    /// The request header this agent last logged.
+    /// The request header this agent last logged; before its first
+    /// request, the one its session's log holds (a resume's).
     pub logged_header: Option<RequestHeader>,
     /// The route in force (`session.requestContext()`).
     pub logged_context: Option<RequestContext>,
@@ -306,6 +307,12 @@ impl Loop {
             .and_then(|s| s.request_context.as_ref())
             .map(|context| stored(id, "the latest `request/context`", context))
             .transpose()?;
+        // The header in force, so the first request restores the reasoning
+        // effort it chose (`driver::restored_effort`).
+        let logged_header: Option<RequestHeader> = summary
+            .and_then(|s| s.request_header.as_ref())
+            .map(|header| stored(id, "the latest `request/header`", header))
+            .transpose()?;
         let agent = Agent {
             // An unset route is empty, as the original seeds it: an
             // `agent/request` listener may supply it (else the turn fails
@@ -326,8 +333,8 @@ impl Loop {
             last_end,
             abort: None,
             idle: Vec::new(),
-            resumed_header: summary.is_some_and(|s| s.request_header.is_some()),
-            logged_header: None,
+            resumed_header: logged_header.is_some(),
+            logged_header,
             logged_context,
             history: Vec::new(),
             history_seq: 0,

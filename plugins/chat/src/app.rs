@@ -7,9 +7,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use dsh_sdk::api::agent_loop::{
-    AgentLoop, AgentOptions, AgentRef, CreateMeta, CreateParams, ResumeParams,
-};
+use dsh_sdk::api::agent_loop::{AgentLoop, AgentRef, CreateMeta, CreateParams, ResumeParams};
 use dsh_sdk::api::agents::{Agents, CancelParams, RunStatus, WhenIdleReply};
 use dsh_sdk::api::approval::{ApprovalOutcome, ApprovalReply, ApprovalRequest};
 use dsh_sdk::api::commands::{
@@ -171,20 +169,50 @@ impl App {
         self.print(&text).await;
     }
 
-    /// A line of our own (a notice), on a line of its own.
-    async fn notice(&self, tone: Tone, text: &str) {
-        let out = {
+    /// Prints lines of our own above an answer that is streaming (it is
+    /// printed again below them and goes on there), and draws the input
+    /// again.
+    async fn interject(&self, out: &Out) {
+        let text = {
             let mut v = self.view.borrow_mut();
-            let mut out = v.renderer.finish_block();
+            let styled = if v.renderer.theme.color {
+                &out.styled
+            } else {
+                &out.plain
+            };
+            let mut text = v.screen.interject(styled, &out.plain);
+            text.push_str(&self.input_area(&mut v));
+            text
+        };
+        self.print(&text).await;
+    }
+
+    /// A line of our own (a notice), on a line of its own. While a turn
+    /// runs it goes above the streaming answer, which is left as it is
+    /// (a command's output never lands inside it); otherwise the answer's
+    /// block is ended first.
+    async fn notice(&self, tone: Tone, text: &str) {
+        let (out, running) = {
+            let mut v = self.view.borrow_mut();
+            let running = v.running;
+            let mut out = if running {
+                Out::default()
+            } else {
+                v.renderer.finish_block()
+            };
             let theme = v.renderer.theme;
             let text = sanitize(text);
             theme.push(&mut out, tone, &text);
             if !text.ends_with('\n') {
                 theme.push(&mut out, Tone::Plain, "\n");
             }
-            out
+            (out, running)
         };
-        self.show(&out).await;
+        if running {
+            self.interject(&out).await;
+        } else {
+            self.show(&out).await;
+        }
     }
 
     /// The input area's text: drawn at an idle prompt, while an approval
@@ -242,10 +270,6 @@ impl App {
         self.view.borrow().agent.clone()
     }
 
-    fn options(&self) -> AgentOptions {
-        self.config.agent_options()
-    }
-
     /// Opens the session to chat in: the predecessor's, one to resume, or
     /// a new one.
     pub async fn open(&mut self, resume: Option<String>, cwd: &str) -> Result<()> {
@@ -267,10 +291,11 @@ impl App {
         let agent = self.agent();
         if std::mem::take(&mut self.view.borrow_mut().released) {
             // Released by the predecessor: resuming the live agent owns
-            // it, a running turn included.
+            // it, a running turn included (its route with it).
+            let (_, agent_options) = crate::route::current(&self.ctx, &self.config).await?;
             let params = ResumeParams {
                 session_id: agent.clone(),
-                agent_options: self.options(),
+                agent_options,
             };
             if AgentLoop::new(&self.ctx).resume(&params).await.is_ok() {
                 return self.adopt_live(&agent).await;
@@ -305,11 +330,13 @@ impl App {
         }
         drop(listener);
         let was_running = self.view.borrow().running;
+        let (current, agent_options) = crate::route::current(&self.ctx, &self.config).await?;
         let params = ResumeParams {
             session_id: agent.clone(),
-            agent_options: self.options(),
+            agent_options,
         };
         let resumed = AgentLoop::new(&self.ctx).resume(&params).await?;
+        crate::route::after_resume(&self.ctx, &resumed.agent, &current).await?;
         self.switch_to(resumed.agent);
         if was_running {
             self.notice(Tone::Dim, "(the reload ended the running turn)")
@@ -333,9 +360,10 @@ impl App {
     }
 
     async fn new_session(&mut self, cwd: &str) -> Result<()> {
+        let (agent_options, route) = crate::route::for_new(&self.ctx, &self.config).await?;
         let params = CreateParams {
             session_id: None,
-            agent_options: self.options(),
+            agent_options,
             meta: Some(CreateMeta {
                 cwd: Some(cwd.to_owned()),
                 ..CreateMeta::default()
@@ -345,7 +373,7 @@ impl App {
         self.switch_to(created.agent);
         let banner = format!(
             "dsh chat · {} · {}   /help for commands · Ctrl-D exits\n",
-            self.config.model, self.config.provider
+            route.model, route.provider
         );
         self.notice(Tone::Dim, &banner).await;
         Ok(())
@@ -358,11 +386,13 @@ impl App {
         SessionPersistence::new(&self.ctx)
             .resumable_from(id, &cwd)
             .await?;
+        let (current, agent_options) = crate::route::current(&self.ctx, &self.config).await?;
         let params = ResumeParams {
             session_id: id.to_owned(),
-            agent_options: self.options(),
+            agent_options,
         };
         let resumed = AgentLoop::new(&self.ctx).resume(&params).await?;
+        crate::route::after_resume(&self.ctx, &resumed.agent, &current).await?;
         self.switch_to(resumed.agent.clone());
         let events = Sessions::new(&self.ctx).events(&resumed.agent, 0).await?;
         self.notice(
@@ -697,17 +727,23 @@ impl App {
         crate::history::save(&self.config.history_path, &text);
         // The terminal may have been resized since the last prompt.
         if let Ok(term) = self.host.terminal().await {
+            let mut v = self.view.borrow_mut();
             if term.cols > 0 {
-                let mut v = self.view.borrow_mut();
                 v.screen.cols = usize::from(term.cols);
                 v.renderer.cols = usize::from(term.cols).max(20);
             }
+            v.screen.rows = usize::from(term.rows);
         }
         let running = self.view.borrow().running;
-        // The line as typed stays above the output.
+        // The line as typed stays above the output (above the streaming
+        // answer while a turn runs).
         let echo = {
             let mut v = self.view.borrow_mut();
-            let mut out = v.renderer.finish_block();
+            let mut out = if running {
+                Out::default()
+            } else {
+                v.renderer.finish_block()
+            };
             let theme = v.renderer.theme;
             let mark = if running { "↳ " } else { "› " };
             theme.push(&mut out, Tone::Bold, mark);
@@ -715,7 +751,11 @@ impl App {
             theme.push(&mut out, Tone::Plain, &format!("{}\n", sanitize(&shown)));
             out
         };
-        self.show(&echo).await;
+        if running {
+            self.interject(&echo).await;
+        } else {
+            self.show(&echo).await;
+        }
         let trimmed = text.trim();
         if trimmed.is_empty() {
             return;

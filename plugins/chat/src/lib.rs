@@ -7,12 +7,17 @@
 //! `approval` service's approver.
 //!
 //! App arguments: `[--continue] [--resume <session-id>]`.
+//!
+//! The model is the one every app starts on (`agentDefaultModel`, with
+//! this run's `dsh-host --model`; module `route`); `/model` switches the
+//! live agent and saves the choice for later sessions.
 
 mod app;
 mod editor;
 mod history;
 mod keys;
 mod render;
+mod route;
 mod screen;
 mod transcript;
 
@@ -20,7 +25,8 @@ use std::cell::RefCell;
 use std::path::PathBuf;
 use std::rc::Rc;
 
-use dsh_sdk::api::agent_loop::{AgentLoop, AgentOptions, MaxTokens};
+use dsh_sdk::api::agent_default_model::route_moved;
+use dsh_sdk::api::agent_loop::AgentLoop;
 use dsh_sdk::api::approval::{ApprovalOutcome, ApprovalReply, ApprovalRequest};
 use dsh_sdk::api::host::Host;
 use dsh_sdk::api::session_persistence::SessionPersistence;
@@ -40,23 +46,16 @@ use screen::Screen;
 #[derive(Deserialize, Default, Clone)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct Config {
-    provider: String,
-    model: String,
+    /// Moved to the `agent-default-model` row: refused with a message
+    /// saying so (see `dsh_sdk::api::agent_default_model::route_moved`).
+    provider: Option<Value>,
+    /// Moved, as `provider`.
+    model: Option<Value>,
     max_tokens: Option<u64>,
     /// The input history (default `$DSH_HOME/chat-history`).
     history_file: Option<PathBuf>,
     #[serde(skip)]
     history_path: PathBuf,
-}
-
-impl Config {
-    fn agent_options(&self) -> AgentOptions {
-        AgentOptions {
-            provider: Some(self.provider.clone()),
-            model: Some(self.model.clone()),
-            max_tokens: self.max_tokens.map(MaxTokens::from),
-        }
-    }
 }
 
 /// What the app arguments ask for.
@@ -170,11 +169,15 @@ impl Plugin for Chat {
         service::AGENT_LOOP,
         service::SESSIONS,
         service::COMMANDS,
+        service::AGENT_DEFAULT_MODEL,
     ];
     const PROVIDES: &'static [&'static str] = &[service::APPROVAL];
     type Config = Config;
 
     async fn apply(ctx: Context, config: Config) -> Result<()> {
+        if config.provider.is_some() || config.model.is_some() {
+            return Err(route_moved(Self::NAME));
+        }
         let inherited: Option<View> = ctx.inherited()?;
         let view = Rc::new(RefCell::new(inherited.unwrap_or_default()));
         let (tx, rx) = mpsc::unbounded_channel();

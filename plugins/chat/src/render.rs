@@ -3,12 +3,17 @@
 //! one line and its result as its first and last meaningful lines, errors
 //! marked. Colors only when the terminal takes them (not with `NO_COLOR`
 //! or when stdout is not a terminal).
+//!
+//! A line break is always pushed unstyled, so the styled text after the
+//! last line break stands alone: the screen can print an unfinished line
+//! again below a notice (see `Screen::interject`).
 
 use anstyle::{AnsiColor, Effects, Style};
 use dsh_sdk::names::code;
 use dsh_sdk::vocab::compaction::{self, CompactionEnd, CompactionSummary};
 use dsh_sdk::vocab::message::joined_text;
 use dsh_sdk::vocab::records::{AssistantChunk, LlmRetry, ToolCall, ToolResult, TurnEndReason};
+use dsh_sdk::vocab::retry_trail::{self, RetryTrail};
 use dsh_sdk::vocab::{event, Chunk, ContentBlock, Message, SessionEvent};
 use dsh_sdk::{Error, Result};
 use serde::{Deserialize, Serialize};
@@ -68,8 +73,25 @@ pub struct Theme {
 }
 
 impl Theme {
-    /// Appends `text` (already sanitized) in `tone`.
+    /// Appends `text` (already sanitized) in `tone`, its line breaks
+    /// unstyled.
     pub fn push(&self, out: &mut Out, tone: Tone, text: &str) {
+        if tone == Tone::Plain || !text.contains('\n') {
+            return self.push_run(out, tone, text);
+        }
+        for piece in text.split_inclusive('\n') {
+            match piece.strip_suffix('\n') {
+                Some(line) => {
+                    self.push_run(out, tone, line);
+                    self.push_run(out, Tone::Plain, "\n");
+                }
+                None => self.push_run(out, tone, piece),
+            }
+        }
+    }
+
+    /// Appends `text` (without a line break, or plain) in `tone`.
+    fn push_run(&self, out: &mut Out, tone: Tone, text: &str) {
         if text.is_empty() {
             return;
         }
@@ -124,6 +146,14 @@ pub struct Renderer {
     /// deltas is dropped whole. Reset when the block ends.
     #[serde(default)]
     stream: Sanitizer,
+    /// The retries of the request running now (a turn that fails after
+    /// retries says the first cause too).
+    #[serde(default)]
+    retries: RetryTrail,
+    /// Part of an answer was shown for the request running now (a retry
+    /// discards it, and says so).
+    #[serde(default)]
+    partial_shown: bool,
 }
 
 impl Renderer {
@@ -142,9 +172,16 @@ impl Renderer {
     /// record's shape is shown as an error line naming the event and the
     /// field, never as a silent default.
     pub fn event(&mut self, e: &SessionEvent) -> Out {
+        if e.kind != event::LLM_RETRY {
+            self.retries.saw(&e.kind);
+        }
         let shown = match e.kind.as_str() {
             event::ASSISTANT_CHUNK => e.data_as::<AssistantChunk>().map(|c| self.chunk(&c.chunk)),
-            event::ASSISTANT_MESSAGE => Ok(self.finish_block()),
+            event::ASSISTANT_MESSAGE => {
+                // The answer shown is the one kept.
+                self.partial_shown = false;
+                Ok(self.finish_block())
+            }
             event::TOOL_CALL => e.data_as::<ToolCall>().map(|c| self.tool_call(&c)),
             event::TOOL_RESULT => e
                 .data_as::<ToolResult>()
@@ -182,19 +219,21 @@ impl Renderer {
     }
 
     /// A failed model request about to be retried: which retry, after how
-    /// long, and the failure's code.
+    /// long, and the failure (its code and message). Part of an answer
+    /// already shown for the request is marked as discarded first: the
+    /// retry's answer replaces it.
     fn retry(&mut self, retry: &LlmRetry) -> Out {
+        self.retries.retried(retry);
         let mut out = self.finish_block();
-        let of = match retry.max_retries {
-            Some(max) => format!(" of {max}"),
-            None => String::new(),
-        };
-        let text = format!(
-            "  retrying the model request (retry {}{of}) in {} ms: {}\n",
-            retry.retry,
-            retry.delay_ms,
-            sanitize(&retry.failure.code)
-        );
+        if std::mem::take(&mut self.partial_shown) {
+            let text = format!(
+                "  (discarded: retrying after {})\n",
+                sanitize(&retry.failure.code)
+            );
+            self.theme.push(&mut out, Tone::Dim, &text);
+        }
+        let notice = sanitize(&retry_trail::notice(retry)).replace('\n', " ");
+        let text = format!("  {}\n", shorten(&notice, self.cols.saturating_sub(3)));
         self.theme.push(&mut out, Tone::Dim, &text);
         out
     }
@@ -226,19 +265,18 @@ impl Renderer {
     }
 
     /// The end of a turn (`None` before any turn): an error or an
-    /// interruption is said.
+    /// interruption is said, a failure after retries with how many and the
+    /// first cause.
     pub fn turn_end(&mut self, reason: Option<&TurnEndReason>) -> Out {
         let mut out = self.finish_block();
+        let retries = std::mem::take(&mut self.retries);
+        self.partial_shown = false;
         match reason {
             None | Some(TurnEndReason::Completed) => {}
             Some(TurnEndReason::Error { error }) => self.theme.push(
                 &mut out,
                 Tone::Error,
-                &format!(
-                    "✗ {}: {}\n",
-                    sanitize(&error.code),
-                    sanitize(&error.message)
-                ),
+                &format!("✗ {}\n", sanitize(&retries.describe(error))),
             ),
             Some(TurnEndReason::Aborted { .. }) => {
                 self.theme.push(&mut out, Tone::Dim, "(turn cancelled)\n")
@@ -269,6 +307,9 @@ impl Renderer {
         } else if self.show_reasoning {
             self.theme.push(&mut out, Tone::Dim, &text);
             self.mid_line = !text.ends_with('\n') && (self.mid_line || !text.is_empty());
+        }
+        if !out.plain.is_empty() {
+            self.partial_shown = true;
         }
         out
     }
@@ -630,8 +671,70 @@ mod tests {
         let mut r = Renderer::new(Theme::default(), 80);
         assert_eq!(
             r.event(&ev(event::LLM_RETRY, retry)).plain,
-            "  retrying the model request (retry 1 of 2) in 500 ms: RATE_LIMIT\n"
+            "  retrying the model request (retry 1 of 2) in 500 ms: RATE_LIMIT: slow down\n"
         );
+    }
+
+    fn retry_event(n: u32, code: &str, message: &str) -> SessionEvent {
+        ev(
+            event::LLM_RETRY,
+            json!({"retryId": "r", "turn": 1, "step": 1, "provider": "p",
+                "mode": "normal", "retry": n, "maxRetries": 2, "delayMs": 1,
+                "failure": {"message": message, "code": code}}),
+        )
+    }
+
+    #[test]
+    fn a_partial_answer_a_retry_throws_away_is_marked_discarded() {
+        let mut r = Renderer::new(Theme::default(), 80);
+        assert_eq!(text(&mut r, "The answer is"), "The answer is");
+        assert_eq!(
+            r.event(&retry_event(1, "SERVER", "HTTP 503: busy")).plain,
+            "\n  (discarded: retrying after SERVER)\n  retrying the model request (retry 1 of 2) in 1 ms: SERVER: HTTP 503: busy\n"
+        );
+        // A retry before anything was shown has nothing to mark.
+        assert!(!r
+            .event(&retry_event(2, "SERVER", "HTTP 503: busy"))
+            .plain
+            .contains("discarded"));
+        // An answer kept is never marked.
+        text(&mut r, "Kept.");
+        r.event(&ev(event::ASSISTANT_MESSAGE, json!({})));
+        assert!(!r
+            .event(&retry_event(1, "SERVER", "again"))
+            .plain
+            .contains("discarded"));
+    }
+
+    #[test]
+    fn a_failure_after_retries_names_the_first_cause() {
+        let mut r = Renderer::new(Theme::default(), 80);
+        r.event(&retry_event(1, "SERVER", "HTTP 503: Loading model"));
+        r.event(&retry_event(2, "TIMEOUT", "no answer"));
+        let error = TurnEndReason::Error {
+            error: LlmFailure::new("CONTEXT_WINDOW_EXCEEDED", "prompt too long"),
+        };
+        assert_eq!(
+            r.turn_end(Some(&error)).plain,
+            "✗ CONTEXT_WINDOW_EXCEEDED: prompt too long (after 2 retries; first: SERVER: HTTP 503: Loading model)\n"
+        );
+        // The next turn's failure stands alone.
+        assert_eq!(
+            r.turn_end(Some(&error)).plain,
+            "✗ CONTEXT_WINDOW_EXCEEDED: prompt too long\n"
+        );
+    }
+
+    #[test]
+    fn a_line_break_is_never_styled() {
+        let mut r = Renderer::new(Theme { color: true }, 80);
+        let out = r.event(&chunk_event(
+            json!({"type": "text-delta", "index": 0, "text": "```\nlet a;\nlet b;"}),
+        ));
+        // After each line break the styled text starts afresh.
+        let last = &out.styled[out.styled.rfind('\n').unwrap() + 1..];
+        assert!(last.starts_with("\x1b["), "{:?}", out.styled);
+        assert!(out.styled.contains("\x1b[0m\n"), "{:?}", out.styled);
     }
 
     #[test]

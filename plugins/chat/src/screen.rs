@@ -5,6 +5,11 @@
 //! again under it. Model and tool text is sanitized here (by the SDK's
 //! `terminal_text`): escape sequences, control characters and bidi
 //! controls never reach the terminal.
+//!
+//! A line of our own (a command's output, the echo of a line typed while
+//! an answer streams) never lands inside an unfinished output line:
+//! [`Screen::interject`] clears the unfinished line, prints the notice in
+//! its place and prints the line again below it, where the stream goes on.
 
 use std::borrow::Cow;
 
@@ -31,13 +36,45 @@ pub struct Screen {
     out_col: usize,
     /// Rows from the input area's first row to the cursor (while drawn).
     drawn_above_cursor: Option<usize>,
+    /// Terminal rows (0: unknown).
+    #[serde(default)]
+    pub rows: usize,
+    /// The unfinished output line (since the last line break) as printed,
+    /// to print it again below a notice; `None` once it is longer than
+    /// [`LINE_KEPT`] (then a notice ends the line instead).
+    #[serde(default)]
+    line: Option<Line>,
+    /// Rows the unfinished line wrapped onto below its first.
+    #[serde(default)]
+    line_rows: usize,
+    /// The last output filled its row to the end: the terminal holds the
+    /// cursor on that row until the next character (a pending wrap).
+    #[serde(default)]
+    pending_wrap: bool,
 }
+
+/// The unfinished output line.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+struct Line {
+    /// As printed (styled; it starts unstyled, see `render`).
+    styled: String,
+    /// Without escape sequences.
+    plain: String,
+}
+
+/// The longest unfinished line kept to print again, in bytes of its
+/// styled text.
+const LINE_KEPT: usize = 64 * 1024;
+
+/// Rows assumed when the terminal did not say.
+const DEFAULT_ROWS: usize = 24;
 
 impl Screen {
     /// A screen `cols` wide.
     pub fn new(cols: usize) -> Screen {
         Screen {
             cols: cols.max(1),
+            line: Some(Line::default()),
             ..Screen::default()
         }
     }
@@ -68,18 +105,100 @@ impl Screen {
         for c in plain.chars() {
             if c == '\n' {
                 self.out_col = 0;
+                self.line_rows = 0;
+                self.pending_wrap = false;
             } else {
                 let w = c.width().unwrap_or(0);
                 if self.out_col + w > self.cols {
                     // Too wide for what is left of the row: it wraps whole.
                     self.out_col = 0;
+                    self.line_rows += 1;
                 }
                 self.out_col += w;
+                self.pending_wrap = false;
                 if self.out_col >= self.cols {
                     self.out_col = 0;
+                    self.line_rows += 1;
+                    self.pending_wrap = true;
                 }
             }
         }
+        self.keep_line(styled, plain);
+        s
+    }
+
+    /// Keeps what `styled` adds to the unfinished line.
+    fn keep_line(&mut self, styled: &str, plain: &str) {
+        match (styled.rfind('\n'), plain.rfind('\n')) {
+            (Some(s), Some(p)) => {
+                self.line = Some(Line {
+                    styled: styled[s + 1..].to_owned(),
+                    plain: plain[p + 1..].to_owned(),
+                });
+            }
+            _ => {
+                if let Some(line) = &mut self.line {
+                    line.styled.push_str(styled);
+                    line.plain.push_str(plain);
+                }
+            }
+        }
+        if self
+            .line
+            .as_ref()
+            .is_some_and(|l| l.styled.len() > LINE_KEPT)
+        {
+            self.line = None;
+        }
+    }
+
+    /// Prints `styled` (whole lines: a notice, a command's output) above
+    /// the unfinished output line, which is printed again below it so the
+    /// stream goes on where it was: the output never mixes with ours. A
+    /// line too long to print again (more rows than the terminal has, or
+    /// past [`LINE_KEPT`]) is ended first instead.
+    pub fn interject(&mut self, styled: &str, plain: &str) -> String {
+        let unfinished = self.line.as_ref().is_none_or(|l| !l.plain.is_empty());
+        if self.out_col == 0 && !self.pending_wrap && !unfinished {
+            return self.output(styled, plain);
+        }
+        // Rows from the line's first row up to the cursor's row once the
+        // input area is erased (a pending wrap leaves it on the full row).
+        let up = self
+            .line_rows
+            .saturating_sub(usize::from(self.pending_wrap));
+        let rows = if self.rows > 0 {
+            self.rows
+        } else {
+            DEFAULT_ROWS
+        };
+        // The line and the input area under it must both be on the screen
+        // (a row scrolled off cannot be cleared).
+        let input_rows = self.drawn_above_cursor.map_or(0, |above| above + 1);
+        let line = match self.line.take() {
+            Some(line) if up + 1 + input_rows < rows => line,
+            kept => {
+                self.line = kept;
+                let mut s = self.end_line();
+                s.push_str(&self.output(styled, plain));
+                return s;
+            }
+        };
+        let mut s = self.erase_input();
+        s.push('\r');
+        if up > 0 {
+            s.push_str(&format!("\x1b[{up}A"));
+        }
+        s.push_str("\x1b[J");
+        self.out_col = 0;
+        self.line_rows = 0;
+        self.pending_wrap = false;
+        self.line = Some(Line::default());
+        s.push_str(&self.output(styled, plain));
+        if self.out_col > 0 {
+            s.push_str(&self.output("\n", "\n"));
+        }
+        s.push_str(&self.output(&line.styled, &line.plain));
         s
     }
 
@@ -97,6 +216,8 @@ impl Screen {
         if self.out_col > 0 {
             s.push_str("\r\n");
         }
+        // The prompt's first character takes a pending wrap.
+        self.pending_wrap = false;
         s.push_str(prompt.styled_prefix);
         let indent = " ".repeat(width(prompt.prefix));
         let (mut row, mut col) = (0usize, width(prompt.prefix));
@@ -151,6 +272,9 @@ impl Screen {
     pub fn forget_input(&mut self) {
         self.drawn_above_cursor = None;
         self.out_col = 0;
+        self.line_rows = 0;
+        self.pending_wrap = false;
+        self.line = Some(Line::default());
     }
 }
 
@@ -213,6 +337,51 @@ mod tests {
         let drawn = s.draw_input(&prompt("ab", 2));
         assert!(drawn.ends_with("> ab\r\n\r\x1b[1G"), "{drawn:?}");
         assert_eq!(s.erase_input(), "\r\x1b[1A\x1b[J");
+    }
+
+    #[test]
+    fn a_notice_goes_above_the_unfinished_line_which_is_printed_again() {
+        let mut s = Screen::new(80);
+        // At a line start it is plain output.
+        assert_eq!(s.interject("note\n", "note\n"), "note\n");
+        assert_eq!(s.output("\x1b[36mHel\x1b[0m", "Hel"), "\x1b[36mHel\x1b[0m");
+        let drawn = s.draw_input(&prompt("ab", 2));
+        assert!(drawn.starts_with("\r\n> ab"), "{drawn:?}");
+        // Back to the line, cleared, the notice, the line again.
+        assert_eq!(
+            s.interject("status\n", "status\n"),
+            "\r\x1b[J\x1b[1A\x1b[4G\r\x1b[Jstatus\n\x1b[36mHel\x1b[0m"
+        );
+        // The stream goes on where it was.
+        assert_eq!(s.output("lo", "lo"), "lo");
+        assert_eq!(s.out_col, 5);
+        assert_eq!(s.output(" world\nnext", " world\nnext"), " world\nnext");
+        assert_eq!(s.interject("x\n", "x\n"), "\r\x1b[Jx\nnext");
+    }
+
+    #[test]
+    fn a_wrapped_unfinished_line_is_cleared_from_its_first_row() {
+        let mut s = Screen::new(4);
+        s.output("abcdef", "abcdef");
+        assert_eq!(s.interject("n\n", "n\n"), "\r\x1b[1A\x1b[Jn\nabcdef");
+        // A line that fills its row exactly leaves the cursor on that row
+        // (a pending wrap) until something is printed.
+        let mut s = Screen::new(4);
+        s.output("x\nabcd", "x\nabcd");
+        assert_eq!(s.interject("n\n", "n\n"), "\r\x1b[Jn\nabcd");
+        // Once the input area was drawn below it, the cursor is a row down.
+        s.draw_input(&prompt("", 0));
+        let again = s.interject("m\n", "m\n");
+        assert!(again.ends_with("\r\x1b[1A\x1b[Jm\nabcd"), "{again:?}");
+    }
+
+    #[test]
+    fn a_line_taller_than_the_terminal_is_ended_instead() {
+        let mut s = Screen::new(4);
+        s.rows = 3;
+        s.output("abcdefghijklm", "abcdefghijklm");
+        assert_eq!(s.interject("n\n", "n\n"), "\nn\n");
+        assert_eq!(s.out_col, 0);
     }
 
     #[test]

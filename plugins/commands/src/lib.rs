@@ -12,9 +12,11 @@
 //!
 //! Modules: `registry` (the state), `execute`, `builtin` and one per
 //! shipped command (`help`, `model`, `permission`, `status`), `prices`
-//! (the price table `/status` uses).
+//! (the price table `/status` uses), `context_source` (where the window
+//! `/status` shows came from).
 
 mod builtin;
+mod context_source;
 mod execute;
 mod help;
 mod model;

@@ -1,10 +1,15 @@
 //! `/model [<provider>] <model>`: with no argument, the route the agent
 //! uses (the one `/model` selected, else the session's last
 //! `request/context`); with a model, switches to it on the current
-//! provider; with a provider and a model, to that route. The provider must
-//! be registered with `llm`; the switch is `agents.selectModel`, in force
-//! from the agent's next step.
+//! provider (a session that has not reached a model yet: the default
+//! selection's); with a provider and a model, to that route. The provider
+//! must be registered with `llm`; the switch is `agents.selectModel`, in
+//! force from the agent's next step, and is saved as the default of later
+//! sessions (`agentDefaultModel.saveSelection`, `$DSH_HOME/settings.yaml`)
+//! as the original's model picker saves it. Without an
+//! `agent-default-model` row the switch is the live agent's alone.
 
+use dsh_sdk::api::agent_default_model::{AgentDefaultModel, ModelSelection};
 use dsh_sdk::api::agents::{Agents, SelectModelParams};
 use dsh_sdk::api::commands::{CommandResult, RunParams};
 use dsh_sdk::api::llm::Llm;
@@ -30,11 +35,14 @@ pub async fn run(ctx: &Context, registry: &Registry, inv: &RunParams) -> Result<
             ))
         }
         ([model], Some((p, _))) => (p.clone(), (*model).to_owned()),
-        ([_], None) => {
-            return Ok(CommandResult::error(format!(
-                "no provider is known for this session yet; {USAGE}"
-            )))
-        }
+        ([model], None) => match default_provider(ctx).await? {
+            Some(p) => (p, (*model).to_owned()),
+            None => {
+                return Ok(CommandResult::error(format!(
+                    "no provider is known for this session yet; {USAGE}"
+                )))
+            }
+        },
         ([provider, model], _) => ((*provider).to_owned(), (*model).to_owned()),
         _ => return Ok(CommandResult::error(USAGE)),
     };
@@ -52,12 +60,36 @@ pub async fn run(ctx: &Context, registry: &Registry, inv: &RunParams) -> Result<
             model: Some(model.clone()),
         })
         .await?;
-    let text = format!("model {provider}/{model} from the next step");
+    let switched = format!("model {provider}/{model} from the next step");
     registry
         .borrow_mut()
         .selections
-        .insert(inv.agent.clone(), (provider, model));
-    Ok(CommandResult::success(text))
+        .insert(inv.agent.clone(), (provider.clone(), model.clone()));
+    let selection = ModelSelection::new(provider, model);
+    Ok(
+        match AgentDefaultModel::new(ctx).save_selection(&selection).await {
+            Ok(saved) => CommandResult::success(format!(
+                "{switched}; saved as the default of new sessions ({})",
+                saved.settings_file
+            )),
+            // No `agent-default-model` row: the live agent's choice alone.
+            Err(e) if e.code == codes::SERVICE_UNAVAILABLE => CommandResult::success(switched),
+            Err(e) => CommandResult::error(format!(
+                "{switched}, but it was not saved as the default: {}: {}",
+                e.code, e.message
+            )),
+        },
+    )
+}
+
+/// The provider of the default selection (what a session that has not
+/// reached a model yet was created on), when there is one.
+async fn default_provider(ctx: &Context) -> Result<Option<String>> {
+    match AgentDefaultModel::new(ctx).current_selection().await {
+        Ok(current) => Ok(Some(current.selection.provider)),
+        Err(e) if e.code == codes::SERVICE_UNAVAILABLE => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// The route `agent` uses: the one `/model` selected, else the one of the

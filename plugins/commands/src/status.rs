@@ -4,7 +4,9 @@
 //! and their cost from [`crate::prices`], per model; "cost unknown" when a
 //! model that answered has no price. When a `compaction` service answers
 //! `measure` for the agent, a third line gives the context the next request
-//! would use, against the model's window and the compaction threshold.
+//! would use, against the model's window and the compaction threshold, and
+//! where the window came from (the config, the adapter's catalog, the
+//! server's endpoint, or the adapter's default).
 
 use std::collections::BTreeMap;
 
@@ -139,10 +141,19 @@ pub fn context_line(m: &Measurement) -> String {
 }
 
 /// The context line of `agent`, when a compaction service measures it: none
-/// when no service is loaded, and none (with a warning) when it fails.
-async fn context(ctx: &Context, agent: &str) -> Option<String> {
+/// when no service is loaded, and none (with a warning) when it fails. A
+/// known window says where it came from ([`crate::context_source`]).
+async fn context(ctx: &Context, agent: &str, events: &[SessionEvent]) -> Option<String> {
     match Compaction::new(ctx).measure(agent).await {
-        Ok(m) => Some(context_line(&m)),
+        Ok(m) => {
+            let mut line = context_line(&m);
+            if m.context_window.is_some() {
+                if let Some(source) = crate::context_source::of_session(ctx, events).await {
+                    line.push_str(&format!(" ({source})"));
+                }
+            }
+            Some(line)
+        }
         Err(e) if e.code == codes::SERVICE_UNAVAILABLE => None,
         Err(e) => {
             dsh_sdk::tracing::warn!("/status: measuring the context of {agent} failed: {e}");
@@ -155,7 +166,7 @@ async fn context(ctx: &Context, agent: &str) -> Option<String> {
 pub async fn run(ctx: &Context, inv: &RunParams) -> Result<CommandResult> {
     let events = Sessions::new(ctx).events(&inv.agent, 0).await?;
     let mut text = render(&totals(&events)?);
-    if let Some(line) = context(ctx, &inv.agent).await {
+    if let Some(line) = context(ctx, &inv.agent, &events).await {
         text.push('\n');
         text.push_str(&line);
     }

@@ -18,8 +18,15 @@ pub struct Config {
     pub summarization_provider: Option<String>,
     /// The model that writes summaries (with `summarizationProvider`).
     pub summarization_model: Option<String>,
-    /// The output cap of a summary request.
+    /// The output cap of a summary request, at most: a known window
+    /// lowers it to `floor(window × summaryShare)`.
     pub max_tokens: u64,
+    /// The share of the window a summary may take (its output cap).
+    pub summary_share: f64,
+    /// The share of the window one item may take: a tool result (the
+    /// `maxResultBytes` each call gets, and what pruning keeps of an
+    /// oversized one), or a message a request that cannot fit cuts.
+    pub result_share: f64,
     /// Further compactions when one leaves the context above threshold.
     pub compaction_retries: u32,
     /// Retries of a step after `CONTEXT_WINDOW_EXCEEDED`.
@@ -38,6 +45,8 @@ impl Default for Config {
             summarization_provider: None,
             summarization_model: None,
             max_tokens: 8192,
+            summary_share: 0.25,
+            result_share: 0.25,
             compaction_retries: 1,
             max_overflow_retries: 1,
             auto: true,
@@ -53,6 +62,8 @@ impl Config {
         for (name, v) in [
             ("thresholdRatio", self.threshold_ratio),
             ("retainRatio", self.retain_ratio),
+            ("summaryShare", self.summary_share),
+            ("resultShare", self.result_share),
         ] {
             if !(v.is_finite() && v > 0.0 && v <= 1.0) {
                 return bad(format!(
@@ -83,6 +94,22 @@ impl Config {
             .unwrap_or_else(|| (window as f64 * self.retain_ratio).floor() as u64)
     }
 
+    /// The output cap of a summary request on a route of `window` tokens
+    /// (`maxTokens` when the window is unknown): at most `maxTokens`, at
+    /// most `summaryShare` of the window, at least 1.
+    pub fn summary_cap(&self, window: Option<u64>) -> u64 {
+        match window {
+            Some(w) => self.max_tokens.min(share(w, self.summary_share)).max(1),
+            None => self.max_tokens,
+        }
+    }
+
+    /// The estimated tokens one item may take of a window of `window`
+    /// tokens (a tool result's `maxResultTokens`).
+    pub fn item_tokens(&self, window: u64) -> u64 {
+        share(window, self.result_share).max(1)
+    }
+
     /// The configured summarization route.
     pub fn summarization_route(&self) -> Option<(String, String)> {
         Some((
@@ -90,6 +117,11 @@ impl Config {
             self.summarization_model.clone()?,
         ))
     }
+}
+
+/// `floor(window × ratio)`.
+fn share(window: u64, ratio: f64) -> u64 {
+    (window as f64 * ratio).floor() as u64
 }
 
 #[cfg(test)]
@@ -128,5 +160,24 @@ mod tests {
             parse(json!({"retainTokens": 7})).unwrap().retain(1_000_000),
             7
         );
+        assert!(parse(json!({"resultShare": 0}))
+            .unwrap_err()
+            .contains("resultShare"));
+        assert!(parse(json!({"summaryShare": 2}))
+            .unwrap_err()
+            .contains("summaryShare"));
+    }
+
+    #[test]
+    fn the_summary_and_an_item_take_a_share_of_a_known_window() {
+        let c = Config::default().checked().unwrap();
+        // A large window keeps the original's cap; a small one a quarter.
+        assert_eq!(c.summary_cap(Some(1_000_000)), 8192);
+        assert_eq!(c.summary_cap(Some(4096)), 1024);
+        assert_eq!(c.summary_cap(None), 8192);
+        assert_eq!(c.summary_cap(Some(2)), 1);
+        // An item: a quarter of the window.
+        assert_eq!(c.item_tokens(4096), 1024);
+        assert_eq!(c.item_tokens(1_000_000), 250_000);
     }
 }

@@ -27,10 +27,11 @@ use dsh_sdk::vocab::compaction::{
 };
 use dsh_sdk::vocab::records::{RequestHeader, RequestHeaderRecord, TurnEnd, TurnStart};
 use dsh_sdk::vocab::{event, tokens, ContentBlock, Message, SessionEvent, SurfaceOp};
-use serde_json::value::RawValue;
 
 use crate::config::Config;
+use crate::fit::{self, Declared, Room, SummaryParts};
 use crate::meter::Meter;
+use crate::oversized::{self, Window};
 use crate::summarizer::{self, Input};
 use crate::surfaced::Surfaced;
 
@@ -54,6 +55,19 @@ pub struct Engine {
 
 /// The overflow retries spent at a (turn, step).
 type Attempts = ((u64, u64), u32);
+
+/// What overflow recovery decided.
+#[derive(Debug)]
+pub enum Recovery {
+    /// The surface changed: run the step again.
+    Retry,
+    /// Nothing more to do; the request's own failure stands (the window
+    /// is unknown).
+    GiveUp,
+    /// The request cannot fit: the turn ends with this error, which names
+    /// the window and what does not fit.
+    Fail(Error),
+}
 
 /// Holds a session's compaction lock until dropped.
 struct Lock<'a>(&'a Engine, String);
@@ -148,6 +162,23 @@ impl Engine {
         self.windows.borrow_mut().clear();
     }
 
+    /// The window of the route `agent`'s requests go to (`None` before
+    /// any request, or when the route cannot say).
+    async fn agent_window(&self, agent: &str) -> Result<Option<((String, String), u64)>> {
+        let Some(route) = self.with_meter(agent, Meter::current_route) else {
+            return Ok(None);
+        };
+        Ok(self.window(&route).await?.map(|w| (route, w)))
+    }
+
+    /// The most estimated tokens of one tool result `agent`'s model should
+    /// be shown (`resultShare` of its window), once its window is known.
+    pub async fn result_budget(&self, agent: &str) -> Result<Option<u64>> {
+        self.sync(agent).await?;
+        let window = self.agent_window(agent).await?;
+        Ok(window.map(|(_, w)| self.config.item_tokens(w)))
+    }
+
     /// `measure`.
     pub async fn measure(&self, agent: &str) -> Result<Measurement> {
         self.sync(agent).await?;
@@ -214,10 +245,20 @@ impl Engine {
         if !over(self) {
             return Ok(None);
         }
+        // Old results first (over the pruner's threshold or their share of
+        // the window), then the newest ones the model has not read yet, when
+        // over their share: before anything is summarized.
+        let item = Some(self.config.item_tokens(window));
         let keep_from = self.with_meter(agent, Meter::unanswered_from);
-        self.prune(agent, keep_from).await?;
+        self.prune(agent, keep_from, item).await?;
         if !over(self) {
             return Ok(None);
+        }
+        if keep_from.is_some() {
+            self.prune(agent, None, item).await?;
+            if !over(self) {
+                return Ok(None);
+            }
         }
         let mut result = None;
         for _ in 0..=self.config.compaction_retries {
@@ -239,10 +280,18 @@ impl Engine {
     }
 
     /// After `CONTEXT_WINDOW_EXCEEDED` in (turn, step): prunes every
-    /// oversized result, then compacts all but the newest balanced unit.
-    /// True when the surface changed, so the step is worth retrying.
-    pub async fn on_overflow(&self, agent: &str, (turn, step): (u64, u64)) -> Result<bool> {
-        {
+    /// oversized result (the newest included, to its share of the window),
+    /// then compacts all but the newest balanced unit; [`Recovery::Retry`]
+    /// when the surface changed. When nothing changed, or the step's
+    /// retries are spent, what does not fit is found and said
+    /// ([`Engine::give_up`]).
+    pub async fn on_overflow(
+        &self,
+        agent: &str,
+        (turn, step): (u64, u64),
+        server: &str,
+    ) -> Result<Recovery> {
+        let spent = {
             let mut overflow = self.overflow.borrow_mut();
             let entry = overflow
                 .entry(agent.to_owned())
@@ -250,16 +299,24 @@ impl Engine {
             if entry.0 != (turn, step) {
                 *entry = ((turn, step), 0);
             }
-            if entry.1 >= self.config.max_overflow_retries {
-                return Ok(false);
+            let spent = entry.1 >= self.config.max_overflow_retries;
+            if !spent {
+                entry.1 += 1;
             }
-            entry.1 += 1;
-        }
+            spent
+        };
         self.sync(agent).await?;
+        if spent {
+            return self.give_up(agent, server).await;
+        }
         let generation = self.with_meter(agent, |m| m.replace_generation);
+        let item = self
+            .agent_window(agent)
+            .await?
+            .map(|(_, w)| self.config.item_tokens(w));
         let outcome = async {
             // A prune that changed anything has synced the meter.
-            self.prune(agent, None).await?;
+            self.prune(agent, None, item).await?;
             if let Some(cut) = self.with_meter(agent, |m| m.select(0)) {
                 self.compact(agent, cut, Some(turn), None, None, None)
                     .await?;
@@ -270,15 +327,54 @@ impl Engine {
         self.sync(agent).await?;
         let changed = self.with_meter(agent, |m| m.replace_generation) > generation;
         match outcome {
-            Err(e) if !changed => Err(e),
+            Err(e) if !changed => {
+                dsh_sdk::tracing::warn!("context-overflow compaction of {agent} failed: {e}");
+                self.give_up(agent, server).await
+            }
             Err(e) => {
                 dsh_sdk::tracing::warn!(
                     "context-overflow compaction failed after pruning: {e}; retrying from the pruned surface"
                 );
-                Ok(true)
+                Ok(Recovery::Retry)
             }
-            Ok(()) => Ok(changed),
+            Ok(()) if changed => Ok(Recovery::Retry),
+            Ok(()) => self.give_up(agent, server).await,
         }
+    }
+
+    /// Recovery can do no more: what keeps the request from fitting, as
+    /// the turn's error, the server's message (`server`) after it. An item
+    /// over its share of the window is cut first, so the next request fits
+    /// ([`oversized`]). [`Recovery::GiveUp`] when the window is unknown.
+    async fn give_up(&self, agent: &str, server: &str) -> Result<Recovery> {
+        let Some((route, window)) = self.agent_window(agent).await? else {
+            return Ok(Recovery::GiveUp);
+        };
+        let log = Sessions::new(&self.ctx).events(agent, 0).await?;
+        let header = oversized::header_tokens(last_header(&log)?.as_ref());
+        let seqs: Vec<u64> = self.with_meter(agent, |m| m.nodes().iter().map(|n| n.seq).collect());
+        let items = oversized::items(&log, &seqs)?;
+        let total = header + items.iter().map(|i| i.tokens).sum::<u64>();
+        let largest = items.iter().max_by_key(|i| i.tokens);
+        let window = Window {
+            route: (&route.0, &route.1),
+            tokens: window,
+            item_tokens: self.config.item_tokens(window),
+        };
+        if let Some(item) = largest.filter(|i| i.tokens > window.item_tokens) {
+            if let Some(events) = oversized::cut(&log, item, window.item_tokens)? {
+                Sessions::new(&self.ctx).append_many(agent, events).await?;
+                self.sync(agent).await?;
+                dsh_sdk::tracing::info!(
+                    "compaction: {} of {agent} does not fit the window; cut for the next requests",
+                    item.describe()
+                );
+                return Ok(Recovery::Fail(oversized::cut_error(window, item, server)));
+            }
+        }
+        Ok(Recovery::Fail(oversized::plain_error(
+            window, header, total, largest, server,
+        )))
     }
 
     /// `compactIdle`: the idle agent's history, all but its newest
@@ -302,11 +398,19 @@ impl Engine {
         Ok(Some(result))
     }
 
-    /// The pruner's pass, when one is loaded.
-    async fn prune(&self, agent: &str, keep_from: Option<u64>) -> Result<()> {
+    /// The pruner's pass, when one is loaded: the results before
+    /// `keep_from` (all when `None`) over its threshold, or estimated over
+    /// `max_tokens`.
+    async fn prune(
+        &self,
+        agent: &str,
+        keep_from: Option<u64>,
+        max_tokens: Option<u64>,
+    ) -> Result<()> {
         let params = PruneParams {
             agent: agent.to_owned(),
             keep_from,
+            max_tokens,
         };
         match ToolResultPruner::new(&self.ctx)
             .prune_session(&params)
@@ -381,21 +485,15 @@ impl Engine {
             .or_else(|| header.as_ref().and_then(header_route))
             .ok_or_else(|| failed("no provider/model for the summary: no request was routed yet and compaction-basic names no summarizationProvider/summarizationModel"))?;
         let messages = shadowed_messages(&log, &shadowed)?;
-        let input = Input {
-            provider: &route.0,
-            model: &route.1,
-            max_tokens: self.config.max_tokens,
-            system: header.as_ref().and_then(|h| h.system.as_deref()),
-            tools: header
-                .as_ref()
-                .and_then(|h| h.tools.as_deref())
-                .unwrap_or(&[]),
-            messages,
-            session_id: agent,
+        let request = SummaryRequest {
+            agent,
+            route: &route,
+            header: header.as_ref(),
             instructions,
             signal,
         };
-        let outcome = match summarizer::summarize(&self.ctx, input).await {
+        let (max_tokens, summarized) = self.summarize(request, messages).await?;
+        let outcome = match summarized {
             Ok(s) => {
                 let checkpoint = txn.checkpoint(&s.summary);
                 let framed = tokens::of_typed_message(&checkpoint);
@@ -421,7 +519,7 @@ impl Engine {
                     shadowed_token_count: shadowed_tokens,
                     provider: route.0.clone(),
                     model: route.1.clone(),
-                    max_tokens: Some(self.config.max_tokens),
+                    max_tokens: Some(max_tokens),
                     usage: summary.usage,
                 };
                 self.commit(agent, since, &txn, summary, checkpoint).await
@@ -431,6 +529,76 @@ impl Engine {
                 Err(e)
             }
         }
+    }
+
+    /// The summary of `messages`: the request fitted to the summary
+    /// route's window ([`fit`]), its output cap a share of it. The cap,
+    /// and the summary or why there is none (a failure to log).
+    async fn summarize(
+        &self,
+        request: SummaryRequest<'_>,
+        messages: Vec<Message>,
+    ) -> Result<(u64, Result<summarizer::Summary>)> {
+        let SummaryRequest {
+            agent,
+            route,
+            header,
+            instructions,
+            signal,
+        } = request;
+        let window = self.window(route).await?;
+        let max_tokens = self.config.summary_cap(window);
+        let system = header.and_then(|h| h.system.as_deref());
+        let tools = header.and_then(|h| h.tools.as_deref()).unwrap_or(&[]);
+        let ask = summarizer::ask(instructions);
+        let parts = SummaryParts {
+            system,
+            tools,
+            messages,
+            ask: &ask,
+        };
+        let fitted = match window {
+            Some(w) => fit::fit_summary(
+                parts,
+                Room {
+                    window: w,
+                    input: w.saturating_sub(max_tokens),
+                    item_tokens: self.config.item_tokens(w),
+                },
+            ),
+            None => Ok(fit::Fitted::whole(parts.messages)),
+        };
+        let fitted = match fitted {
+            Ok(fitted) => fitted,
+            Err(e) => return Ok((max_tokens, Err(e))),
+        };
+        let declared = match &fitted.tools {
+            Declared::All => tools,
+            Declared::Called(stubs) => stubs.as_slice(),
+        };
+        if fitted.cut + fitted.dropped > 0 || fitted.tools != Declared::All {
+            dsh_sdk::tracing::info!(
+                "compaction of {agent}: the summary request (about {} tokens) fits a window of {} tokens with {} messages cut, {} left out, {} of {} tools declared",
+                fitted.tokens,
+                window.unwrap_or_default(),
+                fitted.cut,
+                fitted.dropped,
+                declared.len(),
+                tools.len()
+            );
+        }
+        let input = Input {
+            provider: &route.0,
+            model: &route.1,
+            max_tokens,
+            system,
+            tools: declared,
+            messages: fitted.messages,
+            ask,
+            session_id: agent,
+            signal,
+        };
+        Ok((max_tokens, summarizer::summarize(&self.ctx, input).await))
     }
 
     /// Logs a successful compaction at the log's end, unless the turn it
@@ -500,6 +668,20 @@ impl Engine {
             dsh_sdk::tracing::warn!("compaction: the failure of {agent} was not logged: {err}");
         }
     }
+}
+
+/// What a summary request is asked for, besides the messages.
+struct SummaryRequest<'a> {
+    /// The session.
+    agent: &'a str,
+    /// The route that writes it.
+    route: &'a (String, String),
+    /// The conversation's request header (its system prompt and tools).
+    header: Option<&'a RequestHeader>,
+    /// What `/compact` asked the summary to focus on.
+    instructions: Option<&'a str>,
+    /// The name a cancel stops the request by.
+    signal: Option<&'a str>,
 }
 
 /// One compaction's identity and span.
@@ -627,7 +809,7 @@ fn check_entry(agent: &str, log: &[SessionEvent], owner: Owner) -> Result<()> {
 }
 
 /// The model messages of the shadowed nodes, as the history derives them.
-fn shadowed_messages(log: &[SessionEvent], shadowed: &[u64]) -> Result<Vec<Box<RawValue>>> {
+fn shadowed_messages(log: &[SessionEvent], shadowed: &[u64]) -> Result<Vec<Message>> {
     let mut out = Vec::with_capacity(shadowed.len());
     for seq in shadowed {
         let e = log
@@ -635,7 +817,7 @@ fn shadowed_messages(log: &[SessionEvent], shadowed: &[u64]) -> Result<Vec<Box<R
             .filter(|e| e.seq == *seq)
             .ok_or_else(|| failed(format!("surface seq {seq} is not in the log")))?;
         if let Some(message) = Surfaced::read(e)?.into_history() {
-            out.push(serde_json::value::to_raw_value(&message)?);
+            out.push(message);
         }
     }
     Ok(out)

@@ -4,11 +4,17 @@
 //! `0.16 × window` tokens verbatim; after `CONTEXT_WINDOW_EXCEEDED` it
 //! prunes and compacts, then retries the step once; `compactNow` compacts
 //! an idle agent on request (`/compact`). Matches the original's
-//! `packages/compaction/compaction-basic`.
+//! `packages/compaction/compaction-basic`, and keeps small windows alive:
+//! every tool result is capped to a share of the window (`maxResultTokens`
+//! on each call), the summary request fits the window, and a request that
+//! cannot fit ends its turn with an error naming the window and the item,
+//! which is cut for the next request (README.md).
 
 mod config;
 mod engine;
+mod fit;
 mod meter;
+mod oversized;
 mod summarizer;
 mod surfaced;
 
@@ -18,6 +24,7 @@ use dsh_sdk::api::agent_loop::{PreStep, RequestError, RequestErrorDecision};
 use dsh_sdk::api::agents::{Agents, MaintenanceTask};
 use dsh_sdk::api::compaction::{AgentParams, CompactNowParams, CompactionResult};
 use dsh_sdk::api::sessions::SessionRef;
+use dsh_sdk::api::tools::{forward_as, ExecParams, PreExecuteDecision};
 use dsh_sdk::names::{bus, compaction, llm_failure, service};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::LlmFailure;
@@ -25,7 +32,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use config::Config;
-use engine::Engine;
+use engine::{Engine, Recovery};
 
 struct CompactionBasic;
 
@@ -43,6 +50,7 @@ impl Plugin for CompactionBasic {
             on_pre_step(&ctx, &engine);
             on_request_error(&ctx, &engine);
         }
+        on_pre_execute(&ctx, &engine);
         let e = engine.clone();
         ctx.on(bus::LLM_ADAPTERS_UPDATED, move |_| {
             e.forget_windows();
@@ -129,12 +137,20 @@ fn on_request_error(ctx: &Context, engine: &Rc<Engine>) {
         let e = e.clone();
         async move {
             let p: RequestError = ev.payload_as()?;
-            if !is_overflow(&p) {
+            let Some(failure) = overflow(&p) else {
                 return ev.forward().await;
-            }
-            match e.on_overflow(&p.agent, (p.turn, p.step)).await {
-                Ok(true) => return Ok(serde_json::to_value(RequestErrorDecision::retry())?),
-                Ok(false) => {}
+            };
+            match e
+                .on_overflow(&p.agent, (p.turn, p.step), &failure.message)
+                .await
+            {
+                Ok(Recovery::Retry) => {
+                    return Ok(serde_json::to_value(RequestErrorDecision::retry())?)
+                }
+                // The turn ends with this error: it names the window and
+                // what does not fit (a failing listener fails the turn).
+                Ok(Recovery::Fail(error)) => return Err(error),
+                Ok(Recovery::GiveUp) => {}
                 Err(err) => dsh_sdk::tracing::warn!(
                     "context-overflow compaction of {} failed: {err}; keeping the request error",
                     p.agent
@@ -145,18 +161,50 @@ fn on_request_error(ctx: &Context, engine: &Rc<Engine>) {
     });
 }
 
-/// Whether the request failed for `CONTEXT_WINDOW_EXCEEDED`. A failure in
-/// another shape is not this plugin's to judge: it is warned about and the
-/// chain goes on.
-fn is_overflow(p: &RequestError) -> bool {
+/// The cap on each tool result: `maxResultTokens`, `resultShare` of the
+/// agent's window, on every call's decision. Prepended, so it is the
+/// outermost listener: it sees the decision whatever the policy inside
+/// answered (`permission` asks without forwarding). A call made outside an
+/// agent, or before its window is known, gets no cap from here.
+fn on_pre_execute(ctx: &Context, engine: &Rc<Engine>) {
+    let e = engine.clone();
+    ctx.listen(bus::TOOLS_PRE_EXECUTE).prepend().on(move |ev| {
+        let e = e.clone();
+        async move {
+            let ExecParams { exec } = ev.payload_as()?;
+            let mut decision: PreExecuteDecision =
+                forward_as::<Option<_>>(&ev).await?.unwrap_or_default();
+            let agent = exec.agent();
+            if agent.is_empty() {
+                return Ok(serde_json::to_value(decision)?);
+            }
+            match e.result_budget(agent).await {
+                Ok(Some(max)) => {
+                    decision.max_result_tokens =
+                        Some(decision.max_result_tokens.map_or(max, |own| own.min(max)));
+                }
+                Ok(None) => {}
+                Err(err) => dsh_sdk::tracing::warn!(
+                    "compaction: no result cap for a call of {agent}: {err}"
+                ),
+            }
+            Ok(serde_json::to_value(decision)?)
+        }
+    });
+}
+
+/// The failure, when the request failed for `CONTEXT_WINDOW_EXCEEDED`. A
+/// failure in another shape is not this plugin's to judge: it is warned
+/// about and the chain goes on.
+fn overflow(p: &RequestError) -> Option<LlmFailure> {
     match Option::<LlmFailure>::deserialize(&p.failure) {
-        Ok(failure) => failure.is_some_and(|f| f.code == llm_failure::CONTEXT_WINDOW_EXCEEDED),
+        Ok(failure) => failure.filter(|f| f.code == llm_failure::CONTEXT_WINDOW_EXCEEDED),
         Err(e) => {
             dsh_sdk::tracing::warn!(
                 "compaction: the request error of {} has a malformed failure ({e}); not compacting",
                 p.agent
             );
-            false
+            None
         }
     }
 }

@@ -193,6 +193,17 @@ impl Meter {
         }
     }
 
+    /// The route requests go to: the last answer's, else the one of the
+    /// request header in force (a first request that failed).
+    pub fn current_route(&self) -> Option<(String, String)> {
+        self.route.clone().or_else(|| {
+            let (header, _) = self.header.as_ref()?;
+            let c = &header.config;
+            (!c.provider.is_empty() && !c.model.is_empty())
+                .then(|| (c.provider.clone(), c.model.clone()))
+        })
+    }
+
     /// The estimated tokens of the history alone.
     pub fn surface_tokens(&self) -> u64 {
         self.surface_tokens

@@ -16,7 +16,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 /// The plugin the summary request's final user message is from.
-const ASKER: &str = "dsh-compaction-basic";
+pub(crate) const ASKER: &str = "dsh-compaction-basic";
 
 /// The instruction, byte for byte the original's `COMPACTION_INSTRUCTION`.
 pub fn instruction() -> String {
@@ -69,14 +69,14 @@ pub struct Input<'a> {
     pub max_tokens: u64,
     /// The conversation's system prompt.
     pub system: Option<&'a str>,
-    /// The conversation's tools.
+    /// The conversation's tools (none when they did not fit the window).
     pub tools: &'a [ToolSchema],
-    /// The shadowed messages, as logged.
-    pub messages: Vec<Box<RawValue>>,
+    /// The shadowed messages, fitted to the window ([`crate::fit`]).
+    pub messages: Vec<Message>,
+    /// The final user message ([`ask`]).
+    pub ask: Message,
     /// The session.
     pub session_id: &'a str,
-    /// What the user asked the summary to focus on (`/compact …`).
-    pub instructions: Option<&'a str>,
     /// The name `llm.cancel` stops the request by (a pre-step's signal).
     pub signal: Option<&'a str>,
 }
@@ -91,8 +91,9 @@ pub struct Summary {
     pub usage: Option<TokenUsage>,
 }
 
-/// The final user message: the instruction, and the user's focus.
-fn ask(instructions: Option<&str>) -> Message {
+/// The final user message: the instruction, and the user's focus (what
+/// `/compact …` asked for).
+pub fn ask(instructions: Option<&str>) -> Message {
     let mut text = instruction();
     if let Some(extra) = instructions.filter(|s| !s.trim().is_empty()) {
         text.push_str("\n\nAdditional instructions from the user for this checkpoint:\n");
@@ -139,8 +140,12 @@ pub async fn summarize(ctx: &Context, input: Input<'_>) -> Result<Summary> {
         .iter()
         .map(serde_json::to_value)
         .collect::<serde_json::Result<Vec<Value>>>()?;
-    let mut messages = input.messages;
-    messages.push(serde_json::value::to_raw_value(&ask(input.instructions))?);
+    let mut messages = input
+        .messages
+        .iter()
+        .map(serde_json::value::to_raw_value)
+        .collect::<serde_json::Result<Vec<Box<RawValue>>>>()?;
+    messages.push(serde_json::value::to_raw_value(&input.ask)?);
     let request = StreamRequest {
         config: &config,
         messages: &messages,

@@ -8,6 +8,10 @@
 //! current directory). The stored sessions (`dsh-host sessions ...`):
 //! `--list-sessions` (of the current directory), `--show-session <id>`,
 //! `--fork-session <id>` (prints the new id), `--remove-session <id>`.
+//!
+//! The model is the one every app starts on (`agentDefaultModel`, with
+//! this run's `dsh-host --model`); a resumed session keeps the route its
+//! log names unless the run has a `--model`.
 
 mod outcome;
 mod stdout;
@@ -16,9 +20,10 @@ mod stream;
 
 use std::rc::Rc;
 
-use dsh_sdk::api::agent_loop::{
-    AgentLoop, AgentOptions, CreateMeta, CreateParams, MaxTokens, ResumeParams,
+use dsh_sdk::api::agent_default_model::{
+    ensure_served, resume_route, route_moved, AgentDefaultModel,
 };
+use dsh_sdk::api::agent_loop::{AgentLoop, CreateMeta, CreateParams, ResumeParams};
 use dsh_sdk::api::agents::Agents;
 use dsh_sdk::api::host::Host;
 use dsh_sdk::api::session_persistence::SessionPersistence;
@@ -36,8 +41,11 @@ use crate::stream::EventLine;
 #[derive(Deserialize, Default, Clone)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 struct Config {
-    provider: String,
-    model: String,
+    /// Moved to the `agent-default-model` row: refused with a message
+    /// saying so (see `dsh_sdk::api::agent_default_model::route_moved`).
+    provider: Option<Value>,
+    /// Moved, as `provider`.
+    model: Option<Value>,
     max_tokens: Option<u64>,
     /// Print assistant text as it streams (and tool calls as they start)
     /// instead of only the last answer at the end.
@@ -177,11 +185,13 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
         .await;
         return Ok(1);
     }
-    let options = AgentOptions {
-        provider: Some(config.provider.clone()),
-        model: Some(config.model.clone()),
-        max_tokens: config.max_tokens.map(MaxTokens::from),
-    };
+    // The model choice of every app; a new session starts on it only once
+    // a route serves it (a bad `--model` leaves no empty session behind).
+    let current = AgentDefaultModel::new(&ctx).current_selection().await?;
+    if resume.is_none() {
+        ensure_served(&ctx, &current.selection, &current.origin()).await?;
+    }
+    let options = current.selection.agent_options(config.max_tokens);
     let loop_ = AgentLoop::new(&ctx);
     let created = match &resume {
         Some(id) => {
@@ -204,9 +214,15 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
         }
     };
     let agent = created.agent;
+    if resume.is_some() {
+        // The route its log names goes on, unless the run has a --model.
+        resume_route(&ctx, &agent, &current).await?;
+    }
     let start = Sessions::new(&ctx).header(&agent).await?.seq;
     // Model and tool text is sanitized on a terminal, exact on a pipe.
     let stdout = Rc::new(Stdout::detect(&host).await);
+    // Each retry of a model request, on stderr (every output mode).
+    stream::say_retries(&ctx, &agent);
     if config.stream && !args.jsonl {
         let (c, id, out) = (ctx.clone(), agent.clone(), stdout.clone());
         ctx.on(bus::SESSION_EVENT, move |ev| {
@@ -277,11 +293,18 @@ struct Headless;
 impl Plugin for Headless {
     const NAME: &'static str = "headless";
     const DESCRIPTION: &'static str = "one-shot task runner";
-    const INJECT: &'static [&'static str] =
-        &[service::AGENTS, service::AGENT_LOOP, service::SESSIONS];
+    const INJECT: &'static [&'static str] = &[
+        service::AGENTS,
+        service::AGENT_LOOP,
+        service::SESSIONS,
+        service::AGENT_DEFAULT_MODEL,
+    ];
     type Config = Config;
 
     async fn apply(ctx: Context, config: Config) -> Result<()> {
+        if config.provider.is_some() || config.model.is_some() {
+            return Err(route_moved(Self::NAME));
+        }
         let c = ctx.clone();
         ctx.spawn(async move {
             let code = match run(c.clone(), config).await {

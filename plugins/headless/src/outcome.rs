@@ -1,10 +1,12 @@
 //! What a run came to: the last assistant text, the token usage of its
 //! steps, why its final turn ended, and how that is printed: the text
-//! answer, the `result` line of `--output jsonl`, or the error for stderr.
+//! answer, the `result` line of `--output jsonl`, or the error for stderr
+//! (with the first cause when the failing request had been retried).
 
 use dsh_sdk::vocab::records::{AssistantMessage, TurnEndReason};
+use dsh_sdk::vocab::retry_trail::RetryTrail;
 use dsh_sdk::vocab::{event, SessionEvent, TokenUsage};
-use dsh_sdk::{codes, Result};
+use dsh_sdk::{codes, Error, Result};
 use serde::Serialize;
 
 /// The outcome of a run.
@@ -16,6 +18,11 @@ pub struct Outcome {
     pub usage: TokenUsage,
     /// Why the final turn ended (`None`: no turn ran).
     pub reason: Option<TurnEndReason>,
+    /// The retries of the request running when the run ended.
+    pub retries: RetryTrail,
+    /// Why the retries cannot be told (a malformed `llm/retry`: said on
+    /// stderr as it was logged, and with the failure it would explain).
+    pub retries_unreadable: Option<Error>,
 }
 
 /// The `result` line of `--output jsonl`, after the session events.
@@ -35,10 +42,23 @@ impl Outcome {
     /// turn ended for `reason` (as `whenIdle` answers it: null when no
     /// turn ran). A malformed `assistant/message` is `SESSION_CORRUPT`
     /// naming it, a malformed reason `INVALID_PAYLOAD`.
+    ///
+    /// The `llm/retry` records are followed too, so a failure after
+    /// retries can name its first cause. A malformed one does not fail a
+    /// run whose answer is whole: a failure says it could not tell its
+    /// retries, and why.
     pub fn read(events: &[SessionEvent], reason: &Option<TurnEndReason>) -> Result<Outcome> {
         let mut output = String::new();
         let mut usage = TokenUsage::default();
-        for e in events.iter().filter(|e| e.kind == event::ASSISTANT_MESSAGE) {
+        let mut retries = RetryTrail::default();
+        let mut retries_unreadable = None;
+        for e in events {
+            if retries_unreadable.is_none() {
+                retries_unreadable = retries.follow(e).err();
+            }
+            if e.kind != event::ASSISTANT_MESSAGE {
+                continue;
+            }
             let said: AssistantMessage = e.data_as()?;
             let text = said.message.text();
             if !text.trim().is_empty() {
@@ -53,6 +73,8 @@ impl Outcome {
             output,
             usage,
             reason,
+            retries,
+            retries_unreadable,
         })
     }
 
@@ -74,10 +96,23 @@ impl Outcome {
     }
 
     /// The code and message for stderr when the final turn did not
-    /// complete: a failure's own, else the end's kind.
+    /// complete: a failure's own, else the end's kind. A failure after
+    /// retries says how many and, when it differs, the first cause:
+    /// `HTTP 400: prompt too long (after 2 retries; first: SERVER: HTTP
+    /// 503: Loading model)`.
     pub fn failure(&self) -> (String, String) {
         match &self.reason {
-            Some(TurnEndReason::Error { error }) => (error.code.clone(), error.message.clone()),
+            Some(TurnEndReason::Error { error }) => {
+                let message = match (&self.retries_unreadable, self.retries.note(error)) {
+                    (Some(e), _) => format!(
+                        "{} (its retries cannot be told: {}: {})",
+                        error.message, e.code, e.message
+                    ),
+                    (None, Some(note)) => format!("{} ({note})", error.message),
+                    (None, None) => error.message.clone(),
+                };
+                (error.code.clone(), message)
+            }
             Some(reason) => {
                 let kind = reason.kind();
                 (
@@ -93,8 +128,6 @@ impl Outcome {
     }
 }
 
-/// Adds one step's usage to `total`. Saturating: the counts are the
-/// server's, and need not be sane. A count no step reported stays absent.
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,6 +185,59 @@ mod tests {
         assert_eq!(
             none.result_line("s").unwrap(),
             r#"{"type":"result","sessionId":"s","output":"","reason":null,"usage":{"inputTokens":0,"outputTokens":0}}"#
+        );
+    }
+
+    fn retry(seq: u64, n: u32, code: &str, message: &str) -> SessionEvent {
+        let data = json!({"retryId": "r", "turn": 1, "step": 1, "provider": "p",
+            "mode": "normal", "retry": n, "maxRetries": 2, "delayMs": 1,
+            "failure": {"message": message, "code": code}});
+        SessionEvent::new(event::LLM_RETRY, seq, data)
+    }
+
+    #[test]
+    fn a_failure_after_retries_names_the_first_cause() {
+        let events = [
+            SessionEvent::new(event::STEP_START, 1, json!({"turn": 1, "step": 1})),
+            retry(2, 1, "SERVER", "HTTP 503: Loading model"),
+            retry(3, 2, "SERVER", "HTTP 503: Loading model"),
+        ];
+        let failed = json!({"kind": "error", "error": {"message": "HTTP 400: too long",
+            "code": "CONTEXT_WINDOW_EXCEEDED"}});
+        let outcome = Outcome::read(&events, &reason(failed)).unwrap();
+        assert_eq!(
+            outcome.failure(),
+            (
+                "CONTEXT_WINDOW_EXCEEDED".into(),
+                "HTTP 400: too long (after 2 retries; first: SERVER: HTTP 503: Loading model)"
+                    .into()
+            )
+        );
+        // Retries of an earlier step that then answered say nothing.
+        let answered = [
+            retry(2, 1, "SERVER", "busy"),
+            said(3, "ok", json!({"inputTokens": 1, "outputTokens": 1})),
+        ];
+        let auth = json!({"kind": "error", "error": {"message": "bad key", "code": "AUTH"}});
+        let outcome = Outcome::read(&answered, &reason(auth.clone())).unwrap();
+        assert_eq!(outcome.failure(), ("AUTH".into(), "bad key".into()));
+        // A malformed retry record: the answer still stands, a failure
+        // says why its retries cannot be told.
+        let flat = SessionEvent::new(event::LLM_RETRY, 5, json!({"attempt": 1, "code": "SERVER"}));
+        let done = [
+            flat.clone(),
+            said(6, "ok", json!({"inputTokens": 1, "outputTokens": 1})),
+        ];
+        let outcome = Outcome::read(&done, &reason(json!({"kind": "completed"}))).unwrap();
+        assert_eq!(outcome.output, "ok");
+        let outcome = Outcome::read(&[flat], &reason(auth)).unwrap();
+        let (code, message) = outcome.failure();
+        assert_eq!(code, "AUTH");
+        assert!(
+            message.starts_with(
+                "bad key (its retries cannot be told: SESSION_CORRUPT: session event 5 (llm/retry)"
+            ),
+            "{message}"
         );
     }
 

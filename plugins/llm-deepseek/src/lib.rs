@@ -1,7 +1,9 @@
 //! `llm-deepseek`: `POST {baseUrl}/chat/completions` with SSE (reference
 //! dsh-product §3.1.1). Serves the DeepSeek route, or — with
 //! `reasoning = false` and its own `baseUrl` — any OpenAI-compatible
-//! endpoint (Ollama, vLLM, llama.cpp server).
+//! endpoint (Ollama, vLLM, llama.cpp server, LM Studio), whose models'
+//! context windows it learns from the server when the config does not
+//! state them ([`models`], `dsh_llm_http::window`).
 
 mod convert;
 mod models;
@@ -12,12 +14,13 @@ mod stream;
 use std::rc::Rc;
 use std::time::Duration;
 
-use dsh_sdk::api::llm::purpose;
+use dsh_llm_http::exchange::{self, Events};
+use dsh_llm_http::window::{self, WindowLookup};
+use dsh_llm_http::{answer_cap, code, sse};
+use dsh_sdk::api::llm::{purpose, ContextSource, ModelInfo, ModelInfoParams};
 use dsh_sdk::names::service;
 use dsh_sdk::prelude::*;
-use dsh_sdk::tool::register_model_adapter;
-use dsh_llm_http::exchange::{self, Events};
-use dsh_llm_http::{answer_cap, code, sse};
+use dsh_sdk::tool::register_model_adapter_async;
 use dsh_sdk::vocab::LlmFailure;
 use serde::Deserialize;
 
@@ -43,9 +46,18 @@ pub(crate) struct Config {
     pub stream_idle_timeout_ms: u64,
     /// Default `max_tokens` when the request sets none.
     pub max_tokens: Option<u64>,
-    /// The context window of a model `models` does not list (positive;
-    /// default [`models::DEFAULT_CONTEXT_WINDOW`]).
-    pub default_context_window: u64,
+    /// The context window of a model `models` gives none for (positive).
+    /// When unset, the window is asked of the server (`windowLookup`),
+    /// else [`models::DEFAULT_CONTEXT_WINDOW`].
+    pub default_context_window: Option<u64>,
+    /// Ask the server for the window of a model the config gives none for
+    /// (`dsh_llm_http::window`). Default: on, except on DeepSeek's own API
+    /// (its catalog states its models' windows, and it has no such
+    /// endpoint).
+    pub window_lookup: Option<bool>,
+    /// The most one window lookup may take, all endpoints included, in ms
+    /// (positive; default [`window::DEFAULT_TIMEOUT_MS`]).
+    pub window_lookup_timeout_ms: u64,
     /// The route's models (default: DeepSeek's), for `resolveModel`.
     pub models: Option<Vec<models::Model>>,
     /// The most bytes one SSE line (and one event's `data`) may hold; a
@@ -87,7 +99,38 @@ impl Config {
             n => n,
         }
     }
+
+    /// Whether windows the config does not state are asked of the server:
+    /// `windowLookup`, by default on except on DeepSeek's own API.
+    fn looks_up_windows(&self) -> bool {
+        self.window_lookup.unwrap_or_else(|| {
+            reqwest::Url::parse(&self.base_url)
+                .ok()
+                .and_then(|u| u.host_str().map(|h| h != DEEPSEEK_API_HOST))
+                .unwrap_or(true)
+        })
+    }
+
+    /// The refusal of a config whose numbers cannot work.
+    fn check(&self) -> Result<()> {
+        if self.default_context_window == Some(0) {
+            return Err(Error::new(
+                codes::INVALID_CONFIG,
+                "defaultContextWindow must be a positive integer (or left out: the server is asked)",
+            ));
+        }
+        if self.window_lookup_timeout_ms == 0 {
+            return Err(Error::new(
+                codes::INVALID_CONFIG,
+                "windowLookupTimeoutMs must be a positive integer",
+            ));
+        }
+        Ok(())
+    }
 }
+
+/// The host of DeepSeek's own API, whose route keeps its catalog.
+const DEEPSEEK_API_HOST: &str = "api.deepseek.com";
 
 impl Default for Config {
     fn default() -> Self {
@@ -103,7 +146,9 @@ impl Default for Config {
             reasoning: true,
             stream_idle_timeout_ms: 300_000,
             max_tokens: None,
-            default_context_window: models::DEFAULT_CONTEXT_WINDOW,
+            default_context_window: None,
+            window_lookup: None,
+            window_lookup_timeout_ms: window::DEFAULT_TIMEOUT_MS,
             models: None,
             max_sse_line_bytes: sse::MAX_LINE_BYTES,
             max_answer_bytes: answer_cap::DEFAULT_MAX_ANSWER_BYTES,
@@ -116,6 +161,10 @@ struct Adapter {
     config: Config,
     client: reqwest::Client,
     converter: request::Converter,
+    catalog: models::Catalog,
+    /// The windows learned from the server; `None` when not asked
+    /// (`windowLookup`).
+    windows: Option<WindowLookup>,
 }
 
 impl Adapter {
@@ -125,16 +174,61 @@ impl Adapter {
         }
     }
 
+    /// `resolveModel`: the config's or the catalog's window, else the one
+    /// the server states (asked once per model, see
+    /// `dsh_llm_http::window`), else the default.
+    async fn model_info(&self, params: ModelInfoParams) -> Result<ModelInfo> {
+        let stated = models::stated(
+            &self.catalog,
+            self.config.default_context_window,
+            &params.model,
+        );
+        let window = match (stated, &self.windows) {
+            (Some(w), _) => w,
+            (None, Some(lookup)) => match lookup.window(&params.model).await {
+                Some(learned) => models::Window {
+                    tokens: learned.tokens,
+                    source: ContextSource::Server {
+                        endpoint: learned.endpoint,
+                    },
+                },
+                None => models::Window::default_window(),
+            },
+            (None, None) => models::Window::default_window(),
+        };
+        models::resolve(
+            &self.catalog,
+            window,
+            self.config.max_tokens,
+            models::reasoning(self.config.reasoning, &self.config.reasoning_effort),
+            &params,
+        )
+    }
+
     /// One request: its chunks sent on `tx` as they stream; the failure
-    /// that ends it otherwise.
+    /// that ends it otherwise. An overflow makes the model's learned
+    /// window due to be asked again (the server may have restarted with
+    /// another context).
     async fn exchange(&self, request: Payload, tx: &ReplySender) -> Result<(), LlmFailure> {
-        let key = exchange::api_key(&self.config.api_key_env)?;
         let request: request::Request = request.parse().map_err(|e| {
             LlmFailure::new(
                 code::INVALID_REQUEST,
                 format!("the request does not fit the chat-completions adapter: {e}"),
             )
         })?;
+        let model = request.model_or(&self.config.model).to_owned();
+        let result = self.send(request, tx).await;
+        if let (Err(f), Some(lookup)) = (&result, &self.windows) {
+            if f.code == code::CONTEXT_WINDOW_EXCEEDED {
+                lookup.overflowed(&model);
+            }
+        }
+        result
+    }
+
+    /// Sends `request` and streams its answer on `tx`.
+    async fn send(&self, request: request::Request, tx: &ReplySender) -> Result<(), LlmFailure> {
+        let key = exchange::api_key(&self.config.api_key_env)?;
         let session = request.session_id.clone();
         let compaction = request.purpose.as_deref() == Some(purpose::COMPACTION);
         let body = self.converter.body(&self.config, request).map_err(|e| {
@@ -201,22 +295,28 @@ impl Plugin for DeepSeek {
         let client = reqwest::Client::builder()
             .build()
             .map_err(|e| Error::msg(format!("cannot build the HTTP client: {e}")))?;
-        if config.default_context_window == 0 {
-            return Err(Error::new(
-                codes::INVALID_CONFIG,
-                "defaultContextWindow must be a positive integer",
-            ));
-        }
+        config.check()?;
         let provider = config.provider.clone();
-        let catalog = config.models.clone().unwrap_or_else(models::deepseek);
-        let (window, max_tokens) = (config.default_context_window, config.max_tokens);
+        let windows = config.looks_up_windows().then(|| {
+            WindowLookup::new(
+                &ctx,
+                client.clone(),
+                PLUGIN,
+                &config.provider,
+                &config.base_url,
+                &config.api_key_env,
+                Duration::from_millis(config.window_lookup_timeout_ms),
+            )
+        });
         let adapter = Rc::new(Adapter {
+            catalog: models::Catalog::of(config.models.clone()),
             config,
             client,
             converter: request::Converter::default(),
+            windows,
         });
-        let c = ctx.clone();
-        register_model_adapter(
+        let (c, resolver) = (ctx.clone(), adapter.clone());
+        register_model_adapter_async(
             &ctx,
             vec![provider],
             move |req| {
@@ -227,7 +327,10 @@ impl Plugin for DeepSeek {
                     Ok(reply)
                 }
             },
-            move |params| models::resolve(&catalog, window, max_tokens, params),
+            move |params| {
+                let adapter = resolver.clone();
+                async move { adapter.model_info(params).await }
+            },
         )
         .await
     }
@@ -244,7 +347,10 @@ mod tests {
     fn the_sse_cap_defaults_when_absent_or_zero() {
         let config = |v: Value| serde_json::from_value::<Config>(v).unwrap().sse_cap();
         assert_eq!(config(json!({})), sse::MAX_LINE_BYTES);
-        assert_eq!(config(json!({exchange::MAX_SSE_LINE_FIELD: 0})), sse::MAX_LINE_BYTES);
+        assert_eq!(
+            config(json!({exchange::MAX_SSE_LINE_FIELD: 0})),
+            sse::MAX_LINE_BYTES
+        );
         // The field name quoted in the overflow message is the one parsed.
         assert_eq!(config(json!({exchange::MAX_SSE_LINE_FIELD: 1024})), 1024);
     }
@@ -257,6 +363,30 @@ mod tests {
         assert_eq!(config(json!({answer_cap::FIELD: 0})), default);
         // The field name quoted in the failure is the one parsed.
         assert_eq!(config(json!({answer_cap::FIELD: 4096})), 4096);
+    }
+
+    #[test]
+    fn windows_are_asked_except_of_deepseeks_own_api_unless_the_config_says() {
+        let config = |v: Value| serde_json::from_value::<Config>(v).unwrap();
+        let asks = |v: Value| config(v).looks_up_windows();
+        assert!(!asks(json!({"baseUrl": "https://api.deepseek.com"})));
+        assert!(!asks(json!({"baseUrl": "https://api.deepseek.com/beta"})));
+        assert!(asks(json!({"baseUrl": "http://127.0.0.1:8080/v1"})));
+        assert!(!asks(
+            json!({"baseUrl": "http://127.0.0.1:8080/v1", "windowLookup": false})
+        ));
+        assert!(asks(
+            json!({"baseUrl": "https://api.deepseek.com", "windowLookup": true})
+        ));
+        // Zero is refused, naming the field.
+        let e = config(json!({"defaultContextWindow": 0}))
+            .check()
+            .unwrap_err();
+        assert!(e.message.contains("defaultContextWindow"), "{e}");
+        let e = config(json!({"windowLookupTimeoutMs": 0}))
+            .check()
+            .unwrap_err();
+        assert!(e.message.contains("windowLookupTimeoutMs"), "{e}");
     }
 
     #[test]

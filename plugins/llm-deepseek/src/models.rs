@@ -1,18 +1,33 @@
 //! The route's model catalog (`resolveModel`): names, context windows and
 //! default output caps, as the original's DeepSeek adapter knows them, with
-//! the config's overrides for any OpenAI-compatible route.
+//! the config's overrides for any OpenAI-compatible route, and where each
+//! window came from.
+//!
+//! A model's window is, in this order: its `models[].contextWindow`, the
+//! config's `defaultContextWindow` (both "config"), DeepSeek's catalog
+//! ("catalog"), the window its server states ("server", see
+//! `dsh_llm_http::window`), else [`DEFAULT_CONTEXT_WINDOW`] ("default").
 
-use dsh_sdk::api::llm::{ModelContext, ModelInfo, ModelInfoParams};
+use dsh_sdk::api::llm::{
+    ContextSource, ModelContext, ModelInfo, ModelInfoParams, ModelReasoningInfo,
+    ReasoningEffortInfo,
+};
 use dsh_sdk::Result;
 use serde::Deserialize;
 
-/// The context window of a model the catalog does not list, unless the
-/// config says otherwise (the original's `DEFAULT_CONTEXT_WINDOW`).
+/// The context window of a model nothing states a window for (the
+/// original's `DEFAULT_CONTEXT_WINDOW`).
 pub const DEFAULT_CONTEXT_WINDOW: u64 = 1_000_000;
 
 /// The output cap a request without one gets, unless the model or the
 /// config says otherwise (the original's `DEFAULT_MAX_TOKENS`).
 pub const DEFAULT_MAX_TOKENS: u64 = 256_000;
+
+/// The share of a window learned from the server that a request without
+/// an output cap may ask for (a quarter): a small local window keeps most
+/// of its room for the prompt, and a server that refuses a `max_tokens`
+/// over its room (vLLM) is not sent one.
+pub const LEARNED_OUTPUT_SHARE: u64 = 4;
 
 /// One catalog entry (config `models[]`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -24,7 +39,9 @@ pub struct Model {
     pub name: Option<String>,
     /// What it is.
     pub description: Option<String>,
-    /// Its context window (the default window when absent).
+    /// Its context window (when absent: the config's
+    /// `defaultContextWindow`, else what the server states, else the
+    /// default).
     pub context_window: Option<u64>,
     /// Its default output cap.
     pub max_tokens: Option<u64>,
@@ -50,18 +67,137 @@ pub fn deepseek() -> Vec<Model> {
     .collect()
 }
 
-/// What the route knows of `params.model`: the catalog's entry, or the
-/// defaults for a model it does not list (which still passes through).
+/// The route's models: the config's `models`, else DeepSeek's catalog.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Catalog {
+    /// The entries.
+    pub models: Vec<Model>,
+    /// They are the config's (their windows are "config"), not the
+    /// built-in catalog's.
+    pub configured: bool,
+}
+
+impl Catalog {
+    /// The config's `models` when it lists them, else DeepSeek's.
+    pub fn of(configured: Option<Vec<Model>>) -> Catalog {
+        match configured {
+            Some(models) => Catalog {
+                models,
+                configured: true,
+            },
+            None => Catalog {
+                models: deepseek(),
+                configured: false,
+            },
+        }
+    }
+
+    fn entry(&self, model: &str) -> Option<&Model> {
+        self.models.iter().find(|m| m.id == model)
+    }
+}
+
+/// A model's context window and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Window {
+    /// Its tokens.
+    pub tokens: u64,
+    /// Where they came from.
+    pub source: ContextSource,
+}
+
+impl Window {
+    /// [`DEFAULT_CONTEXT_WINDOW`]: nothing stated a window.
+    pub fn default_window() -> Window {
+        Window {
+            tokens: DEFAULT_CONTEXT_WINDOW,
+            source: ContextSource::Default,
+        }
+    }
+}
+
+/// The window the config or the catalog states for `model`; `None` when
+/// neither does (the server may be asked). `default_window` is the config's
+/// `defaultContextWindow`, if it sets one.
+pub fn stated(catalog: &Catalog, default_window: Option<u64>, model: &str) -> Option<Window> {
+    let entry_window = catalog.entry(model).and_then(|m| m.context_window);
+    match (entry_window, default_window) {
+        (Some(tokens), _) => Some(Window {
+            tokens,
+            source: if catalog.configured {
+                ContextSource::Config
+            } else {
+                ContextSource::Catalog
+            },
+        }),
+        (None, Some(tokens)) => Some(Window {
+            tokens,
+            source: ContextSource::Config,
+        }),
+        (None, None) => None,
+    }
+}
+
+/// The effort that turns DeepSeek's thinking off.
+pub const EFFORT_OFF: &str = "off";
+
+/// The reasoning efforts of the route's models, as the original's DeepSeek
+/// adapter offers them: `off` alone when the route sends no thinking
+/// fields (`reasoning = false`), else `off`, `low`, `high` and `max`, the
+/// default the config's `reasoningEffort` (`high` for a value not listed).
+pub fn reasoning(thinking: bool, configured_effort: &str) -> ModelReasoningInfo {
+    const EFFORTS: [(&str, &str); 4] = [
+        (EFFORT_OFF, "Off"),
+        ("low", "Low"),
+        ("high", "High"),
+        ("max", "Max"),
+    ];
+    let offered = if thinking {
+        &EFFORTS[..]
+    } else {
+        &EFFORTS[..1]
+    };
+    let default = if !thinking {
+        EFFORT_OFF
+    } else if offered.iter().any(|(id, _)| *id == configured_effort) {
+        configured_effort
+    } else {
+        "high"
+    };
+    ModelReasoningInfo {
+        efforts: offered
+            .iter()
+            .map(|(id, name)| ReasoningEffortInfo {
+                id: (*id).to_owned(),
+                name: (*name).to_owned(),
+                description: None,
+            })
+            .collect(),
+        default_effort: Some(default.to_owned()),
+    }
+}
+
+/// What the route knows of `params.model`, with `window` as its context
+/// window: the catalog's entry, or the defaults for a model it does not
+/// list (which still passes through). The default output cap is the
+/// entry's `maxTokens`, else the config's (`max_tokens`), else
+/// [`DEFAULT_MAX_TOKENS`], at most [`LEARNED_OUTPUT_SHARE`] of a window
+/// the server or the config stated (the catalog's own models keep the
+/// original's cap).
 pub fn resolve(
-    catalog: &[Model],
-    default_window: u64,
+    catalog: &Catalog,
+    window: Window,
     max_tokens: Option<u64>,
+    reasoning: ModelReasoningInfo,
     params: &ModelInfoParams,
 ) -> Result<ModelInfo> {
-    let entry = catalog.iter().find(|m| m.id == params.model);
-    let window = entry
-        .and_then(|m| m.context_window)
-        .unwrap_or(default_window);
+    let entry = catalog.entry(&params.model);
+    let default_max_tokens = match window.source {
+        ContextSource::Server { .. } | ContextSource::Config => {
+            DEFAULT_MAX_TOKENS.min((window.tokens / LEARNED_OUTPUT_SHARE).max(1))
+        }
+        _ => DEFAULT_MAX_TOKENS,
+    };
     Ok(ModelInfo {
         name: entry
             .and_then(|m| m.name.clone())
@@ -69,14 +205,16 @@ pub fn resolve(
             .unwrap_or_else(|| params.model.clone()),
         description: entry.and_then(|m| m.description.clone()),
         context: Some(ModelContext {
-            context_window: window,
+            context_window: window.tokens,
         }),
+        context_source: Some(window.source),
         default_max_tokens: Some(
             entry
                 .and_then(|m| m.max_tokens)
                 .or(max_tokens)
-                .unwrap_or(DEFAULT_MAX_TOKENS),
+                .unwrap_or(default_max_tokens),
         ),
+        reasoning: Some(reasoning),
         ..ModelInfo::bare(params)
     })
 }
@@ -92,44 +230,170 @@ mod tests {
         }
     }
 
+    fn server(tokens: u64) -> Window {
+        Window {
+            tokens,
+            source: ContextSource::Server {
+                endpoint: "/props".into(),
+            },
+        }
+    }
+
+    #[test]
+    fn a_thinking_route_offers_four_efforts_and_a_plain_one_off_only() {
+        let ids =
+            |r: &ModelReasoningInfo| r.efforts.iter().map(|e| e.id.clone()).collect::<Vec<_>>();
+        let r = reasoning(true, "max");
+        assert_eq!(ids(&r), ["off", "low", "high", "max"]);
+        assert_eq!(r.default_effort.as_deref(), Some("max"));
+        assert_eq!(
+            reasoning(true, "medium").default_effort.as_deref(),
+            Some("high")
+        );
+        let plain = reasoning(false, "max");
+        assert_eq!(ids(&plain), ["off"]);
+        assert_eq!(plain.default_effort.as_deref(), Some("off"));
+    }
+
+    #[test]
+    fn a_configured_window_caps_the_default_output_at_a_quarter() {
+        let catalog = Catalog::of(None);
+        let window = Window {
+            tokens: 4096,
+            source: ContextSource::Config,
+        };
+        let info = resolve(
+            &catalog,
+            window,
+            None,
+            reasoning(false, "off"),
+            &params("m"),
+        )
+        .unwrap();
+        assert_eq!(info.default_max_tokens, Some(1024));
+    }
+
     #[test]
     fn deepseeks_models_have_the_originals_window_and_cap() {
+        let catalog = Catalog::of(None);
+        let window = stated(&catalog, None, "deepseek-v4-pro").unwrap();
+        assert_eq!(window.source, ContextSource::Catalog);
         let info = resolve(
-            &deepseek(),
-            DEFAULT_CONTEXT_WINDOW,
+            &catalog,
+            window,
             None,
+            reasoning(true, "high"),
             &params("deepseek-v4-pro"),
         )
         .unwrap();
         assert_eq!(info.name, "DeepSeek-V4-Pro");
         assert_eq!(info.context.unwrap().context_window, 1_000_000);
         assert_eq!(info.default_max_tokens, Some(256_000));
+        assert_eq!(info.context_source, Some(ContextSource::Catalog));
     }
 
     #[test]
     fn an_unlisted_model_gets_the_configured_defaults() {
-        let info = resolve(&deepseek(), 32_768, Some(4096), &params("qwen3")).unwrap();
+        let catalog = Catalog::of(None);
+        let window = stated(&catalog, Some(32_768), "qwen3").unwrap();
+        assert_eq!(window.source, ContextSource::Config);
+        let info = resolve(
+            &catalog,
+            window,
+            Some(4096),
+            reasoning(true, "high"),
+            &params("qwen3"),
+        )
+        .unwrap();
         assert_eq!((info.id.as_str(), info.name.as_str()), ("qwen3", "qwen3"));
         assert_eq!(info.context.unwrap().context_window, 32_768);
         assert_eq!(info.default_max_tokens, Some(4096));
+        // Nothing stated: the server may be asked.
+        assert_eq!(stated(&catalog, None, "qwen3"), None);
     }
 
     #[test]
     fn a_configured_entry_wins() {
-        let catalog = vec![Model {
+        let catalog = Catalog::of(Some(vec![Model {
             id: "qwen3".into(),
             context_window: Some(131_072),
             max_tokens: Some(8192),
             ..Model::default()
-        }];
+        }]));
+        let window = stated(&catalog, Some(4096), "qwen3").unwrap();
+        assert_eq!(
+            window,
+            Window {
+                tokens: 131_072,
+                source: ContextSource::Config
+            }
+        );
         let info = resolve(
             &catalog,
-            DEFAULT_CONTEXT_WINDOW,
+            window,
             Some(4096),
+            reasoning(true, "high"),
             &params("qwen3"),
         )
         .unwrap();
         assert_eq!(info.context.unwrap().context_window, 131_072);
         assert_eq!(info.default_max_tokens, Some(8192));
+        // An entry without a window leaves it to the server.
+        let bare = Catalog::of(Some(vec![Model {
+            id: "qwen3".into(),
+            ..Model::default()
+        }]));
+        assert_eq!(stated(&bare, None, "qwen3"), None);
+    }
+
+    #[test]
+    fn a_learned_window_caps_the_default_output_to_a_share_of_it() {
+        let catalog = Catalog::of(None);
+        let info = resolve(
+            &catalog,
+            server(4096),
+            None,
+            reasoning(true, "high"),
+            &params("m"),
+        )
+        .unwrap();
+        assert_eq!(info.default_max_tokens, Some(1024));
+        assert_eq!(
+            info.context_source,
+            Some(ContextSource::Server {
+                endpoint: "/props".into()
+            })
+        );
+        // The config's cap still wins; a huge window keeps the default cap.
+        let info = resolve(
+            &catalog,
+            server(4096),
+            Some(3000),
+            reasoning(true, "high"),
+            &params("m"),
+        )
+        .unwrap();
+        assert_eq!(info.default_max_tokens, Some(3000));
+        let info = resolve(
+            &catalog,
+            server(10_000_000),
+            None,
+            reasoning(true, "high"),
+            &params("m"),
+        )
+        .unwrap();
+        assert_eq!(info.default_max_tokens, Some(DEFAULT_MAX_TOKENS));
+        let info = resolve(
+            &catalog,
+            Window::default_window(),
+            None,
+            reasoning(true, "high"),
+            &params("m"),
+        )
+        .unwrap();
+        assert_eq!(
+            (info.default_max_tokens, info.context_source),
+            (Some(DEFAULT_MAX_TOKENS), Some(ContextSource::Default))
+        );
     }
 }

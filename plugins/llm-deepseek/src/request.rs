@@ -7,6 +7,8 @@ use std::cell::RefCell;
 use std::fmt;
 
 use dsh_sdk::vocab::Message;
+
+use crate::models::EFFORT_OFF;
 use serde::{Deserialize, Serialize};
 use serde_json::value::{to_raw_value, RawValue};
 use serde_json::Number;
@@ -48,6 +50,21 @@ pub(crate) struct Request {
     pub purpose: Option<String>,
 }
 
+impl Request {
+    /// The model asked for, or `default` (the route's) when none is.
+    pub fn model_or<'a>(&'a self, default: &'a str) -> &'a str {
+        model_or(&self.model, default)
+    }
+}
+
+/// `model` when it names one, else `default`.
+fn model_or<'a>(model: &'a Option<String>, default: &'a str) -> &'a str {
+    model
+        .as_deref()
+        .filter(|m| !m.is_empty())
+        .unwrap_or(default)
+}
+
 /// The sequences that stop the model: one, or several.
 #[derive(Debug, Deserialize, Serialize)]
 #[serde(untagged)]
@@ -69,9 +86,6 @@ enum Thinking {
     Enabled,
     Disabled,
 }
-
-/// The reasoning effort that turns thinking off.
-const EFFORT_OFF: &str = "off";
 
 /// The chat-completions request body, keys in the wire's order.
 #[derive(Serialize)]
@@ -242,11 +256,7 @@ impl Converter {
             (true, effort) => (Some(Thinking::Enabled), Some(effort)),
         };
         let body = Body {
-            model: req
-                .model
-                .as_deref()
-                .filter(|m| !m.is_empty())
-                .unwrap_or(&config.model),
+            model: model_or(&req.model, &config.model),
             messages,
             stream: true,
             stream_options: StreamOptions {

@@ -15,9 +15,9 @@
 //! a tool call `index` of `null` is the call's position in its delta;
 //! `choices` that hold nothing (`{}`, `null`) are no choices ([`First`]).
 
+use dsh_llm_http::call_ids::SentId;
 use dsh_sdk::vocab::TokenUsage;
 use serde::Deserialize;
-use dsh_llm_http::call_ids::SentId;
 use serde_json::value::RawValue;
 
 use dsh_llm_http::lenient::{First, Loose, LooseText, TokenCount};

@@ -8,11 +8,11 @@ use dsh_sdk::vocab::{Chunk, ContentBlock, FinishReason, LlmFailure, TokenUsage};
 
 use serde_json::value::RawValue;
 
+use crate::response::{finish_reason, CallDelta, SentCall, StreamEvent};
 use dsh_llm_http::answer_cap::{AnswerBudget, DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_TOOL_CALLS};
 use dsh_llm_http::call_ids::CallIds;
 use dsh_llm_http::failure::{code, cut_chars, event_error, stream_failure};
 use dsh_llm_http::lenient::Count;
-use crate::response::{finish_reason, CallDelta, SentCall, StreamEvent};
 
 #[derive(Clone, Copy, PartialEq)]
 enum Open {

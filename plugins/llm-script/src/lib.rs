@@ -10,14 +10,18 @@
 //! ]}
 //! ```
 //! Text is streamed a few words per chunk. When the script runs out, the
-//! adapter answers with an error.
+//! adapter answers with an error. Config `models` describes models
+//! (`resolveModel`: window, default output cap, reasoning efforts; see
+//! `models.rs`).
+
+mod models;
 
 use std::cell::Cell;
 use std::rc::Rc;
 
-use dsh_sdk::names::{llm_failure, service};
+use dsh_sdk::api::llm::{Llm, ModelInfoParams, RegisterAdapterParams};
+use dsh_sdk::names::{llm_adapter, llm_failure, service};
 use dsh_sdk::prelude::*;
-use dsh_sdk::tool::register_adapter;
 use dsh_sdk::vocab::message::block_type;
 use dsh_sdk::vocab::{Chunk, ContentBlock, FinishReason, LlmFailure, TokenUsage};
 use serde::Deserialize;
@@ -32,6 +36,8 @@ struct Config {
     provider: Option<String>,
     /// Milliseconds between chunks (to show streaming).
     delay_ms: u64,
+    /// The models the adapter describes (`resolveModel`).
+    models: Vec<models::ScriptedModel>,
 }
 
 /// A script file.
@@ -220,9 +226,21 @@ impl Plugin for Script {
         let next = Rc::new(Cell::new(0usize));
         let delay = config.delay_ms;
         let provider = config.provider.unwrap_or_else(|| "script".into());
-        register_adapter(&ctx, vec![provider], move |_req| {
+        let catalog = Rc::new(config.models);
+        let service = format!("llm:{}:{}", ctx.plugin_name(), ctx.fiber());
+        let ctx2 = ctx.clone();
+        ctx.provide(service.clone(), move |req| {
             let (responses, next) = (responses.clone(), next.clone());
+            let (ctx, catalog) = (ctx2.clone(), catalog.clone());
             async move {
+                match req.method.as_str() {
+                    llm_adapter::STREAM => {}
+                    llm_adapter::RESOLVE_MODEL => {
+                        let params: ModelInfoParams = req.params_as()?;
+                        return Reply::json(models::resolve(&ctx, &catalog, &params).await);
+                    }
+                    _ => return Err(req.unknown_method()),
+                }
                 let i = next.get();
                 next.set(i + 1);
                 let chunks = match responses.get(i) {
@@ -246,8 +264,13 @@ impl Plugin for Script {
                 });
                 Ok(reply)
             }
-        })
-        .await
+        });
+        Llm::new(&ctx)
+            .register_adapter(&RegisterAdapterParams {
+                providers: vec![provider],
+                service,
+            })
+            .await
     }
 }
 

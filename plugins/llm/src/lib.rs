@@ -10,6 +10,11 @@
 //! `finish{aborted}` when the caller cancelled the request (the original's
 //! aborted `signal`) or the failure's code is `ABORTED`.
 //!
+//! `resolveModelInfo` answers the adapter's metadata of one model, checked
+//! (`model_info`); `resolveCallConfig` checks a call config against it and
+//! fills in the model's defaults (`call_config`), as the agent loop does
+//! before it logs a request's header.
+//!
 //! A caller that wants to cancel names its request with a `signal` (any
 //! string of its choosing) and calls `llm.cancel {signal}`: the adapter call
 //! is dropped (which stops it in its plugin) and the stream ends with
@@ -18,6 +23,8 @@
 
 #[cfg(test)]
 mod alloc_count;
+mod call_config;
+mod model_info;
 mod replay;
 mod signals;
 
@@ -29,6 +36,7 @@ use dsh_sdk::api::llm::{
 };
 use dsh_sdk::names::{bus, code, llm, llm_adapter, llm_failure, service};
 use dsh_sdk::prelude::*;
+use dsh_sdk::vocab::records::CallConfig;
 use dsh_sdk::vocab::{Chunk, LlmFailure};
 use dsh_sdk::RawObject;
 use signals::{Signal, Signals};
@@ -41,20 +49,13 @@ struct Adapter {
 
 type Registry = Rc<RefCell<Vec<Adapter>>>;
 
-/// The codes of this service's own errors.
+/// The codes of this service's own errors (the model metadata's are
+/// `model_info::error_code`; `NO_ADAPTER` is `dsh_sdk::names::code`'s).
 mod error_code {
-    /// No adapter serves the request's route.
-    pub const NO_ADAPTER: &str = "NO_ADAPTER";
     /// A registration without routes or a service.
     pub const INVALID_ADAPTER: &str = "INVALID_ADAPTER";
     /// A route another adapter serves already.
     pub const DUPLICATE_ADAPTER: &str = "DUPLICATE_ADAPTER";
-    /// An adapter's model metadata is not the model asked about.
-    pub const INVALID_MODEL_INFO: &str = "INVALID_MODEL_INFO";
-    /// An adapter's context window is not positive.
-    pub const INVALID_MODEL_CONTEXT: &str = "INVALID_MODEL_CONTEXT";
-    /// An adapter's default output cap is not positive.
-    pub const INVALID_MODEL_MAX_TOKENS: &str = "INVALID_MODEL_MAX_TOKENS";
 }
 
 /// The cancellation signals, by name.
@@ -121,6 +122,7 @@ async fn handle(
         llm::CANCEL => cancel(&signals, &req),
         llm::STREAM => stream(ctx, registry, signals, &req),
         llm::RESOLVE_MODEL_INFO => resolve_model_info(&ctx, &registry, &req).await,
+        llm::RESOLVE_CALL_CONFIG => resolve_call_config(&ctx, &registry, &req).await,
         _ => Err(req.unknown_method()),
     }
 }
@@ -151,40 +153,54 @@ fn instance_of(registry: &Registry, provider: &str) -> Option<(String, u64)> {
 }
 
 /// `resolveModelInfo`: the adapter's metadata of one model, checked as the
-/// original checks it (its identity as asked, a non-empty name, a positive
-/// integer window and output cap).
+/// original checks it (`model_info::check`).
 async fn resolve_model_info(ctx: &Context, registry: &Registry, req: &Request) -> Result<Reply> {
     let params: ModelInfoParams = req.params_as()?;
+    Reply::json(model_info_of(ctx, registry, &params).await?)
+}
+
+/// `resolveCallConfig`: the call config checked against its model's
+/// metadata, with the model's defaults filled in (`call_config::resolve`).
+/// Dropping the call (the agent's cancel, its disposal) drops the
+/// adapter's lookup with it.
+async fn resolve_call_config(ctx: &Context, registry: &Registry, req: &Request) -> Result<Reply> {
+    let config: CallConfig = req.params_as()?;
+    let params = ModelInfoParams {
+        provider: config.provider.clone(),
+        model: config.model.clone(),
+    };
+    let info = model_info_of(ctx, registry, &params).await?;
+    Reply::json(call_config::resolve(config, &info)?)
+}
+
+/// The checked metadata of `params.model` from the adapter serving
+/// `params.provider` (an adapter without `resolveModel` knows nothing of
+/// it: [`ModelInfo::bare`]).
+async fn model_info_of(
+    ctx: &Context,
+    registry: &Registry,
+    params: &ModelInfoParams,
+) -> Result<ModelInfo> {
     let Some(service) = adapter_of(registry, &params.provider) else {
         return Err(Error::new(
-            error_code::NO_ADAPTER,
+            code::NO_ADAPTER,
             format!("no adapter serves provider `{}`", params.provider),
         ));
     };
-    let info: ModelInfo = ctx
+    let answer = ctx
         .service(service)
-        .call_as(llm_adapter::RESOLVE_MODEL, &params)
-        .await?;
-    let (provider, model) = (&params.provider, &params.model);
-    if info.provider != *provider || info.id != *model || info.name.is_empty() {
-        return Err(Error::new(
-            error_code::INVALID_MODEL_INFO,
-            format!("adapter returned invalid exact model metadata for provider \"{provider}\" model \"{model}\""),
-        ));
-    }
-    if info.context.is_some_and(|c| c.context_window == 0) {
-        return Err(Error::new(
-            error_code::INVALID_MODEL_CONTEXT,
-            format!("adapter returned invalid context metadata for provider \"{provider}\" model \"{model}\""),
-        ));
-    }
-    if info.default_max_tokens == Some(0) {
-        return Err(Error::new(
-            error_code::INVALID_MODEL_MAX_TOKENS,
-            format!("adapter returned invalid default maxTokens for provider \"{provider}\" model \"{model}\""),
-        ));
-    }
-    Reply::json(info)
+        .call_as::<ModelInfo>(llm_adapter::RESOLVE_MODEL, params)
+        .await;
+    let info = match answer {
+        Ok(info) => info,
+        // An adapter that does not describe its models knows nothing of
+        // them: its id as its name, as the original's default
+        // `resolveModel` answers.
+        Err(e) if e.code == codes::UNKNOWN_METHOD => ModelInfo::bare(params),
+        Err(e) => return Err(e),
+    };
+    model_info::check(&info, params)?;
+    Ok(info)
 }
 
 /// `registerAdapter`: routes nobody serves yet, to a service; removed
@@ -331,7 +347,7 @@ async fn stream_from_adapter(
         Ok(Some(p)) => p,
         Ok(None) => {
             return Some((
-                error_code::NO_ADAPTER.to_owned(),
+                code::NO_ADAPTER.to_owned(),
                 "the request names no provider route (`provider`)".to_owned(),
             ))
         }
@@ -344,7 +360,7 @@ async fn stream_from_adapter(
     };
     let Some(instance) = instance_of(registry, &provider) else {
         return Some((
-            error_code::NO_ADAPTER.to_owned(),
+            code::NO_ADAPTER.to_owned(),
             format!("no adapter serves provider `{provider}`"),
         ));
     };

@@ -1,4 +1,6 @@
 //! `spill`: oversized tool results become a preview plus a file path.
+//! Oversized is over `maxInlineBytes`, or estimated over the call's
+//! `maxResultTokens` (its share of the agent's context window).
 //!
 //! The files live in one private directory per fiber
 //! (`$TMPDIR/dsh-spill-<pid>-<tag>`, 0700), made at the first spill and
@@ -19,7 +21,7 @@ use dsh_sdk::names::tool;
 use dsh_sdk::prelude::*;
 use dsh_sdk::tempdir::{self, PrivateDir};
 use dsh_sdk::vocab::message::joined_text;
-use dsh_sdk::vocab::ContentBlock;
+use dsh_sdk::vocab::{tokens, ContentBlock};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -52,6 +54,36 @@ fn preview(text: &str, path: &str, max: usize) -> String {
         "{}\n\n(Omitted {omitted} bytes. Full formatted result stored at: {path}. Use read with offset/limit, or grep this path to search within it.)\n\n{}",
         &text[..head],
         &text[tail..]
+    )
+}
+
+/// The smallest `maxInlineBytes`: enough for a head, a tail and the note
+/// with the file's path.
+const MIN_INLINE_BYTES: usize = 1000;
+
+/// The fewest bytes a window's cap leaves inline.
+const MIN_WINDOW_BYTES: usize = 256;
+
+/// The bytes of `text` that fit `max_tokens` estimated tokens (the call's
+/// `maxResultTokens`): all of it when its estimate (`vocab::tokens`) is
+/// within them, else its bytes in proportion, less a tenth (the preview's
+/// head and tail may be denser than the whole), at least
+/// [`MIN_WINDOW_BYTES`]. `None` without a cap.
+fn window_cap(text: &str, max_tokens: Option<u64>) -> Option<usize> {
+    let max = max_tokens?;
+    // The estimate never counts more than a token a byte.
+    if max >= text.len() as u64 {
+        return Some(text.len());
+    }
+    let estimate = tokens::of_text(text);
+    if estimate <= max {
+        return Some(text.len());
+    }
+    let allowed = text.len() as u128 * u128::from(max) * 9 / 10 / u128::from(estimate);
+    Some(
+        usize::try_from(allowed)
+            .unwrap_or(usize::MAX)
+            .max(MIN_WINDOW_BYTES),
     )
 }
 
@@ -132,7 +164,7 @@ impl Plugin for Spill {
     type Config = Config;
 
     async fn apply(ctx: Context, config: Config) -> Result<()> {
-        let max = config.max_inline_bytes.max(1000);
+        let max = config.max_inline_bytes.max(MIN_INLINE_BYTES);
         // Directories of earlier hosts that did not get to remove theirs.
         tempdir::sweep(&std::env::temp_dir(), PREFIX);
         let dir = Rc::new(SpillDir::default());
@@ -155,6 +187,10 @@ impl Plugin for Spill {
                     _ => outcome.result.content,
                 };
                 let text = joined_text(&content, "\n");
+                // The agent's context window may ask for less
+                // (`exec.maxResultTokens`, from `compaction-basic`).
+                let max =
+                    window_cap(&text, outcome.exec.max_result_tokens).map_or(max, |w| w.min(max));
                 if text.len() <= max {
                     return Ok(decision);
                 }
@@ -177,3 +213,28 @@ impl Plugin for Spill {
 }
 
 dsh_sdk::export_plugin!(Spill);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_cap_keeps_the_bytes_its_tokens_allow() {
+        let digits: String = (0..20_000).map(|i| format!("{i:05}\n")).collect();
+        assert_eq!(window_cap(&digits, None), None);
+        assert_eq!(window_cap("short", Some(100)), Some(5));
+        let cap = window_cap(&digits, Some(1024)).unwrap();
+        assert!((800..=1000).contains(&cap), "{cap}");
+        // The preview of that many bytes stays within the tokens, with its
+        // note and a path.
+        let path = "/tmp/dsh-spill-1-x/0192e4c3-2f2b-7c3d-9a8e-1b2c3d4e5f60-bash.txt";
+        let shown = preview(&digits, path, cap);
+        assert!(
+            tokens::of_text(&shown) <= 1024,
+            "{}",
+            tokens::of_text(&shown)
+        );
+        let prose = "the quick brown fox jumps over the lazy dog ".repeat(3000);
+        assert!(window_cap(&prose, Some(1024)).unwrap() > 3 * cap);
+    }
+}

@@ -1,7 +1,9 @@
 //! `tool-read`: the `read` tool (reference dsh-product §4.1): line-numbered
 //! UTF-8 text with the original's footers and caps (2000 lines, 2000 chars
-//! per line, 51,200 bytes per call), streamed in bounded memory from a file
-//! that must be regular, under the read fence (see README.md).
+//! per line, 51,200 bytes per call, and the call's `maxResultTokens` from
+//! the agent's context window when it has one), streamed in bounded
+//! memory from a file that must be regular, under the read fence (see
+//! README.md).
 
 use std::path::Path;
 use std::rc::Rc;
@@ -20,7 +22,7 @@ use serde::Deserialize;
 mod lines;
 mod window;
 
-pub use window::{render, MAX_BYTES, MAX_LINES, MAX_LINE_CHARS};
+pub use window::{render, Caps, MAX_BYTES, MAX_LINES, MAX_LINE_CHARS};
 
 /// The `read` tool (the original's schema, reference dsh-product §4.1).
 struct ReadTool;
@@ -56,6 +58,11 @@ async fn execute(ctx: Context, own: Rc<Reads>, req: Request) -> Result<Reply> {
     // The fence the policy handed over, or without one what this plugin
     // found is never read (only danger-full-access reads everything); the
     // user's approval of a read outside the workspace is not asked again.
+    // The agent's context window may cap the result below the original's
+    // caps (`exec.maxResultTokens`, from `compaction-basic`).
+    let caps = exec
+        .max_result_tokens
+        .map_or(Caps::DEFAULT, |max| Caps::within(max, &file));
     let guard = Guard::of(exec.sandbox.clone(), &own);
     let approved = exec.approved;
     let path = guard
@@ -67,7 +74,7 @@ async fn execute(ctx: Context, own: Rc<Reads>, req: Request) -> Result<Reply> {
         let opened = guard
             .open_read(tool::READ, &read_path, approved)
             .map_err(|e| refused(&shown, e))?;
-        render(&shown, opened, offset, limit, cancel)
+        render(&shown, opened, offset, limit, caps, cancel)
     })
     .await??;
     // Tell the read-before-write policy which version the agent has seen

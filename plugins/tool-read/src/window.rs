@@ -9,6 +9,7 @@ use std::io::Read;
 
 use dsh_sdk::blocking::Cancel;
 use dsh_sdk::names::code;
+use dsh_sdk::vocab::tokens;
 use dsh_sdk::{Error, Result};
 
 use crate::lines::{Head, Lines, Stop};
@@ -22,13 +23,66 @@ pub const MAX_BYTES: usize = 51_200;
 /// Bytes kept of each line: enough for `MAX_LINE_CHARS` characters of up to
 /// four bytes, and to tell that a longer line is longer.
 const KEEP: usize = 4 * MAX_LINE_CHARS + 2;
+/// The estimated tokens of a result around its numbered lines, the path
+/// aside: the `<path>`, `<type>` and `<content>` tags and the longest
+/// footer.
+const FRAME_TOKENS: u64 = 64;
+/// The fewest tokens of numbered lines a call may be capped to.
+const MIN_TOKENS: u64 = 64;
+/// Tokens a shown line may take beyond its characters: its number and the
+/// truncation note.
+const LINE_FRAME_TOKENS: u64 = 24;
 
-/// Renders lines `offset..offset + limit` of `reader` (1-based) for `path`.
+/// The caps of one call: the bytes and estimated tokens of numbered lines
+/// it returns, and the characters shown of one line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caps {
+    /// The most bytes of numbered lines (the first line always shows).
+    pub bytes: usize,
+    /// The most estimated tokens of numbered lines
+    /// (`dsh_sdk::vocab::tokens`), when the agent's window sets one.
+    pub tokens: Option<u64>,
+    /// The most characters shown of one line.
+    pub line_chars: usize,
+}
+
+impl Caps {
+    /// The original's caps: 51,200 bytes, 2,000 characters a line.
+    pub const DEFAULT: Caps = Caps {
+        bytes: MAX_BYTES,
+        tokens: None,
+        line_chars: MAX_LINE_CHARS,
+    };
+
+    /// The caps of a result of at most `max_tokens` estimated tokens in
+    /// all for `path` (the call's `maxResultTokens`, from the agent's
+    /// context window), within the original's: the frame and the path are
+    /// taken off, and a line is cut short enough for the first one to fit
+    /// too (the estimate counts at most a token a character).
+    pub fn within(max_tokens: u64, path: &str) -> Caps {
+        let frame = FRAME_TOKENS + 2 * tokens::of_text(path);
+        let lines = max_tokens.saturating_sub(frame).max(MIN_TOKENS);
+        let line_chars = usize::try_from(lines - LINE_FRAME_TOKENS.min(lines))
+            .unwrap_or(usize::MAX)
+            .clamp(1, MAX_LINE_CHARS);
+        Caps {
+            bytes: MAX_BYTES,
+            // The estimate never counts more than a token a byte: a cap at
+            // or over the byte cap cannot bind, and is not counted.
+            tokens: (lines < MAX_BYTES as u64).then_some(lines),
+            line_chars,
+        }
+    }
+}
+
+/// Renders lines `offset..offset + limit` of `reader` (1-based) for `path`,
+/// within `caps`.
 pub fn render<R: Read>(
     path: &str,
     reader: R,
     offset: usize,
     limit: usize,
+    caps: Caps,
     cancel: &Cancel,
 ) -> Result<String> {
     let mut lines = Lines::new(reader, cancel);
@@ -38,7 +92,7 @@ pub fn render<R: Read>(
     let shown = if skipped < offset - 1 {
         Shown::default()
     } else {
-        window(&mut lines, &mut out, offset, limit).map_err(stop)?
+        window(&mut lines, &mut out, offset, limit, caps).map_err(stop)?
     };
     // A byte-capped window's footer prints no total: stop reading there.
     // Otherwise count (and check) the rest for the exact total.
@@ -93,39 +147,43 @@ fn window<R: Read>(
     out: &mut String,
     offset: usize,
     limit: usize,
+    caps: Caps,
 ) -> Result<Shown, Stop> {
     let mut shown = Shown::default();
-    let mut bytes = 0;
+    let (mut bytes, mut estimate) = (0, 0);
     while shown.consumed < limit {
         let Some(head) = lines.next_line(KEEP)? else {
             break;
         };
         let number = offset + shown.consumed;
-        let entry = format!("{number}: {}\n", display(&head)?);
+        let entry = format!("{number}: {}\n", display(&head, caps.line_chars)?);
         shown.consumed += 1;
-        if bytes + entry.len() > MAX_BYTES && shown.last.is_some() {
+        let entry_tokens = caps.tokens.map_or(0, |_| tokens::of_text(&entry));
+        let over_tokens = caps.tokens.is_some_and(|max| estimate + entry_tokens > max);
+        if (bytes + entry.len() > caps.bytes || over_tokens) && shown.last.is_some() {
             shown.capped = true;
             break;
         }
         bytes += entry.len();
+        estimate += entry_tokens;
         out.push_str(&entry);
         shown.last = Some(number);
     }
     Ok(shown)
 }
 
-/// A line as shown: at most `MAX_LINE_CHARS` characters, marked when cut.
-fn display(head: &Head<'_>) -> Result<String, Stop> {
+/// A line as shown: at most `max_chars` characters, marked when cut.
+fn display(head: &Head<'_>, max_chars: usize) -> Result<String, Stop> {
     // The stream check has validated these bytes, except a character the
     // keep limit may have cut in two at the very end.
     let text = match std::str::from_utf8(head.bytes) {
         Ok(text) => text,
         Err(e) => std::str::from_utf8(&head.bytes[..e.valid_up_to()]).map_err(|_| Stop::NotText)?,
     };
-    let cut_at = text.char_indices().nth(MAX_LINE_CHARS).map(|(i, _)| i);
+    let cut_at = text.char_indices().nth(max_chars).map(|(i, _)| i);
     Ok(match cut_at {
-        Some(i) => format!("{}… (line truncated to {MAX_LINE_CHARS} chars)", &text[..i]),
-        None if head.cut => format!("{text}… (line truncated to {MAX_LINE_CHARS} chars)"),
+        Some(i) => format!("{}… (line truncated to {max_chars} chars)", &text[..i]),
+        None if head.cut => format!("{text}… (line truncated to {max_chars} chars)"),
         None => text.to_owned(),
     })
 }
@@ -160,7 +218,14 @@ mod tests {
     use super::*;
 
     fn read(text: &str, offset: usize, limit: usize) -> Result<String> {
-        render("f.txt", text.as_bytes(), offset, limit, &Cancel::default())
+        render(
+            "f.txt",
+            text.as_bytes(),
+            offset,
+            limit,
+            Caps::DEFAULT,
+            &Cancel::default(),
+        )
     }
 
     /// The whole-text renderer this streaming one replaced: the oracle.
@@ -247,7 +312,7 @@ mod tests {
     fn invalid_utf8_past_the_window_is_still_refused() {
         let mut bytes = b"fine\n".repeat(10);
         bytes.extend_from_slice(b"\xff\n");
-        let e = render("f.txt", &bytes[..], 1, 2, &Cancel::default()).unwrap_err();
+        let e = render("f.txt", &bytes[..], 1, 2, Caps::DEFAULT, &Cancel::default()).unwrap_err();
         assert_eq!(e.code, code::FS_NOT_TEXT);
     }
 
@@ -267,11 +332,54 @@ mod tests {
     fn a_byte_capped_window_stops_reading() {
         let text = "x".repeat(1000) + "\n";
         let reader = || ThenFails(std::io::Cursor::new(text.repeat(200).into_bytes()));
-        let out = render("f.txt", reader(), 1, 2000, &Cancel::default()).unwrap();
+        let out = render(
+            "f.txt",
+            reader(),
+            1,
+            2000,
+            Caps::DEFAULT,
+            &Cancel::default(),
+        )
+        .unwrap();
         assert!(out.contains("(Output capped. Showing lines 1-50."), "{out}");
         // Without the byte cap the rest is read for the total, and fails.
-        let e = render("f.txt", reader(), 1, 10, &Cancel::default()).unwrap_err();
+        let e = render("f.txt", reader(), 1, 10, Caps::DEFAULT, &Cancel::default()).unwrap_err();
         assert_eq!(e.code, code::FS_ERROR);
+    }
+
+    #[test]
+    fn a_window_cap_cuts_the_result_to_its_share_with_the_usual_footer() {
+        let caps = Caps::within(1024, "f.txt");
+        let lines = caps.tokens.unwrap();
+        assert_eq!(lines, 1024 - FRAME_TOKENS - 2 * tokens::of_text("f.txt"));
+        let numbers: String = (1..=20_000).map(|i| format!("{}\n", i * 7919)).collect();
+        let out = render(
+            "f.txt",
+            numbers.as_bytes(),
+            1,
+            2000,
+            caps,
+            &Cancel::default(),
+        )
+        .unwrap();
+        assert!(tokens::of_text(&out) <= 1024, "{}", tokens::of_text(&out));
+        assert!(out.contains("(Output capped. Showing lines 1-"), "{out}");
+        assert!(out.contains(" to continue.)\n</content>"));
+        // Prose keeps more bytes for the same tokens than numbers do.
+        let prose = "the quick brown fox jumps over the lazy dog\n".repeat(2000);
+        let words = render("f.txt", prose.as_bytes(), 1, 2000, caps, &Cancel::default()).unwrap();
+        assert!(tokens::of_text(&words) <= 1024);
+        assert!(words.len() > 2 * out.len(), "{} {}", words.len(), out.len());
+        // A line longer than the cap is cut so that the first one fits.
+        let wide = "🦀".repeat(3000);
+        let out = render("f.txt", wide.as_bytes(), 1, 10, caps, &Cancel::default()).unwrap();
+        assert!(tokens::of_text(&out) <= 1024, "{}", tokens::of_text(&out));
+        let note = format!("… (line truncated to {} chars)", caps.line_chars);
+        assert!(out.contains(&note), "{out}");
+        // A tiny cap still shows something; the default is unbounded.
+        assert_eq!(Caps::within(10, "f.txt").tokens, Some(MIN_TOKENS));
+        assert_eq!(Caps::DEFAULT.tokens, None);
+        assert_eq!(Caps::within(250_000, "f.txt"), Caps::DEFAULT);
     }
 
     #[test]

@@ -39,7 +39,8 @@ impl Plugin for Pruner {
     }
 }
 
-/// Prunes the oversized results before `keepFrom`, each as a
+/// Prunes the oversized results before `keepFrom` (over `thresholdChars`,
+/// or estimated over `maxTokens` when the engine gives one), each as a
 /// `compaction/prune` record and its replacement, in one `appendMany`.
 async fn prune_session(ctx: &Context, config: &Config, p: PruneParams) -> Result<PruneResult> {
     let sessions = Sessions::new(ctx);
@@ -62,7 +63,7 @@ async fn prune_session(ctx: &Context, config: &Config, p: PruneParams) -> Result
             record,
             replacement,
             entry,
-        }) = prune_result(config, node.seq, original)
+        }) = prune_result(config, node.seq, original, p.max_tokens)
         else {
             continue;
         };

@@ -1,10 +1,14 @@
 //! Head/tail pruning of one result's content, as the original's
 //! `pruneContent` does it: text blocks counted in code points, non-text
-//! blocks kept, the marker once where the removed span begins.
+//! blocks kept, the marker once where the removed span begins
+//! (`dsh_sdk::vocab::compaction::cut`). An engine may also give a token
+//! bound (a result's share of its model's window, by the meter's
+//! estimate): a result over it is pruned too, and what is kept stays
+//! within it.
 
 use dsh_sdk::prelude::*;
-use dsh_sdk::vocab::message::TextBlock;
-use dsh_sdk::vocab::ContentBlock;
+use dsh_sdk::vocab::compaction::cut::{cut_within, Keep};
+use dsh_sdk::vocab::{tokens, ContentBlock};
 use serde::Deserialize;
 
 /// Put where the middle of a result was removed.
@@ -66,43 +70,27 @@ pub fn text_chars(blocks: &[ContentBlock]) -> usize {
 }
 
 /// `blocks` with the middle of their text removed, or `None` when their
-/// text is within the threshold. A text block keeps its other fields.
-pub fn prune_content(config: &Config, blocks: &[ContentBlock]) -> Option<Vec<ContentBlock>> {
-    let total = text_chars(blocks);
-    if total <= config.threshold_chars {
+/// text is within the threshold and their estimate within `max_tokens`
+/// (when given). Over the threshold, the configured head and tail code
+/// points are kept; over `max_tokens`, what is kept is bounded further to
+/// it, its bytes following the text's density (`cut_within`). A text
+/// block keeps its other fields.
+pub fn prune_content(
+    config: &Config,
+    blocks: &[ContentBlock],
+    max_tokens: Option<u64>,
+) -> Option<Vec<ContentBlock>> {
+    let over_chars = text_chars(blocks) > config.threshold_chars;
+    let over_tokens = max_tokens.is_some_and(|max| tokens::of_blocks(blocks) > max);
+    if !over_chars && !over_tokens {
         return None;
     }
-    let (removed_start, removed_end) = (config.head_chars, total - config.tail_chars);
-    let mut out = Vec::with_capacity(blocks.len());
-    let mut consumed = 0;
-    let mut marked = false;
-    for block in blocks {
-        let ContentBlock::Text(TextBlock { text, extra }) = block else {
-            out.push(block.clone());
-            continue;
-        };
-        let len = text.chars().count();
-        let (start, end) = (consumed, consumed + len);
-        let head_end = removed_start.saturating_sub(start).min(len);
-        let tail_start = removed_end.saturating_sub(start).min(len);
-        let marker = if start < removed_end && end > removed_start && !marked {
-            marked = true;
-            PRUNE_MARKER
-        } else {
-            ""
-        };
-        let mut kept: String = text.chars().take(head_end).collect();
-        kept.push_str(marker);
-        kept.extend(text.chars().skip(tail_start));
-        if !kept.is_empty() {
-            out.push(ContentBlock::Text(TextBlock {
-                text: kept,
-                extra: extra.clone(),
-            }));
-        }
-        consumed = end;
-    }
-    Some(out)
+    let keep = if over_chars {
+        Keep::chars(config.head_chars, config.tail_chars)
+    } else {
+        Keep::chars(usize::MAX, usize::MAX)
+    };
+    cut_within(blocks, keep, max_tokens, PRUNE_MARKER)
 }
 
 #[cfg(test)]
@@ -127,11 +115,11 @@ mod tests {
     #[test]
     fn a_long_text_keeps_its_head_and_tail_around_the_marker() {
         let c = small();
-        assert_eq!(prune_content(&c, &[text(&"a".repeat(60))]), None);
+        assert_eq!(prune_content(&c, &[text(&"a".repeat(60))], None), None);
         let long: String = (0..100)
             .map(|i| char::from(b'a' + (i % 26) as u8))
             .collect();
-        let pruned = prune_content(&c, &[text(&long)]).unwrap();
+        let pruned = prune_content(&c, &[text(&long)], None).unwrap();
         let expected = format!("{}{PRUNE_MARKER}{}", &long[..10], &long[95..]);
         assert_eq!(pruned, [text(&expected)]);
         assert!(text_chars(&pruned) <= c.threshold_chars);
@@ -148,7 +136,7 @@ mod tests {
             text(&"m".repeat(80)),
             text("tail!"),
         ];
-        let pruned = prune_content(&c, &blocks).unwrap();
+        let pruned = prune_content(&c, &blocks, None).unwrap();
         assert_eq!(
             pruned,
             [
@@ -164,7 +152,7 @@ mod tests {
     fn code_points_not_bytes_are_counted() {
         let c = small();
         let smiles = "😀".repeat(61);
-        let pruned = prune_content(&c, &[text(&smiles)]).unwrap();
+        let pruned = prune_content(&c, &[text(&smiles)], None).unwrap();
         assert_eq!(
             pruned,
             [text(&format!(
@@ -173,6 +161,28 @@ mod tests {
                 "😀".repeat(5)
             ))]
         );
+    }
+
+    #[test]
+    fn a_token_bound_prunes_a_result_under_the_threshold_and_keeps_it_within() {
+        let c = Config::default();
+        // 5,000 code points of digits: under the 8,192 threshold, about
+        // 5,000 tokens by the estimate (a token a digit).
+        let digits: String = (0..1000).map(|i| format!("{:04}\n", i)).collect();
+        assert_eq!(prune_content(&c, &[text(&digits)], None), None);
+        assert_eq!(prune_content(&c, &[text(&digits)], Some(6000)), None);
+        let pruned = prune_content(&c, &[text(&digits)], Some(1000)).unwrap();
+        assert!(tokens::of_blocks(&pruned) <= 1000);
+        let kept = pruned[0].as_text().unwrap();
+        assert!(kept.starts_with("0000\n0001\n"));
+        assert!(kept.ends_with("0998\n0999\n"));
+        assert_eq!(kept.matches(PRUNE_MARKER).count(), 1);
+        // Over the threshold too: the smaller of the two keeps wins.
+        let long = "z".repeat(20_000);
+        let pruned = prune_content(&c, &[text(&long)], Some(100_000)).unwrap();
+        assert_eq!(text_chars(&pruned), 4096 + PRUNE_MARKER.len() + 1024);
+        let pruned = prune_content(&c, &[text(&long)], Some(300)).unwrap();
+        assert!(tokens::of_blocks(&pruned) <= 300);
     }
 
     #[test]

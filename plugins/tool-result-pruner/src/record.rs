@@ -21,14 +21,20 @@ pub struct Pruned {
 }
 
 /// `original` (the `tool/result` at `seq`) pruned, or `None` when its text
-/// is within the threshold or its message holds no `tool-result` block.
-pub fn prune_result(config: &Config, seq: u64, original: ToolResult) -> Option<Pruned> {
+/// is within the threshold (and its estimate within `max_tokens`) or its
+/// message holds no `tool-result` block.
+pub fn prune_result(
+    config: &Config,
+    seq: u64,
+    original: ToolResult,
+    max_tokens: Option<u64>,
+) -> Option<Pruned> {
     // A result message is one `tool-result` block; anything else has no
     // result content to prune.
     let Some(ContentBlock::ToolResult(block)) = original.message.content.first() else {
         return None;
     };
-    let pruned = prune_content(config, &block.content)?;
+    let pruned = prune_content(config, &block.content, max_tokens)?;
     let record = CompactionPrune {
         shadowed_range: ShadowedRange {
             start: seq,
@@ -86,7 +92,7 @@ mod tests {
     fn the_replacement_differs_from_the_original_in_its_content_alone() {
         let long = "x".repeat(100);
         let original: ToolResult = serde_json::from_str(&original_text(&long)).unwrap();
-        let p = prune_result(&small(), 9, original).unwrap();
+        let p = prune_result(&small(), 9, original, None).unwrap();
         let kept = format!("{}{}{}", "x".repeat(10), PRUNE_MARKER, "x".repeat(5));
         let escaped = serde_json::to_string(&kept).unwrap();
         assert_eq!(
@@ -115,9 +121,9 @@ mod tests {
     #[test]
     fn a_short_result_or_a_message_without_a_result_block_is_left_alone() {
         let short: ToolResult = serde_json::from_str(&original_text("short")).unwrap();
-        assert!(prune_result(&small(), 1, short).is_none());
+        assert!(prune_result(&small(), 1, short, None).is_none());
         let odd = r#"{"turn":1,"step":1,"message":{"id":"m","role":"user","content":[{"type":"text","text":"no result block"}],"source":{"kind":"tool","callId":"c"}}}"#;
         let odd: ToolResult = serde_json::from_str(odd).unwrap();
-        assert!(prune_result(&small(), 1, odd).is_none());
+        assert!(prune_result(&small(), 1, odd, None).is_none());
     }
 }

@@ -64,6 +64,11 @@ pub async fn prepare(
     if let Some(sandbox) = decision.sandbox.clone() {
         exec.sandbox = Some(sandbox);
     }
+    // And a cap on the result the model is shown (the agent's window);
+    // the smaller wins.
+    if let Some(max) = decision.max_result_tokens {
+        exec.max_result_tokens = Some(exec.max_result_tokens.map_or(max, |own| own.min(max)));
+    }
     let denial = match &decision.kind {
         Some(PreExecuteKind::Allow) | None => None,
         Some(PreExecuteKind::Ask) => match approve(ctx, &exec, &decision).await {

@@ -189,6 +189,10 @@ mod tests {
         assert_eq!(api_key("").unwrap(), None);
         let f = api_key("DSH_LLM_HTTP_TEST_SURELY_UNSET").unwrap_err();
         assert_eq!(f.code, code::MISSING_CREDENTIAL);
-        assert!(f.message.contains("DSH_LLM_HTTP_TEST_SURELY_UNSET"), "{}", f.message);
+        assert!(
+            f.message.contains("DSH_LLM_HTTP_TEST_SURELY_UNSET"),
+            "{}",
+            f.message
+        );
     }
 }

@@ -1,6 +1,12 @@
 //! A provider's error, as a failure with the harness's code: one mapping
 //! for an HTTP error body (by status) and for an `error` payload inside a
 //! 200 stream (by the server's code and type).
+//!
+//! A context overflow is recognized by the codes, types and wording of
+//! every common server ([`overflow`]): llama.cpp, vLLM, Ollama, LM Studio,
+//! OpenAI (chat completions and Responses), DeepSeek and Anthropic. The
+//! recorded bodies are in `testdata/errors/` and `tests/recorded_errors.rs`
+//! checks each.
 
 use std::fmt;
 
@@ -9,7 +15,8 @@ use serde::de::{Error, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
-use crate::lenient::Label;
+use crate::lenient::{Label, TokenCount};
+use crate::overflow;
 
 /// Failure codes this adapter reports (reference dsh-product §3.1.1).
 pub use dsh_sdk::names::llm_failure as code;
@@ -53,10 +60,15 @@ struct ErrorEnvelope<'a> {
     /// The error, absent or `null` when there is none.
     #[serde(default, borrow)]
     error: Option<&'a RawValue>,
+    /// `"error"` when the body itself is the error (vLLM before 0.10:
+    /// `{"object": "error", "message", "type", "code"}`).
+    #[serde(default)]
+    object: Label,
 }
 
 /// The shapes an `error` comes in: a bare string is its message; an
-/// object `{message, code?, type?}` (other keys skipped); anything else has
+/// object `{message, code?, type?}` (llama.cpp's overflow adds
+/// `n_prompt_tokens` and `n_ctx`; other keys skipped); anything else has
 /// no message.
 enum SentError {
     Text(String),
@@ -64,6 +76,7 @@ enum SentError {
         message: Label,
         code: Label,
         kind: Label,
+        counts: overflow::Counts,
     },
     Other,
 }
@@ -81,11 +94,16 @@ impl<'de> Deserialize<'de> for SentError {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<SentError, A::Error> {
                 let (mut message, mut code, mut kind) = Default::default();
+                let mut counts = overflow::Counts::default();
                 while let Some(key) = map.next_key::<String>()? {
                     match key.as_str() {
                         "message" => message = map.next_value()?,
                         "code" => code = map.next_value()?,
                         "type" => kind = map.next_value()?,
+                        "n_prompt_tokens" => {
+                            counts.prompt_tokens = map.next_value::<TokenCount>()?.0
+                        }
+                        "n_ctx" => counts.window = map.next_value::<TokenCount>()?.0,
                         _ => {
                             map.next_value::<IgnoredAny>()?;
                         }
@@ -95,6 +113,7 @@ impl<'de> Deserialize<'de> for SentError {
                     message,
                     code,
                     kind,
+                    counts,
                 })
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<SentError, A::Error> {
@@ -126,39 +145,60 @@ pub struct ProviderError {
     message: String,
     code: Option<String>,
     kind: Option<String>,
+    /// The token counts an overflow states in fields of its own.
+    counts: overflow::Counts,
 }
 
 impl ProviderError {
     /// Reads the `error` a server sent (its JSON text). One without a
     /// message (or of another shape) is quoted whole, cut short.
     pub fn of(error: &RawValue) -> ProviderError {
-        let unread = || ProviderError {
-            message: head(error.get()),
-            code: None,
-            kind: None,
-        };
+        let unread = || ProviderError::text(head(error.get()));
         match serde_json::from_str::<SentError>(error.get()) {
-            Ok(SentError::Text(message)) => ProviderError {
-                message,
-                code: None,
-                kind: None,
-            },
+            Ok(SentError::Text(message)) => ProviderError::text(message),
             Ok(SentError::Object {
                 message: Label(Some(message)),
                 code,
                 kind,
+                counts,
             }) => ProviderError {
                 message,
                 code: code.0,
                 kind: kind.0,
+                counts,
             },
-            Ok(SentError::Object { code, kind, .. }) => ProviderError {
+            Ok(SentError::Object {
+                code, kind, counts, ..
+            }) => ProviderError {
                 code: code.0,
                 kind: kind.0,
+                counts,
                 ..unread()
             },
             Ok(SentError::Other) | Err(_) => unread(),
         }
+    }
+
+    /// An error that is only its message.
+    fn text(message: String) -> ProviderError {
+        ProviderError {
+            message,
+            code: None,
+            kind: None,
+            counts: overflow::Counts::default(),
+        }
+    }
+
+    /// The message the failure keeps: the server's, cut to
+    /// [`MAX_MESSAGE_CHARS`], with the token counts an overflow stated in
+    /// fields of their own (llama.cpp's `n_prompt_tokens` and `n_ctx`,
+    /// which its older wording does not repeat).
+    fn said(&self) -> String {
+        let mut said = cut_message(&self.message);
+        if let Some(counts) = self.counts.describe_beside(&self.message) {
+            said.push_str(&format!(" ({counts})"));
+        }
+        said
     }
 
     /// `(code: x, type: y)`, or "" when the server sent neither.
@@ -184,14 +224,10 @@ impl ProviderError {
             .join(" ")
     }
 
-    /// A context overflow, by its code or by the wording servers use.
+    /// A context overflow, by its code or type or by the wording servers
+    /// use ([`overflow`]).
     fn is_context_overflow(&self) -> bool {
-        let message = self.message.to_ascii_lowercase();
-        self.labels().contains("context_length")
-            || (message.contains("context")
-                && ["length", "window", "maximum"]
-                    .iter()
-                    .any(|w| message.contains(w)))
+        overflow::is_overflow(&self.labels(), &self.message)
     }
 
     /// A numeric `code` that is an HTTP error status (vLLM sends those).
@@ -211,8 +247,12 @@ fn classify(status: Option<u16>, error: &ProviderError) -> String {
         Some(401 | 403) => code::AUTH.to_owned(),
         Some(402) => code::QUOTA.to_owned(),
         Some(429) => code::RATE_LIMIT.to_owned(),
-        Some(400) if error.is_context_overflow() => code::CONTEXT_WINDOW_EXCEEDED.to_owned(),
-        Some(400 | 413 | 422) => code::INVALID_REQUEST.to_owned(),
+        // A request too large for the server (Anthropic's
+        // `request_too_large`, a proxy's body limit) is a history too large:
+        // compacting it is the remedy, as for any overflow.
+        Some(413) => code::CONTEXT_WINDOW_EXCEEDED.to_owned(),
+        Some(400 | 422) if error.is_context_overflow() => code::CONTEXT_WINDOW_EXCEEDED.to_owned(),
+        Some(400 | 422) => code::INVALID_REQUEST.to_owned(),
         Some(500..=599) => code::SERVER.to_owned(),
         Some(s) => format!("HTTP_{s}"),
         None => classify_labels(error).to_owned(),
@@ -241,17 +281,21 @@ fn classify_labels(error: &ProviderError) -> &'static str {
 /// Maps an HTTP error response to a failure: `body` is what was read of
 /// its body, `cut` why the reading stopped early (see
 /// [`crate::error_body`]), said at the end of the message. A body that is
-/// not a JSON `{"error": ...}` is the message itself, cut short.
+/// not a JSON `{"error": ...}` (nor an error itself, `"object": "error"`)
+/// is the message itself, cut short.
 pub fn http_failure(status: u16, body: &str, cut: Option<&str>) -> LlmFailure {
     let error = match serde_json::from_str::<ErrorEnvelope<'_>>(body) {
-        Ok(ErrorEnvelope { error: Some(e) }) => ProviderError::of(e),
-        _ => ProviderError {
-            message: head(body),
-            code: None,
-            kind: None,
+        Ok(ErrorEnvelope { error: Some(e), .. }) => ProviderError::of(e),
+        Ok(ErrorEnvelope {
+            error: None,
+            object: Label(Some(object)),
+        }) if object == "error" => match serde_json::from_str::<&RawValue>(body) {
+            Ok(whole) => ProviderError::of(whole),
+            Err(_) => ProviderError::text(head(body)),
         },
+        _ => ProviderError::text(head(body)),
     };
-    let mut message = format!("HTTP {status}: {}", cut_message(&error.message));
+    let mut message = format!("HTTP {status}: {}", error.said());
     if let Some(cut) = cut {
         message.push_str(&format!(" ({cut})"));
     }
@@ -268,7 +312,7 @@ pub fn stream_failure(error: &RawValue) -> LlmFailure {
         &classify(None, &error),
         format!(
             "the provider reported an error mid-stream: {}{}",
-            cut_message(&error.message),
+            error.said(),
             error.tags()
         ),
     )

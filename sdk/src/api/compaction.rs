@@ -104,6 +104,12 @@ pub struct PruneParams {
     /// node after it are recent); every node when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep_from: Option<u64>,
+    /// Also prune every result estimated over this many tokens
+    /// (`vocab::tokens`), down to it: its share of the model's context
+    /// window, as the engine reckons it. Absent: the pruner's own
+    /// thresholds alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
 }
 
 /// One pruned tool result.

@@ -29,7 +29,8 @@ impl Host {
         self.0.call_as(method::ARGS, NoParams {}).await
     }
 
-    /// `info`: home, protected paths, working directory, version, pid.
+    /// `info`: home, protected paths, working directory, version, pid,
+    /// and the run's `--model` (read by `agent-default-model`).
     pub async fn info(&self) -> Result<Info> {
         self.0.call_as(method::INFO, NoParams {}).await
     }

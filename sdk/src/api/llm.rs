@@ -15,6 +15,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::names::{llm as method, service};
+use crate::vocab::records::{AdapterDefaults, CallConfig};
 use crate::{CallStream, Context, Payload, Result, Service};
 
 // ---- params ----------------------------------------------------------------
@@ -37,9 +38,62 @@ pub struct ModelContext {
     pub context_window: u64,
 }
 
+/// One reasoning effort a model offers (the original's
+/// `LlmReasoningEffortInfo`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReasoningEffortInfo {
+    /// The effort's id, as a call config's `reasoningEffort` names it
+    /// (non-empty, unique within the model).
+    pub id: String,
+    /// A display name (non-empty).
+    pub name: String,
+    /// What it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// The reasoning efforts a model offers (the original's
+/// `LlmModelReasoningInfo`). A model without it takes no
+/// `reasoningEffort` at all.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelReasoningInfo {
+    /// The efforts, in the adapter's order (at least one).
+    pub efforts: Vec<ReasoningEffortInfo>,
+    /// The effort a call that names none gets (one of `efforts`); none
+    /// leaves such a call without an effort.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_effort: Option<String>,
+}
+
+/// Where a model's context window came from (`resolveModelInfo`'s
+/// `contextSource`, `{"kind": ...}`), so a user can tell a figure the
+/// server stated from one assumed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum ContextSource {
+    /// The route's config (a model's `contextWindow`, or its
+    /// `defaultContextWindow`).
+    Config,
+    /// The adapter's built-in catalog.
+    Catalog,
+    /// Asked of the model's server.
+    Server {
+        /// The endpoint that stated it: its path (`/props`,
+        /// `/v1/models`, `/api/show`...).
+        endpoint: String,
+    },
+    /// Nothing stated it: the adapter's default.
+    Default,
+    /// A kind this SDK does not know (a newer adapter's).
+    #[serde(other)]
+    Other,
+}
+
 /// Reply of `resolveModelInfo`: the model's identity and what is known of
-/// its capacity (the original's `LlmResolvedModelInfo`; fields of other
-/// adapters are kept).
+/// its capacity and reasoning (the original's `LlmResolvedModelInfo`;
+/// fields of other adapters are kept).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ModelInfo {
@@ -58,7 +112,14 @@ pub struct ModelInfo {
     /// The output cap used when a request sets none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_max_tokens: Option<u64>,
-    /// Fields of other adapters (modalities, reasoning...).
+    /// The reasoning efforts it offers; none when it takes no
+    /// `reasoningEffort`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<ModelReasoningInfo>,
+    /// Where `context`'s window came from, when the adapter says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_source: Option<ContextSource>,
+    /// Fields of other adapters (modalities...).
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -74,6 +135,25 @@ impl ModelInfo {
             ..ModelInfo::default()
         }
     }
+}
+
+/// Reply of `resolveCallConfig` (its params are the [`CallConfig`]): the
+/// call config checked against its model's metadata, with the model's
+/// defaults materialized, and the model's capacity.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedCall {
+    /// The config as asked, plus `maxTokens` (the model's
+    /// `defaultMaxTokens`) and `reasoningEffort` (its `defaultEffort`)
+    /// where the call set none and the model has one.
+    pub config: CallConfig,
+    /// Which of `config`'s fields were filled in from the model's metadata
+    /// rather than asked for (the `request/header`'s markers).
+    #[serde(default)]
+    pub adapter_defaults: AdapterDefaults,
+    /// The model's context window, when its adapter knows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<ModelContext>,
 }
 
 /// Params of `registerAdapter`: the provider routes an adapter serves, and
@@ -211,6 +291,14 @@ impl Llm {
             model: model.to_owned(),
         };
         self.0.call_as(method::RESOLVE_MODEL_INFO, &params).await
+    }
+
+    /// `resolveCallConfig`: `config` checked against its model's metadata,
+    /// with the model's defaults filled in (`NO_ADAPTER` when no adapter
+    /// serves its route, `UNSUPPORTED_REASONING_EFFORT` for an effort the
+    /// model does not offer).
+    pub async fn resolve_call_config(&self, config: &CallConfig) -> Result<ResolvedCall> {
+        self.0.call_as(method::RESOLVE_CALL_CONFIG, config).await
     }
 
     /// `providers`: the routes served now.

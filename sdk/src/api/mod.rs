@@ -9,6 +9,7 @@
 //! method, the payloads of the bus events the provider dispatches, and a
 //! client struct with one async method per service method.
 
+pub mod agent_default_model;
 pub mod agent_loop;
 pub mod agents;
 pub mod approval;

@@ -135,6 +135,13 @@ pub struct Exec {
         skip_serializing_if = "is_false"
     )]
     pub approved: bool,
+    /// The most tokens of result the model should be shown for this call,
+    /// by the meter's estimate (`crate::vocab::tokens`), handed over by a
+    /// `tools/pre-execute` listener that knows the agent's context window
+    /// (`compaction-basic`): a tool cuts its output there as well as at
+    /// its own caps; absent, its own caps alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_result_tokens: Option<u64>,
     /// `execute` only: the caller's signal was aborted before the call was
     /// made, so only its `tools/result` is published.
     #[serde(
@@ -537,6 +544,15 @@ pub struct PreExecuteDecision {
         skip_serializing_if = "std::ops::Not::not"
     )]
     pub always_ask: bool,
+    /// The most tokens of result the model should be shown for this call
+    /// (the tool gets it as [`Exec::max_result_tokens`]; the smaller wins
+    /// when the call already had one).
+    #[serde(
+        default,
+        rename = "maxResultTokens",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_result_tokens: Option<u64>,
     /// Fields of other listeners, passed on.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -550,6 +566,7 @@ impl PreExecuteDecision {
             reason,
             sandbox: None,
             always_ask: false,
+            max_result_tokens: None,
             extra: Map::new(),
         }
     }

@@ -6,13 +6,17 @@
 //! [`CheckpointSource`] and its content [`checkpoint_content`]), then
 //! [`CompactionEnd`]; a failed one only a `CompactionEnd` with its
 //! `error`. The tool-result pruner appends a [`CompactionPrune`] before each
-//! replacing `tool/result`. Field order is the original's append order.
+//! replacing `tool/result` (and a compaction engine before a message it
+//! cuts to fit the window, [`cut`]). Field order is the original's append
+//! order.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::message::{ContentBlock, Extra, Message, MessageSource, PluginSource};
 use super::TokenUsage;
+
+pub mod cut;
 
 /// `compaction/start`.
 pub const START: &str = "compaction/start";

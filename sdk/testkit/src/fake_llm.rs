@@ -201,6 +201,13 @@ struct State {
     floods: Vec<FloodWritten>,
     /// Woken whenever a flood is recorded.
     flood_done: Arc<tokio::sync::Notify>,
+    /// The context window this fake enforces, if any
+    /// ([`FakeLlm::set_context_window`]).
+    window: Option<Window>,
+    /// The requests (indexes into `requests`) the window turned away.
+    overflowed: Vec<usize>,
+    /// The side routes ([`FakeLlm::set_get`]) and what was asked of them.
+    side: SideRoutes,
 }
 
 /// How much of one [`Answer::Flood`] was written.
@@ -357,6 +364,78 @@ impl FakeLlm {
     pub fn headers(&self) -> Vec<String> {
         lock(&self.state).headers.clone()
     }
+
+    /// Emulates a server whose context window is `tokens`: a request whose
+    /// prompt, estimated from its body ([`prompt_tokens`]), is over it is
+    /// answered HTTP 400 with [`OPENAI_OVERFLOW_BODY`] instead of the next
+    /// scripted answer (which stays queued), and recorded
+    /// ([`FakeLlm::overflowed`]).
+    pub fn set_context_window(&self, tokens: usize) {
+        self.set_context_window_with(tokens, OPENAI_OVERFLOW_BODY);
+    }
+
+    /// [`FakeLlm::set_context_window`] answering `body` instead (a server's
+    /// own overflow body): `{n_ctx}` in it becomes the window and
+    /// `{n_prompt_tokens}` the request's estimate.
+    pub fn set_context_window_with(&self, tokens: usize, body: &str) {
+        lock(&self.state).window = Some(Window {
+            tokens,
+            body: body.to_owned(),
+        });
+    }
+
+    /// The requests the window turned away, as indexes into
+    /// [`FakeLlm::requests`].
+    pub fn overflowed(&self) -> Vec<usize> {
+        lock(&self.state).overflowed.clone()
+    }
+}
+
+/// A context window the fake enforces.
+#[derive(Debug, Clone)]
+struct Window {
+    /// Its size in tokens.
+    tokens: usize,
+    /// The body of its HTTP 400 (with `{n_ctx}` and `{n_prompt_tokens}`).
+    body: String,
+}
+
+/// Bytes of request body per token, as the window reckons a prompt: a
+/// deliberately simple tokenizer, denser than English prose (about 4 bytes
+/// a token) and a little less dense than numbered lines (about 2.6 with
+/// common tokenizers).
+pub const WINDOW_BYTES_PER_TOKEN: usize = 3;
+
+/// OpenAI's overflow error body (its `context_length_exceeded` code),
+/// with the window and the estimate filled in.
+pub const OPENAI_OVERFLOW_BODY: &str = r#"{"error":{"message":"This model's maximum context length is {n_ctx} tokens. However, your messages resulted in {n_prompt_tokens} tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#;
+
+/// llama.cpp's overflow error body (`exceed_context_size_error`), with the
+/// window and the estimate filled in.
+pub const LLAMA_CPP_OVERFLOW_BODY: &str = r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":{n_prompt_tokens},"n_ctx":{n_ctx}}}"#;
+
+/// The prompt tokens the window reckons a request body at.
+pub fn prompt_tokens(body: &[u8]) -> usize {
+    body.len().div_ceil(WINDOW_BYTES_PER_TOKEN)
+}
+
+/// The window's answer to the request just recorded: a 400 with its
+/// overflow body when the request is a POST whose prompt is over the
+/// window (recorded), else `None` (the scripted answer goes).
+fn window_answer(s: &mut State) -> Option<Answer> {
+    let window = s.window.as_ref()?;
+    let post = s.headers.last().is_some_and(|h| h.starts_with("POST"));
+    let prompt = prompt_tokens(s.requests.last()?);
+    if !post || prompt <= window.tokens {
+        return None;
+    }
+    let body = window
+        .body
+        .replace("{n_ctx}", &window.tokens.to_string())
+        .replace("{n_prompt_tokens}", &prompt.to_string());
+    let n = s.requests.len() - 1;
+    s.overflowed.push(n);
+    Some(Answer::Status(400, vec![], body))
 }
 
 /// The `role: "tool"` messages of one request body; panics when it has no
@@ -465,12 +544,18 @@ async fn serve(mut sock: TcpStream, state: Arc<Mutex<State>>) {
     let Some((head, body)) = read_request(&mut sock).await else {
         return;
     };
+    if let Some(route) = side_route(&state, &head) {
+        serve_side(&mut sock, route).await;
+        return;
+    }
     let answer = {
         let mut s = lock(&state);
         s.times.push(std::time::Instant::now());
         s.requests.push(body);
         s.headers.push(head);
-        s.answers.pop_front().or_else(|| s.fallback.clone())
+        window_answer(&mut s)
+            .or_else(|| s.answers.pop_front())
+            .or_else(|| s.fallback.clone())
     };
     let answer = answer.unwrap_or_else(|| {
         Answer::Status(
@@ -639,4 +724,96 @@ async fn write_status_flood(sock: &mut TcpStream, code: u16, mib: usize) -> Floo
     }
     written.complete = sock.write_all(b"0\r\n\r\n").await.is_ok();
     written
+}
+
+// ---- side routes: what a server says besides answering -----------------
+
+/// The paths a model server states its window at that are asked with a
+/// POST (Ollama's `/api/show`): side routes like every GET.
+const SIDE_POSTS: [&str; 1] = ["/api/show"];
+
+/// The side routes set and the side requests received.
+#[derive(Default)]
+struct SideRoutes {
+    /// By path: the answer.
+    routes: std::collections::HashMap<String, SideAnswer>,
+    /// `METHOD path` of every side request, in order.
+    asked: Vec<String>,
+}
+
+/// The answer of one side route.
+#[derive(Debug, Clone)]
+struct SideAnswer {
+    status: u16,
+    body: String,
+    /// How long to wait before answering.
+    delay: Duration,
+}
+
+impl FakeLlm {
+    /// Serves `GET path` (and a POST to it: Ollama's `/api/show`) with
+    /// `status` and the JSON `body`, apart from the scripted answers: a
+    /// side route (`/props`, `/v1/models`, `/api/show`...) neither takes
+    /// an answer from the queue nor counts among [`FakeLlm::requests`].
+    /// Every GET, and a POST to `/api/show`, is a side route: one not set
+    /// answers 404. [`FakeLlm::asked`] lists them.
+    pub fn set_get(&self, path: &str, status: u16, body: &str) {
+        self.set_slow_get(path, 0, status, body);
+    }
+
+    /// [`FakeLlm::set_get`], answering only after `delay_ms`.
+    pub fn set_slow_get(&self, path: &str, delay_ms: u64, status: u16, body: &str) {
+        lock(&self.state).side.routes.insert(
+            path.to_owned(),
+            SideAnswer {
+                status,
+                body: body.to_owned(),
+                delay: Duration::from_millis(delay_ms),
+            },
+        );
+    }
+
+    /// `METHOD path` of every side request so far (set or not), in order.
+    pub fn asked(&self) -> Vec<String> {
+        lock(&self.state).side.asked.clone()
+    }
+}
+
+/// The method and path of a request head (`GET /props HTTP/1.1`).
+fn method_and_path(head: &str) -> Option<(&str, &str)> {
+    let mut words = head.lines().next()?.split_whitespace();
+    let method = words.next()?;
+    let path = words.next()?;
+    Some((method, path.split('?').next().unwrap_or(path)))
+}
+
+/// The answer of a side request (recorded in [`FakeLlm::asked`]): a set
+/// route's, else 404; `None` when `head` is a model request.
+fn side_route(state: &Mutex<State>, head: &str) -> Option<SideAnswer> {
+    let (method, path) = method_and_path(head)?;
+    let mut s = lock(state);
+    let set = s.side.routes.get(path).cloned();
+    if set.is_none() && method != "GET" && !SIDE_POSTS.contains(&path) {
+        return None;
+    }
+    s.side.asked.push(format!("{method} {path}"));
+    Some(set.unwrap_or(SideAnswer {
+        status: 404,
+        body: "{\"error\":\"not found\"}".into(),
+        delay: Duration::ZERO,
+    }))
+}
+
+/// Writes `answer` (after its delay), closing the connection.
+async fn serve_side(sock: &mut TcpStream, answer: SideAnswer) {
+    tokio::time::sleep(answer.delay).await;
+    let head = format!(
+        "HTTP/1.1 {} Status\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        answer.status,
+        answer.body.len()
+    );
+    if sock.write_all(head.as_bytes()).await.is_ok() {
+        let _ = sock.write_all(answer.body.as_bytes()).await;
+    }
+    let _ = sock.shutdown().await;
 }

@@ -22,7 +22,9 @@
 
 pub mod agent;
 pub mod contracts;
+pub mod fake_anthropic;
 pub mod fake_llm;
+pub mod fake_responses;
 pub mod fixtures;
 pub mod headless;
 pub mod measure;
@@ -296,6 +298,7 @@ impl TestHost {
             timeouts,
             args: Vec::new(),
             protected: Vec::new(),
+            model: None,
         })
         .unwrap_or_else(|e| panic!("host failed to start: {e:#}"));
         TestHost {

@@ -56,6 +56,7 @@ fn host(home: &Path, dirs: Vec<PathBuf>) -> Result<Host> {
         timeouts: Timeouts::default(),
         args: Vec::new(),
         protected: Vec::new(),
+        model: None,
     })
 }
 
@@ -776,7 +777,107 @@ async fn bench_chat(stage: &Path) -> Result<(f64, f64, f64)> {
     Ok((median(starts), median(rss), render))
 }
 
+/// One route's window as a fresh host meets it: (ms from host start to
+/// all rows active, ms of the first `resolveModelInfo`).
+async fn window_start(home: &Path, url: &str, extra: &str) -> Result<(f64, f64)> {
+    use dsh_sdk::names::llm;
+    let rows = format!(
+        "[[row]]\nid = 'llm'\nplugin = 'llm'\n[[row]]\nid = 'llm-deepseek'\nplugin = 'llm-deepseek'\n\
+         config = {{ provider = 'local', baseUrl = '{url}/v1', apiKeyEnv = '', reasoning = false{extra} }}\n"
+    );
+    let t = Instant::now();
+    let h = host(home, vec![libs()])?;
+    h.apply(tree(&rows)?).await;
+    let started = t.elapsed().as_secs_f64() * 1e3;
+    let t = Instant::now();
+    let info = ensure(
+        h.call(
+            service::LLM,
+            llm::RESOLVE_MODEL_INFO,
+            json!({"provider": "local", "model": "m"}),
+        )
+        .await,
+    )?;
+    let resolved = t.elapsed().as_secs_f64() * 1e3;
+    anyhow::ensure!(
+        info["context"]["contextWindow"].is_u64(),
+        "no window resolved: {info}"
+    );
+    h.shutdown().await;
+    Ok((started, resolved))
+}
+
+/// The window lookup's cost (issue 20): a start whose route's config
+/// states the window, one whose first `resolveModelInfo` asks a llama.cpp
+/// `/props` (its window cache removed before each start), and one that
+/// finds it in the `$DSH_HOME` cache of an earlier start; each (start ms,
+/// first resolve ms), medians of `n`. Each case keeps its `$DSH_HOME`
+/// across its starts, so none pays the copying of the plugin libraries a
+/// fresh home does.
+async fn bench_window_lookup(n: usize) -> Result<[(f64, f64); 3]> {
+    let fake = dsh_testkit::fake_llm::FakeLlm::start().await;
+    fake.set_get(
+        "/props",
+        200,
+        r#"{"default_generation_settings": {"n_ctx": 4096, "params": {}}, "total_slots": 1}"#,
+    );
+    let homes = [
+        Scratch::new("window-config")?,
+        Scratch::new("window-first")?,
+        Scratch::new("window-cached")?,
+    ];
+    let extra = |case: usize| {
+        if case == 0 {
+            ", defaultContextWindow = 4096"
+        } else {
+            ""
+        }
+    };
+    for (case, home) in homes.iter().enumerate() {
+        window_start(&home.0, &fake.base_url, extra(case)).await?;
+    }
+    let mut runs: [(Vec<f64>, Vec<f64>); 3] = Default::default();
+    for _ in 0..n {
+        let _ = std::fs::remove_dir_all(homes[1].0.join("cache/models"));
+        for (case, home) in homes.iter().enumerate() {
+            let (start, resolve) = window_start(&home.0, &fake.base_url, extra(case)).await?;
+            runs[case].0.push(start);
+            runs[case].1.push(resolve);
+        }
+    }
+    anyhow::ensure!(
+        fake.asked().len() == n + 2,
+        "the lookups asked {} times, not once per start without a cache ({})",
+        fake.asked().len(),
+        n + 2
+    );
+    Ok(runs.map(|(start, resolve)| (median(start), median(resolve))))
+}
+
+/// Prints [`bench_window_lookup`]'s figures.
+async fn print_window_lookup() -> Result<()> {
+    let [(s0, r0), (s1, r1), (s2, r2)] = bench_window_lookup(10).await?;
+    println!("  start to all-active / first resolveModelInfo, window in the config {s0:6.1} ms / {r0:6.2} ms");
+    println!(
+        "  ... window asked of llama.cpp's /props ................. {s1:6.1} ms / {r1:6.2} ms   (the lookup adds {:.2} ms once per route; target <= 5 ms; the start {:+.1} ms)",
+        r1 - r0,
+        s1 - s0
+    );
+    println!(
+        "  ... window cached by an earlier start .................. {s2:6.1} ms / {r2:6.2} ms   (adds {:.2} ms; the start {:+.1} ms)",
+        r2 - r0,
+        s2 - s0
+    );
+    Ok(())
+}
+
 fn main() -> Result<()> {
+    if std::env::var_os("DSH_BENCH_ONLY_WINDOWS").is_some() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        return rt.block_on(print_window_lookup());
+    }
     if std::env::var_os("DSH_BENCH_ONLY_READ_FENCE").is_some() {
         let (added, plain) = bench_read_fence()?;
         println!("read fence added to a read: {added:.1} us (the unfenced work: {plain:.1} us)");
@@ -865,6 +966,8 @@ fn main() -> Result<()> {
         println!("  load + prepare-to-resume of a 15,000-event session .... {resume:8.1} ms   (target <= 15 ms)");
         let compacted = bench_resume(14_000, true).await.context("compacted resume")?;
         println!("  resume of a compacted 2,000-message session ........... {compacted:8.1} ms   (target <= 15 ms)");
+        println!("model windows (release; medians of 10)");
+        print_window_lookup().await.context("window lookup")?;
         println!("chat (release)");
         let (start, rss, render) = bench_chat(&stage).await.context("chat")?;
         println!("  dsh-host start to the input prompt ..................... {start:8.1} ms   (target <= 50 ms)");

@@ -76,3 +76,41 @@ fn the_routing_payload_keeps_the_other_fields_in_order() {
         r#"{"provider":"p","model":"m","sessionId":"s","maxTokens":3}"#
     );
 }
+
+#[test]
+fn model_metadata_and_a_resolved_call_read_the_originals_field_names() {
+    let info: ModelInfo = parse(json!({
+        "provider": "p", "id": "m", "name": "M",
+        "context": {"contextWindow": 4096}, "defaultMaxTokens": 512,
+        "reasoning": {"efforts": [{"id": "high", "name": "High", "description": "more"}],
+                      "defaultEffort": "high"},
+        "inputModalities": ["text"]
+    }));
+    let reasoning = info.reasoning.clone().unwrap();
+    assert_eq!(reasoning.efforts[0].id, "high");
+    assert_eq!(reasoning.default_effort.as_deref(), Some("high"));
+    // Fields of other adapters stay; reasoning is no longer one of them.
+    assert_eq!(info.extra.keys().collect::<Vec<_>>(), ["inputModalities"]);
+    assert_eq!(
+        wire(&info),
+        r#"{"provider":"p","id":"m","name":"M","context":{"contextWindow":4096},"defaultMaxTokens":512,"reasoning":{"efforts":[{"id":"high","name":"High","description":"more"}],"defaultEffort":"high"},"inputModalities":["text"]}"#
+    );
+    let resolved: ResolvedCall = parse(json!({
+        "config": {"provider": "p", "model": "m", "maxTokens": 512},
+        "adapterDefaults": {"maxTokens": true},
+        "context": {"contextWindow": 4096}
+    }));
+    assert_eq!(resolved.config.max_tokens, Some(512));
+    assert_eq!(resolved.adapter_defaults.max_tokens, Some(true));
+    assert_eq!(
+        wire(&resolved),
+        r#"{"config":{"provider":"p","model":"m","maxTokens":512},"adapterDefaults":{"maxTokens":true},"context":{"contextWindow":4096}}"#
+    );
+    // Nothing materialized, no capacity known.
+    let bare: ResolvedCall = parse(json!({"config": {"provider": "p", "model": "m"}}));
+    assert_eq!(bare.adapter_defaults, AdapterDefaults::default());
+    assert_eq!(
+        wire(&bare),
+        r#"{"config":{"provider":"p","model":"m"},"adapterDefaults":{}}"#
+    );
+}
