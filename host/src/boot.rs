@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::config::{
-    compose, compose_knowing, read_layer_file, ComposedRow, ConfigError, Layer, Patch,
+    compose, compose_knowing, read_layer_file, ComposedRow, ConfigError, Elsewhere, Layer, Patch,
     ProfileRoots, Row, Tree,
 };
 use crate::paths::Install;
@@ -120,7 +120,8 @@ impl BootOptions {
             layers.push(layer);
             files.push(abs);
         }
-        let mut tree = compose_knowing(&layers, &roots.elsewhere())?;
+        let shipped = Elsewhere::shipped(self.install.profiles.iter().cloned().collect());
+        let mut tree = compose_knowing(&layers, &shipped)?;
         tree.warnings.extend(refused);
         if let Some(e) = crate::limits::too_many_rows(&tree) {
             return Err(ConfigError::Invalid(e));
@@ -243,4 +244,58 @@ pub fn drop_in_rows(
         }
     }
     (rows, problems)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A profile `p` of one row, in `root`.
+    fn profile(root: &Path, name: &str, row: &str) {
+        std::fs::create_dir_all(root.join(name)).unwrap();
+        std::fs::write(
+            root.join(name).join("profile.toml"),
+            format!("[[row]]\nid = \"{row}\"\nplugin = \"{row}\"\n"),
+        )
+        .unwrap();
+    }
+
+    /// A patch naming a row only a user's own profile (under
+    /// `$DSH_HOME/profiles`) has is a typo as any other: warned about; one
+    /// naming a row of a shipped profile is skipped.
+    #[test]
+    fn only_the_shipped_profiles_silence_a_patch_of_a_missing_row() {
+        let home = dsh_tempdir::PrivateDir::new("boot-home").unwrap();
+        let install = dsh_tempdir::PrivateDir::new("boot-install").unwrap();
+        let shipped = install.path().join("profiles");
+        profile(&shipped, "run", "app");
+        profile(&shipped, "other", "shipped-row");
+        profile(&home.path().join("profiles"), "mine", "experiment");
+        std::fs::write(
+            home.path().join("patch.toml"),
+            "[[patch]]\nid = \"experiment\"\ndisabled = true\n\
+             [[patch]]\nid = \"shipped-row\"\ndisabled = true\n",
+        )
+        .unwrap();
+        let opts = BootOptions {
+            profile: "run".into(),
+            patches: Vec::new(),
+            plugin_dirs: Vec::new(),
+            plugins: Vec::new(),
+            home: home.path().to_owned(),
+            install: Install {
+                profiles: Some(shipped),
+                plugins: None,
+            },
+        };
+        let tree = opts.compose().unwrap().tree;
+        assert_eq!(tree.warnings.len(), 1, "{:?}", tree.warnings);
+        assert!(
+            tree.warnings[0].ends_with("patch: row \"experiment\" not found"),
+            "{:?}",
+            tree.warnings
+        );
+        assert_eq!(tree.skipped.len(), 1, "{:?}", tree.skipped);
+        assert!(tree.skipped[0].contains("row \"shipped-row\""));
+    }
 }

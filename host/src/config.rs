@@ -6,7 +6,10 @@
 //! Layers apply to an empty tree: each bundle, the profile itself,
 //! `$DSH_HOME/patch.toml`, then each `--patch FILE`.
 
+use std::cell::OnceCell;
 use std::collections::{HashMap, HashSet};
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -100,19 +103,41 @@ pub struct Tree {
     pub skipped: Vec<String>,
 }
 
-/// The row ids and groups every bundle and profile of the profile roots
-/// declares (`bundles/*.toml`, `*/profile.toml`). A patch naming one of
-/// them that the composed profile does not load is skipped with a note,
-/// not warned about: one `$DSH_HOME/patch.toml` (or a recipe's `--patch`)
-/// serves every profile, so it patches the chat's rows and the headless
-/// app's alike. A name no bundle or profile has is a typo: a warning.
+/// The largest bundle or profile file [`Elsewhere`] reads (a layer is a few
+/// kilobytes).
+const SHIPPED_LAYER_MAX: u64 = 1 << 20;
+
+/// The row ids and groups the installation's shipped bundles and profiles
+/// declare (`bundles/*.toml`, `*/profile.toml` under its profiles
+/// directory). A patch naming one of them that the composed profile does
+/// not load is skipped with a note, not warned about: one
+/// `$DSH_HOME/patch.toml` (or a recipe's `--patch`) serves every shipped
+/// profile, so it patches the chat's rows and the headless app's alike. A
+/// name no shipped bundle or profile has is a typo: a warning (a user's own
+/// profiles under `$DSH_HOME/profiles` do not count: an experiment there
+/// must not silence a real typo).
+///
+/// The files are read only when a patch names a target the tree does not
+/// have (most starts read none), each only if it is a regular file (a FIFO
+/// is never opened for a blocking read) of at most [`SHIPPED_LAYER_MAX`]
+/// bytes; one that cannot be read or parsed adds nothing (it fails when its
+/// own profile runs).
 #[derive(Debug, Clone, Default)]
 pub struct Elsewhere {
+    /// The shipped profiles directories.
+    roots: Vec<PathBuf>,
+    /// What they declare, once read.
+    declared: OnceCell<Declared>,
+}
+
+/// Row ids and groups.
+#[derive(Debug, Clone, Default)]
+struct Declared {
     rows: HashSet<String>,
     groups: HashSet<String>,
 }
 
-impl Elsewhere {
+impl Declared {
     /// Adds the rows (and rows a patch inserts) and groups of `layer`.
     fn add(&mut self, layer: &Layer) {
         let inserted = layer.patches.iter().flat_map(|p| p.insert.iter().flatten());
@@ -123,15 +148,82 @@ impl Elsewhere {
             }
         }
     }
+}
 
-    /// Whether some bundle or profile declares the patch's target.
+impl Elsewhere {
+    /// What the bundles and profiles of the shipped profiles directories
+    /// `roots` declare, read when first needed.
+    pub fn shipped(roots: Vec<PathBuf>) -> Elsewhere {
+        Elsewhere {
+            roots,
+            declared: OnceCell::new(),
+        }
+    }
+
+    /// Whether the files were read (a test's question).
+    #[cfg(test)]
+    fn was_read(&self) -> bool {
+        self.declared.get().is_some()
+    }
+
+    fn declared(&self) -> &Declared {
+        self.declared.get_or_init(|| {
+            let mut found = Declared::default();
+            for file in self.roots.iter().flat_map(|r| layer_files(r)) {
+                let Some(text) = read_small_regular(&file, SHIPPED_LAYER_MAX) else {
+                    continue;
+                };
+                if let Ok((layer, _)) = parse_layer(&text, &file) {
+                    found.add(&layer);
+                }
+            }
+            found
+        })
+    }
+
+    /// Whether some shipped bundle or profile declares the patch's target.
     fn declares(&self, patch: &Patch) -> bool {
         match (&patch.id, &patch.group) {
-            (Some(id), _) => self.rows.contains(id),
-            (None, Some(g)) => self.groups.contains(g),
+            (Some(id), _) => self.declared().rows.contains(id),
+            (None, Some(g)) => self.declared().groups.contains(g),
             (None, None) => false,
         }
     }
+}
+
+/// `root`'s bundle files (`bundles/*.toml`) and profile files
+/// (`*/profile.toml`), by name: what they are is checked as they are read.
+fn layer_files(root: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(root.join("bundles")) {
+        files.extend(
+            entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "toml")),
+        );
+    }
+    if let Ok(entries) = std::fs::read_dir(root) {
+        files.extend(entries.flatten().map(|e| e.path().join("profile.toml")));
+    }
+    files
+}
+
+/// The text of `path` if it is a regular file of at most `max` bytes, read
+/// without ever blocking on anything else (opened non-blocking, then
+/// checked: a FIFO, a device or a directory is passed over).
+fn read_small_regular(path: &Path, max: u64) -> Option<String> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)
+        .ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut text = String::new();
+    file.take(max + 1).read_to_string(&mut text).ok()?;
+    (text.len() as u64 <= max).then_some(text)
 }
 
 /// Why a configuration could not be composed.
@@ -222,41 +314,6 @@ impl ProfileRoots {
     pub fn profile_dir(&self, name: &str) -> Result<PathBuf, ConfigError> {
         let file = self.find("profile", name, &Path::new(name).join("profile.toml"))?;
         Ok(file.parent().map(Path::to_owned).unwrap_or_default())
-    }
-
-    /// Every bundle's and profile's rows and groups ([`Elsewhere`]). A file
-    /// that cannot be read or parsed adds nothing (it fails when its own
-    /// profile runs).
-    pub fn elsewhere(&self) -> Elsewhere {
-        let mut found = Elsewhere::default();
-        let layer_files = |root: &Path| -> Vec<PathBuf> {
-            let mut files = Vec::new();
-            if let Ok(entries) = std::fs::read_dir(root.join("bundles")) {
-                files.extend(
-                    entries
-                        .flatten()
-                        .map(|e| e.path())
-                        .filter(|p| p.extension().is_some_and(|x| x == "toml")),
-                );
-            }
-            if let Ok(entries) = std::fs::read_dir(root) {
-                files.extend(
-                    entries
-                        .flatten()
-                        .map(|e| e.path().join("profile.toml"))
-                        .filter(|p| p.is_file()),
-                );
-            }
-            files
-        };
-        for root in &self.0 {
-            for file in layer_files(root) {
-                if let Ok((layer, _)) = read_layer_file(&file) {
-                    found.add(&layer);
-                }
-            }
-        }
-        found
     }
 
     /// Reads profile `name` and its bundles into layers, bundles first.
@@ -600,14 +657,66 @@ mod tests {
         assert_eq!(again.rows[0].row, tree.rows[0].row);
     }
 
+    /// A shipped profiles directory whose `bundles/chat.toml` declares the
+    /// row `chat` of group `apps`, beside a FIFO named like a bundle.
+    fn shipped_root() -> dsh_tempdir::PrivateDir {
+        let root = dsh_tempdir::PrivateDir::new("config-shipped").unwrap();
+        let bundles = root.path().join("bundles");
+        std::fs::create_dir(&bundles).unwrap();
+        std::fs::write(
+            bundles.join("chat.toml"),
+            "[[row]]\nid='chat'\nplugin='chat'\ngroup='apps'\n",
+        )
+        .unwrap();
+        let fifo = std::ffi::CString::new(bundles.join("pipe.toml").to_str().unwrap()).unwrap();
+        // SAFETY: `fifo` is a valid NUL-terminated path for the call's duration.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        std::fs::create_dir(root.path().join("pipe")).unwrap();
+        let fifo = std::ffi::CString::new(root.path().join("pipe/profile.toml").to_str().unwrap())
+            .unwrap();
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        root
+    }
+
+    #[test]
+    fn the_shipped_layers_are_read_only_for_a_missing_target_and_never_block() {
+        let root = shipped_root();
+        let base = layer("[[row]]\nid='a'\nplugin='pa'\n", "bundle:base");
+        let found = layer("[[patch]]\nid='a'\ndisabled=true\n", "/u/p.toml");
+        let elsewhere = Elsewhere::shipped(vec![root.path().to_owned()]);
+        let tree = compose_knowing(&[base.clone(), found], &elsewhere).unwrap();
+        assert!(tree.warnings.is_empty() && tree.skipped.is_empty());
+        assert!(!elsewhere.was_read());
+        // A missing target reads them; the FIFOs are passed over.
+        let missing = layer("[[patch]]\nid='chat'\ndisabled=true\n", "/u/p.toml");
+        let tree = compose_knowing(&[base, missing], &elsewhere).unwrap();
+        assert!(elsewhere.was_read());
+        assert_eq!(tree.skipped.len(), 1, "{tree:?}");
+        assert!(tree.warnings.is_empty(), "{:?}", tree.warnings);
+    }
+
+    #[test]
+    fn a_shipped_layer_over_the_size_cap_adds_nothing() {
+        let root = dsh_tempdir::PrivateDir::new("config-shipped").unwrap();
+        std::fs::create_dir(root.path().join("bundles")).unwrap();
+        let big = format!(
+            "[[row]]\nid='chat'\nplugin='chat'\n#{}\n",
+            "x".repeat(SHIPPED_LAYER_MAX as usize)
+        );
+        std::fs::write(root.path().join("bundles/big.toml"), big).unwrap();
+        let elsewhere = Elsewhere::shipped(vec![root.path().to_owned()]);
+        let base = layer("[[row]]\nid='a'\nplugin='pa'\n", "bundle:base");
+        let missing = layer("[[patch]]\nid='chat'\ndisabled=true\n", "/u/p.toml");
+        let tree = compose_knowing(&[base, missing], &elsewhere).unwrap();
+        assert_eq!(tree.warnings.len(), 1, "{tree:?}");
+    }
+
     #[test]
     fn a_patch_of_a_row_another_profile_has_is_skipped_not_warned() {
         let base = layer("[[row]]\nid='a'\nplugin='pa'\n", "bundle:base");
-        let mut elsewhere = Elsewhere::default();
-        elsewhere.add(&layer(
-            "[[row]]\nid='chat'\nplugin='chat'\ngroup='apps'\n",
-            "bundle:chat",
-        ));
+        let root = shipped_root();
+        let elsewhere = Elsewhere::shipped(vec![root.path().to_owned()]);
         let user = layer(
             "[[patch]]\nid='chat'\nconfig={x=1}\n[[patch]]\ngroup='apps'\ndisabled=true\n[[patch]]\nid='caht'\ndisabled=true\n",
             "/u/p.toml",

@@ -229,7 +229,14 @@ fn main() -> ExitCode {
         }
         default_hook(info);
     }));
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    if cli.command.is_none() {
+        let raw = std::env::args_os().skip(1);
+        keep_escape(
+            &mut cli.run.args,
+            raw.map(|a| a.to_string_lossy().into_owned()),
+        );
+    }
     let result = match cli.command {
         Some(Cmd::Plugins(cmd)) => plugins(cmd),
         // The product behavior (reading the store) lives in the app plugin.
@@ -440,19 +447,44 @@ fn pick_profile(args: &RunArgs) -> anyhow::Result<String> {
     )
 }
 
-/// `--model`'s text, if it has the shape `provider/model` or `model`
-/// (whether the route is served is checked when an app starts on it).
+/// `--model`'s text, if [`dsh_wire::ModelChoice::parse`] (the parser
+/// plugin `agent-default-model` reads it with) takes it; whether the route
+/// is served is checked when an app starts on it.
 fn model_choice(text: &str) -> Result<String, String> {
-    let text = text.trim();
-    let shaped = match text.split_once('/') {
-        None => !text.is_empty(),
-        Some((provider, model)) => !provider.is_empty() && !model.is_empty(),
-    };
-    if shaped {
-        Ok(text.to_owned())
-    } else {
-        Err("give `provider/model` (a route and one of its models, e.g. local/qwen3) or `model` (on the default route)".to_owned())
+    dsh_wire::ModelChoice::parse(text).map(|_| text.trim().to_owned())
+}
+
+/// Puts back the literal `--` the command line parser took as its own end
+/// of options (`dsh-host -- --fix it` leaves `--fix it` in the app's
+/// arguments without it): the app, and [`host_option_after_task`], must
+/// still see that what follows is the task's. `raw` is the whole command
+/// line after the program's name.
+fn keep_escape(args: &mut Vec<String>, raw: impl Iterator<Item = String>) {
+    let literal = raw.filter(|a| a == "--").count();
+    let kept = args.iter().filter(|a| *a == "--").count();
+    if !args.is_empty() && literal > kept {
+        args.insert(0, "--".to_owned());
     }
+}
+
+/// The first of the app's arguments, before a literal `--`, that is one of
+/// dsh-host's own options: after the task it would be taken as words of
+/// the task (`dsh-host "review src/" --model local/qwen3` would run on the
+/// default route), so it is refused. `--continue` and `--resume` are the
+/// apps' options too (passed on to them), so they may come anywhere.
+fn host_option_after_task(args: &[String]) -> Option<String> {
+    let command = <Cli as clap::CommandFactory>::command();
+    let own: Vec<&str> = command
+        .get_arguments()
+        .filter_map(|a| a.get_long())
+        .filter(|long| !matches!(*long, "continue" | "resume"))
+        .collect();
+    args.iter()
+        .take_while(|a| a.as_str() != "--")
+        .filter_map(|a| a.strip_prefix("--"))
+        .map(|a| a.split_once('=').map_or(a, |(name, _)| name))
+        .find(|name| own.contains(name))
+        .map(|name| format!("--{name}"))
 }
 
 /// Says each warning of a composition, once (the supervisor records them
@@ -477,6 +509,16 @@ fn app_args(args: &RunArgs) -> Vec<String> {
 }
 
 fn run(args: RunArgs) -> anyhow::Result<u8> {
+    if let Some(option) = host_option_after_task(&args.args) {
+        let message = format!(
+            "`{option}` is a dsh-host option: put it before the task (dsh-host {option} ... \"the \
+             task\"); after the task it would be read as words of the task. Words after a \
+             literal `--` are the task's"
+        );
+        <Cli as clap::CommandFactory>::command()
+            .error(clap::error::ErrorKind::ArgumentConflict, message)
+            .exit();
+    }
     let profile = pick_profile(&args)?;
     let opts = boot_options(
         profile,
@@ -640,5 +682,51 @@ async fn reload(host: &Host, path: PathBuf) {
                 s.id, s.plugin, s.generations
             ));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(words: &[&str]) -> RunArgs {
+        let argv = std::iter::once("dsh-host").chain(words.iter().copied());
+        let mut run = Cli::try_parse_from(argv).unwrap().run;
+        keep_escape(&mut run.args, words.iter().map(|w| w.to_string()));
+        run
+    }
+
+    #[test]
+    fn a_host_option_after_the_task_is_found_and_an_app_option_is_not() {
+        let a = parse(&["review src/", "--model", "local/qwen3"]);
+        assert_eq!(host_option_after_task(&a.args).as_deref(), Some("--model"));
+        let a = parse(&["review", "--patch=p.toml"]);
+        assert_eq!(host_option_after_task(&a.args).as_deref(), Some("--patch"));
+        // Before the task, the host takes it.
+        let a = parse(&["--model", "local/qwen3", "review src/"]);
+        assert_eq!(a.model.as_deref(), Some("local/qwen3"));
+        assert_eq!(host_option_after_task(&a.args), None);
+        // The apps' own options, and anything after a literal `--`.
+        let a = parse(&["review", "--output", "jsonl", "--continue"]);
+        assert_eq!(host_option_after_task(&a.args), None);
+        assert_eq!(a.args, ["review", "--output", "jsonl", "--continue"]);
+        let a = parse(&["review", "--", "--model", "x"]);
+        assert_eq!(host_option_after_task(&a.args), None);
+        assert_eq!(a.args, ["review", "--", "--model", "x"]);
+        // An escape before the task is kept for the app, and honoured.
+        let a = parse(&["--", "--model", "x"]);
+        assert_eq!(a.args, ["--", "--model", "x"]);
+        assert_eq!(host_option_after_task(&a.args), None);
+        let a = parse(&["--model", "m", "--", "a", "--", "b"]);
+        assert_eq!(a.args, ["--", "a", "--", "b"]);
+        assert_eq!(parse(&["--model", "m", "task"]).args, ["task"]);
+    }
+
+    #[test]
+    fn the_model_flag_is_read_by_the_one_parser() {
+        assert_eq!(model_choice(" local/qwen3 "), Ok("local/qwen3".to_owned()));
+        assert!(model_choice("local/").is_err());
+        assert!(model_choice("local/qwen 3").is_err());
+        assert!(model_choice("local/\u{1b}[2J").is_err());
     }
 }

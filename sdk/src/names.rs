@@ -360,11 +360,12 @@ pub mod compaction {
 pub mod agent_default_model {
     names! {
         /// The selection a new agent starts on: `{provider, model,
-        /// reasoningEffort?, source, settingsFile}`.
+        /// reasoningEffort?, source, providerSource, modelSource,
+        /// settingsFile, overridden?}`.
         CURRENT_SELECTION = "currentSelection";
-        /// Saves `{provider, model, reasoningEffort?}` as the default of
-        /// later sessions (`$DSH_HOME/settings.yaml`); answers
-        /// `{settingsFile}`.
+        /// Saves `{provider, model, reasoningEffort?, keepReasoningEffort?}`
+        /// as the default of later sessions (`$DSH_HOME/settings.yaml`);
+        /// answers `{settingsFile}`.
         SAVE_SELECTION = "saveSelection";
     }
 }
@@ -547,6 +548,11 @@ pub mod code {
         /// Another writer holds the settings document's lock
         /// (`settings.yaml.lock`) longer than a writer waits.
         SETTINGS_LOCKED = "SETTINGS_LOCKED";
+        /// The settings document cannot be written: its writer lock or the
+        /// new file cannot be made, or the rename over it fails (a
+        /// read-only or foreign directory, another filesystem); the message
+        /// names the directory. The document is left as it is.
+        SETTINGS_UNWRITABLE = "SETTINGS_UNWRITABLE";
     }
 }
 

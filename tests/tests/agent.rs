@@ -8,7 +8,7 @@ use std::time::Duration;
 use dsh_sdk::names::{agent_loop, agents, code, service, sessions};
 use dsh_sdk::vocab::event;
 use dsh_testkit::agent::{
-    core_host, events, kinds, logged, new_agent, streamed_text, turn, wait_log,
+    cancel_mid_stream, core_host, events, kinds, logged, new_agent, streamed_text, turn, wait_log,
 };
 use dsh_testkit::fake_llm::{text, text_payloads, tool_calls, Answer, FakeLlm, Gate};
 use dsh_testkit::fixtures::stage_probe;
@@ -517,28 +517,27 @@ async fn a_stall_past_the_idle_timeout_is_a_timeout() {
 
 #[tokio::test]
 async fn cancel_mid_stream_keeps_the_interrupted_prefix() {
-    let (t, fake) = setup().await;
+    // An idle timeout far past the bound below: only the cancel can close
+    // the stalled connection in time.
+    let (t, fake) = setup_with(|rows| {
+        rows.replace("streamIdleTimeoutMs = 1500", "streamIdleTimeoutMs = 60000")
+    })
+    .await;
     fake.push([Answer::Stall(vec![
         json!({"choices": [{"delta": {"content": "Half an ans"}}]}).to_string(),
     ])]);
     let agent = new_agent(&t, "/tmp").await;
-    t.call(
-        service::AGENTS,
-        agents::FOLLOWUP,
-        json!({"agent": agent, "message": {"text": "go"}}),
-    )
-    .await;
-    streamed_text(&t, &agent).await;
-    t.call(service::AGENTS, agents::CANCEL, json!({"agent": agent}))
-        .await;
-    let reason = t
-        .call(service::AGENTS, agents::WHEN_IDLE, json!({"agent": agent}))
-        .await["reason"]
-        .clone();
+    let reason = cancel_mid_stream(&t, &agent, "go").await;
     assert_eq!(
         reason,
         json!({"kind": "aborted", "reason": {"kind": "user"}})
     );
+    // The cancel closed the connection at once (a hang guard, not a
+    // timing: the idle timeout is 60 s).
+    let gone = tokio::time::timeout(Duration::from_secs(20), fake.disconnects(1))
+        .await
+        .expect("the cancel closes the connection");
+    assert_eq!(gone, [0]);
     let ev = events(&t, &agent).await;
     let m = ev
         .iter()

@@ -318,18 +318,26 @@ async fn model_shows_and_switches_the_agents_route() {
     turn(&t, &agent, "hi").await;
     assert_eq!(text_of(&t, &agent, "/model").await.1, "model fake/m1");
     assert_eq!(
-        text_of(&t, &agent, "/model deepseek-chat").await,
+        text_of(&t, &agent, "/model deepseek-v4-pro").await,
         (
             "success".into(),
-            "model fake/deepseek-chat from the next step".into()
+            "model fake/deepseek-v4-pro from the next step".into()
         )
     );
     assert_eq!(
         text_of(&t, &agent, "/model").await.1,
-        "model fake/deepseek-chat"
+        "model fake/deepseek-v4-pro"
+    );
+    // A model the route's catalog does not list, whose window nothing
+    // states, is a typo: refused, nothing switched.
+    let (kind, text) = text_of(&t, &agent, "/model deepseek-v4-prp").await;
+    assert_eq!(kind, "error");
+    assert!(
+        text.starts_with("the route \"fake\" does not know the model \"deepseek-v4-prp\""),
+        "{text}"
     );
     turn(&t, &agent, "again").await;
-    assert_eq!(fake.requests().last().unwrap()["model"], "deepseek-chat");
+    assert_eq!(fake.requests().last().unwrap()["model"], "deepseek-v4-pro");
     let (kind, text) = text_of(&t, &agent, "/model nope m").await;
     assert_eq!(kind, "error");
     assert!(

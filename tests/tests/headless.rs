@@ -89,8 +89,10 @@ async fn a_failed_turn_exits_1_with_the_code_on_stderr() {
     assert_eq!(code, 1);
     assert!(
         stderr.starts_with(&format!(
-            "dsh: MISSING_CREDENTIAL: no API key: set the environment variable {KEY}\n"
-        )),
+            "dsh: MISSING_CREDENTIAL: no API key: set the environment variable {KEY} (route \
+             deepseek-official/deepseek-v4-flash, chosen by the `agent-default-model` row's config"
+        )) && stderr.ends_with(")\n")
+            && stderr.lines().count() == 1,
         "{stderr}"
     );
 

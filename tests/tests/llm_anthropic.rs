@@ -2,17 +2,24 @@
 //! and the real agent loop, against the kit's fake of its wire
 //! (`dsh_testkit::fake_anthropic`): the coding tools end to end (read →
 //! edit → bash, then an answer) with thinking signatures sent back and the
-//! cache usage logged, a cancel mid-stream, the overload and overflow
-//! errors, and the route as the README configures it, under headless.
+//! cache usage logged, a cancel mid-stream and one before the answer's
+//! head (each closing the connection at once), a stream of pings alone,
+//! the overload and overflow errors, a local server's window learned
+//! (llama.cpp serves this API), and the route as the README configures
+//! it, under headless. Every request the fake receives is checked as the
+//! API would check it (`fake_anthropic::validate`).
 #![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
-use dsh_sdk::names::{agents, service};
+use std::time::Duration;
+
 use dsh_sdk::vocab::event;
-use dsh_testkit::agent::{core_host, events, new_agent, of_type, streamed_text, turn};
+use dsh_testkit::agent::{
+    cancel, cancel_mid_stream, core_host, events, model_info, new_agent, of_type, send, turn,
+};
 use dsh_testkit::fake_anthropic::{
     self, blocks, error_mid_stream, overflow, overloaded, roles, tool_results, Reply, Usage,
 };
-use dsh_testkit::fake_llm::{Answer, FakeLlm, Gate};
+use dsh_testkit::fake_llm::{recorded_window, Answer, FakeLlm, Gate};
 use dsh_testkit::headless::{lines, Headless, KEY};
 use dsh_testkit::{out, TempDir, TestHost};
 use serde_json::{json, Value};
@@ -22,6 +29,11 @@ const KEY_ENV: &str = "DSH_TEST_ANTHROPIC_KEY";
 
 /// The key the tests set.
 const TEST_KEY: &str = "sk-ant-test-not-a-real-key";
+
+/// A bound on a wait that must end (a hang guard, not a timing): far
+/// under the adapter's idle timeout here (60 s), so a connection only that
+/// timeout would close fails the wait.
+const BOUND: Duration = Duration::from_secs(20);
 
 /// The kit's core rows with this adapter in place of the chat-completions
 /// one (route `fake`, its key in `KEY_ENV`, thinking `high`, a stream
@@ -255,6 +267,59 @@ async fn the_coding_tools_run_end_to_end_with_signatures_and_cache_usage() {
         .map(|r| !r["data"]["error"].is_null())
         .collect();
     assert_eq!(failed, [false, true, false, false]);
+    fake_anthropic::assert_valid(&fake);
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn another_providers_tool_ids_go_out_as_the_api_takes_them() {
+    // A chat-completions server's ids: `call_0` in every answer, and one
+    // with a dot. The API takes `^[a-zA-Z0-9_-]{1,64}$`, unique per request.
+    let (t, fake) = setup().await;
+    let ws = TempDir::new("anthropic-ids");
+    std::fs::write(ws.path().join("a.txt"), "alpha\n").unwrap();
+    let read = json!({"file_path": "a.txt"});
+    fake.push([
+        Reply::new()
+            .tool_use("call_0", "read", read.clone())
+            .answer(),
+        Reply::new()
+            .tool_use("call_0", "read", read.clone())
+            .answer(),
+        Reply::new().tool_use("fc.item:7", "read", read).answer(),
+        fake_anthropic::text("Read it thrice."),
+    ]);
+    let agent = new_agent(&t, &ws.path().display().to_string()).await;
+    assert_eq!(
+        turn(&t, &agent, "read a.txt three times").await,
+        json!({"kind": "completed"})
+    );
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 4);
+    let last = &requests[3];
+    let ids: Vec<String> = blocks(last, "tool_use")
+        .iter()
+        .map(|b| b["id"].as_str().unwrap().to_owned())
+        .collect();
+    let answered: Vec<String> = results(last).into_iter().map(|r| r.0).collect();
+    assert_eq!(ids, answered, "each result names its call's id as sent");
+    assert_eq!(ids[0], "call_0");
+    assert!(
+        ids[1..].iter().all(|id| id.starts_with("toolu_")),
+        "{ids:?}"
+    );
+    // The log keeps the ids the model gave.
+    let ev = events(&t, &agent).await;
+    let logged: Vec<&str> = of_type(&ev, event::TOOL_RESULT)
+        .iter()
+        .map(|r| {
+            r["data"]["message"]["source"]["callId"]
+                .as_str()
+                .unwrap_or_default()
+        })
+        .collect();
+    assert!(logged.contains(&"fc.item:7"), "{logged:?}");
+    fake_anthropic::assert_valid(&fake);
     t.shutdown().await;
 }
 
@@ -274,19 +339,7 @@ async fn a_cancel_mid_stream_ends_the_turn_aborted_with_a_balanced_log() {
     let rest = payloads.split_off(first_text + 1);
     fake.push([Answer::Gated(payloads, gate.clone(), rest)]);
     let agent = new_agent(&t, "/tmp").await;
-    t.call(
-        service::AGENTS,
-        agents::FOLLOWUP,
-        json!({"agent": agent, "message": {"text": "go"}}),
-    )
-    .await;
-    streamed_text(&t, &agent).await;
-    t.call(service::AGENTS, agents::CANCEL, json!({"agent": agent}))
-        .await;
-    let reason = t
-        .call(service::AGENTS, agents::WHEN_IDLE, json!({"agent": agent}))
-        .await["reason"]
-        .clone();
+    let reason = cancel_mid_stream(&t, &agent, "go").await;
     assert_eq!(
         reason,
         json!({"kind": "aborted", "reason": {"kind": "user"}})
@@ -320,7 +373,81 @@ async fn a_cancel_mid_stream_ends_the_turn_aborted_with_a_balanced_log() {
         next["messages"][1]["content"],
         json!([{"type": "text", "text": "Half "}])
     );
+    // The cancel closed the connection at once (the gate is still shut:
+    // only the client's going ends it, short of the 60 s idle timeout).
+    let gone = tokio::time::timeout(BOUND, fake.disconnects(1))
+        .await
+        .expect("the cancel closes the connection");
+    assert_eq!(gone, [0]);
+    fake_anthropic::assert_valid(&fake);
     gate.open();
+    t.shutdown().await;
+}
+
+/// Waits until the fake received `n` requests (bounded by [`BOUND`]).
+async fn requests_came(fake: &FakeLlm, n: usize) {
+    let came = async {
+        while fake.requests().len() < n {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(BOUND, came)
+        .await
+        .expect("the request reaches the fake");
+}
+
+#[tokio::test]
+async fn a_cancel_before_the_answers_head_closes_the_connection() {
+    // A server busy over its prompt: no status line yet.
+    let (t, fake) = setup().await;
+    fake.push([Answer::Hold]);
+    let agent = new_agent(&t, "/tmp").await;
+    send(&t, dsh_sdk::names::agents::FOLLOWUP, &agent, "go").await;
+    requests_came(&fake, 1).await;
+    assert_eq!(
+        cancel(&t, &agent).await,
+        json!({"kind": "aborted", "reason": {"kind": "user"}})
+    );
+    let gone = tokio::time::timeout(BOUND, fake.disconnects(1))
+        .await
+        .expect("the cancel closes the connection while the head is awaited");
+    assert_eq!(gone, [0]);
+    assert_eq!(fake.requests().len(), 1, "no retry after the cancel");
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_stream_of_pings_alone_ends_in_timeout_at_the_progress_deadline() {
+    // The server opens the answer and then only pings, every 20 ms: the
+    // idle timeout (60 s) never trips; the progress deadline does.
+    std::env::set_var(KEY_ENV, TEST_KEY);
+    let (t, fake) = core_host(|rows| {
+        anthropic_rows(rows).replace(
+            "streamIdleTimeoutMs = 60000",
+            "streamIdleTimeoutMs = 60000, streamProgressTimeoutMs = 300",
+        )
+    })
+    .await;
+    let start = Reply::new().events().into_iter().take(2).collect();
+    let ping = ("ping".to_owned(), json!({"type": "ping"}).to_string());
+    fake.set_fallback(Answer::Pings(start, Some(ping), 20));
+    let agent = new_agent(&t, "/tmp").await;
+    let reason = tokio::time::timeout(BOUND, turn(&t, &agent, "go"))
+        .await
+        .expect("a stream of pings alone ends");
+    assert_eq!(reason["error"]["code"], "TIMEOUT", "{reason}");
+    let message = reason["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("no content for 300 ms") && message.contains("streamProgressTimeoutMs"),
+        "{message}"
+    );
+    // TIMEOUT is retried; every try's connection was closed.
+    let tries = fake.requests().len();
+    assert!(tries > 1, "{tries}");
+    let gone = tokio::time::timeout(BOUND, fake.disconnects(tries))
+        .await
+        .expect("each try's connection closes");
+    assert_eq!(gone.len(), tries);
     t.shutdown().await;
 }
 
@@ -367,6 +494,38 @@ async fn an_overload_is_retried_and_an_overflow_is_context_window_exceeded() {
         "HTTP 400: prompt is too long: 208310 tokens > 200000 maximum"
     );
     assert_eq!(fake.requests().len(), 4);
+    fake_anthropic::assert_valid(&fake);
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_local_servers_window_is_learned_and_says_where_it_came_from() {
+    // llama.cpp serves the Messages API at its root, and states its window
+    // at `/props`: a model the config gives no window for learns it there.
+    let (t, fake) = setup().await;
+    fake.set_get("/props", 200, &recorded_window("llama-cpp-props"));
+    let info = model_info(&t, "fake", "smollm2").await;
+    assert_eq!(info["context"]["contextWindow"], 4096, "{info}");
+    assert_eq!(
+        info["contextSource"],
+        json!({"kind": "server", "endpoint": "/props"})
+    );
+    // A learned window keeps a share of itself for the answer.
+    assert_eq!(info["defaultMaxTokens"], 1024, "{info}");
+    assert_eq!(fake.asked(), ["GET /props"]);
+    // Asked once: the second resolve is from memory; a model the catalog
+    // lists keeps the catalog's window, and asks nothing.
+    model_info(&t, "fake", "smollm2").await;
+    let claude = model_info(&t, "fake", "claude-sonnet-4-5").await;
+    assert_eq!(
+        (
+            &claude["context"]["contextWindow"],
+            &claude["contextSource"]
+        ),
+        (&json!(200_000), &json!({"kind": "catalog"}))
+    );
+    assert_eq!(fake.asked(), ["GET /props"]);
+    assert!(fake.requests().is_empty());
     t.shutdown().await;
 }
 
@@ -407,4 +566,5 @@ async fn headless_runs_the_route_the_readme_configures() {
     assert!(request.get("thinking").is_none(), "{request}");
     let log = lines(&h.log_file());
     assert_eq!(log.last().unwrap()["type"], event::TURN_END);
+    fake_anthropic::assert_valid(&fake);
 }

@@ -1,14 +1,21 @@
 //! The OpenAI Responses adapter (`llm-responses`) against the fake of its
 //! wire (`dsh_testkit::fake_responses`), through the real loop: the coding
 //! tools end to end in `dsh-host --profile headless` (read → edit → bash,
-//! then an answer), a cancel mid-stream, and failures as the turn reports
-//! them. Build the plugin first: `cargo build -p dsh-plugin-llm-responses`.
+//! then an answer), a cancel mid-stream (closing the connection at once),
+//! failures as the turn reports them, a refused reasoning sent again
+//! without it, and a local server's window learned (vLLM serves this API).
+//! Every request the fake receives is checked as OpenAI and vLLM would
+//! read it (`fake_responses::validate`, `validate_replay`). Build the
+//! plugin first: `cargo build -p dsh-plugin-llm-responses`.
 #![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
-use dsh_sdk::names::{agents, service};
+use std::time::Duration;
+
 use dsh_sdk::vocab::event;
-use dsh_testkit::agent::{core_host, events, kinds, new_agent, of_type, streamed_text, turn};
-use dsh_testkit::fake_llm::{Answer, FakeLlm, Gate};
+use dsh_testkit::agent::{
+    cancel_mid_stream, core_host, events, kinds, model_info, new_agent, of_type, turn,
+};
+use dsh_testkit::fake_llm::{recorded_window, Answer, FakeLlm, Gate};
 use dsh_testkit::fake_responses::{self, call_outputs, items_of, Stream, Usage};
 use dsh_testkit::headless::{lines, Headless, KEY};
 use dsh_testkit::{out, TestHost};
@@ -40,6 +47,10 @@ async fn responses_host() -> (TestHost, FakeLlm) {
     .await
 }
 
+/// A bound on a wait that must end (a hang guard, not a timing): far
+/// under the adapter's idle timeout here (60 s).
+const BOUND: Duration = Duration::from_secs(20);
+
 /// The names of a request's tools, each checked to be a non-strict
 /// function.
 fn tool_names(request: &Value) -> Vec<String> {
@@ -59,15 +70,15 @@ fn tool_names(request: &Value) -> Vec<String> {
         .collect()
 }
 
-/// `(id, encrypted_content)` of each reasoning item a request sends back.
-fn reasoning_sent(request: &Value) -> Vec<(String, String)> {
+/// The `encrypted_content` of each reasoning item a request sends back
+/// (each checked to go without its id: OpenAI would pair it by id with
+/// the item that followed it).
+fn reasoning_sent(request: &Value) -> Vec<String> {
     items_of(request, "reasoning")
         .iter()
         .map(|r| {
-            (
-                r["id"].as_str().unwrap().to_owned(),
-                r["encrypted_content"].as_str().unwrap().to_owned(),
-            )
+            assert!(r.get("id").is_none(), "{r}");
+            r["encrypted_content"].as_str().unwrap().to_owned()
         })
         .collect()
 }
@@ -167,22 +178,13 @@ async fn the_coding_tools_run_end_to_end_read_edit_bash_then_an_answer() {
     assert_eq!(outputs[3][2].0, "call_bash");
     assert!(outputs[3][2].1.contains("hello world"), "{:?}", outputs[3]);
     assert!(reasoning_sent(&requests[0]).is_empty());
-    assert_eq!(
-        reasoning_sent(&requests[1]),
-        [("rs_read".to_owned(), "enc-read".to_owned())]
-    );
-    assert_eq!(
-        reasoning_sent(&requests[3]),
-        [
-            ("rs_read".to_owned(), "enc-read".to_owned()),
-            ("rs_edit".to_owned(), "enc-edit".to_owned())
-        ]
-    );
-    // The second answer goes back item by item: reasoning, text, call,
-    // then the call's output.
+    assert_eq!(reasoning_sent(&requests[1]), ["enc-read"]);
+    assert_eq!(reasoning_sent(&requests[3]), ["enc-read", "enc-edit"]);
+    // The second answer goes back item by item: reasoning, text (the
+    // message's content is the text itself), call, then the call's output.
     let second: Vec<String> = fake_responses::input(&requests[2])
         .iter()
-        .skip_while(|i| i["id"] != "rs_edit")
+        .skip_while(|i| i["encrypted_content"] != "enc-edit")
         .map(|i| i["type"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(
@@ -194,6 +196,11 @@ async fn the_coding_tools_run_end_to_end_read_edit_bash_then_an_answer() {
             "function_call_output"
         ]
     );
+    let text = items_of(&requests[2], "message")
+        .into_iter()
+        .find(|m| m["role"] == "assistant")
+        .unwrap();
+    assert_eq!(text["content"], "Fixing it.");
     let call = &items_of(&requests[2], "function_call")[1];
     assert_eq!(
         (&call["call_id"], &call["name"]),
@@ -233,6 +240,7 @@ async fn the_coding_tools_run_end_to_end_read_edit_bash_then_an_answer() {
         messages[0]["data"]["message"]["content"][0],
         json!({"type": "reasoning", "text": "Read the notes first."})
     );
+    fake_responses::assert_valid(&fake);
 }
 
 #[tokio::test]
@@ -261,24 +269,18 @@ async fn a_cancel_mid_stream_ends_the_turn_aborted_with_a_balanced_log() {
     let after = after.into_iter().map(|(_, data)| data).collect();
     fake.push([Answer::Gated(before, gate.clone(), after)]);
     let agent = new_agent(&t, "/tmp").await;
-    t.call(
-        service::AGENTS,
-        agents::FOLLOWUP,
-        json!({"agent": agent, "message": {"text": "go"}}),
-    )
-    .await;
-    streamed_text(&t, &agent).await;
-    t.call(service::AGENTS, agents::CANCEL, json!({"agent": agent}))
-        .await;
-    let reason = t
-        .call(service::AGENTS, agents::WHEN_IDLE, json!({"agent": agent}))
-        .await["reason"]
-        .clone();
-    gate.open();
+    let reason = cancel_mid_stream(&t, &agent, "go").await;
     assert_eq!(
         reason,
         json!({"kind": "aborted", "reason": {"kind": "user"}})
     );
+    // The cancel closed the connection at once (the gate is still shut:
+    // only the client's going ends it, short of the 60 s idle timeout).
+    let gone = tokio::time::timeout(BOUND, fake.disconnects(1))
+        .await
+        .expect("the cancel closes the connection");
+    assert_eq!(gone, [0]);
+    gate.open();
 
     // Balanced: the interrupted answer keeps what streamed, every step is
     // closed, and turn/end is last.
@@ -307,6 +309,39 @@ async fn a_cancel_mid_stream_ends_the_turn_aborted_with_a_balanced_log() {
     assert!(items_of(&requests[1], "message")
         .iter()
         .any(|m| m["content"][0]["text"] == "again"));
+    fake_responses::assert_valid(&fake);
+    t.shutdown().await;
+}
+
+#[tokio::test]
+async fn reasoning_the_server_cannot_read_is_sent_again_without_it() {
+    // The route's model changed between answers (the server cannot read
+    // the first answer's encrypted reasoning): `invalid_encrypted_content`
+    // is answered by one retry without the reasoning items, and the
+    // session goes on.
+    let (t, fake) = responses_host().await;
+    fake.push([
+        fake_responses::reasoning_text("Plan.", "enc-old", "First."),
+        fake_responses::error_status(
+            400,
+            "invalid_request_error",
+            "invalid_encrypted_content",
+            "The encrypted content for item rs_1 could not be verified.",
+        ),
+        fake_responses::text("Second."),
+    ]);
+    let agent = new_agent(&t, "/tmp").await;
+    assert_eq!(turn(&t, &agent, "one").await, json!({"kind": "completed"}));
+    assert_eq!(turn(&t, &agent, "two").await, json!({"kind": "completed"}));
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 3);
+    assert_eq!(reasoning_sent(&requests[1]), ["enc-old"]);
+    assert!(reasoning_sent(&requests[2]).is_empty(), "{}", requests[2]);
+    // The retry is the same request less the reasoning items.
+    assert_eq!(
+        fake_responses::input(&requests[2]).len(),
+        fake_responses::input(&requests[1]).len() - 1
+    );
     t.shutdown().await;
 }
 
@@ -368,4 +403,46 @@ async fn an_error_event_and_a_cut_stream_are_clear_failures() {
             .contains("before response.completed"),
         "{reason}"
     );
+}
+
+#[tokio::test]
+async fn a_local_servers_window_is_learned_and_says_where_it_came_from() {
+    // vLLM serves the Responses API under `/v1`, and states its window in
+    // its model list: a model the config gives no window for learns it
+    // there (after llama.cpp's `/props`, which vLLM does not have).
+    let (t, fake) = core_host(|rows| {
+        let adapter = "id = \"llm-deepseek\"\nplugin = \"llm-deepseek\"";
+        // Where the row's `baseUrl` ends.
+        let base_end = "\", apiKeyEnv = \"\"";
+        assert!(
+            rows.contains(adapter) && rows.matches(base_end).count() == 1,
+            "the kit's adapter row changed: {rows}"
+        );
+        rows.replace(
+            adapter,
+            "id = \"llm-responses\"\nplugin = \"llm-responses\"",
+        )
+        .replace(base_end, "/v1\", apiKeyEnv = \"\"")
+    })
+    .await;
+    fake.set_get("/v1/models", 200, &recorded_window("vllm-models"));
+    let info = model_info(&t, "fake", "Qwen/Qwen3-4B").await;
+    assert_eq!(info["context"]["contextWindow"], 8192, "{info}");
+    assert_eq!(
+        info["contextSource"],
+        json!({"kind": "server", "endpoint": "/v1/models"})
+    );
+    // A learned window keeps a share of itself for the answer.
+    assert_eq!(info["defaultMaxTokens"], 2048, "{info}");
+    assert_eq!(fake.asked(), ["GET /props", "GET /v1/models"]);
+    // Asked once; a model the catalog lists keeps the catalog's window.
+    model_info(&t, "fake", "Qwen/Qwen3-4B").await;
+    let gpt = model_info(&t, "fake", "gpt-5").await;
+    assert_eq!(
+        (&gpt["context"]["contextWindow"], &gpt["contextSource"]),
+        (&json!(272_000), &json!({"kind": "catalog"}))
+    );
+    assert_eq!(fake.asked(), ["GET /props", "GET /v1/models"]);
+    assert!(fake.requests().is_empty());
+    t.shutdown().await;
 }

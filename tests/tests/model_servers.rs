@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use dsh_sdk::names::{commands, llm, service};
 use dsh_sdk::vocab::compaction as records;
-use dsh_testkit::agent::{events, new_agent, of_type, turn};
-use dsh_testkit::fake_llm::{text, Answer, FakeLlm};
+use dsh_testkit::agent::{events, model_info, new_agent, of_type, turn};
+use dsh_testkit::fake_llm::{recorded_window as window_body, text, Answer, FakeLlm};
 use dsh_testkit::{core_rows, eventually, TempDir, TestHost};
 use serde_json::{json, Value};
 
@@ -34,11 +34,6 @@ fn testdata(part: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../sdk/llm-http/testdata")
         .join(part)
-}
-
-/// A recorded window endpoint's body.
-fn window_body(name: &str) -> String {
-    std::fs::read_to_string(testdata(&format!("windows/{name}.json"))).unwrap()
 }
 
 /// A recorded error (`testdata/errors/<name>.json`).
@@ -69,12 +64,21 @@ async fn adapter_host(fake: &FakeLlm, extra: &str) -> TestHost {
 
 /// `llm.resolveModelInfo` of `model` on [`ROUTE`].
 async fn resolve(t: &TestHost, model: &str) -> Value {
-    t.call(
-        service::LLM,
-        llm::RESOLVE_MODEL_INFO,
-        json!({"provider": ROUTE, "model": model}),
-    )
-    .await
+    model_info(t, ROUTE, model).await
+}
+
+/// llama.cpp's recorded `/props`, stating a window of `tokens`.
+fn props_stating(tokens: u64) -> String {
+    window_body("llama-cpp-props").replace("4096", &tokens.to_string())
+}
+
+/// Waits until the route states a window of `tokens` for model `m`
+/// (asked again in the background).
+async fn relearned(t: &TestHost, what: &str, tokens: u64) {
+    eventually(what, || async {
+        window_of(&resolve(t, "m").await).0 == tokens
+    })
+    .await;
 }
 
 /// The window and where it came from, as `resolveModelInfo` says.
@@ -154,11 +158,7 @@ async fn a_llama_cpp_overflow_runs_overflow_recovery_and_the_turn_answers() {
     // The server: llama.cpp with a small window, stated at
     // /props, answering an oversized request with its own overflow body.
     let fake = FakeLlm::start().await;
-    fake.set_get(
-        "/props",
-        200,
-        &window_body("llama-cpp-props").replace("4096", "10000"),
-    );
+    fake.set_get("/props", 200, &props_stating(10_000));
     let llama = recorded_error("llama-cpp-admission")["body"].to_string();
     fake.push([
         text("ok"),
@@ -498,19 +498,12 @@ async fn a_learned_window_survives_a_restart_and_a_stale_one_is_asked_again() {
         serde_json::from_str(&std::fs::read_to_string(&saved_files[0]).unwrap()).unwrap();
     entry["learnedAtMs"] = json!(1_000);
     std::fs::write(&saved_files[0], entry.to_string()).unwrap();
-    fake.set_get(
-        "/props",
-        200,
-        &window_body("llama-cpp-props").replace("4096", "2048"),
-    );
+    fake.set_get("/props", 200, &props_stating(2048));
     let t = TestHost::start().await;
     copy_cache(&saved_files, t.home.path());
     t.apply(&adapter_rows(&fake, "")).await;
     assert_eq!(window_of(&resolve(&t, "m").await), (4096, server("/props")));
-    eventually("the stale window is asked again", || async {
-        window_of(&resolve(&t, "m").await).0 == 2048
-    })
-    .await;
+    relearned(&t, "the stale window is asked again", 2048).await;
     assert_eq!(fake.asked(), ["GET /props", "GET /props"]);
     t.shutdown().await;
 }
@@ -523,11 +516,7 @@ async fn an_overflow_makes_the_route_ask_its_window_again() {
     assert_eq!(window_of(&resolve(&t, "m").await), (4096, server("/props")));
     // The server restarts with a smaller context; the next request
     // overflows.
-    fake.set_get(
-        "/props",
-        200,
-        &window_body("llama-cpp-props").replace("4096", "2048"),
-    );
+    fake.set_get("/props", 200, &props_stating(2048));
     fake.push([Answer::Status(
         400,
         vec![],
@@ -538,10 +527,7 @@ async fn an_overflow_makes_the_route_ask_its_window_again() {
         finish["reason"]["failure"]["code"], "CONTEXT_WINDOW_EXCEEDED",
         "{finish}"
     );
-    eventually("the window is asked again after the overflow", || async {
-        window_of(&resolve(&t, "m").await).0 == 2048
-    })
-    .await;
+    relearned(&t, "the window is asked again after the overflow", 2048).await;
     assert_eq!(fake.asked(), ["GET /props", "GET /props"]);
     t.shutdown().await;
 }

@@ -80,7 +80,8 @@ pub struct Info {
     pub pid: u32,
     /// This run's `dsh-host --model` (`provider/model`, or `model` on the
     /// default route), as given: the model every app starts on for this
-    /// run, not saved. Read by plugin `agent-default-model`.
+    /// run, not saved. Read by plugin `agent-default-model` (with
+    /// [`crate::ModelChoice::parse`], as the command line checked it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
 }

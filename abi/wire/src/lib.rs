@@ -13,9 +13,11 @@ mod error;
 pub mod host_service;
 mod manifest;
 mod message;
+mod model_choice;
 
 pub use error::{codes, Error, Result};
 pub use manifest::Manifest;
 pub use message::{DecodeError, Mode, ReplyKind, ToHost, ToPlugin};
+pub use model_choice::ModelChoice;
 
 pub use std::borrow::Cow;

@@ -1,12 +1,22 @@
 //! The layers of the selection and how they stack: the row's config, the
 //! settings section over it field by field, and this run's `--model` on
-//! top ([`layer`]); and what `--model` says ([`Flag::parse`]).
+//! top ([`layer`]), each field's source kept apart, and whether the
+//! settings section overrides a choice a patch or profile made
+//! ([`Layered::overridden`]). `--model`'s text is read by
+//! [`ModelChoice::parse`], the parser the command line uses too.
 
-use dsh_sdk::api::agent_default_model::{ModelSelection, SelectionSource};
+use dsh_sdk::api::agent_default_model::{ModelChoice, ModelSelection, SelectionSource};
 use serde::Deserialize;
 
+/// The route of the row's config as `profiles/bundles/base.toml` ships it:
+/// a row config that differs was changed by a patch or a profile.
+pub const SHIPPED_PROVIDER: &str = "deepseek-official";
+
+/// The model of the row's config as `profiles/bundles/base.toml` ships it.
+pub const SHIPPED_MODEL: &str = "deepseek-v4-flash";
+
 /// The row's config: the composition entry, which the settings section
-/// layers over (both fields required, as the original's).
+/// layers over (`provider` and `model` required, as the original's).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Entry {
@@ -14,6 +24,12 @@ pub struct Entry {
     pub provider: String,
     /// The model.
     pub model: String,
+    /// Pins the row's choice: the settings section is not read at all (a
+    /// profile whose route must not follow a user's saved `/model`, such
+    /// as the offline demo). `--model` still applies; `/model` still
+    /// saves.
+    #[serde(default)]
+    pub ignore_settings: bool,
 }
 
 impl Entry {
@@ -27,12 +43,24 @@ impl Entry {
         }
         None
     }
+
+    /// Its choice.
+    fn selection(&self) -> ModelSelection {
+        ModelSelection::new(&self.provider, &self.model)
+    }
+
+    /// A patch or a profile changed the route or model from the shipped
+    /// one.
+    fn changed_from_shipped(&self) -> bool {
+        self.provider != SHIPPED_PROVIDER || self.model != SHIPPED_MODEL
+    }
 }
 
 /// The section `agent-default-model` of the settings document: each field
-/// present overrides the entry's.
+/// present overrides the entry's. Keys it does not know (a newer
+/// original's) are ignored (the document names them, for a warning).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Section {
     /// The provider route.
     pub provider: Option<String>,
@@ -41,6 +69,9 @@ pub struct Section {
     /// The adapter's reasoning effort.
     pub reasoning_effort: Option<String>,
 }
+
+/// The keys of [`Section`], as written.
+pub const SECTION_KEYS: [&str; 3] = ["provider", "model", "reasoningEffort"];
 
 impl Section {
     /// Whether the section sets anything.
@@ -63,74 +94,84 @@ impl Section {
     }
 }
 
-/// What `dsh-host --model` asked for.
+/// The selection and where each part of it comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Flag {
-    /// `--model provider/model`: that route and model.
-    Route(String, String),
-    /// `--model model`: that model, on the route of the layers below.
-    Model(String),
+pub struct Layered {
+    /// The selection.
+    pub selection: ModelSelection,
+    /// The topmost layer that set something.
+    pub source: SelectionSource,
+    /// The layer that set `provider`.
+    pub provider_source: SelectionSource,
+    /// The layer that set `model`.
+    pub model_source: SelectionSource,
+    /// The entry's choice, when the section overrides it and a patch or
+    /// profile had changed it from the shipped one (no `--model` on top).
+    pub overridden: Option<ModelSelection>,
 }
 
-impl Flag {
-    /// Reads `--model`'s text: `provider/model` splits at the first `/`
-    /// (a model id may hold more: `local/Qwen/Qwen3-8B` is the model
-    /// `Qwen/Qwen3-8B` of the route `local`); text without a `/` is a
-    /// model of the default route.
-    pub fn parse(text: &str) -> Result<Flag, String> {
-        let text = text.trim();
-        let bad = || {
-            format!(
-                "--model takes `provider/model` (a route and one of its models) or `model` (on \
-                 the default route), got {text:?}"
-            )
-        };
-        if text.is_empty() {
-            return Err(bad());
-        }
-        match text.split_once('/') {
-            None => Ok(Flag::Model(text.to_owned())),
-            Some((provider, model)) if !provider.is_empty() && !model.is_empty() => {
-                Ok(Flag::Route(provider.to_owned(), model.to_owned()))
-            }
-            Some(_) => Err(bad()),
-        }
-    }
-}
-
-/// The selection: `entry`, then `section` field by field, then `flag`;
-/// and its topmost layer. A flag naming a route drops the section's
-/// reasoning effort (it belongs to the saved route, not to this one).
-pub fn layer(
-    entry: &Entry,
-    section: Option<&Section>,
-    flag: Option<&Flag>,
-) -> (ModelSelection, SelectionSource) {
-    let mut selection = ModelSelection::new(&entry.provider, &entry.model);
-    let mut source = SelectionSource::Config;
+/// The selection: `entry`, then `section` field by field, then `flag`.
+/// `--model model` keeps the route below it and drops the section's
+/// reasoning effort (it was chosen for another model); `--model
+/// provider/model` replaces all (the caller does not even read the
+/// section then).
+pub fn layer(entry: &Entry, section: Option<&Section>, flag: Option<&ModelChoice>) -> Layered {
+    let mut l = Layered {
+        selection: entry.selection(),
+        source: SelectionSource::Config,
+        provider_source: SelectionSource::Config,
+        model_source: SelectionSource::Config,
+        overridden: None,
+    };
     if let Some(s) = section.filter(|s| s.sets_anything()) {
         if let Some(p) = &s.provider {
-            selection.provider = p.clone();
+            l.selection.provider = p.clone();
+            l.provider_source = SelectionSource::Settings;
         }
         if let Some(m) = &s.model {
-            selection.model = m.clone();
+            l.selection.model = m.clone();
+            l.model_source = SelectionSource::Settings;
         }
-        selection.reasoning_effort = s.reasoning_effort.clone();
-        source = SelectionSource::Settings;
+        l.selection.reasoning_effort = s.reasoning_effort.clone();
+        l.source = SelectionSource::Settings;
+        if entry.changed_from_shipped() && !l.selection.same_route(&entry.selection()) {
+            l.overridden = Some(entry.selection());
+        }
     }
     match flag {
-        Some(Flag::Route(provider, model)) => {
-            selection = ModelSelection::new(provider, model);
-            source = SelectionSource::Flag;
+        Some(ModelChoice::Route { provider, model }) => {
+            l.selection = ModelSelection::new(provider, model);
+            l.provider_source = SelectionSource::Flag;
+            l.model_source = SelectionSource::Flag;
         }
-        Some(Flag::Model(model)) => {
-            selection.model = model.clone();
-            selection.reasoning_effort = None;
-            source = SelectionSource::Flag;
+        Some(ModelChoice::Model(model)) => {
+            l.selection.model = model.clone();
+            l.selection.reasoning_effort = None;
+            l.model_source = SelectionSource::Flag;
         }
         None => {}
     }
-    (selection, source)
+    if flag.is_some() {
+        l.source = SelectionSource::Flag;
+        l.overridden = None;
+    }
+    l
+}
+
+/// The effort a `/model` of `selection` (which names none) keeps: the
+/// section's, when the section's route (its fields over the entry's) is
+/// `selection`'s. Another route drops it: it was chosen for that model.
+pub fn kept_effort(
+    entry: &Entry,
+    section: Option<&Section>,
+    selection: &ModelSelection,
+) -> Option<String> {
+    let section = section?;
+    let provider = section.provider.as_deref().unwrap_or(&entry.provider);
+    let model = section.model.as_deref().unwrap_or(&entry.model);
+    (provider == selection.provider && model == selection.model)
+        .then(|| section.reasoning_effort.clone())
+        .flatten()
 }
 
 #[cfg(test)]
@@ -139,35 +180,40 @@ mod tests {
 
     fn entry() -> Entry {
         Entry {
-            provider: "deepseek-official".into(),
-            model: "deepseek-v4-flash".into(),
+            provider: SHIPPED_PROVIDER.into(),
+            model: SHIPPED_MODEL.into(),
+            ignore_settings: false,
+        }
+    }
+
+    fn patched() -> Entry {
+        Entry {
+            provider: "local".into(),
+            model: "qwen3".into(),
+            ignore_settings: false,
         }
     }
 
     #[test]
-    fn the_flag_splits_at_the_first_slash_and_refuses_empty_parts() {
-        assert_eq!(
-            Flag::parse("local/qwen3"),
-            Ok(Flag::Route("local".into(), "qwen3".into()))
+    fn the_shipped_default_is_the_base_bundles() {
+        let base = include_str!("../../../profiles/bundles/base.toml");
+        let row = base
+            .split("[[row]]")
+            .find(|r| r.contains("id = \"agent-default-model\""))
+            .expect("the base bundle has the row");
+        let config = format!(
+            "config = {{ provider = \"{SHIPPED_PROVIDER}\", model = \"{SHIPPED_MODEL}\" }}"
         );
-        assert_eq!(
-            Flag::parse("local/Qwen/Qwen3-8B"),
-            Ok(Flag::Route("local".into(), "Qwen/Qwen3-8B".into()))
-        );
-        assert_eq!(Flag::parse("qwen3"), Ok(Flag::Model("qwen3".into())));
-        for bad in ["", " ", "/qwen3", "local/", "/"] {
-            let e = Flag::parse(bad).unwrap_err();
-            assert!(e.contains("provider/model"), "{bad:?}: {e}");
-        }
+        assert!(row.contains(&config), "{row}");
     }
 
     #[test]
     fn the_section_layers_over_the_entry_field_by_field_and_the_flag_over_both() {
-        let (s, src) = layer(&entry(), None, None);
+        let l = layer(&entry(), None, None);
         assert_eq!(
-            (s, src),
+            (l.selection, l.source),
             (
-                ModelSelection::new("deepseek-official", "deepseek-v4-flash"),
+                ModelSelection::new(SHIPPED_PROVIDER, SHIPPED_MODEL),
                 SelectionSource::Config
             )
         );
@@ -176,23 +222,78 @@ mod tests {
             reasoning_effort: Some("max".into()),
             ..Section::default()
         };
-        let (s, src) = layer(&entry(), Some(&only_model), None);
-        assert_eq!(src, SelectionSource::Settings);
+        let l = layer(&entry(), Some(&only_model), None);
+        assert_eq!(l.source, SelectionSource::Settings);
         assert_eq!(
-            (s.provider.as_str(), s.model.as_str()),
-            ("deepseek-official", "deepseek-v4-pro")
+            (l.provider_source, l.model_source),
+            (SelectionSource::Config, SelectionSource::Settings)
         );
-        assert_eq!(s.reasoning_effort.as_deref(), Some("max"));
+        assert_eq!(
+            (l.selection.provider.as_str(), l.selection.model.as_str()),
+            (SHIPPED_PROVIDER, "deepseek-v4-pro")
+        );
+        assert_eq!(l.selection.reasoning_effort.as_deref(), Some("max"));
         // An empty section is no layer.
-        let (_, src) = layer(&entry(), Some(&Section::default()), None);
-        assert_eq!(src, SelectionSource::Config);
-        // `--model model` keeps the route below it.
-        let (s, src) = layer(&entry(), Some(&only_model), Some(&Flag::Model("m2".into())));
-        assert_eq!(src, SelectionSource::Flag);
-        assert_eq!(s, ModelSelection::new("deepseek-official", "m2"));
-        let flag = Flag::Route("local".into(), "qwen3".into());
-        let (s, _) = layer(&entry(), Some(&only_model), Some(&flag));
-        assert_eq!(s, ModelSelection::new("local", "qwen3"));
+        let l = layer(&entry(), Some(&Section::default()), None);
+        assert_eq!(l.source, SelectionSource::Config);
+        // `--model model` keeps the route below it, and says so.
+        let flag = ModelChoice::Model("m2".into());
+        let l = layer(&entry(), Some(&only_model), Some(&flag));
+        assert_eq!(l.source, SelectionSource::Flag);
+        assert_eq!(
+            (l.provider_source, l.model_source),
+            (SelectionSource::Config, SelectionSource::Flag)
+        );
+        assert_eq!(l.selection, ModelSelection::new(SHIPPED_PROVIDER, "m2"));
+        let flag = ModelChoice::Route {
+            provider: "local".into(),
+            model: "qwen3".into(),
+        };
+        let l = layer(&entry(), Some(&only_model), Some(&flag));
+        assert_eq!(l.selection, ModelSelection::new("local", "qwen3"));
+        assert_eq!(l.provider_source, SelectionSource::Flag);
+    }
+
+    #[test]
+    fn a_section_over_a_patched_row_is_an_override_to_say() {
+        let saved = Section {
+            provider: Some(SHIPPED_PROVIDER.into()),
+            model: Some(SHIPPED_MODEL.into()),
+            ..Section::default()
+        };
+        let l = layer(&patched(), Some(&saved), None);
+        assert_eq!(l.overridden, Some(ModelSelection::new("local", "qwen3")));
+        // Over the shipped row it is the user's choice, nothing to say;
+        // nor when it names the row's own route, nor under a --model.
+        assert_eq!(layer(&entry(), Some(&saved), None).overridden, None);
+        let same = Section {
+            model: Some("qwen3".into()),
+            reasoning_effort: Some("high".into()),
+            ..Section::default()
+        };
+        assert_eq!(layer(&patched(), Some(&same), None).overridden, None);
+        let flag = ModelChoice::Model("m".into());
+        assert_eq!(
+            layer(&patched(), Some(&saved), Some(&flag)).overridden,
+            None
+        );
+    }
+
+    #[test]
+    fn the_saved_effort_stays_with_its_route_only() {
+        let saved = Section {
+            model: Some("deepseek-v4-pro".into()),
+            reasoning_effort: Some("max".into()),
+            ..Section::default()
+        };
+        let same = ModelSelection::new(SHIPPED_PROVIDER, "deepseek-v4-pro");
+        assert_eq!(
+            kept_effort(&entry(), Some(&saved), &same).as_deref(),
+            Some("max")
+        );
+        let other = ModelSelection::new(SHIPPED_PROVIDER, SHIPPED_MODEL);
+        assert_eq!(kept_effort(&entry(), Some(&saved), &other), None);
+        assert_eq!(kept_effort(&entry(), None, &same), None);
     }
 
     #[test]
@@ -205,7 +306,7 @@ mod tests {
         assert!(entry().problem().is_none());
         let e = Entry {
             provider: String::new(),
-            model: "m".into(),
+            ..entry()
         };
         assert!(e.problem().is_some());
     }

@@ -5,7 +5,10 @@
 //! Reading: the text must be a YAML mapping (or empty); the section, when
 //! present, must have the section's shape. Either failure is
 //! `INVALID_SETTINGS` naming the file and the line (the parser's own words,
-//! which never quote a line: another section may hold a secret).
+//! which never quote a line: another section may hold a secret). Keys of
+//! the section this version does not know (a newer original's) are
+//! ignored and named in [`Document::unknown_keys`], for a warning. A
+//! document is never printed whole, not even by `{:?}`.
 //!
 //! Writing ([`Document::with_selection`]): the section's text is replaced
 //! (or added), and nothing else: the new text is parsed again and every
@@ -20,11 +23,11 @@ use dsh_sdk::{Error, Result};
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::{Mapping, Value};
 
-use crate::choice::Section;
+use crate::choice::{Section, SECTION_KEYS};
 use crate::section;
 
 /// A settings document as read.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct Document {
     /// Its text (empty when the file does not exist).
     pub text: String,
@@ -32,6 +35,32 @@ pub struct Document {
     sections: Mapping,
     /// The `agent-default-model` section, when the document has one.
     pub section: Option<Section>,
+    /// Keys of that section this version does not know, ignored.
+    pub unknown_keys: Vec<String>,
+}
+
+/// The text and the other sections' values stay out: another section may
+/// hold a secret.
+impl std::fmt::Debug for Document {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<String> = self.sections.keys().map(key_name).collect();
+        f.debug_struct("Document")
+            .field("text", &format_args!("<{} bytes>", self.text.len()))
+            .field("sections", &names)
+            .field("section", &self.section)
+            .field("unknown_keys", &self.unknown_keys)
+            .finish()
+    }
+}
+
+/// A mapping key, in words (a string as it is, another scalar as YAML).
+fn key_name(key: &Value) -> String {
+    match key {
+        Value::String(s) => s.clone(),
+        other => serde_yaml_ng::to_string(other)
+            .map(|t| t.trim_end().to_owned())
+            .unwrap_or_else(|_| "?".to_owned()),
+    }
 }
 
 /// The document's shape as far as this plugin reads it: its own section,
@@ -78,10 +107,19 @@ impl Document {
                 format!("`{SETTINGS_SECTION}.{field}` is empty (leave it out to use the default)"),
             ));
         }
+        let unknown_keys = match sections.get(SETTINGS_SECTION) {
+            Some(Value::Mapping(m)) => m
+                .keys()
+                .map(key_name)
+                .filter(|k| !SECTION_KEYS.contains(&k.as_str()))
+                .collect(),
+            _ => Vec::new(),
+        };
         Ok(Document {
             text,
             sections,
             section,
+            unknown_keys,
         })
     }
 
@@ -187,7 +225,6 @@ mod tests {
                 "agent-default-model:\n  provider: [a]\n  model: m\n",
                 "line 2",
             ),
-            ("agent-default-model:\n  modle: m\n", "line 2"),
             ("a: 1\na: 2\n", "duplicate"),
         ] {
             let e = doc(text).unwrap_err();
@@ -199,6 +236,39 @@ mod tests {
         assert!(e.message.contains("map of sections"), "{e}");
         let e = doc("agent-default-model:\n  model: \"\"\n").unwrap_err();
         assert!(e.message.contains("agent-default-model.model"), "{e}");
+    }
+
+    #[test]
+    fn unknown_keys_of_the_section_are_ignored_and_named() {
+        let d = doc("agent-default-model:\n  model: m\n  modle: x\n  thinking: {a: 1}\n").unwrap();
+        assert_eq!(d.section.unwrap().model.as_deref(), Some("m"));
+        assert_eq!(d.unknown_keys, ["modle", "thinking"]);
+        assert!(doc("other:\n  modle: x\n").unwrap().unknown_keys.is_empty());
+    }
+
+    #[test]
+    fn debug_never_shows_the_text_or_other_sections() {
+        let d = doc("tokens:\n  github: ghp_secret\nagent-default-model:\n  model: m\n").unwrap();
+        let shown = format!("{d:?}");
+        assert!(!shown.contains("ghp_secret"), "{shown}");
+        assert!(
+            shown.contains("tokens") && shown.contains("bytes"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_read_and_kept_on_a_write() {
+        let text = "\u{feff}# mine\nagent-default-model:\n  model: old\nui: 1\n";
+        let d = doc(text).unwrap();
+        assert_eq!(d.section.as_ref().unwrap().model.as_deref(), Some("old"));
+        let out = d
+            .with_selection(path(), &ModelSelection::new("local", "qwen3"))
+            .unwrap();
+        assert_eq!(
+            out,
+            "\u{feff}# mine\nagent-default-model:\n  provider: local\n  model: qwen3\nui: 1\n"
+        );
     }
 
     #[test]

@@ -106,14 +106,23 @@ fn key_of(line: &str) -> Option<String> {
     None
 }
 
-/// Finds the top-level section `name` in `text`.
+/// The byte order mark some editors put at the start of a UTF-8 file.
+const BOM: char = '\u{feff}';
+
+/// Finds the top-level section `name` in `text`. A byte order mark at the
+/// start is skipped (and so kept by [`replace`]): the first key follows it.
 pub fn locate(text: &str, name: &str) -> Located {
-    let mut offset = 0;
+    let bom = if text.starts_with(BOM) {
+        BOM.len_utf8()
+    } else {
+        0
+    };
+    let mut offset = bom;
     let mut seen_content = false;
     let mut found: Option<Range<usize>> = None;
     let mut in_found = false;
     let mut end_of_content = text.len();
-    for line in text.split_inclusive('\n') {
+    for line in text[bom..].split_inclusive('\n') {
         let start = offset;
         offset += line.len();
         match classify(line) {
@@ -197,7 +206,7 @@ pub fn replace(text: &str, name: &str, section: &str) -> Result<String, String> 
         Located::Absent(at) => {
             let mut out = String::with_capacity(text.len() + section.len() + 1);
             out.push_str(&text[..at]);
-            if !out.is_empty() && !out.ends_with('\n') {
+            if !out.trim_start_matches(BOM).is_empty() && !out.ends_with('\n') {
                 out.push_str(newline);
             }
             out.push_str(&section);
@@ -260,6 +269,24 @@ mod tests {
         // A key that only starts like it is another key.
         let text = "agent-default-model-x:\n  model: b\n";
         assert_eq!(replace(text, NAME, NEW).unwrap(), format!("{text}{NEW}"));
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_skipped_and_kept() {
+        let text = "\u{feff}agent-default-model:\n  model: b\nz: 1\n";
+        assert_eq!(locate(text, NAME), Located::Found(3..text.len() - 5));
+        assert_eq!(
+            replace(text, NAME, NEW).unwrap(),
+            format!("\u{feff}{NEW}z: 1\n")
+        );
+        assert_eq!(
+            replace("\u{feff}", NAME, NEW).unwrap(),
+            format!("\u{feff}{NEW}")
+        );
+        assert_eq!(
+            replace("\u{feff}a: 1", NAME, NEW).unwrap(),
+            format!("\u{feff}a: 1\n{NEW}")
+        );
     }
 
     #[test]

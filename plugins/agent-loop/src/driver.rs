@@ -630,8 +630,9 @@ impl Loop {
 
     /// The call config of a request: the route of the step's assembly, the
     /// agent's `maxTokens`, and the reasoning effort its last logged header
-    /// chose (`restored_effort`), through the `agent/request` waterfall; a
-    /// route without a provider or a model fails the turn.
+    /// chose, else its options' (`seed_effort`), through the
+    /// `agent/request` waterfall; a route without a provider or a model
+    /// fails the turn.
     async fn request_config(&self, agent: &str, (turn, step): (u64, u64)) -> Result<Route> {
         let seed = {
             let agents = self.agents.borrow();
@@ -640,7 +641,13 @@ impl Loop {
                 .assembled
                 .clone()
                 .unwrap_or_else(|| (a.provider.clone(), a.model.clone()));
-            let reasoning_effort = restored_effort(a.logged_header.as_ref(), &provider, &model);
+            let options = (a.provider.as_str(), a.model.as_str());
+            let reasoning_effort = seed_effort(
+                a.logged_header.as_ref(),
+                options,
+                a.reasoning_effort.as_deref(),
+                (&provider, &model),
+            );
             CallConfig {
                 provider,
                 model,
@@ -997,6 +1004,21 @@ fn restored_effort(logged: Option<&RequestHeader>, provider: &str, model: &str) 
     logged.config.reasoning_effort.clone()
 }
 
+/// The reasoning effort a request on `route` (provider, model) starts
+/// from: the one the agent's log restores (`restored_effort`), else the
+/// effort of the agent's options when `route` is the options' route
+/// (`options`): an effort chosen for one model is never sent to another,
+/// so `agents.selectModel` to another route drops it.
+fn seed_effort(
+    logged: Option<&RequestHeader>,
+    options: (&str, &str),
+    options_effort: Option<&str>,
+    route: (&str, &str),
+) -> Option<String> {
+    restored_effort(logged, route.0, route.1)
+        .or_else(|| (options == route).then(|| options_effort.map(str::to_owned))?)
+}
+
 /// The assistant message of `blocks` from the request's route, with the
 /// adapter's replay state when it left one.
 fn assistant_message(
@@ -1060,5 +1082,28 @@ mod tests {
             None
         );
         assert_eq!(restored_effort(None, "p", "m"), None);
+    }
+
+    /// The options' effort seeds a request on the options' route alone,
+    /// under an effort the log restores.
+    #[test]
+    fn the_options_effort_seeds_its_own_route_only() {
+        let route = ("p", "m");
+        assert_eq!(
+            seed_effort(None, route, Some("high"), route).as_deref(),
+            Some("high")
+        );
+        assert_eq!(seed_effort(None, route, Some("high"), ("p", "other")), None);
+        assert_eq!(seed_effort(None, route, None, route), None);
+        let chosen = header("m", Some("max"), false);
+        assert_eq!(
+            seed_effort(Some(&chosen), route, Some("high"), route).as_deref(),
+            Some("max")
+        );
+        let defaulted = header("m", Some("low"), true);
+        assert_eq!(
+            seed_effort(Some(&defaulted), route, Some("high"), route).as_deref(),
+            Some("high")
+        );
     }
 }

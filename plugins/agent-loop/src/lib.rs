@@ -86,6 +86,7 @@ impl ConfigAgent {
             provider: self.provider.clone(),
             model: self.model.clone(),
             max_tokens: self.max_tokens.clone().map(MaxTokens::from),
+            reasoning_effort: None,
         }
     }
 }
@@ -182,6 +183,10 @@ pub(crate) struct Agent {
     pub provider: String,
     pub model: String,
     pub max_tokens: Option<u64>,
+    /// The options' reasoning effort: the seed of a request on the options'
+    /// route (`provider`, `model`) when the log restores none
+    /// (`driver::seed_effort`).
+    pub reasoning_effort: Option<String>,
     /// A route chosen with `agents.selectModel`, over the options' one.
     pub selection: Option<(String, String)>,
     /// The route the current step's prompt was assembled for, which its
@@ -320,6 +325,7 @@ impl Loop {
             provider: options.provider.clone().unwrap_or_default(),
             model: options.model.clone().unwrap_or_default(),
             max_tokens: options.max_tokens.as_ref().and_then(MaxTokens::get),
+            reasoning_effort: options.reasoning_effort.clone(),
             selection: None,
             assembled: None,
             cwd,

@@ -7,7 +7,12 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use dsh_sdk::api::agent_loop::{AgentLoop, AgentRef, CreateMeta, CreateParams, ResumeParams};
+use dsh_sdk::api::agent_default_model::{
+    follows_from_route, CurrentSelection, ModelSelection, Place, Provenance,
+};
+use dsh_sdk::api::agent_loop::{
+    AgentLoop, AgentOptions, AgentRef, CreateMeta, CreateParams, ResumeParams,
+};
 use dsh_sdk::api::agents::{Agents, CancelParams, RunStatus, WhenIdleReply};
 use dsh_sdk::api::approval::{ApprovalOutcome, ApprovalReply, ApprovalRequest};
 use dsh_sdk::api::commands::{
@@ -18,7 +23,7 @@ use dsh_sdk::api::session_persistence::SessionPersistence;
 use dsh_sdk::api::sessions::{ForkParams, Sessions};
 use dsh_sdk::names::{bus, code};
 use dsh_sdk::prelude::*;
-use dsh_sdk::vocab::records::{ToolCall, ToolResult};
+use dsh_sdk::vocab::records::{RequestContext, ToolCall, ToolResult, TurnEndReason};
 use dsh_sdk::vocab::{event, ContentBlock, Message, SessionEvent};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -93,6 +98,14 @@ pub struct View {
     /// [`App::reopen`]).
     #[serde(default)]
     pub released: bool,
+    /// The route the session was started or resumed on: what a reload
+    /// goes on with when the settings cannot be read and the log names no
+    /// route yet.
+    #[serde(default)]
+    pub route: Option<ModelSelection>,
+    /// The settings' override of a patched row was said (it is said once).
+    #[serde(default)]
+    pub override_said: bool,
 }
 
 /// The approval being asked.
@@ -117,6 +130,9 @@ pub struct App {
     /// `/exit` ran through the registry: leave once it settled (so its
     /// `command/done` is logged).
     exit_after_command: bool,
+    /// Who chose the route of the session (for a failure that follows
+    /// from it).
+    chosen: Option<Provenance>,
 }
 
 /// Keys this soon after an approval prompt was drawn do not answer it.
@@ -144,6 +160,7 @@ impl App {
             tx,
             quit: false,
             exit_after_command: false,
+            chosen: None,
         }
     }
 
@@ -276,9 +293,10 @@ impl App {
         if !self.view.borrow().agent.is_empty() {
             return self.reopen().await;
         }
+        // Before the chat opens, a refusal is read on the command line.
         match resume {
-            Some(id) => self.resume(&id).await?,
-            None => self.new_session(cwd).await?,
+            Some(id) => self.resume(&id, Place::CommandLine).await?,
+            None => self.new_session(cwd, Place::CommandLine).await?,
         }
         Ok(())
     }
@@ -289,15 +307,18 @@ impl App {
     /// the disposal left stored.
     async fn reopen(&mut self) -> Result<()> {
         let agent = self.agent();
+        // A settings file broken meanwhile does not end the chat: the
+        // session goes on with its route (said below).
+        let current = crate::route::current(&self.ctx).await;
         if std::mem::take(&mut self.view.borrow_mut().released) {
             // Released by the predecessor: resuming the live agent owns
             // it, a running turn included (its route with it).
-            let (_, agent_options) = crate::route::current(&self.ctx, &self.config).await?;
             let params = ResumeParams {
                 session_id: agent.clone(),
-                agent_options,
+                agent_options: self.reopen_options(&current),
             };
             if AgentLoop::new(&self.ctx).resume(&params).await.is_ok() {
+                self.say_unreadable(&current).await;
                 return self.adopt_live(&agent).await;
             }
         }
@@ -330,20 +351,66 @@ impl App {
         }
         drop(listener);
         let was_running = self.view.borrow().running;
-        let (current, agent_options) = crate::route::current(&self.ctx, &self.config).await?;
         let params = ResumeParams {
             session_id: agent.clone(),
-            agent_options,
+            agent_options: self.reopen_options(&current),
         };
         let resumed = AgentLoop::new(&self.ctx).resume(&params).await?;
-        crate::route::after_resume(&self.ctx, &resumed.agent, &current).await?;
+        let started_on = self.view.borrow().route.clone();
+        let chosen = match crate::route::after_resume(
+            &self.ctx,
+            &resumed.agent,
+            &current,
+            Place::Chat,
+        )
+        .await
+        {
+            Ok(chosen) => chosen,
+            Err(e) => match started_on {
+                // The session never reached a model and the settings
+                // cannot be read: it goes on with the route it started
+                // on (its options above).
+                Some(route) if current.is_err() && e.code == code::INVALID_SETTINGS => Provenance {
+                    route,
+                    chosen: "chosen by this chat when it started the session".to_owned(),
+                    advice: String::new(),
+                    effort_chosen: None,
+                }
+                .in_chat(),
+                _ => return Err(e),
+            },
+        };
         self.switch_to(resumed.agent);
+        self.chosen = Some(chosen.in_chat());
+        self.say_unreadable(&current).await;
         if was_running {
             self.notice(Tone::Dim, "(the reload ended the running turn)")
                 .await;
         }
         self.redraw().await;
         Ok(())
+    }
+
+    /// Says why the selection could not be read, when it could not: the
+    /// session goes on with its route.
+    async fn say_unreadable(&self, current: &Result<CurrentSelection>) {
+        if let Err(e) = current {
+            let text = format!(
+                "⚠ {}: {} (the session goes on with its route)",
+                e.code, e.message
+            );
+            self.notice(Tone::Dim, &text).await;
+        }
+    }
+
+    /// The options a reload resumes the session with: the selection's, or,
+    /// when the settings cannot be read, the route the session started on
+    /// (the log's, if it names one, is selected after the resume).
+    fn reopen_options(&self, current: &Result<CurrentSelection>) -> AgentOptions {
+        match (current, &self.view.borrow().route) {
+            (Err(_), Some(route)) => route.agent_options(self.config.max_tokens),
+            _ => crate::route::for_resume(current, &self.config),
+        }
     }
 
     /// The agent outlived the reload (an agent-loop that does not dispose
@@ -359,11 +426,11 @@ impl App {
         Ok(())
     }
 
-    async fn new_session(&mut self, cwd: &str) -> Result<()> {
-        let (agent_options, route) = crate::route::for_new(&self.ctx, &self.config).await?;
+    async fn new_session(&mut self, cwd: &str, place: Place) -> Result<()> {
+        let start = crate::route::for_new(&self.ctx, &self.config, place).await?;
         let params = CreateParams {
             session_id: None,
-            agent_options,
+            agent_options: start.options,
             meta: Some(CreateMeta {
                 cwd: Some(cwd.to_owned()),
                 ..CreateMeta::default()
@@ -371,29 +438,59 @@ impl App {
         };
         let created = AgentLoop::new(&self.ctx).create(&params).await?;
         self.switch_to(created.agent);
+        let route = start.chosen.route.clone();
+        self.view.borrow_mut().route = Some(route.clone());
+        self.chosen = Some(start.chosen.in_chat());
         let banner = format!(
             "dsh chat · {} · {}   /help for commands · Ctrl-D exits\n",
             route.model, route.provider
         );
         self.notice(Tone::Dim, &banner).await;
+        if let Some(note) = start.notice {
+            if !std::mem::replace(&mut self.view.borrow_mut().override_said, true) {
+                self.notice(Tone::Dim, &note).await;
+            }
+        }
         Ok(())
     }
 
-    async fn resume(&mut self, id: &str) -> Result<()> {
+    /// Resumes stored session `id`. When its route cannot be used (no
+    /// adapter serves it), the agent the resume made is disposed again, so
+    /// the session is not left live and locked to this chat.
+    async fn resume(&mut self, id: &str, place: Place) -> Result<()> {
         // A colliding folder key must never yield another directory's
         // session: its header names the directory it belongs to.
         let cwd = self.host.info().await?.cwd.unwrap_or_else(|| "/".into());
         SessionPersistence::new(&self.ctx)
             .resumable_from(id, &cwd)
             .await?;
-        let (current, agent_options) = crate::route::current(&self.ctx, &self.config).await?;
+        let current = crate::route::current(&self.ctx).await;
         let params = ResumeParams {
             session_id: id.to_owned(),
-            agent_options,
+            agent_options: crate::route::for_resume(&current, &self.config),
         };
+        let was_live = id == self.agent();
         let resumed = AgentLoop::new(&self.ctx).resume(&params).await?;
-        crate::route::after_resume(&self.ctx, &resumed.agent, &current).await?;
+        let chosen =
+            match crate::route::after_resume(&self.ctx, &resumed.agent, &current, place).await {
+                Ok(chosen) => chosen,
+                Err(e) => {
+                    if !was_live {
+                        let _ = Agents::new(&self.ctx).dispose(&resumed.agent).await;
+                    }
+                    return Err(e);
+                }
+            };
         self.switch_to(resumed.agent.clone());
+        self.view.borrow_mut().route = Some(chosen.route.clone());
+        self.chosen = Some(chosen.in_chat());
+        if let Err(e) = &current {
+            let text = format!(
+                "⚠ {}: {} (the session goes on with the route its log names)",
+                e.code, e.message
+            );
+            self.notice(Tone::Dim, &text).await;
+        }
         let events = Sessions::new(&self.ctx).events(&resumed.agent, 0).await?;
         self.notice(
             Tone::Dim,
@@ -545,7 +642,7 @@ impl App {
                 self.asking = None;
                 self.queued_approvals.clear();
                 let reason = done.map(|idle| idle.reason);
-                let out = match reason {
+                let out = match &reason {
                     Ok(reason) => self.view.borrow_mut().renderer.turn_end(reason.as_ref()),
                     Err(e) => {
                         let theme = self.view.borrow().renderer.theme;
@@ -554,6 +651,11 @@ impl App {
                     }
                 };
                 self.show(&out).await;
+                if let Ok(Some(TurnEndReason::Error { error })) = &reason {
+                    if follows_from_route(error) {
+                        self.say_route(&agent).await;
+                    }
+                }
                 let _ = Sessions::new(&self.ctx).flush(&self.agent()).await;
             }
             Msg::Approval(request, reply) => {
@@ -575,6 +677,32 @@ impl App {
                 }
             }
         }
+    }
+
+    /// After a failure that follows from the route (no key, no adapter, a
+    /// model the server does not know): who chose the route the request
+    /// went to, and `/model` to change it.
+    async fn say_route(&self, agent: &str) {
+        let logged = Sessions::new(&self.ctx)
+            .request_context(agent)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|c| RequestContext::deserialize(&c).ok())
+            .map(|c| ModelSelection::new(c.provider, c.model));
+        let text = match (&self.chosen, logged) {
+            (Some(chosen), Some(route)) if !chosen.route.same_route(&route) => format!(
+                "(route {}, switched in this session; `/model <route> <model>` switches it)",
+                route.route()
+            ),
+            (Some(chosen), _) => format!("({})", chosen.explain()),
+            (None, Some(route)) => format!(
+                "(route {}; `/model <route> <model>` switches it)",
+                route.route()
+            ),
+            (None, None) => return,
+        };
+        self.notice(Tone::Dim, &text).await;
     }
 
     /// Keeps the tool calls seen (an approval prompt shows the call's
@@ -868,7 +996,7 @@ impl App {
             "sessions" => self.command_sessions().await,
             "resume" => match rest {
                 "" => Err(Error::msg("/resume needs a session id (see /sessions)")),
-                id => self.resume(id).await.map(|()| String::new()),
+                id => self.resume(id, Place::Chat).await.map(|()| String::new()),
             },
             "fork" => self.command_fork().await,
             "plugins" => self.command_plugins().await,
@@ -883,7 +1011,7 @@ impl App {
     async fn command_new(&mut self) -> Result<String> {
         let _ = Sessions::new(&self.ctx).flush(&self.agent()).await;
         let cwd = self.host.info().await?.cwd.unwrap_or_else(|| "/".into());
-        self.new_session(&cwd).await?;
+        self.new_session(&cwd, Place::Chat).await?;
         Ok(String::new())
     }
 
@@ -922,7 +1050,7 @@ impl App {
                 boundary: None,
             })
             .await?;
-        self.resume(&forked.id).await?;
+        self.resume(&forked.id, Place::Chat).await?;
         Ok(format!("forked {source} into {}", forked.id))
     }
 

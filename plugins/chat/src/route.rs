@@ -3,33 +3,60 @@
 //! user's `settings.yaml`, this run's `--model`); a resumed one keeps the
 //! route its log names, unless the run has a `--model`
 //! (`dsh_sdk::api::agent_default_model`). Either is checked to be served
-//! before the session goes on.
+//! before the session goes on, and who chose it is kept
+//! ([`Provenance`]) for the messages about it.
 
 use dsh_sdk::api::agent_default_model::{
-    ensure_served, resume_route, AgentDefaultModel, CurrentSelection, ModelSelection,
+    ensure_served, resume_options, resume_route, AgentDefaultModel, CurrentSelection, Place,
+    Provenance,
 };
 use dsh_sdk::api::agent_loop::AgentOptions;
 use dsh_sdk::prelude::*;
 
 use crate::Config;
 
-/// The selection in force now and the options an agent gets from it.
-pub async fn current(ctx: &Context, config: &Config) -> Result<(CurrentSelection, AgentOptions)> {
-    let current = AgentDefaultModel::new(ctx).current_selection().await?;
-    let options = current.selection.agent_options(config.max_tokens);
-    Ok((current, options))
+/// The selection in force now, or why it cannot be read.
+pub async fn current(ctx: &Context) -> Result<CurrentSelection> {
+    AgentDefaultModel::new(ctx).current_selection().await
 }
 
-/// For a new session: the options, once a route serves the selection; and
-/// the selection (for the banner).
-pub async fn for_new(ctx: &Context, config: &Config) -> Result<(AgentOptions, ModelSelection)> {
-    let (current, options) = current(ctx, config).await?;
-    ensure_served(ctx, &current.selection, &current.origin()).await?;
-    Ok((options, current.selection))
+/// A new session's start: its options, who chose its route, and the line
+/// to say when the user's settings override a patched row.
+pub struct NewStart {
+    /// The agent's options.
+    pub options: AgentOptions,
+    /// Who chose the route.
+    pub chosen: Provenance,
+    /// [`CurrentSelection::override_notice`].
+    pub notice: Option<String>,
+}
+
+/// For a new session: the options, once a route serves the selection (and
+/// offers its effort). `place` decides the advice of a refusal.
+pub async fn for_new(ctx: &Context, config: &Config, place: Place) -> Result<NewStart> {
+    let current = current(ctx).await?;
+    let chosen = current.provenance(place);
+    ensure_served(ctx, &chosen).await?;
+    Ok(NewStart {
+        options: current.selection.agent_options(config.max_tokens),
+        chosen,
+        notice: current.override_notice(),
+    })
+}
+
+/// The options to resume a session with on `current` (without a route when
+/// the settings cannot be read: the log's is selected after).
+pub fn for_resume(current: &Result<CurrentSelection>, config: &Config) -> AgentOptions {
+    resume_options(current, config.max_tokens)
 }
 
 /// After `agentLoop.resume` of `agent` on `current`: the log's route kept
-/// (or `--model`'s), checked to be served.
-pub async fn after_resume(ctx: &Context, agent: &str, current: &CurrentSelection) -> Result<()> {
-    resume_route(ctx, agent, current).await.map(drop)
+/// (or `--model`'s), checked to be served; who chose it.
+pub async fn after_resume(
+    ctx: &Context,
+    agent: &str,
+    current: &Result<CurrentSelection>,
+    place: Place,
+) -> Result<Provenance> {
+    resume_route(ctx, agent, current, place).await
 }

@@ -3,16 +3,21 @@
 //! `request/context`); with a model, switches to it on the current
 //! provider (a session that has not reached a model yet: the default
 //! selection's); with a provider and a model, to that route. The provider
-//! must be registered with `llm`; the switch is `agents.selectModel`, in
-//! force from the agent's next step, and is saved as the default of later
-//! sessions (`agentDefaultModel.saveSelection`, `$DSH_HOME/settings.yaml`)
-//! as the original's model picker saves it. Without an
-//! `agent-default-model` row the switch is the live agent's alone.
+//! must be registered with `llm`, and the model known to it
+//! (`llm.resolveModelInfo`: a model the route's catalog does not list and
+//! whose window nothing states, `contextSource` `default`, is refused, so
+//! a typo is neither switched to nor saved); the switch is
+//! `agents.selectModel`, in force from the agent's next step, and is saved
+//! as the default of later sessions (`agentDefaultModel.saveSelection`,
+//! `$DSH_HOME/settings.yaml`) as the original's model picker saves it,
+//! keeping a saved `reasoningEffort` when the route stays the same.
+//! Without an `agent-default-model` row the switch is the live agent's
+//! alone.
 
-use dsh_sdk::api::agent_default_model::{AgentDefaultModel, ModelSelection};
+use dsh_sdk::api::agent_default_model::{AgentDefaultModel, ModelSelection, SaveSelectionParams};
 use dsh_sdk::api::agents::{Agents, SelectModelParams};
 use dsh_sdk::api::commands::{CommandResult, RunParams};
-use dsh_sdk::api::llm::Llm;
+use dsh_sdk::api::llm::{ContextSource, Llm};
 use dsh_sdk::api::sessions::Sessions;
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::records::RequestContext;
@@ -46,12 +51,16 @@ pub async fn run(ctx: &Context, registry: &Registry, inv: &RunParams) -> Result<
         ([provider, model], _) => ((*provider).to_owned(), (*model).to_owned()),
         _ => return Ok(CommandResult::error(USAGE)),
     };
-    let providers = Llm::new(ctx).providers().await?;
+    let llm = Llm::new(ctx);
+    let providers = llm.providers().await?;
     if !providers.contains(&provider) {
         return Ok(CommandResult::error(format!(
             "unknown provider \"{provider}\" (available: {})",
             providers.join(", ")
         )));
+    }
+    if let Some(why) = unknown_model(&llm, &provider, &model).await {
+        return Ok(CommandResult::error(why));
     }
     Agents::new(ctx)
         .select_model(&SelectModelParams {
@@ -65,21 +74,43 @@ pub async fn run(ctx: &Context, registry: &Registry, inv: &RunParams) -> Result<
         .borrow_mut()
         .selections
         .insert(inv.agent.clone(), (provider.clone(), model.clone()));
-    let selection = ModelSelection::new(provider, model);
-    Ok(
-        match AgentDefaultModel::new(ctx).save_selection(&selection).await {
-            Ok(saved) => CommandResult::success(format!(
-                "{switched}; saved as the default of new sessions ({})",
-                saved.settings_file
-            )),
-            // No `agent-default-model` row: the live agent's choice alone.
-            Err(e) if e.code == codes::SERVICE_UNAVAILABLE => CommandResult::success(switched),
-            Err(e) => CommandResult::error(format!(
-                "{switched}, but it was not saved as the default: {}: {}",
-                e.code, e.message
-            )),
-        },
-    )
+    let params = SaveSelectionParams {
+        selection: ModelSelection::new(provider, model),
+        keep_reasoning_effort: true,
+    };
+    Ok(match AgentDefaultModel::new(ctx).save(&params).await {
+        Ok(saved) => CommandResult::success(format!(
+            "{switched}; saved as the default of new sessions ({})",
+            saved.settings_file
+        )),
+        // No `agent-default-model` row: the live agent's choice alone.
+        Err(e) if e.code == codes::SERVICE_UNAVAILABLE => CommandResult::success(switched),
+        Err(e) => CommandResult::error(format!(
+            "{switched}, but it was not saved as the default: {}: {}",
+            e.code, e.message
+        )),
+    })
+}
+
+/// Why `model` is not one route `provider` knows, if it is not: the
+/// route's catalog does not list it and nothing states its window (the
+/// adapter answers `contextSource` `default`), or the route cannot say
+/// (its metadata lookup fails). Nothing is switched or saved then.
+async fn unknown_model(llm: &Llm, provider: &str, model: &str) -> Option<String> {
+    match llm.resolve_model_info(provider, model).await {
+        Ok(info) if info.context_source == Some(ContextSource::Default) => Some(format!(
+            "the route \"{provider}\" does not know the model \"{model}\": its catalog does not \
+             list it and its server states no window for it. Nothing was switched or saved. \
+             Check the id; a model the server does serve goes in the route's `models` (with \
+             its contextWindow)"
+        )),
+        Ok(_) => None,
+        Err(e) => Some(format!(
+            "the route \"{provider}\" cannot say whether it serves the model \"{model}\" ({}: {}); \
+             nothing was switched or saved",
+            e.code, e.message
+        )),
+    }
 }
 
 /// The provider of the default selection (what a session that has not

@@ -1,8 +1,12 @@
 //! `/status`: the tokens of the session so far — the `usage` of every
 //! `assistant/message` summed (the adapter's `inputTokens` are the uncached
-//! input, `cacheReadTokens` the cached input, `outputTokens` the output) —
-//! and their cost from [`crate::prices`], per model; "cost unknown" when a
-//! model that answered has no price. When a `compaction` service answers
+//! input, `cacheReadTokens` the cached input, `cacheWriteTokens` the input
+//! written to the cache (Anthropic's, a bucket of its own), `outputTokens`
+//! the output) — and their cost from [`crate::prices`], per model; "cost
+//! unknown" when a model that answered has no price. The table has no
+//! price for cache writes: they are priced as cache misses (input not read
+//! from the cache), which is what DeepSeek, the table's one provider,
+//! charges for them. When a `compaction` service answers
 //! `measure` for the agent, a third line gives the context the next request
 //! would use, against the model's window and the compaction threshold, and
 //! where the window came from (the config, the adapter's catalog, the
@@ -28,6 +32,8 @@ pub struct Usage {
     pub output_tokens: u64,
     /// Cached input tokens.
     pub cache_read_tokens: u64,
+    /// Input tokens written to the cache (not counted in the others).
+    pub cache_write_tokens: u64,
 }
 
 impl From<&TokenUsage> for Usage {
@@ -36,6 +42,7 @@ impl From<&TokenUsage> for Usage {
             input_tokens: u.input_tokens,
             output_tokens: u.output_tokens,
             cache_read_tokens: u.cache_read_tokens.unwrap_or(0),
+            cache_write_tokens: u.cache_write_tokens.unwrap_or(0),
         }
     }
 }
@@ -49,6 +56,9 @@ impl Usage {
         self.cache_read_tokens = self
             .cache_read_tokens
             .saturating_add(other.cache_read_tokens);
+        self.cache_write_tokens = self
+            .cache_write_tokens
+            .saturating_add(other.cache_write_tokens);
     }
 }
 
@@ -92,9 +102,17 @@ pub fn render(t: &Totals) -> String {
     for u in t.by_model.values() {
         all.add(*u);
     }
-    let input = all.input_tokens.saturating_add(all.cache_read_tokens);
+    let input = all
+        .input_tokens
+        .saturating_add(all.cache_read_tokens)
+        .saturating_add(all.cache_write_tokens);
+    // Said only when a route reported any (only Anthropic's does).
+    let writes = match all.cache_write_tokens {
+        0 => String::new(),
+        n => format!(", {n} cache write"),
+    };
     let tokens = format!(
-        "tokens: {input} in ({} cache hit, {} cache miss), {} out, over {} model answer{}",
+        "tokens: {input} in ({} cache hit{writes}, {} cache miss), {} out, over {} model answer{}",
         all.cache_read_tokens,
         all.input_tokens,
         all.output_tokens,
@@ -120,7 +138,9 @@ fn cost(t: &Totals) -> String {
         .by_model
         .iter()
         .filter_map(|(m, u)| {
-            prices::of(m).map(|p| p.cost(u.input_tokens, u.cache_read_tokens, u.output_tokens))
+            // A cache write is input not read from the cache: a miss.
+            let miss = u.input_tokens.saturating_add(u.cache_write_tokens);
+            prices::of(m).map(|p| p.cost(miss, u.cache_read_tokens, u.output_tokens))
         })
         .fold(0.0, |a, b| a + b);
     format!("cost: ${dollars:.6}")
@@ -202,6 +222,38 @@ mod tests {
             text,
             "tokens: 1000020 in (8 cache hit, 1000012 cache miss), 5 out, over 2 model answers\ncost: $0.280006"
         );
+    }
+
+    #[test]
+    fn cache_writes_are_shown_counted_in_the_input_and_priced() {
+        let events = [
+            answer(
+                "deepseek-chat",
+                json!({"inputTokens": 12, "outputTokens": 5, "cacheReadTokens": 8,
+                       "cacheWriteTokens": 1000000}),
+            ),
+            answer(
+                "claude-sonnet-4-5",
+                json!({"inputTokens": 3, "outputTokens": 1, "cacheWriteTokens": 7}),
+            ),
+        ];
+        let t = totals(&events).unwrap();
+        assert_eq!(t.by_model["claude-sonnet-4-5"].cache_write_tokens, 7);
+        assert_eq!(
+            render(&t).lines().next().unwrap(),
+            "tokens: 1000030 in (8 cache hit, 1000007 cache write, 15 cache miss), 6 out, over 2 model answers"
+        );
+        // Priced as misses: a million written tokens cost what a million
+        // uncached ones do.
+        let deepseek = Totals {
+            by_model: t
+                .by_model
+                .into_iter()
+                .filter(|(m, _)| m == "deepseek-chat")
+                .collect(),
+            answers: 1,
+        };
+        assert_eq!(render(&deepseek).lines().last().unwrap(), "cost: $0.280006");
     }
 
     #[test]

@@ -24,8 +24,9 @@ pub struct Config {
     /// The share of the window a summary may take (its output cap).
     pub summary_share: f64,
     /// The share of the window one item may take: a tool result (the
-    /// `maxResultBytes` each call gets, and what pruning keeps of an
-    /// oversized one), or a message a request that cannot fit cuts.
+    /// `maxResultTokens` the calls of one answer share, and what pruning
+    /// keeps of an oversized one), or a message a request that cannot fit
+    /// cuts.
     pub result_share: f64,
     /// Further compactions when one leaves the context above threshold.
     pub compaction_retries: u32,

@@ -133,17 +133,15 @@ impl Engine {
     }
 
     /// The context window of a route, asked once per route until the
-    /// adapters change; a route that cannot say is warned about once and
-    /// left alone (no automatic compaction for it).
+    /// adapters change or the route overflows ([`Engine::relearn_window`]);
+    /// a route that cannot say is warned about once and left alone (no
+    /// automatic compaction for it).
     async fn window(&self, route: &(String, String)) -> Result<Option<u64>> {
         if let Some(w) = self.windows.borrow().get(route) {
             return Ok(*w);
         }
-        let window = match Llm::new(&self.ctx)
-            .resolve_model_info(&route.0, &route.1)
-            .await
-        {
-            Ok(info) => info.context.map(|c| c.context_window),
+        let window = match self.ask_window(route).await {
+            Ok(window) => window,
             Err(e) => {
                 dsh_sdk::tracing::warn!(
                     "compaction: no context window for {}/{}: {e}; it is not compacted automatically",
@@ -155,6 +153,45 @@ impl Engine {
         };
         self.windows.borrow_mut().insert(route.clone(), window);
         Ok(window)
+    }
+
+    /// The window `llm.resolveModelInfo` states for `route` now.
+    async fn ask_window(&self, route: &(String, String)) -> Result<Option<u64>> {
+        let info = Llm::new(&self.ctx)
+            .resolve_model_info(&route.0, &route.1)
+            .await?;
+        Ok(info.context.map(|c| c.context_window))
+    }
+
+    /// After `CONTEXT_WINDOW_EXCEEDED` on `route`: its window is asked
+    /// again, once, since the server may run with another one now (a
+    /// llama.cpp restarted with a smaller `-c`, an Ollama model loaded with
+    /// another `num_ctx`), and the adapter learns it again. A route that
+    /// cannot say now keeps the figure known.
+    async fn relearn_window(&self, route: &(String, String)) {
+        let known = self.windows.borrow().get(route).copied().flatten();
+        let window = match self.ask_window(route).await {
+            Ok(Some(w)) => Some(w),
+            Ok(None) => known,
+            Err(e) => {
+                dsh_sdk::tracing::warn!(
+                    "compaction: the window of {}/{} was not asked again after an overflow: {e}",
+                    route.0,
+                    route.1
+                );
+                known
+            }
+        };
+        if window != known {
+            dsh_sdk::tracing::info!(
+                "compaction: the context window of {}/{} is now {} tokens (was {})",
+                route.0,
+                route.1,
+                window.map_or("unknown".to_owned(), |w| w.to_string()),
+                known.map_or("unknown".to_owned(), |w| w.to_string()),
+            );
+        }
+        self.windows.borrow_mut().insert(route.clone(), window);
     }
 
     /// Forgets the windows asked so far (the adapters changed).
@@ -172,11 +209,15 @@ impl Engine {
     }
 
     /// The most estimated tokens of one tool result `agent`'s model should
-    /// be shown (`resultShare` of its window), once its window is known.
+    /// be shown, once its window is known: `resultShare` of the window for
+    /// the whole batch of calls the last answer made, split evenly among
+    /// them (the results of one answer all go into the next request, and
+    /// no summary shrinks them).
     pub async fn result_budget(&self, agent: &str) -> Result<Option<u64>> {
         self.sync(agent).await?;
         let window = self.agent_window(agent).await?;
-        Ok(window.map(|(_, w)| self.config.item_tokens(w)))
+        let batch = self.with_meter(agent, Meter::last_batch);
+        Ok(window.map(|(_, w)| (self.config.item_tokens(w) / batch).max(1)))
     }
 
     /// `measure`.
@@ -245,20 +286,32 @@ impl Engine {
         if !over(self) {
             return Ok(None);
         }
+        let item = self.config.item_tokens(window);
+        // A system prompt and tools that alone leave no room: no summary
+        // fits, and pruning would only shred results; the request's
+        // overflow says why ([`Engine::give_up`]).
+        let header = self.with_meter(agent, Meter::header_tokens);
+        if oversized::leaves_no_room(window, item, header) {
+            return Ok(None);
+        }
         // Old results first (over the pruner's threshold or their share of
         // the window), then the newest ones the model has not read yet, when
         // over their share: before anything is summarized.
-        let item = Some(self.config.item_tokens(window));
         let keep_from = self.with_meter(agent, Meter::unanswered_from);
-        self.prune(agent, keep_from, item).await?;
+        self.prune(agent, keep_from, Some(item)).await?;
         if !over(self) {
             return Ok(None);
         }
         if keep_from.is_some() {
-            self.prune(agent, None, item).await?;
+            self.prune(agent, None, Some(item)).await?;
             if !over(self) {
                 return Ok(None);
             }
+        }
+        // The newest batch no summary shrinks: together within one
+        // item's share.
+        if self.prune_batch(agent, item).await? && !over(self) {
+            return Ok(None);
         }
         let mut result = None;
         for _ in 0..=self.config.compaction_retries {
@@ -306,17 +359,29 @@ impl Engine {
             spent
         };
         self.sync(agent).await?;
-        if spent {
+        // The server may run with another window than the one known: it is
+        // asked again before recovery sizes anything by it.
+        if let Some(route) = self.with_meter(agent, Meter::current_route) {
+            self.relearn_window(&route).await;
+        }
+        let window = self.agent_window(agent).await?.map(|(_, w)| w);
+        let item = window.map(|w| self.config.item_tokens(w));
+        // A system prompt and tools that alone leave no room: neither
+        // pruning nor a summary can help (nor be sent).
+        let header = self.with_meter(agent, Meter::header_tokens);
+        let no_room = window
+            .zip(item)
+            .is_some_and(|(w, i)| oversized::leaves_no_room(w, i, header));
+        if spent || no_room {
             return self.give_up(agent, server).await;
         }
         let generation = self.with_meter(agent, |m| m.replace_generation);
-        let item = self
-            .agent_window(agent)
-            .await?
-            .map(|(_, w)| self.config.item_tokens(w));
         let outcome = async {
             // A prune that changed anything has synced the meter.
             self.prune(agent, None, item).await?;
+            if let Some(item) = item {
+                self.prune_batch(agent, item).await?;
+            }
             if let Some(cut) = self.with_meter(agent, |m| m.select(0)) {
                 self.compact(agent, cut, Some(turn), None, None, None)
                     .await?;
@@ -361,7 +426,11 @@ impl Engine {
             tokens: window,
             item_tokens: self.config.item_tokens(window),
         };
-        if let Some(item) = largest.filter(|i| i.tokens > window.item_tokens) {
+        // When the system prompt and tools alone leave no room, that is
+        // the error: cutting a message would not make the next request
+        // fit, and the message is kept whole for a larger window.
+        let over_share = largest.filter(|i| i.tokens > window.item_tokens);
+        if let Some(item) = over_share.filter(|_| !window.leaves_no_room(header)) {
             if let Some(events) = oversized::cut(&log, item, window.item_tokens)? {
                 Sessions::new(&self.ctx).append_many(agent, events).await?;
                 self.sync(agent).await?;
@@ -396,6 +465,20 @@ impl Engine {
             .await?;
         Sessions::new(&self.ctx).flush(&p.agent).await?;
         Ok(Some(result))
+    }
+
+    /// Prunes the results of the newest batch (after the last answer) when
+    /// together they are over `budget`, each to an even part of it
+    /// ([`Meter::batch_share`]); true when it pruned. The pruner's pass
+    /// applies the part to every result: the older ones are no more
+    /// precious than the newest.
+    async fn prune_batch(&self, agent: &str, budget: u64) -> Result<bool> {
+        let Some(share) = self.with_meter(agent, |m| m.batch_share(budget)) else {
+            return Ok(false);
+        };
+        let generation = self.with_meter(agent, |m| m.replace_generation);
+        self.prune(agent, None, Some(share)).await?;
+        Ok(self.with_meter(agent, |m| m.replace_generation) > generation)
     }
 
     /// The pruner's pass, when one is loaded: the results before
@@ -495,6 +578,11 @@ impl Engine {
         let (max_tokens, summarized) = self.summarize(request, messages).await?;
         let outcome = match summarized {
             Ok(s) => {
+                if s.truncated {
+                    dsh_sdk::tracing::warn!(
+                        "compaction of {agent}: the summary reached its output cap of {max_tokens} tokens; it is kept, marked as cut"
+                    );
+                }
                 let checkpoint = txn.checkpoint(&s.summary);
                 let framed = tokens::of_typed_message(&checkpoint);
                 if framed >= shadowed_tokens {

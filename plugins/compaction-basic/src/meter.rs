@@ -29,6 +29,8 @@ pub struct Node {
     delta: i64,
     /// An assistant answer.
     answer: bool,
+    /// A tool result.
+    result: bool,
 }
 
 /// The measure at the last answer: the provider's usage (or the estimate
@@ -104,8 +106,8 @@ impl Meter {
         Ok(())
     }
 
-    /// The estimate of the header in force.
-    fn header_tokens(&self) -> u64 {
+    /// The estimate of the header in force (its system prompt and tools).
+    pub fn header_tokens(&self) -> u64 {
         self.header.as_ref().map_or(0, |(_, t)| *t)
     }
 
@@ -121,6 +123,7 @@ impl Meter {
                 _ => 0,
             },
             answer: surfaced.answer,
+            result: e.kind == event::TOOL_RESULT,
         };
         match e.surface_op.as_ref().and_then(replace_range) {
             Some((start, end)) => self.replace(start, end, node)?,
@@ -193,15 +196,16 @@ impl Meter {
         }
     }
 
-    /// The route requests go to: the last answer's, else the one of the
-    /// request header in force (a first request that failed).
+    /// The route requests go to: the one of the request header in force
+    /// (the last request's, which may have failed: a first request, or the
+    /// first after a switch to another model), else the last answer's.
     pub fn current_route(&self) -> Option<(String, String)> {
-        self.route.clone().or_else(|| {
-            let (header, _) = self.header.as_ref()?;
+        let header = self.header.as_ref().and_then(|(header, _)| {
             let c = &header.config;
             (!c.provider.is_empty() && !c.model.is_empty())
                 .then(|| (c.provider.clone(), c.model.clone()))
-        })
+        });
+        header.or_else(|| self.route.clone())
     }
 
     /// The estimated tokens of the history alone.
@@ -220,6 +224,29 @@ impl Meter {
     pub fn unanswered_from(&self) -> Option<u64> {
         let last_answer = self.nodes.iter().rposition(|n| n.answer)?;
         self.nodes.get(last_answer + 1).map(|n| n.seq)
+    }
+
+    /// How many tool calls the last answer made (at least 1): the batch
+    /// whose results come next share what one result may take.
+    pub fn last_batch(&self) -> u64 {
+        self.nodes
+            .iter()
+            .rev()
+            .find(|n| n.answer)
+            .map_or(1, |n| n.delta.max(1).unsigned_abs())
+    }
+
+    /// What each of the results after the last answer (the newest batch,
+    /// which no summary shrinks: it is never parted from its call) may
+    /// keep so that together they take at most `budget` estimated tokens.
+    /// `None` when they already do, or there are fewer than two.
+    pub fn batch_share(&self, budget: u64) -> Option<u64> {
+        let from = self.nodes.iter().rposition(|n| n.answer)? + 1;
+        let results = self.nodes[from..].iter().filter(|n| n.result);
+        let (count, total) = results.fold((0u64, 0u64), |(c, t), n| {
+            (c + 1, t.saturating_add(n.tokens))
+        });
+        (count > 1 && total > budget).then(|| (budget / count).max(1))
     }
 
     /// The first node of the most recent `retain` tokens (the whole
@@ -350,6 +377,19 @@ mod tests {
         // The same header logged again (a resume) keeps the usage good.
         m.fold(with_header(tail(vec![], 13), 12, "short")).unwrap();
         assert_eq!(m.total(), (5100, Baseline::Usage));
+        // Requests go to the header's route: the last request's, which may
+        // not have been answered yet (another model).
+        let route = |p: &str, m: &str| Some((p.to_owned(), m.to_owned()));
+        assert_eq!(m.current_route(), route("p", "m"));
+        let mut t = tail(vec![], 15);
+        t.request_header = Some(HeaderAt {
+            seq: 14,
+            header: json!({"config": {"provider": "p", "model": "m2"}, "system": "short"}),
+        });
+        m.fold(t).unwrap();
+        assert_eq!(m.current_route(), route("p", "m2"));
+        assert_eq!(m.route, route("p", "m"));
+        assert_eq!(Meter::default().current_route(), None);
     }
 
     #[test]
@@ -428,6 +468,38 @@ mod tests {
         let err = m.fold(tail(vec![bad], 5)).unwrap_err();
         assert!(err.contains("session event 4 (assistant/message)"), "{err}");
         assert!(m.nodes().is_empty());
+    }
+
+    #[test]
+    fn the_newest_batch_shares_one_results_budget() {
+        let mut m = Meter::default();
+        assert_eq!(m.last_batch(), 1);
+        m.fold(tail(
+            vec![
+                user(0, "q"),
+                answer(1, &["c1", "c2", "c3"], None),
+                result(2, "c1"),
+                result(3, "c2"),
+            ],
+            4,
+        ))
+        .unwrap();
+        // Three calls: each of their results gets a third.
+        assert_eq!(m.last_batch(), 3);
+        // Two results so far, `each` tokens: together within twice that,
+        // over one less (each may then keep half of it).
+        let each = m.nodes()[2].tokens;
+        assert_eq!(m.batch_share(2 * each), None);
+        assert_eq!(m.batch_share(2 * each - 1), Some((2 * each - 1) / 2));
+        assert_eq!(m.batch_share(1), Some(1));
+        // A lone result is never shared out.
+        m.fold(tail(vec![answer(4, &["c4"], None), result(5, "c4")], 6))
+            .unwrap();
+        assert_eq!(m.last_batch(), 1);
+        assert_eq!(m.batch_share(1), None);
+        // An answer without calls: a batch of one, and no results after it.
+        m.fold(tail(vec![answer(6, &[], None)], 7)).unwrap();
+        assert_eq!((m.last_batch(), m.batch_share(1)), (1, None));
     }
 
     #[test]

@@ -38,6 +38,21 @@ pub struct Window<'a> {
     pub item_tokens: u64,
 }
 
+impl Window<'_> {
+    /// [`leaves_no_room`] in this window.
+    pub fn leaves_no_room(&self, header: u64) -> bool {
+        leaves_no_room(self.tokens, self.item_tokens, header)
+    }
+}
+
+/// Whether a request header of `header` estimated tokens (the system
+/// prompt and the tool descriptions) leaves the conversation no room in a
+/// window of `window` tokens: it takes all of it but one item's share
+/// (`item_tokens`).
+pub fn leaves_no_room(window: u64, item_tokens: u64, header: u64) -> bool {
+    header >= window.saturating_sub(item_tokens)
+}
+
 /// One surface item, priced.
 #[derive(Debug, Clone)]
 pub struct Item {
@@ -189,9 +204,8 @@ pub fn plain_error(
     largest: Option<&Item>,
     server: &str,
 ) -> Error {
-    let room = window.tokens.saturating_sub(window.item_tokens);
     let (route, tokens) = (window.route, window.tokens);
-    let message = if header >= room {
+    let message = if window.leaves_no_room(header) {
         format!(
             "the request does not fit the context window of {}/{} ({tokens} tokens): the system prompt and the tool descriptions alone are about {header} tokens, leaving no room for the conversation. Use a model with a larger window (if the server's window is larger than {tokens}, set `contextWindow` in the route's `models`), or load fewer tools.",
             route.0, route.1
@@ -282,6 +296,11 @@ mod tests {
         let e = plain_error(window(), 100, 3000, items.first(), "too long");
         assert!(e.message.contains("may be smaller than 4096"), "{e}");
         assert!(e.message.ends_with("(The server said: too long)"), "{e}");
+        assert!(window().leaves_no_room(3072) && !window().leaves_no_room(3071));
+        // A window of 1 token leaves none to anything; a huge one does not
+        // overflow.
+        assert!(leaves_no_room(1, 1, 0));
+        assert!(!leaves_no_room(u64::MAX, u64::MAX / 4, u64::MAX / 2));
         let e = plain_error(window(), 3500, 5000, None, "");
         assert!(
             e.message.contains(

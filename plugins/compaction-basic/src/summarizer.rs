@@ -89,6 +89,9 @@ pub struct Summary {
     pub raw_output: Vec<ContentBlock>,
     /// The call's usage, if reported.
     pub usage: Option<TokenUsage>,
+    /// The answer stopped at its output cap (the summary ends with
+    /// [`truncated_note`]).
+    pub truncated: bool,
 }
 
 /// The final user message: the instruction, and the user's focus (what
@@ -130,8 +133,9 @@ fn call_config(input: &Input<'_>) -> Result<Map<String, Value>> {
     }
 }
 
-/// Runs the summary request; a failed, truncated or empty answer is an
-/// error with the model's code and message.
+/// Runs the summary request; a failed or empty answer is an error with the
+/// model's code and message. An answer cut at its output cap is kept, with
+/// [`truncated_note`] after it.
 pub async fn summarize(ctx: &Context, input: Input<'_>) -> Result<Summary> {
     let config = call_config(&input)?;
     // `StreamRequest` carries tool schemas as the open JSON adapters read.
@@ -172,34 +176,50 @@ pub async fn summarize(ctx: &Context, input: Input<'_>) -> Result<Summary> {
                 format!("the summary request failed: {}", failure.message),
             ));
         }
-        FinishReason::MaxTokens => {
-            return Err(Error::new(
-                code::MAX_TOKENS,
-                "summarization truncated at the token cap (incomplete checkpoint)",
-            ))
-        }
-        FinishReason::Stop | FinishReason::ToolCalls => {}
+        FinishReason::MaxTokens | FinishReason::Stop | FinishReason::ToolCalls => {}
     }
+    let truncated = assembler.finish() == FinishReason::MaxTokens;
     let raw_output = assembler
         .blocks()
         .map_err(|e| Error::msg(format!("the summary answer cannot be assembled: {e}")))?;
-    let summary: Vec<ContentBlock> = raw_output
+    let mut summary: Vec<ContentBlock> = raw_output
         .iter()
         .filter(|b| matches!(b, ContentBlock::Text(_)))
         .cloned()
         .collect();
-    if !summary
+    let said = summary
         .iter()
         .filter_map(ContentBlock::as_text)
-        .any(|t| !t.trim().is_empty())
-    {
-        return Err(Error::msg("summarization produced no text summary content"));
+        .any(|t| !t.trim().is_empty());
+    match (said, truncated) {
+        (false, true) => {
+            return Err(Error::new(
+                code::MAX_TOKENS,
+                format!(
+                    "summarization reached its output cap of {} tokens before writing any text",
+                    input.max_tokens
+                ),
+            ))
+        }
+        (false, false) => return Err(Error::msg("summarization produced no text summary content")),
+        (true, true) => summary.push(ContentBlock::text(truncated_note(input.max_tokens))),
+        (true, false) => {}
     }
     Ok(Summary {
         summary,
         raw_output,
         usage: assembler.usage().cloned(),
+        truncated,
     })
+}
+
+/// Put after a summary cut at its output cap: the checkpoint is kept (a
+/// session whose every summary runs over its cap would otherwise never be
+/// compacted), and the model learns that its last sections may be missing.
+pub fn truncated_note(max_tokens: u64) -> String {
+    format!(
+        "\n\n[... this checkpoint was cut at its output cap of {max_tokens} tokens: its last sections may be missing ...]"
+    )
 }
 
 #[cfg(test)]

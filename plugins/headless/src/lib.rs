@@ -5,7 +5,9 @@
 //!
 //! App arguments: `[--output text|jsonl] [--resume <session-id> |
 //! --continue] task...` (`--continue`: the latest stored session of the
-//! current directory). The stored sessions (`dsh-host sessions ...`):
+//! current directory); any other `--option` is refused (a misplaced
+//! dsh-host option would otherwise become words of the task), unless it
+//! follows a literal `--`. The stored sessions (`dsh-host sessions ...`):
 //! `--list-sessions` (of the current directory), `--show-session <id>`,
 //! `--fork-session <id>` (prints the new id), `--remove-session <id>`.
 //!
@@ -21,7 +23,8 @@ mod stream;
 use std::rc::Rc;
 
 use dsh_sdk::api::agent_default_model::{
-    ensure_served, resume_route, route_moved, AgentDefaultModel,
+    ensure_served, follows_from_route, resume_options, resume_route, route_moved,
+    AgentDefaultModel, Place,
 };
 use dsh_sdk::api::agent_loop::{AgentLoop, CreateMeta, CreateParams, ResumeParams};
 use dsh_sdk::api::agents::Agents;
@@ -30,6 +33,7 @@ use dsh_sdk::api::session_persistence::SessionPersistence;
 use dsh_sdk::api::sessions::{SessionAppended, Sessions};
 use dsh_sdk::names::{bus, service};
 use dsh_sdk::prelude::*;
+use dsh_sdk::vocab::records::TurnEndReason;
 use dsh_sdk::vocab::Message;
 use serde::Deserialize;
 use serde_json::Value;
@@ -107,6 +111,7 @@ fn parse(args: &[String]) -> std::result::Result<Args, String> {
             "--resume" => out.resume = Some(id_after(a, &mut it)?),
             "--continue" => out.latest = true,
             "--" => words.extend(it.by_ref().cloned()),
+            option if looks_like_option(option) => return Err(unknown_option(option)),
             _ => words.push(a.clone()),
         }
     }
@@ -115,6 +120,28 @@ fn parse(args: &[String]) -> std::result::Result<Args, String> {
     }
     out.task = words.join(" ");
     Ok(out)
+}
+
+/// A word of the arguments that reads as an option (`--name` or
+/// `--name=value`), not as a word of the task.
+fn looks_like_option(word: &str) -> bool {
+    word.strip_prefix("--").is_some_and(|rest| {
+        let name = rest.split_once('=').map_or(rest, |(name, _)| name);
+        name.starts_with(|c: char| c.is_ascii_alphabetic())
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+    })
+}
+
+/// Why an option the app does not take is refused rather than sent to the
+/// model as words of the task (a misplaced `--model` would otherwise run
+/// the task on another route than asked).
+fn unknown_option(word: &str) -> String {
+    let name = word.split_once('=').map_or(word, |(name, _)| name);
+    format!(
+        "unknown option `{name}`: headless takes --output, --resume and --continue; a dsh-host \
+         option (--model, --profile, --patch...) goes before the task, and a task word that \
+         starts with `--` goes after a literal `--` (dsh-host \"the task\" -- {name})"
+    )
 }
 
 async fn print(ctx: &Context, text: &str) {
@@ -187,11 +214,24 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
     }
     // The model choice of every app; a new session starts on it only once
     // a route serves it (a bad `--model` leaves no empty session behind).
-    let current = AgentDefaultModel::new(&ctx).current_selection().await?;
+    // A resumed session goes on with its logged route even when the
+    // settings file cannot be read (said as a warning below).
+    let current = AgentDefaultModel::new(&ctx).current_selection().await;
+    let mut chosen = None;
     if resume.is_none() {
-        ensure_served(&ctx, &current.selection, &current.origin()).await?;
+        let current = current.as_ref().map_err(Clone::clone)?;
+        if let Some(note) = current.override_notice() {
+            eprint(
+                &ctx,
+                &format!("dsh: {}\n", dsh_sdk::terminal_text::sanitize(&note)),
+            )
+            .await;
+        }
+        let provenance = current.provenance(Place::CommandLine);
+        ensure_served(&ctx, &provenance).await?;
+        chosen = Some(provenance);
     }
-    let options = current.selection.agent_options(config.max_tokens);
+    let options = resume_options(&current, config.max_tokens);
     let loop_ = AgentLoop::new(&ctx);
     let created = match &resume {
         Some(id) => {
@@ -214,10 +254,27 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
         }
     };
     let agent = created.agent;
-    if resume.is_some() {
-        // The route its log names goes on, unless the run has a --model.
-        resume_route(&ctx, &agent, &current).await?;
-    }
+    let chosen = match chosen {
+        Some(chosen) => chosen,
+        None => {
+            // The route its log names goes on, unless the run has a --model.
+            let chosen = resume_route(&ctx, &agent, &current, Place::CommandLine).await?;
+            if let Err(e) = &current {
+                let warning = format!(
+                    "warning: {}: {} (the session goes on with the route its log names, {})",
+                    e.code,
+                    e.message,
+                    chosen.route.route()
+                );
+                eprint(
+                    &ctx,
+                    &format!("dsh: {}\n", dsh_sdk::terminal_text::sanitize(&warning)),
+                )
+                .await;
+            }
+            chosen
+        }
+    };
     let start = Sessions::new(&ctx).header(&agent).await?.seq;
     // Model and tool text is sanitized on a terminal, exact on a pipe.
     let stdout = Rc::new(Stdout::detect(&host).await);
@@ -283,7 +340,12 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
     if completed {
         return Ok(0);
     }
-    let (code, message) = outcome.failure();
+    let (code, mut message) = outcome.failure();
+    if let Some(TurnEndReason::Error { error }) = &outcome.reason {
+        if follows_from_route(error) {
+            message = format!("{message} ({})", chosen.explain());
+        }
+    }
     eprint(&ctx, &error_line(&code, &message)).await;
     Ok(1)
 }
@@ -352,5 +414,29 @@ mod tests {
         assert!(args(&["--continue", "--resume", "s", "t"])
             .unwrap_err()
             .contains("cannot be combined"));
+    }
+
+    #[test]
+    fn an_unknown_option_is_refused_unless_it_follows_a_literal_escape() {
+        let e = args(&["review src/", "--model", "local/qwen3"]).unwrap_err();
+        assert!(
+            e.starts_with("unknown option `--model`: ")
+                && e.contains("goes before the task")
+                && e.contains("after a literal `--`"),
+            "{e}"
+        );
+        assert!(args(&["fix", "--verbose=2"])
+            .unwrap_err()
+            .contains("`--verbose`"));
+        // Escaped, or not an option's shape: words of the task.
+        let a = args(&["explain", "--", "--model", "flag"]).unwrap();
+        assert_eq!(a.task, "explain --model flag");
+        let a = args(&["--output", "jsonl", "why --x y?", "--", "-- note"]).unwrap();
+        assert_eq!(a.task, "why --x y? -- note");
+        assert!(a.jsonl);
+        let a = args(&["fix it", "--output", "jsonl"]).unwrap();
+        assert!(a.jsonl && a.task == "fix it");
+        assert_eq!(args(&["--", "--4 is"]).unwrap().task, "--4 is");
+        assert_eq!(args(&["a", "---"]).unwrap().task, "a ---");
     }
 }

@@ -9,23 +9,20 @@
 //! (another provider's, or cut off) is left out, as the API accepts no
 //! unsigned thinking. User-role messages keep their tool results
 //! (`tool_result`) and text; a system message of the history is sent as
-//! user text (the wire has no system role in `messages`). Images and
-//! blocks of unknown types are not part of this wire. Empty text is left
-//! out (the API refuses empty text blocks); [`crate::request`] joins the
-//! parts into alternating messages.
+//! user text (the wire has no system role in `messages`). Images are not
+//! sent: each is said in the text where it was
+//! ([`dsh_llm_http::conversion::IMAGE_OMITTED`]); blocks of unknown types
+//! are not part of this wire. Empty text is left out (the API refuses
+//! empty text blocks); [`crate::request`] joins the parts into
+//! alternating messages.
 
-use std::borrow::Cow;
-
-use dsh_sdk::vocab::message::{joined_text, ToolCallBlock};
+use dsh_llm_http::conversion::{result_text, ToolIn, IMAGE_OMITTED};
+use dsh_sdk::vocab::message::ToolCallBlock;
 use dsh_sdk::vocab::{ContentBlock, Message, MessageSource, Role};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::value::RawValue;
 
 use crate::replay::{self, ReplayBlock};
-
-/// The content of a tool result that returned no text (the API refuses an
-/// empty one).
-pub(crate) const NO_OUTPUT: &str = "(no output)";
 
 /// A message's role on this wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -73,6 +70,45 @@ impl ToolInput {
     }
 }
 
+/// A `tool_result`'s content: its text, or text parts (the result's,
+/// then text the history holds after the results of the step, which the
+/// API would have read as a new prompt).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub(crate) enum ResultContent {
+    /// The result's text.
+    Text(String),
+    /// Text parts.
+    Parts(Vec<TextPart>),
+}
+
+/// One text part of a [`ResultContent`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct TextPart {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    text: String,
+}
+
+impl TextPart {
+    /// A part of `text`.
+    pub(crate) fn new(text: String) -> TextPart {
+        TextPart { kind: "text", text }
+    }
+}
+
+impl ResultContent {
+    /// The content with `texts` added after it.
+    pub(crate) fn with(&self, texts: impl IntoIterator<Item = String>) -> ResultContent {
+        let mut parts = match self {
+            ResultContent::Text(t) => vec![TextPart::new(t.clone())],
+            ResultContent::Parts(p) => p.clone(),
+        };
+        parts.extend(texts.into_iter().map(TextPart::new));
+        ResultContent::Parts(parts)
+    }
+}
+
 /// One content block on this wire, keys in the wire's order.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -113,8 +149,8 @@ pub(crate) enum WireBlock {
     ToolResult {
         /// The call it answers.
         tool_use_id: String,
-        /// Its text.
-        content: String,
+        /// Its text (and text sent while it ran, [`crate::request`]).
+        content: ResultContent,
         /// Whether the tool failed.
         is_error: bool,
         /// A cache breakpoint, on the request's last block.
@@ -140,6 +176,40 @@ impl WireBlock {
     /// A `tool_use` block.
     pub(crate) fn is_tool_use(&self) -> bool {
         matches!(self, WireBlock::ToolUse { .. })
+    }
+
+    /// This block with its tool id (a `tool_use`'s id, a `tool_result`'s
+    /// `tool_use_id`) set to `id`.
+    pub(crate) fn with_tool_id(&self, id: String) -> WireBlock {
+        let mut block = self.clone();
+        match &mut block {
+            WireBlock::ToolUse { id: at, .. }
+            | WireBlock::ToolResult {
+                tool_use_id: at, ..
+            } => *at = id,
+            _ => {}
+        }
+        block
+    }
+
+    /// The tool id of a `tool_use` (its id) or a `tool_result` (its
+    /// `tool_use_id`).
+    pub(crate) fn tool_id(&self) -> Option<&str> {
+        match self {
+            WireBlock::ToolUse { id, .. }
+            | WireBlock::ToolResult {
+                tool_use_id: id, ..
+            } => Some(id),
+            _ => None,
+        }
+    }
+
+    /// A text block's text.
+    pub(crate) fn text(&self) -> Option<&str> {
+        match self {
+            WireBlock::Text { text, .. } => Some(text),
+            _ => None,
+        }
     }
 
     /// This block with a cache breakpoint; `None` for thinking, which
@@ -217,25 +287,21 @@ fn assistant_blocks(m: &Message, replay: Option<Vec<Option<ReplayBlock>>>) -> Ve
         .collect()
 }
 
-/// A user-role message's blocks: tool results and text.
+/// A user-role message's blocks: tool results and text, each image said
+/// where it was.
 fn user_blocks(m: &Message) -> Vec<WireBlock> {
     m.content
         .iter()
         .filter_map(|block| match block {
-            ContentBlock::ToolResult(r) => {
-                let text = joined_text(&r.content, "");
-                Some(WireBlock::ToolResult {
-                    tool_use_id: r.tool_call_id.clone(),
-                    content: if text.is_empty() {
-                        NO_OUTPUT.to_owned()
-                    } else {
-                        text
-                    },
-                    is_error: r.is_error == Some(true),
-                    cache_control: None,
-                })
-            }
+            ContentBlock::ToolResult(r) => Some(WireBlock::ToolResult {
+                tool_use_id: r.tool_call_id.clone(),
+                // The API refuses an empty result.
+                content: ResultContent::Text(result_text(r).into_owned()),
+                is_error: r.is_error == Some(true),
+                cache_control: None,
+            }),
             ContentBlock::Text(t) => text_block(&t.text),
+            ContentBlock::Image(_) => text_block(IMAGE_OMITTED),
             _ => None,
         })
         .collect()
@@ -264,20 +330,6 @@ pub(crate) fn part_of(m: &Message) -> Part {
             model: None,
         },
     }
-}
-
-/// A tool as the harness request lists it (`{name, description,
-/// parameters}`), borrowed from the request's text.
-#[derive(Deserialize)]
-pub(crate) struct ToolIn<'a> {
-    #[serde(borrow)]
-    name: Cow<'a, str>,
-    #[serde(default, borrow)]
-    description: Option<Cow<'a, str>>,
-    /// The arguments' JSON Schema: open (whatever the tool declares), so
-    /// it is passed on as its text.
-    #[serde(default, borrow)]
-    parameters: Option<&'a RawValue>,
 }
 
 /// The schema of a tool that declares none: an object without
@@ -328,6 +380,7 @@ impl<'a> WireTool<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dsh_llm_http::conversion::NO_OUTPUT;
     use serde_json::{json, Value};
 
     fn part(message: Value) -> (WireRole, Value, Option<String>) {
@@ -412,6 +465,7 @@ mod tests {
             blocks,
             json!([{"type": "tool_result", "tool_use_id": "c1", "content": NO_OUTPUT, "is_error": false},
                    {"type": "tool_result", "tool_use_id": "c2", "content": "no such file", "is_error": true},
+                   {"type": "text", "text": IMAGE_OMITTED},
                    {"type": "text", "text": "and"}])
         );
         let (role, blocks, _) = part(
@@ -425,6 +479,26 @@ mod tests {
                 json!([{"type": "text", "text": "be brief"}])
             )
         );
+    }
+
+    #[test]
+    fn images_are_said_where_they_were_not_dropped() {
+        let image = json!({"type": "image", "attachment": {"id": "i"}});
+        // An image-only tool result is not "(no output)": it had an image.
+        let (_, blocks, _) = part(
+            json!({"id": "r", "role": "user", "source": {"kind": "user"},
+            "content": [{"type": "tool-result", "toolCallId": "c1", "content": [image], "isError": false}]}),
+        );
+        assert_eq!(
+            blocks[0]["content"],
+            json!(format!("{IMAGE_OMITTED}\n")),
+            "{blocks}"
+        );
+        // An image-only user message does not disappear.
+        let (_, blocks, _) = part(
+            json!({"id": "u", "role": "user", "source": {"kind": "user"}, "content": [image]}),
+        );
+        assert_eq!(blocks, json!([{"type": "text", "text": IMAGE_OMITTED}]));
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! `llm-anthropic`: `POST {baseUrl}/v1/messages` with SSE, the Anthropic
 //! Messages API. Serves Claude models at `api.anthropic.com`, or any
 //! server of the same API with its own `baseUrl` (DeepSeek serves it at
-//! `https://api.deepseek.com/anthropic`).
+//! `https://api.deepseek.com/anthropic`, llama.cpp's server at its root),
+//! whose models' context windows it learns from the server when the
+//! config does not state them ([`models`], `dsh_llm_http::window`).
 
 mod convert;
 mod models;
@@ -9,15 +11,18 @@ mod replay;
 mod request;
 mod response;
 mod stream;
+mod tool_ids;
 
 use std::rc::Rc;
-use std::time::Duration;
 
+use dsh_llm_http::code;
 use dsh_llm_http::exchange::{self, Events};
-use dsh_llm_http::{answer_cap, code, sse};
+use dsh_llm_http::limits::Limits;
+use dsh_llm_http::window::{self, WindowLookup};
+use dsh_sdk::api::llm::{ModelInfo, ModelInfoParams};
 use dsh_sdk::names::service;
 use dsh_sdk::prelude::*;
-use dsh_sdk::tool::register_model_adapter;
+use dsh_sdk::tool::register_model_adapter_async;
 use dsh_sdk::vocab::LlmFailure;
 use serde::Deserialize;
 
@@ -29,6 +34,15 @@ const API_VERSION: &str = "2023-06-01";
 
 /// The path of the Messages endpoint under `baseUrl`.
 const MESSAGES_PATH: &str = "/v1/messages";
+
+/// The OpenAI-compatible root under `baseUrl` (where a local server lists
+/// its models, `/v1/models`), as the window lookup asks it.
+const MODELS_BASE_PATH: &str = "/v1";
+
+/// The hosts whose routes keep the catalog (no window lookup unless the
+/// config asks): Anthropic's API, and DeepSeek's, which serves the same
+/// API at `/anthropic` and has no window endpoint.
+const CATALOG_HOSTS: [&str; 2] = ["api.anthropic.com", "api.deepseek.com"];
 
 /// The row's config (every key optional; see the README's table).
 #[derive(Deserialize, Clone)]
@@ -48,60 +62,69 @@ pub(crate) struct Config {
     pub reasoning_effort: String,
     /// Mark cache breakpoints (the system prompt, the last message).
     pub prompt_caching: bool,
-    /// A request with no bytes for this long fails with `TIMEOUT`.
+    /// A request with no bytes for this long fails with `TIMEOUT`
+    /// ([`Limits`]).
     pub stream_idle_timeout_ms: u64,
+    /// An answer with no content for this long fails with `TIMEOUT`, even
+    /// while the server sends keep-alives ([`Limits`]; 0: the default).
+    pub stream_progress_timeout_ms: u64,
     /// The output cap of a request that sets none, for a model `models`
     /// does not give one.
     pub max_tokens: Option<u64>,
-    /// The context window of a model `models` does not list (positive;
-    /// default [`models::DEFAULT_CONTEXT_WINDOW`]).
-    pub default_context_window: u64,
+    /// The context window of a model `models` gives none for (positive).
+    /// When unset, the window is asked of the server (`windowLookup`),
+    /// else [`models::DEFAULT_CONTEXT_WINDOW`] ([`window::Settings`]).
+    pub default_context_window: Option<u64>,
+    /// Ask the server for the window of a model the config gives none for
+    /// (`dsh_llm_http::window`). Default: on, except at the hosts of
+    /// [`CATALOG_HOSTS`].
+    pub window_lookup: Option<bool>,
+    /// The most one window lookup may take, all endpoints included, in ms
+    /// (positive; default [`window::DEFAULT_TIMEOUT_MS`]).
+    pub window_lookup_timeout_ms: u64,
     /// The route's models (default: Claude's, [`models::claude`]), for
     /// `resolveModel` and the output cap.
     pub models: Option<Vec<models::Model>>,
-    /// The most bytes one SSE line (and one event's `data`) may hold; a
-    /// longer one fails the stream with `MALFORMED_RESPONSE`. 0: the
-    /// default, [`sse::MAX_LINE_BYTES`].
+    /// The SSE line cap ([`Limits`]; 0: the default).
     pub max_sse_line_bytes: usize,
-    /// The most bytes one answer may stream: its text, thinking and tool
-    /// calls, each delta counting [`answer_cap::DELTA_COST`] more. A longer
-    /// answer fails the stream with `MALFORMED_RESPONSE`. 0: the default,
-    /// [`answer_cap::DEFAULT_MAX_ANSWER_BYTES`].
+    /// The cap on one answer's bytes: its text, thinking and tool calls
+    /// ([`Limits`]; 0: the default).
     pub max_answer_bytes: usize,
-    /// The most tool calls one answer may start; one more fails the stream
-    /// with `MALFORMED_RESPONSE`. 0: the default,
-    /// [`answer_cap::DEFAULT_MAX_TOOL_CALLS`].
+    /// The cap on one answer's tool calls ([`Limits`]; 0: the default).
     pub max_tool_calls: usize,
 }
 
 impl Config {
-    /// The SSE line cap in force.
-    fn sse_cap(&self) -> usize {
-        match self.max_sse_line_bytes {
-            0 => sse::MAX_LINE_BYTES,
-            n => n,
+    /// The caps in force.
+    fn limits(&self) -> Limits {
+        Limits {
+            max_sse_line_bytes: self.max_sse_line_bytes,
+            max_answer_bytes: self.max_answer_bytes,
+            max_tool_calls: self.max_tool_calls,
+            stream_idle_timeout_ms: self.stream_idle_timeout_ms,
+            stream_progress_timeout_ms: self.stream_progress_timeout_ms,
         }
     }
 
-    /// The answer cap in force.
-    fn answer_cap(&self) -> usize {
-        match self.max_answer_bytes {
-            0 => answer_cap::DEFAULT_MAX_ANSWER_BYTES,
-            n => n,
+    /// How the route's windows are known.
+    fn window_settings(&self) -> window::Settings {
+        window::Settings {
+            default_context_window: self.default_context_window,
+            window_lookup: self.window_lookup,
+            window_lookup_timeout_ms: self.window_lookup_timeout_ms,
         }
     }
 
-    /// The cap on one answer's tool calls in force.
-    fn tool_call_cap(&self) -> usize {
-        match self.max_tool_calls {
-            0 => answer_cap::DEFAULT_MAX_TOOL_CALLS,
-            n => n,
-        }
+    /// Where the window lookup asks: `{baseUrl}/v1` (its `/models`, and
+    /// the server's own endpoints at `baseUrl`).
+    fn models_base(&self) -> String {
+        format!("{}{MODELS_BASE_PATH}", self.base_url.trim_end_matches('/'))
     }
 }
 
 impl Default for Config {
     fn default() -> Self {
+        let (limits, windows) = (Limits::default(), window::Settings::default());
         Config {
             provider: "anthropic".into(),
             base_url: std::env::var("ANTHROPIC_BASE_URL")
@@ -112,33 +135,70 @@ impl Default for Config {
             model: "claude-sonnet-4-5".into(),
             reasoning_effort: request::effort::OFF.into(),
             prompt_caching: true,
-            stream_idle_timeout_ms: 300_000,
+            stream_idle_timeout_ms: limits.stream_idle_timeout_ms,
+            stream_progress_timeout_ms: limits.stream_progress_timeout_ms,
             max_tokens: None,
-            default_context_window: models::DEFAULT_CONTEXT_WINDOW,
+            default_context_window: windows.default_context_window,
+            window_lookup: windows.window_lookup,
+            window_lookup_timeout_ms: windows.window_lookup_timeout_ms,
             models: None,
-            max_sse_line_bytes: sse::MAX_LINE_BYTES,
-            max_answer_bytes: answer_cap::DEFAULT_MAX_ANSWER_BYTES,
-            max_tool_calls: answer_cap::DEFAULT_MAX_TOOL_CALLS,
+            max_sse_line_bytes: limits.max_sse_line_bytes,
+            max_answer_bytes: limits.max_answer_bytes,
+            max_tool_calls: limits.max_tool_calls,
         }
     }
 }
 
 struct Adapter {
     config: Config,
-    catalog: Vec<models::Model>,
+    catalog: models::Catalog,
     client: reqwest::Client,
     converter: request::Converter,
+    /// The windows learned from the server; `None` when not asked
+    /// (`windowLookup`).
+    windows: Option<WindowLookup>,
 }
 
 impl Adapter {
+    /// Streams the answer to `request` on `tx` while the caller listens: a
+    /// cancel drops the exchange wherever it waits (for the response's
+    /// head, the next bytes, a keep-alive-only stretch), which closes the
+    /// connection ([`exchange::while_listened`]).
     async fn stream(self: Rc<Self>, request: Payload, tx: ReplySender) {
-        if let Err(f) = self.exchange(request, &tx).await {
+        if let Some(Err(f)) = exchange::while_listened(&tx, self.exchange(request, &tx)).await {
             tx.send(f.finish(false));
         }
     }
 
+    /// `resolveModel`: the config's or the catalog's window, else the one
+    /// the server states (asked once per model, see
+    /// `dsh_llm_http::window`), else the default.
+    async fn model_info(&self, params: ModelInfoParams) -> Result<ModelInfo> {
+        let stated = models::stated(
+            &self.catalog,
+            self.config.default_context_window,
+            &params.model,
+        );
+        let window = window::resolve(
+            stated,
+            self.windows.as_ref(),
+            &params.model,
+            models::DEFAULT_CONTEXT_WINDOW,
+        )
+        .await;
+        models::resolve(
+            &self.catalog,
+            window,
+            self.config.max_tokens,
+            &self.config.reasoning_effort,
+            &params,
+        )
+    }
+
     /// One request: its chunks sent on `tx` as they stream; the failure
-    /// that ends it otherwise.
+    /// that ends it otherwise. An overflow makes the model's learned
+    /// window due to be asked again (the server may have restarted with
+    /// another context).
     async fn exchange(&self, request: Payload, tx: &ReplySender) -> Result<(), LlmFailure> {
         let key = exchange::api_key(&self.config.api_key_env)?;
         let request: request::Request = request.parse().map_err(|e| {
@@ -147,6 +207,22 @@ impl Adapter {
                 format!("the request does not fit the Anthropic Messages adapter: {e}"),
             )
         })?;
+        let model = request.model_or(&self.config.model).to_owned();
+        let result = self.send(key, request, tx).await;
+        if let (Err(f), Some(lookup)) = (&result, &self.windows) {
+            lookup.failed(&model, f);
+        }
+        result
+    }
+
+    /// Sends `request` (with `key`, if the route has one) and streams its
+    /// answer on `tx`.
+    async fn send(
+        &self,
+        key: Option<String>,
+        request: request::Request,
+        tx: &ReplySender,
+    ) -> Result<(), LlmFailure> {
         let body = self
             .converter
             .body(&self.config, &self.catalog, request)
@@ -170,14 +246,24 @@ impl Adapter {
         if let Some(k) = key {
             http = http.header("x-api-key", k);
         }
-        let idle = Duration::from_millis(self.config.stream_idle_timeout_ms);
-        let response = exchange::send(http, &url, idle).await?;
-        let mut events = Events::new(response, self.config.sse_cap(), idle, PLUGIN);
-        let mut state =
-            stream::StreamState::new(self.config.answer_cap(), self.config.tool_call_cap());
+        let limits = self.config.limits();
+        let response = exchange::send(http, &url, limits.idle()).await?;
+        let mut events = Events::new(
+            response,
+            limits.sse_cap(),
+            limits.idle(),
+            limits.progress(),
+            PLUGIN,
+        );
+        let mut state = stream::StreamState::new(limits.answer_cap(), limits.tool_call_cap());
         while let Some(batch) = events.next().await? {
             for data in batch {
-                for c in state.on_data(&data)? {
+                let chunks = state.on_data(&data)?;
+                if !chunks.is_empty() {
+                    // Content: a `ping` or a `message_start` brings none.
+                    events.progressed();
+                }
+                for c in chunks {
                     if !tx.send(c) {
                         return Ok(()); // the caller is gone: drop the request
                     }
@@ -209,12 +295,8 @@ impl Plugin for Anthropic {
         let client = reqwest::Client::builder()
             .build()
             .map_err(|e| Error::msg(format!("cannot build the HTTP client: {e}")))?;
-        if config.default_context_window == 0 {
-            return Err(Error::new(
-                codes::INVALID_CONFIG,
-                "defaultContextWindow must be a positive integer",
-            ));
-        }
+        let settings = config.window_settings();
+        settings.check()?;
         if !request::effort::ALL.contains(&config.reasoning_effort.as_str()) {
             return Err(Error::new(
                 codes::INVALID_CONFIG,
@@ -226,17 +308,23 @@ impl Plugin for Anthropic {
             ));
         }
         let provider = config.provider.clone();
-        let catalog = config.models.clone().unwrap_or_else(models::claude);
-        let (window, max_tokens) = (config.default_context_window, config.max_tokens);
-        let effort = config.reasoning_effort.clone();
+        let models_base = config.models_base();
+        let route = window::Route {
+            plugin: PLUGIN,
+            name: &config.provider,
+            models_base: &models_base,
+            api_key_env: &config.api_key_env,
+        };
+        let windows = settings.lookup(&ctx, &client, route, &CATALOG_HOSTS);
         let adapter = Rc::new(Adapter {
+            catalog: models::catalog_of(config.models.clone()),
             config,
-            catalog: catalog.clone(),
             client,
             converter: request::Converter::default(),
+            windows,
         });
-        let c = ctx.clone();
-        register_model_adapter(
+        let (c, resolver) = (ctx.clone(), adapter.clone());
+        register_model_adapter_async(
             &ctx,
             vec![provider],
             move |req| {
@@ -247,7 +335,10 @@ impl Plugin for Anthropic {
                     Ok(reply)
                 }
             },
-            move |params| models::resolve(&catalog, window, max_tokens, &effort, params),
+            move |params| {
+                let adapter = resolver.clone();
+                async move { adapter.model_info(params).await }
+            },
         )
         .await
     }
@@ -258,12 +349,12 @@ dsh_sdk::export_plugin!(Anthropic);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dsh_llm_http::failure::http_failure;
+    use dsh_llm_http::{answer_cap, sse};
     use serde_json::{json, Value};
 
     #[test]
     fn the_caps_default_when_absent_or_zero() {
-        let config = |v: Value| serde_json::from_value::<Config>(v).unwrap();
+        let config = |v: Value| serde_json::from_value::<Config>(v).unwrap().limits();
         let (c, z) = (
             config(json!({})),
             config(json!({"maxSseLineBytes": 0, "maxAnswerBytes": 0, "maxToolCalls": 0})),
@@ -299,43 +390,37 @@ mod tests {
         assert!(serde_json::from_value::<Config>(json!({"apiKey": "sk"})).is_err());
     }
 
-    /// An Anthropic error body (`{"type":"error","error":{type,message}}`).
-    fn body(kind: &str, message: &str) -> String {
-        json!({"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_1"})
-            .to_string()
-    }
-
     #[test]
-    fn anthropics_http_errors_map_to_the_harness_codes() {
-        for (status, kind, want) in [
-            (401, "authentication_error", code::AUTH),
-            (403, "permission_error", code::AUTH),
-            (429, "rate_limit_error", code::RATE_LIMIT),
-            (500, "api_error", code::SERVER),
-            (529, "overloaded_error", code::SERVER),
-            // A body over the API's size limit is a history too large:
-            // compacting it is the remedy, as for an overflow.
-            (413, "request_too_large", code::CONTEXT_WINDOW_EXCEEDED),
-            (400, "invalid_request_error", code::INVALID_REQUEST),
-        ] {
-            let f = http_failure(status, &body(kind, "why"), None);
-            assert_eq!((f.code.as_str(), f.status), (want, Some(status)), "{kind}");
-            assert_eq!(f.message, format!("HTTP {status}: why"));
-        }
-        // The overload is retried by the default policy.
-        assert!(dsh_sdk::vocab::RETRYABLE_CODES.contains(&code::SERVER));
-    }
-
-    #[test]
-    fn an_overflow_body_is_context_window_exceeded() {
-        let f = http_failure(
-            400,
-            &body(
-                "invalid_request_error",
-                "prompt is too long: 208310 tokens > 200000 maximum",
-            ),
-            None,
+    fn windows_are_asked_of_a_local_server_not_of_anthropics_or_deepseeks_api() {
+        let config = |v: Value| serde_json::from_value::<Config>(v).unwrap();
+        let asks = |v: Value| {
+            let c = config(v);
+            c.window_settings()
+                .looks_up(&c.models_base(), &CATALOG_HOSTS)
+        };
+        assert!(!asks(json!({"baseUrl": "https://api.anthropic.com"})));
+        assert!(!asks(
+            json!({"baseUrl": "https://api.deepseek.com/anthropic"})
+        ));
+        assert!(asks(json!({"baseUrl": "http://127.0.0.1:8080"})));
+        assert!(!asks(
+            json!({"baseUrl": "http://127.0.0.1:8080", "windowLookup": false})
+        ));
+        assert!(asks(
+            json!({"baseUrl": "https://api.anthropic.com", "windowLookup": true})
+        ));
+        // The lookup asks the server's OpenAI-compatible root.
+        assert_eq!(
+            config(json!({"baseUrl": "http://127.0.0.1:8080/"})).models_base(),
+            "http://127.0.0.1:8080/v1"
         );
-        assert_eq!(f.code, code::CONTEXT_WINDOW_EXCEEDED, "{f:?}");
+        // Zero is refused, naming the field.
+        for field in ["defaultContextWindow", "windowLookupTimeoutMs"] {
+            let e = config(json!({field: 0}))
+                .window_settings()
+                .check()
+                .unwrap_err();
+            assert!(e.message.contains(field), "{e}");
+        }
     }
 }

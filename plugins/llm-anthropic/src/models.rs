@@ -1,42 +1,46 @@
 //! The route's model catalog (`resolveModel`): names, context windows and
 //! default output caps of Claude models, with the config's overrides for
-//! any other Messages-API route (DeepSeek's `/anthropic`, a proxy).
+//! any other Messages-API route (DeepSeek's `/anthropic`, a proxy, a local
+//! server). The entries, the windows and where each came from, and the
+//! default output caps are `dsh_llm_http::catalog`'s (shared by every
+//! adapter); this adapter gives its catalog, its defaults, its thinking
+//! efforts, and finds a dated snapshot's entry.
 //!
 //! The default entries are this adapter's choice, not something a server
 //! reports: Claude models this adapter was written against, each with a
 //! 200,000-token window and the output cap Anthropic documents for it. A
-//! route whose models differ lists them in the config's `models`.
+//! route whose models differ lists them in the config's `models`; a local
+//! server states its window (see `dsh_llm_http::window`).
 
-use dsh_sdk::api::llm::{
-    ModelContext, ModelInfo, ModelInfoParams, ModelReasoningInfo, ReasoningEffortInfo,
-};
+use dsh_llm_http::catalog::{self, Defaults};
+use dsh_sdk::api::llm::{ModelInfo, ModelInfoParams, ModelReasoningInfo, ReasoningEffortInfo};
 use dsh_sdk::Result;
-use serde::Deserialize;
 
-/// The context window of a model the catalog does not list, unless the
-/// config says otherwise (every current Claude model reads at least this
-/// much).
+pub use dsh_llm_http::catalog::{Model, Window};
+
+/// The context window of a model nothing states a window for (every
+/// current Claude model reads at least this much).
 pub const DEFAULT_CONTEXT_WINDOW: u64 = 200_000;
 
 /// The output cap of a model the catalog does not list, unless the config
 /// says otherwise: a cap every current Claude model accepts (a larger
-/// `max_tokens` than a model allows is refused with HTTP 400).
+/// `max_tokens` than a model allows is refused with HTTP 400); at most a
+/// share of a window the server or the config stated
+/// ([`catalog::LEARNED_OUTPUT_SHARE`]).
 pub const DEFAULT_MAX_TOKENS: u64 = 8_192;
 
-/// One catalog entry (config `models[]`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
-pub struct Model {
-    /// The exact id sent to the endpoint.
-    pub id: String,
-    /// A display name (the id when absent).
-    pub name: Option<String>,
-    /// What it is.
-    pub description: Option<String>,
-    /// Its context window (the default window when absent).
-    pub context_window: Option<u64>,
-    /// Its default output cap (`max_tokens` of a request that sets none).
-    pub max_tokens: Option<u64>,
+/// This adapter's figures for what nothing states.
+const DEFAULTS: Defaults = Defaults {
+    context_window: DEFAULT_CONTEXT_WINDOW,
+    max_tokens: DEFAULT_MAX_TOKENS,
+};
+
+/// The route's models: the config's `models`, else Claude's.
+pub type Catalog = catalog::Catalog<Model>;
+
+/// The config's `models` when it lists them, else Claude's.
+pub fn catalog_of(configured: Option<Vec<Model>>) -> Catalog {
+    Catalog::of(configured, claude)
 }
 
 /// The Claude models listed when the config lists none (defaults chosen
@@ -62,29 +66,38 @@ pub fn claude() -> Vec<Model> {
 }
 
 /// Whether `model` names `entry`: its id, or its id followed by a dated
-/// snapshot (`claude-sonnet-4-5-20250929` is `claude-sonnet-4-5`).
+/// snapshot (`claude-sonnet-4-5-20250929` is `claude-sonnet-4-5`). An
+/// alias ending in `-0` names the snapshots dated without it, as Anthropic
+/// names them (`claude-sonnet-4-20250514` is `claude-sonnet-4-0`).
 fn names(entry: &Model, model: &str) -> bool {
-    match model.strip_prefix(entry.id.as_str()) {
-        Some("") => true,
-        Some(rest) => rest
-            .strip_prefix('-')
-            .is_some_and(|date| date.len() == 8 && date.bytes().all(|b| b.is_ascii_digit())),
-        None => false,
-    }
+    let dated = |base: &str| {
+        model
+            .strip_prefix(base)
+            .and_then(|rest| rest.strip_prefix('-'))
+            .is_some_and(|date| date.len() == 8 && date.bytes().all(|b| b.is_ascii_digit()))
+    };
+    model == entry.id || dated(&entry.id) || entry.id.strip_suffix("-0").is_some_and(dated)
 }
 
 /// The catalog's entry for `model`: an exact id first, then a dated
 /// snapshot of a listed id.
-pub fn entry<'a>(catalog: &'a [Model], model: &str) -> Option<&'a Model> {
+pub fn entry<'a>(catalog: &'a Catalog, model: &str) -> Option<&'a Model> {
     catalog
-        .iter()
-        .find(|m| m.id == model)
-        .or_else(|| catalog.iter().find(|m| names(m, model)))
+        .entry(model)
+        .or_else(|| catalog.models.iter().find(|m| names(m, model)))
 }
 
-/// The output cap of a request to `model` that sets none: the model's,
+/// The window the config or the catalog states for `model`; `None` when
+/// neither does (the server may be asked). `default_window` is the config's
+/// `defaultContextWindow`, if it sets one.
+pub fn stated(catalog: &Catalog, default_window: Option<u64>, model: &str) -> Option<Window> {
+    catalog.stated(entry(catalog, model), default_window)
+}
+
+/// The output cap of a request to `model` that sets none, when the
+/// request did not come through `resolveModel`'s default: the model's,
 /// else the config's `maxTokens`, else [`DEFAULT_MAX_TOKENS`].
-pub fn default_max_tokens(catalog: &[Model], max_tokens: Option<u64>, model: &str) -> u64 {
+pub fn default_max_tokens(catalog: &Catalog, max_tokens: Option<u64>, model: &str) -> u64 {
     entry(catalog, model)
         .and_then(|m| m.max_tokens)
         .or(max_tokens)
@@ -118,33 +131,25 @@ pub fn reasoning(default: &str) -> ModelReasoningInfo {
     }
 }
 
-/// What the route knows of `params.model`: the catalog's entry, or the
-/// defaults for a model it does not list (which still passes through);
-/// every model offers the thinking efforts, `effort` by default.
+/// What the route knows of `params.model`, with `window` as its context
+/// window: the catalog's entry, or the defaults for a model it does not
+/// list (which still passes through); every model offers the thinking
+/// efforts, `effort` by default.
 pub fn resolve(
-    catalog: &[Model],
-    default_window: u64,
+    catalog: &Catalog,
+    window: Window,
     max_tokens: Option<u64>,
     effort: &str,
     params: &ModelInfoParams,
 ) -> Result<ModelInfo> {
-    let entry = entry(catalog, &params.model);
-    let window = entry
-        .and_then(|m| m.context_window)
-        .unwrap_or(default_window);
-    Ok(ModelInfo {
-        name: entry
-            .and_then(|m| m.name.clone())
-            .filter(|n| !n.is_empty())
-            .unwrap_or_else(|| params.model.clone()),
-        description: entry.and_then(|m| m.description.clone()),
-        context: Some(ModelContext {
-            context_window: window,
-        }),
-        default_max_tokens: Some(default_max_tokens(catalog, max_tokens, &params.model)),
-        reasoning: Some(reasoning(effort)),
-        ..ModelInfo::bare(params)
-    })
+    Ok(catalog::model_info(
+        entry(catalog, &params.model),
+        window,
+        max_tokens,
+        DEFAULTS,
+        Some(reasoning(effort)),
+        params,
+    ))
 }
 
 #[cfg(test)]
@@ -158,9 +163,23 @@ mod tests {
         }
     }
 
+    /// What the route whose catalog is `models` knows of `params.model`,
+    /// the window of a model it does not list being `default_window`.
+    fn resolve_in(
+        models: &[Model],
+        default_window: u64,
+        max_tokens: Option<u64>,
+        effort: &str,
+        params: &ModelInfoParams,
+    ) -> Result<ModelInfo> {
+        let catalog = catalog_of(Some(models.to_vec()));
+        let window = stated(&catalog, Some(default_window), &params.model).unwrap();
+        resolve(&catalog, window, max_tokens, effort, params)
+    }
+
     #[test]
     fn claude_models_have_a_200k_window_and_their_output_cap() {
-        let info = resolve(
+        let info = resolve_in(
             &claude(),
             DEFAULT_CONTEXT_WINDOW,
             None,
@@ -175,7 +194,7 @@ mod tests {
 
     #[test]
     fn every_model_offers_the_thinking_efforts_with_the_configs_default() {
-        let info = resolve(
+        let info = resolve_in(
             &claude(),
             DEFAULT_CONTEXT_WINDOW,
             None,
@@ -191,7 +210,7 @@ mod tests {
 
     #[test]
     fn a_dated_snapshot_is_its_models_entry() {
-        let info = resolve(
+        let info = resolve_in(
             &claude(),
             DEFAULT_CONTEXT_WINDOW,
             None,
@@ -202,19 +221,36 @@ mod tests {
         assert_eq!(info.id, "claude-sonnet-4-5-20250929");
         assert_eq!(info.name, "Claude Sonnet 4.5");
         assert_eq!(info.default_max_tokens, Some(64_000));
+        // The snapshots of a `-0` alias are dated without the `-0`.
+        for (dated, name) in [
+            ("claude-sonnet-4-20250514", "Claude Sonnet 4"),
+            ("claude-opus-4-20250514", "Claude Opus 4"),
+        ] {
+            let info = resolve_in(
+                &claude(),
+                DEFAULT_CONTEXT_WINDOW,
+                None,
+                "off",
+                &params(dated),
+            )
+            .unwrap();
+            assert_eq!((info.id.as_str(), info.name.as_str()), (dated, name));
+        }
         // Not a date: another model.
         for other in [
+            "claude-sonnet-4-5-2025092",
+            "claude-sonnet-4-0-x",
             "claude-sonnet-4-5x",
             "claude-sonnet-4-5-latest",
             "claude-sonnet-4",
         ] {
-            assert!(entry(&claude(), other).is_none(), "{other}");
+            assert!(entry(&catalog_of(None), other).is_none(), "{other}");
         }
     }
 
     #[test]
     fn an_unlisted_model_gets_the_configured_defaults() {
-        let info = resolve(
+        let info = resolve_in(
             &claude(),
             64_000,
             Some(4096),
@@ -225,7 +261,7 @@ mod tests {
         assert_eq!(info.name, "deepseek-v4-flash");
         assert_eq!(info.context.unwrap().context_window, 64_000);
         assert_eq!(info.default_max_tokens, Some(4096));
-        let info = resolve(&claude(), 64_000, None, "off", &params("other")).unwrap();
+        let info = resolve_in(&claude(), 64_000, None, "off", &params("other")).unwrap();
         assert_eq!(info.default_max_tokens, Some(DEFAULT_MAX_TOKENS));
     }
 
@@ -237,7 +273,7 @@ mod tests {
             max_tokens: Some(256_000),
             ..Model::default()
         }];
-        let info = resolve(
+        let info = resolve_in(
             &catalog,
             DEFAULT_CONTEXT_WINDOW,
             None,

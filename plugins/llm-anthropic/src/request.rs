@@ -2,13 +2,19 @@
 //! the harness request without re-encoding the history: each harness
 //! message is converted once ([`crate::convert::part_of`]), and later
 //! requests of the same session reuse the conversion of every message they
-//! share with the previous one.
+//! share with the previous one (`dsh_llm_http::conversion`).
 //!
 //! The parts are then joined into the alternating messages the API takes:
 //! empty parts are left out, consecutive parts of one role become one
 //! message (a tool's results, each logged as a message of its own, join
 //! the user message that answers the calls), and a user message lists its
-//! tool results before its text, as the API requires.
+//! tool results first, as the API requires. Text the history holds after
+//! a step's results (a message sent while the tools ran) goes inside the
+//! last result, after its output and marked [`SENT_WHILE_TOOLS_RAN`]:
+//! Anthropic documents that text after tool results teaches the model to
+//! end its turn there, with an empty answer. Tool ids the API would
+//! refuse (another provider's, or repeated) are sent made over
+//! ([`crate::tool_ids`]).
 //!
 //! Thinking (`thinking: {type: "enabled", budget_tokens}`) follows the
 //! request's `reasoningEffort`, else the config's: `off` sends none, and
@@ -29,64 +35,25 @@
 //! prefix the previous one wrote.
 
 use std::borrow::Cow;
-use std::cell::RefCell;
-use std::fmt;
 
-use dsh_sdk::vocab::Message;
-use serde::{Deserialize, Serialize};
+use dsh_llm_http::conversion::{self, ConvertError, Converted, ToolIn};
+use dsh_llm_http::stream_request::Stop;
+use serde::Serialize;
 use serde_json::value::{to_raw_value, RawValue};
 use serde_json::Number;
 
-use crate::convert::{part_of, CacheControl, Part, ToolIn, WireBlock, WireRole, WireTool};
-use crate::models::{self, Model};
+use crate::convert::{part_of, CacheControl, Part, WireBlock, WireRole, WireTool};
+use crate::models::{self, Catalog};
+use crate::tool_ids::ToolIds;
 use crate::Config;
 
-/// The harness request (`llm-adapter.stream` params) as this adapter reads
-/// it; other fields pass by. The history stays as the JSON texts the
-/// messages were logged as: each is read as a [`Message`] only when the
-/// session's previous request did not carry the same text.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct Request {
-    #[serde(default)]
-    model: Option<String>,
-    #[serde(default)]
-    messages: Vec<Box<RawValue>>,
-    #[serde(default)]
-    system: Option<String>,
-    /// The tool schemas, converted once per distinct list ([`Converter`]).
-    #[serde(default)]
-    tools: Option<Box<RawValue>>,
-    #[serde(default)]
-    max_tokens: Option<u64>,
-    #[serde(default)]
-    reasoning_effort: Option<String>,
-    /// Passed on as written (a `Number` keeps `1` and `1.0` apart).
-    #[serde(default)]
-    temperature: Option<Number>,
-    #[serde(default)]
-    stop: Option<Stop>,
-    /// The session, whose conversions are kept for its next request.
-    #[serde(default)]
-    pub session_id: Option<String>,
-}
+/// What marks text the history holds after a step's tool results, moved
+/// inside the last result ([`join`]).
+pub(crate) const SENT_WHILE_TOOLS_RAN: &str = "[Sent while the tools ran]";
 
-/// The sequences that stop the model: one, or several.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum Stop {
-    One(String),
-    Many(Vec<String>),
-}
-
-impl Stop {
-    fn sequences(&self) -> Vec<&str> {
-        match self {
-            Stop::One(s) => vec![s.as_str()],
-            Stop::Many(v) => v.iter().map(String::as_str).collect(),
-        }
-    }
-}
+/// The harness request, as every adapter reads it
+/// (`dsh_llm_http::stream_request`): `stop` is sent as `stop_sequences`.
+pub(crate) use dsh_llm_http::stream_request::StreamRequest as Request;
 
 /// The reasoning efforts this adapter maps to a thinking budget.
 pub(crate) mod effort {
@@ -192,69 +159,26 @@ struct Body<'a> {
     stop_sequences: Vec<&'a str>,
 }
 
-/// Why a request could not become a body: which part, and why.
-#[derive(Debug)]
-pub(crate) struct ConvertError {
-    part: String,
-    error: String,
-}
-
-impl fmt::Display for ConvertError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.part, self.error)
-    }
-}
-
-impl ConvertError {
-    fn at<E: fmt::Display>(part: impl Into<String>) -> impl FnOnce(E) -> ConvertError {
-        let part = part.into();
-        move |error| ConvertError {
-            part,
-            error: error.to_string(),
-        }
-    }
-}
-
-/// One harness message and the part it became.
-struct Converted {
-    source: Box<RawValue>,
-    part: Part,
-}
-
-/// How many sessions keep their conversions (the least recently used goes).
-const SESSIONS_KEPT: usize = 16;
-
-/// Conversions kept per session, and the last tool list's.
+/// The conversions kept per session (each message's [`Part`]), and the
+/// last tool list's.
 #[derive(Default)]
 pub(crate) struct Converter {
-    sessions: RefCell<Vec<(String, Vec<Converted>)>>,
-    tools: RefCell<Option<(Box<RawValue>, Box<RawValue>)>>,
+    cache: conversion::Converter<Part>,
 }
 
-/// Reads one logged message and converts it.
-fn convert(source: Box<RawValue>) -> serde_json::Result<Converted> {
-    let message: Message = serde_json::from_str(source.get())?;
-    let part = part_of(&message);
-    Ok(Converted { source, part })
-}
-
-/// The request's tool list on the wire; `None` when it is empty.
-fn convert_tools(tools: &RawValue) -> serde_json::Result<Option<Box<RawValue>>> {
-    let tools: Vec<ToolIn<'_>> = serde_json::from_str(tools.get())?;
-    if tools.is_empty() {
-        return Ok(None);
-    }
+/// The request's tool list on the wire.
+fn convert_tools(tools: &[ToolIn<'_>]) -> serde_json::Result<Box<RawValue>> {
     let wire: Vec<WireTool<'_>> = tools.iter().map(WireTool::of).collect();
-    Ok(Some(to_raw_value(&wire)?))
+    to_raw_value(&wire)
 }
 
 /// The parts joined into alternating messages: empty ones left out,
 /// consecutive ones of a role joined, a user message's tool results
 /// first. Thinking is kept when `thinking` is on and the answer is
 /// `model`'s.
-fn join<'a>(parts: &'a [Converted], model: &str, thinking: bool) -> Vec<WireMessage<'a>> {
+fn join<'a>(parts: &'a [Converted<Part>], model: &str, thinking: bool) -> Vec<WireMessage<'a>> {
     let mut out: Vec<WireMessage<'a>> = Vec::with_capacity(parts.len());
-    for Converted { part, .. } in parts {
+    for part in parts.iter().map(|c| &c.wire) {
         let keep_thinking = thinking && part.model.as_deref() == Some(model);
         let blocks = part
             .blocks
@@ -277,8 +201,62 @@ fn join<'a>(parts: &'a [Converted], model: &str, thinking: bool) -> Vec<WireMess
     for m in out.iter_mut().filter(|m| m.role == WireRole::User) {
         // Stable: results keep their order, and so does the rest.
         m.content.sort_by_key(|b| !b.is_tool_result());
+        text_into_results(m);
     }
+    name_tools(&mut out);
     out
+}
+
+/// A user message with tool results and text: the text goes inside the
+/// last result, after its output, each part marked
+/// [`SENT_WHILE_TOOLS_RAN`] (the results come first already).
+fn text_into_results(m: &mut WireMessage<'_>) {
+    let results = m.content.iter().filter(|b| b.is_tool_result()).count();
+    if results == 0 || results == m.content.len() {
+        return;
+    }
+    let texts: Vec<String> = m
+        .content
+        .drain(results..)
+        .filter_map(|b| b.text().map(|t| format!("{SENT_WHILE_TOOLS_RAN}\n{t}")))
+        .collect();
+    if let Some(last) = m.content.last_mut() {
+        if let WireBlock::ToolResult {
+            tool_use_id,
+            content,
+            is_error,
+            cache_control,
+        } = last.as_ref()
+        {
+            *last = Cow::Owned(WireBlock::ToolResult {
+                tool_use_id: tool_use_id.clone(),
+                content: content.with(texts),
+                is_error: *is_error,
+                cache_control: *cache_control,
+            });
+        }
+    }
+}
+
+/// The tool ids of `messages` as the API takes them: each call's and its
+/// result's made over where the API would refuse it ([`ToolIds`]).
+fn name_tools(messages: &mut [WireMessage<'_>]) {
+    let mut ids = ToolIds::default();
+    for m in messages {
+        if m.role == WireRole::Assistant {
+            ids.answer();
+        }
+        for block in &mut m.content {
+            let renamed = match (block.is_tool_use(), block.tool_id()) {
+                (true, Some(id)) => ids.call(id),
+                (false, Some(id)) => ids.result(id),
+                (_, None) => None,
+            };
+            if let Some(id) = renamed {
+                *block = Cow::Owned(block.with_tool_id(id));
+            }
+        }
+    }
 }
 
 /// Whether `messages` continue a tool loop (they end with tool results)
@@ -305,85 +283,24 @@ fn unsigned_tool_loop(messages: &[WireMessage<'_>]) -> bool {
 }
 
 impl Converter {
-    /// The conversions of `messages` for `session`: reused for the prefix
-    /// the session's previous request shares, made for the rest.
-    fn messages(
-        &self,
-        session: Option<&str>,
-        messages: Vec<Box<RawValue>>,
-    ) -> Result<Vec<Converted>, ConvertError> {
-        let previous = match session {
-            Some(session) => {
-                let mut sessions = self.sessions.borrow_mut();
-                match sessions.iter().position(|(s, _)| s == session) {
-                    Some(at) => sessions.remove(at).1,
-                    None => Vec::new(),
-                }
-            }
-            None => Vec::new(),
-        };
-        let mut previous = previous.into_iter();
-        let mut out = Vec::with_capacity(messages.len());
-        let mut reusing = true;
-        for (at, m) in messages.into_iter().enumerate() {
-            if reusing {
-                match previous.next() {
-                    Some(c) if c.source.get() == m.get() => {
-                        out.push(c);
-                        continue;
-                    }
-                    _ => reusing = false,
-                }
-            }
-            out.push(convert(m).map_err(ConvertError::at(format!("message {at}")))?);
-        }
-        Ok(out)
-    }
-
-    fn keep(&self, session: String, converted: Vec<Converted>) {
-        let mut sessions = self.sessions.borrow_mut();
-        if sessions.len() >= SESSIONS_KEPT {
-            sessions.remove(0);
-        }
-        sessions.push((session, converted));
-    }
-
-    fn tools(&self, tools: &RawValue) -> serde_json::Result<Option<Box<RawValue>>> {
-        if let Some((source, wire)) = &*self.tools.borrow() {
-            if source.get() == tools.get() {
-                return Ok(Some(wire.clone()));
-            }
-        }
-        let wire = convert_tools(tools)?;
-        if let Some(w) = &wire {
-            *self.tools.borrow_mut() = Some((tools.to_owned(), w.clone()));
-        }
-        Ok(wire)
-    }
-
     /// The Messages request body for `req`, as JSON bytes; `catalog` gives
     /// the output cap of a request that sets none. A request without a
     /// session id keeps no conversions.
     pub(crate) fn body(
         &self,
         config: &Config,
-        catalog: &[Model],
-        req: Request,
+        catalog: &Catalog,
+        mut req: Request,
     ) -> Result<Vec<u8>, ConvertError> {
-        let session = req.session_id.clone().filter(|s| !s.is_empty());
-        let converted = self.messages(session.as_deref(), req.messages)?;
-        let tools = req
-            .tools
-            .as_deref()
-            .map(|t| self.tools(t))
-            .transpose()
-            .map_err(ConvertError::at("the tools"))?
-            .flatten();
-        let model = req
-            .model
-            .as_deref()
-            .filter(|m| !m.is_empty())
-            .unwrap_or(&config.model);
+        let stop = req.stop().map_err(ConvertError::at("the stop sequences"))?;
+        let history = std::mem::take(&mut req.messages);
+        let session = req.session_id.as_deref();
+        let converted = self.cache.messages(session, history, |m| Ok(part_of(m)))?;
+        let tools = match req.tools.as_deref() {
+            Some(t) => self.cache.tools(t, convert_tools)?,
+            None => None,
+        };
+        let model = req.model_or(&config.model);
         let max_tokens = req
             .max_tokens
             .unwrap_or_else(|| models::default_max_tokens(catalog, config.max_tokens, model));
@@ -430,13 +347,11 @@ impl Converter {
             stream: true,
             thinking,
             temperature: req.temperature.as_ref().filter(|_| thinking.is_none()),
-            stop_sequences: req.stop.as_ref().map_or_else(Vec::new, Stop::sequences),
+            stop_sequences: stop.as_ref().map_or_else(Vec::new, Stop::sequences),
         };
         let bytes = serde_json::to_vec(&body).map_err(ConvertError::at("the body"))?;
         drop(body);
-        if let Some(session) = session {
-            self.keep(session, converted);
-        }
+        self.cache.keep(session, converted);
         Ok(bytes)
     }
 }
@@ -444,6 +359,7 @@ impl Converter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dsh_llm_http::conversion::SESSIONS_KEPT;
     use serde_json::{json, Value};
 
     fn config(extra: Value) -> Config {
@@ -456,7 +372,8 @@ mod tests {
 
     fn body_with(c: &Converter, config: &Config, req: Value) -> Value {
         let req: Request = serde_json::from_value(req).unwrap();
-        serde_json::from_slice(&c.body(config, &models::claude(), req).unwrap()).unwrap()
+        let catalog = models::catalog_of(None);
+        serde_json::from_slice(&c.body(config, &catalog, req).unwrap()).unwrap()
     }
 
     fn body(c: &Converter, req: Value) -> Value {
@@ -561,21 +478,77 @@ mod tests {
     }
 
     #[test]
-    fn user_text_after_results_joins_them_after_the_results() {
+    fn user_text_after_results_goes_inside_the_last_result() {
         let c = Converter::default();
         let mut messages = tool_loop();
         // A steer typed while the tools ran, logged between the results.
         messages.insert(3, user("steer", "also this"));
         let b = body(&c, json!({"model": "m", "messages": messages}));
         assert_eq!(roles(&b), ["user", "assistant", "user"]);
-        let types: Vec<&str> = b["messages"][2]["content"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x["type"].as_str().unwrap())
-            .collect();
-        assert_eq!(types, ["tool_result", "tool_result", "text"]);
-        assert_eq!(b["messages"][2]["content"][1]["tool_use_id"], "t2");
+        // No text after the results (Anthropic: it teaches the model to end
+        // its turn there): the steer is inside the last result, marked.
+        assert_eq!(
+            b["messages"][2]["content"],
+            json!([
+                {"type": "tool_result", "tool_use_id": "t1", "content": "A", "is_error": false},
+                {"type": "tool_result", "tool_use_id": "t2", "is_error": false,
+                 "content": [{"type": "text", "text": "B"},
+                             {"type": "text", "text": format!("{SENT_WHILE_TOOLS_RAN}\nalso this")}],
+                 "cache_control": {"type": "ephemeral"}}
+            ])
+        );
+        // Text alone stays text.
+        let b = body(&c, json!({"model": "m", "messages": [user("u", "hi")]}));
+        assert_eq!(b["messages"][0]["content"][0]["text"], "hi");
+    }
+
+    #[test]
+    fn tool_ids_the_api_refuses_are_made_over_in_the_call_and_its_result() {
+        // Another provider's answers: `call_0` in each, and a dotted id.
+        let step = |n: &str, id: &str| {
+            vec![
+                answer(
+                    &format!("a{n}"),
+                    json!([{"type": "tool-call", "id": id, "name": "read", "arguments": "{}"}]),
+                    None,
+                ),
+                result(id, n),
+            ]
+        };
+        let mut messages = vec![user("u", "go")];
+        for (n, id) in [("1", "call_0"), ("2", "call_0"), ("3", "fc.item:7")] {
+            messages.extend(step(n, id));
+        }
+        let c = Converter::default();
+        let b = body(&c, json!({"model": "m", "messages": messages}));
+        let ids = |role: usize, key: &str| -> Vec<String> {
+            b["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .skip(role)
+                .step_by(2)
+                .map(|m| m["content"][0][key].as_str().unwrap().to_owned())
+                .collect()
+        };
+        let calls = ids(1, "id");
+        let results = ids(2, "tool_use_id");
+        assert_eq!(calls, results, "each result names its call");
+        assert_eq!(calls[0], "call_0");
+        for id in &calls[1..] {
+            assert!(
+                crate::tool_ids::is_valid(id) && id.starts_with("toolu_"),
+                "{id}"
+            );
+        }
+        let unique: std::collections::HashSet<&String> = calls.iter().collect();
+        assert_eq!(unique.len(), 3, "{calls:?}");
+        // The next request of the session sends the same ids.
+        let again = body(
+            &Converter::default(),
+            json!({"model": "m", "messages": messages}),
+        );
+        assert_eq!(again["messages"], b["messages"]);
     }
 
     #[test]
@@ -676,7 +649,7 @@ mod tests {
         let req: Request =
             serde_json::from_value(json!({"reasoningEffort": "extreme", "messages": []})).unwrap();
         let e = c
-            .body(&config(json!({})), &models::claude(), req)
+            .body(&config(json!({})), &models::catalog_of(None), req)
             .unwrap_err()
             .to_string();
         assert_eq!(
@@ -711,9 +684,8 @@ mod tests {
         );
         assert_eq!(b["messages"][0]["content"][1]["text"], "B");
         assert_eq!(b["model"], "dflt");
-        let kept = c.sessions.borrow();
-        assert_eq!(kept.len(), 1);
-        assert_eq!(kept[0].1.len(), 3);
+        assert_eq!(c.cache.sessions_kept(), 1);
+        assert_eq!(c.cache.kept_for("s"), Some(3));
     }
 
     #[test]
@@ -725,7 +697,7 @@ mod tests {
                 json!({"messages": [user("1", "a")], "sessionId": format!("s{i}")}),
             );
         }
-        assert_eq!(c.sessions.borrow().len(), SESSIONS_KEPT);
+        assert_eq!(c.cache.sessions_kept(), SESSIONS_KEPT);
     }
 
     #[test]
@@ -737,7 +709,7 @@ mod tests {
         )
         .unwrap();
         let e = c
-            .body(&config(json!({})), &models::claude(), req)
+            .body(&config(json!({})), &models::catalog_of(None), req)
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("message 1: ") && e.contains("text"), "{e}");

@@ -21,7 +21,9 @@ use std::collections::{HashMap, HashSet};
 
 use dsh_llm_http::answer_cap::{AnswerBudget, DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_TOOL_CALLS};
 use dsh_llm_http::call_ids::{CallIds, SentId};
-use dsh_llm_http::failure::{code, cut_chars, event_error, stream_failure};
+use dsh_llm_http::failure::{
+    code, cut_chars, event_error, quoted_reason, stream_failure, unreadable, REASON_CHARS, REFUSAL,
+};
 use dsh_sdk::vocab::message::block_type;
 use dsh_sdk::vocab::{Chunk, ContentBlock, FinishReason, LlmFailure, TokenUsage};
 use serde::Deserialize;
@@ -33,14 +35,6 @@ use crate::response::{
     MessageDelta, MessageStart, RedactedStart, SignatureDelta, TextDelta, TextStart, ThinkingDelta,
     ThinkingStart, ToolUseStart, Typed, Usage,
 };
-
-/// The failure code of an answer the model declined to give
-/// (`stop_reason: refusal`): not retried, since asking again gets the
-/// same refusal.
-pub(crate) const REFUSAL: &str = "REFUSAL";
-
-/// The most characters of an unknown `stop_reason` a failure quotes.
-const STOP_REASON_CHARS: usize = 100;
 
 /// What a block of the answer is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,6 +69,9 @@ struct Block {
     /// A tool call's id and name.
     id: String,
     name: String,
+    /// A tool call whose input came whole with its start: deltas of its
+    /// input that follow are not added to it (some servers send both).
+    whole_input: bool,
 }
 
 /// Turns the Messages events into the harness's chunk grammar.
@@ -112,29 +109,9 @@ fn malformed(message: String) -> LlmFailure {
     )
 }
 
-/// What the server sent that this adapter cannot read: bad JSON, or a
-/// field of the wrong type.
-fn unreadable(e: &serde_json::Error) -> LlmFailure {
-    let message = if e.is_data() {
-        format!("the provider sent a stream event this adapter cannot read: {e}")
-    } else {
-        format!("the provider sent malformed JSON: {e}")
-    };
-    LlmFailure::new(code::MALFORMED_RESPONSE, message)
-}
-
 /// `text` read as `T`, or the failure saying why it cannot be.
 fn read<'a, T: Deserialize<'a>>(text: &'a str) -> Result<T, LlmFailure> {
     serde_json::from_str(text).map_err(|e| unreadable(&e))
-}
-
-/// An unknown `stop_reason` as a failure quotes it: control characters
-/// escaped, cut to [`STOP_REASON_CHARS`] characters.
-fn quoted_reason(reason: &str) -> String {
-    match cut_chars(reason, STOP_REASON_CHARS) {
-        None => format!("{reason:?}"),
-        Some(cut) => format!("{cut:?}… (cut: {} bytes in all)", reason.len()),
-    }
 }
 
 /// Whether a sent `input` is an object without keys (`{}`).
@@ -231,8 +208,16 @@ impl StreamState {
     }
 
     /// Opens a block of `kind` for the server's `index`: its number, its
-    /// `block-start`.
-    fn open_block(&mut self, index: u64, kind: Kind, out: &mut Vec<Chunk>) -> u64 {
+    /// `block-start`. Each block counts against the answer's cap as a
+    /// delta does, before it is kept, so a flood of empty blocks ends
+    /// there.
+    fn open_block(
+        &mut self,
+        index: u64,
+        kind: Kind,
+        out: &mut Vec<Chunk>,
+    ) -> Result<u64, LlmFailure> {
+        self.budget.charge(0, 1)?;
         let number = self.next_index;
         self.next_index += 1;
         self.replay.push(None);
@@ -254,10 +239,11 @@ impl StreamState {
                 sealed: None,
                 id: String::new(),
                 name: String::new(),
+                whole_input: false,
             },
         );
         self.order.push(index);
-        number
+        Ok(number)
     }
 
     /// `content_block_start`.
@@ -277,12 +263,12 @@ impl StreamState {
         match typed.kind.as_ref() {
             block::TEXT => {
                 let start: TextStart = read(content.get())?;
-                self.open_block(index, Kind::Text, out);
+                self.open_block(index, Kind::Text, out)?;
                 self.grow(index, &start.text, out)?;
             }
             block::THINKING => {
                 let start: ThinkingStart = read(content.get())?;
-                self.open_block(index, Kind::Thinking, out);
+                self.open_block(index, Kind::Thinking, out)?;
                 self.grow(index, &start.thinking, out)?;
                 if let Some(signature) = start.signature.filter(|s| !s.is_empty()) {
                     self.seal(index, signature)?;
@@ -290,8 +276,8 @@ impl StreamState {
             }
             block::REDACTED_THINKING => {
                 let start: RedactedStart = read(content.get())?;
-                self.budget.charge(start.data.len(), 1)?;
-                self.open_block(index, Kind::RedactedThinking, out);
+                self.budget.charge(start.data.len(), 0)?;
+                self.open_block(index, Kind::RedactedThinking, out)?;
                 if let Some(b) = self.open.get_mut(&index) {
                     b.sealed = Some(start.data);
                 }
@@ -302,12 +288,16 @@ impl StreamState {
                 self.start_call(index, start, out)?;
             }
             other => {
-                dsh_sdk::tracing::warn!(
-                    "{}: skipped content block {index} of type {:?}, which this adapter \
-                     does not read",
-                    crate::PLUGIN,
-                    cut_chars(other, STOP_REASON_CHARS).unwrap_or(other)
-                );
+                // Kept (its index, to skip its deltas): counted as a block.
+                self.budget.charge(0, 1)?;
+                if self.skipped.is_empty() {
+                    dsh_sdk::tracing::warn!(
+                        "{}: skipped content block {index} of type {:?}, which this adapter \
+                         does not read (and any more such blocks of this answer)",
+                        crate::PLUGIN,
+                        cut_chars(other, REASON_CHARS).unwrap_or(other)
+                    );
+                }
                 self.skipped.insert(index);
             }
         }
@@ -339,13 +329,14 @@ impl StreamState {
         };
         self.budget.start_calls(1)?;
         self.budget
-            .charge(sent_id + start.name.len() + input.len(), 1)?;
-        let number = self.open_block(index, Kind::ToolUse, out);
+            .charge(sent_id + start.name.len() + input.len(), 0)?;
+        let number = self.open_block(index, Kind::ToolUse, out)?;
         let id = self.ids.assign(index, start.id.as_ref());
         if let Some(b) = self.open.get_mut(&index) {
             b.id = id.clone();
             b.name = start.name.clone();
             b.text.push_str(input);
+            b.whole_input = !input.is_empty();
         }
         self.any_content = true;
         out.push(Chunk::ToolCallDelta {
@@ -448,9 +439,11 @@ impl StreamState {
         }
     }
 
-    /// More of the input of the tool call at `index`.
+    /// More of the input of the tool call at `index`; nothing when the
+    /// input came whole with the call's start (a server that sends it
+    /// whole and then streams it again would double it).
     fn input(&mut self, index: u64, json: String, out: &mut Vec<Chunk>) -> Result<(), LlmFailure> {
-        if json.is_empty() {
+        if json.is_empty() || self.open.get(&index).is_some_and(|b| b.whole_input) {
             return Ok(());
         }
         self.budget.charge(json.len(), 1)?;
@@ -544,11 +537,12 @@ impl StreamState {
             | None
                 if !self.any_content =>
             {
-                return vec![LlmFailure::new(
-                    code::EMPTY_RESPONSE,
-                    "the model returned an empty answer",
-                )
-                .finish(false)];
+                // The usage stands: the empty answer was billed.
+                out.push(
+                    LlmFailure::new(code::EMPTY_RESPONSE, "the model returned an empty answer")
+                        .finish(false),
+                );
+                return out;
             }
             Some(stop_reason::END_TURN | stop_reason::STOP_SEQUENCE | stop_reason::PAUSE_TURN)
             | None => FinishReason::Stop,

@@ -3,6 +3,7 @@
 use super::*;
 use dsh_llm_http::answer_cap::DELTA_COST;
 use dsh_llm_http::failure::MAX_MESSAGE_CHARS;
+use dsh_llm_http::testing;
 use dsh_sdk::vocab::assembler::BlockAssembler;
 use serde_json::{json, Value};
 
@@ -91,26 +92,14 @@ fn a_text_answer_streams_its_chunks_in_the_harness_grammar() {
     let all = run(&text_answer()).unwrap();
     assert_eq!(
         all,
-        [
-            Chunk::BlockStart {
-                index: 0,
-                block_type: block_type::TEXT.into()
-            },
-            Chunk::text(0, "hello "),
-            Chunk::text(0, "world"),
-            Chunk::BlockEnd {
-                index: 0,
-                block: ContentBlock::text("hello world")
-            },
-            Chunk::Usage {
-                usage: TokenUsage {
-                    input_tokens: 10,
-                    output_tokens: 3,
-                    ..TokenUsage::default()
-                }
-            },
-            Chunk::finish(FinishReason::Stop),
-        ]
+        testing::text_answer(
+            &["hello ", "world"],
+            TokenUsage {
+                input_tokens: 10,
+                output_tokens: 3,
+                ..TokenUsage::default()
+            }
+        )
     );
 }
 
@@ -448,8 +437,72 @@ fn an_empty_answer_is_an_empty_response() {
         STOP.into(),
     ])
     .unwrap();
-    assert_eq!(all.len(), 3, "{all:?}");
     assert_eq!(last_failure(&all).code, code::EMPTY_RESPONSE);
+    // The empty answer was billed: its usage is reported before the failure.
+    assert_eq!(
+        all[all.len() - 2],
+        Chunk::Usage {
+            usage: TokenUsage {
+                input_tokens: 1,
+                output_tokens: 1,
+                ..TokenUsage::default()
+            }
+        },
+        "{all:?}"
+    );
+}
+
+#[test]
+fn a_flood_of_empty_blocks_ends_at_the_answer_cap() {
+    // Each block counts as a delta, so empty text blocks (or blocks of a
+    // type this adapter skips) cannot pile up past the cap.
+    for block in [
+        json!({"type": "text", "text": ""}),
+        json!({"type": "server_tool_use", "id": "s", "name": "web_search", "input": {}}),
+    ] {
+        let mut s = StreamState::new(100 * DELTA_COST, DEFAULT_MAX_TOOL_CALLS);
+        let mut failure = None;
+        for i in 0..1000u64 {
+            let r = s
+                .on_data(&block_start(i, block.clone()))
+                .and_then(|_| s.on_data(&block_stop(i)));
+            if let Err(f) = r {
+                failure = Some((i, f));
+                break;
+            }
+        }
+        let (at, f) = failure.expect("the flood ends");
+        assert_eq!(f.code, code::MALFORMED_RESPONSE, "{block}");
+        assert!(f.message.contains("maxAnswerBytes"), "{}", f.message);
+        assert_eq!(at, 100, "{block}");
+    }
+}
+
+#[test]
+fn an_input_sent_whole_at_the_start_is_not_doubled_by_deltas() {
+    let all = run(&[
+        block_start(
+            0,
+            json!({"type": "tool_use", "id": "t", "name": "read", "input": {"file_path": "x"}}),
+        ),
+        delta(
+            0,
+            json!({"type": "input_json_delta", "partial_json": "{\"file_path\": \"x\"}"}),
+        ),
+        block_stop(0),
+        message_delta("tool_use", 1),
+        STOP.into(),
+    ])
+    .unwrap();
+    let (blocks, _) = assembled(&all).assemble().unwrap();
+    assert_eq!(
+        blocks,
+        [ContentBlock::tool_call(
+            "t",
+            "read",
+            "{\"file_path\":\"x\"}"
+        )]
+    );
 }
 
 #[test]
@@ -510,7 +563,8 @@ fn a_missing_or_repeated_call_id_gets_a_fresh_one() {
 
 #[test]
 fn an_answer_past_its_cap_fails_malformed_as_the_delta_arrives() {
-    let cap = 100 + 2 * DELTA_COST;
+    // The block, then its two deltas.
+    let cap = 100 + 3 * DELTA_COST;
     let mut s = StreamState::new(cap, DEFAULT_MAX_TOOL_CALLS);
     s.on_data(&block_start(0, json!({"type": "thinking", "thinking": ""})))
         .unwrap();

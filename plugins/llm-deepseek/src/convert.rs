@@ -7,18 +7,14 @@
 //! tool results are sent: blocks of other types (images, unknown ones) are
 //! not part of this wire.
 
-use std::borrow::Cow;
-
+use dsh_llm_http::conversion::{result_text, ToolIn};
 use dsh_sdk::vocab::message::{joined_text, ToolCallBlock};
 use dsh_sdk::vocab::{ContentBlock, Message, Role};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::value::RawValue;
 
 /// The `type` of a tool and of a tool call on this wire.
 const FUNCTION: &str = "function";
-
-/// The content of a tool result that returned no text.
-const NO_OUTPUT: &str = "(no output)";
 
 /// One chat-completions message, keys in the order the wire has them.
 #[derive(Debug, PartialEq, Serialize)]
@@ -117,16 +113,9 @@ pub(crate) fn messages_of(m: &Message) -> Vec<WireMessage<'_>> {
                     ContentBlock::ToolResult(r) => Some(r),
                     _ => None,
                 })
-                .map(|r| {
-                    let text = joined_text(&r.content, "");
-                    WireMessage::Tool {
-                        tool_call_id: &r.tool_call_id,
-                        content: if text.is_empty() {
-                            NO_OUTPUT.to_owned()
-                        } else {
-                            text
-                        },
-                    }
+                .map(|r| WireMessage::Tool {
+                    tool_call_id: &r.tool_call_id,
+                    content: result_text(r).into_owned(),
                 })
                 .collect();
             let text = text();
@@ -136,20 +125,6 @@ pub(crate) fn messages_of(m: &Message) -> Vec<WireMessage<'_>> {
             out
         }
     }
-}
-
-/// A tool as the harness request lists it (`{name, description,
-/// parameters}`), borrowed from the request's text.
-#[derive(Deserialize)]
-pub(crate) struct ToolIn<'a> {
-    #[serde(borrow)]
-    name: Cow<'a, str>,
-    #[serde(default, borrow)]
-    description: Option<Cow<'a, str>>,
-    /// The arguments' JSON Schema: open (whatever the tool declares), so
-    /// it is passed on as its text.
-    #[serde(default, borrow)]
-    parameters: Option<&'a RawValue>,
 }
 
 /// A tool as the chat-completions request lists it.
@@ -186,6 +161,7 @@ impl<'a> WireTool<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dsh_llm_http::conversion::NO_OUTPUT;
     use serde_json::json;
 
     fn wire(message: serde_json::Value) -> serde_json::Value {

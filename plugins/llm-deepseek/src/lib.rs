@@ -12,12 +12,12 @@ mod response;
 mod stream;
 
 use std::rc::Rc;
-use std::time::Duration;
 
+use dsh_llm_http::code;
 use dsh_llm_http::exchange::{self, Events};
+use dsh_llm_http::limits::Limits;
 use dsh_llm_http::window::{self, WindowLookup};
-use dsh_llm_http::{answer_cap, code, sse};
-use dsh_sdk::api::llm::{purpose, ContextSource, ModelInfo, ModelInfoParams};
+use dsh_sdk::api::llm::{purpose, ModelInfo, ModelInfoParams};
 use dsh_sdk::names::service;
 use dsh_sdk::prelude::*;
 use dsh_sdk::tool::register_model_adapter_async;
@@ -42,98 +42,65 @@ pub(crate) struct Config {
     pub reasoning_effort: String,
     /// Send DeepSeek's thinking fields (false for other endpoints).
     pub reasoning: bool,
-    /// A request with no bytes for this long fails with `TIMEOUT`.
+    /// A request with no bytes for this long fails with `TIMEOUT`
+    /// ([`Limits`]).
     pub stream_idle_timeout_ms: u64,
+    /// An answer with no content for this long fails with `TIMEOUT`, even
+    /// while the server sends keep-alives ([`Limits`]; 0: the default).
+    pub stream_progress_timeout_ms: u64,
     /// Default `max_tokens` when the request sets none.
     pub max_tokens: Option<u64>,
     /// The context window of a model `models` gives none for (positive).
     /// When unset, the window is asked of the server (`windowLookup`),
-    /// else [`models::DEFAULT_CONTEXT_WINDOW`].
+    /// else [`models::DEFAULT_CONTEXT_WINDOW`] ([`window::Settings`]).
     pub default_context_window: Option<u64>,
     /// Ask the server for the window of a model the config gives none for
     /// (`dsh_llm_http::window`). Default: on, except on DeepSeek's own API
-    /// (its catalog states its models' windows, and it has no such
-    /// endpoint).
+    /// ([`CATALOG_HOSTS`]: its catalog states its models' windows, and it
+    /// has no such endpoint).
     pub window_lookup: Option<bool>,
     /// The most one window lookup may take, all endpoints included, in ms
     /// (positive; default [`window::DEFAULT_TIMEOUT_MS`]).
     pub window_lookup_timeout_ms: u64,
     /// The route's models (default: DeepSeek's), for `resolveModel`.
     pub models: Option<Vec<models::Model>>,
-    /// The most bytes one SSE line (and one event's `data`) may hold; a
-    /// longer one fails the stream with `MALFORMED_RESPONSE`. 0: the default,
-    /// [`sse::MAX_LINE_BYTES`].
+    /// The SSE line cap ([`Limits`]; 0: the default).
     pub max_sse_line_bytes: usize,
-    /// The most bytes one answer may stream: its text, reasoning and tool
-    /// calls, each delta counting [`answer_cap::DELTA_COST`] more. A longer
-    /// answer fails the stream with `MALFORMED_RESPONSE`. 0: the default,
-    /// [`answer_cap::DEFAULT_MAX_ANSWER_BYTES`].
+    /// The cap on one answer's bytes ([`Limits`]; 0: the default).
     pub max_answer_bytes: usize,
-    /// The most tool calls one answer may start; one more fails the stream
-    /// with `MALFORMED_RESPONSE`. 0: the default,
-    /// [`answer_cap::DEFAULT_MAX_TOOL_CALLS`].
+    /// The cap on one answer's tool calls ([`Limits`]; 0: the default).
     pub max_tool_calls: usize,
 }
 
 impl Config {
-    /// The SSE line cap in force.
-    fn sse_cap(&self) -> usize {
-        match self.max_sse_line_bytes {
-            0 => sse::MAX_LINE_BYTES,
-            n => n,
+    /// The caps in force.
+    fn limits(&self) -> Limits {
+        Limits {
+            max_sse_line_bytes: self.max_sse_line_bytes,
+            max_answer_bytes: self.max_answer_bytes,
+            max_tool_calls: self.max_tool_calls,
+            stream_idle_timeout_ms: self.stream_idle_timeout_ms,
+            stream_progress_timeout_ms: self.stream_progress_timeout_ms,
         }
     }
 
-    /// The answer cap in force.
-    fn answer_cap(&self) -> usize {
-        match self.max_answer_bytes {
-            0 => answer_cap::DEFAULT_MAX_ANSWER_BYTES,
-            n => n,
+    /// How the route's windows are known.
+    fn window_settings(&self) -> window::Settings {
+        window::Settings {
+            default_context_window: self.default_context_window,
+            window_lookup: self.window_lookup,
+            window_lookup_timeout_ms: self.window_lookup_timeout_ms,
         }
-    }
-
-    /// The cap on one answer's tool calls in force.
-    fn tool_call_cap(&self) -> usize {
-        match self.max_tool_calls {
-            0 => answer_cap::DEFAULT_MAX_TOOL_CALLS,
-            n => n,
-        }
-    }
-
-    /// Whether windows the config does not state are asked of the server:
-    /// `windowLookup`, by default on except on DeepSeek's own API.
-    fn looks_up_windows(&self) -> bool {
-        self.window_lookup.unwrap_or_else(|| {
-            reqwest::Url::parse(&self.base_url)
-                .ok()
-                .and_then(|u| u.host_str().map(|h| h != DEEPSEEK_API_HOST))
-                .unwrap_or(true)
-        })
-    }
-
-    /// The refusal of a config whose numbers cannot work.
-    fn check(&self) -> Result<()> {
-        if self.default_context_window == Some(0) {
-            return Err(Error::new(
-                codes::INVALID_CONFIG,
-                "defaultContextWindow must be a positive integer (or left out: the server is asked)",
-            ));
-        }
-        if self.window_lookup_timeout_ms == 0 {
-            return Err(Error::new(
-                codes::INVALID_CONFIG,
-                "windowLookupTimeoutMs must be a positive integer",
-            ));
-        }
-        Ok(())
     }
 }
 
-/// The host of DeepSeek's own API, whose route keeps its catalog.
-const DEEPSEEK_API_HOST: &str = "api.deepseek.com";
+/// The hosts whose routes keep the catalog (no window lookup unless the
+/// config asks): DeepSeek's own API.
+const CATALOG_HOSTS: [&str; 1] = ["api.deepseek.com"];
 
 impl Default for Config {
     fn default() -> Self {
+        let (limits, windows) = (Limits::default(), window::Settings::default());
         Config {
             provider: "deepseek-official".into(),
             base_url: std::env::var("DEEPSEEK_BASE_URL")
@@ -144,15 +111,16 @@ impl Default for Config {
             model: "deepseek-v4-flash".into(),
             reasoning_effort: "high".into(),
             reasoning: true,
-            stream_idle_timeout_ms: 300_000,
+            stream_idle_timeout_ms: limits.stream_idle_timeout_ms,
+            stream_progress_timeout_ms: limits.stream_progress_timeout_ms,
             max_tokens: None,
-            default_context_window: None,
-            window_lookup: None,
-            window_lookup_timeout_ms: window::DEFAULT_TIMEOUT_MS,
+            default_context_window: windows.default_context_window,
+            window_lookup: windows.window_lookup,
+            window_lookup_timeout_ms: windows.window_lookup_timeout_ms,
             models: None,
-            max_sse_line_bytes: sse::MAX_LINE_BYTES,
-            max_answer_bytes: answer_cap::DEFAULT_MAX_ANSWER_BYTES,
-            max_tool_calls: answer_cap::DEFAULT_MAX_TOOL_CALLS,
+            max_sse_line_bytes: limits.max_sse_line_bytes,
+            max_answer_bytes: limits.max_answer_bytes,
+            max_tool_calls: limits.max_tool_calls,
         }
     }
 }
@@ -168,8 +136,12 @@ struct Adapter {
 }
 
 impl Adapter {
+    /// Streams the answer to `request` on `tx` while the caller listens: a
+    /// cancel drops the exchange wherever it waits (for the response's
+    /// head, the next bytes, a keep-alive-only stretch), which closes the
+    /// connection ([`exchange::while_listened`]).
     async fn stream(self: Rc<Self>, request: Payload, tx: ReplySender) {
-        if let Err(f) = self.exchange(request, &tx).await {
+        if let Some(Err(f)) = exchange::while_listened(&tx, self.exchange(request, &tx)).await {
             tx.send(f.finish(false));
         }
     }
@@ -183,19 +155,13 @@ impl Adapter {
             self.config.default_context_window,
             &params.model,
         );
-        let window = match (stated, &self.windows) {
-            (Some(w), _) => w,
-            (None, Some(lookup)) => match lookup.window(&params.model).await {
-                Some(learned) => models::Window {
-                    tokens: learned.tokens,
-                    source: ContextSource::Server {
-                        endpoint: learned.endpoint,
-                    },
-                },
-                None => models::Window::default_window(),
-            },
-            (None, None) => models::Window::default_window(),
-        };
+        let window = window::resolve(
+            stated,
+            self.windows.as_ref(),
+            &params.model,
+            models::DEFAULT_CONTEXT_WINDOW,
+        )
+        .await;
         models::resolve(
             &self.catalog,
             window,
@@ -219,9 +185,7 @@ impl Adapter {
         let model = request.model_or(&self.config.model).to_owned();
         let result = self.send(request, tx).await;
         if let (Err(f), Some(lookup)) = (&result, &self.windows) {
-            if f.code == code::CONTEXT_WINDOW_EXCEEDED {
-                lookup.overflowed(&model);
-            }
+            lookup.failed(&model, f);
         }
         result
     }
@@ -230,7 +194,13 @@ impl Adapter {
     async fn send(&self, request: request::Request, tx: &ReplySender) -> Result<(), LlmFailure> {
         let key = exchange::api_key(&self.config.api_key_env)?;
         let session = request.session_id.clone();
-        let compaction = request.purpose.as_deref() == Some(purpose::COMPACTION);
+        let compaction = request.purpose().map_err(|e| {
+            LlmFailure::new(
+                code::INVALID_REQUEST,
+                format!("the request does not fit the chat-completions adapter: purpose: {e}"),
+            )
+        })?;
+        let compaction = compaction.as_deref() == Some(purpose::COMPACTION);
         let body = self.converter.body(&self.config, request).map_err(|e| {
             LlmFailure::new(
                 code::INVALID_REQUEST,
@@ -256,11 +226,16 @@ impl Adapter {
         if compaction {
             http = http.header("x-deepseek-harness-compact", "1");
         }
-        let idle = Duration::from_millis(self.config.stream_idle_timeout_ms);
-        let response = exchange::send(http, &url, idle).await?;
-        let mut events = Events::new(response, self.config.sse_cap(), idle, PLUGIN);
-        let mut state =
-            stream::StreamState::new(self.config.answer_cap(), self.config.tool_call_cap());
+        let limits = self.config.limits();
+        let response = exchange::send(http, &url, limits.idle()).await?;
+        let mut events = Events::new(
+            response,
+            limits.sse_cap(),
+            limits.idle(),
+            limits.progress(),
+            PLUGIN,
+        );
+        let mut state = stream::StreamState::new(limits.answer_cap(), limits.tool_call_cap());
         while let Some(batch) = events.next().await? {
             for data in batch {
                 if data == "[DONE]" {
@@ -269,7 +244,11 @@ impl Adapter {
                     }
                     return Ok(());
                 }
-                for c in state.on_data(&data)? {
+                let chunks = state.on_data(&data)?;
+                if !chunks.is_empty() {
+                    events.progressed();
+                }
+                for c in chunks {
                     if !tx.send(c) {
                         return Ok(()); // the caller is gone: drop the request
                     }
@@ -295,21 +274,18 @@ impl Plugin for DeepSeek {
         let client = reqwest::Client::builder()
             .build()
             .map_err(|e| Error::msg(format!("cannot build the HTTP client: {e}")))?;
-        config.check()?;
+        let settings = config.window_settings();
+        settings.check()?;
         let provider = config.provider.clone();
-        let windows = config.looks_up_windows().then(|| {
-            WindowLookup::new(
-                &ctx,
-                client.clone(),
-                PLUGIN,
-                &config.provider,
-                &config.base_url,
-                &config.api_key_env,
-                Duration::from_millis(config.window_lookup_timeout_ms),
-            )
-        });
+        let route = window::Route {
+            plugin: PLUGIN,
+            name: &config.provider,
+            models_base: &config.base_url,
+            api_key_env: &config.api_key_env,
+        };
+        let windows = settings.lookup(&ctx, &client, route, &CATALOG_HOSTS);
         let adapter = Rc::new(Adapter {
-            catalog: models::Catalog::of(config.models.clone()),
+            catalog: models::catalog_of(config.models.clone()),
             config,
             client,
             converter: request::Converter::default(),
@@ -341,11 +317,17 @@ dsh_sdk::export_plugin!(DeepSeek);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dsh_llm_http::{answer_cap, sse};
     use serde_json::{json, Value};
 
     #[test]
     fn the_sse_cap_defaults_when_absent_or_zero() {
-        let config = |v: Value| serde_json::from_value::<Config>(v).unwrap().sse_cap();
+        let config = |v: Value| {
+            serde_json::from_value::<Config>(v)
+                .unwrap()
+                .limits()
+                .sse_cap()
+        };
         assert_eq!(config(json!({})), sse::MAX_LINE_BYTES);
         assert_eq!(
             config(json!({exchange::MAX_SSE_LINE_FIELD: 0})),
@@ -357,7 +339,12 @@ mod tests {
 
     #[test]
     fn the_answer_cap_defaults_when_absent_or_zero() {
-        let config = |v: Value| serde_json::from_value::<Config>(v).unwrap().answer_cap();
+        let config = |v: Value| {
+            serde_json::from_value::<Config>(v)
+                .unwrap()
+                .limits()
+                .answer_cap()
+        };
         let default = answer_cap::DEFAULT_MAX_ANSWER_BYTES;
         assert_eq!(config(json!({})), default);
         assert_eq!(config(json!({answer_cap::FIELD: 0})), default);
@@ -368,7 +355,10 @@ mod tests {
     #[test]
     fn windows_are_asked_except_of_deepseeks_own_api_unless_the_config_says() {
         let config = |v: Value| serde_json::from_value::<Config>(v).unwrap();
-        let asks = |v: Value| config(v).looks_up_windows();
+        let asks = |v: Value| {
+            let c = config(v);
+            c.window_settings().looks_up(&c.base_url, &CATALOG_HOSTS)
+        };
         assert!(!asks(json!({"baseUrl": "https://api.deepseek.com"})));
         assert!(!asks(json!({"baseUrl": "https://api.deepseek.com/beta"})));
         assert!(asks(json!({"baseUrl": "http://127.0.0.1:8080/v1"})));
@@ -380,10 +370,12 @@ mod tests {
         ));
         // Zero is refused, naming the field.
         let e = config(json!({"defaultContextWindow": 0}))
+            .window_settings()
             .check()
             .unwrap_err();
         assert!(e.message.contains("defaultContextWindow"), "{e}");
         let e = config(json!({"windowLookupTimeoutMs": 0}))
+            .window_settings()
             .check()
             .unwrap_err();
         assert!(e.message.contains("windowLookupTimeoutMs"), "{e}");
@@ -391,7 +383,12 @@ mod tests {
 
     #[test]
     fn the_tool_call_cap_defaults_when_absent_or_zero() {
-        let config = |v: Value| serde_json::from_value::<Config>(v).unwrap().tool_call_cap();
+        let config = |v: Value| {
+            serde_json::from_value::<Config>(v)
+                .unwrap()
+                .limits()
+                .tool_call_cap()
+        };
         let default = answer_cap::DEFAULT_MAX_TOOL_CALLS;
         assert_eq!(config(json!({})), default);
         assert_eq!(config(json!({answer_cap::CALLS_FIELD: 0})), default);

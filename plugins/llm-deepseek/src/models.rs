@@ -1,51 +1,36 @@
-//! The route's model catalog (`resolveModel`): names, context windows and
-//! default output caps, as the original's DeepSeek adapter knows them, with
-//! the config's overrides for any OpenAI-compatible route, and where each
-//! window came from.
+//! The route's model catalog (`resolveModel`): DeepSeek's models, as the
+//! original's DeepSeek adapter knows them, with the config's overrides for
+//! any OpenAI-compatible route. The entries, the windows and where each
+//! came from, and the default output caps are `dsh_llm_http::catalog`'s
+//! (shared by every adapter); this adapter gives its catalog, its defaults
+//! and its reasoning efforts.
 //!
 //! A model's window is, in this order: its `models[].contextWindow`, the
 //! config's `defaultContextWindow` (both "config"), DeepSeek's catalog
 //! ("catalog"), the window its server states ("server", see
 //! `dsh_llm_http::window`), else [`DEFAULT_CONTEXT_WINDOW`] ("default").
 
-use dsh_sdk::api::llm::{
-    ContextSource, ModelContext, ModelInfo, ModelInfoParams, ModelReasoningInfo,
-    ReasoningEffortInfo,
-};
+use dsh_llm_http::catalog::{self, Defaults};
+use dsh_sdk::api::llm::{ModelInfo, ModelInfoParams, ModelReasoningInfo, ReasoningEffortInfo};
 use dsh_sdk::Result;
-use serde::Deserialize;
+
+pub use dsh_llm_http::catalog::{Model, Window};
 
 /// The context window of a model nothing states a window for (the
 /// original's `DEFAULT_CONTEXT_WINDOW`).
 pub const DEFAULT_CONTEXT_WINDOW: u64 = 1_000_000;
 
 /// The output cap a request without one gets, unless the model or the
-/// config says otherwise (the original's `DEFAULT_MAX_TOKENS`).
+/// config says otherwise (the original's `DEFAULT_MAX_TOKENS`), at most a
+/// share of a window the server or the config stated
+/// ([`catalog::LEARNED_OUTPUT_SHARE`]).
 pub const DEFAULT_MAX_TOKENS: u64 = 256_000;
 
-/// The share of a window learned from the server that a request without
-/// an output cap may ask for (a quarter): a small local window keeps most
-/// of its room for the prompt, and a server that refuses a `max_tokens`
-/// over its room (vLLM) is not sent one.
-pub const LEARNED_OUTPUT_SHARE: u64 = 4;
-
-/// One catalog entry (config `models[]`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
-pub struct Model {
-    /// The exact id sent to the endpoint.
-    pub id: String,
-    /// A display name (the id when absent).
-    pub name: Option<String>,
-    /// What it is.
-    pub description: Option<String>,
-    /// Its context window (when absent: the config's
-    /// `defaultContextWindow`, else what the server states, else the
-    /// default).
-    pub context_window: Option<u64>,
-    /// Its default output cap.
-    pub max_tokens: Option<u64>,
-}
+/// This adapter's figures for what nothing states.
+const DEFAULTS: Defaults = Defaults {
+    context_window: DEFAULT_CONTEXT_WINDOW,
+    max_tokens: DEFAULT_MAX_TOKENS,
+};
 
 /// DeepSeek's models, used when the config lists none.
 pub fn deepseek() -> Vec<Model> {
@@ -68,74 +53,18 @@ pub fn deepseek() -> Vec<Model> {
 }
 
 /// The route's models: the config's `models`, else DeepSeek's catalog.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Catalog {
-    /// The entries.
-    pub models: Vec<Model>,
-    /// They are the config's (their windows are "config"), not the
-    /// built-in catalog's.
-    pub configured: bool,
-}
+pub type Catalog = catalog::Catalog<Model>;
 
-impl Catalog {
-    /// The config's `models` when it lists them, else DeepSeek's.
-    pub fn of(configured: Option<Vec<Model>>) -> Catalog {
-        match configured {
-            Some(models) => Catalog {
-                models,
-                configured: true,
-            },
-            None => Catalog {
-                models: deepseek(),
-                configured: false,
-            },
-        }
-    }
-
-    fn entry(&self, model: &str) -> Option<&Model> {
-        self.models.iter().find(|m| m.id == model)
-    }
-}
-
-/// A model's context window and where it came from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Window {
-    /// Its tokens.
-    pub tokens: u64,
-    /// Where they came from.
-    pub source: ContextSource,
-}
-
-impl Window {
-    /// [`DEFAULT_CONTEXT_WINDOW`]: nothing stated a window.
-    pub fn default_window() -> Window {
-        Window {
-            tokens: DEFAULT_CONTEXT_WINDOW,
-            source: ContextSource::Default,
-        }
-    }
+/// The config's `models` when it lists them, else DeepSeek's.
+pub fn catalog_of(configured: Option<Vec<Model>>) -> Catalog {
+    Catalog::of(configured, deepseek)
 }
 
 /// The window the config or the catalog states for `model`; `None` when
 /// neither does (the server may be asked). `default_window` is the config's
 /// `defaultContextWindow`, if it sets one.
 pub fn stated(catalog: &Catalog, default_window: Option<u64>, model: &str) -> Option<Window> {
-    let entry_window = catalog.entry(model).and_then(|m| m.context_window);
-    match (entry_window, default_window) {
-        (Some(tokens), _) => Some(Window {
-            tokens,
-            source: if catalog.configured {
-                ContextSource::Config
-            } else {
-                ContextSource::Catalog
-            },
-        }),
-        (None, Some(tokens)) => Some(Window {
-            tokens,
-            source: ContextSource::Config,
-        }),
-        (None, None) => None,
-    }
+    catalog.stated(catalog.entry(model), default_window)
 }
 
 /// The effort that turns DeepSeek's thinking off.
@@ -181,9 +110,9 @@ pub fn reasoning(thinking: bool, configured_effort: &str) -> ModelReasoningInfo 
 /// window: the catalog's entry, or the defaults for a model it does not
 /// list (which still passes through). The default output cap is the
 /// entry's `maxTokens`, else the config's (`max_tokens`), else
-/// [`DEFAULT_MAX_TOKENS`], at most [`LEARNED_OUTPUT_SHARE`] of a window
-/// the server or the config stated (the catalog's own models keep the
-/// original's cap).
+/// [`DEFAULT_MAX_TOKENS`], at most a share of a window the server or the
+/// config stated (the catalog's own models keep the original's cap; see
+/// `dsh_llm_http::catalog`).
 pub fn resolve(
     catalog: &Catalog,
     window: Window,
@@ -191,37 +120,25 @@ pub fn resolve(
     reasoning: ModelReasoningInfo,
     params: &ModelInfoParams,
 ) -> Result<ModelInfo> {
-    let entry = catalog.entry(&params.model);
-    let default_max_tokens = match window.source {
-        ContextSource::Server { .. } | ContextSource::Config => {
-            DEFAULT_MAX_TOKENS.min((window.tokens / LEARNED_OUTPUT_SHARE).max(1))
-        }
-        _ => DEFAULT_MAX_TOKENS,
-    };
-    Ok(ModelInfo {
-        name: entry
-            .and_then(|m| m.name.clone())
-            .filter(|n| !n.is_empty())
-            .unwrap_or_else(|| params.model.clone()),
-        description: entry.and_then(|m| m.description.clone()),
-        context: Some(ModelContext {
-            context_window: window.tokens,
-        }),
-        context_source: Some(window.source),
-        default_max_tokens: Some(
-            entry
-                .and_then(|m| m.max_tokens)
-                .or(max_tokens)
-                .unwrap_or(default_max_tokens),
-        ),
-        reasoning: Some(reasoning),
-        ..ModelInfo::bare(params)
-    })
+    Ok(catalog::model_info(
+        catalog.entry(&params.model),
+        window,
+        max_tokens,
+        DEFAULTS,
+        Some(reasoning),
+        params,
+    ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dsh_sdk::api::llm::ContextSource;
+
+    /// [`DEFAULT_CONTEXT_WINDOW`]: nothing stated a window.
+    fn default_window() -> Window {
+        Window::assumed(DEFAULT_CONTEXT_WINDOW)
+    }
 
     fn params(model: &str) -> ModelInfoParams {
         ModelInfoParams {
@@ -257,7 +174,7 @@ mod tests {
 
     #[test]
     fn a_configured_window_caps_the_default_output_at_a_quarter() {
-        let catalog = Catalog::of(None);
+        let catalog = catalog_of(None);
         let window = Window {
             tokens: 4096,
             source: ContextSource::Config,
@@ -275,7 +192,7 @@ mod tests {
 
     #[test]
     fn deepseeks_models_have_the_originals_window_and_cap() {
-        let catalog = Catalog::of(None);
+        let catalog = catalog_of(None);
         let window = stated(&catalog, None, "deepseek-v4-pro").unwrap();
         assert_eq!(window.source, ContextSource::Catalog);
         let info = resolve(
@@ -294,7 +211,7 @@ mod tests {
 
     #[test]
     fn an_unlisted_model_gets_the_configured_defaults() {
-        let catalog = Catalog::of(None);
+        let catalog = catalog_of(None);
         let window = stated(&catalog, Some(32_768), "qwen3").unwrap();
         assert_eq!(window.source, ContextSource::Config);
         let info = resolve(
@@ -314,7 +231,7 @@ mod tests {
 
     #[test]
     fn a_configured_entry_wins() {
-        let catalog = Catalog::of(Some(vec![Model {
+        let catalog = catalog_of(Some(vec![Model {
             id: "qwen3".into(),
             context_window: Some(131_072),
             max_tokens: Some(8192),
@@ -339,7 +256,7 @@ mod tests {
         assert_eq!(info.context.unwrap().context_window, 131_072);
         assert_eq!(info.default_max_tokens, Some(8192));
         // An entry without a window leaves it to the server.
-        let bare = Catalog::of(Some(vec![Model {
+        let bare = catalog_of(Some(vec![Model {
             id: "qwen3".into(),
             ..Model::default()
         }]));
@@ -348,7 +265,7 @@ mod tests {
 
     #[test]
     fn a_learned_window_caps_the_default_output_to_a_share_of_it() {
-        let catalog = Catalog::of(None);
+        let catalog = catalog_of(None);
         let info = resolve(
             &catalog,
             server(4096),
@@ -385,7 +302,7 @@ mod tests {
         assert_eq!(info.default_max_tokens, Some(DEFAULT_MAX_TOKENS));
         let info = resolve(
             &catalog,
-            Window::default_window(),
+            default_window(),
             None,
             reasoning(true, "high"),
             &params("m"),

@@ -1,77 +1,26 @@
 //! The request body of one generate call, built from the harness request
 //! without re-encoding the history: each harness message is converted to
 //! chat-completions messages once, and later requests of the same session
-//! reuse the conversion of every message they share with the previous one.
+//! reuse the conversion of every message they share with the previous one
+//! (`dsh_llm_http::conversion`).
 
-use std::cell::RefCell;
-use std::fmt;
-
+use dsh_llm_http::conversion::{self, ConvertError, ToolIn};
+use dsh_llm_http::stream_request::Stop;
 use dsh_sdk::vocab::Message;
 
 use crate::models::EFFORT_OFF;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::value::{to_raw_value, RawValue};
 use serde_json::Number;
 
-use crate::convert::{messages_of, ToolIn, WireMessage, WireTool};
+use crate::convert::{messages_of, WireMessage, WireTool};
 use crate::Config;
 
-/// The harness request (`llm-adapter.stream` params) as this adapter reads
-/// it; other fields pass by. The history stays as the JSON texts the
-/// messages were logged as: each is read as a [`Message`] only when the
-/// session's previous request did not carry the same text.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct Request {
-    #[serde(default)]
-    model: Option<String>,
-    #[serde(default)]
-    messages: Vec<Box<RawValue>>,
-    #[serde(default)]
-    system: Option<String>,
-    /// The tool schemas, converted once per distinct list ([`Converter`]).
-    #[serde(default)]
-    tools: Option<Box<RawValue>>,
-    #[serde(default)]
-    max_tokens: Option<u64>,
-    #[serde(default)]
-    reasoning_effort: Option<String>,
-    /// Passed on as written (a `Number` keeps `1` and `1.0` apart).
-    #[serde(default)]
-    temperature: Option<Number>,
-    #[serde(default)]
-    stop: Option<Stop>,
-    /// Sent as `x-deepseek-harness-session-id`.
-    #[serde(default)]
-    pub session_id: Option<String>,
-    /// An auxiliary call's purpose (`compaction` adds
-    /// `x-deepseek-harness-compact: 1`).
-    #[serde(default)]
-    pub purpose: Option<String>,
-}
-
-impl Request {
-    /// The model asked for, or `default` (the route's) when none is.
-    pub fn model_or<'a>(&'a self, default: &'a str) -> &'a str {
-        model_or(&self.model, default)
-    }
-}
-
-/// `model` when it names one, else `default`.
-fn model_or<'a>(model: &'a Option<String>, default: &'a str) -> &'a str {
-    model
-        .as_deref()
-        .filter(|m| !m.is_empty())
-        .unwrap_or(default)
-}
-
-/// The sequences that stop the model: one, or several.
-#[derive(Debug, Deserialize, Serialize)]
-#[serde(untagged)]
-enum Stop {
-    One(String),
-    Many(Vec<String>),
-}
+/// The harness request, as every adapter reads it
+/// (`dsh_llm_http::stream_request`): its `sessionId` is sent as
+/// `x-deepseek-harness-session-id`, and a `purpose` of `compaction` adds
+/// `x-deepseek-harness-compact: 1`.
+pub(crate) use dsh_llm_http::stream_request::StreamRequest as Request;
 
 /// `stream_options`: the usage comes as the stream's last event.
 #[derive(Serialize)]
@@ -91,7 +40,7 @@ enum Thinking {
 #[derive(Serialize)]
 struct Body<'a> {
     model: &'a str,
-    /// Each message converted once ([`Converted::wire`]).
+    /// Each message converted once (`dsh_llm_http::conversion`).
     messages: Vec<&'a RawValue>,
     stream: bool,
     stream_options: StreamOptions,
@@ -109,138 +58,45 @@ struct Body<'a> {
     stop: Option<&'a Stop>,
 }
 
-/// Why a request could not become a body: which part, and the reading
-/// error.
-#[derive(Debug)]
-pub(crate) struct ConvertError {
-    part: String,
-    error: serde_json::Error,
-}
+/// What one harness message becomes: its chat-completions messages.
+type Wire = Vec<Box<RawValue>>;
 
-impl fmt::Display for ConvertError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.part, self.error)
-    }
-}
-
-impl ConvertError {
-    fn at(part: impl Into<String>) -> impl FnOnce(serde_json::Error) -> ConvertError {
-        let part = part.into();
-        move |error| ConvertError { part, error }
-    }
-}
-
-/// One harness message and the chat-completions messages it became.
-struct Converted {
-    source: Box<RawValue>,
-    wire: Vec<Box<RawValue>>,
-}
-
-/// How many sessions keep their conversions (the least recently used goes).
-const SESSIONS_KEPT: usize = 16;
-
-/// Conversions kept per session, and the last tool list's.
+/// The conversions kept per session, and the last tool list's.
 #[derive(Default)]
 pub(crate) struct Converter {
-    sessions: RefCell<Vec<(String, Vec<Converted>)>>,
-    tools: RefCell<Option<(Box<RawValue>, Box<RawValue>)>>,
+    cache: conversion::Converter<Wire>,
 }
 
-/// Reads one logged message and converts it.
-fn convert(source: Box<RawValue>) -> serde_json::Result<Converted> {
-    let message: Message = serde_json::from_str(source.get())?;
-    let wire = messages_of(&message)
-        .iter()
-        .map(to_raw_value)
-        .collect::<serde_json::Result<_>>()?;
-    Ok(Converted { source, wire })
+/// One logged message as chat-completions messages.
+fn convert(message: &Message) -> serde_json::Result<Wire> {
+    messages_of(message).iter().map(to_raw_value).collect()
 }
 
-/// The request's tool list on the wire; `None` when it is empty.
-fn convert_tools(tools: &RawValue) -> serde_json::Result<Option<Box<RawValue>>> {
-    let tools: Vec<ToolIn<'_>> = serde_json::from_str(tools.get())?;
-    if tools.is_empty() {
-        return Ok(None);
-    }
+/// The request's tool list on the wire.
+fn convert_tools(tools: &[ToolIn<'_>]) -> serde_json::Result<Box<RawValue>> {
     let wire: Vec<WireTool<'_>> = tools.iter().map(WireTool::of).collect();
-    Ok(Some(to_raw_value(&wire)?))
+    to_raw_value(&wire)
 }
 
 impl Converter {
-    /// The conversions of `messages` for `session`: reused for the prefix
-    /// the session's previous request shares, made for the rest.
-    fn messages(
-        &self,
-        session: Option<&str>,
-        messages: Vec<Box<RawValue>>,
-    ) -> Result<Vec<Converted>, ConvertError> {
-        let previous = match session {
-            Some(session) => {
-                let mut sessions = self.sessions.borrow_mut();
-                match sessions.iter().position(|(s, _)| s == session) {
-                    Some(at) => sessions.remove(at).1,
-                    None => Vec::new(),
-                }
-            }
-            None => Vec::new(),
-        };
-        let mut previous = previous.into_iter();
-        let mut out = Vec::with_capacity(messages.len());
-        let mut reusing = true;
-        for (at, m) in messages.into_iter().enumerate() {
-            if reusing {
-                match previous.next() {
-                    Some(c) if c.source.get() == m.get() => {
-                        out.push(c);
-                        continue;
-                    }
-                    _ => reusing = false,
-                }
-            }
-            out.push(convert(m).map_err(ConvertError::at(format!("message {at}")))?);
-        }
-        Ok(out)
-    }
-
-    fn keep(&self, session: String, converted: Vec<Converted>) {
-        let mut sessions = self.sessions.borrow_mut();
-        if sessions.len() >= SESSIONS_KEPT {
-            sessions.remove(0);
-        }
-        sessions.push((session, converted));
-    }
-
-    fn tools(&self, tools: &RawValue) -> serde_json::Result<Option<Box<RawValue>>> {
-        if let Some((source, wire)) = &*self.tools.borrow() {
-            if source.get() == tools.get() {
-                return Ok(Some(wire.clone()));
-            }
-        }
-        let wire = convert_tools(tools)?;
-        if let Some(w) = &wire {
-            *self.tools.borrow_mut() = Some((tools.to_owned(), w.clone()));
-        }
-        Ok(wire)
-    }
-
     /// The chat-completions request body for `req`, as JSON bytes. A
     /// request without a session id keeps no conversions.
-    pub(crate) fn body(&self, config: &Config, req: Request) -> Result<Vec<u8>, ConvertError> {
-        let session = req.session_id.clone().filter(|s| !s.is_empty());
-        let converted = self.messages(session.as_deref(), req.messages)?;
+    pub(crate) fn body(&self, config: &Config, mut req: Request) -> Result<Vec<u8>, ConvertError> {
+        let stop = req.stop().map_err(ConvertError::at("the stop sequences"))?;
+        let history = std::mem::take(&mut req.messages);
+        let session = req.session_id.as_deref();
+        let converted = self.cache.messages(session, history, convert)?;
         let system = req
             .system
+            .take()
             .filter(|s| !s.is_empty())
             .map(|content| to_raw_value(&WireMessage::System { content }))
             .transpose()
             .map_err(ConvertError::at("the system prompt"))?;
-        let tools = req
-            .tools
-            .as_deref()
-            .map(|t| self.tools(t))
-            .transpose()
-            .map_err(ConvertError::at("the tools"))?
-            .flatten();
+        let tools = match req.tools.as_deref() {
+            Some(t) => self.cache.tools(t, convert_tools)?,
+            None => None,
+        };
         let mut messages: Vec<&RawValue> = Vec::with_capacity(converted.len() + 1);
         messages.extend(system.as_deref());
         for c in &converted {
@@ -256,7 +112,7 @@ impl Converter {
             (true, effort) => (Some(Thinking::Enabled), Some(effort)),
         };
         let body = Body {
-            model: model_or(&req.model, &config.model),
+            model: req.model_or(&config.model),
             messages,
             stream: true,
             stream_options: StreamOptions {
@@ -267,13 +123,11 @@ impl Converter {
             tools: tools.as_deref(),
             max_tokens: req.max_tokens.or(config.max_tokens),
             temperature: req.temperature.as_ref(),
-            stop: req.stop.as_ref(),
+            stop: stop.as_ref(),
         };
         let bytes = serde_json::to_vec(&body).map_err(ConvertError::at("the body"))?;
         drop(body);
-        if let Some(session) = session {
-            self.keep(session, converted);
-        }
+        self.cache.keep(session, converted);
         Ok(bytes)
     }
 }
@@ -281,6 +135,7 @@ impl Converter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dsh_llm_http::conversion::SESSIONS_KEPT;
     use serde_json::{json, Value};
 
     fn config() -> Config {
@@ -372,7 +227,7 @@ mod tests {
                 json!({"messages": [user("1", "a")], "sessionId": format!("s{i}")}),
             );
         }
-        assert_eq!(c.sessions.borrow().len(), SESSIONS_KEPT);
+        assert_eq!(c.cache.sessions_kept(), SESSIONS_KEPT);
     }
 
     fn body_text(c: &Converter, req: &str) -> Result<String, ConvertError> {

@@ -16,6 +16,7 @@
 //! `choices` that hold nothing (`{}`, `null`) are no choices ([`First`]).
 
 use dsh_llm_http::call_ids::SentId;
+use dsh_llm_http::usage::CachedInput;
 use dsh_sdk::vocab::TokenUsage;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -204,18 +205,17 @@ impl WireUsage {
                 .as_ref()
                 .and_then(|d| d.cached_tokens.0)
         });
-        let prompt = self.prompt_tokens.0.unwrap_or(0);
-        TokenUsage {
-            input_tokens: prompt.saturating_sub(hit.unwrap_or(0)),
-            output_tokens: self.completion_tokens.0.unwrap_or(0),
-            cache_read_tokens: hit,
-            cache_write_tokens: None,
-            reasoning_tokens: self
+        CachedInput {
+            input: self.prompt_tokens.0,
+            output: self.completion_tokens.0,
+            cached: hit,
+            reasoning: self
                 .completion_tokens_details
                 .0
                 .as_ref()
                 .and_then(|d| d.reasoning_tokens.0),
         }
+        .usage()
     }
 }
 

@@ -11,7 +11,7 @@ use serde_json::value::RawValue;
 use crate::response::{finish_reason, CallDelta, SentCall, StreamEvent};
 use dsh_llm_http::answer_cap::{AnswerBudget, DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_TOOL_CALLS};
 use dsh_llm_http::call_ids::CallIds;
-use dsh_llm_http::failure::{code, cut_chars, event_error, stream_failure};
+use dsh_llm_http::failure::{code, event_error, quoted_reason, stream_failure, unreadable};
 use dsh_llm_http::lenient::Count;
 
 #[derive(Clone, Copy, PartialEq)]
@@ -53,19 +53,6 @@ impl Default for StreamState {
     }
 }
 
-/// The most characters of an unknown `finish_reason` a failure quotes.
-const FINISH_REASON_CHARS: usize = 100;
-
-/// An unknown `finish_reason` as a failure quotes it: control characters
-/// escaped, cut to [`FINISH_REASON_CHARS`] characters (it is the server's
-/// text, and the failure goes to the log and the terminal).
-fn quoted_reason(reason: &str) -> String {
-    match cut_chars(reason, FINISH_REASON_CHARS) {
-        None => format!("{reason:?}"),
-        Some(cut) => format!("{cut:?}… (cut: {} bytes in all)", reason.len()),
-    }
-}
-
 /// The bytes one delta adds to the answer (its text, reasoning, and each
 /// tool call's id, name and arguments), and how many chunks carry them.
 fn delta_size(reasoning: Option<&str>, text: Option<&str>, calls: &[CallDelta]) -> (usize, usize) {
@@ -74,17 +61,6 @@ fn delta_size(reasoning: Option<&str>, text: Option<&str>, calls: &[CallDelta]) 
         + calls.iter().map(CallDelta::size).sum::<usize>();
     let parts = usize::from(reasoning.is_some()) + usize::from(text.is_some()) + calls.len();
     (bytes, parts)
-}
-
-/// What the provider sent that is not an event this adapter reads: bad
-/// JSON, or a field of the wrong type.
-fn unreadable(e: &serde_json::Error) -> LlmFailure {
-    let message = if e.is_data() {
-        format!("the provider sent a stream event this adapter cannot read: {e}")
-    } else {
-        format!("the provider sent malformed JSON: {e}")
-    };
-    LlmFailure::new(code::MALFORMED_RESPONSE, message)
 }
 
 impl StreamState {
@@ -329,18 +305,7 @@ mod tests {
     use dsh_sdk::vocab::message::ToolCallBlock;
     use serde_json::{json, Value};
 
-    /// The `type` tag of each chunk, as logged.
-    fn types(chunks: &[Chunk]) -> Vec<String> {
-        chunks
-            .iter()
-            .map(|c| {
-                serde_json::to_value(c).unwrap()["type"]
-                    .as_str()
-                    .unwrap()
-                    .to_owned()
-            })
-            .collect()
-    }
+    use dsh_llm_http::testing::{chunk_types as types, text_answer};
 
     #[test]
     fn deltas_become_the_chunk_grammar() {
@@ -753,25 +718,14 @@ mod tests {
         .unwrap();
         assert_eq!(
             all,
-            [
-                Chunk::BlockStart {
-                    index: 0,
-                    block_type: block_type::TEXT.into()
-                },
-                Chunk::text(0, "hi"),
-                Chunk::BlockEnd {
-                    index: 0,
-                    block: ContentBlock::text("hi")
-                },
-                Chunk::Usage {
-                    usage: TokenUsage {
-                        input_tokens: 1,
-                        output_tokens: 1,
-                        ..TokenUsage::default()
-                    }
-                },
-                Chunk::finish(FinishReason::Stop),
-            ]
+            text_answer(
+                &["hi"],
+                TokenUsage {
+                    input_tokens: 1,
+                    output_tokens: 1,
+                    ..TokenUsage::default()
+                }
+            )
         );
         // Details of other shapes and unknown nested fields are skipped.
         for usage in [

@@ -1,33 +1,41 @@
 //! The harness's messages and tools as the Responses request carries them.
 //!
 //! A harness [`Message`] becomes input items:
-//! - a user message: one `function_call_output` per tool result, then a
-//!   `user` message of its text parts (an image or an unknown block is not
-//!   part of this wire);
+//! - a user message: one `function_call_output` per tool result (a failed
+//!   tool's output starts with [`ERROR_PREFIX`]: the wire has no error
+//!   flag), then a `user` message of its text parts, each image said where
+//!   it was ([`IMAGE_OMITTED`]: this adapter sends no images);
 //! - a system message: a `developer` message (the system prompt itself
 //!   travels as `instructions`);
-//! - an assistant message, block by block in order: its text as
-//!   `assistant` messages of `output_text` (consecutive texts together),
-//!   each tool call as a `function_call`, and each reasoning block that its
-//!   replay state gives an item for as that `reasoning` item, with its
-//!   encrypted content ([`crate::replay`]). A reasoning block without one
-//!   (another model's thinking, or a server that sent no encrypted
-//!   content) is not sent: the server could not read it.
+//! - an assistant message, block by block in order: each text as an
+//!   `assistant` message whose content is the text itself (the shape every
+//!   server takes: vLLM refuses `output_text` parts without the id, status
+//!   and annotations of a whole output message), each tool call as a
+//!   `function_call`, and each reasoning block that its replay state gives
+//!   an item for as that `reasoning` item ([`crate::replay`]): encrypted
+//!   without its id (OpenAI pairs an item sent with its id with the item
+//!   that followed it, and refuses it when that one was left out), in the
+//!   clear with its id (vLLM's types require one). A reasoning block
+//!   without an item (another model's thinking, or a server that sent
+//!   neither) is not sent: the server could not read it; nor is a
+//!   reasoning item the answer kept nothing after (its calls were cut at
+//!   the output cap, its text was empty).
 
 use std::borrow::Cow;
 
-use dsh_sdk::vocab::message::joined_text;
+use dsh_llm_http::conversion::{result_text, ToolIn, IMAGE_OMITTED};
 use dsh_sdk::vocab::{ContentBlock, Message, MessageSource, Role};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use crate::replay::{ReasoningItem, ReplayItem, ReplayState};
+use crate::replay::{ReasoningItem, ReasoningPart, ReplayItem, ReplayState, SummaryPart};
 
 /// The `type` of a tool on this wire.
 const FUNCTION: &str = "function";
 
-/// The output of a tool result that returned no text.
-const NO_OUTPUT: &str = "(no output)";
+/// What starts the output of a tool that failed: the wire's
+/// `function_call_output` has no error flag.
+pub(crate) const ERROR_PREFIX: &str = "Error: ";
 
 /// Who a message of the input is from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -41,7 +49,7 @@ pub(crate) enum WireRole {
     Developer,
 }
 
-/// One part of a message's content.
+/// One part of a user or developer message's content.
 #[derive(Debug, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub(crate) enum Part<'a> {
@@ -50,11 +58,48 @@ pub(crate) enum Part<'a> {
         /// Its text.
         text: &'a str,
     },
-    /// Text the model wrote.
-    OutputText {
-        /// Its text.
-        text: &'a str,
-    },
+}
+
+/// A message's content: its text (an answer's), or parts.
+#[derive(Debug, PartialEq, Serialize)]
+#[serde(untagged)]
+pub(crate) enum Content<'a> {
+    /// The text itself.
+    Text(&'a str),
+    /// Parts.
+    Parts(Vec<Part<'a>>),
+}
+
+/// A reasoning item as it goes on the wire: the kept item
+/// ([`ReasoningItem`]), its id left out when it is encrypted.
+#[derive(Debug, PartialEq, Serialize)]
+pub(crate) struct WireReasoning {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<String>,
+    summary: Vec<SummaryPart>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<Vec<ReasoningPart>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    encrypted_content: Option<String>,
+}
+
+impl WireReasoning {
+    /// Whether it carries encrypted reasoning (else its text).
+    pub(crate) fn is_encrypted(&self) -> bool {
+        self.encrypted_content.is_some()
+    }
+}
+
+impl From<ReasoningItem> for WireReasoning {
+    fn from(r: ReasoningItem) -> WireReasoning {
+        let encrypted = r.is_encrypted();
+        WireReasoning {
+            id: r.id.filter(|_| !encrypted),
+            summary: r.summary,
+            content: r.content,
+            encrypted_content: r.encrypted_content,
+        }
+    }
 }
 
 /// One input item, keys in the order the wire has them.
@@ -65,8 +110,8 @@ pub(crate) enum InputItem<'a> {
     Message {
         /// Who it is from.
         role: WireRole,
-        /// Its parts.
-        content: Vec<Part<'a>>,
+        /// Its content.
+        content: Content<'a>,
     },
     /// A tool call the model made.
     FunctionCall {
@@ -84,8 +129,8 @@ pub(crate) enum InputItem<'a> {
         /// Its text.
         output: Cow<'a, str>,
     },
-    /// A reasoning item sent back with its encrypted content.
-    Reasoning(ReasoningItem),
+    /// A reasoning item sent back.
+    Reasoning(WireReasoning),
 }
 
 /// The reasoning item of each block of an assistant message, from its
@@ -124,56 +169,60 @@ fn replayed(m: &Message) -> Vec<Option<ReplayItem>> {
     }
 }
 
-/// Moves the text parts gathered so far into one assistant message.
-fn flush<'a>(texts: &mut Vec<Part<'a>>, out: &mut Vec<InputItem<'a>>) {
-    if !texts.is_empty() {
-        out.push(InputItem::Message {
-            role: WireRole::Assistant,
-            content: std::mem::take(texts),
-        });
-    }
-}
-
 /// An assistant message's blocks as input items, in order.
 fn assistant_items(m: &Message) -> Vec<InputItem<'_>> {
     let mut replay = replayed(m).into_iter();
     let mut out = Vec::new();
-    let mut texts: Vec<Part<'_>> = Vec::new();
     for block in &m.content {
         let item = replay.next().flatten();
         match block {
-            ContentBlock::Text(t) if !t.text.is_empty() => {
-                texts.push(Part::OutputText { text: &t.text });
-            }
-            ContentBlock::ToolCall(c) => {
-                flush(&mut texts, &mut out);
-                out.push(InputItem::FunctionCall {
-                    call_id: &c.id,
-                    name: &c.name,
-                    arguments: &c.arguments,
-                });
-            }
+            ContentBlock::Text(t) if !t.text.is_empty() => out.push(InputItem::Message {
+                role: WireRole::Assistant,
+                content: Content::Text(&t.text),
+            }),
+            ContentBlock::ToolCall(c) => out.push(InputItem::FunctionCall {
+                call_id: &c.id,
+                name: &c.name,
+                arguments: &c.arguments,
+            }),
             ContentBlock::Reasoning(_) => {
                 if let Some(ReplayItem::Reasoning(r)) = item {
-                    flush(&mut texts, &mut out);
-                    out.push(InputItem::Reasoning(r));
+                    out.push(InputItem::Reasoning(r.into()));
                 }
             }
             _ => {}
         }
     }
-    flush(&mut texts, &mut out);
+    // A reasoning item goes back only with the item it led to: one the
+    // answer kept nothing after is left out.
+    while matches!(out.last(), Some(InputItem::Reasoning(_))) {
+        out.pop();
+    }
     out
 }
 
-/// The text parts of `blocks` as input text.
+/// The text parts of `blocks` as input text, each image said where it was.
 fn input_texts(blocks: &[ContentBlock]) -> Vec<Part<'_>> {
     blocks
         .iter()
-        .filter_map(ContentBlock::as_text)
-        .filter(|t| !t.is_empty())
+        .filter_map(|b| match b {
+            ContentBlock::Text(t) if !t.text.is_empty() => Some(t.text.as_str()),
+            ContentBlock::Image(_) => Some(IMAGE_OMITTED),
+            _ => None,
+        })
         .map(|text| Part::InputText { text })
         .collect()
+}
+
+/// A tool result's output: its text, after [`ERROR_PREFIX`] when the tool
+/// failed.
+fn output_of(r: &dsh_sdk::vocab::message::ToolResultBlock) -> Cow<'static, str> {
+    let text = result_text(r);
+    if r.is_error == Some(true) {
+        Cow::Owned(format!("{ERROR_PREFIX}{text}"))
+    } else {
+        text
+    }
 }
 
 /// One harness message as input items.
@@ -182,7 +231,7 @@ pub(crate) fn items_of(m: &Message) -> Vec<InputItem<'_>> {
         Role::Assistant => assistant_items(m),
         Role::System => vec![InputItem::Message {
             role: WireRole::Developer,
-            content: input_texts(&m.content),
+            content: Content::Parts(input_texts(&m.content)),
         }],
         Role::User => {
             let mut out: Vec<InputItem<'_>> = m
@@ -192,16 +241,9 @@ pub(crate) fn items_of(m: &Message) -> Vec<InputItem<'_>> {
                     ContentBlock::ToolResult(r) => Some(r),
                     _ => None,
                 })
-                .map(|r| {
-                    let text = joined_text(&r.content, "");
-                    InputItem::FunctionCallOutput {
-                        call_id: &r.tool_call_id,
-                        output: if text.is_empty() {
-                            Cow::Borrowed(NO_OUTPUT)
-                        } else {
-                            Cow::Owned(text)
-                        },
-                    }
+                .map(|r| InputItem::FunctionCallOutput {
+                    call_id: &r.tool_call_id,
+                    output: output_of(r),
                 })
                 .collect();
             let texts = input_texts(&m.content);
@@ -214,26 +256,12 @@ pub(crate) fn items_of(m: &Message) -> Vec<InputItem<'_>> {
                 };
                 out.push(InputItem::Message {
                     role: WireRole::User,
-                    content,
+                    content: Content::Parts(content),
                 });
             }
             out
         }
     }
-}
-
-/// A tool as the harness request lists it (`{name, description,
-/// parameters}`), borrowed from the request's text.
-#[derive(Deserialize)]
-pub(crate) struct ToolIn<'a> {
-    #[serde(borrow)]
-    name: Cow<'a, str>,
-    #[serde(default, borrow)]
-    description: Option<Cow<'a, str>>,
-    /// The arguments' JSON Schema: open (whatever the tool declares), so
-    /// it is passed on as its text.
-    #[serde(default, borrow)]
-    parameters: Option<&'a RawValue>,
 }
 
 /// A tool as the Responses request lists it: a function, its schema not
@@ -266,6 +294,7 @@ impl<'a> WireTool<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dsh_llm_http::conversion::NO_OUTPUT;
     use serde_json::{json, Value};
 
     fn wire(message: Value) -> Value {
@@ -281,6 +310,10 @@ mod tests {
         source
     }
 
+    fn answer(content: Value, replay: Option<Value>) -> Value {
+        json!({"id": "a", "role": "assistant", "source": model_source(replay), "content": content})
+    }
+
     #[test]
     fn an_answer_is_sent_back_item_by_item_with_its_reasoning() {
         let replay = json!({"blocks": [
@@ -288,54 +321,97 @@ mod tests {
              "encrypted_content": "enc-1"},
             null, null, null]});
         assert_eq!(
-            wire(
-                json!({"id": "a", "role": "assistant", "source": model_source(Some(replay)),
-                "content": [{"type": "reasoning", "text": "plan"}, {"type": "text", "text": "Let me look."},
-                            {"type": "tool-call", "id": "call_1", "name": "read", "arguments": "{\"file_path\":\"a\"}"},
-                            {"type": "text", "text": "after"}]})
-            ),
+            wire(answer(
+                json!([{"type": "reasoning", "text": "plan"}, {"type": "text", "text": "Let me look."},
+                       {"type": "tool-call", "id": "call_1", "name": "read", "arguments": "{\"file_path\":\"a\"}"},
+                       {"type": "text", "text": "after"}]),
+                Some(replay)
+            )),
             json!([
-                {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "plan"}],
+                // Encrypted: without its id.
+                {"type": "reasoning", "summary": [{"type": "summary_text", "text": "plan"}],
                  "encrypted_content": "enc-1"},
-                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Let me look."}]},
+                // An answer's text is the message's content itself.
+                {"type": "message", "role": "assistant", "content": "Let me look."},
                 {"type": "function_call", "call_id": "call_1", "name": "read", "arguments": "{\"file_path\":\"a\"}"},
-                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "after"}]}
+                {"type": "message", "role": "assistant", "content": "after"}
             ])
         );
+    }
+
+    #[test]
+    fn reasoning_text_goes_back_with_its_id() {
+        let replay = json!({"blocks": [
+            {"type": "reasoning", "id": "rs_7", "summary": [],
+             "content": [{"type": "reasoning_text", "text": "think"}]}, null]});
+        assert_eq!(
+            wire(answer(
+                json!([{"type": "reasoning", "text": "think"},
+                       {"type": "tool-call", "id": "c", "name": "bash", "arguments": "{}"}]),
+                Some(replay)
+            )),
+            json!([
+                {"type": "reasoning", "id": "rs_7", "summary": [],
+                 "content": [{"type": "reasoning_text", "text": "think"}]},
+                {"type": "function_call", "call_id": "c", "name": "bash", "arguments": "{}"}
+            ])
+        );
+    }
+
+    #[test]
+    fn a_reasoning_item_whose_following_item_was_lost_is_not_sent() {
+        let item =
+            json!({"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "e"});
+        // Cut at the output cap: the call was pruned, the reasoning stayed;
+        // or the text that followed it was empty.
+        for content in [
+            json!([{"type": "text", "text": "a"}, {"type": "reasoning", "text": ""}]),
+            json!([{"type": "text", "text": "a"}, {"type": "reasoning", "text": ""},
+                   {"type": "text", "text": ""}]),
+        ] {
+            let n = content.as_array().unwrap().len();
+            let mut blocks = vec![Value::Null; n];
+            blocks[1] = item.clone();
+            let got = wire(answer(content, Some(json!({"blocks": blocks}))));
+            assert_eq!(
+                got,
+                json!([{"type": "message", "role": "assistant", "content": "a"}])
+            );
+        }
     }
 
     #[test]
     fn reasoning_without_an_item_or_with_a_foreign_state_is_not_sent() {
         let content =
             json!([{"type": "reasoning", "text": "think"}, {"type": "text", "text": "hi"}]);
-        let want = json!([{"type": "message", "role": "assistant",
-                           "content": [{"type": "output_text", "text": "hi"}]}]);
+        let want = json!([{"type": "message", "role": "assistant", "content": "hi"}]);
         for replay in [
             None,
             Some(json!({"sig": 1})),
             Some(json!({"blocks": [null]})),
             Some(json!({"blocks": [{"type": "signature", "x": 1}, null]})),
         ] {
-            let got = wire(
-                json!({"id": "a", "role": "assistant", "source": model_source(replay.clone()),
-                                  "content": content}),
-            );
+            let got = wire(answer(content.clone(), replay.clone()));
             assert_eq!(got, want, "{replay:?}");
         }
     }
 
     #[test]
     fn user_system_and_tool_result_messages_have_their_wire_shape() {
-        // Tool results first, then the text; an empty result says so.
+        // Tool results first, then the text; an empty result says so; a
+        // failed one says it failed.
         assert_eq!(
             wire(
                 json!({"id": "r", "role": "user", "source": {"kind": "tool", "callId": "c1"},
                 "content": [{"type": "tool-result", "toolCallId": "c1", "content": [], "isError": false},
                             {"type": "tool-result", "toolCallId": "c2", "content": [{"type": "text", "text": "out"}]},
+                            {"type": "tool-result", "toolCallId": "c3", "isError": true,
+                             "content": [{"type": "text", "text": "no such file"}]},
                             {"type": "text", "text": "and"}]})
             ),
             json!([{"type": "function_call_output", "call_id": "c1", "output": NO_OUTPUT},
                    {"type": "function_call_output", "call_id": "c2", "output": "out"},
+                   {"type": "function_call_output", "call_id": "c3", "output": "Error: no such file"},
                    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "and"}]}])
         );
         assert_eq!(
@@ -348,11 +424,30 @@ mod tests {
         );
         // A user message with nothing to say is still a message.
         assert_eq!(
+            wire(json!({"id": "u", "role": "user", "source": {"kind": "user"}, "content": []})),
+            json!([{"type": "message", "role": "user", "content": [{"type": "input_text", "text": ""}]}])
+        );
+    }
+
+    #[test]
+    fn images_are_said_where_they_were_not_dropped() {
+        let image = json!({"type": "image", "attachment": {"id": "i"}});
+        assert_eq!(
             wire(
                 json!({"id": "u", "role": "user", "source": {"kind": "user"},
-                "content": [{"type": "image", "attachment": {"id": "i"}}]})
+                       "content": [image, {"type": "text", "text": "what is this?"}]})
             ),
-            json!([{"type": "message", "role": "user", "content": [{"type": "input_text", "text": ""}]}])
+            json!([{"type": "message", "role": "user",
+                    "content": [{"type": "input_text", "text": IMAGE_OMITTED},
+                                {"type": "input_text", "text": "what is this?"}]}])
+        );
+        assert_eq!(
+            wire(
+                json!({"id": "r", "role": "user", "source": {"kind": "tool", "callId": "c"},
+                       "content": [{"type": "tool-result", "toolCallId": "c", "content": [image]}]})
+            ),
+            json!([{"type": "function_call_output", "call_id": "c",
+                    "output": format!("{IMAGE_OMITTED}\n")}])
         );
     }
 

@@ -12,6 +12,11 @@
 //! reasoning block that has one, `null` for every other block. The agent
 //! loop's assembler keeps `blocks` aligned with the message's blocks (it
 //! prunes both together), so the item is sent back at its block's place.
+//!
+//! A server that streams its reasoning as text instead of encrypting it
+//! (vLLM and others serving gpt-oss: `reasoning_text`) gets that text back
+//! the same way, while the tool loop it belongs to is open
+//! ([`crate::request`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -26,19 +31,45 @@ pub enum SummaryPart {
     },
 }
 
-/// A reasoning item as it is sent back: its id, its summary and its
-/// encrypted content (an item without encrypted content is not kept: the
-/// server, which stores nothing, could not read it back by id).
+/// One part of a reasoning item's own text, as the wire has it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ReasoningPart {
+    /// The model's reasoning, in the clear.
+    ReasoningText {
+        /// The text.
+        text: String,
+    },
+}
+
+/// A reasoning item as it is kept to be sent back: its id, its summary,
+/// and either its encrypted content (OpenAI) or its reasoning text (a
+/// server that streams it in the clear). An item with neither is not
+/// kept: the server, which stores nothing, could not read it back by id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReasoningItem {
-    /// The server's id of the item (`rs_…`).
+    /// The server's id of the item (`rs_…`). Sent back only with
+    /// reasoning text (vLLM's types require it); an encrypted item goes
+    /// without it, as OpenAI's pairing check by id refuses an item whose
+    /// following item was left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
     /// Its summary parts (possibly none; the wire requires the list).
     #[serde(default)]
     pub summary: Vec<SummaryPart>,
+    /// The model's reasoning in the clear (`reasoning_text` parts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<Vec<ReasoningPart>>,
     /// The model's reasoning, encrypted for the server alone.
-    pub encrypted_content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encrypted_content: Option<String>,
+}
+
+impl ReasoningItem {
+    /// Whether it carries encrypted reasoning (else its text).
+    pub fn is_encrypted(&self) -> bool {
+        self.encrypted_content.is_some()
+    }
 }
 
 /// One entry of the replay state: an input item to send back, tagged by
@@ -82,9 +113,16 @@ mod tests {
                 Some(ReplayItem::Reasoning(ReasoningItem {
                     id: Some("rs_1".into()),
                     summary: vec![SummaryPart::SummaryText { text: "s".into() }],
-                    encrypted_content: "enc".into(),
+                    content: None,
+                    encrypted_content: Some("enc".into()),
                 })),
                 None,
+                Some(ReplayItem::Reasoning(ReasoningItem {
+                    id: Some("rs_2".into()),
+                    summary: Vec::new(),
+                    content: Some(vec![ReasoningPart::ReasoningText { text: "t".into() }]),
+                    encrypted_content: None,
+                })),
             ],
         };
         let value = state.clone().into_value().unwrap();
@@ -92,7 +130,9 @@ mod tests {
             value,
             json!({"blocks": [{"type": "reasoning", "id": "rs_1",
                                "summary": [{"type": "summary_text", "text": "s"}],
-                               "encrypted_content": "enc"}, null]})
+                               "encrypted_content": "enc"}, null,
+                              {"type": "reasoning", "id": "rs_2", "summary": [],
+                               "content": [{"type": "reasoning_text", "text": "t"}]}]})
         );
         assert_eq!(serde_json::from_value::<ReplayState>(value).unwrap(), state);
         assert_eq!(

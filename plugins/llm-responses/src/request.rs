@@ -1,53 +1,53 @@
 //! The request body of one call, built from the harness request without
 //! re-encoding the history: each harness message is converted to input
 //! items once, and later requests of the same session reuse the
-//! conversion of every message they share with the previous one.
+//! conversion of every message they share with the previous one
+//! (`dsh_llm_http::conversion`).
 //!
 //! The request is stateless: the whole history every time, `store: false`,
 //! no `previous_response_id`; a reasoning model's earlier thinking goes
 //! back as its reasoning items, which it asks to be given
 //! (`include: ["reasoning.encrypted_content"]`).
+//!
+//! Reasoning items go back only to the model that wrote them (another
+//! model cannot read them: OpenAI refuses them with
+//! `invalid_encrypted_content`), and only when the request reasons; items
+//! of reasoning in the clear (a server serving gpt-oss) only while the
+//! tool loop they belong to is open (after the last prompt of the user).
+//! `temperature` is not sent with `reasoning` (reasoning models refuse
+//! it). A request the server refused for its reasoning is sent again
+//! without it ([`Fallback`], chosen by the adapter).
 
-use std::cell::RefCell;
-use std::fmt;
-
-use dsh_sdk::vocab::Message;
-use serde::{Deserialize, Serialize};
+use dsh_llm_http::conversion::{self, ConvertError, ToolIn};
+use dsh_sdk::vocab::{ContentBlock, Message, MessageSource, Role};
+use serde::Serialize;
 use serde_json::value::{to_raw_value, RawValue};
 use serde_json::Number;
 
-use crate::convert::{items_of, InputItem, ToolIn, WireTool};
+use crate::convert::{items_of, InputItem, WireTool};
 use crate::models::Catalog;
 use crate::Config;
 
-/// The harness request (`llm-adapter.stream` params) as this adapter reads
-/// it; other fields pass by (`stop`, which this wire does not have,
-/// among them). The history stays as the JSON texts the messages were
-/// logged as: each is read as a [`Message`] only when the session's
-/// previous request did not carry the same text.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct Request {
-    #[serde(default)]
-    model: Option<String>,
-    #[serde(default)]
-    messages: Vec<Box<RawValue>>,
-    #[serde(default)]
-    system: Option<String>,
-    /// The tool schemas, converted once per distinct list ([`Converter`]).
-    #[serde(default)]
-    tools: Option<Box<RawValue>>,
-    #[serde(default)]
-    max_tokens: Option<u64>,
-    #[serde(default)]
-    reasoning_effort: Option<String>,
-    /// Passed on as written (a `Number` keeps `1` and `1.0` apart).
-    #[serde(default)]
-    temperature: Option<Number>,
-    /// The session, sent as `prompt_cache_key` (when the config allows).
-    #[serde(default)]
-    pub session_id: Option<String>,
+/// What a request leaves out because the server refused it in an
+/// earlier try.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fallback {
+    /// Nothing: all the model takes.
+    Full,
+    /// The encrypted reasoning items: the server could not read them
+    /// (`invalid_encrypted_content`).
+    WithoutEncrypted,
+    /// Reasoning altogether (no `reasoning`, no `include`, no reasoning
+    /// items): the model takes none ("Encrypted content is not supported
+    /// with this model").
+    WithoutReasoning,
 }
+
+/// The harness request, as every adapter reads it
+/// (`dsh_llm_http::stream_request`): its `sessionId` is sent as
+/// `prompt_cache_key` (when the config allows); `stop`, which this wire
+/// does not have, is not read.
+pub(crate) use dsh_llm_http::stream_request::StreamRequest as Request;
 
 /// The effort that turns reasoning off.
 const EFFORT_OFF: &str = "off";
@@ -70,8 +70,8 @@ struct Body<'a> {
     model: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     instructions: Option<&'a str>,
-    /// Each message converted once ([`Converted::wire`]); reasoning items
-    /// only for a model that reasons.
+    /// Each message converted once (`dsh_llm_http::conversion`);
+    /// reasoning items only for a model that reasons.
     input: Vec<&'a RawValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tools: Option<&'a RawValue>,
@@ -89,165 +89,120 @@ struct Body<'a> {
     prompt_cache_key: Option<&'a str>,
 }
 
-/// Why a request could not become a body: which part, and the reading
-/// error.
-#[derive(Debug)]
-pub(crate) struct ConvertError {
-    part: String,
-    error: serde_json::Error,
+/// What an input item is, for the items a request leaves out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ItemKind {
+    /// A message, a call or an output: always sent.
+    Plain,
+    /// A reasoning item with encrypted content.
+    Encrypted,
+    /// A reasoning item in the clear.
+    ReasoningText,
 }
 
-impl fmt::Display for ConvertError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.part, self.error)
-    }
-}
-
-impl ConvertError {
-    fn at(part: impl Into<String>) -> impl FnOnce(serde_json::Error) -> ConvertError {
-        let part = part.into();
-        move |error| ConvertError { part, error }
-    }
-}
-
-/// One input item, and whether it is a reasoning item (sent only to a
-/// model that reasons: one that does not may refuse it, after a switch of
-/// model within the route).
+/// One input item, as its JSON text.
 struct WireItem {
     raw: Box<RawValue>,
-    reasoning: bool,
+    kind: ItemKind,
 }
 
-/// One harness message and the input items it became.
-struct Converted {
-    source: Box<RawValue>,
-    wire: Vec<WireItem>,
+/// One logged message as input items, with what decides which of its
+/// reasoning items go.
+pub(crate) struct MessageItems {
+    items: Vec<WireItem>,
+    /// The model of an answer (its reasoning goes back to it alone).
+    model: Option<String>,
+    /// A prompt of the user (no tool results): a new turn starts, and the
+    /// tool loop before it is closed.
+    opens_turn: bool,
 }
 
-/// How many sessions keep their conversions (the least recently used goes).
-const SESSIONS_KEPT: usize = 16;
-
-/// Conversions kept per session, and the last tool list's.
+/// The conversions kept per session (each message's input items), and
+/// the last tool list's.
 #[derive(Default)]
 pub(crate) struct Converter {
-    sessions: RefCell<Vec<(String, Vec<Converted>)>>,
-    tools: RefCell<Option<(Box<RawValue>, Box<RawValue>)>>,
+    cache: conversion::Converter<MessageItems>,
 }
 
-/// Reads one logged message and converts it.
-fn convert(source: Box<RawValue>) -> serde_json::Result<Converted> {
-    let message: Message = serde_json::from_str(source.get())?;
-    let wire = items_of(&message)
+/// One logged message as input items.
+fn convert(message: &Message) -> serde_json::Result<MessageItems> {
+    let items = items_of(message)
         .iter()
         .map(|item| {
             Ok(WireItem {
                 raw: to_raw_value(item)?,
-                reasoning: matches!(item, InputItem::Reasoning(_)),
+                kind: match item {
+                    InputItem::Reasoning(r) if r.is_encrypted() => ItemKind::Encrypted,
+                    InputItem::Reasoning(_) => ItemKind::ReasoningText,
+                    _ => ItemKind::Plain,
+                },
             })
         })
         .collect::<serde_json::Result<_>>()?;
-    Ok(Converted { source, wire })
+    let model = match &message.source {
+        MessageSource::Model(source) => Some(source.model.clone()),
+        _ => None,
+    };
+    let opens_turn = message.role == Role::User
+        && !message.content.is_empty()
+        && !message
+            .content
+            .iter()
+            .any(|b| matches!(b, ContentBlock::ToolResult(_)));
+    Ok(MessageItems {
+        items,
+        model,
+        opens_turn,
+    })
 }
 
-/// The request's tool list on the wire; `None` when it is empty.
-fn convert_tools(tools: &RawValue) -> serde_json::Result<Option<Box<RawValue>>> {
-    let tools: Vec<ToolIn<'_>> = serde_json::from_str(tools.get())?;
-    if tools.is_empty() {
-        return Ok(None);
-    }
+/// The request's tool list on the wire.
+fn convert_tools(tools: &[ToolIn<'_>]) -> serde_json::Result<Box<RawValue>> {
     let wire: Vec<WireTool<'_>> = tools.iter().map(WireTool::of).collect();
-    Ok(Some(to_raw_value(&wire)?))
+    to_raw_value(&wire)
 }
 
 impl Converter {
-    /// The conversions of `messages` for `session`: reused for the prefix
-    /// the session's previous request shares, made for the rest.
-    fn messages(
-        &self,
-        session: Option<&str>,
-        messages: Vec<Box<RawValue>>,
-    ) -> Result<Vec<Converted>, ConvertError> {
-        let previous = match session {
-            Some(session) => {
-                let mut sessions = self.sessions.borrow_mut();
-                match sessions.iter().position(|(s, _)| s == session) {
-                    Some(at) => sessions.remove(at).1,
-                    None => Vec::new(),
-                }
-            }
-            None => Vec::new(),
-        };
-        let mut previous = previous.into_iter();
-        let mut out = Vec::with_capacity(messages.len());
-        let mut reusing = true;
-        for (at, m) in messages.into_iter().enumerate() {
-            if reusing {
-                match previous.next() {
-                    Some(c) if c.source.get() == m.get() => {
-                        out.push(c);
-                        continue;
-                    }
-                    _ => reusing = false,
-                }
-            }
-            out.push(convert(m).map_err(ConvertError::at(format!("message {at}")))?);
-        }
-        Ok(out)
-    }
-
-    fn keep(&self, session: String, converted: Vec<Converted>) {
-        let mut sessions = self.sessions.borrow_mut();
-        if sessions.len() >= SESSIONS_KEPT {
-            sessions.remove(0);
-        }
-        sessions.push((session, converted));
-    }
-
-    fn tools(&self, tools: &RawValue) -> serde_json::Result<Option<Box<RawValue>>> {
-        if let Some((source, wire)) = &*self.tools.borrow() {
-            if source.get() == tools.get() {
-                return Ok(Some(wire.clone()));
-            }
-        }
-        let wire = convert_tools(tools)?;
-        if let Some(w) = &wire {
-            *self.tools.borrow_mut() = Some((tools.to_owned(), w.clone()));
-        }
-        Ok(wire)
-    }
-
-    /// The Responses request body for `req`, as JSON bytes. A request
-    /// without a session id keeps no conversions.
+    /// The Responses request body for `req`, as JSON bytes, leaving out
+    /// what `fallback` says. A request without a session id keeps no
+    /// conversions.
     pub(crate) fn body(
         &self,
         config: &Config,
         catalog: &Catalog,
-        req: Request,
+        mut req: Request,
+        fallback: Fallback,
     ) -> Result<Vec<u8>, ConvertError> {
-        let session = req.session_id.clone().filter(|s| !s.is_empty());
-        let converted = self.messages(session.as_deref(), req.messages)?;
-        let tools = req
-            .tools
-            .as_deref()
-            .map(|t| self.tools(t))
-            .transpose()
-            .map_err(ConvertError::at("the tools"))?
-            .flatten();
-        let model = req
-            .model
-            .as_deref()
-            .filter(|m| !m.is_empty())
-            .unwrap_or(&config.model);
+        let history = std::mem::take(&mut req.messages);
+        let session = req.session_id.as_deref().filter(|s| !s.is_empty());
+        let converted = self.cache.messages(session, history, convert)?;
+        let tools = match req.tools.as_deref() {
+            Some(t) => self.cache.tools(t, convert_tools)?,
+            None => None,
+        };
+        let model = req.model_or(&config.model);
         let default_effort = catalog.default_effort(model);
         let effort = req
             .reasoning_effort
             .as_deref()
             .or(default_effort.as_deref());
-        let reasons = catalog.reasons(model) && effort != Some(EFFORT_OFF);
+        let reasons = fallback != Fallback::WithoutReasoning
+            && catalog.reasons(model)
+            && effort != Some(EFFORT_OFF);
+        // The tool loop open: the messages after the user's last prompt.
+        let turn = converted.iter().rposition(|c| c.wire.opens_turn);
         let input: Vec<&RawValue> = converted
             .iter()
-            .flat_map(|c| c.wire.iter())
-            .filter(|w| reasons || !w.reasoning)
+            .enumerate()
+            .flat_map(|(at, c)| {
+                let own = reasons && c.wire.model.as_deref() == Some(model);
+                let open = turn.is_none_or(|t| at > t);
+                c.wire.items.iter().filter(move |w| match w.kind {
+                    ItemKind::Plain => true,
+                    ItemKind::Encrypted => own && fallback == Fallback::Full,
+                    ItemKind::ReasoningText => own && open,
+                })
+            })
             .map(|w| &*w.raw)
             .collect();
         let summary = Some(config.reasoning_summary.as_str()).filter(|s| !s.is_empty());
@@ -265,14 +220,13 @@ impl Converter {
             } else {
                 Vec::new()
             },
-            temperature: req.temperature.as_ref(),
-            prompt_cache_key: session.as_deref().filter(|_| config.prompt_cache_key),
+            // Reasoning models refuse a temperature.
+            temperature: req.temperature.as_ref().filter(|_| !reasons),
+            prompt_cache_key: session.filter(|_| config.prompt_cache_key),
         };
         let bytes = serde_json::to_vec(&body).map_err(ConvertError::at("the body"))?;
         drop(body);
-        if let Some(session) = session {
-            self.keep(session, converted);
-        }
+        self.cache.keep(session, converted);
         Ok(bytes)
     }
 }
@@ -281,6 +235,7 @@ impl Converter {
 mod tests {
     use super::*;
     use crate::models;
+    use dsh_llm_http::conversion::SESSIONS_KEPT;
     use serde_json::{json, Value};
 
     fn config() -> Config {
@@ -288,8 +243,12 @@ mod tests {
     }
 
     fn body_with(c: &Converter, config: &Config, req: Value) -> Value {
+        body_falling_back(c, config, req, Fallback::Full)
+    }
+
+    fn body_falling_back(c: &Converter, config: &Config, req: Value, fallback: Fallback) -> Value {
         let req: Request = serde_json::from_value(req).unwrap();
-        let bytes = c.body(config, &config.catalog(), req).unwrap();
+        let bytes = c.body(config, &config.catalog(), req, fallback).unwrap();
         serde_json::from_slice(&bytes).unwrap()
     }
 
@@ -325,10 +284,11 @@ mod tests {
                 "max_output_tokens",
                 "reasoning",
                 "include",
-                "temperature",
                 "prompt_cache_key"
             ]
         );
+        // A reasoning model refuses a temperature: it is not sent.
+        assert!(b.get("temperature").is_none(), "{b}");
         assert_eq!(b["store"], false);
         assert!(b.get("previous_response_id").is_none());
         assert_eq!(b["instructions"], "sys");
@@ -344,6 +304,12 @@ mod tests {
         assert_eq!(b["reasoning"], json!({"effort": "high", "summary": "auto"}));
         assert_eq!(b["include"], json!(["reasoning.encrypted_content"]));
         assert_eq!(b["prompt_cache_key"], "s");
+        // A model that does not reason gets it.
+        let b = body(
+            &c,
+            json!({"model": "gpt-4.1", "temperature": 0.5, "messages": [user("u", "hi")]}),
+        );
+        assert_eq!(b["temperature"], 0.5);
     }
 
     #[test]
@@ -382,37 +348,108 @@ mod tests {
         assert!(b.get("prompt_cache_key").is_none(), "{b}");
     }
 
+    /// An answer of `model` with a reasoning item (`item`) then text.
+    fn answer(id: &str, model: &str, item: Value, text: &str) -> Value {
+        json!({"id": id, "role": "assistant",
+            "source": {"kind": "model", "provider": "openai", "model": model,
+                       "replayState": {"blocks": [item, null]}},
+            "content": [{"type": "reasoning", "text": ""}, {"type": "text", "text": text}]})
+    }
+
+    fn encrypted(enc: &str) -> Value {
+        json!({"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": enc})
+    }
+
+    fn types(b: &Value) -> Vec<String> {
+        b["input"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["type"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
     #[test]
-    fn reasoning_items_go_back_only_to_a_model_that_reasons() {
+    fn reasoning_items_go_back_only_to_the_model_that_wrote_them() {
         let c = Converter::default();
-        let answer = json!({"id": "a", "role": "assistant",
-            "source": {"kind": "model", "provider": "openai", "model": "gpt-5",
-                       "replayState": {"blocks": [{"type": "reasoning", "id": "rs_1", "summary": [],
-                                                   "encrypted_content": "enc"}, null]}},
-            "content": [{"type": "reasoning", "text": ""}, {"type": "text", "text": "hi"}]});
-        let types = |b: &Value| -> Vec<String> {
-            b["input"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|i| i["type"].as_str().unwrap().to_owned())
-                .collect()
-        };
-        let history = json!([user("u", "q"), answer, user("v", "more")]);
+        let history = json!([
+            user("u", "q"),
+            answer("a", "gpt-5", encrypted("enc"), "hi"),
+            user("v", "more")
+        ]);
         let b = body(&c, json!({"messages": history, "sessionId": "s"}));
         assert_eq!(types(&b), ["message", "reasoning", "message", "message"]);
         // The same history (its conversion reused) to a model that does
-        // not reason, then back.
+        // not reason, to another reasoning model (it cannot read gpt-5's
+        // encrypted reasoning), then back.
+        for other in ["gpt-4.1", "o3"] {
+            let b = body(
+                &c,
+                json!({"model": other, "messages": history, "sessionId": "s"}),
+            );
+            assert_eq!(types(&b), ["message", "message", "message"], "{other}");
+        }
         let b = body(
             &c,
-            json!({"model": "gpt-4.1", "messages": history, "sessionId": "s"}),
-        );
-        assert_eq!(types(&b), ["message", "message", "message"]);
-        let b = body(
-            &c,
-            json!({"model": "o3", "messages": history, "sessionId": "s"}),
+            json!({"model": "gpt-5", "messages": history, "sessionId": "s"}),
         );
         assert_eq!(types(&b)[1], "reasoning");
+    }
+
+    #[test]
+    fn a_fallback_leaves_out_what_the_server_refused() {
+        let c = Converter::default();
+        let config = config();
+        let history = json!([
+            user("u", "q"),
+            answer("a", "gpt-5", encrypted("enc"), "hi"),
+            user("v", "more")
+        ]);
+        let req = json!({"messages": history});
+        let b = body_falling_back(&c, &config, req.clone(), Fallback::WithoutEncrypted);
+        assert_eq!(types(&b), ["message", "message", "message"]);
+        assert_eq!(b["include"], json!(["reasoning.encrypted_content"]));
+        let b = body_falling_back(&c, &config, req, Fallback::WithoutReasoning);
+        assert_eq!(types(&b), ["message", "message", "message"]);
+        assert!(
+            b.get("reasoning").is_none() && b.get("include").is_none(),
+            "{b}"
+        );
+    }
+
+    #[test]
+    fn reasoning_text_goes_back_while_its_tool_loop_is_open() {
+        let c = Converter::default();
+        let mut config = config();
+        config.models = Some(vec![serde_json::from_value(
+            json!({"id": "gpt-oss", "reasoningEfforts": ["low", "medium", "high"]}),
+        )
+        .unwrap()]);
+        let clear = json!({"type": "reasoning", "id": "rs_9", "summary": [],
+                           "content": [{"type": "reasoning_text", "text": "think"}]});
+        let call = json!({"id": "a", "role": "assistant",
+            "source": {"kind": "model", "provider": "local", "model": "gpt-oss",
+                       "replayState": {"blocks": [clear, null]}},
+            "content": [{"type": "reasoning", "text": "think"},
+                        {"type": "tool-call", "id": "c1", "name": "bash", "arguments": "{}"}]});
+        let output = json!({"id": "r", "role": "user", "source": {"kind": "tool", "callId": "c1"},
+            "content": [{"type": "tool-result", "toolCallId": "c1", "content": [{"type": "text", "text": "ok"}]}]});
+        let open = json!([user("u", "q"), call, output]);
+        let b = body_with(&c, &config, json!({"model": "gpt-oss", "messages": open}));
+        assert_eq!(
+            types(&b),
+            [
+                "message",
+                "reasoning",
+                "function_call",
+                "function_call_output"
+            ]
+        );
+        assert_eq!(b["input"][1]["id"], "rs_9");
+        // After the user's next prompt the loop is closed: not sent.
+        let closed = json!([user("u", "q"), call, output, user("w", "next")]);
+        let b = body_with(&c, &config, json!({"model": "gpt-oss", "messages": closed}));
+        assert!(!types(&b).contains(&"reasoning".to_owned()), "{b}");
     }
 
     #[test]
@@ -441,7 +478,7 @@ mod tests {
                 json!({"messages": [user("1", "a")], "sessionId": format!("s{i}")}),
             );
         }
-        assert_eq!(c.sessions.borrow().len(), SESSIONS_KEPT);
+        assert_eq!(c.cache.sessions_kept(), SESSIONS_KEPT);
     }
 
     #[test]
@@ -450,7 +487,7 @@ mod tests {
         let config = config();
         let text = |req: &str| {
             let req: Request = serde_json::from_str(req).unwrap();
-            c.body(&config, &config.catalog(), req)
+            c.body(&config, &config.catalog(), req, Fallback::Full)
                 .map(|_| ())
                 .unwrap_err()
                 .to_string()
@@ -463,6 +500,6 @@ mod tests {
         let e = text(r#"{"tools":{"name":"t"}}"#);
         assert!(e.starts_with("the tools: "), "{e}");
         // The catalog the tests use is OpenAI's.
-        assert_eq!(config.catalog().models, models::openai());
+        assert_eq!(config.catalog().entries.models, models::openai());
     }
 }

@@ -19,6 +19,7 @@ use std::borrow::Cow;
 
 use dsh_llm_http::call_ids::SentId;
 use dsh_llm_http::lenient::{Loose, LooseText, TokenCount};
+use dsh_llm_http::usage::CachedInput;
 use dsh_sdk::vocab::TokenUsage;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -66,6 +67,10 @@ pub(crate) mod item_type {
 
 /// The `incomplete_details.reason` that is the output cap.
 pub(crate) const MAX_OUTPUT_TOKENS: &str = "max_output_tokens";
+
+/// The `incomplete_details.reason` of an answer the server's content
+/// filter stopped.
+pub(crate) const CONTENT_FILTER: &str = "content_filter";
 
 /// The `status` of a response that stopped short.
 pub(crate) const STATUS_INCOMPLETE: &str = "incomplete";
@@ -245,6 +250,10 @@ pub(crate) struct Terminal<'a> {
     /// The call's token usage.
     #[serde(default)]
     pub usage: Loose<WireUsage>,
+    /// The answer's items, as their text: read only when the stream sent
+    /// no item events ([`crate::stream`]).
+    #[serde(default, borrow)]
+    pub output: Option<&'a RawValue>,
 }
 
 /// `incomplete_details`.
@@ -325,26 +334,21 @@ impl WireUsage {
     /// and reasoning tokens when reported. An input or output count not
     /// reported counts 0 (the harness's usage always has both).
     pub fn usage(&self) -> TokenUsage {
-        let cached = self
-            .input_tokens_details
-            .0
-            .as_ref()
-            .and_then(|d| d.cached_tokens.0);
-        TokenUsage {
-            input_tokens: self
-                .input_tokens
+        CachedInput {
+            input: self.input_tokens.0,
+            output: self.output_tokens.0,
+            cached: self
+                .input_tokens_details
                 .0
-                .unwrap_or(0)
-                .saturating_sub(cached.unwrap_or(0)),
-            output_tokens: self.output_tokens.0.unwrap_or(0),
-            cache_read_tokens: cached,
-            cache_write_tokens: None,
-            reasoning_tokens: self
+                .as_ref()
+                .and_then(|d| d.cached_tokens.0),
+            reasoning: self
                 .output_tokens_details
                 .0
                 .as_ref()
                 .and_then(|d| d.reasoning_tokens.0),
         }
+        .usage()
     }
 }
 

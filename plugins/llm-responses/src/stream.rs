@@ -3,21 +3,26 @@
 //! function call its tool call), opened at its first delta (a function
 //! call when it is added), grown by deltas and closed whole when the item
 //! is done; then usage, then one `finish`, whose replay state carries the
-//! reasoning items to send back ([`crate::replay`]).
+//! reasoning items to send back ([`crate::replay`]). A server that sends
+//! no item events, only the terminal event with its `output`, has that
+//! output read as the answer.
 
 use std::collections::HashMap;
 
 use dsh_llm_http::answer_cap::{AnswerBudget, DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_TOOL_CALLS};
 use dsh_llm_http::call_ids::{CallIds, SentId};
-use dsh_llm_http::failure::{code, cut_chars, event_error, stream_failure};
+use dsh_llm_http::failure::{
+    code, event_error, quoted_reason, stream_failure, unreadable, REFUSAL,
+};
 use dsh_sdk::vocab::message::block_type;
 use dsh_sdk::vocab::{Chunk, ContentBlock, FinishReason, LlmFailure};
 use serde::Deserialize;
+use serde_json::value::RawValue;
 
-use crate::replay::{ReasoningItem, ReplayItem, ReplayState, SummaryPart};
+use crate::replay::{ReasoningItem, ReasoningPart, ReplayItem, ReplayState, SummaryPart};
 use crate::response::{
     event_type, item_type, ArgumentsDone, ErrorEvent, Item, ItemEvent, ItemKind, Kind,
-    TerminalEvent, TextDelta, MAX_OUTPUT_TOKENS, PART_BREAK, STATUS_INCOMPLETE,
+    TerminalEvent, TextDelta, CONTENT_FILTER, MAX_OUTPUT_TOKENS, PART_BREAK, STATUS_INCOMPLETE,
 };
 
 /// What a block holds.
@@ -60,6 +65,9 @@ struct Block {
     part: Option<u64>,
     /// What the block is sent back with (a reasoning item).
     replay: Option<ReplayItem>,
+    /// A reasoning block whose text came as the reasoning itself
+    /// (`reasoning_text`), not a summary: kept to be sent back.
+    clear: bool,
     /// Closed: its `block-end` went out.
     closed: bool,
 }
@@ -82,31 +90,6 @@ impl Default for StreamState {
     fn default() -> Self {
         StreamState::new(DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_TOOL_CALLS)
     }
-}
-
-/// The most characters of an unknown `incomplete_details.reason` a failure
-/// quotes.
-const REASON_CHARS: usize = 100;
-
-/// A server's reason as a failure quotes it: control characters escaped,
-/// cut to [`REASON_CHARS`] characters (it goes to the log and the
-/// terminal).
-fn quoted_reason(reason: &str) -> String {
-    match cut_chars(reason, REASON_CHARS) {
-        None => format!("{reason:?}"),
-        Some(cut) => format!("{cut:?}… (cut: {} bytes in all)", reason.len()),
-    }
-}
-
-/// What the provider sent that is not an event this adapter reads: bad
-/// JSON, or a field of the wrong type.
-fn unreadable(e: &serde_json::Error) -> LlmFailure {
-    let message = if e.is_data() {
-        format!("the provider sent a stream event this adapter cannot read: {e}")
-    } else {
-        format!("the provider sent malformed JSON: {e}")
-    };
-    LlmFailure::new(code::MALFORMED_RESPONSE, message)
 }
 
 /// An event of a known type whose order makes no sense (a delta for an
@@ -167,8 +150,16 @@ impl StreamState {
             event_type::OUTPUT_TEXT_DELTA | event_type::REFUSAL_DELTA => {
                 self.on_text(read(data)?, BlockKind::Text, &mut out)?;
             }
-            event_type::REASONING_SUMMARY_TEXT_DELTA | event_type::REASONING_TEXT_DELTA => {
+            event_type::REASONING_SUMMARY_TEXT_DELTA => {
                 self.on_text(read(data)?, BlockKind::Reasoning, &mut out)?;
+            }
+            event_type::REASONING_TEXT_DELTA => {
+                let delta: TextDelta = read(data)?;
+                let output = delta.output_index;
+                self.on_text(delta, BlockKind::Reasoning, &mut out)?;
+                if let Some(&at) = self.by_output.get(&output) {
+                    self.blocks[at].clear = true;
+                }
             }
             event_type::FUNCTION_CALL_ARGUMENTS_DELTA => {
                 let delta: TextDelta = read(data)?;
@@ -181,6 +172,9 @@ impl StreamState {
             event_type::COMPLETED | event_type::INCOMPLETE => {
                 let incomplete = kind == event_type::INCOMPLETE;
                 let event: TerminalEvent<'_> = read(data)?;
+                if self.blocks.is_empty() {
+                    self.on_output(&event, &mut out)?;
+                }
                 self.finish(incomplete, event, &mut out);
             }
             event_type::FAILED => {
@@ -203,6 +197,25 @@ impl StreamState {
         Ok(out)
     }
 
+    /// The answer from the terminal event's `output`, for a server that
+    /// sent no item events: each item as if it had arrived whole.
+    fn on_output(
+        &mut self,
+        event: &TerminalEvent<'_>,
+        out: &mut Vec<Chunk>,
+    ) -> Result<(), LlmFailure> {
+        let Some(output) = event.response.as_ref().and_then(|r| r.output) else {
+            return Ok(());
+        };
+        let items: Vec<&RawValue> =
+            serde_json::from_str(output.get()).map_err(|e| unreadable(&e))?;
+        for (at, item) in items.into_iter().enumerate() {
+            let output_index = u64::try_from(at).unwrap_or(u64::MAX);
+            self.on_item(ItemEvent { output_index, item }, true, out)?;
+        }
+        Ok(())
+    }
+
     /// Opens a block of `kind` for output item `output`: its position.
     fn open(&mut self, output: u64, kind: BlockKind, out: &mut Vec<Chunk>) -> usize {
         let at = self.blocks.len();
@@ -213,6 +226,7 @@ impl StreamState {
             name: String::new(),
             part: None,
             replay: None,
+            clear: false,
             closed: false,
         });
         self.by_output.insert(output, at);
@@ -435,8 +449,13 @@ impl StreamState {
         mut item: Item,
         out: &mut Vec<Chunk>,
     ) -> Result<(), LlmFailure> {
+        let streamed_clear = self
+            .by_output
+            .get(&output)
+            .filter(|&&at| self.blocks[at].clear)
+            .map(|&at| self.blocks[at].text.clone());
         let replay = match kind {
-            BlockKind::Reasoning => self.replay_of(&mut item)?,
+            BlockKind::Reasoning => self.replay_of(&mut item, streamed_clear)?,
             _ => None,
         };
         let whole = self
@@ -458,23 +477,58 @@ impl StreamState {
     }
 
     /// The reasoning item to send back for a done reasoning `item`: its
-    /// id, summary and encrypted content, counted against the answer's
-    /// cap (it is kept with the answer); none without encrypted content.
-    fn replay_of(&mut self, item: &mut Item) -> Result<Option<ReplayItem>, LlmFailure> {
-        let Some(encrypted) = item.encrypted_content.take().filter(|e| !e.is_empty()) else {
-            return Ok(None);
-        };
+    /// id, summary and encrypted content, or (from a server that streams
+    /// reasoning in the clear) its reasoning text: the item's
+    /// `reasoning_text` parts, else `streamed` (the text its
+    /// `reasoning_text` deltas brought). Counted against the answer's cap
+    /// (it is kept with the answer); none with neither.
+    fn replay_of(
+        &mut self,
+        item: &mut Item,
+        streamed: Option<String>,
+    ) -> Result<Option<ReplayItem>, LlmFailure> {
         let summary = item.summary_parts();
-        let kept = summary
+        let summary_bytes = summary
             .iter()
             .map(|SummaryPart::SummaryText { text }| text.len())
-            .sum::<usize>()
-            + encrypted.len();
-        self.budget.charge(kept, 0)?;
+            .sum::<usize>();
+        if let Some(encrypted) = item.encrypted_content.take().filter(|e| !e.is_empty()) {
+            self.budget.charge(summary_bytes + encrypted.len(), 0)?;
+            return Ok(Some(ReplayItem::Reasoning(ReasoningItem {
+                id: item.id.take(),
+                summary,
+                content: None,
+                encrypted_content: Some(encrypted),
+            })));
+        }
+        let sent: Vec<String> = item
+            .content
+            .iter()
+            .flatten()
+            .filter_map(|p| p.text.clone())
+            .filter(|t| !t.is_empty())
+            .collect();
+        let texts = if sent.is_empty() {
+            streamed.filter(|t| !t.is_empty()).into_iter().collect()
+        } else {
+            sent
+        };
+        let Some(id) = item.id.take().filter(|_| !texts.is_empty()) else {
+            // Without an id a server in the clear cannot take it back.
+            return Ok(None);
+        };
+        self.budget
+            .charge(texts.iter().map(String::len).sum::<usize>() + id.len(), 0)?;
         Ok(Some(ReplayItem::Reasoning(ReasoningItem {
-            id: item.id.take(),
-            summary,
-            encrypted_content: encrypted,
+            id: Some(id),
+            summary: Vec::new(),
+            content: Some(
+                texts
+                    .into_iter()
+                    .map(|text| ReasoningPart::ReasoningText { text })
+                    .collect(),
+            ),
+            encrypted_content: None,
         })))
     }
 
@@ -525,6 +579,16 @@ impl StreamState {
                 .and_then(|d| d.reason.0.clone());
             match why.as_deref() {
                 Some(MAX_OUTPUT_TOKENS) => FinishReason::MaxTokens,
+                // The server's filter stopped it: the same prompt is
+                // stopped again, so it is not retried.
+                Some(CONTENT_FILTER) => FinishReason::Error {
+                    failure: LlmFailure::new(
+                        REFUSAL,
+                        "the model's answer was stopped by the provider's content filter \
+                         (incomplete: content_filter); rephrase the request or start a new \
+                         session",
+                    ),
+                },
                 other => FinishReason::Error {
                     failure: LlmFailure::new(
                         code::SERVER,

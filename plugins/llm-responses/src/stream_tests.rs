@@ -1,19 +1,7 @@
 use super::*;
-use dsh_llm_http::failure::http_failure;
 use serde_json::{json, Value};
 
-/// The `type` tag of each chunk, as logged.
-fn types(chunks: &[Chunk]) -> Vec<String> {
-    chunks
-        .iter()
-        .map(|c| {
-            serde_json::to_value(c).unwrap()["type"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        })
-        .collect()
-}
+use dsh_llm_http::testing::chunk_types as types;
 
 /// Feeds `events` in order; the chunks, or the first failure.
 fn run(s: &mut StreamState, events: &[Value]) -> Result<Vec<Chunk>, LlmFailure> {
@@ -372,20 +360,6 @@ fn an_error_event_is_the_failure_with_the_servers_words() {
 }
 
 #[test]
-fn an_overflow_http_error_is_context_window_exceeded() {
-    let body = json!({"error": {"message": "Your input exceeds the context window of this model. Please adjust your input and try again.",
-                                "type": "invalid_request_error", "param": "input", "code": "context_length_exceeded"}});
-    let f = http_failure(400, &body.to_string(), None);
-    assert_eq!(f.code, code::CONTEXT_WINDOW_EXCEEDED);
-    assert_eq!(f.status, Some(400));
-    assert!(
-        f.message.contains("exceeds the context window"),
-        "{}",
-        f.message
-    );
-}
-
-#[test]
 fn an_incomplete_response_is_max_tokens_or_a_quoted_stop() {
     let incomplete = |reason: Value| {
         json!({"type": "response.incomplete", "response": {"status": "incomplete",
@@ -394,8 +368,21 @@ fn an_incomplete_response_is_max_tokens_or_a_quoted_stop() {
     let chunks = feed(&[text_delta(0, "cut"), incomplete(json!("max_output_tokens"))]);
     assert_eq!(the_finish(&chunks).0, FinishReason::MaxTokens);
     assert!(types(&chunks).contains(&"usage".to_owned()));
+    // The content filter is a refusal: the same prompt is stopped again.
+    let chunks = feed(&[text_delta(0, "cut"), incomplete(json!("content_filter"))]);
+    match the_finish(&chunks).0 {
+        FinishReason::Error { failure } => {
+            assert_eq!(failure.code, REFUSAL);
+            assert!(
+                failure.message.contains("content filter"),
+                "{}",
+                failure.message
+            );
+        }
+        other => panic!("{other:?}"),
+    }
     for (reason, says) in [
-        (json!("content_filter"), "(\"content_filter\")"),
+        (json!("other_reason"), "(\"other_reason\")"),
         (json!(null), "(no reason given)"),
         (json!("x\u{1b}]52"), "(\"x\\u{1b}]52\")"),
     ] {
@@ -496,4 +483,85 @@ fn calls_without_or_with_repeated_ids_get_unique_ones() {
         ids[0].starts_with("call_") && ids[1] == "same" && ids[2] != "same",
         "{ids:?}"
     );
+}
+
+#[test]
+fn a_response_with_only_its_terminal_event_is_read_from_its_output() {
+    // Some servers send no item events: the answer is the response's
+    // `output`, not an empty response.
+    let output = json!([
+        {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "plan"}],
+         "encrypted_content": "enc"},
+        {"type": "message", "id": "msg", "role": "assistant",
+         "content": [{"type": "output_text", "text": "Reading.", "annotations": []}]},
+        call("call_1", "read", "{\"file_path\":\"a\"}"),
+    ]);
+    let chunks = feed(&[json!({"type": "response.completed",
+        "response": {"status": "completed", "output": output,
+                     "usage": {"input_tokens": 5, "output_tokens": 2}}})]);
+    let mut a = dsh_sdk::vocab::assembler::BlockAssembler::default();
+    for c in &chunks {
+        a.push(c);
+    }
+    let (blocks, _) = a.assemble().unwrap();
+    assert_eq!(
+        blocks,
+        [
+            ContentBlock::reasoning("plan"),
+            ContentBlock::text("Reading."),
+            ContentBlock::tool_call("call_1", "read", "{\"file_path\":\"a\"}"),
+        ]
+    );
+    let (reason, replay) = the_finish(&chunks);
+    assert_eq!(reason, FinishReason::ToolCalls);
+    assert_eq!(replay.unwrap()["blocks"][0]["encrypted_content"], "enc");
+    // An output that is not a list is an unreadable event.
+    let f = fail(&[json!({"type": "response.completed", "response": {"output": 5}})]);
+    assert_eq!(f.code, code::MALFORMED_RESPONSE);
+}
+
+#[test]
+fn reasoning_in_the_clear_is_kept_to_be_sent_back() {
+    // gpt-oss on vLLM: reasoning_text deltas, the item done with its
+    // content and no encrypted content.
+    let reasoning_delta = |delta: &str| {
+        json!({"type": "response.reasoning_text.delta", "item_id": "rs_9", "output_index": 0,
+               "content_index": 0, "delta": delta})
+    };
+    let chunks = feed(&[
+        added(0, json!({"type": "reasoning", "id": "rs_9", "summary": []})),
+        reasoning_delta("Let me "),
+        reasoning_delta("think."),
+        done(
+            0,
+            json!({"type": "reasoning", "id": "rs_9", "summary": [],
+                       "content": [{"type": "reasoning_text", "text": "Let me think."}]}),
+        ),
+        added(1, call("c1", "bash", "")),
+        done(1, call("c1", "bash", "{}")),
+        completed(json!({})),
+    ]);
+    let (_, replay) = the_finish(&chunks);
+    assert_eq!(
+        replay.unwrap(),
+        json!({"blocks": [{"type": "reasoning", "id": "rs_9", "summary": [],
+                           "content": [{"type": "reasoning_text", "text": "Let me think."}]}, null]})
+    );
+    // Streamed without content at its done: the streamed text is kept;
+    // a summary alone (OpenAI without encrypted content) is not.
+    let chunks = feed(&[
+        reasoning_delta("Hmm."),
+        done(0, json!({"type": "reasoning", "id": "rs_9", "summary": []})),
+        completed(json!({})),
+    ]);
+    assert_eq!(
+        the_finish(&chunks).1.unwrap()["blocks"][0]["content"][0]["text"],
+        "Hmm."
+    );
+    let chunks = feed(&[
+        summary_delta(0, 0, "Summary."),
+        done(0, json!({"type": "reasoning", "id": "rs_1", "summary": []})),
+        completed(json!({})),
+    ]);
+    assert_eq!(the_finish(&chunks).1, None);
 }

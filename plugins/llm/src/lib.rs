@@ -381,12 +381,16 @@ async fn stream_from_adapter(
         }
     }
     let service = instance.0;
-    // Dropping the adapter's stream (on a cancel) stops it in its plugin.
+    // Dropping the adapter's stream (on a cancel) stops it in its plugin:
+    // at once when the caller goes too, not at the adapter's next chunk (a
+    // server may be silent for minutes, and its connection stays open
+    // until the adapter is told).
     let mut stream = ctx.service(service).stream(llm_adapter::STREAM, &request);
     loop {
         let item = tokio::select! {
             biased;
             () = signal.aborted() => return aborted(),
+            () = tx.closed() => return None,
             item = stream.next_payload() => item,
         };
         match item? {

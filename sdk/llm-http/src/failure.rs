@@ -21,6 +21,13 @@ use crate::overflow;
 /// Failure codes this adapter reports (reference dsh-product §3.1.1).
 pub use dsh_sdk::names::llm_failure as code;
 
+/// The failure code of an answer the provider declined to give: the
+/// model refused (Anthropic's `stop_reason: refusal`), or the server
+/// turned the prompt away by its policy (`invalid_prompt`, a
+/// `*_policy_*` code, `content_filter`). Not retried: asking again gets
+/// the same refusal; the user rephrases or starts over.
+pub const REFUSAL: &str = "REFUSAL";
+
 /// The most characters of a server's error message a failure keeps.
 /// Messages go to the log, the terminal and the model: a server's error is
 /// a sentence or two, and a longer one is cut, saying so.
@@ -34,6 +41,31 @@ const UNREAD_ERROR_CHARS: usize = 500;
 /// when it has no more (it is then whole).
 pub fn cut_chars(text: &str, n: usize) -> Option<&str> {
     text.char_indices().nth(n).map(|(end, _)| &text[..end])
+}
+
+/// The most characters of a server's reason (an unknown `finish_reason`,
+/// `stop_reason` or `incomplete_details.reason`) a failure quotes.
+pub const REASON_CHARS: usize = 100;
+
+/// A server's reason as a failure quotes it: control characters escaped,
+/// cut to [`REASON_CHARS`] characters (it is the server's text, and the
+/// failure goes to the log and the terminal).
+pub fn quoted_reason(reason: &str) -> String {
+    match cut_chars(reason, REASON_CHARS) {
+        None => format!("{reason:?}"),
+        Some(cut) => format!("{cut:?}… (cut: {} bytes in all)", reason.len()),
+    }
+}
+
+/// What the provider sent that is not an event the adapter reads: bad
+/// JSON, or a field of the wrong type (`MALFORMED_RESPONSE`, saying which).
+pub fn unreadable(e: &serde_json::Error) -> LlmFailure {
+    let message = if e.is_data() {
+        format!("the provider sent a stream event this adapter cannot read: {e}")
+    } else {
+        format!("the provider sent malformed JSON: {e}")
+    };
+    LlmFailure::new(code::MALFORMED_RESPONSE, message)
 }
 
 /// The first [`UNREAD_ERROR_CHARS`] characters of `text`.
@@ -224,6 +256,13 @@ impl ProviderError {
             .join(" ")
     }
 
+    /// An account out of quota or credit, by its code or type
+    /// ([`QUOTA`]).
+    fn is_quota(&self) -> bool {
+        let labels = self.labels();
+        QUOTA.iter().any(|n| labels.contains(n))
+    }
+
     /// A context overflow, by its code or type or by the wording servers
     /// use ([`overflow`]).
     fn is_context_overflow(&self) -> bool {
@@ -246,6 +285,10 @@ fn classify(status: Option<u16>, error: &ProviderError) -> String {
     match status.or_else(|| error.status_code()) {
         Some(401 | 403) => code::AUTH.to_owned(),
         Some(402) => code::QUOTA.to_owned(),
+        // A 429 is a rate limit, unless the server says the account is
+        // out of quota or credit (OpenAI's `insufficient_quota`): waiting
+        // does not help then, and retrying only spends the retries.
+        Some(429) if error.is_quota() => code::QUOTA.to_owned(),
         Some(429) => code::RATE_LIMIT.to_owned(),
         // A request too large for the server (Anthropic's
         // `request_too_large`, a proxy's body limit) is a history too large:
@@ -266,15 +309,75 @@ fn classify_labels(error: &ProviderError) -> &'static str {
     let has = |needles: &[&str]| needles.iter().any(|n| labels.contains(n));
     if error.is_context_overflow() {
         code::CONTEXT_WINDOW_EXCEEDED
+    } else if error.is_quota() {
+        code::QUOTA
     } else if has(&["rate_limit", "too_many_requests"]) {
         code::RATE_LIMIT
-    } else if has(&["quota", "insufficient_balance"]) {
-        code::QUOTA
     } else if has(&["invalid_api_key", "authentication", "permission"]) {
         code::AUTH
+    } else if has(&REFUSED) {
+        // The same prompt is refused again: not retried.
+        REFUSAL
+    } else if has(&INVALID) {
+        // The same request fails again: not retried.
+        code::INVALID_REQUEST
     } else {
         // Overloaded, internal and unknown errors alike: the server failed.
         code::SERVER
+    }
+}
+
+/// The labels (code or type) of an account out of quota or credit:
+/// OpenAI's `insufficient_quota`, DeepSeek's `insufficient_balance`,
+/// billing and spend limits, Anthropic's credit balance.
+const QUOTA: [&str; 5] = [
+    "quota",
+    "insufficient_balance",
+    "billing",
+    "spend_limit",
+    "credit_balance",
+];
+
+/// The labels of a prompt the server refuses by its policy: OpenAI's
+/// `invalid_prompt` and `*_policy_*` codes, a `content_filter`.
+const REFUSED: [&str; 3] = ["invalid_prompt", "policy", "content_filter"];
+
+/// The labels of a request the server cannot serve as it is: an image it
+/// cannot read (`image_*`), Anthropic's `invalid_request_error` and
+/// `not_found_error` sent mid-stream.
+const INVALID: [&str; 3] = ["image_", "invalid_request", "not_found"];
+
+/// An HTTP error as a failure, with the server's own code and type (for
+/// an adapter that answers some refusals by changing its request).
+#[derive(Debug)]
+pub struct HttpError {
+    /// The failure.
+    pub failure: LlmFailure,
+    /// The server's `code`, as sent.
+    pub code: Option<String>,
+    /// The server's `type`, as sent.
+    pub kind: Option<String>,
+}
+
+impl From<LlmFailure> for HttpError {
+    /// A failure without a server's error (a timeout, a broken
+    /// connection).
+    fn from(failure: LlmFailure) -> HttpError {
+        HttpError {
+            failure,
+            code: None,
+            kind: None,
+        }
+    }
+}
+
+impl HttpError {
+    /// Whether the server's code or type is `label` (case ignored).
+    pub fn is(&self, label: &str) -> bool {
+        [&self.code, &self.kind]
+            .into_iter()
+            .flatten()
+            .any(|l| l.eq_ignore_ascii_case(label))
     }
 }
 
@@ -284,6 +387,11 @@ fn classify_labels(error: &ProviderError) -> &'static str {
 /// not a JSON `{"error": ...}` (nor an error itself, `"object": "error"`)
 /// is the message itself, cut short.
 pub fn http_failure(status: u16, body: &str, cut: Option<&str>) -> LlmFailure {
+    http_error(status, body, cut).failure
+}
+
+/// [`http_failure`], keeping the server's code and type beside it.
+pub fn http_error(status: u16, body: &str, cut: Option<&str>) -> HttpError {
     let error = match serde_json::from_str::<ErrorEnvelope<'_>>(body) {
         Ok(ErrorEnvelope { error: Some(e), .. }) => ProviderError::of(e),
         Ok(ErrorEnvelope {
@@ -299,9 +407,13 @@ pub fn http_failure(status: u16, body: &str, cut: Option<&str>) -> LlmFailure {
     if let Some(cut) = cut {
         message.push_str(&format!(" ({cut})"));
     }
-    let mut f = LlmFailure::new(&classify(Some(status), &error), message);
-    f.status = Some(status);
-    f
+    let mut failure = LlmFailure::new(&classify(Some(status), &error), message);
+    failure.status = Some(status);
+    HttpError {
+        failure,
+        code: error.code,
+        kind: error.kind,
+    }
 }
 
 /// Maps an `error` payload sent inside a 200 stream to a failure that keeps
@@ -332,6 +444,33 @@ pub fn event_error(data: &str) -> Option<&RawValue> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_reason_is_quoted_escaped_and_cut() {
+        assert_eq!(quoted_reason("odd\n"), r#""odd\n""#);
+        let long = "x".repeat(REASON_CHARS + 5);
+        let q = quoted_reason(&long);
+        assert!(
+            q.starts_with(&format!("{:?}", "x".repeat(REASON_CHARS)))
+                && q.ends_with(&format!("… (cut: {} bytes in all)", long.len())),
+            "{q}"
+        );
+    }
+
+    #[test]
+    fn an_unreadable_event_says_whether_it_was_json() {
+        let bad_json = serde_json::from_str::<serde_json::Value>("{\"a\":").unwrap_err();
+        let f = unreadable(&bad_json);
+        assert_eq!(f.code, code::MALFORMED_RESPONSE);
+        assert!(
+            f.message.starts_with("the provider sent malformed JSON: "),
+            "{f:?}"
+        );
+        let mistyped = serde_json::from_str::<u64>("\"5\"").unwrap_err();
+        assert!(unreadable(&mistyped)
+            .message
+            .starts_with("the provider sent a stream event this adapter cannot read: "));
+    }
 
     #[test]
     fn http_errors_keep_their_status_mapping() {
@@ -365,6 +504,122 @@ mod tests {
             http_failure(502, "<html>bad gateway</html>", None).message,
             "HTTP 502: <html>bad gateway</html>"
         );
+    }
+
+    /// An Anthropic error body (`{"type":"error","error":{type,message}}`).
+    fn anthropic(kind: &str, message: &str) -> String {
+        json!({"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_1"})
+            .to_string()
+    }
+
+    #[test]
+    fn anthropics_http_errors_map_by_status_and_its_overflow_is_recognized() {
+        for (status, kind, want) in [
+            (401, "authentication_error", code::AUTH),
+            (403, "permission_error", code::AUTH),
+            (429, "rate_limit_error", code::RATE_LIMIT),
+            (500, "api_error", code::SERVER),
+            (529, "overloaded_error", code::SERVER),
+            // A body over the API's size limit is a history too large:
+            // compacting it is the remedy, as for an overflow.
+            (413, "request_too_large", code::CONTEXT_WINDOW_EXCEEDED),
+            (400, "invalid_request_error", code::INVALID_REQUEST),
+        ] {
+            let f = http_failure(status, &anthropic(kind, "why"), None);
+            assert_eq!((f.code.as_str(), f.status), (want, Some(status)), "{kind}");
+            assert_eq!(f.message, format!("HTTP {status}: why"));
+        }
+        let f = http_failure(
+            400,
+            &anthropic(
+                "invalid_request_error",
+                "prompt is too long: 208310 tokens > 200000 maximum",
+            ),
+            None,
+        );
+        assert_eq!(f.code, code::CONTEXT_WINDOW_EXCEEDED, "{f:?}");
+        // OpenAI's Responses overflow, by its code alone.
+        let body = json!({"error": {"message": "Your input exceeds the context window of this model.",
+                                    "type": "invalid_request_error", "param": "input",
+                                    "code": "context_length_exceeded"}});
+        let f = http_failure(400, &body.to_string(), None);
+        assert_eq!(f.code, code::CONTEXT_WINDOW_EXCEEDED, "{f:?}");
+    }
+
+    #[test]
+    fn a_429_out_of_quota_is_quota_not_a_rate_limit() {
+        // OpenAI answers a spent account with 429 `insufficient_quota`:
+        // retrying it only spends the retries.
+        let body = |code: &str, kind: &str| {
+            json!({"error": {"message": "You exceeded your current quota.", "type": kind, "code": code}})
+                .to_string()
+        };
+        for (code_, kind) in [
+            ("insufficient_quota", "insufficient_quota"),
+            ("billing_hard_limit_reached", "invalid_request_error"),
+            ("spend_limit_reached", "requests"),
+            ("x", "credit_balance_too_low"),
+        ] {
+            let f = http_failure(429, &body(code_, kind), None);
+            assert_eq!(f.code, code::QUOTA, "{code_} {kind}");
+        }
+        let f = http_failure(429, &body("rate_limit_exceeded", "requests"), None);
+        assert_eq!(f.code, code::RATE_LIMIT);
+        assert!(!dsh_sdk::vocab::RETRYABLE_CODES.contains(&code::QUOTA));
+    }
+
+    #[test]
+    fn errors_that_fail_again_mid_stream_are_not_server_errors() {
+        let stream = |error: serde_json::Value| {
+            let raw = serde_json::value::to_raw_value(&error).unwrap();
+            stream_failure(&raw).code
+        };
+        // Refused by the server's policy: the same prompt is refused again.
+        for c in [
+            "invalid_prompt",
+            "cyber_policy_violation",
+            "content_policy_violation",
+            "content_filter",
+        ] {
+            assert_eq!(stream(json!({"code": c, "message": "no"})), REFUSAL, "{c}");
+        }
+        // A request the server cannot serve as it is.
+        for (c, kind) in [
+            ("image_parse_error", "x"),
+            ("x", "invalid_request_error"),
+            ("x", "not_found_error"),
+        ] {
+            assert_eq!(
+                stream(json!({"code": c, "type": kind, "message": "bad"})),
+                code::INVALID_REQUEST,
+                "{c} {kind}"
+            );
+        }
+        // An overflow stays an overflow, a quota a quota, an overload a
+        // server error (retried).
+        assert_eq!(
+            stream(json!({"code": "context_length_exceeded", "type": "invalid_request_error"})),
+            code::CONTEXT_WINDOW_EXCEEDED
+        );
+        assert_eq!(stream(json!({"code": "insufficient_quota"})), code::QUOTA);
+        assert_eq!(
+            stream(json!({"type": "overloaded_error", "message": "Overloaded"})),
+            code::SERVER
+        );
+        for c in [REFUSAL, code::INVALID_REQUEST] {
+            assert!(!dsh_sdk::vocab::RETRYABLE_CODES.contains(&c), "{c}");
+        }
+    }
+
+    #[test]
+    fn an_http_error_keeps_the_servers_code_and_type() {
+        let body = json!({"error": {"message": "The encrypted content could not be verified.",
+                                    "type": "invalid_request_error", "code": "invalid_encrypted_content"}});
+        let e = http_error(400, &body.to_string(), None);
+        assert!(e.is("invalid_encrypted_content") && e.is("INVALID_REQUEST_ERROR"));
+        assert!(!e.is("invalid_encrypted"));
+        assert_eq!(e.failure.code, code::INVALID_REQUEST);
+        assert!(!HttpError::from(LlmFailure::new(code::TIMEOUT, "t")).is("t"));
     }
 
     #[test]

@@ -18,8 +18,9 @@ use crate::{Context, Error, Result, Service};
 
 // ---- params ----------------------------------------------------------------
 
-/// An agent's options: its model route and output limit. A route left out
-/// here must come from an `agent/request` listener.
+/// An agent's options: its model route, output limit and reasoning
+/// effort. A route left out here must come from an `agent/request`
+/// listener.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentOptions {
@@ -32,6 +33,15 @@ pub struct AgentOptions {
     /// The most tokens a response may have (null is none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<MaxTokens>,
+    /// The reasoning effort of requests on this route (`provider` and
+    /// `model`), as the agent's user chose it (the `reasoningEffort` of the
+    /// `agent-default-model` selection): the seed of a request on that
+    /// route, checked by `llm.resolveCallConfig` (an effort the model does
+    /// not offer fails the turn `UNSUPPORTED_REASONING_EFFORT`). A request
+    /// on another route (`agents.selectModel`) does not get it. A dsh
+    /// extension.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<String>,
 }
 
 /// A `maxTokens` as sent: any JSON value, so that one which is not a

@@ -64,6 +64,14 @@ impl ReplySender {
     pub fn is_closed(&self) -> bool {
         self.0.is_closed()
     }
+
+    /// Completes when the caller stops listening (it cancelled, or went
+    /// away): a provider that waits on something else (a server's answer,
+    /// a timer) selects on this to stop at once rather than at its next
+    /// [`ReplySender::send`].
+    pub async fn closed(&self) {
+        self.0.closed().await
+    }
 }
 
 #[cfg(test)]
@@ -152,6 +160,30 @@ mod tests {
             assert!(tx.is_closed(), "the provider learns the caller is gone");
             assert!(!tx.send(1));
             assert!(h.take().is_empty());
+        });
+    }
+
+    #[test]
+    fn a_provider_waiting_on_closed_wakes_when_the_call_is_cancelled() {
+        run(async {
+            let (h, slot) = feed();
+            h.shared
+                .on_call(9, 3, "feed".into(), "tail".into(), "null".into());
+            let tx = slot.borrow_mut().take().unwrap();
+            let woke = Rc::new(std::cell::Cell::new(false));
+            let (w, waiter) = (woke.clone(), tx.clone());
+            tokio::task::spawn_local(async move {
+                waiter.closed().await;
+                w.set(true);
+            });
+            settle().await;
+            assert!(!woke.get(), "the caller still listens");
+            h.shared.on_cancel(9);
+            settle().await;
+            assert!(
+                woke.get(),
+                "the provider waiting on closed() learns at once"
+            );
         });
     }
 

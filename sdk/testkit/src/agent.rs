@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use crate::fake_llm::FakeLlm;
 use crate::{core_rows, TestHost};
-use dsh_sdk::names::{agent_loop, agents, code, service, session_persistence, sessions};
+use dsh_sdk::names::{agent_loop, agents, code, llm, service, session_persistence, sessions};
 use dsh_sdk::vocab::event;
 
 /// The persona line of [`core_rows`]' `system-prompt` row.
@@ -112,6 +112,35 @@ pub async fn idle(t: &TestHost, agent: &str) -> Value {
 pub async fn turn(t: &TestHost, agent: &str, prompt: &str) -> Value {
     send(t, agents::FOLLOWUP, agent, prompt).await;
     idle(t, agent).await
+}
+
+/// Cancels `agent`'s turn (`agents.cancel`) and waits until it is idle;
+/// the turn's end reason.
+pub async fn cancel(t: &TestHost, agent: &str) -> Value {
+    t.call(service::AGENTS, agents::CANCEL, json!({"agent": agent}))
+        .await;
+    idle(t, agent).await
+}
+
+/// Sends `prompt` to `agent`, waits until its answer has streamed some text
+/// ([`streamed_text`]), then cancels the turn ([`cancel`]); the turn's end
+/// reason. The fake should hold the answer open after its first text
+/// (`Answer::Stall`, `Answer::Gated`).
+pub async fn cancel_mid_stream(t: &TestHost, agent: &str, prompt: &str) -> Value {
+    send(t, agents::FOLLOWUP, agent, prompt).await;
+    streamed_text(t, agent).await;
+    cancel(t, agent).await
+}
+
+/// What `llm.resolveModelInfo` says of `model` on route `provider`: its
+/// name, `context.contextWindow`, `contextSource`, `defaultMaxTokens`...
+pub async fn model_info(t: &TestHost, provider: &str, model: &str) -> Value {
+    t.call(
+        service::LLM,
+        llm::RESOLVE_MODEL_INFO,
+        json!({"provider": provider, "model": model}),
+    )
+    .await
 }
 
 /// Every event of session `id` (an agent's id names its session): the

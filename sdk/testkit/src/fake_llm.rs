@@ -54,6 +54,16 @@ pub enum Answer {
     /// given start of the body, then nothing for an hour: an error body
     /// that stalls.
     StatusStall(u16, String, usize),
+    /// No answer at all: the request is read, then nothing is written, not
+    /// even a status line, until the client hangs up (a server that takes
+    /// long over its prompt). The hang-up is recorded
+    /// ([`FakeLlm::disconnects`]).
+    Hold,
+    /// 200, these named SSE events (`event:` and `data:`), then every this
+    /// many milliseconds a keep-alive: this named event (Anthropic's
+    /// `ping`), or a `: keep-alive` comment when `None`; never an end. When
+    /// the client hangs up is recorded ([`FakeLlm::disconnects`]).
+    Pings(Vec<(String, String)>, Option<(String, String)>, u64),
 }
 
 /// Holds an [`Answer::Gated`] stream until [`Gate::open`] is called.
@@ -208,6 +218,13 @@ struct State {
     overflowed: Vec<usize>,
     /// The side routes ([`FakeLlm::set_get`]) and what was asked of them.
     side: SideRoutes,
+    /// The answer each request was served (by its index in `requests`).
+    served: Vec<Answer>,
+    /// The requests (indexes into `requests`) whose client hung up while
+    /// the fake held its answer open ([`FakeLlm::disconnects`]).
+    disconnects: Vec<usize>,
+    /// Woken whenever a disconnect is recorded.
+    disconnect_done: Arc<tokio::sync::Notify>,
 }
 
 /// How much of one [`Answer::Flood`] was written.
@@ -358,6 +375,24 @@ impl FakeLlm {
             }
             notified.await;
         }
+    }
+
+    /// The requests (indexes into [`FakeLlm::requests`]) whose client
+    /// hung up while the fake held its answer open ([`Answer::Stall`],
+    /// [`Answer::Gated`] before its gate opened, [`Answer::StatusStall`],
+    /// [`Answer::Hold`], [`Answer::Pings`]), in the order they hung up;
+    /// waits until `n` are recorded. Bound it with a timeout: a client that
+    /// never hangs up is the failure it shows.
+    pub async fn disconnects(&self, n: usize) -> Vec<usize> {
+        self.wait_recorded(n, |s| &s.disconnect_done, |s| &s.disconnects)
+            .await
+    }
+
+    /// The answer each request was served, in the order of
+    /// [`FakeLlm::requests`] (a scripted one, the window's overflow, the
+    /// fallback, or the 500 of an empty queue).
+    pub fn served(&self) -> Vec<Answer> {
+        lock(&self.state).served.clone()
     }
 
     /// Every request's raw header block.
@@ -548,22 +583,33 @@ async fn serve(mut sock: TcpStream, state: Arc<Mutex<State>>) {
         serve_side(&mut sock, route).await;
         return;
     }
-    let answer = {
+    let (answer, n) = {
         let mut s = lock(&state);
         s.times.push(std::time::Instant::now());
         s.requests.push(body);
         s.headers.push(head);
-        window_answer(&mut s)
+        let answer = window_answer(&mut s)
             .or_else(|| s.answers.pop_front())
             .or_else(|| s.fallback.clone())
+            .unwrap_or_else(|| {
+                Answer::Status(
+                    500,
+                    vec![],
+                    "{\"error\":{\"message\":\"no scripted answer\"}}".into(),
+                )
+            });
+        s.served.push(answer.clone());
+        (answer, s.requests.len() - 1)
     };
-    let answer = answer.unwrap_or_else(|| {
-        Answer::Status(
-            500,
-            vec![],
-            "{\"error\":{\"message\":\"no scripted answer\"}}".into(),
-        )
-    });
+    // Records that the client of request `n` hung up.
+    let hung_up = || {
+        let done = {
+            let mut s = lock(&state);
+            s.disconnects.push(n);
+            s.disconnect_done.clone()
+        };
+        done.notify_waiters();
+    };
     let sse_head =
         "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
     match answer {
@@ -610,7 +656,28 @@ async fn serve(mut sock: TcpStream, state: Arc<Mutex<State>>) {
                 let _ = sock.write_all(format!("data: {d}\n\n").as_bytes()).await;
             }
             let _ = sock.flush().await;
-            tokio::time::sleep(Duration::from_secs(3600)).await;
+            if held(&mut sock, tokio::time::sleep(Duration::from_secs(3600))).await {
+                hung_up();
+            }
+        }
+        Answer::Hold => {
+            if held(&mut sock, std::future::pending::<()>()).await {
+                hung_up();
+            }
+        }
+        Answer::Pings(events, ping, ms) => {
+            let _ = sock.write_all(sse_head.as_bytes()).await;
+            for (name, data) in events {
+                let frame = format!("event: {name}\ndata: {data}\n\n");
+                let _ = sock.write_all(frame.as_bytes()).await;
+            }
+            let frame = match ping {
+                Some((name, data)) => format!("event: {name}\ndata: {data}\n\n"),
+                None => ": keep-alive\n\n".to_owned(),
+            };
+            if write_pings(&mut sock, &frame, Duration::from_millis(ms)).await {
+                hung_up();
+            }
         }
         Answer::Disconnect(events) => {
             let _ = sock.write_all(sse_head.as_bytes()).await;
@@ -645,7 +712,10 @@ async fn serve(mut sock: TcpStream, state: Arc<Mutex<State>>) {
                 let _ = sock.write_all(format!("data: {d}\n\n").as_bytes()).await;
             }
             let _ = sock.flush().await;
-            gate.wait().await;
+            if held(&mut sock, gate.wait()).await {
+                hung_up();
+                return;
+            }
             for d in after {
                 if sock
                     .write_all(format!("data: {d}\n\n").as_bytes())
@@ -692,10 +762,49 @@ async fn serve(mut sock: TcpStream, state: Arc<Mutex<State>>) {
             );
             let _ = sock.write_all(head.as_bytes()).await;
             let _ = sock.flush().await;
-            tokio::time::sleep(Duration::from_secs(3600)).await;
+            if held(&mut sock, tokio::time::sleep(Duration::from_secs(3600))).await {
+                hung_up();
+            }
         }
     }
     let _ = sock.shutdown().await;
+}
+
+/// Waits for `until` while watching the connection: true when the client
+/// hung up first (it closed or reset the connection), false when `until`
+/// came. Whatever the client sends meanwhile is read and dropped.
+async fn held(sock: &mut TcpStream, until: impl std::future::Future<Output = ()>) -> bool {
+    let hangup = async {
+        let mut buf = [0u8; 1024];
+        while matches!(sock.read(&mut buf).await, Ok(n) if n > 0) {}
+    };
+    tokio::select! {
+        () = hangup => true,
+        () = until => false,
+    }
+}
+
+/// Writes `frame` every `every` until the client hangs up (true then); a
+/// write that fails is a hang-up too.
+async fn write_pings(sock: &mut TcpStream, frame: &str, every: Duration) -> bool {
+    let (mut rd, mut wr) = sock.split();
+    let pings = async {
+        loop {
+            if wr.write_all(frame.as_bytes()).await.is_err() || wr.flush().await.is_err() {
+                return;
+            }
+            tokio::time::sleep(every).await;
+        }
+    };
+    let hangup = async {
+        let mut buf = [0u8; 1024];
+        while matches!(rd.read(&mut buf).await, Ok(n) if n > 0) {}
+    };
+    tokio::select! {
+        () = pings => {}
+        () = hangup => {}
+    }
+    true
 }
 
 /// Writes status `code` with a chunked body of `mib` MiB of `x`, one MiB a
@@ -727,6 +836,17 @@ async fn write_status_flood(sock: &mut TcpStream, code: u16, mib: usize) -> Floo
 }
 
 // ---- side routes: what a server says besides answering -----------------
+
+/// A model server's recorded answer at one of its window endpoints
+/// (`sdk/llm-http/testdata/windows/<name>.json`: `llama-cpp-props`,
+/// `vllm-models`, `ollama-ps`...), for [`FakeLlm::set_get`].
+pub fn recorded_window(name: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../llm-http/testdata/windows")
+        .join(format!("{name}.json"));
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("no recorded window endpoint {}: {e}", path.display()))
+}
 
 /// The paths a model server states its window at that are asked with a
 /// POST (Ollama's `/api/show`): side routes like every GET.

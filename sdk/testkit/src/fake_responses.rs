@@ -354,9 +354,314 @@ pub fn call_outputs(request: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Checks one `input` item's shape against the types OpenAI and vLLM
+/// read it with (`EasyInputMessage`, `ResponseFunctionToolCall`,
+/// `FunctionCallOutput`, `ResponseReasoningItem`).
+fn validate_item(item: &Value) -> Result<(), String> {
+    let string = |key: &str| item[key].as_str().is_some();
+    let kind = item["type"]
+        .as_str()
+        .or_else(|| item.get("role").map(|_| "message"))
+        .unwrap_or_default();
+    match kind {
+        "message" => {
+            let role = item["role"].as_str().unwrap_or_default();
+            if !["user", "assistant", "system", "developer"].contains(&role) {
+                return Err(format!("a message of role {role:?}"));
+            }
+            match &item["content"] {
+                Value::String(_) => Ok(()),
+                Value::Array(parts) if role == "assistant" => {
+                    // A list is an output message, whole: vLLM refuses
+                    // `output_text` parts without it (and OpenAI wants
+                    // their annotations).
+                    let whole = string("id")
+                        && string("status")
+                        && parts.iter().all(|p| {
+                            p["type"] == "output_text"
+                                && string_at(p, "text")
+                                && p["annotations"].is_array()
+                        });
+                    if whole {
+                        Ok(())
+                    } else {
+                        Err("an assistant message of parts that is no whole output message (id, status, output_text with annotations): send its text as the content".into())
+                    }
+                }
+                Value::Array(parts) => {
+                    match parts
+                        .iter()
+                        .find(|p| !(p["type"] == "input_text" && string_at(p, "text")))
+                    {
+                        Some(p) => Err(format!("a {role} message part {p}")),
+                        None => Ok(()),
+                    }
+                }
+                other => Err(format!("a message whose content is {other}")),
+            }
+        }
+        "function_call" => {
+            if ["call_id", "name", "arguments"].iter().all(|k| string(k))
+                && item["call_id"].as_str().is_some_and(|c| !c.is_empty())
+            {
+                Ok(())
+            } else {
+                Err("a function_call without a call_id, name or string arguments".into())
+            }
+        }
+        "function_call_output" => {
+            if string("call_id") && string("output") {
+                Ok(())
+            } else {
+                Err("a function_call_output without a call_id or string output".into())
+            }
+        }
+        "reasoning" => {
+            let summary_ok = item["summary"].as_array().is_some_and(|parts| {
+                parts
+                    .iter()
+                    .all(|p| p["type"] == "summary_text" && string_at(p, "text"))
+            });
+            if !summary_ok {
+                return Err("a reasoning item without its summary list".into());
+            }
+            if item.get("encrypted_content").is_some() {
+                if !string("encrypted_content") {
+                    return Err("a reasoning item whose encrypted_content is no string".into());
+                }
+                if item.get("id").is_some() {
+                    // OpenAI pairs an item sent with its id with the item
+                    // that followed it, and refuses it without that one.
+                    return Err("an encrypted reasoning item sent with its id".into());
+                }
+                return Ok(());
+            }
+            let text_ok = item["content"].as_array().is_some_and(|parts| {
+                !parts.is_empty()
+                    && parts
+                        .iter()
+                        .all(|p| p["type"] == "reasoning_text" && string_at(p, "text"))
+            });
+            if !text_ok || !string("id") {
+                return Err("a reasoning item with neither encrypted content nor reasoning text and its id (vLLM's type requires the id)".into());
+            }
+            Ok(())
+        }
+        other => Err(format!("an input item of type {other:?}")),
+    }
+}
+
+/// Whether `v[key]` is a string.
+fn string_at(v: &Value, key: &str) -> bool {
+    v[key].as_str().is_some()
+}
+
+/// Checks a Responses request body as OpenAI and vLLM read it, where an
+/// adapter can get it wrong: each `input` item has a shape their types
+/// take (an answer's text as its content, a function call and its output
+/// with their ids, a reasoning item encrypted without its id or in the
+/// clear with it); a reasoning item is followed by the output item it led
+/// to (a function call or an answer's text); each output answers an
+/// earlier call and each call is answered; no `temperature` with
+/// `reasoning`, no `include` without it. The first thing wrong, said.
+pub fn validate(request: &Value) -> Result<(), String> {
+    let items = request["input"]
+        .as_array()
+        .ok_or("a request without an input list")?;
+    let mut calls: Vec<String> = Vec::new();
+    let mut answered: Vec<String> = Vec::new();
+    for (at, item) in items.iter().enumerate() {
+        validate_item(item).map_err(|e| format!("input {at}: {e}"))?;
+        match item["type"].as_str().unwrap_or("message") {
+            "reasoning" => {
+                let next = items.get(at + 1);
+                let leads = next.is_some_and(|n| {
+                    n["type"] == "function_call"
+                        || (n["type"] == "message" && n["role"] == "assistant")
+                });
+                if !leads {
+                    return Err(format!(
+                        "input {at}: a reasoning item not followed by the call or text it led to"
+                    ));
+                }
+            }
+            "function_call" => calls.push(item["call_id"].as_str().unwrap_or_default().to_owned()),
+            "function_call_output" => {
+                let id = item["call_id"].as_str().unwrap_or_default().to_owned();
+                if !calls.contains(&id) {
+                    return Err(format!(
+                        "input {at}: the output of {id:?}, which no earlier call made"
+                    ));
+                }
+                answered.push(id);
+            }
+            _ => {}
+        }
+    }
+    if let Some(open) = calls.iter().find(|c| !answered.contains(c)) {
+        return Err(format!("the call {open:?} has no output"));
+    }
+    let reasons = request.get("reasoning").is_some();
+    if reasons && request.get("temperature").is_some() {
+        return Err("a temperature with reasoning".into());
+    }
+    if !reasons && request.get("include").is_some() {
+        return Err("include without reasoning".into());
+    }
+    Ok(())
+}
+
+/// The `data` payloads of an answer the fake served.
+fn payloads_of(answer: &Answer) -> Vec<String> {
+    match answer {
+        Answer::Named(events) | Answer::Pings(events, _, _) => {
+            events.iter().map(|(_, d)| d.clone()).collect()
+        }
+        Answer::Gated(before, _, after) => before.iter().chain(after).cloned().collect(),
+        Answer::Stall(data)
+        | Answer::Disconnect(data)
+        | Answer::Reset(data)
+        | Answer::Slow(data, _) => data.clone(),
+        Answer::Sse(data) => data.iter().flatten().cloned().collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The reasoning items an answer gave (`response.output_item.done`).
+fn reasoning_given(answer: &Answer) -> Vec<Value> {
+    payloads_of(answer)
+        .iter()
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter(|e| e["type"] == "response.output_item.done" && e["item"]["type"] == "reasoning")
+        .map(|e| e["item"].clone())
+        .collect()
+}
+
+/// Checks that each reasoning item a request sends back was given by an
+/// answer to an earlier request for the same model (another model cannot
+/// read it: OpenAI refuses it with `invalid_encrypted_content`), the
+/// encrypted one by its content, the one in the clear by its id.
+/// `served[m]` is the answer to `requests[m]` ([`FakeLlm::served`]).
+///
+/// [`FakeLlm::served`]: crate::fake_llm::FakeLlm::served
+pub fn validate_replay(requests: &[Value], served: &[Answer]) -> Result<(), String> {
+    for (n, request) in requests.iter().enumerate() {
+        for item in items_of(request, "reasoning") {
+            let same = |given: &Value| match item["encrypted_content"].as_str() {
+                Some(enc) => given["encrypted_content"] == enc,
+                None => given["id"] == item["id"],
+            };
+            let from = served
+                .iter()
+                .take(n)
+                .enumerate()
+                .find(|(_, a)| reasoning_given(a).iter().any(same))
+                .map(|(m, _)| m);
+            match from {
+                None => {
+                    return Err(format!(
+                        "request {n}: a reasoning item no earlier answer gave: {item}"
+                    ))
+                }
+                Some(m) if requests[m]["model"] != request["model"] => {
+                    return Err(format!(
+                        "request {n} (model {}) sends back the reasoning of model {}",
+                        request["model"], requests[m]["model"]
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Panics, naming the request and the fault, unless every request the
+/// fake received is one OpenAI and vLLM take ([`validate`]) and sends back
+/// only reasoning its model gave ([`validate_replay`]).
+pub fn assert_valid(fake: &crate::fake_llm::FakeLlm) {
+    let requests = fake.requests();
+    for (n, request) in requests.iter().enumerate() {
+        if let Err(e) = validate(request) {
+            panic!("request {n} is not one the Responses API takes: {e}\n{request}");
+        }
+    }
+    if let Err(e) = validate_replay(&requests, &fake.served()) {
+        panic!("{e}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn validate_takes_what_the_servers_take_and_names_each_fault() {
+        let body = |input: Value| json!({"model": "gpt-5", "input": input});
+        let user = json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]});
+        let call =
+            json!({"type": "function_call", "call_id": "c1", "name": "read", "arguments": "{}"});
+        let output = json!({"type": "function_call_output", "call_id": "c1", "output": "ok"});
+        let encrypted = json!({"type": "reasoning", "summary": [], "encrypted_content": "e"});
+        let good = body(json!([user, encrypted, call, output,
+                               {"type": "message", "role": "assistant", "content": "done"}]));
+        assert_eq!(validate(&good), Ok(()));
+        for (bad, says) in [
+            (
+                body(json!([user, {"type": "message", "role": "assistant",
+                                   "content": [{"type": "output_text", "text": "hi"}]}])),
+                "no whole output message",
+            ),
+            (
+                body(
+                    json!([user, {"type": "reasoning", "id": "rs_1", "summary": [],
+                                   "encrypted_content": "e"}, call, output]),
+                ),
+                "sent with its id",
+            ),
+            (
+                body(json!([user, encrypted])),
+                "not followed by the call or text",
+            ),
+            (
+                body(json!([user, encrypted, user])),
+                "not followed by the call or text",
+            ),
+            (body(json!([user, output])), "which no earlier call made"),
+            (body(json!([user, call])), "has no output"),
+            (
+                body(json!([user, {"type": "reasoning", "summary": [],
+                                   "content": [{"type": "reasoning_text", "text": "t"}]}, call, output])),
+                "vLLM's type requires the id",
+            ),
+        ] {
+            let e = validate(&bad).unwrap_err();
+            assert!(e.contains(says), "{e} (wanted {says:?}) for {bad}");
+        }
+        let mut warm = good.clone();
+        warm["reasoning"] = json!({"effort": "medium"});
+        warm["temperature"] = json!(0.5);
+        assert!(validate(&warm).unwrap_err().contains("temperature"));
+    }
+
+    #[test]
+    fn reasoning_goes_back_only_to_the_model_that_gave_it() {
+        let served = vec![reasoning_text("s", "enc-1", "hi"), text("ok")];
+        let request = |model: &str, input: Value| json!({"model": model, "input": input});
+        let back = json!([{"type": "reasoning", "summary": [], "encrypted_content": "enc-1"},
+                          {"type": "message", "role": "assistant", "content": "hi"}]);
+        let first = request("gpt-5", json!([]));
+        assert_eq!(
+            validate_replay(&[first.clone(), request("gpt-5", back.clone())], &served),
+            Ok(())
+        );
+        let e = validate_replay(&[first.clone(), request("o3", back)], &served).unwrap_err();
+        assert!(e.contains("sends back the reasoning of model"), "{e}");
+        let forged = json!([{"type": "reasoning", "summary": [], "encrypted_content": "made-up"},
+                            {"type": "message", "role": "assistant", "content": "hi"}]);
+        let e = validate_replay(&[first, request("gpt-5", forged)], &served).unwrap_err();
+        assert!(e.contains("no earlier answer gave"), "{e}");
+    }
 
     fn events(answer: Answer) -> Vec<Value> {
         match answer {

@@ -18,14 +18,25 @@
 //!   `$DSH_HOME/cache/models/` ([`store`]) so a restart asks nothing.
 //! - **Revalidation**: a figure (or the server's silence) learned more
 //!   than [`FRESH_FOR`] ago is still used, and asked again in the
-//!   background; so is one after the route reported a context overflow
+//!   background. One the route reported a context overflow for since
 //!   ([`WindowLookup::overflowed`]: a server restarted with a smaller
-//!   context). A server that did not answer, or a provisional figure (an
+//!   context) is asked again at its next use, before it answers (within
+//!   the lookup's time; the figure stays when the server does not
+//!   answer), so the overflow's recovery (`compaction-basic` asks right
+//!   away) is sized by the server's window now. A server that did not
+//!   answer, or a provisional figure (an
 //!   Ollama or LM Studio model not loaded yet), is asked again after
 //!   [`RETRY_AFTER`], and is not written to disk.
+//! - **Config**: each adapter's `defaultContextWindow`, `windowLookup` and
+//!   `windowLookupTimeoutMs` ([`settings`]); a model's window in force is
+//!   [`resolve`]d from what the config or catalog states
+//!   ([`crate::catalog`]), else this lookup, else the adapter's default.
 
 pub mod probe;
+pub mod settings;
 pub mod store;
+
+pub use settings::{Route, Settings};
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -34,9 +45,13 @@ use std::rc::Rc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use dsh_sdk::api::host::Host;
+use dsh_sdk::api::llm::ContextSource;
+use dsh_sdk::vocab::LlmFailure;
 use dsh_sdk::Context;
 
+use crate::catalog::Window;
 use crate::exchange;
+use crate::failure::code;
 use probe::{Outcome, Prober};
 
 /// The default time one lookup may take, all endpoints included.
@@ -67,6 +82,9 @@ struct Known {
     window: Option<ServerWindow>,
     /// When to ask again (ms since the Unix epoch); 0: at the next use.
     ask_again_at_ms: u64,
+    /// The route reported a context overflow since it was learned: the
+    /// next use asks the server before answering.
+    suspect: bool,
 }
 
 /// One route's lookups: what its server said of each model.
@@ -142,7 +160,13 @@ impl WindowLookup {
         if let Some(w) = self.remembered(model) {
             return w;
         }
-        let dir = self.cache_dir().await;
+        // After an overflow the figure in memory (and on disk) is suspect:
+        // the server is asked now, and the figure kept if it does not say.
+        let suspect = self.suspect(model);
+        let dir = match suspect {
+            Some(_) => None,
+            None => self.cache_dir().await,
+        };
         if let Some(cached) = dir
             .as_deref()
             .and_then(|d| store::read(d, &self.0.base_url, model))
@@ -157,22 +181,43 @@ impl WindowLookup {
             return cached.window;
         }
         let outcome = self.ask(model).await;
-        self.settle(model, outcome, None).await
+        self.settle(model, outcome, suspect).await
     }
 
     /// The route reported a context overflow for `model`: the server may
     /// run with another window now (restarted with a smaller context), so
-    /// it is asked again, in the background, at the next use.
+    /// it is asked again at the next use, before that use is answered.
     pub fn overflowed(&self, model: &str) {
         if let Some(k) = self.0.known.borrow_mut().get_mut(model) {
-            k.ask_again_at_ms = 0;
+            k.suspect = true;
+        }
+    }
+
+    /// What memory holds for `model` when an overflow made it suspect.
+    fn suspect(&self, model: &str) -> Option<Option<ServerWindow>> {
+        let known = self.0.known.borrow();
+        known
+            .get(model)
+            .filter(|k| k.suspect)
+            .map(|k| k.window.clone())
+    }
+
+    /// A request to `model` ended with `failure`: an overflow makes the
+    /// model's window due to be asked again ([`WindowLookup::overflowed`]).
+    pub fn failed(&self, model: &str, failure: &LlmFailure) {
+        if failure.code == code::CONTEXT_WINDOW_EXCEEDED {
+            self.overflowed(model);
         }
     }
 
     /// What memory holds for `model` (asking again in the background when
-    /// it is due); `None` when nothing.
+    /// it is due); `None` when nothing, or only a figure an overflow made
+    /// suspect.
     fn remembered(&self, model: &str) -> Option<Option<ServerWindow>> {
         let known = self.0.known.borrow().get(model).cloned()?;
+        if known.suspect {
+            return None;
+        }
         if known.ask_again_at_ms <= now_ms() {
             self.refresh_in_background(model);
         }
@@ -185,6 +230,7 @@ impl WindowLookup {
             Known {
                 window,
                 ask_again_at_ms,
+                suspect: false,
             },
         );
     }
@@ -299,5 +345,33 @@ impl WindowLookup {
             this.settle(&model, outcome, previous).await;
             this.0.refreshing.borrow_mut().remove(&model);
         });
+    }
+}
+
+/// The window in force for `model`: `stated` (by the config or the
+/// catalog, [`crate::catalog::Catalog::stated`]) when there is one, else
+/// the one its server states (asked once through `lookup`, when the route
+/// looks windows up), else the adapter's default of `default_tokens`.
+pub async fn resolve(
+    stated: Option<Window>,
+    lookup: Option<&WindowLookup>,
+    model: &str,
+    default_tokens: u64,
+) -> Window {
+    if let Some(stated) = stated {
+        return stated;
+    }
+    let learned = match lookup {
+        Some(lookup) => lookup.window(model).await,
+        None => None,
+    };
+    match learned {
+        Some(learned) => Window {
+            tokens: learned.tokens,
+            source: ContextSource::Server {
+                endpoint: learned.endpoint,
+            },
+        },
+        None => Window::assumed(default_tokens),
     }
 }
