@@ -135,7 +135,6 @@ impl Converter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dsh_llm_http::conversion::SESSIONS_KEPT;
     use serde_json::{json, Value};
 
     fn config() -> Config {
@@ -149,6 +148,12 @@ mod tests {
 
     fn user(id: &str, text: &str) -> Value {
         json!({"id": id, "role": "user", "content": [{"type": "text", "text": text}], "source": {"kind": "user"}})
+    }
+
+    fn body_text(c: &Converter, req: &str) -> Result<String, ConvertError> {
+        let req: Request = serde_json::from_str(req).unwrap();
+        c.body(&config(), req)
+            .map(|b| String::from_utf8(b).unwrap())
     }
 
     #[test]
@@ -216,24 +221,6 @@ mod tests {
         assert_eq!(b["model"], "dflt");
         assert_eq!(b["thinking"], json!({"type": "enabled"}));
         assert_eq!(b["reasoning_effort"], "high");
-    }
-
-    #[test]
-    fn sessions_kept_are_bounded() {
-        let c = Converter::default();
-        for i in 0..(SESSIONS_KEPT + 5) {
-            body(
-                &c,
-                json!({"messages": [user("1", "a")], "sessionId": format!("s{i}")}),
-            );
-        }
-        assert_eq!(c.cache.sessions_kept(), SESSIONS_KEPT);
-    }
-
-    fn body_text(c: &Converter, req: &str) -> Result<String, ConvertError> {
-        let req: Request = serde_json::from_str(req).unwrap();
-        c.body(&config(), req)
-            .map(|b| String::from_utf8(b).unwrap())
     }
 
     #[test]
