@@ -62,6 +62,9 @@ pub mod service {
         /// `agent-default-model`): the row's config, the user's
         /// `settings.yaml` and this run's `--model`, layered.
         AGENT_DEFAULT_MODEL = "agentDefaultModel";
+        /// Delegation (plugin `subagent`): the registry of subagent
+        /// providers and the children agents started through them.
+        SUBAGENTS = "subagents";
         /// Provided by the host itself (see [`super::host`]).
         HOST = dsh_wire::host_service::NAME;
     }
@@ -200,6 +203,20 @@ pub mod tool {
         TODO_WRITE = "todo_write";
         /// Fetches a web page (plugin `tool-web`).
         WEB_FETCH = "web_fetch";
+        /// Delegates a task to a fresh child agent (plugin `tool-subagent`).
+        SUBAGENT = "subagent";
+        /// Delegates a task to a child that inherits the conversation
+        /// (plugin `tool-subagent`).
+        SUBAGENT_FORK = "subagent_fork";
+        /// Continues a background child (plugin `tool-subagent`).
+        SEND_MESSAGE = "send_message";
+        /// Stops a descendant's current turn (plugin `tool-subagent`).
+        INTERRUPT_AGENT = "interrupt_agent";
+        /// Lists the caller's background children (plugin `tool-subagent`).
+        LIST_AGENTS = "list_agents";
+        /// A child's message to its parent (plugin `tool-subagent`; children
+        /// only).
+        REPORT = "report";
     }
 }
 
@@ -300,6 +317,45 @@ pub mod agent_loop {
         /// (a front end handing its agent to its next generation; a dsh
         /// extension).
         RELEASE = "release";
+    }
+}
+
+/// Methods of [`service::SUBAGENTS`] (plugin `subagent`).
+pub mod subagents {
+    names! {
+        /// A provider registers `{name, service, inheritsParentContext}`;
+        /// removed when its fiber goes; emits
+        /// [`super::bus::SUBAGENT_PROVIDERS_CHANGED`].
+        REGISTER_PROVIDER = "registerProvider";
+        /// The registered providers, in registration order.
+        PROVIDERS = "providers";
+        /// A one-shot child: runs the prompt to its end, answers the
+        /// outcome and disposes the child.
+        START = "start";
+        /// A continuable child: answers once the prompt is accepted; the
+        /// parent hears of each settlement.
+        START_CONTINUABLE = "startContinuable";
+        /// Another turn for a continuable child (its direct parent only).
+        FOLLOWUP = "followup";
+        /// Stops a descendant's current turn (an ancestor only).
+        INTERRUPT = "interrupt";
+        /// A continuable child's message to its direct parent.
+        REPORT_FROM = "reportFrom";
+        /// The continuable children of an agent.
+        LIST_CHILDREN = "listChildren";
+        /// The continuable descendants of an agent, in pre-order.
+        LIST_DESCENDANTS = "listDescendants";
+        /// Answers once no continuable descendant of an agent is running.
+        WHEN_SETTLED = "whenSettled";
+    }
+}
+
+/// Methods of a subagent provider's service (registered with
+/// [`service::SUBAGENTS`]).
+pub mod subagent_provider {
+    names! {
+        /// Creates the child agent `{parent, childId, depth, ...}`.
+        CREATE = "create";
     }
 }
 
@@ -452,6 +508,12 @@ pub mod bus {
         LLM_STREAM = "llm/stream";
         /// Emitted by `llm` when an adapter registers.
         LLM_ADAPTERS_UPDATED = "llm/adapters-updated";
+        /// Emitted by `subagent` when a provider is registered or removed.
+        SUBAGENT_PROVIDERS_CHANGED = "subagent/providers-changed";
+        /// Dispatched (in parallel, awaited) by `subagent` once a child
+        /// agent is made or resumed, before its prompt: `{child, parent,
+        /// mode}` (`tool-subagent` adds the child's `report` here).
+        SUBAGENT_CHILD_READY = "subagent/child-ready";
         /// Emitted by `session` for each appended event `{sessionId, event}`.
         SESSION_EVENT = "session/event";
         /// Emitted by `session` when a session opens (created, resumed, forked).
@@ -621,6 +683,8 @@ mod tests {
             ("command_service", command_service::ALL),
             ("permission", permission::ALL),
             ("agent_default_model", agent_default_model::ALL),
+            ("subagents", subagents::ALL),
+            ("subagent_provider", subagent_provider::ALL),
             ("host", host::ALL),
             ("bus", bus::ALL),
             ("code", code::ALL),

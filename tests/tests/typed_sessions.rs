@@ -134,6 +134,7 @@ async fn every_method_speaks_its_types() {
             id: "typed".into(),
             child_id: Some("kid".into()),
             boundary: Some(Boundary::from(5)),
+            ..ForkParams::default()
         },
     )
     .await

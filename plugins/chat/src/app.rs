@@ -1046,8 +1046,7 @@ impl App {
         let forked = sessions
             .fork(&ForkParams {
                 id: source.clone(),
-                child_id: None,
-                boundary: None,
+                ..ForkParams::default()
             })
             .await?;
         self.resume(&forked.id, Place::Chat).await?;

@@ -27,10 +27,11 @@ use dsh_sdk::api::agent_default_model::{
     AgentDefaultModel, Place,
 };
 use dsh_sdk::api::agent_loop::{AgentLoop, CreateMeta, CreateParams, ResumeParams};
-use dsh_sdk::api::agents::Agents;
+use dsh_sdk::api::agents::{Agents, WhenIdleReply};
 use dsh_sdk::api::host::Host;
 use dsh_sdk::api::session_persistence::SessionPersistence;
 use dsh_sdk::api::sessions::{SessionAppended, Sessions};
+use dsh_sdk::api::subagents::{ChildStatus, Subagents};
 use dsh_sdk::names::{bus, service};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::records::TurnEndReason;
@@ -321,7 +322,7 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
     let agents = Agents::new(&ctx);
     let task = Message::user_text(dsh_sdk::new_id(), args.task);
     agents.followup(&agent, task).await?;
-    let idle = agents.when_idle(&agent).await?;
+    let idle = settled(&ctx, &agent).await?;
     let sessions = Sessions::new(&ctx);
     sessions.flush(&agent).await?;
     let events = sessions.events(&agent, start).await?;
@@ -348,6 +349,38 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
     }
     eprint(&ctx, &error_line(&code, &message)).await;
     Ok(1)
+}
+
+/// Waits until `agent` is idle and none of the background subagents it
+/// started runs: a child's settlement notice wakes the agent, which
+/// answers it, so the answer printed is the one given after the last
+/// child. Said on stderr while it waits. Without a `subagents` service,
+/// the agent's going idle is all.
+async fn settled(ctx: &Context, agent: &str) -> Result<WhenIdleReply> {
+    let (agents, subagents) = (Agents::new(ctx), Subagents::new(ctx));
+    loop {
+        let idle = agents.when_idle(agent).await?;
+        let running = match subagents.list_descendants(agent).await {
+            Ok(list) => list
+                .iter()
+                .filter(|c| c.status != ChildStatus::Ready)
+                .count(),
+            Err(e) if e.code == codes::SERVICE_UNAVAILABLE => return Ok(idle),
+            Err(e) => return Err(e),
+        };
+        if running > 0 {
+            let s = if running == 1 { "" } else { "s" };
+            eprint(
+                ctx,
+                &format!("dsh: waiting for {running} background subagent{s}\n"),
+            )
+            .await;
+        }
+        // None ran: nothing can wake the idle agent any more.
+        if subagents.when_settled(agent).await?.waited == 0 {
+            return Ok(idle);
+        }
+    }
 }
 
 struct Headless;

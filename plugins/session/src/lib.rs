@@ -583,13 +583,16 @@ impl Log {
                 .map(|seed| (seed, s.header.cwd.clone()))
         })??;
         // The child's lineage: the source's cwd, the source as parent,
-        // and the seed's length (nothing else of the source's header).
+        // the seed's length and, for a delegated child, its origin and
+        // depth (nothing else of the source's header).
         let header = SessionHeader {
             id: child.clone(),
             created_at: now_ms(),
             cwd,
             parent_session: Some(p.id),
             seed_length: Some(seed.len() as u64),
+            origin: p.origin.map(|o| o.as_str().to_owned()),
+            delegation_depth: p.delegation_depth,
             ..SessionHeader::default()
         };
         let session = seeded(header.clone(), Some(seed))?;

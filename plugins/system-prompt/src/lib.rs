@@ -19,6 +19,7 @@ mod waterfall;
 use std::cell::RefCell;
 use std::rc::Rc;
 
+use dsh_sdk::api::agent_loop::AgentRef;
 use dsh_sdk::api::system_prompt::{
     AssembleParams, Changed, NamedText, ProviderRequest, ScopeParams, SectionParams,
     SectionProvider, VariableParams,
@@ -96,6 +97,17 @@ struct Registry {
     /// A variable's value; `None` is "registered, no value here".
     variables: Vec<Entry<(String, Option<String>)>>,
     suppressors: Vec<Entry<()>>,
+}
+
+impl Registry {
+    /// Forgets the entries of agent `scope` alone.
+    fn drop_scope(&mut self, scope: &str) {
+        let other = |e: &Option<String>| e.as_deref() != Some(scope);
+        self.sections.retain(|e| other(&e.scope));
+        self.contexts.retain(|e| other(&e.scope));
+        self.variables.retain(|e| other(&e.scope));
+        self.suppressors.retain(|e| other(&e.scope));
+    }
 }
 
 type Shared = Rc<RefCell<Registry>>;
@@ -568,9 +580,19 @@ impl Plugin for SystemPrompt {
             r.next_id = 3;
         }
         let tool_order = Rc::new(config.tool_order);
-        let ctx2 = ctx.clone();
+        let (ctx2, reg2) = (ctx.clone(), reg.clone());
         ctx.provide(service::SYSTEM_PROMPT, move |req| {
-            handle(ctx2.clone(), reg.clone(), tool_order.clone(), req)
+            handle(ctx2.clone(), reg2.clone(), tool_order.clone(), req)
+        });
+        // An agent's own entries die with the agent (a subagent's persona
+        // and delegation notice), not only with the plugin that made them.
+        ctx.on(bus::AGENT_DISPOSED, move |ev| {
+            let reg = reg.clone();
+            async move {
+                let AgentRef { agent } = ev.payload_as()?;
+                reg.borrow_mut().drop_scope(&agent);
+                Ok(Value::Null)
+            }
         });
         Ok(())
     }

@@ -31,6 +31,7 @@ mod signal;
 
 use std::rc::Rc;
 
+use dsh_sdk::api::agent_loop::AgentRef;
 use dsh_sdk::api::tools::{
     CallRef, DeferContextParams, Exec, GuardParams, ModeParams, Outcome, RegisterParams,
     ScopeParams, StageKind, ToolMode, ToolResult, ToolsChanged,
@@ -53,14 +54,25 @@ fn changed(ctx: &Context) -> Result<()> {
 fn register(ctx: &Context, registry: &Registry, req: &Request) -> Result<Reply> {
     let params: RegisterParams = req.params_as()?;
     let scope = params.scope.clone().unwrap_or_default();
+    let replace = params.replace;
     let owner = req.caller;
     let tool = Tool::from_registration(params, owner)?;
     let key = (scope, tool.schema.name.clone());
-    if registry.borrow().tools.contains_key(&key) {
-        return Err(Error::new(
-            "DUPLICATE_TOOL",
-            format!("tool \"{}\" is already registered", key.1),
-        ));
+    // The fiber that registered a tool may replace it (`replace`), to
+    // change its description or parameters; anything else is refused.
+    let previous = registry.borrow().tools.get(&key).map(|t| t.owner);
+    match previous {
+        Some(o) if o != owner || !replace => {
+            return Err(Error::new(
+                "DUPLICATE_TOOL",
+                format!("tool \"{}\" is already registered", key.1),
+            ))
+        }
+        Some(_) => {
+            registry.borrow_mut().tools.insert(key, tool);
+            return changed(ctx).map(|()| Value::Null.into());
+        }
+        None => {}
     }
     registry.borrow_mut().tools.insert(key, tool);
     let (r2, ctx2) = (registry.clone(), ctx.clone());
@@ -251,9 +263,23 @@ impl Plugin for Tools {
 
     async fn apply(ctx: Context, _config: ()) -> Result<()> {
         let registry: Registry = Rc::default();
-        let ctx2 = ctx.clone();
+        let (ctx2, r2) = (ctx.clone(), registry.clone());
         ctx.provide(service::TOOLS, move |req| {
-            handle(ctx2.clone(), registry.clone(), req)
+            handle(ctx2.clone(), r2.clone(), req)
+        });
+        // An agent's own registrations die with the agent (a subagent's
+        // `report`, its tool filter), not only with the plugin that made
+        // them.
+        let ctx3 = ctx.clone();
+        ctx.on(bus::AGENT_DISPOSED, move |ev| {
+            let (registry, ctx) = (registry.clone(), ctx3.clone());
+            async move {
+                let AgentRef { agent } = ev.payload_as()?;
+                if registry.borrow_mut().drop_scope(&agent) {
+                    changed(&ctx)?;
+                }
+                Ok(Value::Null)
+            }
         });
         Ok(())
     }

@@ -163,6 +163,20 @@ impl State {
             .map(|(_, n)| n.as_str())
     }
 
+    /// Forgets what was registered for agent `scope` alone (its tools,
+    /// restrictions and guards): the agent is gone, and a later agent never
+    /// reuses its id. True when there was any.
+    pub fn drop_scope(&mut self, scope: &str) -> bool {
+        if scope.is_empty() {
+            return false;
+        }
+        let before = self.tools.len() + self.restrictions.len() + self.guards.len();
+        self.tools.retain(|(s, _), _| s != scope);
+        self.restrictions.retain(|r| r.scope != scope);
+        self.guards.retain(|g| g.scope != scope);
+        before != self.tools.len() + self.restrictions.len() + self.guards.len()
+    }
+
     /// The services of the guards that see a call of agent `scope`: the
     /// global ones, then its own, each in registration order.
     pub fn guards_of(&self, scope: &str) -> Vec<String> {

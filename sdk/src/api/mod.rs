@@ -20,5 +20,6 @@ pub mod llm;
 pub mod permission;
 pub mod session_persistence;
 pub mod sessions;
+pub mod subagents;
 pub mod system_prompt;
 pub mod tools;

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use crate::api::agent_loop::SessionOrigin;
 use crate::names::{service, sessions as method};
 use crate::vocab::history::SurfaceTail;
 use crate::vocab::{SessionEvent, SessionHeader};
@@ -168,7 +169,7 @@ pub struct ListParams {}
 
 /// Params of `fork`: a child session seeded with the source's log up to
 /// and including `boundary`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ForkParams {
     /// The source session (live).
@@ -179,6 +180,13 @@ pub struct ForkParams {
     /// The last seq of the seed; the source's last event when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boundary: Option<Boundary>,
+    /// `"subagent"` for a delegated child's session (a dsh extension: the
+    /// original's fork providers write the header themselves).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<SessionOrigin>,
+    /// The child's delegation depth (with `origin`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delegation_depth: Option<u64>,
 }
 
 /// A fork boundary as sent: any JSON value, so that one which is not a seq

@@ -288,6 +288,15 @@ pub struct RegisterParams {
     /// The longest its body may run, in milliseconds, as sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<TimeoutMs>,
+    /// Replaces this fiber's own registration of the same name and scope
+    /// (to change its description or parameters); without it a second
+    /// registration is `DUPLICATE_TOOL`. A dsh extension.
+    #[serde(
+        default,
+        deserialize_with = "exactly_true",
+        skip_serializing_if = "is_false"
+    )]
+    pub replace: bool,
 }
 
 /// A tool's output contract: the JSON Schema its `value` must satisfy, and

@@ -33,6 +33,9 @@ pub const INBOX_SPLICED: &str = "agent/inbox/spliced";
 pub const LLM_RETRY: &str = "llm/retry";
 /// The wait of an `llm/retry` is over: the request runs again.
 pub const LLM_RETRY_STARTED: &str = "llm/retry-started";
+/// A child session's delegation record (`subagent`): how it was started,
+/// log-only (never in the model history).
+pub const SUBAGENT_DESCRIPTOR: &str = "subagent/descriptor";
 
 /// Types that carry a `surfaceOp`.
 pub const SURFACE: [&str; 3] = [USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_RESULT];
@@ -73,7 +76,7 @@ pub const KNOWN: [&str; 48] = [
     "session/title-llm-request",
     STEP_END,
     STEP_START,
-    "subagent/descriptor",
+    SUBAGENT_DESCRIPTOR,
     "team/member",
     "team/message/delivered",
     "team/message/queued",

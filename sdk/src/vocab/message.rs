@@ -300,6 +300,15 @@ pub enum MessageSource {
     Tool(ToolSource),
     /// `{kind: "plugin", plugin, form?, ...}`: context a plugin added.
     Plugin(PluginSource),
+    /// `{kind: "subagent-settled", form: "notice", summary, senderSessionId}`:
+    /// a background child's run ended (to its parent).
+    SubagentSettled(RelaySource),
+    /// `{kind: "subagent-report", form: "relay", senderSessionId}`: a
+    /// child's `report` (to its parent).
+    SubagentReport(RelaySource),
+    /// `{kind: "coordinator", form: "relay", senderSessionId}`: a parent's
+    /// `send_message` (to its child).
+    Coordinator(RelaySource),
     /// A kind this harness does not know, kept whole (`kind` included).
     Other(Extra),
 }
@@ -312,6 +321,9 @@ impl MessageSource {
             MessageSource::Model(_) => source_kind::MODEL,
             MessageSource::Tool(_) => source_kind::TOOL,
             MessageSource::Plugin(_) => source_kind::PLUGIN,
+            MessageSource::SubagentSettled(_) => source_kind::SUBAGENT_SETTLED,
+            MessageSource::SubagentReport(_) => source_kind::SUBAGENT_REPORT,
+            MessageSource::Coordinator(_) => source_kind::COORDINATOR,
             MessageSource::Other(o) => o.get("kind").and_then(Value::as_str).unwrap_or(""),
         }
     }
@@ -336,6 +348,12 @@ pub mod source_kind {
     pub const TOOL: &str = "tool";
     /// A plugin.
     pub const PLUGIN: &str = "plugin";
+    /// A background child's settlement notice.
+    pub const SUBAGENT_SETTLED: &str = "subagent-settled";
+    /// A child's report.
+    pub const SUBAGENT_REPORT: &str = "subagent-report";
+    /// A parent's message to its child.
+    pub const COORDINATOR: &str = "coordinator";
 }
 
 /// The source of an assistant message.
@@ -381,25 +399,73 @@ pub struct PluginSource {
     pub extra: Extra,
 }
 
+/// The source of a message one agent sends another (a settlement notice,
+/// a report, a parent's message): who sent it and how it is framed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RelaySource {
+    /// `notice` (a settlement) or `relay` (a report, a parent's message).
+    pub form: String,
+    /// A short summary for displays (settlement notices).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    /// The session of the agent that sent it.
+    pub sender_session_id: String,
+    /// Fields this harness does not know.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+impl RelaySource {
+    /// The `form` of a settlement notice.
+    pub const NOTICE: &'static str = "notice";
+    /// The `form` of a report or a parent's message.
+    pub const RELAY: &'static str = "relay";
+
+    /// A relay from `sender` in `form`, with no summary.
+    pub fn new(form: &str, sender: impl Into<String>) -> RelaySource {
+        RelaySource {
+            form: form.to_owned(),
+            summary: None,
+            sender_session_id: sender.into(),
+            extra: Extra::new(),
+        }
+    }
+}
+
 /// The shape every source is written in: the tag, then the member's
 /// fields.
 #[derive(Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
-enum TaggedSource<U, M, T, P> {
+enum TaggedSource<U, M, T, P, R> {
     User(U),
     Model(M),
     Tool(T),
     Plugin(P),
+    #[serde(rename = "subagent-settled")]
+    SubagentSettled(R),
+    #[serde(rename = "subagent-report")]
+    SubagentReport(R),
+    Coordinator(R),
 }
 
 impl Serialize for MessageSource {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        type Ref<'a> = TaggedSource<&'a Extra, &'a ModelSource, &'a ToolSource, &'a PluginSource>;
+        type Ref<'a> = TaggedSource<
+            &'a Extra,
+            &'a ModelSource,
+            &'a ToolSource,
+            &'a PluginSource,
+            &'a RelaySource,
+        >;
         match self {
             MessageSource::User(e) => Ref::User(e).serialize(s),
             MessageSource::Model(m) => Ref::Model(m).serialize(s),
             MessageSource::Tool(t) => Ref::Tool(t).serialize(s),
             MessageSource::Plugin(p) => Ref::Plugin(p).serialize(s),
+            MessageSource::SubagentSettled(r) => Ref::SubagentSettled(r).serialize(s),
+            MessageSource::SubagentReport(r) => Ref::SubagentReport(r).serialize(s),
+            MessageSource::Coordinator(r) => Ref::Coordinator(r).serialize(s),
             MessageSource::Other(o) => o.serialize(s),
         }
     }
@@ -418,12 +484,15 @@ impl open::FromMap for MessageSource {
             source_kind::MODEL,
             source_kind::TOOL,
             source_kind::PLUGIN,
+            source_kind::SUBAGENT_SETTLED,
+            source_kind::SUBAGENT_REPORT,
+            source_kind::COORDINATOR,
         ];
         let value = match open::split(map, "kind", &known)? {
             Ok(value) => value,
             Err(other) => return Ok(MessageSource::Other(other)),
         };
-        type Owned = TaggedSource<Extra, ModelSource, ToolSource, PluginSource>;
+        type Owned = TaggedSource<Extra, ModelSource, ToolSource, PluginSource, RelaySource>;
         let tagged: Owned = open::known(value)?;
         Ok(match tagged {
             TaggedSource::User(mut e) => {
@@ -433,6 +502,9 @@ impl open::FromMap for MessageSource {
             TaggedSource::Model(m) => MessageSource::Model(m),
             TaggedSource::Tool(t) => MessageSource::Tool(t),
             TaggedSource::Plugin(p) => MessageSource::Plugin(p),
+            TaggedSource::SubagentSettled(r) => MessageSource::SubagentSettled(r),
+            TaggedSource::SubagentReport(r) => MessageSource::SubagentReport(r),
+            TaggedSource::Coordinator(r) => MessageSource::Coordinator(r),
         })
     }
 }

@@ -29,6 +29,7 @@
 //! | `approval/policy`, `approval/asked`, `approval/decided` | [`ApprovalPolicy`], [`ApprovalAsked`], [`ApprovalDecided`] |
 //! | `session/title` | [`SessionTitle`] |
 //! | `hook/invoked`, `hook/result` | [`HookInvoked`], [`HookResult`] |
+//! | `subagent/descriptor` | [`SubagentDescriptor`] |
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
@@ -801,6 +802,66 @@ pub struct HookResult {
     /// Fields this harness does not know.
     #[serde(flatten)]
     pub extra: Extra,
+}
+
+/// `subagent/descriptor`: how a child session was started, the first
+/// event after its seed (log-only: never in the model history). A cold
+/// resume of a continuable child reads its persona and tool filter back
+/// from here. The original refuses keys it does not know here, so this
+/// harness writes none of its own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubagentDescriptor {
+    /// The descriptor format: [`SubagentDescriptor::VERSION`].
+    pub version: u32,
+    /// `one-shot` or `continuable`.
+    pub mode: SubagentMode,
+    /// The provider that created the child (`spawn`, `fork`).
+    pub provider: String,
+    /// What the child was asked to do, for display.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// The child's model route, when it differs from its parent's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_provider: Option<String>,
+    /// The child's model, when it differs from its parent's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_model: Option<String>,
+    /// The persona that replaces the deployment's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persona: Option<String>,
+    /// The tools the child may use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_filter: Option<ToolFilter>,
+}
+
+impl SubagentDescriptor {
+    /// The descriptor format this harness writes and reads (the
+    /// original's 2).
+    pub const VERSION: u32 = 2;
+}
+
+/// Whether a child runs one prompt (`one-shot`) or stays for more
+/// (`continuable`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SubagentMode {
+    /// One prompt, then disposed; its caller waits for the outcome.
+    OneShot,
+    /// Runs in the background and takes later messages.
+    Continuable,
+}
+
+/// A mask over the global tools one agent sees: only `allow` (when set),
+/// never `deny`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolFilter {
+    /// Only these tools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow: Option<Vec<String>>,
+    /// Not these tools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deny: Option<Vec<String>>,
 }
 
 #[cfg(test)]

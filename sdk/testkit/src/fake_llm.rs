@@ -199,6 +199,9 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 #[derive(Default)]
 struct State {
     answers: VecDeque<Answer>,
+    /// Answers kept for the requests of one conversation
+    /// ([`FakeLlm::push_for`]): a marker, and its queue.
+    routes: Vec<(String, VecDeque<Answer>)>,
     /// Request bodies as received; parsed only when a test asks for them,
     /// so the fake costs the same whatever the size of the history.
     requests: Vec<Vec<u8>>,
@@ -279,6 +282,21 @@ impl FakeLlm {
     /// Queues answers, served in order (one per request).
     pub fn push(&self, answers: impl IntoIterator<Item = Answer>) {
         lock(&self.state).answers.extend(answers);
+    }
+
+    /// Queues answers for the requests of one conversation: those with a
+    /// user message whose text contains `marker` (a subagent's prompt, say,
+    /// which its parent's requests hold only as tool call arguments). Such
+    /// a request takes the next of these before the [`FakeLlm::push`]
+    /// queue; markers are tried in the order first pushed.
+    pub fn push_for(&self, marker: &str, answers: impl IntoIterator<Item = Answer>) {
+        let mut s = lock(&self.state);
+        match s.routes.iter_mut().find(|(m, _)| m == marker) {
+            Some((_, queue)) => queue.extend(answers),
+            None => s
+                .routes
+                .push((marker.to_owned(), answers.into_iter().collect())),
+        }
     }
 
     /// Every request body received so far.
@@ -575,6 +593,43 @@ async fn write_flood(sock: &mut TcpStream, payload: &str, times: usize) -> Flood
     written
 }
 
+/// The texts of the user messages of a chat completions request body.
+fn user_texts(body: &[u8]) -> Vec<String> {
+    let Ok(v) = serde_json::from_slice::<Value>(body) else {
+        return Vec::new();
+    };
+    let Some(messages) = v["messages"].as_array() else {
+        return Vec::new();
+    };
+    messages
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| match &m["content"] {
+            Value::String(t) => t.clone(),
+            Value::Array(parts) => parts
+                .iter()
+                .filter_map(|p| p["text"].as_str())
+                .collect::<Vec<_>>()
+                .join(""),
+            _ => String::new(),
+        })
+        .collect()
+}
+
+/// The next routed answer for the last request received, if a route
+/// matches it ([`FakeLlm::push_for`]).
+fn routed_answer(s: &mut State) -> Option<Answer> {
+    if s.routes.iter().all(|(_, q)| q.is_empty()) {
+        return None;
+    }
+    let texts = user_texts(s.requests.last()?);
+    let (_, queue) = s
+        .routes
+        .iter_mut()
+        .find(|(m, q)| !q.is_empty() && texts.iter().any(|t| t.contains(m.as_str())))?;
+    queue.pop_front()
+}
+
 async fn serve(mut sock: TcpStream, state: Arc<Mutex<State>>) {
     let Some((head, body)) = read_request(&mut sock).await else {
         return;
@@ -589,6 +644,7 @@ async fn serve(mut sock: TcpStream, state: Arc<Mutex<State>>) {
         s.requests.push(body);
         s.headers.push(head);
         let answer = window_answer(&mut s)
+            .or_else(|| routed_answer(&mut s))
             .or_else(|| s.answers.pop_front())
             .or_else(|| s.fallback.clone())
             .unwrap_or_else(|| {

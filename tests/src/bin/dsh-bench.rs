@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use dsh_host::{compose, inspect, parse_layer, procfs, Host, HostConfig, Timeouts, Tree};
-use dsh_sdk::names::{agent_loop, agents, service, tools};
+use dsh_sdk::names::{agent_loop, agents, service, subagents, tools};
 use dsh_sdk::vocab::{event, SessionEvent};
 use serde_json::{json, Value};
 
@@ -871,7 +871,181 @@ async fn print_window_lookup() -> Result<()> {
     Ok(())
 }
 
+/// The delegation rows (the registry, its providers, the tools).
+const DELEGATION_ROWS: &str = "[[row]]\nid = 'subagent'\nplugin = 'subagent'\n[[row]]\nid = 'subagent-in-process'\nplugin = 'subagent-in-process'\n[[row]]\nid = 'tool-subagent'\nplugin = 'tool-subagent'\n";
+
+/// A host of the core and delegation rows against `fake`, and a parent
+/// agent that has made one request (so its route is logged).
+async fn delegation_host(
+    fake: &dsh_testkit::fake_llm::FakeLlm,
+    home: &Path,
+) -> Result<(Host, String)> {
+    let h = host(home, vec![libs()])?;
+    let rows = format!(
+        "{}{DELEGATION_ROWS}[[patch]]\nid = 'agent-loop'\nconfig = {{ maxStepsPerTurn = 1000 }}\n",
+        core_rows(&fake.base_url, &home.join("sessions"))
+    );
+    h.apply(tree(&rows)?).await;
+    let agent = ensure(
+        h.call(
+            service::AGENT_LOOP,
+            agent_loop::CREATE,
+            json!({"agentOptions": {"provider": "fake", "model": "m"}, "meta": {"cwd": home}}),
+        )
+        .await,
+    )?["agent"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    fake.push_for("BENCH-PARENT", [dsh_testkit::fake_llm::text("ready")]);
+    // The children's answers, and the parent's to their notices.
+    fake.set_fallback(dsh_testkit::fake_llm::text("done"));
+    ensure(
+        h.call(
+            service::AGENTS,
+            agents::FOLLOWUP,
+            json!({"agent": agent, "message": {"text": "BENCH-PARENT hello"}}),
+        )
+        .await,
+    )?;
+    ensure(
+        h.call(service::AGENTS, agents::WHEN_IDLE, json!({"agent": agent}))
+            .await,
+    )?;
+    Ok((h, agent))
+}
+
+/// `subagents.startContinuable` to the child's first model request, ms
+/// (median of `n`).
+async fn bench_spawn(n: usize) -> Result<f64> {
+    let fake = dsh_testkit::fake_llm::FakeLlm::start().await;
+    let home = Scratch::new("spawn")?;
+    let (h, parent) = delegation_host(&fake, &home.0).await?;
+    let mut times = Vec::new();
+    for i in 0..n {
+        let before = fake.requests().len();
+        let t = Instant::now();
+        ensure(
+            h.call(
+                service::SUBAGENTS,
+                subagents::START_CONTINUABLE,
+                json!({"provider": "spawn", "parent": parent, "label": "bench", "prompt": format!("BENCH-KID-{i}")}),
+            )
+            .await,
+        )?;
+        while fake.request_times().len() <= before {
+            tokio::time::sleep(Duration::from_micros(100)).await;
+        }
+        let asked = fake.request_times()[before];
+        times.push((asked - t).as_secs_f64() * 1e3);
+        ensure(
+            h.call(
+                service::SUBAGENTS,
+                subagents::WHEN_SETTLED,
+                json!({"agent": parent}),
+            )
+            .await,
+        )?;
+    }
+    h.shutdown().await;
+    Ok(median(times))
+}
+
+/// The parent's per-step cost over `steps` read steps with `children`
+/// live children (each holding its model request open), ms (median), and
+/// the host's RSS growth per live child, MiB.
+async fn bench_parent_with_children(steps: usize, children: usize) -> Result<(f64, f64)> {
+    let fake = dsh_testkit::fake_llm::FakeLlm::start().await;
+    let home = Scratch::new("children")?;
+    std::fs::write(home.0.join("f.txt"), "one line\n")?;
+    let (h, parent) = delegation_host(&fake, &home.0).await?;
+    let gate = dsh_testkit::fake_llm::Gate::new();
+    let rss0 = procfs::rss_bytes();
+    for i in 0..children {
+        let marker = format!("BENCH-KID-{i}");
+        fake.push_for(
+            &marker,
+            [dsh_testkit::fake_llm::Answer::Gated(
+                vec![],
+                gate.clone(),
+                dsh_testkit::fake_llm::text_payloads("done"),
+            )],
+        );
+        ensure(
+            h.call(
+                service::SUBAGENTS,
+                subagents::START_CONTINUABLE,
+                json!({"provider": "spawn", "parent": parent, "label": "bench", "prompt": marker}),
+            )
+            .await,
+        )?;
+    }
+    while fake.requests().len() < 1 + children {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let per_child = if children == 0 {
+        0.0
+    } else {
+        procfs::rss_bytes().saturating_sub(rss0) as f64 / children as f64 / 1048576.0
+    };
+    let call = dsh_testkit::fake_llm::tool_calls(&[("read", json!({"file_path": "f.txt"}))]);
+    fake.push_for("BENCH-PARENT", std::iter::repeat_n(call, steps));
+    fake.push_for("BENCH-PARENT", [dsh_testkit::fake_llm::text("done")]);
+    let first = fake.requests().len();
+    ensure(
+        h.call(
+            service::AGENTS,
+            agents::FOLLOWUP,
+            json!({"agent": parent, "message": {"text": "go"}}),
+        )
+        .await,
+    )?;
+    ensure(
+        h.call(service::AGENTS, agents::WHEN_IDLE, json!({"agent": parent}))
+            .await,
+    )?;
+    let times = fake.request_times()[first..].to_vec();
+    gate.open();
+    ensure(
+        h.call(
+            service::SUBAGENTS,
+            subagents::WHEN_SETTLED,
+            json!({"agent": parent}),
+        )
+        .await,
+    )?;
+    h.shutdown().await;
+    let steps: Vec<f64> = times
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_secs_f64() * 1e3)
+        .collect();
+    Ok((median(steps), per_child))
+}
+
+async fn print_delegation() -> Result<()> {
+    let spawn = bench_spawn(20).await.context("spawn")?;
+    println!("  child started to its first model request ............. {spawn:8.2} ms   (target <= 5 ms)");
+    let (alone, _) = bench_parent_with_children(100, 0)
+        .await
+        .context("no children")?;
+    let (busy, per_child) = bench_parent_with_children(100, 10)
+        .await
+        .context("ten children")?;
+    println!(
+        "  parent's read step, alone / beside 10 live children ... {alone:8.3} ms / {busy:.3} ms, ratio {:.2} (target <= 1.1)",
+        busy / alone
+    );
+    println!("  host RSS per live child ................................ {per_child:8.2} MiB  (target <= 2 MiB)");
+    Ok(())
+}
+
 fn main() -> Result<()> {
+    if std::env::var_os("DSH_BENCH_ONLY_DELEGATION").is_some() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        return rt.block_on(print_delegation());
+    }
     if std::env::var_os("DSH_BENCH_ONLY_WINDOWS").is_some() {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -968,6 +1142,8 @@ fn main() -> Result<()> {
         println!("  resume of a compacted 2,000-message session ........... {compacted:8.1} ms   (target <= 15 ms)");
         println!("model windows (release; medians of 10)");
         print_window_lookup().await.context("window lookup")?;
+        println!("delegation (release; medians)");
+        print_delegation().await.context("delegation")?;
         println!("chat (release)");
         let (start, rss, render) = bench_chat(&stage).await.context("chat")?;
         println!("  dsh-host start to the input prompt ..................... {start:8.1} ms   (target <= 50 ms)");

@@ -142,6 +142,7 @@ fn a_fork_boundary_is_kept_as_sent_so_a_bad_one_can_be_named() {
         id: "src".into(),
         child_id: None,
         boundary: Some(Boundary::from(8)),
+        ..ForkParams::default()
     };
     assert_eq!(wire(&fork), r#"{"id":"src","boundary":8}"#);
 }

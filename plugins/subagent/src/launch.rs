@@ -1,0 +1,331 @@
+//! Making a child: the provider registry, the depth cap, the provider's
+//! `create`, the delegation record, and the child's setup (delegation
+//! notice, persona, tool filter, and `subagent/child-ready` for plugins
+//! that add child-only tools); and resuming a settled child from its
+//! stored session.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use dsh_sdk::api::agent_loop::{AgentLoop, AgentOptions, ResumeParams};
+use dsh_sdk::api::agents::{Agents, SelectModelParams};
+use dsh_sdk::api::sessions::{NewEvent, Sessions};
+use dsh_sdk::api::subagents::{
+    error_code, ChildReady, CreateChildParams, ProviderInfo, RegisterProviderParams, StartParams,
+};
+use dsh_sdk::api::system_prompt::{SectionParams, SystemPrompt};
+use dsh_sdk::api::tools::{RestrictParams, Tools};
+use dsh_sdk::names::bus;
+use dsh_sdk::prelude::*;
+use dsh_sdk::vocab::event;
+use dsh_sdk::vocab::records::{RequestContext, SubagentDescriptor, SubagentMode};
+
+use crate::table::{Child, Shared};
+
+/// The delegation notice every child sees as runtime context (the
+/// original's `subagent:delegation`).
+const DELEGATION_NAME: &str = "subagent:delegation";
+const DELEGATION_ORDER: i64 = 120;
+const DELEGATION_TEXT: &str = "You are a delegated subagent: your permission scope was fixed when you were started and cannot be widened from inside this session — operations that require approval are rejected automatically. When the task needs access beyond that scope, do not retry the denied operation; state the limitation in your reply so the delegating agent can handle it.";
+
+/// The system prompt section a persona replaces.
+const PERSONA_NAME: &str = "deployment:persona";
+
+/// One registered provider.
+struct Entry {
+    info: ProviderInfo,
+    service: String,
+    owner: u64,
+}
+
+/// The providers, by registration order.
+#[derive(Clone, Default)]
+pub struct Providers(Rc<RefCell<Vec<Entry>>>);
+
+impl Providers {
+    /// `registerProvider`: `name` served by `service` until `owner` goes.
+    pub fn register(&self, ctx: &Context, req: &Request) -> Result<()> {
+        let p: RegisterProviderParams = req.params_as()?;
+        if p.name.is_empty() || p.service.is_empty() {
+            return Err(Error::new(
+                codes::INVALID_PAYLOAD,
+                "a subagent provider needs a name and a service",
+            ));
+        }
+        if self.0.borrow().iter().any(|e| e.info.name == p.name) {
+            return Err(Error::new(
+                error_code::DUPLICATE_PROVIDER,
+                format!(
+                    "a subagent provider named \"{}\" is already registered",
+                    p.name
+                ),
+            ));
+        }
+        let owner = req.caller;
+        self.0.borrow_mut().push(Entry {
+            info: ProviderInfo {
+                name: p.name,
+                inherits_parent_context: p.inherits_parent_context,
+            },
+            service: p.service,
+            owner,
+        });
+        let (me, ctx2) = (self.clone(), ctx.clone());
+        req.on_caller_gone(move || {
+            me.0.borrow_mut().retain(|e| e.owner != owner);
+            let _ = ctx2.emit(bus::SUBAGENT_PROVIDERS_CHANGED, serde_json::Value::Null);
+        });
+        ctx.emit(bus::SUBAGENT_PROVIDERS_CHANGED, serde_json::Value::Null)
+    }
+
+    /// The registered providers.
+    pub fn list(&self) -> Vec<ProviderInfo> {
+        self.0.borrow().iter().map(|e| e.info.clone()).collect()
+    }
+
+    /// The service of provider `name`.
+    fn service_of(&self, name: &str) -> Result<String> {
+        self.0
+            .borrow()
+            .iter()
+            .find(|e| e.info.name == name)
+            .map(|e| e.service.clone())
+            .ok_or_else(|| {
+                Error::new(
+                    error_code::NO_PROVIDER,
+                    format!("no subagent provider registered for \"{name}\""),
+                )
+            })
+    }
+}
+
+/// The depth a child of `parent` would have, refused past `max_depth`.
+async fn child_depth(ctx: &Context, parent: &str, max_depth: Option<u64>) -> Result<u64> {
+    let header = Sessions::new(ctx).header(parent).await.map_err(|e| {
+        Error::new(
+            e.code.clone(),
+            format!(
+                "the delegating agent \"{parent}\" has no live session: {}",
+                e.message
+            ),
+        )
+    })?;
+    let depth = header
+        .header
+        .delegation_depth
+        .unwrap_or(0)
+        .saturating_add(1);
+    match max_depth {
+        Some(max) if depth > max => Err(Error::new(
+            error_code::DEPTH_EXCEEDED,
+            format!("subagent depth {depth} exceeds maxDepth {max}"),
+        )),
+        _ => Ok(depth),
+    }
+}
+
+/// The child's options: what the start names, else the parent's route
+/// (its latest request).
+async fn child_options(ctx: &Context, p: &StartParams) -> Result<AgentOptions> {
+    let mut options = p.agent_options.clone().unwrap_or_default();
+    if options.provider.is_none() || options.model.is_none() {
+        let context = Sessions::new(ctx).request_context(&p.parent).await?;
+        if let Some(context) = context {
+            let context: RequestContext = serde_json::from_value(context)?;
+            if options.provider.is_none() {
+                options.provider = Some(context.provider);
+                options.model = options.model.or(Some(context.model));
+            } else if options.model.is_none()
+                && options.provider.as_deref() == Some(&context.provider)
+            {
+                options.model = Some(context.model);
+            }
+        }
+    }
+    Ok(options)
+}
+
+/// The delegation record of a child started with `p`.
+fn descriptor(p: &StartParams, mode: SubagentMode, options: &AgentOptions) -> SubagentDescriptor {
+    let continuable = mode == SubagentMode::Continuable;
+    let overridden = p.agent_options.is_some() && continuable;
+    SubagentDescriptor {
+        version: SubagentDescriptor::VERSION,
+        mode,
+        provider: p.provider.clone(),
+        label: (!p.label.is_empty()).then(|| p.label.clone()),
+        agent_provider: options.provider.clone().filter(|_| overridden),
+        agent_model: options.model.clone().filter(|_| overridden),
+        persona: p.persona.clone().filter(|_| continuable),
+        tool_filter: p.tool_filter.clone().filter(|_| continuable),
+    }
+}
+
+/// Makes a child of `p.parent` through `p.provider`, records how, and sets
+/// it up. On any failure after the agent exists, the agent is disposed.
+pub async fn create(
+    ctx: &Context,
+    providers: &Providers,
+    table: &Shared,
+    p: &StartParams,
+    mode: SubagentMode,
+) -> Result<String> {
+    let service = providers.service_of(&p.provider)?;
+    let depth = child_depth(ctx, &p.parent, p.max_depth).await?;
+    let options = child_options(ctx, p).await?;
+    let child_id = format!("session-{}", dsh_sdk::new_id());
+    let created = dsh_sdk::api::subagents::Provider::new(ctx, &service)
+        .create(&CreateChildParams {
+            parent: p.parent.clone(),
+            child_id: child_id.clone(),
+            depth,
+            agent_options: options.clone(),
+        })
+        .await?;
+    let child = created.agent;
+    let record = descriptor(p, mode, &options);
+    let mut entry = Child::new(&p.parent, record.clone());
+    entry.persona = p.persona.clone();
+    entry.tool_filter = p.tool_filter.clone();
+    table.insert(&child, entry);
+    let made = async {
+        Sessions::new(ctx)
+            .append(
+                &child,
+                NewEvent::typed(event::SUBAGENT_DESCRIPTOR, &record)?,
+            )
+            .await?;
+        set_up(ctx, table, &child).await
+    };
+    if let Err(e) = made.await {
+        let _ = Agents::new(ctx).dispose(&child).await;
+        table.remove(&child);
+        return Err(e);
+    }
+    Ok(child)
+}
+
+/// What every child gets before its first prompt (and again when it is
+/// resumed): the delegation notice, its persona and tool filter, then
+/// `subagent/child-ready`.
+pub async fn set_up(ctx: &Context, table: &Shared, child: &str) -> Result<()> {
+    let Some(entry) = table.get(child) else {
+        return Err(Error::new(
+            error_code::NOT_RESUMABLE,
+            format!("subagent \"{child}\" is unavailable"),
+        ));
+    };
+    let prompt = SystemPrompt::new(ctx);
+    prompt
+        .context(&SectionParams {
+            scope: Some(child.to_owned()),
+            name: DELEGATION_NAME.to_owned(),
+            order: DELEGATION_ORDER.into(),
+            text: Some(DELEGATION_TEXT.to_owned()),
+            ..SectionParams::default()
+        })
+        .await?;
+    if let Some(persona) = &entry.persona {
+        prompt
+            .section(&SectionParams {
+                scope: Some(child.to_owned()),
+                name: PERSONA_NAME.to_owned(),
+                order: 0i64.into(),
+                text: Some(persona.clone()),
+                ..SectionParams::default()
+            })
+            .await?;
+    }
+    if let Some(filter) = &entry.tool_filter {
+        Tools::new(ctx)
+            .restrict(&RestrictParams {
+                scope: Some(child.to_owned()),
+                allow: filter.allow.clone(),
+                deny: filter.deny.clone(),
+            })
+            .await?;
+    }
+    let ready = ChildReady {
+        child: child.to_owned(),
+        parent: entry.parent.clone(),
+        mode: entry.descriptor.mode,
+    };
+    ctx.parallel(bus::SUBAGENT_CHILD_READY, ready).await?;
+    Ok(())
+}
+
+/// The route a resumed child goes on with: the one its log names (its
+/// latest `request/context`), else its parent's.
+async fn select_logged_route(ctx: &Context, child: &str, parent: &str) -> Result<()> {
+    let sessions = Sessions::new(ctx);
+    let mut context = sessions.request_context(child).await?;
+    if context.is_none() {
+        context = sessions.request_context(parent).await?;
+    }
+    let Some(context) = context else {
+        return Ok(());
+    };
+    let route: RequestContext = serde_json::from_value(context)?;
+    Agents::new(ctx)
+        .select_model(&SelectModelParams {
+            agent: child.to_owned(),
+            provider: Some(route.provider),
+            model: Some(route.model),
+        })
+        .await
+}
+
+/// Resumes settled (or stored) child `child` of `parent` for another turn:
+/// its session loaded, its lineage checked (a direct child of `parent`, a
+/// continuable one), and it set up again from its delegation record.
+pub async fn resume(ctx: &Context, table: &Shared, parent: &str, child: &str) -> Result<()> {
+    let unavailable = |why: String| {
+        Error::new(
+            error_code::NOT_RESUMABLE,
+            format!("subagent \"{child}\" is unavailable: {why}"),
+        )
+    };
+    AgentLoop::new(ctx)
+        .resume(&ResumeParams {
+            session_id: child.to_owned(),
+            agent_options: AgentOptions::default(),
+        })
+        .await
+        .map_err(|e| unavailable(e.message))?;
+    let checked = async {
+        let sessions = Sessions::new(ctx);
+        let header = sessions.header(child).await?.header;
+        select_logged_route(ctx, child, parent).await?;
+        if header.parent_session.as_deref() != Some(parent) {
+            return Err(Error::new(
+                error_code::UNAUTHORIZED,
+                format!("subagent \"{child}\" belongs to another parent session"),
+            ));
+        }
+        let from = header.seed_length.unwrap_or(0);
+        let record = sessions
+            .events(child, from)
+            .await?
+            .into_iter()
+            .find(|e| e.kind == event::SUBAGENT_DESCRIPTOR)
+            .map(|e| e.data_as::<SubagentDescriptor>())
+            .transpose()?;
+        let Some(record) = record.filter(|d| d.mode == SubagentMode::Continuable) else {
+            return Err(Error::new(
+                error_code::NOT_RESUMABLE,
+                format!("subagent \"{child}\" has no supported continuation state and cannot be resumed; do not retry send_message with this id"),
+            ));
+        };
+        let mut entry = Child::new(parent, record.clone());
+        entry.persona = record.persona.clone();
+        entry.tool_filter = record.tool_filter.clone();
+        table.insert(child, entry);
+        set_up(ctx, table, child).await
+    };
+    if let Err(e) = checked.await {
+        let _ = Agents::new(ctx).dispose(child).await;
+        table.remove(child);
+        return Err(e);
+    }
+    Ok(())
+}

@@ -1,0 +1,355 @@
+//! `subagent`: the `subagents` service, delegation's registry (the
+//! original's `packages/subagent/subagent`). Providers register by name
+//! (`spawn`, `fork`: plugin `subagent-in-process`) and only make the child
+//! agent; this plugin caps the depth, records the child's
+//! `subagent/descriptor`, sets the child up (delegation notice, persona,
+//! tool filter, `subagent/child-ready`), runs it, and tells its parent how
+//! it went. See `dsh_sdk::api::subagents` for the two kinds of child.
+//!
+//! Modules: `table` (the children and their states), `launch` (providers,
+//! making, setting up and resuming a child), `run` (a one-shot run, a
+//! continuable child's watch, a parent's going), `outcome` (stop reasons,
+//! final answers, the notice and report texts).
+
+mod launch;
+mod outcome;
+mod run;
+mod table;
+
+use dsh_sdk::api::agent_loop::{AgentRef, StatusChanged};
+use dsh_sdk::api::agents::{Agents, CancelParams, RunStatus};
+use dsh_sdk::api::sessions::Sessions;
+use dsh_sdk::api::subagents::{
+    error_code, AgentParams, ChildEntry, Delivered, FollowupParams, InterruptParams, ReportParams,
+    Settled, StartParams, Started,
+};
+use dsh_sdk::names::{bus, service, subagents};
+use dsh_sdk::prelude::*;
+use dsh_sdk::vocab::records::{CancelCause, SubagentMode};
+use dsh_sdk::vocab::Message;
+use serde_json::Value;
+
+use launch::Providers;
+use table::{Shared, State};
+
+/// The registry's state, as its handlers share it.
+#[derive(Clone)]
+struct Registry {
+    ctx: Context,
+    providers: Providers,
+    table: Shared,
+}
+
+impl Registry {
+    async fn handle(self, req: Request) -> Result<Reply> {
+        match req.method.as_str() {
+            subagents::REGISTER_PROVIDER => {
+                self.providers.register(&self.ctx, &req)?;
+                Reply::json(())
+            }
+            subagents::PROVIDERS => Reply::json(self.providers.list()),
+            subagents::START => self.start(req.params_as()?).await,
+            subagents::START_CONTINUABLE => self.start_continuable(req.params_as()?).await,
+            subagents::FOLLOWUP => Reply::json(self.followup(req.params_as()?).await?),
+            subagents::INTERRUPT => {
+                self.interrupt(req.params_as()?).await?;
+                Reply::json(())
+            }
+            subagents::REPORT_FROM => Reply::json(self.report(req.params_as()?).await?),
+            subagents::LIST_CHILDREN => {
+                let AgentParams { agent } = req.params_as()?;
+                Reply::json(self.list(&agent, false).await)
+            }
+            subagents::LIST_DESCENDANTS => {
+                let AgentParams { agent } = req.params_as()?;
+                Reply::json(self.list(&agent, true).await)
+            }
+            subagents::WHEN_SETTLED => {
+                let AgentParams { agent } = req.params_as()?;
+                Reply::json(self.when_settled(&agent).await)
+            }
+            _ => Err(req.unknown_method()),
+        }
+    }
+
+    /// `start`: a one-shot child, run to its end.
+    async fn start(&self, p: StartParams) -> Result<Reply> {
+        let child = launch::create(
+            &self.ctx,
+            &self.providers,
+            &self.table,
+            &p,
+            SubagentMode::OneShot,
+        )
+        .await?;
+        Reply::json(run::one_shot(&self.ctx, &self.table, child, &p.prompt).await?)
+    }
+
+    /// `startContinuable`: a background child, watched until it settles.
+    async fn start_continuable(&self, p: StartParams) -> Result<Reply> {
+        let child = launch::create(
+            &self.ctx,
+            &self.providers,
+            &self.table,
+            &p,
+            SubagentMode::Continuable,
+        )
+        .await?;
+        let prompt = Message::user_text(dsh_sdk::new_id(), p.prompt.as_str());
+        match self.run(&child, prompt).await {
+            Ok(message_id) => Reply::json(Started {
+                child_id: child,
+                message_id,
+            }),
+            Err(e) => {
+                let _ = Agents::new(&self.ctx).dispose(&child).await;
+                self.table.remove(&child);
+                Err(e)
+            }
+        }
+    }
+
+    /// Gives live child `child` `message` as its next turn and watches the
+    /// run that follows.
+    async fn run(&self, child: &str, message: Message) -> Result<Value> {
+        let from = Sessions::new(&self.ctx).header(child).await?.seq;
+        self.table.set_state(child, State::Running);
+        let sent = Agents::new(&self.ctx).followup(child, message).await?;
+        let (ctx, table, id) = (self.ctx.clone(), self.table.clone(), child.to_owned());
+        self.ctx.spawn(run::watch(ctx, table, id, from));
+        Ok(sent.message_id)
+    }
+
+    /// `followup`: another turn for a continuable child of `p.parent`; a
+    /// settled child is resumed from its stored session first.
+    async fn followup(&self, p: FollowupParams) -> Result<Delivered> {
+        loop {
+            let changed = self.table.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let entry = self.table.get(&p.child);
+            if let Some(entry) = &entry {
+                if entry.parent != p.parent {
+                    return Err(Error::new(
+                        error_code::UNAUTHORIZED,
+                        format!("subagent \"{}\" belongs to another parent session", p.child),
+                    ));
+                }
+                if entry.descriptor.mode != SubagentMode::Continuable {
+                    return Err(Error::new(
+                        error_code::NOT_RESUMABLE,
+                        format!("subagent \"{}\" has no supported continuation state and cannot be resumed; do not retry send_message with this id", p.child),
+                    ));
+                }
+            }
+            let message = outcome::from_parent(&p.parent, &p.message);
+            match entry.map(|e| e.state) {
+                Some(State::Running) => {
+                    let sent = Agents::new(&self.ctx).followup(&p.child, message).await?;
+                    return Ok(Delivered {
+                        message_id: sent.message_id,
+                    });
+                }
+                Some(State::Settling) => changed.await,
+                Some(State::Ready) | None => {
+                    launch::resume(&self.ctx, &self.table, &p.parent, &p.child).await?;
+                    let message_id = self.run(&p.child, message).await?;
+                    return Ok(Delivered { message_id });
+                }
+            }
+        }
+    }
+
+    /// `interrupt`: stops the current turn of a descendant of `p.caller`
+    /// (its inbox kept). A descendant that is not running is a no-op.
+    async fn interrupt(&self, p: InterruptParams) -> Result<()> {
+        if p.caller == p.target {
+            return Err(Error::new(
+                error_code::UNAUTHORIZED,
+                format!("agent \"{}\" cannot interrupt itself", p.caller),
+            ));
+        }
+        if !self.descends(&p.target, &p.caller) {
+            return Err(Error::new(
+                error_code::UNAUTHORIZED,
+                format!(
+                    "subagent \"{}\" is not a live descendant of agent \"{}\"",
+                    p.target, p.caller
+                ),
+            ));
+        }
+        if self.table.get(&p.target).map(|c| c.state) == Some(State::Ready) {
+            return Ok(());
+        }
+        let cancel = CancelParams {
+            agent: p.target.clone(),
+            cause: Some(CancelCause::Parent),
+            keep_inbox: true,
+        };
+        match Agents::new(&self.ctx).cancel(&cancel).await {
+            // Gone between the check and the cancel: it finished.
+            Err(e) if e.code == dsh_sdk::names::code::AGENT_NOT_FOUND => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Whether `agent` is a descendant of `ancestor` in this table.
+    fn descends(&self, agent: &str, ancestor: &str) -> bool {
+        let mut at = agent.to_owned();
+        // The depth cap bounds a real chain; the bound guards a cycle.
+        for _ in 0..1024 {
+            let Some(entry) = self.table.get(&at) else {
+                return false;
+            };
+            if entry.parent == ancestor {
+                return true;
+            }
+            at = entry.parent;
+        }
+        false
+    }
+
+    /// `reportFrom`: a live continuable child's message to its parent, as
+    /// the parent's next step (woken if idle).
+    async fn report(&self, p: ReportParams) -> Result<Delivered> {
+        let entry = self
+            .table
+            .get(&p.child)
+            .filter(|c| c.descriptor.mode == SubagentMode::Continuable && c.state != State::Ready)
+            .ok_or_else(|| {
+                Error::new(
+                    error_code::UNAUTHORIZED,
+                    format!(
+                        "agent \"{}\" is not a live continuable subagent and cannot report",
+                        p.child
+                    ),
+                )
+            })?;
+        let message = outcome::report(&p.child, &p.output);
+        let sent = Agents::new(&self.ctx)
+            .steer(&entry.parent, message)
+            .await
+            .map_err(|e| {
+                Error::new(
+                    error_code::PARENT_UNAVAILABLE,
+                    format!("direct parent is not live; report was not delivered ({e})"),
+                )
+            })?;
+        Ok(Delivered {
+            message_id: sent.message_id,
+        })
+    }
+
+    /// `listChildren` / `listDescendants`: the continuable children of
+    /// `agent` (with `walk`, every one below it, pre-order).
+    async fn list(&self, agent: &str, walk: bool) -> Vec<ChildEntry> {
+        let below: Vec<_> = if walk {
+            self.table
+                .descendants_of(agent)
+                .into_iter()
+                .map(|(id, c, depth)| (id, c, Some(depth)))
+                .collect()
+        } else {
+            self.table
+                .children_of(agent)
+                .into_iter()
+                .map(|(id, c)| (id, c, None))
+                .collect()
+        };
+        let agents = Agents::new(&self.ctx);
+        let mut out = Vec::new();
+        for (id, child, depth) in below {
+            if child.descriptor.mode != SubagentMode::Continuable {
+                continue;
+            }
+            let live = match child.state {
+                State::Ready => None,
+                _ => agents
+                    .status(&id)
+                    .await
+                    .ok()
+                    .map(|s| s.status == RunStatus::Running),
+            };
+            out.push(table::entry(&id, &child, depth, live));
+        }
+        out
+    }
+
+    /// `whenSettled`: waits until no descendant of `agent` runs.
+    async fn when_settled(&self, agent: &str) -> Settled {
+        let waited = self.table.running_below(agent) as u64;
+        loop {
+            let changed = self.table.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if !self.table.any_running_below(agent) {
+                return Settled { waited };
+            }
+            changed.await;
+        }
+    }
+
+    /// A parent's turn ended: when the user cancelled it, its running
+    /// children stop too.
+    async fn on_status(&self, ev: StatusChanged) {
+        if ev.status != RunStatus::Idle || !self.table.any_running_below(&ev.agent) {
+            return;
+        }
+        if run::cancelled_by_user(&self.ctx, &ev.agent).await {
+            run::stop_below(&self.ctx, &self.table, &ev.agent, false).await;
+        }
+    }
+
+    /// An agent went away: so do its running children.
+    async fn on_disposed(&self, agent: &str) {
+        if self.table.any_running_below(agent) {
+            run::stop_below(&self.ctx, &self.table, agent, true).await;
+        }
+    }
+}
+
+struct Subagent;
+
+impl Plugin for Subagent {
+    const NAME: &'static str = "subagent";
+    const DESCRIPTION: &'static str =
+        "delegation: the subagent provider registry and its children (service `subagents`)";
+    const PROVIDES: &'static [&'static str] = &[service::SUBAGENTS];
+    const INJECT: &'static [&'static str] = &[
+        service::AGENTS,
+        service::AGENT_LOOP,
+        service::SESSIONS,
+        service::TOOLS,
+        service::SYSTEM_PROMPT,
+    ];
+    type Config = ();
+
+    async fn apply(ctx: Context, _config: ()) -> Result<()> {
+        let registry = Registry {
+            ctx: ctx.clone(),
+            providers: Providers::default(),
+            table: Shared::default(),
+        };
+        let r = registry.clone();
+        ctx.provide(service::SUBAGENTS, move |req| r.clone().handle(req));
+        let r = registry.clone();
+        ctx.on(bus::AGENT_STATUS, move |ev| {
+            let r = r.clone();
+            async move {
+                r.on_status(ev.payload_as()?).await;
+                Ok(Value::Null)
+            }
+        });
+        ctx.on(bus::AGENT_DISPOSED, move |ev| {
+            let r = registry.clone();
+            async move {
+                let AgentRef { agent } = ev.payload_as()?;
+                r.on_disposed(&agent).await;
+                Ok(Value::Null)
+            }
+        });
+        Ok(())
+    }
+}
+
+dsh_sdk::export_plugin!(Subagent);

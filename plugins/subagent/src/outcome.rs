@@ -1,0 +1,171 @@
+//! How a child's run went, read from how its turn ended and what it
+//! logged since the run began; and the notice its parent gets for it
+//! (the original's texts, `packages/subagent/subagent/src/continuation.ts`
+//! and `lifecycle.ts`).
+
+use dsh_sdk::api::subagents::StopReason;
+use dsh_sdk::vocab::message::{ContentBlock, Message, MessageSource, RelaySource};
+use dsh_sdk::vocab::records::{AssistantMessage, TurnEndReason};
+use dsh_sdk::vocab::{event, SessionEvent};
+
+/// The stop reason of a turn that ended for `reason` (none: the agent
+/// went away before its turn ended, as a disposal does).
+pub fn stop_reason(reason: Option<&TurnEndReason>) -> StopReason {
+    match reason {
+        Some(TurnEndReason::Completed) => StopReason::Completed,
+        Some(TurnEndReason::Aborted { .. }) | None => StopReason::Aborted,
+        Some(TurnEndReason::MaxTokens) => StopReason::MaxTokens,
+        Some(TurnEndReason::Blocked) => StopReason::Refusal,
+        Some(
+            TurnEndReason::Error { .. } | TurnEndReason::Interrupted | TurnEndReason::Other(_),
+        ) => StopReason::Error,
+    }
+}
+
+/// What went wrong, for a turn that failed.
+pub fn diagnostic(reason: Option<&TurnEndReason>) -> Option<String> {
+    match reason {
+        Some(TurnEndReason::Error { error }) => Some(format!("{}: {}", error.code, error.message)),
+        Some(TurnEndReason::Interrupted) => Some("the process died mid-turn".to_owned()),
+        _ => None,
+    }
+}
+
+/// The run's final answer: the text of the last assistant message with
+/// any text among `events` ("" when none had any).
+pub fn final_output(events: &[SessionEvent]) -> String {
+    events
+        .iter()
+        .rev()
+        .filter(|e| e.kind == event::ASSISTANT_MESSAGE)
+        .filter_map(|e| e.data_as::<AssistantMessage>().ok())
+        .map(|m| m.message.text())
+        .find(|t| !t.trim().is_empty())
+        .unwrap_or_default()
+}
+
+/// The first line of a settlement notice.
+pub fn summary(child: &str, stop: StopReason) -> String {
+    let subject = format!("Background subagent {child}");
+    match stop {
+        StopReason::Completed => {
+            format!("{subject} finished and will do no further work unless you send it more.")
+        }
+        StopReason::Aborted => format!("{subject} was stopped before it finished."),
+        StopReason::MaxTokens => format!("{subject} ran out of room before it finished."),
+        StopReason::Refusal => format!("{subject} declined the task."),
+        StopReason::Error => format!("{subject} failed before it finished."),
+    }
+}
+
+/// The longest a source's `summary` is, in characters (the original's
+/// `boundContextSummary`).
+const SUMMARY_CHARS: usize = 120;
+
+/// `text` cut to [`SUMMARY_CHARS`] characters, an ellipsis marking a cut.
+fn bounded(text: &str) -> String {
+    if text.chars().count() <= SUMMARY_CHARS {
+        return text.to_owned();
+    }
+    let mut cut: String = text.chars().take(SUMMARY_CHARS - 1).collect();
+    cut.push('…');
+    cut
+}
+
+/// The notice a parent gets when `child`'s run settles: the summary, then
+/// the closing message (or that there was none).
+pub fn notice(child: &str, stop: StopReason, output: &str) -> Message {
+    let summary = summary(child, stop);
+    let mut content = vec![ContentBlock::text(summary.clone())];
+    if output.trim().is_empty() {
+        content.push(ContentBlock::text("It left no closing message."));
+    } else {
+        content.push(ContentBlock::text("Its closing message:"));
+        content.push(ContentBlock::text(output));
+    }
+    let mut source = RelaySource::new(RelaySource::NOTICE, child);
+    source.summary = Some(bounded(&summary));
+    Message::user(
+        dsh_sdk::new_id(),
+        content,
+        MessageSource::SubagentSettled(source),
+    )
+}
+
+/// The message a parent gets for `child`'s report.
+pub fn report(child: &str, output: &str) -> Message {
+    let content = vec![
+        ContentBlock::text(format!("Background subagent {child} reported:")),
+        ContentBlock::text(output),
+    ];
+    let source = RelaySource::new(RelaySource::RELAY, child);
+    Message::user(
+        dsh_sdk::new_id(),
+        content,
+        MessageSource::SubagentReport(source),
+    )
+}
+
+/// A parent's message to its child.
+pub fn from_parent(parent: &str, text: &str) -> Message {
+    let source = RelaySource::new(RelaySource::RELAY, parent);
+    Message::user(
+        dsh_sdk::new_id(),
+        vec![ContentBlock::text(text)],
+        MessageSource::Coordinator(source),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_notice_says_how_it_ended_and_carries_the_closing_message() {
+        let m = notice("kid", StopReason::Completed, "all done");
+        let v = serde_json::to_value(&m).unwrap();
+        assert_eq!(
+            v["content"],
+            json!([
+                {"type": "text", "text": "Background subagent kid finished and will do no further work unless you send it more."},
+                {"type": "text", "text": "Its closing message:"},
+                {"type": "text", "text": "all done"}
+            ])
+        );
+        assert_eq!(v["source"]["kind"], "subagent-settled");
+        assert_eq!(v["source"]["form"], "notice");
+        assert_eq!(v["source"]["senderSessionId"], "kid");
+        let silent = serde_json::to_value(notice("kid", StopReason::Error, " ")).unwrap();
+        assert_eq!(silent["content"][1]["text"], "It left no closing message.");
+        assert_eq!(
+            silent["content"][0]["text"],
+            "Background subagent kid failed before it finished."
+        );
+    }
+
+    #[test]
+    fn a_long_summary_is_bounded() {
+        let long = "x".repeat(300);
+        let cut = bounded(&long);
+        assert_eq!(cut.chars().count(), SUMMARY_CHARS);
+        assert!(cut.ends_with('…'));
+        assert_eq!(bounded("short"), "short");
+    }
+
+    #[test]
+    fn the_final_output_is_the_last_assistant_text() {
+        let msg = |text: &str| {
+            json!({"turn": 1, "step": 1, "message": {"id": "a", "role": "assistant",
+                "content": [{"type": "text", "text": text}],
+                "source": {"kind": "model", "provider": "p", "model": "m"}}})
+        };
+        let events = vec![
+            SessionEvent::new(event::ASSISTANT_MESSAGE, 1, msg("first")),
+            SessionEvent::new(event::ASSISTANT_MESSAGE, 2, msg("second")),
+            SessionEvent::new(event::ASSISTANT_MESSAGE, 3, msg("")),
+        ];
+        assert_eq!(final_output(&events), "second");
+        assert_eq!(final_output(&[]), "");
+    }
+}

@@ -1,0 +1,222 @@
+//! The children this registry started, live or settled, and what each is
+//! doing. One table per plugin instance; a child started by an earlier
+//! instance (or an earlier process) is not here until a `followup`
+//! resumes it from its stored session.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use dsh_sdk::api::subagents::{ChildEntry, ChildStatus};
+use dsh_sdk::vocab::records::{SubagentDescriptor, ToolFilter};
+use tokio::sync::Notify;
+
+/// What a child is doing, as the registry drives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Its turn runs, or it waits on children of its own.
+    Running,
+    /// Its run just ended: the notice is being made, then it is disposed.
+    /// A `followup` waits for it.
+    Settling,
+    /// Disposed; its session is stored. A `followup` resumes it.
+    Ready,
+}
+
+/// One child.
+#[derive(Debug, Clone)]
+pub struct Child {
+    /// The delegating agent.
+    pub parent: String,
+    /// How it was started (mode, provider, label, persona, filter).
+    pub descriptor: SubagentDescriptor,
+    /// The persona that replaces the deployment's.
+    pub persona: Option<String>,
+    /// The tools it may use.
+    pub tool_filter: Option<ToolFilter>,
+    /// What it is doing.
+    pub state: State,
+    /// Its run was stopped because its parent's was: the notice must not
+    /// wake the parent the user just stopped.
+    pub stopped_with_parent: bool,
+    /// Start order, for stable listings.
+    order: u64,
+}
+
+impl Child {
+    /// A running child of `parent`.
+    pub fn new(parent: &str, descriptor: SubagentDescriptor) -> Child {
+        Child {
+            parent: parent.to_owned(),
+            descriptor,
+            persona: None,
+            tool_filter: None,
+            state: State::Running,
+            stopped_with_parent: false,
+            order: 0,
+        }
+    }
+}
+
+/// The children, and a signal rung at every change of state.
+#[derive(Default)]
+pub struct Table {
+    children: RefCell<HashMap<String, Child>>,
+    next_order: RefCell<u64>,
+    /// Rung (`notify_waiters`) whenever a child changes state.
+    pub changed: Notify,
+}
+
+/// The table as the plugin's tasks share it.
+pub type Shared = Rc<Table>;
+
+impl Table {
+    /// Adds `child` under `id` (replacing a settled record of it).
+    pub fn insert(&self, id: &str, mut child: Child) {
+        let mut next = self.next_order.borrow_mut();
+        child.order = *next;
+        *next += 1;
+        self.children.borrow_mut().insert(id.to_owned(), child);
+        self.changed.notify_waiters();
+    }
+
+    /// A copy of child `id`.
+    pub fn get(&self, id: &str) -> Option<Child> {
+        self.children.borrow().get(id).cloned()
+    }
+
+    /// Sets child `id`'s state and rings the change.
+    pub fn set_state(&self, id: &str, state: State) {
+        if let Some(c) = self.children.borrow_mut().get_mut(id) {
+            c.state = state;
+        }
+        self.changed.notify_waiters();
+    }
+
+    /// Marks child `id` as stopped along with its parent.
+    pub fn mark_stopped_with_parent(&self, id: &str) {
+        if let Some(c) = self.children.borrow_mut().get_mut(id) {
+            c.stopped_with_parent = true;
+        }
+    }
+
+    /// Forgets child `id` (a one-shot child once its outcome is out).
+    pub fn remove(&self, id: &str) {
+        self.children.borrow_mut().remove(id);
+        self.changed.notify_waiters();
+    }
+
+    /// The direct children of `parent`, in start order.
+    pub fn children_of(&self, parent: &str) -> Vec<(String, Child)> {
+        let mut v: Vec<(String, Child)> = self
+            .children
+            .borrow()
+            .iter()
+            .filter(|(_, c)| c.parent == parent)
+            .map(|(id, c)| (id.clone(), c.clone()))
+            .collect();
+        v.sort_by_key(|(_, c)| c.order);
+        v
+    }
+
+    /// The descendants of `root`, pre-order, each with its depth below
+    /// `root` (1 for a direct child).
+    pub fn descendants_of(&self, root: &str) -> Vec<(String, Child, u64)> {
+        let mut out = Vec::new();
+        let mut stack: Vec<(String, u64)> = self
+            .children_of(root)
+            .into_iter()
+            .rev()
+            .map(|(id, _)| (id, 1))
+            .collect();
+        while let Some((id, depth)) = stack.pop() {
+            let Some(child) = self.get(&id) else { continue };
+            stack.extend(
+                self.children_of(&id)
+                    .into_iter()
+                    .rev()
+                    .map(|(c, _)| (c, depth + 1)),
+            );
+            out.push((id, child, depth));
+        }
+        out
+    }
+
+    /// Whether any descendant of `root` is running or settling.
+    pub fn any_running_below(&self, root: &str) -> bool {
+        self.running_below(root) > 0
+    }
+
+    /// How many descendants of `root` are running or settling.
+    pub fn running_below(&self, root: &str) -> usize {
+        self.descendants_of(root)
+            .iter()
+            .filter(|(_, c, _)| c.state != State::Ready)
+            .count()
+    }
+}
+
+/// The listing entry of a continuable child; `parent` and `depth` only
+/// for a walk of descendants. `live` says whether its agent is running a
+/// turn (`Some(true)`), idle (`Some(false)`) or not live.
+pub fn entry(id: &str, child: &Child, at: Option<u64>, live: Option<bool>) -> ChildEntry {
+    let status = match live {
+        Some(true) => ChildStatus::Running,
+        Some(false) => ChildStatus::Idle,
+        None => ChildStatus::Ready,
+    };
+    ChildEntry {
+        id: id.to_owned(),
+        label: child.descriptor.label.clone().unwrap_or_default(),
+        status,
+        parent: at.map(|_| child.parent.clone()),
+        depth: at,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dsh_sdk::vocab::records::SubagentMode;
+
+    fn child(parent: &str) -> Child {
+        let d = SubagentDescriptor {
+            version: SubagentDescriptor::VERSION,
+            mode: SubagentMode::Continuable,
+            provider: "spawn".into(),
+            label: Some(format!("under {parent}")),
+            agent_provider: None,
+            agent_model: None,
+            persona: None,
+            tool_filter: None,
+        };
+        Child::new(parent, d)
+    }
+
+    #[test]
+    fn descendants_walk_pre_order_with_depths() {
+        let t = Table::default();
+        t.insert("a", child("root"));
+        t.insert("b", child("root"));
+        t.insert("a1", child("a"));
+        t.insert("a1x", child("a1"));
+        let walk: Vec<(String, u64)> = t
+            .descendants_of("root")
+            .into_iter()
+            .map(|(id, _, d)| (id, d))
+            .collect();
+        assert_eq!(
+            walk,
+            [
+                ("a".to_owned(), 1),
+                ("a1".to_owned(), 2),
+                ("a1x".to_owned(), 3),
+                ("b".to_owned(), 1)
+            ]
+        );
+        assert_eq!(t.running_below("root"), 4);
+        t.set_state("a1x", State::Ready);
+        assert_eq!(t.running_below("a1"), 0);
+        assert!(t.any_running_below("a"));
+    }
+}

@@ -1,0 +1,673 @@
+//! Delegation end to end: the `subagent`, `subagent-in-process` and
+//! `tool-subagent` plugins in the real host with the agent core, against
+//! the fake model server. Each conversation's answers are routed by a
+//! marker in its own prompt (`FakeLlm::push_for`): a parent and its
+//! children ask the one server at once, in no fixed order.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
+
+use std::time::Duration;
+
+use dsh_sdk::names::{agent_loop, agents, service, subagents};
+use dsh_sdk::vocab::event;
+use dsh_testkit::agent::{core_host, events, idle, new_agent, of_type, send, turn, wait_log};
+use dsh_testkit::fake_llm::{calls, text, text_payloads, tool_calls, Answer, FakeLlm, Gate};
+use dsh_testkit::TestHost;
+use serde_json::{json, Value};
+
+/// The delegation rows, `tool-subagent` with `config` (an inline table).
+fn delegation_rows(config: &str) -> String {
+    format!(
+        r#"
+[[row]]
+id = "subagent"
+plugin = "subagent"
+[[row]]
+id = "subagent-in-process"
+plugin = "subagent-in-process"
+[[row]]
+id = "tool-subagent"
+plugin = "tool-subagent"
+config = {config}
+"#
+    )
+}
+
+async fn host() -> (TestHost, FakeLlm) {
+    core_host(|rows| rows + &delegation_rows("{}")).await
+}
+
+/// Waits until `agent` is idle and no child of it runs (a child's notice
+/// wakes it: then again), as headless does.
+async fn settle(t: &TestHost, agent: &str) {
+    loop {
+        idle(t, agent).await;
+        let settled = t
+            .call(
+                service::SUBAGENTS,
+                subagents::WHEN_SETTLED,
+                json!({"agent": agent}),
+            )
+            .await;
+        if settled["waited"] == 0 {
+            return;
+        }
+    }
+}
+
+/// The user messages of `agent`'s log whose source is `kind`.
+fn from_source<'a>(ev: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    of_type(ev, event::USER_MESSAGE)
+        .into_iter()
+        .filter(|e| e["data"]["source"]["kind"] == kind)
+        .collect()
+}
+
+/// The text blocks of a logged message, joined.
+fn text_of(e: &Value) -> String {
+    e["data"]["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|b| b["text"].as_str())
+        .collect::<Vec<_>>()
+        .join("")
+}
+
+/// The id in a `started subagent <id>` tool result of `agent`'s log.
+fn started_child(ev: &[Value]) -> String {
+    of_type(ev, event::TOOL_RESULT)
+        .iter()
+        .find_map(|e| {
+            let t = e["data"]["message"]["content"][0]["content"][0]["text"].as_str()?;
+            t.strip_prefix("started subagent ").map(str::to_owned)
+        })
+        .unwrap_or_else(|| panic!("no child was started: {ev:?}"))
+}
+
+/// The text of every tool result of `agent`'s log.
+fn tool_result_texts(ev: &[Value]) -> Vec<String> {
+    of_type(ev, event::TOOL_RESULT)
+        .iter()
+        .map(|e| {
+            e["data"]["message"]["content"][0]["content"]
+                .as_array()
+                .map(|c| c.iter().filter_map(|b| b["text"].as_str()).collect())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// Every turn of the log is closed and every step too.
+fn assert_balanced(ev: &[Value]) {
+    let count = |k: &str| of_type(ev, k).len();
+    assert_eq!(count(event::TURN_START), count(event::TURN_END), "{ev:?}");
+    assert_eq!(count(event::STEP_START), count(event::STEP_END), "{ev:?}");
+}
+
+/// The requests whose user messages hold `marker`.
+fn requests_with(fake: &FakeLlm, marker: &str) -> Vec<Value> {
+    fake.requests()
+        .into_iter()
+        .filter(|r| {
+            r["messages"].as_array().is_some_and(|m| {
+                m.iter()
+                    .any(|m| m["role"] == "user" && m["content"].to_string().contains(marker))
+            })
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_background_child_reads_reports_and_settles_into_its_parents_next_request() {
+    let (t, fake) = host().await;
+    let dir = dsh_testkit::TempDir::new("subagent-ws");
+    std::fs::write(dir.path().join("notes.md"), "the answer is 42\n").unwrap();
+    fake.push_for(
+        "KID-A",
+        [
+            tool_calls(&[("read", json!({"file_path": "notes.md"}))]),
+            tool_calls(&[("report", json!({"output": "REPORTED: the answer is 42"}))]),
+            text("CLOSING: done reading"),
+        ],
+    );
+    fake.push_for(
+        "PARENT-1",
+        [tool_calls(&[(
+            "subagent",
+            json!({"description": "read the notes", "prompt": "KID-A read notes.md and report"}),
+        )])],
+    );
+    fake.set_fallback(text("noted"));
+    let parent = new_agent(&t, dir.path().to_str().unwrap()).await;
+    send(&t, agents::FOLLOWUP, &parent, "PARENT-1 delegate").await;
+    settle(&t, &parent).await;
+
+    let ev = events(&t, &parent).await;
+    let child = started_child(&ev);
+    // The report and the settlement notice reached the parent's log ...
+    let reports = from_source(&ev, "subagent-report");
+    assert_eq!(reports.len(), 1, "{ev:?}");
+    assert_eq!(
+        text_of(reports[0]),
+        format!("Background subagent {child} reported:REPORTED: the answer is 42")
+    );
+    let notices = from_source(&ev, "subagent-settled");
+    assert_eq!(notices.len(), 1, "{ev:?}");
+    assert_eq!(
+        text_of(notices[0]),
+        format!("Background subagent {child} finished and will do no further work unless you send it more.Its closing message:CLOSING: done reading")
+    );
+    assert_eq!(notices[0]["data"]["source"]["senderSessionId"], child);
+    // ... and the parent's next request holds them.
+    let last = fake
+        .requests()
+        .into_iter()
+        .rev()
+        .find(|r| r.to_string().contains("PARENT-1"))
+        .unwrap();
+    assert!(last.to_string().contains("REPORTED: the answer is 42"));
+    assert!(last.to_string().contains("CLOSING: done reading"));
+
+    // The child read the file in the parent's directory, in a session of
+    // its own whose header names its lineage, and its log is balanced.
+    let kid = events(&t, &child).await;
+    assert!(tool_result_texts(&kid)
+        .iter()
+        .any(|r| r.contains("the answer is 42")));
+    let descriptor = of_type(&kid, event::SUBAGENT_DESCRIPTOR);
+    assert_eq!(descriptor.len(), 1);
+    assert_eq!(
+        descriptor[0]["data"],
+        json!({"version": 2, "mode": "continuable", "provider": "spawn", "label": "read the notes"})
+    );
+    assert_balanced(&kid);
+    assert_balanced(&ev);
+    let stored = t
+        .call(
+            service::SESSION_PERSISTENCE,
+            dsh_sdk::names::session_persistence::INSPECT,
+            json!({"id": child}),
+        )
+        .await;
+    let header = &stored["header"];
+    assert_eq!(header["parentSession"], parent);
+    assert_eq!(header["origin"], "subagent");
+    assert_eq!(header["delegationDepth"], 1);
+    assert_eq!(header["cwd"], dir.path().to_str().unwrap());
+    // The child saw the delegation notice and had `report`; the parent
+    // has no `report`.
+    let kid_request = &requests_with(&fake, "KID-A")[0];
+    assert!(kid_request
+        .to_string()
+        .contains("You are a delegated subagent"));
+    let tools = |r: &Value| -> Vec<String> {
+        r["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert!(tools(kid_request).contains(&"report".to_owned()));
+    assert!(!tools(&requests_with(&fake, "PARENT-1")[0]).contains(&"report".to_owned()));
+}
+
+#[tokio::test]
+async fn a_fork_child_starts_from_the_parents_completed_turns() {
+    let (t, fake) = host().await;
+    fake.push_for("FORKKID", [text("FORK-RESULT: reviewed")]);
+    fake.push_for(
+        "PARENT-F",
+        [
+            text("FIRST-ANSWER"),
+            tool_calls(&[(
+                "subagent_fork",
+                json!({"description": "review it", "prompt": "FORKKID review the first answer", "run_in_background": false}),
+            )]),
+            text("final"),
+        ],
+    );
+    let parent = new_agent(&t, "/tmp").await;
+    turn(&t, &parent, "PARENT-F first").await;
+    turn(&t, &parent, "PARENT-F second").await;
+
+    let kid = &requests_with(&fake, "FORKKID")[0];
+    let body = kid.to_string();
+    assert!(
+        body.contains("PARENT-F first") && body.contains("FIRST-ANSWER"),
+        "{body}"
+    );
+    // Not the turn in flight: it calls the tool that made the child.
+    assert!(!body.contains("PARENT-F second"), "{body}");
+    // The foreground call answered the child's final text.
+    let ev = events(&t, &parent).await;
+    assert_eq!(tool_result_texts(&ev), ["FORK-RESULT: reviewed"]);
+}
+
+#[tokio::test]
+async fn two_background_children_run_at_once_and_both_notices_wake_the_idle_parent() {
+    let (t, fake) = host().await;
+    let (g1, g2) = (Gate::new(), Gate::new());
+    fake.push_for(
+        "KID-ONE",
+        [Answer::Gated(vec![], g1.clone(), text_payloads("R-ONE"))],
+    );
+    fake.push_for(
+        "KID-TWO",
+        [Answer::Gated(vec![], g2.clone(), text_payloads("R-TWO"))],
+    );
+    fake.push_for(
+        "PARENT-2",
+        [
+            calls(&[
+                (
+                    "c1",
+                    "subagent",
+                    json!({"description": "one", "prompt": "KID-ONE go"}),
+                ),
+                (
+                    "c2",
+                    "subagent",
+                    json!({"description": "two", "prompt": "KID-TWO go"}),
+                ),
+            ]),
+            text("WAITING"),
+        ],
+    );
+    fake.set_fallback(text("noted"));
+    let parent = new_agent(&t, "/tmp").await;
+    turn(&t, &parent, "PARENT-2 split the work").await;
+    // Both children asked the model before either answered: at once.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while requests_with(&fake, "KID-ONE").is_empty() || requests_with(&fake, "KID-TWO").is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the children never both asked"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let listed = t
+        .call(
+            service::SUBAGENTS,
+            subagents::LIST_CHILDREN,
+            json!({"agent": parent}),
+        )
+        .await;
+    assert_eq!(listed.as_array().unwrap().len(), 2, "{listed}");
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["status"] == "running"),
+        "{listed}"
+    );
+    g1.open();
+    g2.open();
+    settle(&t, &parent).await;
+    let ev = events(&t, &parent).await;
+    let notices: Vec<String> = from_source(&ev, "subagent-settled")
+        .into_iter()
+        .map(text_of)
+        .collect();
+    assert_eq!(notices.len(), 2, "{notices:?}");
+    assert!(
+        notices.iter().any(|n| n.ends_with("R-ONE"))
+            && notices.iter().any(|n| n.ends_with("R-TWO"))
+    );
+    // The parent was idle after its first turn and woke for them.
+    assert!(of_type(&ev, event::TURN_START).len() >= 2);
+    assert_balanced(&ev);
+    // Settled children are listed as stored (ready).
+    let listed = t
+        .call(
+            service::SUBAGENTS,
+            subagents::LIST_CHILDREN,
+            json!({"agent": parent}),
+        )
+        .await;
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["status"] == "ready"),
+        "{listed}"
+    );
+}
+
+#[tokio::test]
+async fn the_depth_cap_refuses_the_fourth_level() {
+    let (t, fake) = host().await;
+    let down = |prompt: &str| {
+        tool_calls(&[(
+            "subagent",
+            json!({"description": "go deeper", "prompt": prompt, "run_in_background": false}),
+        )])
+    };
+    fake.push_for("LEVEL-THREE", [down("LEVEL-FOUR"), text("capped at three")]);
+    fake.push_for("LEVEL-TWO", [down("LEVEL-THREE task"), text("two done")]);
+    fake.push_for("LEVEL-ONE", [down("LEVEL-TWO task"), text("one done")]);
+    fake.push_for("ROOT-D", [down("LEVEL-ONE task"), text("root done")]);
+    let parent = new_agent(&t, "/tmp").await;
+    turn(&t, &parent, "ROOT-D start").await;
+    let third = requests_with(&fake, "LEVEL-THREE");
+    let refused = third.last().unwrap().to_string();
+    assert!(
+        refused.contains("subagent depth 4 exceeds maxDepth 3"),
+        "{refused}"
+    );
+    assert!(requests_with(&fake, "LEVEL-FOUR")
+        .iter()
+        .all(|r| !r["messages"][0].to_string().contains("LEVEL-FOUR")));
+    let ev = events(&t, &parent).await;
+    assert_eq!(tool_result_texts(&ev), ["one done"]);
+}
+
+#[tokio::test]
+async fn cancelling_the_parent_stops_its_running_child_and_every_log_stays_balanced() {
+    let (t, fake) = host().await;
+    let (kid_gate, parent_gate) = (Gate::new(), Gate::new());
+    fake.push_for(
+        "KID-C",
+        [Answer::Gated(
+            text_payloads("working ")[..1].to_vec(),
+            kid_gate.clone(),
+            text_payloads("late"),
+        )],
+    );
+    fake.push_for(
+        "PARENT-C",
+        [
+            tool_calls(&[(
+                "subagent",
+                json!({"description": "slow", "prompt": "KID-C go"}),
+            )]),
+            Answer::Gated(
+                text_payloads("thinking ")[..1].to_vec(),
+                parent_gate.clone(),
+                text_payloads("late"),
+            ),
+        ],
+    );
+    let parent = new_agent(&t, "/tmp").await;
+    send(&t, agents::FOLLOWUP, &parent, "PARENT-C delegate").await;
+    wait_log(&t, &parent, "the child started", |ev| {
+        tool_result_texts(ev)
+            .iter()
+            .any(|r| r.starts_with("started subagent"))
+    })
+    .await;
+    let child = started_child(&events(&t, &parent).await);
+    wait_log(&t, &child, "the child's answer streaming", |ev| {
+        !of_type(ev, event::ASSISTANT_CHUNK).is_empty()
+    })
+    .await;
+    t.call(service::AGENTS, agents::CANCEL, json!({"agent": parent}))
+        .await;
+    settle(&t, &parent).await;
+    kid_gate.open();
+    parent_gate.open();
+
+    let kid = events(&t, &child).await;
+    let end = of_type(&kid, event::TURN_END);
+    assert_eq!(
+        end.last().unwrap()["data"]["reason"],
+        json!({"kind": "aborted", "reason": {"kind": "parent"}})
+    );
+    assert_balanced(&kid);
+    let ev = events(&t, &parent).await;
+    assert_balanced(&ev);
+    // The notice is there, but did not wake the parent the user stopped.
+    let notices = from_source(&ev, "subagent-settled");
+    assert!(
+        notices.is_empty() || of_type(&ev, event::TURN_START).len() == 1,
+        "{ev:?}"
+    );
+    assert_eq!(
+        t.call(service::AGENTS, agents::STATUS, json!({"agent": parent}))
+            .await["status"],
+        "idle"
+    );
+}
+
+#[tokio::test]
+async fn a_settled_child_resumes_on_its_own_and_through_send_message() {
+    let (t, fake) = host().await;
+    fake.push_for("KID-R", [text("FIRST-RUN"), text("SECOND-RUN")]);
+    fake.push_for(
+        "PARENT-R",
+        [tool_calls(&[(
+            "subagent",
+            json!({"description": "remember", "prompt": "KID-R remember 7"}),
+        )])],
+    );
+    fake.set_fallback(text("noted"));
+    let parent = new_agent(&t, "/tmp").await;
+    send(&t, agents::FOLLOWUP, &parent, "PARENT-R delegate").await;
+    settle(&t, &parent).await;
+    let child = started_child(&events(&t, &parent).await);
+
+    // The parent sends the settled child more work: it is resumed from
+    // its stored log, answers, and settles again.
+    fake.push_for(
+        "PARENT-R",
+        [tool_calls(&[(
+            "send_message",
+            json!({"subagent_id": child, "message": "and now?"}),
+        )])],
+    );
+    send(&t, agents::FOLLOWUP, &parent, "PARENT-R ask again").await;
+    settle(&t, &parent).await;
+    let ev = events(&t, &parent).await;
+    assert!(tool_result_texts(&ev).contains(&format!(
+        "message queued as the next turn for subagent {child}"
+    )));
+    let notices: Vec<String> = from_source(&ev, "subagent-settled")
+        .into_iter()
+        .map(text_of)
+        .collect();
+    assert_eq!(notices.len(), 2, "{notices:?}");
+    assert!(notices[1].ends_with("SECOND-RUN"), "{notices:?}");
+    let kid = events(&t, &child).await;
+    let relayed = from_source(&kid, "coordinator");
+    assert_eq!(relayed.len(), 1);
+    assert_eq!(relayed[0]["data"]["source"]["senderSessionId"], parent);
+    // Its second request held its first run.
+    let second = requests_with(&fake, "KID-R").pop().unwrap().to_string();
+    assert!(second.contains("FIRST-RUN") && second.contains("and now?"));
+
+    // The child's log resumes on its own, as any session does.
+    fake.push([text("ON-ITS-OWN")]);
+    let resumed = t
+        .call(
+            service::AGENT_LOOP,
+            agent_loop::RESUME,
+            json!({"sessionId": child, "agentOptions": {"provider": "fake", "model": "m1"}}),
+        )
+        .await;
+    assert_eq!(resumed["agent"], child);
+    let reason = turn(&t, &child, "KID-R alone now").await;
+    assert_eq!(reason["kind"], "completed");
+    assert_balanced(&events(&t, &child).await);
+}
+
+#[tokio::test]
+async fn a_definition_files_tools_and_persona_reach_the_child_and_an_edit_applies_next_time() {
+    // The definitions exist when the host starts (an edit is read at the
+    // next start of one, and offered from the next step on).
+    let fake = FakeLlm::start().await;
+    let t = TestHost::start().await;
+    let agents_dir = t.home.path().join("agents");
+    std::fs::create_dir_all(&agents_dir).unwrap();
+    let file = agents_dir.join("reviewer.md");
+    std::fs::write(
+        &file,
+        "---\nname: reviewer\ndescription: Reviews changes.\ntools: Read\n---\nPERSONA-ONE: you review.\n",
+    )
+    .unwrap();
+    std::fs::write(agents_dir.join("broken.md"), "no frontmatter").unwrap();
+    let rows = dsh_testkit::core_rows(&fake.base_url, &t.home.path().join("sessions"));
+    t.apply(&(rows + &delegation_rows("{}"))).await;
+    t.assert_all_active().await;
+    let spawn = |prompt: &str| {
+        tool_calls(&[(
+            "subagent",
+            json!({"description": "review", "prompt": prompt, "subagent_type": "reviewer", "run_in_background": false}),
+        )])
+    };
+    fake.push_for("DEF-KID-1", [text("reviewed once")]);
+    fake.push_for("DEF-KID-2", [text("reviewed twice")]);
+    fake.push_for("PARENT-DEF", [spawn("DEF-KID-1 look"), text("ok")]);
+    let parent = new_agent(&t, "/tmp").await;
+    turn(&t, &parent, "PARENT-DEF review").await;
+
+    let tools = |r: &Value| -> Vec<String> {
+        let mut v: Vec<String> = r["tools"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    // The parent is offered the definition in the tool's description.
+    let offered = requests_with(&fake, "PARENT-DEF")[0]["tools"].to_string();
+    assert!(
+        offered.contains("- reviewer: Reviews changes."),
+        "{offered}"
+    );
+    let first = &requests_with(&fake, "DEF-KID-1")[0];
+    assert!(first.to_string().contains("PERSONA-ONE"));
+    assert_eq!(tools(first), ["read"]);
+
+    std::fs::write(
+        &file,
+        "---\nname: reviewer\ndescription: Reviews changes.\ntools: Read, Bash\n---\nPERSONA-TWO: you review.\n",
+    )
+    .unwrap();
+    fake.push_for("PARENT-DEF", [spawn("DEF-KID-2 look"), text("ok")]);
+    turn(&t, &parent, "PARENT-DEF again").await;
+    let second = &requests_with(&fake, "DEF-KID-2")[0];
+    assert!(
+        second.to_string().contains("PERSONA-TWO") && !second.to_string().contains("PERSONA-ONE")
+    );
+    assert_eq!(tools(second), ["bash", "read"]);
+    assert_eq!(
+        tool_result_texts(&events(&t, &parent).await),
+        ["reviewed once", "reviewed twice"]
+    );
+    // (The malformed file beside it was skipped.)
+}
+
+#[tokio::test]
+async fn a_child_whose_model_keeps_failing_is_a_clear_error_result() {
+    let (t, fake) = host().await;
+    let failing = || Answer::Status(500, vec![], "{\"error\":{\"message\":\"boom\"}}".into());
+    fake.push_for("KID-X", (0..12).map(|_| failing()));
+    fake.push_for(
+        "PARENT-X",
+        [
+            tool_calls(&[(
+                "subagent",
+                json!({"description": "doomed", "prompt": "KID-X try", "run_in_background": false}),
+            )]),
+            text("handled"),
+        ],
+    );
+    let parent = new_agent(&t, "/tmp").await;
+    let reason = tokio::time::timeout(Duration::from_secs(120), turn(&t, &parent, "PARENT-X go"))
+        .await
+        .expect("the parent's turn ends");
+    assert_eq!(reason["kind"], "completed");
+    let ev = events(&t, &parent).await;
+    let results = of_type(&ev, event::TOOL_RESULT);
+    assert_eq!(results.len(), 1);
+    let text = results[0]["data"]["message"].to_string();
+    assert!(
+        text.contains("subagent run failed") && text.contains("Diagnostic:"),
+        "{text}"
+    );
+    assert_eq!(results[0]["data"]["message"]["content"][0]["isError"], true);
+}
+
+#[tokio::test]
+async fn the_subagent_plugin_reloaded_with_no_child_running_keeps_the_parents_session() {
+    let (t, fake) = host().await;
+    fake.push_for("KID-L", [text("before reload"), text("after reload")]);
+    let fg = |prompt: &str| {
+        tool_calls(&[(
+            "subagent",
+            json!({"description": "d", "prompt": prompt, "run_in_background": false}),
+        )])
+    };
+    fake.push_for("PARENT-L", [fg("KID-L one"), text("ok")]);
+    let parent = new_agent(&t, "/tmp").await;
+    turn(&t, &parent, "PARENT-L first").await;
+    // The registry unloaded (its dependents with it), then loaded again.
+    let core = dsh_testkit::core_rows(&fake.base_url, &t.home.path().join("sessions"));
+    let without =
+        delegation_rows("{}").replace("[[row]]\nid = \"subagent\"\nplugin = \"subagent\"\n", "");
+    assert_ne!(without, delegation_rows("{}"));
+    t.apply(&(core.clone() + &without)).await;
+    t.assert_unloaded_cleanly("subagent");
+    t.apply(&(core + &delegation_rows("{}"))).await;
+    t.assert_all_active().await;
+    fake.push_for("PARENT-L", [fg("KID-L two"), text("ok")]);
+    let reason = turn(&t, &parent, "PARENT-L second").await;
+    assert_eq!(reason["kind"], "completed");
+    assert_eq!(
+        tool_result_texts(&events(&t, &parent).await),
+        ["before reload", "after reload"]
+    );
+}
+
+#[tokio::test]
+async fn an_agents_own_registrations_die_with_it() {
+    use dsh_sdk::names::{system_prompt, tools};
+    let (t, _fake) = host().await;
+    let a = new_agent(&t, "/tmp").await;
+    let tool = json!({"name": "mine", "description": "d", "parameters": {"type": "object"}, "service": "nowhere", "scope": a});
+    let section = json!({"scope": a, "name": "mine", "order": 1, "text": "MINE"});
+    let filter = json!({"scope": a, "deny": ["read"]});
+    t.call(service::TOOLS, tools::REGISTER, tool.clone()).await;
+    t.call(service::TOOLS, tools::RESTRICT, filter).await;
+    t.call(
+        service::SYSTEM_PROMPT,
+        system_prompt::SECTION,
+        section.clone(),
+    )
+    .await;
+    let names = |v: Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let seen = names(
+        t.call(service::TOOLS, tools::SCHEMAS, json!({"scope": a}))
+            .await,
+    );
+    assert!(seen.contains(&"mine".to_owned()) && !seen.contains(&"read".to_owned()));
+    // Twice is refused while the agent lives ...
+    let again = t
+        .host
+        .call(service::TOOLS, tools::REGISTER, tool.clone())
+        .await;
+    assert_eq!(again.unwrap_err().code, "DUPLICATE_TOOL");
+    t.call(service::AGENTS, agents::DISPOSE, json!({"agent": a}))
+        .await;
+    // ... and what was its own left with it.
+    let seen = names(
+        t.call(service::TOOLS, tools::SCHEMAS, json!({"scope": a}))
+            .await,
+    );
+    assert!(!seen.contains(&"mine".to_owned()) && seen.contains(&"read".to_owned()));
+    t.call(service::TOOLS, tools::REGISTER, tool).await;
+    t.call(service::SYSTEM_PROMPT, system_prompt::SECTION, section)
+        .await;
+}
