@@ -464,3 +464,42 @@ fn has_sgr(raw: &[u8]) -> bool {
             == Some('m')
     })
 }
+
+#[tokio::test]
+async fn a_running_subagent_is_a_live_line_and_agents_lists_it() {
+    let fake = FakeLlm::start().await;
+    let gate = dsh_testkit::fake_llm::Gate::new();
+    fake.push_for(
+        "PTY-KID",
+        [dsh_testkit::fake_llm::Answer::Gated(
+            vec![],
+            gate.clone(),
+            dsh_testkit::fake_llm::text_payloads("kid finished"),
+        )],
+    );
+    fake.push_for(
+        "PTY-PARENT",
+        [
+            tool_calls(&[(
+                "subagent",
+                json!({"description": "watch the build", "prompt": "PTY-KID watch it"}),
+            )]),
+            text("Started the watcher."),
+            text("The watcher is done."),
+        ],
+    );
+    let e = Headless::new(&fake, "");
+    let mut p = Pty::dsh_host(&e, &[], &[]);
+    p.wait_for("dsh chat", 20).await;
+    p.send("PTY-PARENT go\r");
+    p.wait_for("Started the watcher.", 20).await;
+    p.wait_for("↳ watch the build · step 1", 20).await;
+    p.send("/agents\r");
+    p.wait_for("[running] depth=1 — watch the build", 20).await;
+    gate.open();
+    // The child's notice wakes the agent, which answers it.
+    p.wait_for("The watcher is done.", 20).await;
+    p.wait_idle(20).await;
+    p.send("\x04");
+    assert_eq!(p.wait_exit(20).await, 0);
+}

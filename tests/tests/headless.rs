@@ -333,3 +333,46 @@ async fn a_zstd_log_in_the_originals_layout_resumes_and_stays_readable() {
     assert_eq!(lines.last().unwrap()["type"], event::TURN_END);
     assert_eq!(lines.last().unwrap()["data"]["turn"], 2);
 }
+
+#[tokio::test]
+async fn headless_waits_for_a_background_subagent_and_answers_after_its_notice() {
+    let fake = FakeLlm::start().await;
+    fake.push_for(
+        "HL-KID",
+        [dsh_testkit::fake_llm::slow_text("KID-RESULT: 7 files", 50)],
+    );
+    fake.push_for(
+        "HL-PARENT",
+        [
+            tool_calls(&[(
+                "subagent",
+                json!({"description": "count files", "prompt": "HL-KID count the files"}),
+            )]),
+            text("Started a helper."),
+            text("The helper counted 7 files."),
+        ],
+    );
+    let e = env(&fake);
+    let (code, stdout, stderr) = out(&e.run(&["HL-PARENT", "count", "files"]).await);
+    assert_eq!(code, 0, "{stderr}");
+    // The answer is the one given after the child's notice woke the agent.
+    assert_eq!(stdout, "The helper counted 7 files.\n");
+    assert_eq!(stderr, "dsh: waiting for 1 background subagent\n");
+    let last = fake
+        .requests()
+        .into_iter()
+        .rev()
+        .find(|r| r.to_string().contains("HL-PARENT"))
+        .unwrap();
+    assert!(last.to_string().contains("KID-RESULT: 7 files"));
+    // `sessions list` shows the child under its parent; `--continue`
+    // would pick the parent, not the child.
+    let listed = e.sessions(&["list"]).output().unwrap();
+    let text = String::from_utf8_lossy(&listed.stdout).to_string();
+    let rows: Vec<&str> = text.lines().skip(1).collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    assert!(
+        rows[0].starts_with("session-") && rows[1].starts_with("  session-"),
+        "{text}"
+    );
+}

@@ -21,6 +21,7 @@ use dsh_sdk::api::commands::{
 use dsh_sdk::api::host::Host;
 use dsh_sdk::api::session_persistence::SessionPersistence;
 use dsh_sdk::api::sessions::{ForkParams, Sessions};
+use dsh_sdk::api::subagents::{ChildStatus, Subagents};
 use dsh_sdk::names::{bus, code};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::records::{RequestContext, ToolCall, ToolResult, TurnEndReason};
@@ -29,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::children::Children;
 use crate::editor::{Action, Editor};
 use crate::keys::{Key, KeyParser};
 use crate::render::{Out, Renderer, Theme, Tone};
@@ -52,6 +54,12 @@ pub enum Msg {
     Command(RunParams, oneshot::Sender<CommandResult>),
     /// A command line the chat sent to the registry settled.
     CommandDone(String, Result<ExecuteReply>),
+    /// The chat's agent started a subagent `(id, label)`.
+    ChildStarted(String, String),
+    /// An event of a running subagent's log.
+    ChildEvent(String, SessionEvent),
+    /// A subagent went away (it settled, or was stopped).
+    ChildGone(String),
 }
 
 /// The chat's own commands, registered with the `commands` seam (so they
@@ -63,6 +71,7 @@ pub fn own_commands() -> Vec<RegisterParams> {
         RegisterParams::new("resume", "continue a stored session").with_hint("<id>"),
         RegisterParams::new("fork", "continue in a copy of this session"),
         RegisterParams::new("plugins", "every row: state, generation, why it failed"),
+        RegisterParams::new("agents", "the subagents of this session and what they do"),
         RegisterParams::new("exit", "leave (Ctrl-D, or Ctrl-C twice)"),
     ]
 }
@@ -106,6 +115,9 @@ pub struct View {
     /// The settings' override of a patched row was said (it is said once).
     #[serde(default)]
     pub override_said: bool,
+    /// The subagents of the agent that run, shown above the prompt.
+    #[serde(default)]
+    pub children: Children,
 }
 
 /// The approval being asked.
@@ -242,12 +254,25 @@ impl App {
                 styled_prefix: "? ",
                 text: &question,
                 cursor: question.chars().count(),
+                status: &[],
             };
             return v.screen.draw_input(&prompt);
         }
         let text = v.editor.text();
+        let status = v.children.lines(v.renderer.theme, v.screen.cols);
         if v.running && text.is_empty() {
-            return v.screen.erase_input();
+            if status.is_empty() {
+                return v.screen.erase_input();
+            }
+            // The subagents' lines alone, the cursor below them.
+            let prompt = Prompt {
+                prefix: "",
+                styled_prefix: "",
+                text: "",
+                cursor: 0,
+                status: &status,
+            };
+            return v.screen.draw_input(&prompt);
         }
         // A large paste is shown folded: the screen never floods.
         let (text, cursor) = match folded(&text) {
@@ -271,6 +296,7 @@ impl App {
             styled_prefix: &styled,
             text: &text,
             cursor,
+            status: &status,
         };
         v.screen.draw_input(&prompt)
     }
@@ -612,6 +638,20 @@ impl App {
                 let _ = reply.send(result);
             }
             Msg::CommandDone(line, done) => self.command_done(&line, done).await,
+            Msg::ChildStarted(id, label) => {
+                self.view.borrow_mut().children.add(&id, &label);
+                self.redraw().await;
+            }
+            Msg::ChildEvent(id, e) => {
+                if self.view.borrow_mut().children.event(&id, &e) {
+                    self.redraw().await;
+                }
+            }
+            Msg::ChildGone(id) => {
+                if self.view.borrow_mut().children.remove(&id) {
+                    self.redraw().await;
+                }
+            }
             Msg::Input(Err(e)) => {
                 self.notice(Tone::Error, &format!("✗ cannot read the terminal: {e}"))
                     .await;
@@ -1000,12 +1040,43 @@ impl App {
             },
             "fork" => self.command_fork().await,
             "plugins" => self.command_plugins().await,
+            "agents" => self.command_agents().await,
             other => Err(Error::msg(format!("the chat has no command /{other}"))),
         };
         match result {
             Ok(text) => CommandResult::success(text),
             Err(e) => CommandResult::error(e.message),
         }
+    }
+
+    /// `/agents`: the background subagents below this session's agent,
+    /// one line each (`<id> [<status>] depth=<n> — <label>`).
+    async fn command_agents(&self) -> Result<String> {
+        let below = match Subagents::new(&self.ctx)
+            .list_descendants(&self.agent())
+            .await
+        {
+            Err(e) if e.code == codes::SERVICE_UNAVAILABLE => {
+                return Ok("delegation is not loaded (no `subagent` row)".to_owned())
+            }
+            other => other?,
+        };
+        if below.is_empty() {
+            return Ok("(no subagents)".to_owned());
+        }
+        let lines: Vec<String> = below
+            .iter()
+            .map(|c| {
+                let status = match c.status {
+                    ChildStatus::Running => "running",
+                    ChildStatus::Idle => "idle",
+                    ChildStatus::Ready => "ready",
+                };
+                let depth = c.depth.unwrap_or(1);
+                format!("{} [{status}] depth={depth} — {}", c.id, c.label)
+            })
+            .collect();
+        Ok(lines.join("\n"))
     }
 
     async fn command_new(&mut self) -> Result<String> {
@@ -1165,6 +1236,7 @@ const HELP: &str = "\
 /resume <id>       continue a stored session
 /fork              continue in a copy of this session
 /plugins           every row: state, generation, why it failed
+/agents            the subagents of this session and what they do
 /exit              leave (Ctrl-D, or Ctrl-C twice)";
 
 /// The keys, after `/help`.

@@ -13,6 +13,7 @@
 //! live agent and saves the choice for later sessions.
 
 mod app;
+mod children;
 mod editor;
 mod history;
 mod keys;
@@ -26,11 +27,12 @@ use std::path::PathBuf;
 use std::rc::Rc;
 
 use dsh_sdk::api::agent_default_model::route_moved;
-use dsh_sdk::api::agent_loop::AgentLoop;
+use dsh_sdk::api::agent_loop::{AgentLoop, AgentRef};
 use dsh_sdk::api::approval::{ApprovalOutcome, ApprovalReply, ApprovalRequest};
 use dsh_sdk::api::host::Host;
 use dsh_sdk::api::session_persistence::SessionPersistence;
 use dsh_sdk::api::sessions::SessionAppended;
+use dsh_sdk::api::subagents::ChildReady;
 use dsh_sdk::names::{bus, service};
 use dsh_sdk::prelude::*;
 use serde::Deserialize;
@@ -216,6 +218,31 @@ impl Plugin for Chat {
                 let appended: SessionAppended = ev.payload_as()?;
                 if appended.session_id == v.borrow().agent {
                     let _ = t.send(Msg::Event(appended.event));
+                } else if v.borrow().children.has(&appended.session_id) {
+                    let _ = t.send(Msg::ChildEvent(appended.session_id, appended.event));
+                }
+                Ok(Value::Null)
+            }
+        });
+        // The subagents the chat's agent starts, and their going.
+        let (v, t) = (view.clone(), tx.clone());
+        ctx.on(bus::SUBAGENT_CHILD_READY, move |ev| {
+            let (v, t) = (v.clone(), t.clone());
+            async move {
+                let ready: ChildReady = ev.payload_as()?;
+                if ready.parent == v.borrow().agent {
+                    let _ = t.send(Msg::ChildStarted(ready.child, ready.label));
+                }
+                Ok(Value::Null)
+            }
+        });
+        let (v, t) = (view.clone(), tx.clone());
+        ctx.on(bus::AGENT_DISPOSED, move |ev| {
+            let (v, t) = (v.clone(), t.clone());
+            async move {
+                let AgentRef { agent } = ev.payload_as()?;
+                if v.borrow().children.has(&agent) {
+                    let _ = t.send(Msg::ChildGone(agent));
                 }
                 Ok(Value::Null)
             }

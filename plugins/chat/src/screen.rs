@@ -25,6 +25,9 @@ pub struct Prompt<'a> {
     pub text: &'a str,
     /// The cursor, in characters.
     pub cursor: usize,
+    /// Lines drawn above the prompt (the running subagents), each
+    /// `(styled, plain)` and narrower than the screen.
+    pub status: &'a [(String, String)],
 }
 
 /// Where the screen is.
@@ -218,9 +221,13 @@ impl Screen {
         }
         // The prompt's first character takes a pending wrap.
         self.pending_wrap = false;
+        for (styled, _) in prompt.status {
+            s.push_str(styled);
+            s.push_str("\r\n");
+        }
         s.push_str(prompt.styled_prefix);
         let indent = " ".repeat(width(prompt.prefix));
-        let (mut row, mut col) = (0usize, width(prompt.prefix));
+        let (mut row, mut col) = (prompt.status.len(), width(prompt.prefix));
         let (mut cur_row, mut cur_col) = (row, col);
         for (i, c) in prompt.text.chars().enumerate() {
             if c == '\n' {
@@ -310,7 +317,22 @@ mod tests {
             styled_prefix: "> ",
             text,
             cursor,
+            status: &[],
         }
+    }
+
+    #[test]
+    fn status_lines_go_above_the_prompt_and_are_erased_with_it() {
+        let mut s = Screen::new(40);
+        let status = [("kid · step 2".to_owned(), "kid · step 2".to_owned())];
+        let p = Prompt {
+            status: &status,
+            ..prompt("hi", 2)
+        };
+        assert_eq!(s.draw_input(&p), "kid · step 2\r\n> hi\r\x1b[5G");
+        // The cursor is on the prompt's row, one below the status line:
+        // erasing goes up one row first.
+        assert_eq!(s.erase_input(), "\r\x1b[1A\x1b[J");
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! `--output jsonl` are), and a listing saved to a file and `cat` later
 //! would replay a stored OSC 52 on the terminal that shows it.
 
-use dsh_sdk::api::session_persistence::SessionPersistence;
+use dsh_sdk::api::session_persistence::{Listed, SessionPersistence};
 use dsh_sdk::api::sessions::{CreateParams, Sessions};
 use dsh_sdk::prelude::*;
 use dsh_sdk::terminal_text::sanitize;
@@ -35,29 +35,67 @@ pub async fn run(ctx: &Context, what: &Stored, cwd: &str) -> Result<i32> {
     Ok(0)
 }
 
-/// The stored sessions of `cwd`, one line each (oldest first).
+/// The stored sessions of `cwd`, one line each (oldest first), each
+/// subagent's under the session that delegated to it (indented one step
+/// per level of delegation).
 async fn list(ctx: &Context, cwd: &str) -> Result<String> {
     let sessions = SessionPersistence::new(ctx).list(Some(cwd)).await?;
     let mut out = format!(
         "{:<48} {:<25} {:>5}  LAST PROMPT\n",
         "ID", "CREATED", "TURNS"
     );
-    for s in sessions {
+    for (depth, s) in tree(&sessions) {
         // A log that cannot be read past its header is still listed (it is
         // what `--continue` would pick); `show` says why in full.
         let (turns, last) = match &s.unreadable {
             Some(e) => ("?".to_owned(), format!("[cannot be read: {}]", e.code)),
             None => (s.turns.to_string(), one_line(&s.last_prompt, 60)),
         };
+        let id = format!("{}{}", "  ".repeat(depth), s.id);
         out.push_str(&format!(
             "{:<48} {:<25} {:>5}  {}\n",
-            s.id,
+            id,
             format_time(s.created_at),
             turns,
             last
         ));
     }
     Ok(out)
+}
+
+/// `sessions` in list order, each delegated one moved under its parent
+/// (when the parent is listed), with its depth below a top-level one.
+fn tree(sessions: &[Listed]) -> Vec<(usize, &Listed)> {
+    fn parent_of<'a>(s: &'a Listed, sessions: &[Listed]) -> Option<&'a str> {
+        s.parent_session
+            .as_deref()
+            .filter(|p| s.is_delegated() && sessions.iter().any(|o| o.id == *p))
+    }
+    let mut out = Vec::with_capacity(sessions.len());
+    let mut stack: Vec<(usize, &Listed)> = sessions
+        .iter()
+        .rev()
+        .filter(|s| parent_of(s, sessions).is_none())
+        .map(|s| (0, s))
+        .collect();
+    while let Some((depth, s)) = stack.pop() {
+        out.push((depth, s));
+        stack.extend(
+            sessions
+                .iter()
+                .rev()
+                .filter(|c| parent_of(c, sessions) == Some(s.id.as_str()))
+                .map(|c| (depth + 1, c)),
+        );
+    }
+    // Logs whose parents name each other in a circle hang under nothing:
+    // listed at the top, not lost.
+    for s in sessions {
+        if !out.iter().any(|(_, o)| std::ptr::eq(*o, s)) {
+            out.push((0, s));
+        }
+    }
+    out
 }
 
 /// A stored session's header, then its conversation one line per user
@@ -214,6 +252,47 @@ mod tests {
         json!({"turn": 1, "step": 1, "message": {"id": "a", "role": "assistant",
             "content": [{"type": "text", "text": text}],
             "source": {"kind": "model", "provider": "p", "model": "m"}}})
+    }
+
+    #[test]
+    fn a_subagents_session_is_listed_under_its_parent() {
+        let at = |id: &str, parent: Option<&str>, delegated: bool| Listed {
+            id: id.into(),
+            created_at: 0,
+            turns: 0,
+            last_prompt: String::new(),
+            updated_at: 0,
+            unreadable: None,
+            parent_session: parent.map(str::to_owned),
+            origin: delegated.then(|| "subagent".to_owned()),
+        };
+        let sessions = vec![
+            at("p", None, false),
+            at("other", None, false),
+            at("kid", Some("p"), true),
+            at("grandkid", Some("kid"), true),
+            at("user-fork", Some("p"), false),
+            at("orphan", Some("gone"), true),
+            at("loop-a", Some("loop-b"), true),
+            at("loop-b", Some("loop-a"), true),
+        ];
+        let placed: Vec<(usize, &str)> = tree(&sessions)
+            .into_iter()
+            .map(|(d, s)| (d, s.id.as_str()))
+            .collect();
+        assert_eq!(
+            placed,
+            [
+                (0, "p"),
+                (1, "kid"),
+                (2, "grandkid"),
+                (0, "other"),
+                (0, "user-fork"),
+                (0, "orphan"),
+                (0, "loop-a"),
+                (0, "loop-b")
+            ]
+        );
     }
 
     #[test]

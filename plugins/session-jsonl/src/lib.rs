@@ -1022,6 +1022,8 @@ fn list(store: &Store, p: ListParams) -> Result<Reply> {
                 last_prompt,
                 updated_at: modified_ms(&path),
                 unreadable,
+                parent_session: header.parent_session,
+                origin: header.origin,
             }
         })
         .collect();

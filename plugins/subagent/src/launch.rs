@@ -249,6 +249,7 @@ pub async fn set_up(ctx: &Context, table: &Shared, child: &str) -> Result<()> {
         child: child.to_owned(),
         parent: entry.parent.clone(),
         mode: entry.descriptor.mode,
+        label: entry.descriptor.label.clone().unwrap_or_default(),
     };
     ctx.parallel(bus::SUBAGENT_CHILD_READY, ready).await?;
     Ok(())

@@ -80,6 +80,22 @@ pub struct Listed {
     /// `""`). `None` when it was read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unreadable: Option<Error>,
+    /// The session it was forked or delegated from (its header's
+    /// `parentSession`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_session: Option<String>,
+    /// `"subagent"` for a delegated child's session (its header's
+    /// `origin`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
+}
+
+impl Listed {
+    /// Whether it is a subagent's session (one an agent delegated work
+    /// to), not a person's.
+    pub fn is_delegated(&self) -> bool {
+        self.origin.is_some()
+    }
 }
 
 /// Whether `a` and `b` spell the same directory: the same path components
@@ -129,14 +145,18 @@ pub fn check_directory(header: &SessionHeader, cwd: &str) -> Result<()> {
     }
 }
 
-/// The session `--continue` picks from `list`: the one written most
-/// recently (its creation time breaks a tie, then its id), `None` when
-/// there is none. One rule for every front end that continues "the latest
+/// The session `--continue` picks from `list`: of those that are not a
+/// subagent's, the one written most recently (its creation time breaks a
+/// tie, then its id), `None` when there is none. One rule for every front end that continues "the latest
 /// session of this directory".
 pub fn latest(sessions: Vec<Listed>) -> Option<Listed> {
-    sessions.into_iter().max_by(|a, b| {
-        (a.updated_at, a.created_at, &a.id).cmp(&(b.updated_at, b.created_at, &b.id))
-    })
+    // A subagent's session is its parent's to continue, not a person's.
+    sessions
+        .into_iter()
+        .filter(|s| !s.is_delegated())
+        .max_by(|a, b| {
+            (a.updated_at, a.created_at, &a.id).cmp(&(b.updated_at, b.created_at, &b.id))
+        })
 }
 
 /// One session of the `listSnapshots` reply (oldest first).
@@ -270,9 +290,20 @@ mod tests {
             last_prompt: String::new(),
             updated_at,
             unreadable: None,
+            parent_session: None,
+            origin: None,
         };
         assert_eq!(latest(Vec::new()), None);
         let picked = latest(vec![at("old-but-used", 1, 9), at("new", 5, 3)]);
+        assert_eq!(picked.map(|l| l.id), Some("old-but-used".into()));
+        // A subagent's session, however recent, is not what `--continue`
+        // picks.
+        let child = Listed {
+            origin: Some("subagent".into()),
+            parent_session: Some("old-but-used".into()),
+            ..at("child", 9, 99)
+        };
+        let picked = latest(vec![at("old-but-used", 1, 9), child]);
         assert_eq!(picked.map(|l| l.id), Some("old-but-used".into()));
         let tie = latest(vec![at("b", 2, 0), at("a", 1, 0)]);
         assert_eq!(tie.map(|l| l.id), Some("b".into()));

@@ -172,6 +172,9 @@ pub struct ChildReady {
     pub parent: String,
     /// Whether it stays for more work.
     pub mode: SubagentMode,
+    /// What it was asked, for display.
+    #[serde(default)]
+    pub label: String,
 }
 
 // ---- replies ---------------------------------------------------------------
