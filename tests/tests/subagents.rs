@@ -671,3 +671,294 @@ async fn an_agents_own_registrations_die_with_it() {
     t.call(service::SYSTEM_PROMPT, system_prompt::SECTION, section)
         .await;
 }
+
+#[tokio::test]
+async fn send_message_to_an_agent_that_is_not_ones_child_touches_nothing() {
+    let (t, fake) = host().await;
+    let gate = Gate::new();
+    let parent = new_agent(&t, "/tmp").await;
+    // The child tries to send its parent (the user's session) a message,
+    // and the parent tries itself: both refused, nobody disposed.
+    fake.push_for(
+        "KID-H1",
+        [
+            calls(&[(
+                "h1",
+                "send_message",
+                json!({"subagent_id": parent, "message": "hi"}),
+            )]),
+            Answer::Gated(vec![], gate.clone(), text_payloads("kid done")),
+        ],
+    );
+    fake.push_for(
+        "PARENT-H1",
+        [
+            calls(&[
+                (
+                    "p1",
+                    "subagent",
+                    json!({"description": "d", "prompt": "KID-H1 go"}),
+                ),
+                (
+                    "p2",
+                    "send_message",
+                    json!({"subagent_id": parent, "message": "me?"}),
+                ),
+            ]),
+            text("parent waits"),
+        ],
+    );
+    fake.set_fallback(text("noted"));
+    turn(&t, &parent, "PARENT-H1 start").await;
+    let ev = events(&t, &parent).await;
+    let results = tool_result_texts(&ev);
+    assert!(
+        results[1].contains(&format!(
+            "subagent \"{parent}\" belongs to another parent session"
+        )),
+        "{results:?}"
+    );
+    let child = started_child(&ev);
+    wait_log(&t, &child, "the child's refused send", |ev| {
+        !of_type(ev, event::TOOL_RESULT).is_empty()
+    })
+    .await;
+    let kid = events(&t, &child).await;
+    assert!(
+        tool_result_texts(&kid)[0].contains("belongs to another parent session"),
+        "{kid:?}"
+    );
+    // The parent is alive and well.
+    assert_eq!(
+        t.call(service::AGENTS, agents::STATUS, json!({"agent": parent}))
+            .await["status"],
+        "idle"
+    );
+    gate.open();
+    settle(&t, &parent).await;
+    assert_balanced(&events(&t, &parent).await);
+}
+
+#[tokio::test]
+async fn two_messages_to_a_settled_child_in_one_step_both_run() {
+    let (t, fake) = host().await;
+    fake.push_for("KID-H3", [text("first"), text("second"), text("third")]);
+    fake.push_for(
+        "PARENT-H3",
+        [tool_calls(&[(
+            "subagent",
+            json!({"description": "d", "prompt": "KID-H3 go"}),
+        )])],
+    );
+    fake.set_fallback(text("noted"));
+    let parent = new_agent(&t, "/tmp").await;
+    send(&t, agents::FOLLOWUP, &parent, "PARENT-H3 start").await;
+    settle(&t, &parent).await;
+    let child = started_child(&events(&t, &parent).await);
+    fake.push_for(
+        "PARENT-H3",
+        [calls(&[
+            (
+                "m1",
+                "send_message",
+                json!({"subagent_id": child, "message": "one"}),
+            ),
+            (
+                "m2",
+                "send_message",
+                json!({"subagent_id": child, "message": "two"}),
+            ),
+        ])],
+    );
+    send(&t, agents::FOLLOWUP, &parent, "PARENT-H3 twice").await;
+    settle(&t, &parent).await;
+    let ev = events(&t, &parent).await;
+    let queued = tool_result_texts(&ev)
+        .iter()
+        .filter(|r| r.starts_with("message queued"))
+        .count();
+    assert_eq!(queued, 2, "{:?}", tool_result_texts(&ev));
+    let kid = events(&t, &child).await;
+    // (The calls ran in parallel: either may have arrived first.)
+    let mut relayed: Vec<String> = from_source(&kid, "coordinator")
+        .into_iter()
+        .map(text_of)
+        .collect();
+    relayed.sort();
+    assert_eq!(relayed, ["one", "two"]);
+    assert_balanced(&kid);
+    // Every run of the child ended with a notice, the last after both.
+    let notices = from_source(&ev, "subagent-settled");
+    assert!(
+        text_of(notices.last().unwrap()).ends_with("third"),
+        "{notices:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_foreground_child_answers_after_its_own_background_child() {
+    let (t, fake) = host().await;
+    fake.push_for("GRANDKID", [slow_text_answer("GRAND-RESULT")]);
+    fake.push_for(
+        "FG-KID",
+        [
+            tool_calls(&[(
+                "subagent",
+                json!({"description": "g", "prompt": "GRANDKID dig"}),
+            )]),
+            text("started a helper"),
+            text("FG-FINAL with GRAND-RESULT"),
+        ],
+    );
+    fake.push_for(
+        "PARENT-H6",
+        [
+            tool_calls(&[(
+                "subagent",
+                json!({"description": "d", "prompt": "FG-KID work", "run_in_background": false}),
+            )]),
+            text("parent done"),
+        ],
+    );
+    let parent = new_agent(&t, "/tmp").await;
+    turn(&t, &parent, "PARENT-H6 go").await;
+    assert_eq!(
+        tool_result_texts(&events(&t, &parent).await),
+        ["FG-FINAL with GRAND-RESULT"]
+    );
+}
+
+/// A text answer streamed slowly enough that its parent finishes first.
+fn slow_text_answer(text: &str) -> Answer {
+    dsh_testkit::fake_llm::slow_text(text, 30)
+}
+
+#[tokio::test]
+async fn a_child_works_in_its_parents_mode_and_nobody_is_asked_for_it() {
+    use dsh_sdk::names::permission;
+    let (t, fake) = host().await;
+    let gate = Gate::new();
+    fake.push_for(
+        "KID-H5",
+        [Answer::Gated(vec![], gate.clone(), text_payloads("done"))],
+    );
+    fake.push_for(
+        "PARENT-H5",
+        [tool_calls(&[(
+            "subagent",
+            json!({"description": "d", "prompt": "KID-H5 go"}),
+        )])],
+    );
+    fake.set_fallback(text("noted"));
+    let parent = new_agent(&t, "/tmp").await;
+    t.call(
+        service::PERMISSION,
+        permission::SET_PRESET,
+        json!({"agent": parent, "preset": "read-only"}),
+    )
+    .await;
+    turn(&t, &parent, "PARENT-H5 go").await;
+    let child = started_child(&events(&t, &parent).await);
+    let of_child = t
+        .call(
+            service::PERMISSION,
+            permission::PRESET,
+            json!({"agent": child}),
+        )
+        .await;
+    assert_eq!(
+        (&of_child["mode"], &of_child["approval"]),
+        (&json!("read-only"), &json!("never"))
+    );
+    gate.open();
+    settle(&t, &parent).await;
+}
+
+#[tokio::test]
+async fn a_failing_background_child_is_a_notice_and_interrupt_and_list_agents_work() {
+    let (t, fake) = host().await;
+    let failing = || Answer::Status(500, vec![], "{\"error\":{\"message\":\"boom\"}}".into());
+    fake.push_for("KID-FAIL", (0..12).map(|_| failing()));
+    let gate = Gate::new();
+    fake.push_for(
+        "KID-SLOW",
+        [Answer::Gated(
+            text_payloads("partial ")[..1].to_vec(),
+            gate.clone(),
+            text_payloads("late"),
+        )],
+    );
+    fake.push_for(
+        "PARENT-M9",
+        [
+            calls(&[
+                (
+                    "a",
+                    "subagent",
+                    json!({"description": "doomed", "prompt": "KID-FAIL try"}),
+                ),
+                (
+                    "b",
+                    "subagent",
+                    json!({"description": "slow one", "prompt": "KID-SLOW wait"}),
+                ),
+            ]),
+            text("both started"),
+        ],
+    );
+    fake.set_fallback(text("noted"));
+    let parent = new_agent(&t, "/tmp").await;
+    turn(&t, &parent, "PARENT-M9 go").await;
+    let ev = events(&t, &parent).await;
+    let ids: Vec<String> = tool_result_texts(&ev)
+        .iter()
+        .filter_map(|r| r.strip_prefix("started subagent ").map(str::to_owned))
+        .collect();
+    assert_eq!(ids.len(), 2);
+    let slow = ids[1].clone();
+    wait_log(&t, &slow, "the slow child's answer", |ev| {
+        !of_type(ev, event::ASSISTANT_CHUNK).is_empty()
+    })
+    .await;
+    fake.push_for(
+        "PARENT-M9",
+        [
+            calls(&[("l", "list_agents", json!({"scope": "descendants"}))]),
+            calls(&[("i", "interrupt_agent", json!({"agent_id": slow}))]),
+            text("stopped it"),
+        ],
+    );
+    send(&t, agents::FOLLOWUP, &parent, "PARENT-M9 stop the slow one").await;
+    settle(&t, &parent).await;
+    gate.open();
+    let ev = events(&t, &parent).await;
+    let results = tool_result_texts(&ev);
+    let listing = results.iter().find(|r| r.contains("slow one")).unwrap();
+    assert!(
+        listing.contains(&format!(
+            "{slow} [running] parent={parent} depth=1 — slow one"
+        )),
+        "{listing}"
+    );
+    assert!(
+        results.contains(&format!("interrupt requested for agent {slow}")),
+        "{results:?}"
+    );
+    let notices: Vec<String> = from_source(&ev, "subagent-settled")
+        .into_iter()
+        .map(text_of)
+        .collect();
+    assert!(
+        notices
+            .iter()
+            .any(|n| n.contains("failed before it finished")),
+        "{notices:?}"
+    );
+    assert!(
+        notices
+            .iter()
+            .any(|n| n.contains(&format!("{slow} was stopped before it finished"))),
+        "{notices:?}"
+    );
+    assert_balanced(&events(&t, &slow).await);
+}

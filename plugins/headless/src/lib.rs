@@ -376,9 +376,15 @@ async fn settled(ctx: &Context, agent: &str) -> Result<WhenIdleReply> {
             )
             .await;
         }
-        // None ran: nothing can wake the idle agent any more.
-        if subagents.when_settled(agent).await?.waited == 0 {
-            return Ok(idle);
+        // None ran: nothing can wake the idle agent any more. A registry
+        // that went away meanwhile (unloaded) has no children left.
+        match subagents.when_settled(agent).await {
+            Ok(settled) if settled.waited > 0 => {}
+            Ok(_) => return Ok(idle),
+            Err(e) => {
+                dsh_sdk::tracing::debug!("waiting for the subagents of {agent}: {e}");
+                return Ok(idle);
+            }
         }
     }
 }

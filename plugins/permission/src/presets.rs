@@ -53,9 +53,15 @@ impl Presets {
         }
     }
 
-    /// Switches `agent` to preset `name`.
-    fn set(&self, agent: &str, name: &str) -> Result<PresetReply> {
-        let Some(chosen) = preset(name) else {
+    /// Switches `agent` to preset `name` (its approval policy replaced by
+    /// `approval`, when given).
+    fn set(
+        &self,
+        agent: &str,
+        name: &str,
+        approval: Option<ApprovalPolicy>,
+    ) -> Result<PresetReply> {
+        let Some(mut chosen) = preset(name) else {
             let names: Vec<&str> = PRESETS.iter().map(|(n, _, _)| *n).collect();
             return Err(Error::new(
                 code::UNKNOWN_PRESET,
@@ -70,6 +76,9 @@ impl Presets {
                 codes::INVALID_PAYLOAD,
                 "setPreset needs an agent",
             ));
+        }
+        if let Some(approval) = approval {
+            chosen.1 = approval;
         }
         self.agents.borrow_mut().insert(agent.to_owned(), chosen);
         Ok(self.reply(agent))
@@ -89,8 +98,12 @@ pub fn provide(ctx: &Context, presets: &Presets) {
                     Reply::json(p.reply(&agent))
                 }
                 permission::SET_PRESET => {
-                    let SetPresetParams { agent, preset } = req.params_as()?;
-                    Reply::json(p.set(&agent, &preset)?)
+                    let SetPresetParams {
+                        agent,
+                        preset,
+                        approval,
+                    } = req.params_as()?;
+                    Reply::json(p.set(&agent, &preset, approval)?)
                 }
                 _ => Err(req.unknown_method()),
             }

@@ -7,20 +7,24 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
+use dsh_sdk::api::agent_loop::SessionOrigin;
 use dsh_sdk::api::agent_loop::{AgentLoop, AgentOptions, ResumeParams};
 use dsh_sdk::api::agents::{Agents, SelectModelParams};
+use dsh_sdk::api::permission::{ApprovalPolicy, Permission, PRESETS};
+use dsh_sdk::api::session_persistence::SessionPersistence;
 use dsh_sdk::api::sessions::{NewEvent, Sessions};
 use dsh_sdk::api::subagents::{
     error_code, ChildReady, CreateChildParams, ProviderInfo, RegisterProviderParams, StartParams,
+    DEFAULT_MAX_DEPTH,
 };
-use dsh_sdk::api::system_prompt::{SectionParams, SystemPrompt};
+use dsh_sdk::api::system_prompt::{SectionParams, SystemPrompt, VariableParams};
 use dsh_sdk::api::tools::{RestrictParams, Tools};
-use dsh_sdk::names::bus;
+use dsh_sdk::names::{bus, code};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::event;
 use dsh_sdk::vocab::records::{RequestContext, SubagentDescriptor, SubagentMode};
 
-use crate::table::{Child, Shared};
+use crate::table::{Child, Shared, State};
 
 /// The delegation notice every child sees as runtime context (the
 /// original's `subagent:delegation`).
@@ -30,6 +34,9 @@ const DELEGATION_TEXT: &str = "You are a delegated subagent: your permission sco
 
 /// The system prompt section a persona replaces.
 const PERSONA_NAME: &str = "deployment:persona";
+
+/// The child's own prompt variable its persona is the value of.
+const PERSONA_VARIABLE: &str = "subagent_persona";
 
 /// One registered provider.
 struct Entry {
@@ -115,13 +122,14 @@ async fn child_depth(ctx: &Context, parent: &str, max_depth: Option<u64>) -> Res
         .delegation_depth
         .unwrap_or(0)
         .saturating_add(1);
-    match max_depth {
-        Some(max) if depth > max => Err(Error::new(
+    let max = max_depth.unwrap_or(DEFAULT_MAX_DEPTH);
+    if depth > max {
+        return Err(Error::new(
             error_code::DEPTH_EXCEEDED,
             format!("subagent depth {depth} exceeds maxDepth {max}"),
-        )),
-        _ => Ok(depth),
+        ));
     }
+    Ok(depth)
 }
 
 /// The child's options: what the start names, else the parent's route
@@ -189,12 +197,23 @@ pub async fn create(
     entry.tool_filter = p.tool_filter.clone();
     table.insert(&child, entry);
     let made = async {
+        // The parent may have gone while the child was made.
+        if Agents::new(ctx).status(&p.parent).await.is_err() {
+            return Err(Error::new(
+                error_code::PARENT_UNAVAILABLE,
+                format!(
+                    "subagent parent \"{}\" is being disposed; the child was not established",
+                    p.parent
+                ),
+            ));
+        }
         Sessions::new(ctx)
             .append(
                 &child,
                 NewEvent::typed(event::SUBAGENT_DESCRIPTOR, &record)?,
             )
             .await?;
+        inherit_permission(ctx, &p.parent, &child).await?;
         set_up(ctx, table, &child).await
     };
     if let Err(e) = made.await {
@@ -203,6 +222,30 @@ pub async fn create(
         return Err(e);
     }
     Ok(child)
+}
+
+/// The child works under its parent's permission mode, and nobody is
+/// asked to approve its calls (the delegation notice says so): what needs
+/// approval is refused. Without a `permission` service there is nothing to
+/// inherit.
+async fn inherit_permission(ctx: &Context, parent: &str, child: &str) -> Result<()> {
+    let permission = Permission::new(ctx);
+    let of_parent = match permission.preset(parent).await {
+        Ok(p) => p,
+        Err(e) if e.code == codes::SERVICE_UNAVAILABLE => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let Some(name) = PRESETS
+        .iter()
+        .find(|(_, mode, _)| *mode == of_parent.mode)
+        .map(|(n, _, _)| *n)
+    else {
+        return Ok(());
+    };
+    permission
+        .set_preset_with(child, name, Some(ApprovalPolicy::Never))
+        .await
+        .map(drop)
 }
 
 /// What every child gets before its first prompt (and again when it is
@@ -226,12 +269,21 @@ pub async fn set_up(ctx: &Context, table: &Shared, child: &str) -> Result<()> {
         })
         .await?;
     if let Some(persona) = &entry.persona {
+        // Through a variable: a persona's own `{{...}}` (a workflow
+        // snippet, a template) is text, never a variable reference.
+        prompt
+            .variable(&VariableParams {
+                scope: Some(child.to_owned()),
+                name: PERSONA_VARIABLE.to_owned(),
+                value: Some(persona.clone()),
+            })
+            .await?;
         prompt
             .section(&SectionParams {
                 scope: Some(child.to_owned()),
                 name: PERSONA_NAME.to_owned(),
                 order: 0i64.into(),
-                text: Some(persona.clone()),
+                text: Some(format!("{{{{{PERSONA_VARIABLE}}}}}")),
                 ..SectionParams::default()
             })
             .await?;
@@ -276,55 +328,106 @@ async fn select_logged_route(ctx: &Context, child: &str, parent: &str) -> Result
         .await
 }
 
-/// Resumes settled (or stored) child `child` of `parent` for another turn:
-/// its session loaded, its lineage checked (a direct child of `parent`, a
-/// continuable one), and it set up again from its delegation record.
-pub async fn resume(ctx: &Context, table: &Shared, parent: &str, child: &str) -> Result<()> {
-    let unavailable = |why: String| {
+/// Checks, before anything touches it, that session `child` is a
+/// continuable child of `parent`: its header names `parent` and the
+/// subagent origin, and its first delegation record is a continuable one.
+/// Answers its record and whether it is live now.
+pub async fn lineage(
+    ctx: &Context,
+    parent: &str,
+    child: &str,
+) -> Result<(SubagentDescriptor, bool)> {
+    let sessions = Sessions::new(ctx);
+    let unavailable = |e: Error| {
+        dsh_sdk::tracing::debug!("subagent {child} cannot be read: {e}");
         Error::new(
             error_code::NOT_RESUMABLE,
-            format!("subagent \"{child}\" is unavailable: {why}"),
+            format!("subagent \"{child}\" is unavailable"),
         )
     };
-    AgentLoop::new(ctx)
-        .resume(&ResumeParams {
-            session_id: child.to_owned(),
-            agent_options: AgentOptions::default(),
-        })
-        .await
-        .map_err(|e| unavailable(e.message))?;
-    let checked = async {
-        let sessions = Sessions::new(ctx);
-        let header = sessions.header(child).await?.header;
-        select_logged_route(ctx, child, parent).await?;
-        if header.parent_session.as_deref() != Some(parent) {
-            return Err(Error::new(
-                error_code::UNAUTHORIZED,
-                format!("subagent \"{child}\" belongs to another parent session"),
-            ));
+    let (header, events, live) = match sessions.header(child).await {
+        Ok(h) => {
+            let from = h.header.seed_length.unwrap_or(0);
+            let events = sessions.events(child, from).await?;
+            (h.header, events, true)
         }
-        let from = header.seed_length.unwrap_or(0);
-        let record = sessions
-            .events(child, from)
-            .await?
-            .into_iter()
-            .find(|e| e.kind == event::SUBAGENT_DESCRIPTOR)
-            .map(|e| e.data_as::<SubagentDescriptor>())
-            .transpose()?;
-        let Some(record) = record.filter(|d| d.mode == SubagentMode::Continuable) else {
-            return Err(Error::new(
-                error_code::NOT_RESUMABLE,
-                format!("subagent \"{child}\" has no supported continuation state and cannot be resumed; do not retry send_message with this id"),
-            ));
-        };
-        let mut entry = Child::new(parent, record.clone());
-        entry.persona = record.persona.clone();
-        entry.tool_filter = record.tool_filter.clone();
-        table.insert(child, entry);
+        Err(e) if e.code == code::SESSION_NOT_FOUND => {
+            let stored = SessionPersistence::new(ctx)
+                .inspect(child)
+                .await
+                .map_err(unavailable)?;
+            let from = stored.header.seed_length.unwrap_or(0);
+            let events: Vec<_> = stored
+                .events
+                .into_iter()
+                .filter(|e| e.seq >= from)
+                .collect();
+            (stored.header, events, false)
+        }
+        Err(e) => return Err(unavailable(e)),
+    };
+    let delegated = header.origin.as_deref() == Some(SessionOrigin::SUBAGENT);
+    if header.parent_session.as_deref() != Some(parent) || !delegated {
+        return Err(Error::new(
+            error_code::UNAUTHORIZED,
+            format!("subagent \"{child}\" belongs to another parent session"),
+        ));
+    }
+    let record = events
+        .iter()
+        .find(|e| e.kind == event::SUBAGENT_DESCRIPTOR)
+        .and_then(|e| e.data_as::<SubagentDescriptor>().ok())
+        .filter(|d| {
+            d.version == SubagentDescriptor::VERSION && d.mode == SubagentMode::Continuable
+        });
+    let Some(record) = record else {
+        return Err(Error::new(
+            error_code::NOT_RESUMABLE,
+            format!("subagent \"{child}\" has no supported continuation state and cannot be resumed; do not retry send_message with this id"),
+        ));
+    };
+    Ok((record, live))
+}
+
+/// Takes continuable child `child` of `parent` (checked by [`lineage`])
+/// back into the table: resumed from its stored session when it is not
+/// live (then on the route its log names), or, live (a child of an earlier
+/// generation of this registry), adopted as it runs; and set up again from
+/// its delegation record. What this call resumed is disposed again when it
+/// fails.
+pub async fn reopen(
+    ctx: &Context,
+    table: &Shared,
+    parent: &str,
+    child: &str,
+    record: SubagentDescriptor,
+    live: bool,
+) -> Result<()> {
+    if !live {
+        AgentLoop::new(ctx)
+            .resume(&ResumeParams {
+                session_id: child.to_owned(),
+                agent_options: AgentOptions::default(),
+            })
+            .await?;
+    }
+    let mut entry = Child::new(parent, record.clone());
+    entry.persona = record.persona.clone();
+    entry.tool_filter = record.tool_filter.clone();
+    // Not running until it is set up and prompted: a followup meanwhile
+    // waits (its message must not start a turn on a half-made child).
+    entry.state = State::Settling;
+    table.insert(child, entry);
+    let made = async {
+        if !live {
+            select_logged_route(ctx, child, parent).await?;
+        }
         set_up(ctx, table, child).await
     };
-    if let Err(e) = checked.await {
-        let _ = Agents::new(ctx).dispose(child).await;
+    if let Err(e) = made.await {
+        if !live {
+            let _ = Agents::new(ctx).dispose(child).await;
+        }
         table.remove(child);
         return Err(e);
     }

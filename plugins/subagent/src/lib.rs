@@ -72,41 +72,73 @@ impl Registry {
         }
     }
 
-    /// `start`: a one-shot child, run to its end.
+    /// `start`: a one-shot child, run to its end (and disposed if the
+    /// caller goes away first).
     async fn start(&self, p: StartParams) -> Result<Reply> {
-        let child = launch::create(
-            &self.ctx,
-            &self.providers,
-            &self.table,
-            &p,
-            SubagentMode::OneShot,
-        )
+        let (ctx, providers, table, params) = (
+            self.ctx.clone(),
+            self.providers.clone(),
+            self.table.clone(),
+            p.clone(),
+        );
+        let made = async move {
+            launch::create(&ctx, &providers, &table, &params, SubagentMode::OneShot).await
+        };
+        let (ctx, table) = (self.ctx.clone(), self.table.clone());
+        let child = detached(&self.ctx, made, move |child: String| {
+            let c = ctx.clone();
+            ctx.spawn(async move {
+                let _ = Agents::new(&c).dispose(&child).await;
+                table.remove(&child);
+            });
+        })
         .await?;
         Reply::json(run::one_shot(&self.ctx, &self.table, child, &p.prompt).await?)
     }
 
     /// `startContinuable`: a background child, watched until it settles.
+    /// Made, prompted and watched on a task of its own: a caller that goes
+    /// away midway (its turn cancelled) cannot leave a child nobody
+    /// watches; such a child is stopped along with its parent.
     async fn start_continuable(&self, p: StartParams) -> Result<Reply> {
-        let child = launch::create(
-            &self.ctx,
-            &self.providers,
-            &self.table,
-            &p,
-            SubagentMode::Continuable,
-        )
-        .await?;
-        let prompt = Message::user_text(dsh_sdk::new_id(), p.prompt.as_str());
-        match self.run(&child, prompt).await {
-            Ok(message_id) => Reply::json(Started {
-                child_id: child,
-                message_id,
-            }),
-            Err(e) => {
-                let _ = Agents::new(&self.ctx).dispose(&child).await;
-                self.table.remove(&child);
-                Err(e)
+        let me = self.clone();
+        let made = async move {
+            let child = launch::create(
+                &me.ctx,
+                &me.providers,
+                &me.table,
+                &p,
+                SubagentMode::Continuable,
+            )
+            .await?;
+            let prompt = Message::user_text(dsh_sdk::new_id(), p.prompt.as_str());
+            match me.run(&child, prompt).await {
+                Ok(message_id) => Ok(Started {
+                    child_id: child,
+                    message_id,
+                }),
+                Err(e) => {
+                    let _ = Agents::new(&me.ctx).dispose(&child).await;
+                    me.table.remove(&child);
+                    Err(e)
+                }
             }
-        }
+        };
+        let (ctx, table) = (self.ctx.clone(), self.table.clone());
+        let started = detached(&self.ctx, made, move |started: Started| {
+            table.mark_stopped_with_parent(&started.child_id);
+            let c = ctx.clone();
+            ctx.spawn(async move {
+                let cancel = CancelParams {
+                    agent: started.child_id,
+                    cause: Some(CancelCause::Parent),
+                    keep_inbox: false,
+                };
+                let _ = Agents::new(&c).cancel(&cancel).await;
+            });
+        })
+        .await?;
+        Reply::json(started)
     }
 
     /// Gives live child `child` `message` as its next turn and watches the
@@ -114,14 +146,25 @@ impl Registry {
     async fn run(&self, child: &str, message: Message) -> Result<Value> {
         let from = Sessions::new(&self.ctx).header(child).await?.seq;
         self.table.set_state(child, State::Running);
-        let sent = Agents::new(&self.ctx).followup(child, message).await?;
+        let sent = self.deliver(child, message).await?;
         let (ctx, table, id) = (self.ctx.clone(), self.table.clone(), child.to_owned());
         self.ctx.spawn(run::watch(ctx, table, id, from));
-        Ok(sent.message_id)
+        Ok(sent)
+    }
+
+    /// `followup` of `message` into live child `child`, counted as on its
+    /// way until the inbox took it (a watch does not settle the child
+    /// meanwhile).
+    async fn deliver(&self, child: &str, message: Message) -> Result<Value> {
+        self.table.admit(child);
+        let sent = Agents::new(&self.ctx).followup(child, message).await;
+        self.table.admitted(child);
+        Ok(sent?.message_id)
     }
 
     /// `followup`: another turn for a continuable child of `p.parent`; a
-    /// settled child is resumed from its stored session first.
+    /// settled (or stored) child is checked to be one before anything
+    /// touches it, then resumed.
     async fn followup(&self, p: FollowupParams) -> Result<Delivered> {
         loop {
             let changed = self.table.changed.notified();
@@ -145,17 +188,42 @@ impl Registry {
             let message = outcome::from_parent(&p.parent, &p.message);
             match entry.map(|e| e.state) {
                 Some(State::Running) => {
-                    let sent = Agents::new(&self.ctx).followup(&p.child, message).await?;
-                    return Ok(Delivered {
-                        message_id: sent.message_id,
-                    });
+                    let message_id = self.deliver(&p.child, message).await?;
+                    return Ok(Delivered { message_id });
                 }
                 Some(State::Settling) => changed.await,
                 Some(State::Ready) | None => {
-                    launch::resume(&self.ctx, &self.table, &p.parent, &p.child).await?;
-                    let message_id = self.run(&p.child, message).await?;
+                    // One resume at a time: a second followup waits for it.
+                    if !self.table.begin_resume(&p.child) {
+                        changed.await;
+                        continue;
+                    }
+                    let me = self.clone();
+                    let (parent, child) = (p.parent.clone(), p.child.clone());
+                    let resumed = async move {
+                        let done = me.resume_and_send(&parent, &child, message).await;
+                        me.table.end_resume(&child);
+                        done
+                    };
+                    let message_id = detached(&self.ctx, resumed, |_| {}).await?;
                     return Ok(Delivered { message_id });
                 }
+            }
+        }
+    }
+
+    /// Checks, resumes (or adopts) and prompts child `child` of `parent`.
+    async fn resume_and_send(&self, parent: &str, child: &str, message: Message) -> Result<Value> {
+        let (record, live) = launch::lineage(&self.ctx, parent, child).await?;
+        launch::reopen(&self.ctx, &self.table, parent, child, record, live).await?;
+        match self.run(child, message).await {
+            Ok(id) => Ok(id),
+            Err(e) => {
+                if !live {
+                    let _ = Agents::new(&self.ctx).dispose(child).await;
+                }
+                self.table.set_state(child, State::Ready);
+                Err(e)
             }
         }
     }
@@ -230,9 +298,10 @@ impl Registry {
             .steer(&entry.parent, message)
             .await
             .map_err(|e| {
+                dsh_sdk::tracing::debug!("the report of {} was not delivered: {e}", p.child);
                 Error::new(
                     error_code::PARENT_UNAVAILABLE,
-                    format!("direct parent is not live; report was not delivered ({e})"),
+                    "direct parent is not live; report was not delivered",
                 )
             })?;
         Ok(Delivered {
@@ -306,6 +375,24 @@ impl Registry {
             run::stop_below(&self.ctx, &self.table, agent, true).await;
         }
     }
+}
+
+/// Runs `work` on a task of its own and answers its result: a caller that
+/// goes away (its tool call cancelled) cannot cut it in half. A result
+/// nobody waits for any more goes to `orphaned`.
+async fn detached<T: 'static>(
+    ctx: &Context,
+    work: impl std::future::Future<Output = Result<T>> + 'static,
+    orphaned: impl FnOnce(T) + 'static,
+) -> Result<T> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    ctx.spawn(async move {
+        if let Err(Ok(value)) = tx.send(work.await) {
+            orphaned(value);
+        }
+    });
+    rx.await
+        .map_err(|_| Error::new(codes::DISPOSED, "the subagent registry went away"))?
 }
 
 struct Subagent;

@@ -66,8 +66,27 @@ impl Drop for DisposeOnDrop {
     }
 }
 
-/// Runs one-shot child `child` on `prompt` to its end, then disposes it.
-/// Dropping the future cancels the child.
+/// Waits until `child` is idle with none of its own children running
+/// (their notices wake it: it answers them first); how its last turn
+/// ended, or `None` when it went away (disposed) meanwhile.
+async fn quiet(agents: &Agents, table: &Shared, child: &str) -> Option<Option<TurnEndReason>> {
+    loop {
+        let Ok(idle) = agents.when_idle(child).await else {
+            return None;
+        };
+        let changed = table.changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        if !table.any_running_below(child) {
+            return Some(idle.reason);
+        }
+        changed.await;
+    }
+}
+
+/// Runs one-shot child `child` on `prompt` to its end (and the end of
+/// any background children it started), then disposes it. Dropping the
+/// future cancels the child.
 pub async fn one_shot(
     ctx: &Context,
     table: &Shared,
@@ -84,10 +103,10 @@ pub async fn one_shot(
     agents
         .followup(&child, Message::user_text(dsh_sdk::new_id(), prompt))
         .await?;
-    let reason = match agents.when_idle(&child).await {
-        Ok(idle) => idle.reason,
-        Err(e) => {
-            tracing::debug!("subagent {child} went away mid-run: {e}");
+    let reason = match quiet(&agents, table, &child).await {
+        Some(reason) => reason,
+        None => {
+            tracing::debug!("subagent {child} went away mid-run");
             None
         }
     };
@@ -106,27 +125,43 @@ pub async fn one_shot(
 }
 
 /// Watches continuable child `child`, whose run began at seq `from`, until
-/// it settles: idle, with none of its own children running. Then it is
-/// disposed (its session stays stored: a `followup` resumes it) and its
-/// parent gets the notice, as its next step (woken if idle), or quietly
-/// when the parent was stopped with it.
+/// it settles: idle, with no message on its way to it and none of its own
+/// children running. Then it is disposed (its session stays stored: a
+/// `followup` resumes it) and its parent gets the notice, as its next step
+/// (woken if idle) — quietly when the parent was stopped with it, or when
+/// the child went away under the watch (its provider unloaded, the host
+/// closing): nothing then wakes a parent into a turn.
 pub async fn watch(ctx: Context, table: Shared, child: String, from: u64) {
     let agents = Agents::new(&ctx);
+    let mut gone = false;
     let reason = loop {
         let Ok(idle) = agents.when_idle(&child).await else {
+            gone = true;
             break None;
         };
         table.set_state(&child, State::Settling);
-        // A followup may have woken it between its going idle and now.
+        let changed = table.changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        // A followup on its way, or one that woke it between its going
+        // idle and now: it is not settled.
+        if table.pending(&child) > 0 {
+            table.set_state(&child, State::Running);
+            changed.await;
+            continue;
+        }
         match agents.status(&child).await {
             Ok(s) if s.status == RunStatus::Running => {
                 table.set_state(&child, State::Running);
                 continue;
             }
             Ok(_) => {}
-            Err(_) => break idle.reason,
+            Err(_) => {
+                gone = true;
+                break idle.reason;
+            }
         }
-        if !table.any_running_below(&child) {
+        if !table.any_running_below(&child) && table.pending(&child) == 0 {
             break idle.reason;
         }
         // Its own children's notices wake it: settle after them.
@@ -134,7 +169,7 @@ pub async fn watch(ctx: Context, table: Shared, child: String, from: u64) {
         let changed = table.changed.notified();
         tokio::pin!(changed);
         changed.as_mut().enable();
-        if table.any_running_below(&child) {
+        if table.any_running_below(&child) || table.pending(&child) > 0 {
             changed.await;
         }
     };
@@ -149,13 +184,13 @@ pub async fn watch(ctx: Context, table: Shared, child: String, from: u64) {
     // settled: whoever waits for the settlement then finds the parent
     // woken by it.
     let notice = outcome::notice(&child, run.stop, &run.output);
-    let sent = if entry.stopped_with_parent {
+    let sent = if entry.stopped_with_parent || gone {
         agents.inject(&entry.parent, notice).await
     } else {
         agents.steer(&entry.parent, notice).await
     };
     if let Err(e) = sent {
-        tracing::debug!(
+        tracing::warn!(
             "subagent \"{child}\" settlement notice was not delivered to its parent: {e}"
         );
     }

@@ -3,8 +3,8 @@
 //! instance (or an earlier process) is not here until a `followup`
 //! resumes it from its stored session.
 
-use std::cell::RefCell;
-use std::collections::HashMap;
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 use dsh_sdk::api::subagents::{ChildEntry, ChildStatus};
@@ -37,8 +37,11 @@ pub struct Child {
     /// What it is doing.
     pub state: State,
     /// Its run was stopped because its parent's was: the notice must not
-    /// wake the parent the user just stopped.
+    /// wake the parent the user just stopped. New work clears it.
     pub stopped_with_parent: bool,
+    /// Messages for it being delivered now: it is not settled while one
+    /// is on its way (the inbox has not taken it yet).
+    pub pending: u32,
     /// Start order, for stable listings.
     order: u64,
 }
@@ -53,6 +56,7 @@ impl Child {
             tool_filter: None,
             state: State::Running,
             stopped_with_parent: false,
+            pending: 0,
             order: 0,
         }
     }
@@ -62,7 +66,10 @@ impl Child {
 #[derive(Default)]
 pub struct Table {
     children: RefCell<HashMap<String, Child>>,
-    next_order: RefCell<u64>,
+    next_order: Cell<u64>,
+    /// Children being resumed now (a second `followup` waits for the
+    /// first to finish resuming).
+    resuming: RefCell<HashSet<String>>,
     /// Rung (`notify_waiters`) whenever a child changes state.
     pub changed: Notify,
 }
@@ -72,11 +79,48 @@ pub type Shared = Rc<Table>;
 
 impl Table {
     /// Adds `child` under `id` (replacing a settled record of it).
+    /// A child met again (resumed) keeps its place in the listings.
     pub fn insert(&self, id: &str, mut child: Child) {
-        let mut next = self.next_order.borrow_mut();
-        child.order = *next;
-        *next += 1;
+        let kept = self.children.borrow().get(id).map(|c| c.order);
+        child.order = kept.unwrap_or_else(|| {
+            let next = self.next_order.get();
+            self.next_order.set(next + 1);
+            next
+        });
         self.children.borrow_mut().insert(id.to_owned(), child);
+        self.changed.notify_waiters();
+    }
+
+    /// A message for child `id` is on its way (see [`Child::pending`]);
+    /// new work also ends a stop along with its parent.
+    pub fn admit(&self, id: &str) {
+        if let Some(c) = self.children.borrow_mut().get_mut(id) {
+            c.pending += 1;
+            c.stopped_with_parent = false;
+        }
+    }
+
+    /// The message for child `id` arrived (or failed to).
+    pub fn admitted(&self, id: &str) {
+        if let Some(c) = self.children.borrow_mut().get_mut(id) {
+            c.pending = c.pending.saturating_sub(1);
+        }
+        self.changed.notify_waiters();
+    }
+
+    /// Messages for child `id` on their way.
+    pub fn pending(&self, id: &str) -> u32 {
+        self.children.borrow().get(id).map_or(0, |c| c.pending)
+    }
+
+    /// Starts resuming child `id`; false when it is being resumed already.
+    pub fn begin_resume(&self, id: &str) -> bool {
+        self.resuming.borrow_mut().insert(id.to_owned())
+    }
+
+    /// Child `id` is resumed (or could not be).
+    pub fn end_resume(&self, id: &str) {
+        self.resuming.borrow_mut().remove(id);
         self.changed.notify_waiters();
     }
 

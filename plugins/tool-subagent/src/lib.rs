@@ -72,6 +72,8 @@ const SUBAGENT_FAILED: &str = "SUBAGENT_FAILED";
 /// The definitions as last read, and what was already said about them.
 #[derive(Default)]
 struct Known {
+    /// When the files were last looked at (`agent/pre-step`).
+    looked: Option<std::time::Instant>,
     fingerprint: Option<u64>,
     found: Vec<Definition>,
     reported: HashSet<(PathBuf, String)>,
@@ -89,6 +91,20 @@ struct State {
 }
 
 impl State {
+    /// Whether the files are due another look at a step (a second after
+    /// the last one).
+    fn due(&self) -> bool {
+        let now = std::time::Instant::now();
+        let mut known = self.known.borrow_mut();
+        let due = known
+            .looked
+            .is_none_or(|t| now.duration_since(t) >= std::time::Duration::from_secs(1));
+        if due {
+            known.looked = Some(now);
+        }
+        due
+    }
+
     /// Reads the definitions again when a file changed; true when they
     /// did. A file that does not read is reported once per version.
     fn refresh(&self) -> bool {
@@ -468,11 +484,17 @@ impl Plugin for ToolSubagent {
         });
         // A definition file added, edited or removed: the next step's
         // `subagent` describes them as they are.
+        // Looked at no more than once a second (three directories read);
+        // a failure to describe them is said, never a failed step.
         ctx.on(bus::AGENT_PRE_STEP, move |ev| {
             let s = state.clone();
             async move {
-                if s.refresh() {
-                    s.update_spawn().await?;
+                if s.due() && s.refresh() {
+                    if let Err(e) = s.update_spawn().await {
+                        dsh_sdk::tracing::warn!(
+                            "tool-subagent: cannot describe the agent definitions: {e}"
+                        );
+                    }
                 }
                 ev.forward().await
             }

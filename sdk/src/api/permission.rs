@@ -72,6 +72,11 @@ pub struct SetPresetParams {
     pub agent: String,
     /// The preset's name (`UNKNOWN_PRESET` when there is none).
     pub preset: String,
+    /// Overrides the preset's approval policy for this agent (a dsh
+    /// extension: a delegated child works in its parent's mode with
+    /// `never`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<ApprovalPolicy>,
 }
 
 /// Reply of `preset` and `setPreset`: what is in force for the agent now.
@@ -108,9 +113,21 @@ impl Permission {
 
     /// `setPreset`: switches `agent` to `preset`; what is in force after.
     pub async fn set_preset(&self, agent: &str, preset: &str) -> Result<PresetReply> {
+        self.set_preset_with(agent, preset, None).await
+    }
+
+    /// `setPreset` with the preset's approval policy replaced by
+    /// `approval` (when given).
+    pub async fn set_preset_with(
+        &self,
+        agent: &str,
+        preset: &str,
+        approval: Option<ApprovalPolicy>,
+    ) -> Result<PresetReply> {
         let params = SetPresetParams {
             agent: agent.to_owned(),
             preset: preset.to_owned(),
+            approval,
         };
         self.0.call_as(method::SET_PRESET, &params).await
     }

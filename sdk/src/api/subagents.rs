@@ -51,6 +51,10 @@ pub mod error_code {
     pub const DRAINING: &str = "DRAINING";
 }
 
+/// The deepest a child may be when a start names no `maxDepth`: children,
+/// grandchildren and great-grandchildren of a top-level agent.
+pub const DEFAULT_MAX_DEPTH: u64 = 3;
+
 // ---- params ----------------------------------------------------------------
 
 /// Params of `registerProvider`.
@@ -98,8 +102,8 @@ pub struct StartParams {
     /// The tools the child may use.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_filter: Option<ToolFilter>,
-    /// The deepest a child may be (the top-level agent is 0); none: no
-    /// cap.
+    /// The deepest a child may be (the top-level agent is 0); none:
+    /// [`DEFAULT_MAX_DEPTH`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_depth: Option<u64>,
 }

@@ -217,7 +217,8 @@ fn permission_presets_are_the_originals() {
     assert_eq!(
         wire(SetPresetParams {
             agent: "a".into(),
-            preset: "read-only".into()
+            preset: "read-only".into(),
+            approval: None,
         }),
         r#"{"agent":"a","preset":"read-only"}"#
     );
