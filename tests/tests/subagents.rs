@@ -54,6 +54,39 @@ async fn settle(t: &TestHost, agent: &str) {
     }
 }
 
+/// A parent (its prompts begin `parent_marker`) that started one
+/// background child (its prompt begins `kid_marker`; it answers `kid`),
+/// both settled: `(parent, child)`. Unscripted requests answer "noted".
+async fn settled_child(
+    t: &TestHost,
+    fake: &FakeLlm,
+    parent_marker: &str,
+    kid_marker: &str,
+    kid: impl IntoIterator<Item = Answer>,
+) -> (String, String) {
+    fake.push_for(kid_marker, kid);
+    let prompt = format!("{kid_marker} go");
+    fake.push_for(
+        parent_marker,
+        [tool_calls(&[(
+            "subagent",
+            json!({"description": "d", "prompt": prompt}),
+        )])],
+    );
+    fake.set_fallback(text("noted"));
+    let parent = new_agent(t, "/tmp").await;
+    send(
+        t,
+        agents::FOLLOWUP,
+        &parent,
+        &format!("{parent_marker} start"),
+    )
+    .await;
+    settle(t, &parent).await;
+    let child = started_child(&events(t, &parent).await);
+    (parent, child)
+}
+
 /// The user messages of `agent`'s log whose source is `kind`.
 fn from_source<'a>(ev: &'a [Value], kind: &str) -> Vec<&'a Value> {
     of_type(ev, event::USER_MESSAGE)
@@ -434,19 +467,14 @@ async fn cancelling_the_parent_stops_its_running_child_and_every_log_stays_balan
 #[tokio::test]
 async fn a_settled_child_resumes_on_its_own_and_through_send_message() {
     let (t, fake) = host().await;
-    fake.push_for("KID-R", [text("FIRST-RUN"), text("SECOND-RUN")]);
-    fake.push_for(
+    let (parent, child) = settled_child(
+        &t,
+        &fake,
         "PARENT-R",
-        [tool_calls(&[(
-            "subagent",
-            json!({"description": "remember", "prompt": "KID-R remember 7"}),
-        )])],
-    );
-    fake.set_fallback(text("noted"));
-    let parent = new_agent(&t, "/tmp").await;
-    send(&t, agents::FOLLOWUP, &parent, "PARENT-R delegate").await;
-    settle(&t, &parent).await;
-    let child = started_child(&events(&t, &parent).await);
+        "KID-R",
+        [text("FIRST-RUN"), text("SECOND-RUN")],
+    )
+    .await;
 
     // The parent sends the settled child more work: it is resumed from
     // its stored log, answers, and settles again.
@@ -742,19 +770,14 @@ async fn send_message_to_an_agent_that_is_not_ones_child_touches_nothing() {
 #[tokio::test]
 async fn two_messages_to_a_settled_child_in_one_step_both_run() {
     let (t, fake) = host().await;
-    fake.push_for("KID-H3", [text("first"), text("second"), text("third")]);
-    fake.push_for(
+    let (parent, child) = settled_child(
+        &t,
+        &fake,
         "PARENT-H3",
-        [tool_calls(&[(
-            "subagent",
-            json!({"description": "d", "prompt": "KID-H3 go"}),
-        )])],
-    );
-    fake.set_fallback(text("noted"));
-    let parent = new_agent(&t, "/tmp").await;
-    send(&t, agents::FOLLOWUP, &parent, "PARENT-H3 start").await;
-    settle(&t, &parent).await;
-    let child = started_child(&events(&t, &parent).await);
+        "KID-H3",
+        [text("first"), text("second"), text("third")],
+    )
+    .await;
     fake.push_for(
         "PARENT-H3",
         [calls(&[
