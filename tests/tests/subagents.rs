@@ -574,7 +574,7 @@ async fn a_definition_files_tools_and_persona_reach_the_child_and_an_edit_applie
 
     std::fs::write(
         &file,
-        "---\nname: reviewer\ndescription: Reviews changes.\ntools: Read, Bash\n---\nPERSONA-TWO: you review.\n",
+        "---\nname: reviewer\ndescription: Reviews changes.\ntools: Read, Bash, NoSuchTool\n---\nPERSONA-TWO: you review.\n",
     )
     .unwrap();
     fake.push_for("PARENT-DEF", [spawn("DEF-KID-2 look"), text("ok")]);
@@ -583,6 +583,7 @@ async fn a_definition_files_tools_and_persona_reach_the_child_and_an_edit_applie
     assert!(
         second.to_string().contains("PERSONA-TWO") && !second.to_string().contains("PERSONA-ONE")
     );
+    // (A tool this host lacks is left out, never a child refused.)
     assert_eq!(tools(second), ["bash", "read"]);
     assert_eq!(
         tool_result_texts(&events(&t, &parent).await),

@@ -5,6 +5,7 @@
 //! stored session.
 
 use std::cell::RefCell;
+use std::collections::HashSet;
 use std::rc::Rc;
 
 use dsh_sdk::api::agent_loop::SessionOrigin;
@@ -22,7 +23,7 @@ use dsh_sdk::api::tools::{RestrictParams, Tools};
 use dsh_sdk::names::{bus, code};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::event;
-use dsh_sdk::vocab::records::{RequestContext, SubagentDescriptor, SubagentMode};
+use dsh_sdk::vocab::records::{RequestContext, SubagentDescriptor, SubagentMode, ToolFilter};
 
 use crate::table::{Child, Shared, State};
 
@@ -289,13 +290,7 @@ pub async fn set_up(ctx: &Context, table: &Shared, child: &str) -> Result<()> {
             .await?;
     }
     if let Some(filter) = &entry.tool_filter {
-        Tools::new(ctx)
-            .restrict(&RestrictParams {
-                scope: Some(child.to_owned()),
-                allow: filter.allow.clone(),
-                deny: filter.deny.clone(),
-            })
-            .await?;
+        restrict(ctx, child, filter).await?;
     }
     let ready = ChildReady {
         child: child.to_owned(),
@@ -305,6 +300,46 @@ pub async fn set_up(ctx: &Context, table: &Shared, child: &str) -> Result<()> {
     };
     ctx.parallel(bus::SUBAGENT_CHILD_READY, ready).await?;
     Ok(())
+}
+
+/// Applies `filter` to `child`'s tools, leaving out the names no tool
+/// has now (a filter recorded when a child was started is applied again
+/// at its resume, when a plugin may be gone): said, never a child that
+/// cannot be resumed.
+async fn restrict(ctx: &Context, child: &str, filter: &ToolFilter) -> Result<()> {
+    let tools = Tools::new(ctx);
+    let known: HashSet<String> = tools
+        .schemas(None)
+        .await?
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    let keep = |names: &Option<Vec<String>>| {
+        names.as_ref().map(|n| {
+            let (kept, gone): (Vec<String>, Vec<String>) =
+                n.iter().cloned().partition(|n| known.contains(n));
+            if !gone.is_empty() {
+                dsh_sdk::tracing::warn!(
+                    "subagent {child}: its tool filter names tools this host does not have: {}",
+                    gone.join(", ")
+                );
+            }
+            kept
+        })
+    };
+    let (allow, deny) = (keep(&filter.allow), keep(&filter.deny));
+    // A deny list left empty denies nothing.
+    let deny = deny.filter(|d| !d.is_empty());
+    if allow.is_none() && deny.is_none() {
+        return Ok(());
+    }
+    tools
+        .restrict(&RestrictParams {
+            scope: Some(child.to_owned()),
+            allow,
+            deny,
+        })
+        .await
 }
 
 /// The route a resumed child goes on with: the one its log names (its

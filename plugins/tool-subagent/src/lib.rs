@@ -282,9 +282,12 @@ impl State {
             ));
         };
         start.persona = (!d.persona.is_empty()).then(|| d.persona.clone());
-        if let Some(tools) = &d.tools {
-            start.tool_filter = Some(self.known_tools(tools).await?);
-        }
+        // Names this host has no tool for are left out (and said) by the
+        // registry when it applies the filter.
+        start.tool_filter = d.tools.clone().map(|tools| ToolFilter {
+            allow: Some(tools),
+            deny: None,
+        });
         if let Some((provider, model)) = &d.model {
             start.agent_options = Some(AgentOptions {
                 provider: Some(provider.clone()),
@@ -293,27 +296,6 @@ impl State {
             });
         }
         Ok(())
-    }
-
-    /// A filter allowing `names` that exist (the registry refuses a filter
-    /// naming a tool it does not have; a definition may name tools this
-    /// deployment lacks).
-    async fn known_tools(&self, names: &[String]) -> Result<ToolFilter> {
-        let global: HashSet<String> = Tools::new(&self.ctx)
-            .schemas(None)
-            .await?
-            .into_iter()
-            .map(|s| s.name)
-            .collect();
-        let allow: Vec<String> = names
-            .iter()
-            .filter(|n| global.contains(*n))
-            .cloned()
-            .collect();
-        Ok(ToolFilter {
-            allow: Some(allow),
-            deny: None,
-        })
     }
 
     /// Starts the child: in the background unless `background` is false.
