@@ -347,6 +347,8 @@ pub mod subagents {
         LIST_DESCENDANTS = "listDescendants";
         /// Answers once no continuable descendant of an agent is running.
         WHEN_SETTLED = "whenSettled";
+        /// How many descendants of an agent run now (a dsh extension).
+        RUNNING_BELOW = "runningBelow";
     }
 }
 

@@ -986,3 +986,56 @@ async fn a_failing_background_child_is_a_notice_and_interrupt_and_list_agents_wo
     );
     assert_balanced(&events(&t, &slow).await);
 }
+
+#[tokio::test]
+async fn stored_children_are_listed_after_the_registry_restarts_and_an_unreadable_one_is_a_diagnostic(
+) {
+    let (t, fake) = host().await;
+    let (parent, child) = settled_child(&t, &fake, "PARENT-LS", "KID-LS", [text("done")]).await;
+    // A session that claims to be the parent's child but has no record.
+    let odd = dsh_testkit::agent::create(
+        &t,
+        json!({"agentOptions": {"provider": "fake", "model": "m1"},
+               "meta": {"cwd": "/tmp", "parentSession": parent, "origin": "subagent", "delegationDepth": 1}}),
+    )
+    .await;
+    turn(&t, &odd, "ODD-ONE hello").await;
+    t.call(service::AGENTS, agents::DISPOSE, json!({"agent": odd}))
+        .await;
+    // A new generation of the registry knows nothing of either.
+    let core = dsh_testkit::core_rows(&fake.base_url, &t.home.path().join("sessions"));
+    let without =
+        delegation_rows("{}").replace("[[row]]\nid = \"subagent\"\nplugin = \"subagent\"\n", "");
+    t.apply(&(core.clone() + &without)).await;
+    t.apply(&(core + &delegation_rows("{}"))).await;
+    t.assert_all_active().await;
+    let listed = t
+        .call(
+            service::SUBAGENTS,
+            subagents::LIST_DESCENDANTS,
+            json!({"agent": parent}),
+        )
+        .await;
+    let listed = listed.as_array().unwrap();
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    let find = |id: &str| listed.iter().find(|e| e["id"] == id).unwrap().clone();
+    assert_eq!(
+        find(&child),
+        json!({"id": child, "label": "d", "status": "ready", "parent": parent, "depth": 1})
+    );
+    assert_eq!(find(&odd)["diagnostic"], "corrupt");
+    // And the stored child takes more work.
+    fake.push_for("KID-LS", [text("again")]);
+    fake.push_for(
+        "PARENT-LS",
+        [tool_calls(&[(
+            "send_message",
+            json!({"subagent_id": child, "message": "more"}),
+        )])],
+    );
+    send(&t, agents::FOLLOWUP, &parent, "PARENT-LS more").await;
+    settle(&t, &parent).await;
+    let ev = events(&t, &parent).await;
+    let notices = from_source(&ev, "subagent-settled");
+    assert!(text_of(notices.last().unwrap()).ends_with("again"));
+}

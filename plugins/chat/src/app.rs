@@ -21,7 +21,7 @@ use dsh_sdk::api::commands::{
 use dsh_sdk::api::host::Host;
 use dsh_sdk::api::session_persistence::SessionPersistence;
 use dsh_sdk::api::sessions::{ForkParams, Sessions};
-use dsh_sdk::api::subagents::{ChildStatus, Subagents};
+use dsh_sdk::api::subagents::Subagents;
 use dsh_sdk::names::{bus, code};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::records::{RequestContext, ToolCall, ToolResult, TurnEndReason};
@@ -1067,13 +1067,16 @@ impl App {
         let lines: Vec<String> = below
             .iter()
             .map(|c| {
-                let status = match c.status {
-                    ChildStatus::Running => "running",
-                    ChildStatus::Idle => "idle",
-                    ChildStatus::Ready => "ready",
-                };
                 let depth = c.depth.unwrap_or(1);
-                format!("{} [{status}] depth={depth} — {}", c.id, c.label)
+                match c.diagnostic {
+                    Some(d) => format!("{} [cannot be read: {}] depth={depth}", c.id, d.as_str()),
+                    None => format!(
+                        "{} [{}] depth={depth} — {}",
+                        c.id,
+                        c.status.as_str(),
+                        c.label
+                    ),
+                }
             })
             .collect();
         Ok(lines.join("\n"))

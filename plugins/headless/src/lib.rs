@@ -31,7 +31,7 @@ use dsh_sdk::api::agents::{Agents, WhenIdleReply};
 use dsh_sdk::api::host::Host;
 use dsh_sdk::api::session_persistence::SessionPersistence;
 use dsh_sdk::api::sessions::{SessionAppended, Sessions};
-use dsh_sdk::api::subagents::{ChildStatus, Subagents};
+use dsh_sdk::api::subagents::Subagents;
 use dsh_sdk::names::{bus, service};
 use dsh_sdk::prelude::*;
 use dsh_sdk::vocab::records::TurnEndReason;
@@ -360,11 +360,8 @@ async fn settled(ctx: &Context, agent: &str) -> Result<WhenIdleReply> {
     let (agents, subagents) = (Agents::new(ctx), Subagents::new(ctx));
     loop {
         let idle = agents.when_idle(agent).await?;
-        let running = match subagents.list_descendants(agent).await {
-            Ok(list) => list
-                .iter()
-                .filter(|c| c.status != ChildStatus::Ready)
-                .count(),
+        let running = match subagents.running_below(agent).await {
+            Ok(r) => r.running,
             Err(e) if e.code == codes::SERVICE_UNAVAILABLE => return Ok(idle),
             Err(e) => return Err(e),
         };

@@ -6,12 +6,14 @@
 //! tool filter, `subagent/child-ready`), runs it, and tells its parent how
 //! it went. See `dsh_sdk::api::subagents` for the two kinds of child.
 //!
-//! Modules: `table` (the children and their states), `launch` (providers,
+//! Modules: `table` (the children and their states), `listing` (the
+//! listings, stored children included), `launch` (providers,
 //! making, setting up and resuming a child), `run` (a one-shot run, a
 //! continuable child's watch, a parent's going), `outcome` (stop reasons,
 //! final answers, the notice and report texts).
 
 mod launch;
+mod listing;
 mod outcome;
 mod run;
 mod table;
@@ -21,7 +23,7 @@ use dsh_sdk::api::agents::{Agents, CancelParams, RunStatus};
 use dsh_sdk::api::sessions::Sessions;
 use dsh_sdk::api::subagents::{
     error_code, AgentParams, ChildEntry, Delivered, FollowupParams, InterruptParams, ReportParams,
-    Settled, StartParams, Started,
+    Running, Settled, StartParams, Started,
 };
 use dsh_sdk::names::{bus, service, subagents};
 use dsh_sdk::prelude::*;
@@ -63,6 +65,11 @@ impl Registry {
             subagents::LIST_DESCENDANTS => {
                 let AgentParams { agent } = req.params_as()?;
                 Reply::json(self.list(&agent, true).await)
+            }
+            subagents::RUNNING_BELOW => {
+                let AgentParams { agent } = req.params_as()?;
+                let running = self.table.running_below(&agent) as u64;
+                Reply::json(Running { running })
             }
             subagents::WHEN_SETTLED => {
                 let AgentParams { agent } = req.params_as()?;
@@ -309,39 +316,9 @@ impl Registry {
         })
     }
 
-    /// `listChildren` / `listDescendants`: the continuable children of
-    /// `agent` (with `walk`, every one below it, pre-order).
+    /// `listChildren` / `listDescendants` (see `listing`).
     async fn list(&self, agent: &str, walk: bool) -> Vec<ChildEntry> {
-        let below: Vec<_> = if walk {
-            self.table
-                .descendants_of(agent)
-                .into_iter()
-                .map(|(id, c, depth)| (id, c, Some(depth)))
-                .collect()
-        } else {
-            self.table
-                .children_of(agent)
-                .into_iter()
-                .map(|(id, c)| (id, c, None))
-                .collect()
-        };
-        let agents = Agents::new(&self.ctx);
-        let mut out = Vec::new();
-        for (id, child, depth) in below {
-            if child.descriptor.mode != SubagentMode::Continuable {
-                continue;
-            }
-            let live = match child.state {
-                State::Ready => None,
-                _ => agents
-                    .status(&id)
-                    .await
-                    .ok()
-                    .map(|s| s.status == RunStatus::Running),
-            };
-            out.push(table::entry(&id, &child, depth, live));
-        }
-        out
+        listing::list(&self.ctx, &self.table, agent, walk).await
     }
 
     /// `whenSettled`: waits until no descendant of `agent` runs.

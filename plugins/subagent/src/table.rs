@@ -215,6 +215,7 @@ pub fn entry(id: &str, child: &Child, at: Option<u64>, live: Option<bool>) -> Ch
         status,
         parent: at.map(|_| child.parent.clone()),
         depth: at,
+        diagnostic: None,
     }
 }
 

@@ -334,15 +334,14 @@ impl State {
         let lines: Vec<String> = entries
             .iter()
             .map(|e| {
-                let status = serde_json::to_value(e.status)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default();
                 let at = match (&e.parent, e.depth) {
                     (Some(p), Some(d)) if walk => format!(" parent={p} depth={d}"),
                     _ => String::new(),
                 };
-                format!("{} [{status}]{at} — {}", e.id, e.label)
+                match e.diagnostic {
+                    Some(d) => format!("{} [diagnostic: {}]{at}", e.id, d.as_str()),
+                    None => format!("{} [{}]{at} — {}", e.id, e.status.as_str(), e.label),
+                }
             })
             .collect();
         text_reply(&lines.join("\n"))

@@ -271,6 +271,51 @@ pub struct ChildEntry {
     /// (`listDescendants` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub depth: Option<u64>,
+    /// Why a stored child could not be read (then `label` is empty and
+    /// `status` is `ready`): listed, never silently left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diagnostic: Option<Diagnostic>,
+}
+
+/// Why a stored child is listed as a diagnostic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Diagnostic {
+    /// Its log holds no readable delegation record.
+    Corrupt,
+    /// Its delegation record is of another version.
+    Unsupported,
+    /// Its log could not be read.
+    Unavailable,
+}
+
+impl Diagnostic {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Diagnostic::Corrupt => "corrupt",
+            Diagnostic::Unsupported => "unsupported",
+            Diagnostic::Unavailable => "unavailable",
+        }
+    }
+}
+
+impl ChildStatus {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChildStatus::Running => "running",
+            ChildStatus::Idle => "idle",
+            ChildStatus::Ready => "ready",
+        }
+    }
+}
+
+/// Reply of `runningBelow`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Running {
+    /// How many descendants run (or are settling) now.
+    pub running: u64,
 }
 
 /// Reply of `whenSettled`.
@@ -343,6 +388,14 @@ impl Subagents {
             agent: agent.to_owned(),
         };
         self.0.call_as(method::LIST_DESCENDANTS, &params).await
+    }
+
+    /// `runningBelow`: how many descendants of `agent` run now.
+    pub async fn running_below(&self, agent: &str) -> Result<Running> {
+        let params = AgentParams {
+            agent: agent.to_owned(),
+        };
+        self.0.call_as(method::RUNNING_BELOW, &params).await
     }
 
     /// `whenSettled`: answers once no continuable descendant of `agent`
