@@ -87,6 +87,15 @@ async fn settled_child(
     (parent, child)
 }
 
+/// One answer starting two background children, each `(description,
+/// prompt)`.
+fn two_spawns(a: (&str, &str), b: (&str, &str)) -> Answer {
+    calls(&[
+        ("c1", "subagent", json!({"description": a.0, "prompt": a.1})),
+        ("c2", "subagent", json!({"description": b.0, "prompt": b.1})),
+    ])
+}
+
 /// The user messages of `agent`'s log whose source is `kind`.
 fn from_source<'a>(ev: &'a [Value], kind: &str) -> Vec<&'a Value> {
     of_type(ev, event::USER_MESSAGE)
@@ -292,18 +301,7 @@ async fn two_background_children_run_at_once_and_both_notices_wake_the_idle_pare
     fake.push_for(
         "PARENT-2",
         [
-            calls(&[
-                (
-                    "c1",
-                    "subagent",
-                    json!({"description": "one", "prompt": "KID-ONE go"}),
-                ),
-                (
-                    "c2",
-                    "subagent",
-                    json!({"description": "two", "prompt": "KID-TWO go"}),
-                ),
-            ]),
+            two_spawns(("one", "KID-ONE go"), ("two", "KID-TWO go")),
             text("WAITING"),
         ],
     );
@@ -915,18 +913,7 @@ async fn a_failing_background_child_is_a_notice_and_interrupt_and_list_agents_wo
     fake.push_for(
         "PARENT-M9",
         [
-            calls(&[
-                (
-                    "a",
-                    "subagent",
-                    json!({"description": "doomed", "prompt": "KID-FAIL try"}),
-                ),
-                (
-                    "b",
-                    "subagent",
-                    json!({"description": "slow one", "prompt": "KID-SLOW wait"}),
-                ),
-            ]),
+            two_spawns(("doomed", "KID-FAIL try"), ("slow one", "KID-SLOW wait")),
             text("both started"),
         ],
     );

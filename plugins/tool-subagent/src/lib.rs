@@ -224,7 +224,12 @@ impl State {
                         output: a.output,
                     })
                     .await?;
-                let id = sent.message_id.as_str().unwrap_or_default().to_owned();
+                // The inbox's id, as it took it (a string; anything else
+                // is shown as the JSON it is, never as nothing).
+                let id = match &sent.message_id {
+                    Value::String(id) => id.clone(),
+                    other => other.to_string(),
+                };
                 text_reply(&format!(
                     "report accepted by the agent that started you as message {id}"
                 ))
