@@ -16,9 +16,8 @@ pub fn stop_reason(reason: Option<&TurnEndReason>) -> StopReason {
         Some(TurnEndReason::Aborted { .. }) | None => StopReason::Aborted,
         Some(TurnEndReason::MaxTokens) => StopReason::MaxTokens,
         Some(TurnEndReason::Blocked) => StopReason::Refusal,
-        Some(
-            TurnEndReason::Error { .. } | TurnEndReason::Interrupted | TurnEndReason::Other(_),
-        ) => StopReason::Error,
+        Some(TurnEndReason::Error { .. } | TurnEndReason::Interrupted) => StopReason::Error,
+        Some(TurnEndReason::Other(_)) => StopReason::Abnormal,
     }
 }
 
@@ -27,6 +26,14 @@ pub fn diagnostic(reason: Option<&TurnEndReason>) -> Option<String> {
     match reason {
         Some(TurnEndReason::Error { error }) => Some(format!("{}: {}", error.code, error.message)),
         Some(TurnEndReason::Interrupted) => Some("the process died mid-turn".to_owned()),
+        // The reason's own kind, as the original names an abnormal end.
+        Some(TurnEndReason::Other(other)) => Some(
+            other
+                .get("kind")
+                .and_then(|k| k.as_str())
+                .unwrap_or("unknown")
+                .to_owned(),
+        ),
         _ => None,
     }
 }
@@ -44,8 +51,9 @@ pub fn final_output(events: &[SessionEvent]) -> String {
         .unwrap_or_default()
 }
 
-/// The first line of a settlement notice.
-pub fn summary(child: &str, stop: StopReason) -> String {
+/// The first line of a settlement notice (`diagnostic` names an abnormal
+/// end's reason).
+pub fn summary(child: &str, stop: StopReason, diagnostic: Option<&str>) -> String {
     let subject = format!("Background subagent {child}");
     match stop {
         StopReason::Completed => {
@@ -55,6 +63,10 @@ pub fn summary(child: &str, stop: StopReason) -> String {
         StopReason::MaxTokens => format!("{subject} ran out of room before it finished."),
         StopReason::Refusal => format!("{subject} declined the task."),
         StopReason::Error => format!("{subject} failed before it finished."),
+        StopReason::Abnormal => format!(
+            "{subject} ended abnormally ({}) before it finished.",
+            diagnostic.unwrap_or("unknown")
+        ),
     }
 }
 
@@ -74,8 +86,8 @@ fn bounded(text: &str) -> String {
 
 /// The notice a parent gets when `child`'s run settles: the summary, then
 /// the closing message (or that there was none).
-pub fn notice(child: &str, stop: StopReason, output: &str) -> Message {
-    let summary = summary(child, stop);
+pub fn notice(child: &str, stop: StopReason, diagnostic: Option<&str>, output: &str) -> Message {
+    let summary = summary(child, stop, diagnostic);
     let mut content = vec![ContentBlock::text(summary.clone())];
     if output.trim().is_empty() {
         content.push(ContentBlock::text("It left no closing message."));
@@ -123,7 +135,7 @@ mod tests {
 
     #[test]
     fn a_notice_says_how_it_ended_and_carries_the_closing_message() {
-        let m = notice("kid", StopReason::Completed, "all done");
+        let m = notice("kid", StopReason::Completed, None, "all done");
         let v = serde_json::to_value(&m).unwrap();
         assert_eq!(
             v["content"],
@@ -136,11 +148,18 @@ mod tests {
         assert_eq!(v["source"]["kind"], "subagent-settled");
         assert_eq!(v["source"]["form"], "notice");
         assert_eq!(v["source"]["senderSessionId"], "kid");
-        let silent = serde_json::to_value(notice("kid", StopReason::Error, " ")).unwrap();
+        let silent = serde_json::to_value(notice("kid", StopReason::Error, None, " ")).unwrap();
         assert_eq!(silent["content"][1]["text"], "It left no closing message.");
         assert_eq!(
             silent["content"][0]["text"],
             "Background subagent kid failed before it finished."
+        );
+        let odd = serde_json::json!({"kind": "timeout"});
+        let reason: TurnEndReason = serde_json::from_value(odd).unwrap();
+        let (stop, why) = (stop_reason(Some(&reason)), diagnostic(Some(&reason)));
+        assert_eq!(
+            summary("kid", stop, why.as_deref()),
+            "Background subagent kid ended abnormally (timeout) before it finished."
         );
     }
 

@@ -183,7 +183,7 @@ pub async fn watch(ctx: Context, table: Shared, child: String, from: u64) {
     // The notice is in the parent's inbox before the child counts as
     // settled: whoever waits for the settlement then finds the parent
     // woken by it.
-    let notice = outcome::notice(&child, run.stop, &run.output);
+    let notice = outcome::notice(&child, run.stop, run.diagnostic.as_deref(), &run.output);
     let sent = if entry.stopped_with_parent || gone {
         agents.inject(&entry.parent, notice).await
     } else {

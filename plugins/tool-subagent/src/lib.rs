@@ -382,14 +382,17 @@ impl State {
 /// words): the headline, the diagnostic, the partial output.
 fn failure_text(stop: StopReason, diagnostic: Option<&str>, output: &str) -> String {
     let mut text = match stop {
-        StopReason::Aborted => "subagent run was cancelled",
-        StopReason::Error => "subagent run failed",
-        StopReason::MaxTokens => "subagent run hit its token limit before finishing",
-        StopReason::Refusal => "subagent declined the task",
-        StopReason::Completed => "subagent run completed",
-    }
-    .to_owned();
-    if let Some(d) = diagnostic {
+        StopReason::Aborted => "subagent run was cancelled".to_owned(),
+        StopReason::Error => "subagent run failed".to_owned(),
+        StopReason::MaxTokens => "subagent run hit its token limit before finishing".to_owned(),
+        StopReason::Refusal => "subagent declined the task".to_owned(),
+        StopReason::Abnormal => format!(
+            "subagent run ended abnormally ({})",
+            diagnostic.unwrap_or("unknown")
+        ),
+        StopReason::Completed => "subagent run completed".to_owned(),
+    };
+    if let Some(d) = diagnostic.filter(|_| stop != StopReason::Abnormal) {
         text.push_str("\nDiagnostic: ");
         text.push_str(d);
     }

@@ -207,6 +207,9 @@ pub enum StopReason {
     MaxTokens,
     /// It declined (a hook stopped its turn).
     Refusal,
+    /// Its turn ended for a reason of another plugin's (named by the
+    /// outcome's `diagnostic`).
+    Abnormal,
 }
 
 /// Reply of `start`: how the one-shot child's run went.
