@@ -471,11 +471,7 @@ async fn a_running_subagent_is_a_live_line_and_agents_lists_it() {
     let gate = dsh_testkit::fake_llm::Gate::new();
     fake.push_for(
         "PTY-KID",
-        [dsh_testkit::fake_llm::Answer::Gated(
-            vec![],
-            gate.clone(),
-            dsh_testkit::fake_llm::text_payloads("kid finished"),
-        )],
+        [dsh_testkit::fake_llm::gated_text("kid finished", &gate)],
     );
     fake.push_for(
         "PTY-PARENT",

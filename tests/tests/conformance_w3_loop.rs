@@ -11,7 +11,7 @@
 use dsh_sdk::names::{agent_loop, agents, code, llm, service};
 use dsh_sdk::vocab::event;
 use dsh_testkit::agent::{core_host, events, idle, logged, new_agent, of_type, send, user_texts};
-use dsh_testkit::fake_llm::{text, text_payloads, Answer, FakeLlm, Gate};
+use dsh_testkit::fake_llm::{held_text, text, Answer, FakeLlm, Gate};
 use dsh_testkit::fixtures::{kit_row, toml_value};
 use dsh_testkit::TestHost;
 use serde_json::{json, Value};
@@ -35,14 +35,6 @@ async fn setup_holding(extra: &str) -> (TestHost, FakeLlm) {
         rows.replace(KIT_IDLE_TIMEOUT, HELD_IDLE_TIMEOUT) + extra
     })
     .await
-}
-
-/// An answer `answer` whose stream is held after its first delta until
-/// `gate` opens.
-fn held_text(answer: &str, gate: &Gate) -> Answer {
-    let mut payloads = text_payloads(answer);
-    let rest = payloads.split_off(1);
-    Answer::Gated(payloads, gate.clone(), rest)
 }
 
 /// The `user/message` texts of the DeepSeek request body `body`.

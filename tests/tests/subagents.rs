@@ -10,7 +10,9 @@ use std::time::Duration;
 use dsh_sdk::names::{agent_loop, agents, service, subagents};
 use dsh_sdk::vocab::event;
 use dsh_testkit::agent::{core_host, events, idle, new_agent, of_type, send, turn, wait_log};
-use dsh_testkit::fake_llm::{calls, text, text_payloads, tool_calls, Answer, FakeLlm, Gate};
+use dsh_testkit::fake_llm::{
+    calls, gated_text, held_text, text, tool_calls, Answer, FakeLlm, Gate,
+};
 use dsh_testkit::TestHost;
 use serde_json::{json, Value};
 
@@ -290,14 +292,8 @@ async fn a_fork_child_starts_from_the_parents_completed_turns() {
 async fn two_background_children_run_at_once_and_both_notices_wake_the_idle_parent() {
     let (t, fake) = host().await;
     let (g1, g2) = (Gate::new(), Gate::new());
-    fake.push_for(
-        "KID-ONE",
-        [Answer::Gated(vec![], g1.clone(), text_payloads("R-ONE"))],
-    );
-    fake.push_for(
-        "KID-TWO",
-        [Answer::Gated(vec![], g2.clone(), text_payloads("R-TWO"))],
-    );
+    fake.push_for("KID-ONE", [gated_text("R-ONE", &g1)]);
+    fake.push_for("KID-TWO", [gated_text("R-TWO", &g2)]);
     fake.push_for(
         "PARENT-2",
         [
@@ -399,14 +395,7 @@ async fn the_depth_cap_refuses_the_fourth_level() {
 async fn cancelling_the_parent_stops_its_running_child_and_every_log_stays_balanced() {
     let (t, fake) = host().await;
     let (kid_gate, parent_gate) = (Gate::new(), Gate::new());
-    fake.push_for(
-        "KID-C",
-        [Answer::Gated(
-            text_payloads("working ")[..1].to_vec(),
-            kid_gate.clone(),
-            text_payloads("late"),
-        )],
-    );
+    fake.push_for("KID-C", [held_text("working late", &kid_gate)]);
     fake.push_for(
         "PARENT-C",
         [
@@ -414,11 +403,7 @@ async fn cancelling_the_parent_stops_its_running_child_and_every_log_stays_balan
                 "subagent",
                 json!({"description": "slow", "prompt": "KID-C go"}),
             )]),
-            Answer::Gated(
-                text_payloads("thinking ")[..1].to_vec(),
-                parent_gate.clone(),
-                text_payloads("late"),
-            ),
+            held_text("thinking late", &parent_gate),
         ],
     );
     let parent = new_agent(&t, "/tmp").await;
@@ -714,7 +699,7 @@ async fn send_message_to_an_agent_that_is_not_ones_child_touches_nothing() {
                 "send_message",
                 json!({"subagent_id": parent, "message": "hi"}),
             )]),
-            Answer::Gated(vec![], gate.clone(), text_payloads("kid done")),
+            gated_text("kid done", &gate),
         ],
     );
     fake.push_for(
@@ -860,10 +845,7 @@ async fn a_child_works_in_its_parents_mode_and_nobody_is_asked_for_it() {
     use dsh_sdk::names::permission;
     let (t, fake) = host().await;
     let gate = Gate::new();
-    fake.push_for(
-        "KID-H5",
-        [Answer::Gated(vec![], gate.clone(), text_payloads("done"))],
-    );
+    fake.push_for("KID-H5", [gated_text("done", &gate)]);
     fake.push_for(
         "PARENT-H5",
         [tool_calls(&[(
@@ -902,14 +884,7 @@ async fn a_failing_background_child_is_a_notice_and_interrupt_and_list_agents_wo
     let failing = || Answer::Status(500, vec![], "{\"error\":{\"message\":\"boom\"}}".into());
     fake.push_for("KID-FAIL", (0..12).map(|_| failing()));
     let gate = Gate::new();
-    fake.push_for(
-        "KID-SLOW",
-        [Answer::Gated(
-            text_payloads("partial ")[..1].to_vec(),
-            gate.clone(),
-            text_payloads("late"),
-        )],
-    );
+    fake.push_for("KID-SLOW", [held_text("partial late", &gate)]);
     fake.push_for(
         "PARENT-M9",
         [

@@ -126,6 +126,20 @@ pub fn text_payloads(answer: &str) -> Vec<String> {
     }
 }
 
+/// A text answer held after its first delta until `gate` opens (a stream
+/// a test can cancel or race against, whatever the machine's speed).
+pub fn held_text(answer: &str, gate: &Gate) -> Answer {
+    let mut payloads = text_payloads(answer);
+    let rest = payloads.split_off(1.min(payloads.len()));
+    Answer::Gated(payloads, gate.clone(), rest)
+}
+
+/// A text answer that sends nothing until `gate` opens (a request that
+/// stays in flight).
+pub fn gated_text(answer: &str, gate: &Gate) -> Answer {
+    Answer::Gated(Vec::new(), gate.clone(), text_payloads(answer))
+}
+
 /// `text` streamed slowly (`ms` before each event).
 pub fn slow_text(answer: &str, ms: u64) -> Answer {
     match text(answer) {

@@ -229,6 +229,39 @@ fn ensure(v: Result<Value, dsh_sdk::Error>) -> Result<Value> {
     v.map_err(|e| anyhow::anyhow!("{e}"))
 }
 
+/// A new agent on the fake route `fake/m`, working in `cwd`: its id.
+async fn new_agent(h: &Host, cwd: &Path) -> Result<String> {
+    let created = ensure(
+        h.call(
+            service::AGENT_LOOP,
+            agent_loop::CREATE,
+            json!({"agentOptions": {"provider": "fake", "model": "m"}, "meta": {"cwd": cwd}}),
+        )
+        .await,
+    )?;
+    created["agent"]
+        .as_str()
+        .map(str::to_owned)
+        .context("agentLoop.create answered no agent")
+}
+
+/// Sends `text` to `agent` and waits until it is idle: the `whenIdle`
+/// reply.
+async fn run_turn(h: &Host, agent: &str, text: &str) -> Result<Value> {
+    ensure(
+        h.call(
+            service::AGENTS,
+            agents::FOLLOWUP,
+            json!({"agent": agent, "message": {"text": text}}),
+        )
+        .await,
+    )?;
+    ensure(
+        h.call(service::AGENTS, agents::WHEN_IDLE, json!({"agent": agent}))
+            .await,
+    )
+}
+
 /// Writes `home/p.toml`, a patch pointing the headless profile's adapter
 /// at the fake server at `url` (no key); its path.
 fn headless_patch(home: &Path, url: &str) -> Result<PathBuf> {
@@ -416,27 +449,8 @@ async fn bench_steps(steps: usize, compaction: bool) -> Result<Vec<f64>> {
     let call = dsh_testkit::fake_llm::tool_calls(&[("read", json!({"file_path": "f.txt"}))]);
     fake.push(std::iter::repeat_n(call, steps));
     fake.push([dsh_testkit::fake_llm::text("done")]);
-    let agent = ensure(
-        h.call(
-            service::AGENT_LOOP,
-            agent_loop::CREATE,
-            json!({"agentOptions": {"provider": "fake", "model": "m"}, "meta": {"cwd": home.0}}),
-        )
-        .await,
-    )?;
-    let agent = agent["agent"].clone();
-    ensure(
-        h.call(
-            service::AGENTS,
-            agents::FOLLOWUP,
-            json!({"agent": agent, "message": {"text": "go"}}),
-        )
-        .await,
-    )?;
-    let r = ensure(
-        h.call(service::AGENTS, agents::WHEN_IDLE, json!({"agent": agent}))
-            .await,
-    )?;
+    let agent = new_agent(&h, &home.0).await?;
+    let r = run_turn(&h, &agent, "go").await?;
     anyhow::ensure!(
         r["reason"]["kind"] == "completed",
         "turn ended {}",
@@ -886,32 +900,11 @@ async fn delegation_host(
         core_rows(&fake.base_url, &home.join("sessions"))
     );
     h.apply(tree(&rows)?).await;
-    let agent = ensure(
-        h.call(
-            service::AGENT_LOOP,
-            agent_loop::CREATE,
-            json!({"agentOptions": {"provider": "fake", "model": "m"}, "meta": {"cwd": home}}),
-        )
-        .await,
-    )?["agent"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
+    let agent = new_agent(&h, home).await?;
     fake.push_for("BENCH-PARENT", [dsh_testkit::fake_llm::text("ready")]);
     // The children's answers, and the parent's to their notices.
     fake.set_fallback(dsh_testkit::fake_llm::text("done"));
-    ensure(
-        h.call(
-            service::AGENTS,
-            agents::FOLLOWUP,
-            json!({"agent": agent, "message": {"text": "BENCH-PARENT hello"}}),
-        )
-        .await,
-    )?;
-    ensure(
-        h.call(service::AGENTS, agents::WHEN_IDLE, json!({"agent": agent}))
-            .await,
-    )?;
+    run_turn(&h, &agent, "BENCH-PARENT hello").await?;
     Ok((h, agent))
 }
 
@@ -963,14 +956,7 @@ async fn bench_parent_with_children(steps: usize, children: usize) -> Result<(f6
     let rss0 = procfs::rss_bytes();
     for i in 0..children {
         let marker = format!("BENCH-KID-{i}");
-        fake.push_for(
-            &marker,
-            [dsh_testkit::fake_llm::Answer::Gated(
-                vec![],
-                gate.clone(),
-                dsh_testkit::fake_llm::text_payloads("done"),
-            )],
-        );
+        fake.push_for(&marker, [dsh_testkit::fake_llm::gated_text("done", &gate)]);
         ensure(
             h.call(
                 service::SUBAGENTS,
@@ -992,18 +978,7 @@ async fn bench_parent_with_children(steps: usize, children: usize) -> Result<(f6
     fake.push_for("BENCH-PARENT", std::iter::repeat_n(call, steps));
     fake.push_for("BENCH-PARENT", [dsh_testkit::fake_llm::text("done")]);
     let first = fake.requests().len();
-    ensure(
-        h.call(
-            service::AGENTS,
-            agents::FOLLOWUP,
-            json!({"agent": parent, "message": {"text": "go"}}),
-        )
-        .await,
-    )?;
-    ensure(
-        h.call(service::AGENTS, agents::WHEN_IDLE, json!({"agent": parent}))
-            .await,
-    )?;
+    run_turn(&h, &parent, "go").await?;
     let times = fake.request_times()[first..].to_vec();
     gate.open();
     ensure(
