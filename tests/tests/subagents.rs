@@ -573,6 +573,32 @@ async fn a_definition_files_tools_and_persona_reach_the_child_and_an_edit_applie
         ["reviewed once", "reviewed twice"]
     );
     // (The malformed file beside it was skipped.)
+
+    // A kind no file defines is a clear error naming those that exist;
+    // no child is made, and the parent's turn goes on.
+    let before = fake.requests().len();
+    fake.push_for(
+        "PARENT-DEF",
+        [
+            tool_calls(&[(
+                "subagent",
+                json!({"description": "x", "prompt": "DEF-KID-3", "subagent_type": "nope"}),
+            )]),
+            text("ok"),
+        ],
+    );
+    let reason = turn(&t, &parent, "PARENT-DEF unknown kind").await;
+    assert_eq!(reason["kind"], "completed");
+    let results = tool_result_texts(&events(&t, &parent).await);
+    assert_eq!(
+        results.last().unwrap(),
+        "Error: unknown subagent_type \"nope\"; available: reviewer"
+    );
+    assert_eq!(
+        fake.requests().len(),
+        before + 2,
+        "no child asked the model"
+    );
 }
 
 #[tokio::test]
