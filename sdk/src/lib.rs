@@ -48,6 +48,7 @@ mod logging;
 pub mod names;
 pub mod payload;
 pub mod process;
+pub mod scopes;
 pub mod terminal_text;
 pub mod tool;
 mod unwind;

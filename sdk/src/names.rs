@@ -103,6 +103,13 @@ pub mod sessions {
         /// Closes `{id}`; answers once every [`super::bus::SESSION_DISPOSED`]
         /// listener has (the store's final write done, its lock released).
         CLOSE = "close";
+        /// Announces an unpublished session `{id}`: emits
+        /// [`super::bus::SESSION_CREATED`] with what it holds; false when it
+        /// was published already.
+        PUBLISH = "publish";
+        /// Takes back a session `{id}` whose creation failed: unpublished,
+        /// it goes without a trace; published, it is closed.
+        DISCARD = "discard";
     }
 }
 
@@ -317,6 +324,13 @@ pub mod agent_loop {
         /// (a front end handing its agent to its next generation; a dsh
         /// extension).
         RELEASE = "release";
+        /// Publishes an agent `{agent}` made with `setup: true`: its session
+        /// is announced, then the agent (`session/created`, `agent/created`,
+        /// `agent/session-start`); the caller owns it from then on.
+        COMMIT = "commit";
+        /// Rolls back an agent `{agent}` made with `setup: true`: its scope
+        /// closes and its session goes, nothing of it having been announced.
+        ABANDON = "abandon";
     }
 }
 
@@ -482,6 +496,16 @@ pub mod bus {
         AGENT_CREATED = "agent/created";
         /// Emitted by `agent-loop` when an agent is disposed.
         AGENT_DISPOSED = "agent/disposed";
+        /// Dispatched (awaited) by `agent-loop` when an agent's scope opens,
+        /// before its creator's setup: registrations scoped to its id are
+        /// accepted again if an earlier agent of that id closed its scope.
+        AGENT_SCOPE_OPENED = "agent/scope-opened";
+        /// Dispatched (awaited) by `agent-loop` when an agent's scope
+        /// closes: after a disposed agent drained and before
+        /// `agent/disposed`, or when its creation is rolled back. Every
+        /// registration scoped to it goes, and later ones are refused with
+        /// `INACTIVE_EFFECT`.
+        AGENT_SCOPE_CLOSED = "agent/scope-closed";
         /// Emitted by `agent-loop` when an agent's session starts
         /// (`source`: `startup` or `resume`).
         AGENT_SESSION_START = "agent/session-start";
@@ -554,6 +578,13 @@ pub mod code {
         SESSION_NOT_FOUND = "SESSION_NOT_FOUND";
         /// No live agent has this id.
         AGENT_NOT_FOUND = "AGENT_NOT_FOUND";
+        /// `agentLoop.commit`/`abandon` of an agent with no creation under
+        /// way (never prepared, committed already, or rolled back because
+        /// its creator or the agent loop went).
+        NOT_PENDING = "NOT_PENDING";
+        /// A registration scoped to an agent whose scope has closed (the
+        /// agent was disposed or its creation rolled back).
+        INACTIVE_EFFECT = "INACTIVE_EFFECT";
         /// A session with this id exists already.
         SESSION_ALREADY_EXISTS = "SESSION_ALREADY_EXISTS";
         /// A stored session cannot be read back.

@@ -44,6 +44,7 @@ fn subagent(id: Option<&str>) -> CreateParams {
             origin: Some(SessionOrigin::Subagent),
             delegation_depth: Some(2),
         }),
+        ..Default::default()
     }
 }
 

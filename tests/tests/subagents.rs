@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use dsh_sdk::names::{agent_loop, agents, service, subagents};
+use dsh_sdk::names::{agent_loop, agents, code, service, subagents};
 use dsh_sdk::vocab::event;
 use dsh_testkit::agent::{core_host, events, idle, new_agent, of_type, send, turn, wait_log};
 use dsh_testkit::fake_llm::{
@@ -705,9 +705,24 @@ async fn an_agents_own_registrations_die_with_it() {
             .await,
     );
     assert!(!seen.contains(&"mine".to_owned()) && seen.contains(&"read".to_owned()));
-    t.call(service::TOOLS, tools::REGISTER, tool).await;
-    t.call(service::SYSTEM_PROMPT, system_prompt::SECTION, section)
-        .await;
+    // Its scope has closed: a registration racing its disposal is refused
+    // (INACTIVE_EFFECT), never left behind.
+    for (svc, method, params) in [
+        (service::TOOLS, tools::REGISTER, tool),
+        (service::SYSTEM_PROMPT, system_prompt::SECTION, section),
+        (
+            service::TOOLS,
+            tools::RESTRICT,
+            json!({"scope": a, "deny": ["read"]}),
+        ),
+    ] {
+        let refused = t.host.call(svc, method, params).await.unwrap_err();
+        assert_eq!(
+            refused.code,
+            code::INACTIVE_EFFECT,
+            "{svc}.{method}: {refused}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -1,5 +1,6 @@
 //! `agent-loop`: agents and the turn/step algorithm (reference dsh-core §4).
 
+mod creation;
 mod driver;
 mod inbox;
 mod new_session;
@@ -14,7 +15,7 @@ use std::rc::Rc;
 
 use dsh_sdk::api::agent_loop::{
     AgentOptions, AgentRef, ConfigStartFailed, CreateMeta, CreateParams, InboxMessage, MaxTokens,
-    ResumeParams, SessionSource, SessionStart, StatusChanged,
+    ResumeParams, StatusChanged,
 };
 use dsh_sdk::api::agents::{MaintenanceTask, RunStatus, SendReply, WhenIdleReply};
 use dsh_sdk::api::session_persistence::SessionPersistence;
@@ -44,7 +45,7 @@ pub(crate) const MAX_STEPS_FIELD: &str = "maxStepsPerTurn";
 pub(crate) const STEP_LIMIT: &str = "STEP_LIMIT";
 /// JavaScript's `Number.MAX_SAFE_INTEGER`: the largest `maxTokens` the
 /// original accepts (a "positive safe integer").
-const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+pub(crate) const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
 
 #[derive(Deserialize, Clone)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
@@ -241,6 +242,8 @@ pub(crate) type Agents = Rc<RefCell<HashMap<String, Agent>>>;
 pub(crate) struct Loop {
     pub ctx: Context,
     pub agents: Agents,
+    /// Agents made and not announced yet (see `creation`).
+    pub pending: Rc<RefCell<HashMap<String, creation::Pending>>>,
     pub config: Config,
 }
 
@@ -275,16 +278,16 @@ impl Loop {
         Ok(a.inbox_lock.clone())
     }
 
-    /// Adds an agent for session `id`; `summary` is what `sessions.resume`
-    /// returns (none for a new session). Fails, adding nothing, when a
-    /// logged inbox splice does not replay.
-    fn register(
+    /// An agent for session `id`; `summary` is what `sessions.resume`
+    /// returns (none for a new session). Fails when a logged inbox splice
+    /// does not replay.
+    fn build(
         &self,
         id: &str,
         options: &AgentOptions,
         cwd: Option<String>,
         summary: Option<&ResumeReply>,
-    ) -> Result<()> {
+    ) -> Result<Agent> {
         let inbox = match summary {
             Some(s) => {
                 if s.splice_seqs.len() != s.splices.len() {
@@ -348,55 +351,7 @@ impl Loop {
             first_request: true,
             wake_requested: false,
         };
-        self.agents.borrow_mut().insert(id.to_owned(), agent);
-        let created = AgentRef {
-            agent: id.to_owned(),
-        };
-        self.notify(bus::AGENT_CREATED, &created);
-        Ok(())
-    }
-
-    async fn create(&self, params: &CreateParams) -> Result<AgentRef> {
-        let options = &params.agent_options;
-        if let Some(mt) = options.max_tokens.as_ref().filter(|v| !v.is_null()) {
-            if mt.get().is_none_or(|n| n == 0 || n > MAX_SAFE_INTEGER) {
-                return Err(Error::new(
-                    codes::INVALID_PAYLOAD,
-                    "agent maxTokens must be a positive safe integer",
-                ));
-            }
-        }
-        let args = new_session::session_create(params);
-        let cwd = args.meta.as_ref().and_then(|m| m.cwd.clone());
-        let id = Sessions::new(&self.ctx).create(&args).await?.id;
-        self.register(&id, options, cwd, None)?;
-        let start = SessionStart {
-            agent: id.clone(),
-            source: SessionSource::Startup,
-        };
-        self.notify(bus::AGENT_SESSION_START, &start);
-        Ok(AgentRef { agent: id })
-    }
-
-    async fn resume(&self, params: &ResumeParams) -> Result<AgentRef> {
-        let id = params.session_id.clone();
-        if self.agents.borrow().contains_key(&id) {
-            return Ok(AgentRef { agent: id });
-        }
-        let sessions = Sessions::new(&self.ctx);
-        let summary = sessions.resume(&id).await?;
-        let cwd = summary.header.cwd.clone();
-        if let Err(e) = self.register(&id, &params.agent_options, cwd, Some(&summary)) {
-            // No agent: release the session the resume made live.
-            let _ = sessions.close(&id).await;
-            return Err(e);
-        }
-        let start = SessionStart {
-            agent: id.clone(),
-            source: SessionSource::Resume,
-        };
-        self.notify(bus::AGENT_SESSION_START, &start);
-        Ok(AgentRef { agent: id })
+        Ok(agent)
     }
 
     /// Starts the configured `agents[]` (reference §4.7), in order. Without
@@ -413,8 +368,10 @@ impl Loop {
                     let params = ResumeParams {
                         session_id: resume_id.to_owned(),
                         agent_options: options,
+                        setup: false,
                     };
-                    ("resume", resume_id.to_owned(), self.resume(&params).await)
+                    let resumed = self.resume(None, &params).await;
+                    ("resume", resume_id.to_owned(), resumed)
                 }
                 None => {
                     let id = a
@@ -428,10 +385,11 @@ impl Loop {
                             cwd: Some(cwd),
                             ..CreateMeta::default()
                         }),
+                        ..CreateParams::default()
                     };
                     let outcome = match &a.session_id {
                         Some(exact) => self.restore_or_create(exact, &create).await,
-                        None => self.create(&create).await,
+                        None => self.create(None, &create).await,
                     };
                     ("restore", id, outcome)
                 }
@@ -457,10 +415,14 @@ impl Loop {
     /// (corrupt, unreadable) fails.
     async fn restore_or_create(&self, id: &str, create: &CreateParams) -> Result<AgentRef> {
         let resumed = self
-            .resume(&ResumeParams {
-                session_id: id.to_owned(),
-                agent_options: create.agent_options.clone(),
-            })
+            .resume(
+                None,
+                &ResumeParams {
+                    session_id: id.to_owned(),
+                    agent_options: create.agent_options.clone(),
+                    setup: false,
+                },
+            )
             .await;
         let Err(error) = resumed else {
             return resumed;
@@ -474,7 +436,7 @@ impl Loop {
         if stored {
             return Err(error);
         }
-        self.create(create).await
+        self.create(None, create).await
     }
 
     /// `runMaintenance(task)` of reference §4.3: from idle only, runs
@@ -548,7 +510,27 @@ impl Loop {
             return;
         }
         let _ = self.when_idle(agent).await;
-        if self.agents.borrow_mut().remove(agent).is_some() {
+        let Some(registration) = self
+            .agents
+            .borrow()
+            .get(agent)
+            .map(|a| a.registration.clone())
+        else {
+            return;
+        };
+        // Drained; now what was registered in its scope goes, then the
+        // agent, then its session.
+        let scope = AgentRef {
+            agent: agent.to_owned(),
+        };
+        if let Err(e) = self.ctx.parallel(bus::AGENT_SCOPE_CLOSED, scope).await {
+            dsh_sdk::tracing::warn!("closing the scope of disposed agent {agent}: {e}");
+        }
+        let same = {
+            let agents = self.agents.borrow();
+            agents.get(agent).map(|a| a.registration.as_str()) == Some(registration.as_str())
+        };
+        if same && self.agents.borrow_mut().remove(agent).is_some() {
             let disposed = AgentRef {
                 agent: agent.to_owned(),
             };
@@ -900,6 +882,7 @@ impl Plugin for AgentLoop {
         let l = Loop {
             ctx: ctx.clone(),
             agents: Rc::default(),
+            pending: Rc::default(),
             config,
         };
         let l2 = l.clone();
@@ -924,6 +907,8 @@ impl Plugin for AgentLoop {
                 let _ = l4.cancel(&id, CancelCause::Disposed, true).await;
                 let _ = l4.when_idle(&id).await;
             }
+            // Creations under way publish nothing.
+            l4.abandon_all().await;
         });
         Ok(())
     }

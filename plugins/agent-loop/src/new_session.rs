@@ -38,6 +38,8 @@ pub(crate) fn session_create(params: &CreateParams) -> sessions::CreateParams {
         meta: Some(sessions::CreateMeta {
             cwd: meta.and_then(|m| m.cwd.clone()),
         }),
+        // Announced by the commit of the creation transaction.
+        unpublished: true,
         ..sessions::CreateParams::default()
     }
 }

@@ -144,9 +144,13 @@ fn select_model(l: &Loop, req: &Request) -> Result<Reply> {
             ))
         }
     };
-    let mut agents = l.agents.borrow_mut();
-    let a = agents.get_mut(&p.agent).ok_or_else(|| no_agent(&p.agent))?;
-    a.selection = selection;
+    if let Some(a) = l.agents.borrow_mut().get_mut(&p.agent) {
+        a.selection = selection;
+        return Ok(Value::Null.into());
+    }
+    // A pending agent's route is part of its setup.
+    l.pending_mut(&p.agent, |a| a.selection = selection)
+        .ok_or_else(|| no_agent(&p.agent))?;
     Ok(Value::Null.into())
 }
 
@@ -188,6 +192,15 @@ pub(crate) async fn handle_loop(l: Loop, req: Request) -> Result<Reply> {
     match req.method.as_str() {
         agent_loop::CREATE => create(&l, &req).await,
         agent_loop::RESUME => resume(&l, &req).await,
+        agent_loop::COMMIT => {
+            let p: AgentParams = params(&req, AGENT)?;
+            Reply::json(l.publish(Some(&req), &p.agent).await?)
+        }
+        agent_loop::ABANDON => {
+            let p: AgentParams = params(&req, AGENT)?;
+            l.abandon(&p.agent).await?;
+            Ok(Value::Null.into())
+        }
         agent_loop::LIST => list(&l),
         agent_loop::RELEASE => {
             let p: AgentParams = params(&req, AGENT)?;
@@ -198,12 +211,11 @@ pub(crate) async fn handle_loop(l: Loop, req: Request) -> Result<Reply> {
     }
 }
 
-/// `create`: the agent belongs to the caller.
+/// `create`: the agent belongs to the caller (once committed, with
+/// `setup`).
 async fn create(l: &Loop, req: &Request) -> Result<Reply> {
     let p: CreateParams = params(req, &[])?;
-    let created = l.create(&p).await?;
-    l.own(req, &created);
-    Reply::json(created)
+    Reply::json(l.create(Some(req), &p).await?)
 }
 
 /// `resume`: a resumed agent belongs to the caller; a live one keeps the
@@ -211,10 +223,11 @@ async fn create(l: &Loop, req: &Request) -> Result<Reply> {
 /// it).
 async fn resume(l: &Loop, req: &Request) -> Result<Reply> {
     let p: ResumeParams = params(req, &[field::SESSION_ID])?;
-    let live = l.agents.borrow().get(&p.session_id).map(|a| a.released);
-    let resumed = l.resume(&p).await?;
-    // Not live (resumed from the store), or live and released.
-    if live != Some(false) {
+    let released = l.agents.borrow().get(&p.session_id).map(|a| a.released);
+    let resumed = l.resume(Some(req), &p).await?;
+    // Live and released: the caller takes it over (resumed from the store,
+    // the commit made the caller its owner).
+    if released == Some(true) {
         l.own(req, &resumed);
     }
     Reply::json(resumed)

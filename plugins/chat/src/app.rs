@@ -342,6 +342,7 @@ impl App {
             let params = ResumeParams {
                 session_id: agent.clone(),
                 agent_options: self.reopen_options(&current),
+                ..Default::default()
             };
             if AgentLoop::new(&self.ctx).resume(&params).await.is_ok() {
                 self.say_unreadable(&current).await;
@@ -380,6 +381,7 @@ impl App {
         let params = ResumeParams {
             session_id: agent.clone(),
             agent_options: self.reopen_options(&current),
+            ..Default::default()
         };
         let resumed = AgentLoop::new(&self.ctx).resume(&params).await?;
         let started_on = self.view.borrow().route.clone();
@@ -461,6 +463,7 @@ impl App {
                 cwd: Some(cwd.to_owned()),
                 ..CreateMeta::default()
             }),
+            ..Default::default()
         };
         let created = AgentLoop::new(&self.ctx).create(&params).await?;
         self.switch_to(created.agent);
@@ -494,6 +497,7 @@ impl App {
         let params = ResumeParams {
             session_id: id.to_owned(),
             agent_options: crate::route::for_resume(&current, &self.config),
+            ..Default::default()
         };
         let was_live = id == self.agent();
         let resumed = AgentLoop::new(&self.ctx).resume(&params).await?;

@@ -239,6 +239,7 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
             let params = ResumeParams {
                 session_id: id.clone(),
                 agent_options: options,
+                ..Default::default()
             };
             loop_.resume(&params).await?
         }
@@ -250,6 +251,7 @@ async fn run(ctx: Context, config: Config) -> Result<i32> {
                     cwd: Some(cwd.clone()),
                     ..CreateMeta::default()
                 }),
+                ..Default::default()
             };
             loop_.create(&params).await?
         }

@@ -8,20 +8,21 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
-use dsh_sdk::api::agent_loop::AgentRef;
 use dsh_sdk::api::permission::{
     preset, preset_name, AgentParams, ApprovalPolicy, PresetReply, SetPresetParams, PRESETS,
 };
 use dsh_sdk::fence::Mode;
-use dsh_sdk::names::{bus, code, permission, service};
+use dsh_sdk::names::{code, permission, service};
 use dsh_sdk::prelude::*;
-use dsh_sdk::Value;
+use dsh_sdk::scopes::ScopeWatch;
 
 /// The configured preset and each agent's switch.
 #[derive(Clone)]
 pub struct Presets {
     default: (Mode, ApprovalPolicy),
     agents: Rc<RefCell<BTreeMap<String, (Mode, ApprovalPolicy)>>>,
+    /// An agent's switch lives in its scope: refused once that closed.
+    scopes: ScopeWatch,
 }
 
 impl Presets {
@@ -30,6 +31,7 @@ impl Presets {
         Presets {
             default: (mode, approval),
             agents: Rc::default(),
+            scopes: ScopeWatch::default(),
         }
     }
 
@@ -77,6 +79,7 @@ impl Presets {
                 "setPreset needs an agent",
             ));
         }
+        self.scopes.check(Some(agent))?;
         if let Some(approval) = approval {
             chosen.1 = approval;
         }
@@ -110,12 +113,8 @@ pub fn provide(ctx: &Context, presets: &Presets) {
         }
     });
     let agents = presets.agents.clone();
-    ctx.on(bus::AGENT_DISPOSED, move |ev| {
-        let agents = agents.clone();
-        async move {
-            let AgentRef { agent } = ev.payload_as()?;
-            agents.borrow_mut().remove(&agent);
-            Ok(Value::Null)
-        }
+    presets.scopes.follow(ctx, move |agent| {
+        agents.borrow_mut().remove(agent);
+        Ok(())
     });
 }

@@ -14,8 +14,8 @@ use std::rc::Rc;
 use dsh_sdk::api::session_persistence::SessionPersistence;
 use dsh_sdk::api::sessions::{
     AppendManyParams, AppendParams, Boundary, CreateParams, CreateReply, ForkParams, ForkReply,
-    FromParams, HeaderAt, HeaderReply, IdParams, NewEvent, ResumeReply, SessionAppended,
-    SessionCreated, SessionRef, SurfaceReply,
+    FromParams, HeaderAt, HeaderReply, IdParams, NewEvent, ResumeParams, ResumeReply,
+    SessionAppended, SessionCreated, SessionRef, SurfaceReply,
 };
 use dsh_sdk::names::{bus, code, service, sessions};
 use dsh_sdk::prelude::*;
@@ -37,6 +37,22 @@ struct Session {
     /// The latest `request/context` record (`session.requestContext()`),
     /// folded as each event enters the log and answered as logged.
     request_context: Option<Value>,
+    /// Made but not announced yet (`unpublished`): what its
+    /// `session/created` will say about what is stored already.
+    unpublished: Option<Unpublished>,
+}
+
+/// The parts of a `session/created` that are fixed when an unpublished
+/// session is made; its events are the log from `stored` on as it stands
+/// when published.
+struct Unpublished {
+    stored: Option<u64>,
+    resumed: Option<bool>,
+    /// This making of the id, so its creator's cleanup never drops a
+    /// later session of the same id.
+    token: String,
+    /// The plugin making it: the only one that may `resume` it meanwhile.
+    creator: u64,
 }
 
 fn invalid(message: String) -> Error {
@@ -45,6 +61,13 @@ fn invalid(message: String) -> Error {
 
 fn not_found(id: &str) -> Error {
     Error::new(code::SESSION_NOT_FOUND, format!("no live session `{id}`"))
+}
+
+fn being_created(id: &str) -> Error {
+    Error::new(
+        code::SESSION_ALREADY_EXISTS,
+        format!("session `{id}` is being created"),
+    )
 }
 
 fn already_live(id: &str) -> Error {
@@ -241,6 +264,7 @@ impl Session {
             // As logged: the agent reads each and names a bad one by seq.
             splices: logged.iter().map(|e| e.data.value()).collect(),
             splice_seqs: logged.iter().map(|e| e.seq).collect(),
+            unpublished: self.unpublished.is_some(),
         })
     }
 
@@ -292,6 +316,7 @@ fn seeded(header: SessionHeader, seed: Option<Vec<SessionEvent>>) -> Result<Sess
         framing: Framing::default(),
         surface: Surface::default(),
         request_context: None,
+        unpublished: None,
     };
     let Some(seed) = seed else {
         return Ok(s);
@@ -322,14 +347,14 @@ fn seeded(header: SessionHeader, seed: Option<Vec<SessionEvent>>) -> Result<Sess
 /// owned by the fiber that created them (see the README).
 struct Log {
     ctx: Context,
-    live: RefCell<HashMap<String, Session>>,
+    live: Rc<RefCell<HashMap<String, Session>>>,
 }
 
 /// Dispatches a `sessions` request to its method, with its params parsed
 /// into the method's type (`INVALID_PAYLOAD` naming the field otherwise).
 async fn handle(log: Rc<Log>, req: Request) -> Result<Reply> {
     match req.method.as_str() {
-        sessions::CREATE => log.create(req.params_as()?),
+        sessions::CREATE => log.create(&req, req.params_as()?),
         sessions::APPEND => log.append(req.params_as()?),
         sessions::APPEND_MANY => log.append_many(req.params_as()?),
         sessions::EVENTS => log.events(req.params_as()?),
@@ -339,9 +364,11 @@ async fn handle(log: Rc<Log>, req: Request) -> Result<Reply> {
         sessions::HEADER => log.header(req.params_as()?),
         sessions::LIST => log.list(),
         sessions::FLUSH => log.flush(req.params_as()?).await,
-        sessions::RESUME => log.resume(req.params_as()?).await,
-        sessions::FORK => log.fork(req.params_as()?),
+        sessions::RESUME => log.resume(&req, req.params_as()?).await,
+        sessions::FORK => log.fork(&req, req.params_as()?),
         sessions::CLOSE => log.close(req.params_as()?).await,
+        sessions::PUBLISH => log.publish(req.params_as()?),
+        sessions::DISCARD => log.discard(req.params_as()?).await,
         _ => Err(req.unknown_method()),
     }
 }
@@ -363,13 +390,80 @@ impl Log {
         self.live.borrow().contains_key(id)
     }
 
-    /// Takes a new session in and tells persistence about it.
-    fn open(&self, id: String, session: Session, created: SessionCreated) -> Result<()> {
-        self.live.borrow_mut().insert(id, session);
-        self.ctx.emit(bus::SESSION_CREATED, created)
+    /// Takes a new session in and tells persistence about it, or, made
+    /// `unpublished` by `req`, keeps it quiet until `publish`; it is then
+    /// dropped if `req`'s plugin goes first (its creation never finished).
+    fn open(
+        &self,
+        req: &Request,
+        id: String,
+        mut session: Session,
+        created: SessionCreated,
+        unpublished: bool,
+    ) -> Result<()> {
+        if !unpublished {
+            self.live.borrow_mut().insert(id, session);
+            return self.ctx.emit(bus::SESSION_CREATED, created);
+        }
+        let token = new_id();
+        session.unpublished = Some(Unpublished {
+            stored: created.stored,
+            resumed: created.resumed,
+            token: token.clone(),
+            creator: req.caller,
+        });
+        self.live.borrow_mut().insert(id.clone(), session);
+        let live = Rc::downgrade(&self.live);
+        req.on_caller_gone(move || {
+            let Some(live) = live.upgrade() else { return };
+            let mut live = live.borrow_mut();
+            let same = live
+                .get(&id)
+                .and_then(|s| s.unpublished.as_ref())
+                .is_some_and(|u| u.token == token);
+            if same {
+                live.remove(&id);
+            }
+        });
+        Ok(())
     }
 
-    fn create(&self, p: CreateParams) -> Result<Reply> {
+    /// `publish`: announces an unpublished session with what it holds now.
+    fn publish(&self, p: IdParams) -> Result<Reply> {
+        let created = self.with_mut(&p.id, |s| {
+            Ok(s.unpublished.take().map(|u| SessionCreated {
+                header: s.header.clone(),
+                stored: u.stored,
+                resumed: u.resumed,
+                events: s.events[index(u.stored.unwrap_or(0)).min(s.events.len())..].to_vec(),
+            }))
+        })?;
+        let Some(created) = created else {
+            return Reply::json(false);
+        };
+        self.ctx.emit(bus::SESSION_CREATED, created)?;
+        Reply::json(true)
+    }
+
+    /// `discard`: an unpublished session goes without a trace; a published
+    /// one is closed (its `session/disposed` pairs its `session/created`).
+    async fn discard(&self, p: IdParams) -> Result<Reply> {
+        let unpublished = self
+            .live
+            .borrow()
+            .get(&p.id)
+            .map(|s| s.unpublished.is_some());
+        match unpublished {
+            Some(true) => {
+                self.live.borrow_mut().remove(&p.id);
+                Ok(Value::Null.into())
+            }
+            Some(false) => self.close(p).await,
+            None => Ok(Value::Null.into()),
+        }
+    }
+
+    fn create(&self, req: &Request, p: CreateParams) -> Result<Reply> {
         let id = p.id.unwrap_or_else(fresh_session_id);
         if self.is_live(&id) {
             return Err(already_live(&id));
@@ -414,7 +508,7 @@ impl Log {
             resumed: Some(resumed),
             events,
         };
-        self.open(id.clone(), session, created)?;
+        self.open(req, id.clone(), session, created, p.unpublished)?;
         Reply::json(CreateReply {
             id,
             header,
@@ -424,7 +518,12 @@ impl Log {
 
     fn append(&self, p: AppendParams) -> Result<Reply> {
         let AppendParams { id, event } = p;
-        let ev = self.with_mut(&id, |s| s.append(event))?;
+        let (ev, quiet) =
+            self.with_mut(&id, |s| Ok((s.append(event)?, s.unpublished.is_some())))?;
+        if quiet {
+            // Announced with the session, in its `session/created`.
+            return Reply::json(ev);
+        }
         self.ctx.emit(
             bus::SESSION_EVENT,
             SessionAppended {
@@ -444,7 +543,9 @@ impl Log {
         // Events before an invalid one stay appended, and are announced
         // like any other, so persistence never misses one.
         let mut appended = Vec::with_capacity(events.len());
+        let mut quiet = false;
         let outcome = self.with_mut(&id, |s| {
+            quiet = s.unpublished.is_some();
             let len = s.events.len() as u64;
             if let Some(expected) = expect_seq.filter(|e| *e != len) {
                 return Err(Error::new(
@@ -469,7 +570,8 @@ impl Log {
             Ok(())
         });
         let seqs: Vec<u64> = appended.iter().map(|e| e.seq).collect();
-        for event in appended {
+        // An unpublished session's events are announced with it.
+        for event in appended.into_iter().filter(|_| !quiet) {
             self.ctx.emit(
                 bus::SESSION_EVENT,
                 SessionAppended {
@@ -511,7 +613,11 @@ impl Log {
 
     fn list(&self) -> Result<Reply> {
         let live = self.live.borrow();
-        let mut ids: Vec<&String> = live.keys().collect();
+        let mut ids: Vec<&String> = live
+            .iter()
+            .filter(|(_, s)| s.unpublished.is_none())
+            .map(|(id, _)| id)
+            .collect();
         ids.sort();
         Reply::json(ids)
     }
@@ -519,8 +625,10 @@ impl Log {
     /// Answers whether any `session/flush` listener (a persistence backend)
     /// took part.
     async fn flush(&self, p: IdParams) -> Result<Reply> {
-        if !self.is_live(&p.id) {
-            return Err(not_found(&p.id));
+        let unpublished = self.with(&p.id, |s| s.unpublished.is_some())?;
+        if unpublished {
+            // Persistence has not heard of it yet: nothing to make durable.
+            return Reply::json(false);
         }
         let participated = self
             .ctx
@@ -532,17 +640,25 @@ impl Log {
     /// Makes a stored session live (loading it from persistence here, so
     /// the log does not travel through the caller) and returns what an
     /// agent needs to continue it.
-    async fn resume(&self, p: IdParams) -> Result<Reply> {
+    async fn resume(&self, req: &Request, p: ResumeParams) -> Result<Reply> {
         let id = p.id;
+        let creator = self
+            .live
+            .borrow()
+            .get(&id)
+            .and_then(|s| s.unpublished.as_ref().map(|u| u.creator));
+        if creator.is_some_and(|c| c != req.caller) {
+            return Err(being_created(&id));
+        }
         if !self.is_live(&id) {
-            self.load(&id).await?;
+            self.load(req, &id, p.unpublished).await?;
         }
         self.with(&id, |s| Reply::json(s.resume_summary()?))?
     }
 
     /// Loads stored session `id` through `sessionPersistence` and makes it
     /// live; a stored header that does not fit is `SESSION_CORRUPT`.
-    async fn load(&self, id: &str) -> Result<()> {
+    async fn load(&self, req: &Request, id: &str, unpublished: bool) -> Result<()> {
         let stored = SessionPersistence::new(&self.ctx)
             .load(id)
             .await
@@ -568,10 +684,14 @@ impl Log {
             resumed: Some(true),
             events,
         };
-        self.open(id.to_owned(), session, created)
+        if self.is_live(id) {
+            // Made live by another call while this one loaded it.
+            return Err(already_live(id));
+        }
+        self.open(req, id.to_owned(), session, created, unpublished)
     }
 
-    fn fork(&self, p: ForkParams) -> Result<Reply> {
+    fn fork(&self, req: &Request, p: ForkParams) -> Result<Reply> {
         let child = p.child_id.unwrap_or_else(fresh_session_id);
         // An existing child id wins over a missing source and a bad
         // boundary.
@@ -602,7 +722,7 @@ impl Log {
             resumed: None,
             events: session.events.clone(),
         };
-        self.open(child.clone(), session, created)?;
+        self.open(req, child.clone(), session, created, p.unpublished)?;
         Reply::json(ForkReply { id: child, header })
     }
 
@@ -611,8 +731,9 @@ impl Log {
     /// released, so another host may resume or remove the session at once.
     /// A final write that failed is the caller's error.
     async fn close(&self, p: IdParams) -> Result<Reply> {
-        let removed = self.live.borrow_mut().remove(&p.id).is_some();
-        if removed {
+        // An unpublished session goes quietly: nobody heard it was made.
+        let removed = self.live.borrow_mut().remove(&p.id);
+        if removed.is_some_and(|s| s.unpublished.is_none()) {
             self.ctx
                 .parallel(bus::SESSION_DISPOSED, SessionRef { session_id: p.id })
                 .await?;
@@ -632,7 +753,7 @@ impl Plugin for SessionPlugin {
     async fn apply(ctx: Context, _config: ()) -> Result<()> {
         let log = Rc::new(Log {
             ctx: ctx.clone(),
-            live: RefCell::default(),
+            live: Rc::default(),
         });
         ctx.provide(service::SESSIONS, move |req| handle(log.clone(), req));
         Ok(())

@@ -10,11 +10,16 @@
 //!   open and is not part of it); a parent with no completed turn gives a
 //!   fresh session, as `spawn` does.
 //!
-//! The children belong to this plugin: unloading it disposes those still
-//! live (their turns end aborted, their logs balanced).
+//! A child is made pending (the agent loop's creation transaction, with
+//! `setup`) and handed to the `subagents` registry, which sets it up and
+//! publishes it; until then it is rolled back, announcing nothing, if this
+//! plugin goes. Once published, the registry owns it and disposes it when
+//! this provider is removed.
 
-use dsh_sdk::api::agent_loop::{AgentLoop, CreateMeta, CreateParams, ResumeParams, SessionOrigin};
-use dsh_sdk::api::sessions::{Boundary, ForkParams, Sessions};
+use dsh_sdk::api::agent_loop::{
+    AgentLoop, CreateMeta, CreateParams, ForkFrom, Preparation, SessionOrigin,
+};
+use dsh_sdk::api::sessions::{Boundary, Sessions};
 use dsh_sdk::api::subagents::{CreateChildParams, CreatedChild, RegisterProviderParams, Subagents};
 use dsh_sdk::names::{service, subagent_provider};
 use dsh_sdk::prelude::*;
@@ -28,65 +33,63 @@ pub const FORK: &str = "fork";
 
 /// A fresh child of `p.parent`, in the parent's directory.
 async fn spawn(ctx: &Context, p: CreateChildParams) -> Result<CreatedChild> {
-    let cwd = Sessions::new(ctx).header(&p.parent).await?.header.cwd;
-    let created = AgentLoop::new(ctx)
-        .create(&CreateParams {
-            session_id: Some(p.child_id),
-            agent_options: p.agent_options,
-            meta: Some(CreateMeta {
-                cwd,
-                parent_session: Some(p.parent),
-                origin: Some(SessionOrigin::Subagent),
-                delegation_depth: Some(p.depth),
-            }),
-        })
-        .await?;
-    Ok(CreatedChild {
-        agent: created.agent,
-        seed_length: 0,
-    })
+    prepare(ctx, p, None).await
 }
 
-/// A child of `p.parent` seeded with its completed turns.
+/// A child seeded with `p.parent`'s completed turns (every event up to its
+/// last `turn/end`); a fresh one when the parent has completed none.
 async fn fork(ctx: &Context, p: CreateChildParams) -> Result<CreatedChild> {
-    let sessions = Sessions::new(ctx);
-    let boundary = sessions
+    let boundary = Sessions::new(ctx)
         .events(&p.parent, 0)
         .await?
         .iter()
         .rev()
         .find(|e| e.kind == event::TURN_END)
         .map(|e| e.seq);
-    let Some(boundary) = boundary else {
-        return spawn(ctx, p).await;
+    let from = boundary.map(|b| ForkFrom {
+        session: p.parent.clone(),
+        boundary: Some(Boundary::from(b)),
+    });
+    prepare(ctx, p, from).await
+}
+
+/// The pending child: a new session, or a fork of its parent's `from`.
+async fn prepare(
+    ctx: &Context,
+    p: CreateChildParams,
+    from: Option<ForkFrom>,
+) -> Result<CreatedChild> {
+    let cwd = match &from {
+        // A fork's header takes the source's cwd.
+        Some(_) => None,
+        None => Sessions::new(ctx).header(&p.parent).await?.header.cwd,
     };
-    let forked = sessions
-        .fork(&ForkParams {
-            id: p.parent,
-            child_id: Some(p.child_id),
-            boundary: Some(Boundary::from(boundary)),
+    let forked = from.is_some();
+    let params = CreateParams {
+        session_id: Some(p.child_id),
+        agent_options: p.agent_options,
+        meta: Some(CreateMeta {
+            cwd,
+            parent_session: Some(p.parent),
             origin: Some(SessionOrigin::Subagent),
             delegation_depth: Some(p.depth),
-        })
-        .await?;
-    let seed_length = forked.header.seed_length.unwrap_or(0);
-    let resumed = AgentLoop::new(ctx)
-        .resume(&ResumeParams {
-            session_id: forked.id.clone(),
-            agent_options: p.agent_options,
-        })
-        .await;
-    match resumed {
-        Ok(agent) => Ok(CreatedChild {
-            agent: agent.agent,
-            seed_length,
         }),
-        Err(e) => {
-            // The forked session is live but nobody drives it.
-            let _ = sessions.close(&forked.id).await;
-            Err(e)
-        }
-    }
+        fork: from,
+        setup: true,
+    };
+    let prepared = AgentLoop::new(ctx)
+        .prepare(ctx, Preparation::Create(params))
+        .await?;
+    let seed_length = if forked {
+        let header = Sessions::new(ctx).header(prepared.agent()).await?.header;
+        header.seed_length.unwrap_or(0)
+    } else {
+        0
+    };
+    Ok(CreatedChild {
+        agent: prepared.hand_over(),
+        seed_length,
+    })
 }
 
 /// Registers provider `name`, made by `make`, under a service of its own.

@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::rc::Rc;
 
 use dsh_sdk::api::agent_loop::SessionOrigin;
-use dsh_sdk::api::agent_loop::{AgentLoop, AgentOptions, ResumeParams};
+use dsh_sdk::api::agent_loop::{AgentLoop, AgentOptions, Preparation, Prepared, ResumeParams};
 use dsh_sdk::api::agents::{Agents, SelectModelParams};
 use dsh_sdk::api::permission::{ApprovalPolicy, Permission, PRESETS};
 use dsh_sdk::api::session_persistence::SessionPersistence;
@@ -51,8 +51,10 @@ struct Entry {
 pub struct Providers(Rc<RefCell<Vec<Entry>>>);
 
 impl Providers {
-    /// `registerProvider`: `name` served by `service` until `owner` goes.
-    pub fn register(&self, ctx: &Context, req: &Request) -> Result<()> {
+    /// `registerProvider`: `name` served by `service` until `owner` goes;
+    /// then the children it made (which the registry owns) are disposed
+    /// too.
+    pub fn register(&self, ctx: &Context, table: &Shared, req: &Request) -> Result<()> {
         let p: RegisterProviderParams = req.params_as()?;
         if p.name.is_empty() || p.service.is_empty() {
             return Err(Error::new(
@@ -78,10 +80,27 @@ impl Providers {
             service: p.service,
             owner,
         });
-        let (me, ctx2) = (self.clone(), ctx.clone());
+        let (me, ctx2, table) = (self.clone(), ctx.clone(), table.clone());
         req.on_caller_gone(move || {
-            me.0.borrow_mut().retain(|e| e.owner != owner);
+            let mut gone = Vec::new();
+            me.0.borrow_mut().retain(|e| {
+                let mine = e.owner == owner;
+                if mine {
+                    gone.push(e.info.name.clone());
+                }
+                !mine
+            });
             let _ = ctx2.emit(bus::SUBAGENT_PROVIDERS_CHANGED, serde_json::Value::Null);
+            let children: Vec<String> = gone.iter().flat_map(|name| table.made_by(name)).collect();
+            let ctx3 = ctx2.clone();
+            ctx2.spawn(async move {
+                let agents = Agents::new(&ctx3);
+                for child in children {
+                    // A child that is not live (settled, stored) has
+                    // nothing to end.
+                    let _ = agents.dispose(&child).await;
+                }
+            });
         });
         ctx.emit(bus::SUBAGENT_PROVIDERS_CHANGED, serde_json::Value::Null)
     }
@@ -170,8 +189,11 @@ fn descriptor(p: &StartParams, mode: SubagentMode, options: &AgentOptions) -> Su
     }
 }
 
-/// Makes a child of `p.parent` through `p.provider`, records how, and sets
-/// it up. On any failure after the agent exists, the agent is disposed.
+/// Makes a child of `p.parent` through `p.provider`, records how, sets it
+/// up, and publishes it (the agent loop's creation transaction: the
+/// provider hands over a pending child, announced only once its scope is
+/// complete). The registry owns it from then on. On any failure before
+/// that, the child is rolled back: nothing of it was ever announced.
 pub async fn create(
     ctx: &Context,
     providers: &Providers,
@@ -191,7 +213,8 @@ pub async fn create(
             agent_options: options.clone(),
         })
         .await?;
-    let child = created.agent;
+    let prepared = Prepared::adopt(ctx, created.agent);
+    let child = prepared.agent().to_owned();
     let record = descriptor(p, mode, &options);
     let mut entry = Child::new(&p.parent, record.clone());
     entry.persona = p.persona.clone();
@@ -215,10 +238,18 @@ pub async fn create(
             )
             .await?;
         inherit_permission(ctx, &p.parent, &child).await?;
-        set_up(ctx, table, &child).await
+        set_up(ctx, table, &child).await?;
+        // The provider may have gone during the setup.
+        providers.service_of(&p.provider).map(drop)
     };
     if let Err(e) = made.await {
-        let _ = Agents::new(ctx).dispose(&child).await;
+        table.remove(&child);
+        if let Err(e) = prepared.abandon().await {
+            dsh_sdk::tracing::debug!("rolling back subagent {child}: {e}");
+        }
+        return Err(e);
+    }
+    if let Err(e) = prepared.commit().await {
         table.remove(&child);
         return Err(e);
     }
@@ -438,14 +469,18 @@ pub async fn reopen(
     record: SubagentDescriptor,
     live: bool,
 ) -> Result<()> {
-    if !live {
-        AgentLoop::new(ctx)
-            .resume(&ResumeParams {
+    let prepared = match live {
+        true => None,
+        false => {
+            let params = ResumeParams {
                 session_id: child.to_owned(),
                 agent_options: AgentOptions::default(),
-            })
-            .await?;
-    }
+                setup: true,
+            };
+            let loop_ = AgentLoop::new(ctx);
+            Some(loop_.prepare(ctx, Preparation::Resume(params)).await?)
+        }
+    };
     let mut entry = Child::new(parent, record.clone());
     entry.persona = record.persona.clone();
     entry.tool_filter = record.tool_filter.clone();
@@ -460,11 +495,19 @@ pub async fn reopen(
         set_up(ctx, table, child).await
     };
     if let Err(e) = made.await {
-        if !live {
-            let _ = Agents::new(ctx).dispose(child).await;
-        }
         table.remove(child);
+        if let Some(prepared) = prepared {
+            if let Err(e) = prepared.abandon().await {
+                dsh_sdk::tracing::debug!("rolling back the resume of subagent {child}: {e}");
+            }
+        }
         return Err(e);
+    }
+    if let Some(prepared) = prepared {
+        if let Err(e) = prepared.commit().await {
+            table.remove(child);
+            return Err(e);
+        }
     }
     Ok(())
 }

@@ -46,7 +46,7 @@ impl Registry {
     async fn handle(self, req: Request) -> Result<Reply> {
         match req.method.as_str() {
             subagents::REGISTER_PROVIDER => {
-                self.providers.register(&self.ctx, &req)?;
+                self.providers.register(&self.ctx, &self.table, &req)?;
                 Reply::json(())
             }
             subagents::PROVIDERS => Reply::json(self.providers.list()),

@@ -150,6 +150,15 @@ impl Table {
         self.changed.notify_waiters();
     }
 
+    /// The children provider `provider` made.
+    pub fn made_by(&self, provider: &str) -> Vec<String> {
+        let children = self.children.borrow();
+        let made = children
+            .iter()
+            .filter(|(_, c)| c.descriptor.provider == provider);
+        made.map(|(id, _)| id.clone()).collect()
+    }
+
     /// The direct children of `parent`, in start order.
     pub fn children_of(&self, parent: &str) -> Vec<(String, Child)> {
         let mut v: Vec<(String, Child)> = self

@@ -19,13 +19,13 @@ mod waterfall;
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use dsh_sdk::api::agent_loop::AgentRef;
 use dsh_sdk::api::system_prompt::{
     AssembleParams, Changed, NamedText, ProviderRequest, ScopeParams, SectionParams,
     SectionProvider, VariableParams,
 };
 use dsh_sdk::names::{bus, service, system_prompt};
 use dsh_sdk::prelude::*;
+use dsh_sdk::scopes::ScopeWatch;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
@@ -97,6 +97,8 @@ struct Registry {
     /// A variable's value; `None` is "registered, no value here".
     variables: Vec<Entry<(String, Option<String>)>>,
     suppressors: Vec<Entry<()>>,
+    /// The agent scopes that closed: an entry for one is refused.
+    scopes: ScopeWatch,
 }
 
 impl Registry {
@@ -161,6 +163,7 @@ fn register<T: 'static>(
     scope: Option<String>,
     item: T,
 ) -> Result<Reply> {
+    reg.borrow().scopes.check(scope.as_deref())?;
     let id = {
         let mut r = reg.borrow_mut();
         r.next_id += 1;
@@ -586,13 +589,10 @@ impl Plugin for SystemPrompt {
         });
         // An agent's own entries die with the agent (a subagent's persona
         // and delegation notice), not only with the plugin that made them.
-        ctx.on(bus::AGENT_DISPOSED, move |ev| {
-            let reg = reg.clone();
-            async move {
-                let AgentRef { agent } = ev.payload_as()?;
-                reg.borrow_mut().drop_scope(&agent);
-                Ok(Value::Null)
-            }
+        let scopes = reg.borrow().scopes.clone();
+        scopes.follow(&ctx, move |agent| {
+            reg.borrow_mut().drop_scope(agent);
+            Ok(())
         });
         Ok(())
     }

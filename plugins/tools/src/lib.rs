@@ -31,7 +31,6 @@ mod signal;
 
 use std::rc::Rc;
 
-use dsh_sdk::api::agent_loop::AgentRef;
 use dsh_sdk::api::tools::{
     CallRef, DeferContextParams, Exec, GuardParams, ModeParams, Outcome, RegisterParams,
     ScopeParams, StageKind, ToolMode, ToolResult, ToolsChanged,
@@ -53,6 +52,7 @@ fn changed(ctx: &Context) -> Result<()> {
 /// `register`: adds a tool, owned by the calling fiber.
 fn register(ctx: &Context, registry: &Registry, req: &Request) -> Result<Reply> {
     let params: RegisterParams = req.params_as()?;
+    registry.borrow().scopes.check(params.scope.as_deref())?;
     let scope = params.scope.clone().unwrap_or_default();
     let replace = params.replace;
     let owner = req.caller;
@@ -113,6 +113,7 @@ fn mode(registry: &Registry, req: &Request) -> Result<Reply> {
 fn restrict(ctx: &Context, registry: &Registry, req: &Request) -> Result<Reply> {
     let owner = req.caller;
     let params = restrictions::params(req)?;
+    registry.borrow().scopes.check(params.scope.as_deref())?;
     let r = restrictions::restriction(&registry.borrow(), params, owner)?;
     registry.borrow_mut().restrictions.push(r);
     let (r2, ctx2) = (registry.clone(), ctx.clone());
@@ -127,6 +128,7 @@ fn restrict(ctx: &Context, registry: &Registry, req: &Request) -> Result<Reply> 
 /// `guard`: a check after pre-execute, owned by the calling fiber.
 fn guard(registry: &Registry, req: &Request) -> Result<Reply> {
     let GuardParams { service, scope } = req.params_as()?;
+    registry.borrow().scopes.check(scope.as_deref())?;
     let Some(service) = service.filter(|s| !s.is_empty()) else {
         return Err(Error::new(
             codes::INVALID_PAYLOAD,
@@ -270,16 +272,12 @@ impl Plugin for Tools {
         // An agent's own registrations die with the agent (a subagent's
         // `report`, its tool filter), not only with the plugin that made
         // them.
-        let ctx3 = ctx.clone();
-        ctx.on(bus::AGENT_DISPOSED, move |ev| {
-            let (registry, ctx) = (registry.clone(), ctx3.clone());
-            async move {
-                let AgentRef { agent } = ev.payload_as()?;
-                if registry.borrow_mut().drop_scope(&agent) {
-                    changed(&ctx)?;
-                }
-                Ok(Value::Null)
+        let (ctx3, scopes) = (ctx.clone(), registry.borrow().scopes.clone());
+        scopes.follow(&ctx, move |agent| {
+            if registry.borrow_mut().drop_scope(agent) {
+                changed(&ctx3)?;
             }
+            Ok(())
         });
         Ok(())
     }

@@ -3,6 +3,7 @@
 //! and their callers' signals). Everything here is owned by the fiber that
 //! registered it and unwinds with it.
 
+use dsh_sdk::scopes::ScopeWatch;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -118,6 +119,8 @@ pub struct State {
     /// The caller signals of the `execute` calls running now, by (agent,
     /// callId); `cancel` aborts one.
     pub signals: BTreeMap<(String, String), Rc<CallSignal>>,
+    /// The agent scopes that closed: a registration into one is refused.
+    pub scopes: ScopeWatch,
 }
 
 impl State {

@@ -286,10 +286,34 @@ pub struct CreateParams {
     /// Session metadata.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub meta: Option<CreateMeta>,
+    /// The session is a fork of a live one, seeded with its events up to a
+    /// boundary (its header: the source's cwd, the source as
+    /// `parentSession`, `seedLength`, and `meta`'s `origin` and
+    /// `delegationDepth`); a new empty session when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork: Option<ForkFrom>,
+    /// The creation transaction: the agent and its session are made but
+    /// not announced, so the caller can set up the agent's scope (its tools,
+    /// prompt sections, restrictions, all scoped to the id the reply names)
+    /// before anyone sees it. `commit` then publishes it, `abandon` rolls it
+    /// back, and so does the caller going away (or cancelling this call)
+    /// before the commit. Use [`AgentLoop::prepare`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub setup: bool,
+}
+
+/// Where a forked session comes from (see [`CreateParams::fork`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ForkFrom {
+    /// The live source session.
+    pub session: String,
+    /// The last seq of the seed; the source's last event when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boundary: Option<crate::api::sessions::Boundary>,
 }
 
 /// Params of `resume`: an agent on a stored (or live) session.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ResumeParams {
     /// The session to resume; a live agent of that id is answered as is.
@@ -297,6 +321,10 @@ pub struct ResumeParams {
     /// The agent's options.
     #[serde(default)]
     pub agent_options: AgentOptions,
+    /// The creation transaction, as [`CreateParams::setup`] (a live agent
+    /// of that id is refused: it has been announced already).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub setup: bool,
 }
 
 /// Params of `list` (none).
@@ -604,13 +632,117 @@ impl AgentLoop {
     /// `release`: the agent outlives its owner until the next `resume` of
     /// it (which owns it) or an explicit dispose.
     pub async fn release(&self, agent: &str) -> Result<()> {
+        self.about(method::RELEASE, agent).await
+    }
+
+    /// `create` or `resume` with `setup`: the agent, made and not yet
+    /// announced, as a [`Prepared`] to set up and then commit. `ctx` is
+    /// the caller's own context (where an uncommitted [`Prepared`] that is
+    /// dropped sends its `abandon`).
+    pub async fn prepare(&self, ctx: &Context, params: Preparation) -> Result<Prepared> {
+        let created: AgentRef = match params {
+            Preparation::Create(mut p) => {
+                p.setup = true;
+                self.0.call_as(method::CREATE, &p).await?
+            }
+            Preparation::Resume(mut p) => {
+                p.setup = true;
+                self.0.call_as(method::RESUME, &p).await?
+            }
+        };
+        Ok(Prepared::adopt(ctx, created.agent))
+    }
+
+    /// `commit`: publishes an agent made with `setup`.
+    pub async fn commit(&self, agent: &str) -> Result<AgentRef> {
+        let params = AgentRef {
+            agent: agent.to_owned(),
+        };
+        self.0.call_as(method::COMMIT, &params).await
+    }
+
+    /// `abandon`: rolls back an agent made with `setup`.
+    pub async fn abandon(&self, agent: &str) -> Result<()> {
+        self.about(method::ABANDON, agent).await
+    }
+
+    async fn about(&self, name: &str, agent: &str) -> Result<()> {
         let params = AgentRef {
             agent: agent.to_owned(),
         };
         self.0
-            .call_as::<serde_json::Value>(method::RELEASE, &params)
+            .call_as::<serde_json::Value>(name, &params)
             .await
             .map(drop)
+    }
+}
+
+/// What [`AgentLoop::prepare`] makes.
+#[derive(Debug, Clone)]
+pub enum Preparation {
+    /// A new agent (`create`).
+    Create(CreateParams),
+    /// An agent on a stored session (`resume`).
+    Resume(ResumeParams),
+}
+
+/// An agent made with `setup` and not yet announced: set up its scope
+/// through [`Prepared::agent`], then [`Prepared::commit`]. Dropped
+/// uncommitted (an error, a cancelled task), it is abandoned, so nothing
+/// of it is ever announced and its id is free again.
+pub struct Prepared {
+    ctx: Context,
+    agent: String,
+    settled: bool,
+}
+
+impl Prepared {
+    /// Takes charge of pending agent `agent` (one another plugin prepared
+    /// and handed over with [`Prepared::hand_over`]).
+    pub fn adopt(ctx: &Context, agent: String) -> Prepared {
+        Prepared {
+            ctx: ctx.clone(),
+            agent,
+            settled: false,
+        }
+    }
+
+    /// The agent's id: the scope its setup registers into.
+    pub fn agent(&self) -> &str {
+        &self.agent
+    }
+
+    /// Gives the pending agent to another plugin (which adopts it): this
+    /// handle no longer abandons it. It stays the preparing plugin's until
+    /// committed: rolled back if that plugin goes first.
+    pub fn hand_over(mut self) -> String {
+        self.settled = true;
+        std::mem::take(&mut self.agent)
+    }
+
+    /// Publishes the agent; the calling plugin owns it from then on.
+    pub async fn commit(mut self) -> Result<AgentRef> {
+        self.settled = true;
+        AgentLoop::new(&self.ctx).commit(&self.agent).await
+    }
+
+    /// Rolls the agent back now (rather than when dropped).
+    pub async fn abandon(mut self) -> Result<()> {
+        self.settled = true;
+        AgentLoop::new(&self.ctx).abandon(&self.agent).await
+    }
+}
+
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        let (ctx, agent) = (self.ctx.clone(), std::mem::take(&mut self.agent));
+        self.ctx.spawn(async move {
+            // Nothing to do when the creation was rolled back already.
+            let _ = AgentLoop::new(&ctx).abandon(&agent).await;
+        });
     }
 }
 

@@ -51,6 +51,12 @@ pub struct CreateParams {
     /// to be written.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub seed_stored: bool,
+    /// Made but not announced: no `session/created` until `publish`, left
+    /// out of `list`, its appends announced with it, and dropped without a
+    /// trace by `discard` or when the creating plugin goes (the first half
+    /// of an agent's creation transaction; a dsh extension).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unpublished: bool,
 }
 
 /// The `meta` of [`CreateParams`].
@@ -153,6 +159,17 @@ pub struct IdParams {
     pub id: String,
 }
 
+/// Params of `resume`: a stored session to make live.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResumeParams {
+    /// The session.
+    pub id: String,
+    /// Loaded unpublished (as [`CreateParams::unpublished`]) when it is
+    /// not live yet.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unpublished: bool,
+}
+
 /// Params of `events` and `surface`: a session and the first seq wanted.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FromParams {
@@ -187,6 +204,9 @@ pub struct ForkParams {
     /// The child's delegation depth (with `origin`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delegation_depth: Option<u64>,
+    /// The child is made unpublished (as [`CreateParams::unpublished`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unpublished: bool,
 }
 
 /// A fork boundary as sent: any JSON value, so that one which is not a seq
@@ -284,6 +304,10 @@ pub struct ResumeReply<S = Value> {
     pub splices: Vec<S>,
     /// The seq of each of `splices`, so a bad one can be named.
     pub splice_seqs: Vec<u64>,
+    /// The session is unpublished: this `resume` loaded it so (nobody else
+    /// can resume a session being created).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unpublished: bool,
 }
 
 /// Reply of `fork`.
@@ -462,7 +486,30 @@ impl Sessions {
     /// `resume`: makes a stored session live (if it is not) and returns
     /// what an agent needs to continue it.
     pub async fn resume(&self, id: &str) -> Result<ResumeReply> {
-        self.0.call_as(method::RESUME, Self::id(id)).await
+        self.resume_with(&ResumeParams {
+            id: id.to_owned(),
+            unpublished: false,
+        })
+        .await
+    }
+
+    /// `resume` with every param.
+    pub async fn resume_with(&self, params: &ResumeParams) -> Result<ResumeReply> {
+        self.0.call_as(method::RESUME, params).await
+    }
+
+    /// `publish`: announces an unpublished session (`session/created` with
+    /// everything appended so far); false when it was published already.
+    pub async fn publish(&self, id: &str) -> Result<bool> {
+        self.0.call_as(method::PUBLISH, Self::id(id)).await
+    }
+
+    /// `discard`: takes back a session whose creation failed. An
+    /// unpublished one goes without a trace (its id is free again); one
+    /// that was published meanwhile is closed, so its `session/disposed`
+    /// pairs its `session/created`. Nothing when it is not live.
+    pub async fn discard(&self, id: &str) -> Result<()> {
+        self.0.call_as(method::DISCARD, Self::id(id)).await
     }
 
     /// `fork`: a child session seeded from `params.id`.

@@ -32,7 +32,7 @@ mod runtime;
 mod scope;
 mod service;
 #[cfg(test)]
-mod test_host;
+pub(crate) mod test_host;
 mod text;
 
 pub use call_stream::CallStream;

@@ -23,7 +23,7 @@ use crate::link::HostLink;
 
 /// The host's side of the link: what it received, and what `send` answers.
 #[derive(Default)]
-pub(super) struct TestHost {
+pub(crate) struct TestHost {
     received: Mutex<Vec<Envelope>>,
     /// What `send` answers: 0 takes the message, anything else refuses it
     /// (and the message is not kept).
@@ -56,16 +56,16 @@ extern "C" fn log(_ctx: *const c_void, _level: u8, _target: RStr<'_>, _message: 
 
 /// One plugin generation wired to a [`TestHost`]: its runtime state and
 /// the context a plugin would be given.
-pub(super) struct Harness {
+pub(crate) struct Harness {
     pub host: &'static TestHost,
     pub shared: Rc<Shared>,
     pub ctx: Context,
 }
 
 /// The name the harness's plugin has.
-pub(super) const PLUGIN: &str = "test-plugin";
+pub(crate) const PLUGIN: &str = "test-plugin";
 /// The fiber the harness's plugin is.
-pub(super) const FIBER: u64 = 7;
+pub(crate) const FIBER: u64 = 7;
 
 impl Harness {
     /// A generation applied as fiber [`FIBER`]. The host is leaked on
@@ -191,7 +191,7 @@ fn owned(message: ToHost<'_>) -> ToHost<'static> {
 
 /// Runs `test` as the actor runs a plugin: on a current-thread runtime,
 /// inside a `LocalSet` (handlers and tasks are spawned locally).
-pub(super) fn run<F: Future>(test: F) -> F::Output {
+pub(crate) fn run<F: Future>(test: F) -> F::Output {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -201,20 +201,20 @@ pub(super) fn run<F: Future>(test: F) -> F::Output {
 
 /// Polls `fut` once without a waker: far enough for a call or dispatch to
 /// leave (they send on their first poll) without waiting for its reply.
-pub(super) fn poll_once<F: Future + ?Sized>(fut: Pin<&mut F>) -> Poll<F::Output> {
+pub(crate) fn poll_once<F: Future + ?Sized>(fut: Pin<&mut F>) -> Poll<F::Output> {
     fut.poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
 }
 
 /// Lets the spawned handler tasks run until they wait again (scheduler
 /// turns, not time).
-pub(super) async fn settle() {
+pub(crate) async fn settle() {
     for _ in 0..16 {
         tokio::task::yield_now().await;
     }
 }
 
 /// A reply the plugin sent: `Ok`, `Err` or `Item`, with its text.
-pub(super) fn reply(id: u64, kind: dsh_wire::ReplyKind, payload: &str) -> ToHost<'static> {
+pub(crate) fn reply(id: u64, kind: dsh_wire::ReplyKind, payload: &str) -> ToHost<'static> {
     ToHost::Reply {
         id,
         kind,
@@ -223,7 +223,7 @@ pub(super) fn reply(id: u64, kind: dsh_wire::ReplyKind, payload: &str) -> ToHost
 }
 
 /// The id and error of a final error reply, `None` for any other message.
-pub(super) fn error_reply(message: &ToHost<'_>) -> Option<(u64, crate::Error)> {
+pub(crate) fn error_reply(message: &ToHost<'_>) -> Option<(u64, crate::Error)> {
     match message {
         ToHost::Reply {
             id,

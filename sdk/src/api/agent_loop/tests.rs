@@ -240,3 +240,88 @@ fn create_meta_refuses_bad_lineage_naming_the_field() {
         .starts_with("`parentSession` must be the id of the session that delegated this one, got an empty string"));
     assert!(refused(r#"{"parentSession":7}"#).contains("expected `parentSession` as the id"));
 }
+
+mod prepared {
+    //! The creation handle: the caller's half of the creation transaction.
+    //! An agent made with `setup` is the caller's to commit; until then,
+    //! dropping the handle (an error, a cancelled task) is the creation's
+    //! signal, rolling it back; once committed (or handed over) the handle
+    //! has no say any more.
+
+    use dsh_wire::{ReplyKind, ToHost};
+
+    use super::super::Prepared;
+    use crate::context::test_host::{run, Harness};
+    use crate::names::{agent_loop as method, service};
+
+    /// The calls the plugin sent, as (service, method, params).
+    fn calls(h: &Harness) -> Vec<(String, String, String)> {
+        h.take()
+            .into_iter()
+            .filter_map(|m| match m {
+                ToHost::Call {
+                    service,
+                    method,
+                    params,
+                    ..
+                } => Some((
+                    service.into_owned(),
+                    method.into_owned(),
+                    params.into_owned(),
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    async fn settle() {
+        for _ in 0..4 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[test]
+    fn dropped_before_its_commit_the_creation_is_rolled_back() {
+        run(async {
+            let h = Harness::new();
+            let prepared = Prepared::adopt(&h.ctx, "kid".into());
+            assert_eq!(prepared.agent(), "kid");
+            drop(prepared);
+            settle().await;
+            assert_eq!(
+                calls(&h),
+                [(
+                    service::AGENT_LOOP.to_owned(),
+                    method::ABANDON.to_owned(),
+                    r#"{"agent":"kid"}"#.to_owned()
+                )]
+            );
+        });
+    }
+
+    #[test]
+    fn committed_or_handed_over_it_is_never_rolled_back() {
+        run(async {
+            let h = Harness::new();
+            let commit = tokio::task::spawn_local(Prepared::adopt(&h.ctx, "kid".into()).commit());
+            settle().await;
+            let sent = calls(&h);
+            assert_eq!(sent.len(), 1);
+            assert_eq!(
+                (sent[0].1.as_str(), sent[0].2.as_str()),
+                (method::COMMIT, r#"{"agent":"kid"}"#)
+            );
+            h.shared
+                .on_reply(1, ReplyKind::Ok, r#"{"agent":"kid"}"#.to_owned());
+            assert_eq!(commit.await.unwrap().unwrap().agent, "kid");
+            // A handle handed to another plugin leaves it to that one.
+            let id = Prepared::adopt(&h.ctx, "other".into()).hand_over();
+            assert_eq!(id, "other");
+            settle().await;
+            assert!(
+                calls(&h).is_empty(),
+                "no abandon after a commit or a hand-over"
+            );
+        });
+    }
+}

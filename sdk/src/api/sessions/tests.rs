@@ -209,6 +209,7 @@ fn borrowed_and_owned_replies_write_the_same_json_in_the_wire_order() {
         request_context: Some(json!({"window": 8})),
         splices: vec![&splice],
         splice_seqs: vec![1],
+        unpublished: false,
     };
     assert_eq!(
         wire(&resume),

@@ -1,0 +1,304 @@
+//! The creation transaction: an agent and its session are made first
+//! without a word to anyone, so whoever creates the agent can set up its
+//! scope (tools, prompt sections, restrictions, all scoped to its id)
+//! before anything can see it; then they are published in one order:
+//! `session/created`, `agent/created`, `agent/session-start`.
+//!
+//! `create`/`resume` without `setup` run both halves in one call. With
+//! `setup` the reply names a pending agent, and the creator finishes with
+//! `commit` or `abandon`. Until the commit the creation is rolled back,
+//! announcing nothing, when the creator asks, when its plugin goes, when
+//! it cancels the call that is creating, or when the agent loop itself
+//! goes: the agent's scope closes (`agent/scope-closed`, so what its setup
+//! registered goes too) and the session it made is discarded (its id free
+//! again, nothing written). If the session was published just before a
+//! rollback caught up with it, it is closed, so its `session/disposed`
+//! pairs the `session/created`. Once committed, the creation's caller
+//! owns the agent, and cancelling no longer affects it.
+
+use dsh_sdk::api::agent_loop::{AgentRef, CreateParams, ResumeParams, SessionSource, SessionStart};
+use dsh_sdk::api::sessions::{ForkParams, ResumeParams as SessionResume, Sessions};
+use dsh_sdk::names::{bus, code};
+use dsh_sdk::new_id;
+use dsh_sdk::prelude::*;
+
+use crate::{new_session, Agent, Loop, MAX_SAFE_INTEGER};
+
+/// An agent made and not announced yet.
+pub(crate) struct Pending {
+    agent: Agent,
+    source: SessionSource,
+    /// The session was made (or loaded) for this creation, so a rollback
+    /// takes it back; a session live before it is left as it was.
+    owns_session: bool,
+    /// This creation of the id, so a stale cleanup never rolls back a
+    /// later one.
+    token: String,
+}
+
+/// Rolls a creation back when dropped armed: the creating call was
+/// cancelled (its future dropped) at one of its awaits.
+struct Rollback {
+    l: Loop,
+    id: String,
+    owns_session: bool,
+    armed: bool,
+}
+
+impl Rollback {
+    fn new(l: &Loop, id: &str, owns_session: bool) -> Rollback {
+        Rollback {
+            l: l.clone(),
+            id: id.to_owned(),
+            owns_session,
+            armed: true,
+        }
+    }
+
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Rollback {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (l, id, owns) = (
+            self.l.clone(),
+            std::mem::take(&mut self.id),
+            self.owns_session,
+        );
+        self.l.ctx.spawn(async move {
+            l.pending.borrow_mut().remove(&id);
+            l.roll_back(&id, owns).await;
+        });
+    }
+}
+
+fn not_pending(id: &str) -> Error {
+    Error::new(
+        code::NOT_PENDING,
+        format!(
+            "agent \"{id}\" has no creation under way (never prepared, committed already, or rolled back because its creator or the agent loop went away)"
+        ),
+    )
+}
+
+impl Loop {
+    /// `create`: a new agent, published at once, or pending with `setup`.
+    /// Published, it belongs to `req`'s caller.
+    pub(crate) async fn create(&self, req: Option<&Request>, p: &CreateParams) -> Result<AgentRef> {
+        check_max_tokens(p)?;
+        let args = new_session::session_create(p);
+        let sessions = Sessions::new(&self.ctx);
+        let (id, cwd) = match &p.fork {
+            None => {
+                let cwd = args.meta.as_ref().and_then(|m| m.cwd.clone());
+                (sessions.create(&args).await?.id, cwd)
+            }
+            Some(from) => {
+                let meta = p.meta.clone().unwrap_or_default();
+                let forked = sessions
+                    .fork(&ForkParams {
+                        id: from.session.clone(),
+                        child_id: p.session_id.clone(),
+                        boundary: from.boundary.clone(),
+                        origin: meta.origin,
+                        delegation_depth: meta.delegation_depth,
+                        unpublished: true,
+                    })
+                    .await?;
+                (forked.id, forked.header.cwd)
+            }
+        };
+        let guard = Rollback::new(self, &id, true);
+        // A fork goes on from its seed: its turns, its inbox, its route.
+        let seeded = match p.fork {
+            Some(_) => Some(
+                sessions
+                    .resume_with(&SessionResume {
+                        id: id.clone(),
+                        unpublished: true,
+                    })
+                    .await?,
+            ),
+            None => None,
+        };
+        let agent = self.build(&id, &p.agent_options, cwd, seeded.as_ref())?;
+        self.stage(req, &id, agent, SessionSource::Startup, true)
+            .await?;
+        guard.disarm();
+        self.finish(req, &id, p.setup).await
+    }
+
+    /// `resume`: an agent on a stored session, published at once, or
+    /// pending with `setup`; a live agent of that id is answered as is
+    /// (refused with `setup`: it was announced long ago).
+    pub(crate) async fn resume(&self, req: Option<&Request>, p: &ResumeParams) -> Result<AgentRef> {
+        let id = p.session_id.clone();
+        if self.agents.borrow().contains_key(&id) {
+            if p.setup {
+                return Err(Error::new(
+                    code::SESSION_ALREADY_EXISTS,
+                    format!("agent \"{id}\" is live: there is no creation to set up"),
+                ));
+            }
+            return Ok(AgentRef { agent: id });
+        }
+        if self.pending.borrow().contains_key(&id) {
+            return Err(Error::new(
+                code::SESSION_ALREADY_EXISTS,
+                format!("agent \"{id}\" is being created"),
+            ));
+        }
+        let summary = Sessions::new(&self.ctx)
+            .resume_with(&SessionResume {
+                id: id.clone(),
+                unpublished: true,
+            })
+            .await?;
+        let owns_session = summary.unpublished;
+        let guard = Rollback::new(self, &id, owns_session);
+        let cwd = summary.header.cwd.clone();
+        let agent = self.build(&id, &p.agent_options, cwd, Some(&summary))?;
+        self.stage(req, &id, agent, SessionSource::Resume, owns_session)
+            .await?;
+        guard.disarm();
+        self.finish(req, &id, p.setup).await
+    }
+
+    /// The end of `create`/`resume`: with `setup` the pending agent is
+    /// the reply, else it is published now.
+    async fn finish(&self, req: Option<&Request>, id: &str, setup: bool) -> Result<AgentRef> {
+        if setup {
+            return Ok(AgentRef {
+                agent: id.to_owned(),
+            });
+        }
+        self.publish(req, id).await
+    }
+
+    /// Holds `agent` pending and opens its scope. The creation is rolled
+    /// back if `req`'s caller goes before the commit.
+    async fn stage(
+        &self,
+        req: Option<&Request>,
+        id: &str,
+        agent: Agent,
+        source: SessionSource,
+        owns_session: bool,
+    ) -> Result<()> {
+        let token = new_id();
+        self.pending.borrow_mut().insert(
+            id.to_owned(),
+            Pending {
+                agent,
+                source,
+                owns_session,
+                token: token.clone(),
+            },
+        );
+        if let Some(req) = req {
+            let (l, id) = (self.clone(), id.to_owned());
+            req.on_caller_gone(move || {
+                let mine = l
+                    .pending
+                    .borrow()
+                    .get(&id)
+                    .is_some_and(|p| p.token == token);
+                if mine {
+                    let l2 = l.clone();
+                    l.ctx.spawn(async move {
+                        let _ = l2.abandon(&id).await;
+                    });
+                }
+            });
+        }
+        let scope = AgentRef {
+            agent: id.to_owned(),
+        };
+        self.ctx.parallel(bus::AGENT_SCOPE_OPENED, scope).await?;
+        Ok(())
+    }
+
+    /// `commit`: publishes pending agent `id` (its session, then the agent,
+    /// then its session start); `req`'s caller owns it from then on.
+    pub(crate) async fn publish(&self, req: Option<&Request>, id: &str) -> Result<AgentRef> {
+        let Some(pending) = self.pending.borrow_mut().remove(id) else {
+            return Err(not_pending(id));
+        };
+        let guard = Rollback::new(self, id, pending.owns_session);
+        Sessions::new(&self.ctx).publish(id).await?;
+        guard.disarm();
+        self.agents
+            .borrow_mut()
+            .insert(id.to_owned(), pending.agent);
+        let created = AgentRef {
+            agent: id.to_owned(),
+        };
+        if let Some(req) = req {
+            self.own(req, &created);
+        }
+        self.notify(bus::AGENT_CREATED, &created);
+        let start = SessionStart {
+            agent: id.to_owned(),
+            source: pending.source,
+        };
+        self.notify(bus::AGENT_SESSION_START, &start);
+        Ok(created)
+    }
+
+    /// Runs `f` over pending agent `id` (its setup changing it).
+    pub(crate) fn pending_mut<T>(&self, id: &str, f: impl FnOnce(&mut Agent) -> T) -> Option<T> {
+        self.pending
+            .borrow_mut()
+            .get_mut(id)
+            .map(|p| f(&mut p.agent))
+    }
+
+    /// `abandon`: rolls pending agent `id` back.
+    pub(crate) async fn abandon(&self, id: &str) -> Result<()> {
+        let Some(pending) = self.pending.borrow_mut().remove(id) else {
+            return Err(not_pending(id));
+        };
+        self.roll_back(id, pending.owns_session).await;
+        Ok(())
+    }
+
+    /// Every creation still pending, rolled back (the agent loop is going).
+    pub(crate) async fn abandon_all(&self) {
+        let ids: Vec<String> = self.pending.borrow().keys().cloned().collect();
+        for id in ids {
+            let _ = self.abandon(&id).await;
+        }
+    }
+
+    /// Closes `id`'s scope and takes back the session made for it.
+    async fn roll_back(&self, id: &str, owns_session: bool) {
+        let scope = AgentRef {
+            agent: id.to_owned(),
+        };
+        if let Err(e) = self.ctx.parallel(bus::AGENT_SCOPE_CLOSED, scope).await {
+            dsh_sdk::tracing::warn!("closing the scope of agent {id} rolled back: {e}");
+        }
+        if owns_session {
+            if let Err(e) = Sessions::new(&self.ctx).discard(id).await {
+                dsh_sdk::tracing::warn!("discarding the session of agent {id} rolled back: {e}");
+            }
+        }
+    }
+}
+
+/// A `maxTokens` that is given must be a positive safe integer.
+fn check_max_tokens(p: &CreateParams) -> Result<()> {
+    let given = p.agent_options.max_tokens.as_ref().filter(|v| !v.is_null());
+    if given.is_some_and(|mt| mt.get().is_none_or(|n| n == 0 || n > MAX_SAFE_INTEGER)) {
+        return Err(Error::new(
+            codes::INVALID_PAYLOAD,
+            "agent maxTokens must be a positive safe integer",
+        ));
+    }
+    Ok(())
+}
