@@ -144,6 +144,9 @@ pub mod tools {
         /// A tool plugin registers `{name, description, parameters, service}`;
         /// emits [`super::bus::TOOLS_CHANGE`].
         REGISTER = "register";
+        /// Removes a tool `{name, scope?}` the calling plugin registered;
+        /// emits [`super::bus::TOOLS_CHANGE`] (nothing when there is none).
+        UNREGISTER = "unregister";
         /// The schemas visible in `{scope}`, for the model request.
         SCHEMAS = "schemas";
         /// A tool's execution mode (`parallel`/`serial`) for `{name, scope}`.
@@ -331,6 +334,12 @@ pub mod agent_loop {
         /// Rolls back an agent `{agent}` made with `setup: true`: its scope
         /// closes and its session goes, nothing of it having been announced.
         ABANDON = "abandon";
+        /// The live agents no other agent delegated to (no `parentSession`),
+        /// sorted.
+        ROOTS = "roots";
+        /// Whether the calling plugin owns the live agent `{agent}` (it is
+        /// disposed when that plugin goes).
+        IS_OWNED_BY = "isOwnedBy";
     }
 }
 

@@ -394,3 +394,81 @@ async fn a_session_taken_back_after_its_announcement_is_closed_so_the_two_pair()
         .collect();
     assert_eq!(about, ["session/created paired", "session/disposed paired"]);
 }
+
+/// `maker` creates agent `id` (with a route) when `trigger` is created.
+fn maker(id: &str) -> String {
+    hooks_row(
+        "maker",
+        json!({"listeners": [{"event": bus::AGENT_CREATED, "when": {"agent": "trigger"},
+            "calls": [{"service": service::AGENT_LOOP, "method": agent_loop::CREATE,
+                "params": {"sessionId": id, "agentOptions": {"provider": "fake", "model": "m1"}, "meta": {"cwd": "/tmp"}}}]}]}),
+    )
+}
+
+#[tokio::test]
+async fn roots_and_ownership_follow_who_made_an_agent_and_for_whom() {
+    let (t, _fake, _) = setup(&maker("theirs")).await;
+    create(&t, json!({"sessionId": "trigger", "meta": {"cwd": "/tmp"}})).await;
+    let child = json!({"sessionId": "child", "meta": {"cwd": "/tmp", "parentSession": "trigger", "origin": "subagent", "delegationDepth": 1}});
+    create(&t, child).await;
+    eventually("the maker's agent", || async {
+        ids(&t, service::AGENT_LOOP, agent_loop::LIST)
+            .await
+            .contains(&"theirs".to_owned())
+    })
+    .await;
+    // A delegated agent is no root.
+    assert_eq!(
+        ids(&t, service::AGENT_LOOP, agent_loop::ROOTS).await,
+        ["theirs", "trigger"]
+    );
+    let owned = |agent: &str| {
+        let params = json!({"agent": agent});
+        let t = &t;
+        async move {
+            t.call(service::AGENT_LOOP, agent_loop::IS_OWNED_BY, params)
+                .await
+        }
+    };
+    assert_eq!(owned("trigger").await, json!(true));
+    assert_eq!(owned("child").await, json!(true));
+    assert_eq!(owned("theirs").await, json!(false), "the maker's, not ours");
+}
+
+#[tokio::test]
+async fn a_dispose_during_the_owners_unload_waits_for_the_one_teardown() {
+    let (t, fake, base) = setup(&(announcements("owned") + &maker("owned"))).await;
+    fake.push([stall_after("Half")]);
+    create(&t, json!({"sessionId": "trigger", "meta": {"cwd": "/tmp"}})).await;
+    eventually("the owned agent", || async {
+        ids(&t, service::AGENT_LOOP, agent_loop::LIST)
+            .await
+            .contains(&"owned".to_owned())
+    })
+    .await;
+    send(&t, agents::FOLLOWUP, "owned", "work").await;
+    eventually("its stalled turn", || async { fake.requests().len() == 1 }).await;
+    // Its owner unloads while a caller disposes it.
+    let dispose = t
+        .host
+        .call(service::AGENTS, agents::DISPOSE, json!({"agent": "owned"}));
+    let tree = base + &announcements("owned");
+    let unload = t.apply(&tree);
+    let (disposed, ()) = tokio::join!(dispose, unload);
+    disposed.unwrap();
+    // The dispose answered after the whole teardown, which ran once.
+    assert_unlisted(&t, "owned").await;
+    quiet().await;
+    assert_eq!(
+        heard(&t, "w").await,
+        [
+            bus::SESSION_CREATED,
+            bus::AGENT_CREATED,
+            bus::AGENT_SESSION_START,
+            bus::AGENT_DISPOSED,
+            bus::SESSION_DISPOSED
+        ]
+    );
+    let log = dsh_testkit::agent::events(&t, "owned").await;
+    assert_eq!(log.last().unwrap()["type"], "turn/end", "balanced");
+}

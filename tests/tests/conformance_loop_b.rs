@@ -1440,3 +1440,41 @@ async fn a_concluding_tool_ends_the_turn_unless_next_step_input_is_pending() {
     assert_eq!(turn2.len(), 2);
     t.shutdown().await;
 }
+
+// ---- agent-initiator.spec.ts --------------------------------------------
+
+/// The initiator is bound per driver and turn: two agents' turns running
+/// at once each call the same tool, and each call runs for the agent whose
+/// turn made it (its `exec.agent`).
+#[tokio::test]
+async fn each_call_runs_for_the_agent_whose_turn_made_it() {
+    let (t, fake) = setup(&kit_row("k", "", KIT_TOOLS)).await;
+    for tag in ["A", "B"] {
+        fake.push_for(
+            &format!("FROM-{tag}"),
+            [
+                calls(&[("c", "p", json!({"tag": tag, "awaitStarted": 2}))]),
+                text("done"),
+            ],
+        );
+    }
+    let a = new_agent(&t, "/tmp").await;
+    let b = new_agent(&t, "/tmp").await;
+    send(&t, agents::FOLLOWUP, &a, "FROM-A go").await;
+    send(&t, agents::FOLLOWUP, &b, "FROM-B go").await;
+    idle(&t, &a).await;
+    idle(&t, &b).await;
+    let starts: Vec<(String, String)> = kit_journal(&t, "k")
+        .await
+        .iter()
+        .filter(|e| e["event"] == "tool:start")
+        .map(|e| {
+            let tag = e["arguments"]["tag"].as_str().unwrap().to_owned();
+            (tag, e["agent"].as_str().unwrap().to_owned())
+        })
+        .collect();
+    assert_eq!(starts.len(), 2, "{starts:?}");
+    for (tag, agent) in starts {
+        assert_eq!(&agent, if tag == "A" { &a } else { &b }, "call of {tag}");
+    }
+}

@@ -1042,3 +1042,200 @@ async fn stored_children_are_listed_after_the_registry_restarts_and_an_unreadabl
     let notices = from_source(&ev, "subagent-settled");
     assert!(text_of(notices.last().unwrap()).ends_with("again"));
 }
+
+/// The provider is checked again once the child is set up: unloaded
+/// meanwhile, the creation is rolled back (the child never announced, its
+/// session never written) and the call fails clearly.
+#[tokio::test]
+async fn a_provider_unloaded_during_the_childs_setup_rolls_the_child_back() {
+    use dsh_sdk::names::{bus, session_persistence, sessions};
+    use dsh_testkit::agent::core_host_staged;
+    use dsh_testkit::fake_llm::stall_after;
+    use dsh_testkit::fixtures::{hooks_journal, hooks_row, HOOKS};
+    // `block` holds the child's setup (at `subagent/child-ready`) until the
+    // agent `blocker` is idle; `seen` says the setup got there.
+    let ready = |tag: &str, calls: Value| {
+        hooks_row(
+            tag,
+            json!({"listeners": [{"event": bus::SUBAGENT_CHILD_READY, "calls": calls}]}),
+        )
+    };
+    let wait = json!([{"service": service::AGENTS, "method": agents::WHEN_IDLE, "params": {"agent": "blocker"}}]);
+    let hooks = ready("block", wait) + &ready("seen", json!([]));
+    let mut base = String::new();
+    let (t, fake) = core_host_staged(&[HOOKS], |rows| {
+        base = rows + &delegation_rows("{}");
+        base.clone() + &hooks
+    })
+    .await;
+    fake.push_for("BLOCKER", [stall_after("Half")]);
+    fake.push_for(
+        "PARENT-P",
+        [
+            tool_calls(&[(
+                "subagent",
+                json!({"description": "look", "prompt": "KID-P look", "run_in_background": false}),
+            )]),
+            text("after"),
+        ],
+    );
+    let blocker = json!({"sessionId": "blocker", "agentOptions": {"provider": "fake", "model": "m1"}, "meta": {"cwd": "/tmp"}});
+    t.call(service::AGENT_LOOP, agent_loop::CREATE, blocker)
+        .await;
+    send(&t, agents::FOLLOWUP, "blocker", "BLOCKER hold").await;
+    let parent = new_agent(&t, "/tmp").await;
+    send(&t, agents::FOLLOWUP, &parent, "PARENT-P go").await;
+    dsh_testkit::eventually("the child's setup", || async {
+        !hooks_journal(&t, "seen").await.is_empty()
+    })
+    .await;
+    let child = hooks_journal(&t, "seen").await[0]["payload"]["child"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // The provider goes while the setup is held; then the setup goes on.
+    let row = "[[row]]\nid = \"subagent-in-process\"\nplugin = \"subagent-in-process\"\n";
+    assert!(base.contains(row));
+    t.apply(&(base.replace(row, "") + &hooks)).await;
+    t.call(service::AGENTS, agents::CANCEL, json!({"agent": "blocker"}))
+        .await;
+    idle(&t, &parent).await;
+    let result = of_type(&events(&t, &parent).await, event::TOOL_RESULT)[0].to_string();
+    assert!(
+        result.contains("no subagent provider registered for \\\"spawn\\\""),
+        "{result}"
+    );
+    assert!(
+        requests_with(&fake, "KID-P").is_empty(),
+        "the child never ran"
+    );
+    let live: Vec<String> =
+        serde_json::from_value(t.call(service::SESSIONS, sessions::LIST, json!({})).await).unwrap();
+    assert!(!live.contains(&child), "{live:?}");
+    let stored = t
+        .host
+        .call(
+            service::SESSION_PERSISTENCE,
+            session_persistence::INSPECT,
+            json!({"id": child}),
+        )
+        .await;
+    assert!(
+        stored.is_err(),
+        "nothing of the child was written: {stored:?}"
+    );
+}
+
+/// `subagent` and `subagent_fork` are offered only while their providers
+/// are registered, their prompt sections with them.
+#[tokio::test]
+async fn the_delegation_tools_come_and_go_with_their_providers() {
+    use dsh_sdk::names::{system_prompt, tools};
+    let mut base = String::new();
+    let (t, _fake) = core_host(|rows| {
+        base = rows + &delegation_rows("{}");
+        base.clone()
+    })
+    .await;
+    async fn offered(t: &TestHost) -> (bool, bool, bool, bool) {
+        {
+            let schemas = t.call(service::TOOLS, tools::SCHEMAS, json!({})).await;
+            let names: Vec<String> = schemas
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["name"].as_str().unwrap().to_owned())
+                .collect();
+            let assembly = t
+                .call(
+                    service::SYSTEM_PROMPT,
+                    system_prompt::ASSEMBLE,
+                    json!({"tools": schemas, "variables": {"cwd": "/tmp", "model": "m1", "provider": "fake"}}),
+                )
+                .await;
+            let sections = assembly["sections"].to_string();
+            let has = |n: &str| names.contains(&n.to_owned());
+            (
+                has("subagent"),
+                has("subagent_fork"),
+                has("send_message"),
+                sections.contains("Use subagent in the background"),
+            )
+        }
+    }
+    assert_eq!(offered(&t).await, (true, true, true, true));
+    let row = "[[row]]\nid = \"subagent-in-process\"\nplugin = \"subagent-in-process\"\n";
+    assert!(base.contains(row));
+    t.apply(&base.replace(row, "")).await;
+    dsh_testkit::eventually("the tools withdrawn", || async {
+        offered(&t).await == (false, false, true, false)
+    })
+    .await;
+    t.apply(&base).await;
+    dsh_testkit::eventually("the tools back", || async {
+        offered(&t).await == (true, true, true, true)
+    })
+    .await;
+}
+
+/// A provider removed while its child runs: the registry, which owns the
+/// child, disposes it; its turn ends aborted (its log balanced) and the
+/// parent is told.
+#[tokio::test]
+async fn a_provider_removed_ends_its_running_children_cleanly() {
+    use dsh_testkit::fake_llm::stall_after;
+    let mut base = String::new();
+    let (t, fake) = core_host(|rows| {
+        base = rows + &delegation_rows("{}");
+        base.clone()
+    })
+    .await;
+    fake.push_for("KID-U", [stall_after("Half")]);
+    fake.push_for(
+        "PARENT-U",
+        [
+            tool_calls(&[(
+                "subagent",
+                json!({"description": "work", "prompt": "KID-U work"}),
+            )]),
+            text("started it"),
+            text("heard it"),
+        ],
+    );
+    let parent = new_agent(&t, "/tmp").await;
+    turn(&t, &parent, "PARENT-U go").await;
+    let started = of_type(&events(&t, &parent).await, event::TOOL_RESULT)[0].to_string();
+    let child = started
+        .split("started subagent ")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .to_owned();
+    dsh_testkit::eventually("the child's stalled request", || async {
+        requests_with(&fake, "KID-U").len() == 1
+    })
+    .await;
+
+    let row = "[[row]]\nid = \"subagent-in-process\"\nplugin = \"subagent-in-process\"\n";
+    assert!(base.contains(row));
+    t.apply(&base.replace(row, "")).await;
+    dsh_testkit::eventually("the child disposed", || async {
+        let live = t
+            .call(service::AGENT_LOOP, agent_loop::LIST, json!({}))
+            .await;
+        !live.to_string().contains(&child)
+    })
+    .await;
+    let log = events(&t, &child).await;
+    let end = of_type(&log, event::TURN_END);
+    assert_eq!(end.len(), 1, "{log:?}");
+    assert_eq!(end[0]["data"]["reason"]["kind"], "aborted", "{end:?}");
+    // The parent hears how its child ended.
+    dsh_testkit::eventually("the parent's notice", || async {
+        requests_with(&fake, "PARENT-U").last().is_some_and(|r| {
+            r.to_string().contains(&child) && r.to_string().contains("stopped before it finished")
+        })
+    })
+    .await;
+}

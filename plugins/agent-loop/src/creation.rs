@@ -126,7 +126,9 @@ impl Loop {
             ),
             None => None,
         };
-        let agent = self.build(&id, &p.agent_options, cwd, seeded.as_ref())?;
+        let mut agent = self.build(&id, &p.agent_options, cwd, seeded.as_ref())?;
+        let lineage = p.meta.as_ref().and_then(|m| m.parent_session.clone());
+        agent.parent = lineage.or(p.fork.as_ref().map(|f| f.session.clone()));
         self.stage(req, &id, agent, SessionSource::Startup, true)
             .await?;
         guard.disarm();

@@ -1,6 +1,7 @@
 //! `agent-loop`: agents and the turn/step algorithm (reference dsh-core §4).
 
 mod creation;
+mod disposal;
 mod driver;
 mod inbox;
 mod new_session;
@@ -206,6 +207,12 @@ pub(crate) struct Agent {
     pub registration: String,
     /// Its owner let go of it (`release`): the next `resume` owns it.
     pub released: bool,
+    /// The plugin that owns it (disposed with it): its creator, or whoever
+    /// resumed it after a `release`; none for the loop's own `agents[]`.
+    pub owner: Option<u64>,
+    /// The agent that delegated to it (its session's `parentSession`):
+    /// none for a root.
+    pub parent: Option<String>,
     pub running: bool,
     /// A `runMaintenance` task is running (status stays idle; waking sends
     /// are latched and replayed when it ends).
@@ -244,6 +251,8 @@ pub(crate) struct Loop {
     pub agents: Agents,
     /// Agents made and not announced yet (see `creation`).
     pub pending: Rc<RefCell<HashMap<String, creation::Pending>>>,
+    /// Agents being disposed, with whoever waits for that (see `disposal`).
+    pub disposing: disposal::Disposing,
     pub config: Config,
 }
 
@@ -336,6 +345,8 @@ impl Loop {
             inbox_lock: Rc::default(),
             registration: new_id(),
             released: false,
+            owner: None,
+            parent: summary.and_then(|s| s.header.parent_session.clone()),
             running: false,
             maintenance: false,
             last_turn: summary.map_or(0, |s| s.last_turn),
@@ -498,53 +509,6 @@ impl Loop {
         outcome
     }
 
-    /// Disposal: parks pending work (a resume restores it), never latches a
-    /// wake (see `wake`), ends the running turn, then removes the agent and
-    /// emits `agent/disposed`.
-    async fn dispose(&self, agent: &str) {
-        if self
-            .cancel(agent, CancelCause::Disposed, true)
-            .await
-            .is_err()
-        {
-            return;
-        }
-        let _ = self.when_idle(agent).await;
-        let Some(registration) = self
-            .agents
-            .borrow()
-            .get(agent)
-            .map(|a| a.registration.clone())
-        else {
-            return;
-        };
-        // Drained; now what was registered in its scope goes, then the
-        // agent, then its session.
-        let scope = AgentRef {
-            agent: agent.to_owned(),
-        };
-        if let Err(e) = self.ctx.parallel(bus::AGENT_SCOPE_CLOSED, scope).await {
-            dsh_sdk::tracing::warn!("closing the scope of disposed agent {agent}: {e}");
-        }
-        let same = {
-            let agents = self.agents.borrow();
-            agents.get(agent).map(|a| a.registration.as_str()) == Some(registration.as_str())
-        };
-        if same && self.agents.borrow_mut().remove(agent).is_some() {
-            let disposed = AgentRef {
-                agent: agent.to_owned(),
-            };
-            self.notify(bus::AGENT_DISPOSED, &disposed);
-            // Then its session leaves the live store (the original's
-            // handle dispose): the final write lands and the log's lock is
-            // released, so the session can be resumed again, here or by
-            // another host.
-            if let Err(e) = Sessions::new(&self.ctx).close(agent).await {
-                dsh_sdk::tracing::warn!("closing the session of disposed agent {agent}: {e}");
-            }
-        }
-    }
-
     /// Ties the agent `reply` names to the plugin that asked for it: when
     /// that plugin is disposed (unloaded, reloaded), so is the agent, as the
     /// original's registry unregisters an agent with its owner. A later
@@ -554,6 +518,7 @@ impl Loop {
         let id = reply.agent.clone();
         let Some(registration) = self.agents.borrow_mut().get_mut(&id).map(|a| {
             a.released = false;
+            a.owner = Some(req.caller);
             a.registration.clone()
         }) else {
             return;
@@ -575,6 +540,7 @@ impl Loop {
         let a = agents.get_mut(agent).ok_or_else(|| no_agent(agent))?;
         a.registration = new_id();
         a.released = true;
+        a.owner = None;
         Ok(())
     }
 
@@ -883,6 +849,7 @@ impl Plugin for AgentLoop {
             ctx: ctx.clone(),
             agents: Rc::default(),
             pending: Rc::default(),
+            disposing: Rc::default(),
             config,
         };
         let l2 = l.clone();

@@ -202,6 +202,23 @@ pub(crate) async fn handle_loop(l: Loop, req: Request) -> Result<Reply> {
             Ok(Value::Null.into())
         }
         agent_loop::LIST => list(&l),
+        agent_loop::ROOTS => {
+            let mut roots: Vec<String> = l
+                .agents
+                .borrow()
+                .iter()
+                .filter(|(_, a)| a.parent.is_none())
+                .map(|(id, _)| id.clone())
+                .collect();
+            roots.sort();
+            Reply::json(roots)
+        }
+        agent_loop::IS_OWNED_BY => {
+            let p: AgentParams = params(&req, AGENT)?;
+            let agents = l.agents.borrow();
+            let a = agents.get(&p.agent).ok_or_else(|| no_agent(&p.agent))?;
+            Reply::json(a.owner == Some(req.caller))
+        }
         agent_loop::RELEASE => {
             let p: AgentParams = params(&req, AGENT)?;
             l.release(&p.agent)?;

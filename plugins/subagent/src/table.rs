@@ -175,22 +175,30 @@ impl Table {
     /// The descendants of `root`, pre-order, each with its depth below
     /// `root` (1 for a direct child).
     pub fn descendants_of(&self, root: &str) -> Vec<(String, Child, u64)> {
+        let children = self.children.borrow();
+        // One pass to index the tree, so the walk is linear in the table.
+        let mut below: HashMap<&str, Vec<(&String, &Child)>> = HashMap::new();
+        for (id, c) in children.iter() {
+            below.entry(c.parent.as_str()).or_default().push((id, c));
+        }
+        for kids in below.values_mut() {
+            kids.sort_by_key(|(_, c)| c.order);
+        }
+        let kids_of = |id: &str, depth: u64| {
+            let kids = below.get(id).map(Vec::as_slice).unwrap_or_default();
+            kids.iter().rev().map(move |(k, c)| (*k, *c, depth))
+        };
         let mut out = Vec::new();
-        let mut stack: Vec<(String, u64)> = self
-            .children_of(root)
-            .into_iter()
-            .rev()
-            .map(|(id, _)| (id, 1))
-            .collect();
-        while let Some((id, depth)) = stack.pop() {
-            let Some(child) = self.get(&id) else { continue };
-            stack.extend(
-                self.children_of(&id)
-                    .into_iter()
-                    .rev()
-                    .map(|(c, _)| (c, depth + 1)),
-            );
-            out.push((id, child, depth));
+        let mut seen = HashSet::new();
+        let mut stack: Vec<(&String, &Child, u64)> = kids_of(root, 1).collect();
+        while let Some((id, child, depth)) = stack.pop() {
+            // A cycle (a corrupt record naming a descendant as parent) is
+            // walked once.
+            if !seen.insert(id.as_str()) {
+                continue;
+            }
+            out.push((id.clone(), child.clone(), depth));
+            stack.extend(kids_of(id, depth + 1));
         }
         out
     }
@@ -272,5 +280,22 @@ mod tests {
         t.set_state("a1x", State::Ready);
         assert_eq!(t.running_below("a1"), 0);
         assert!(t.any_running_below("a"));
+    }
+
+    #[test]
+    fn a_cycle_of_records_is_walked_once_and_made_by_names_the_provider() {
+        let t = Table::default();
+        t.insert("x", child("y"));
+        t.insert("y", child("x"));
+        let walk: Vec<String> = t
+            .descendants_of("x")
+            .into_iter()
+            .map(|(id, _, _)| id)
+            .collect();
+        assert_eq!(walk, ["y", "x"]);
+        let mut made = t.made_by("spawn");
+        made.sort();
+        assert_eq!(made, ["x", "y"]);
+        assert!(t.made_by("fork").is_empty());
     }
 }

@@ -21,7 +21,7 @@ use std::rc::Rc;
 
 use dsh_sdk::api::system_prompt::{
     AssembleParams, Changed, NamedText, ProviderRequest, ScopeParams, SectionParams,
-    SectionProvider, VariableParams,
+    SectionProvider, VariableParams, TOOL_SECTION_PREFIX,
 };
 use dsh_sdk::names::{bus, service, system_prompt};
 use dsh_sdk::prelude::*;
@@ -493,6 +493,12 @@ async fn assemble(
         contexts.sort_by(|a, b| a.order.total_cmp(&b.order));
         (sections, complete, contexts, suppressed)
     };
+    // A tool's section goes with its tool.
+    sections.retain(|s| {
+        s.name
+            .strip_prefix(TOOL_SECTION_PREFIX)
+            .is_none_or(|tool| params.tools.iter().any(|t| tool_name(t) == tool))
+    });
     // Shadowing and suppression come first: a shadowed or suppressed
     // provider is never asked.
     resolve(ctx, "section", &mut sections, scope, req).await?;

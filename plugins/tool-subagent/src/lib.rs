@@ -16,6 +16,7 @@
 //! definition file changes.
 
 mod definitions;
+mod offer;
 mod spec;
 
 use std::cell::RefCell;
@@ -29,7 +30,7 @@ use dsh_sdk::api::subagents::{
     ChildReady, FollowupParams, InterruptParams, ReportParams, RunOutcome, StartParams, StopReason,
     Subagents,
 };
-use dsh_sdk::api::system_prompt::{SectionParams, SystemPrompt};
+use dsh_sdk::api::system_prompt::{tool_section_name, SectionParams, SystemPrompt};
 use dsh_sdk::api::tools::{Exec, RegisterParams, Tools};
 use dsh_sdk::names::{bus, service, tool};
 use dsh_sdk::prelude::*;
@@ -88,6 +89,7 @@ struct State {
     service: Rc<String>,
     dirs: Rc<Vec<PathBuf>>,
     known: Rc<RefCell<Known>>,
+    offered: offer::Offered,
 }
 
 impl State {
@@ -152,11 +154,12 @@ impl State {
         d
     }
 
-    /// Registers `subagent` again after its definitions changed.
-    async fn update_spawn(&self) -> Result<()> {
-        let mut d = self.spawn_declaration();
-        d.replace = true;
-        Tools::new(&self.ctx).register(&d).await
+    /// The registration of `subagent_fork`.
+    fn fork_declaration(&self) -> RegisterParams {
+        let mut d = declaration::<Fork>();
+        d.description.push_str(spec::BACKGROUND_SUFFIX);
+        d.service = self.service.to_string();
+        d
     }
 
     async fn execute(self, req: Request) -> Result<Reply> {
@@ -365,7 +368,7 @@ impl State {
         Tools::new(&self.ctx).register(&d).await?;
         let section = SectionParams {
             scope: Some(ready.child),
-            name: format!("tool:{}", tool::REPORT),
+            name: tool_section_name(tool::REPORT),
             order: spec::REPORT_SECTION_ORDER.into(),
             text: Some(spec::REPORT_SECTION.to_owned()),
             ..SectionParams::default()
@@ -426,6 +429,7 @@ impl Plugin for ToolSubagent {
             service: Rc::new(format!("tool:{}:{}", ctx.plugin_name(), ctx.fiber())),
             dirs: Rc::new(definitions::dirs(&project, &PathBuf::from(&info.home))),
             known: Rc::default(),
+            offered: Rc::default(),
         };
         let s = state.clone();
         ctx.provide(state.service.to_string(), move |req| {
@@ -439,24 +443,34 @@ impl Plugin for ToolSubagent {
         });
         state.refresh();
         let tools = Tools::new(&ctx);
-        tools.register(&state.spawn_declaration()).await?;
         for mut d in [
-            declaration::<Fork>(),
             declaration::<SendMessage>(),
             declaration::<InterruptAgent>(),
             declaration::<ListAgents>(),
         ] {
-            if d.name == Fork::NAME {
-                d.description.push_str(spec::BACKGROUND_SUFFIX);
-            }
             d.service = state.service.to_string();
             tools.register(&d).await?;
         }
+        state.sync_offer().await?;
+        let s = state.clone();
+        ctx.on(bus::SUBAGENT_PROVIDERS_CHANGED, move |_| {
+            let s = s.clone();
+            async move {
+                match s.sync_offer().await {
+                    // The registry itself is going (a shutdown, a reload):
+                    // this plugin goes with it, its tools too.
+                    Err(e) if e.code == codes::SERVICE_UNAVAILABLE => Ok(Value::Null),
+                    outcome => outcome.map(|()| Value::Null),
+                }
+            }
+        });
+        // Each goes with its tool (`TOOL_SECTION_PREFIX`): absent while the
+        // tool is.
         let prompt = SystemPrompt::new(&ctx);
         for name in [Spawn::NAME, Fork::NAME] {
             prompt
                 .section(&SectionParams {
-                    name: format!("tool:{name}"),
+                    name: tool_section_name(name),
                     order: spec::SECTION_ORDER.into(),
                     text: Some(spec::section(name)),
                     ..SectionParams::default()

@@ -84,6 +84,26 @@ fn register(ctx: &Context, registry: &Registry, req: &Request) -> Result<Reply> 
     Ok(Value::Null.into())
 }
 
+/// `unregister`: removes a tool the calling fiber registered (another's is
+/// refused, as a duplicate registration is); true when there was one.
+fn unregister(ctx: &Context, registry: &Registry, req: &Request) -> Result<Reply> {
+    let ModeParams { name, scope } = req.params_as()?;
+    let key = (scope.unwrap_or_default(), name);
+    let owner = registry.borrow().tools.get(&key).map(|t| t.owner);
+    match owner {
+        None => Reply::json(false),
+        Some(o) if o != req.caller => Err(Error::new(
+            codes::INVALID_PAYLOAD,
+            format!("tool \"{}\" was registered by another plugin", key.1),
+        )),
+        Some(_) => {
+            registry.borrow_mut().tools.remove(&key);
+            changed(ctx)?;
+            Reply::json(true)
+        }
+    }
+}
+
 /// `schemas`: what agent `scope` is offered.
 fn schemas(registry: &Registry, req: &Request) -> Result<Reply> {
     let ScopeParams { scope } = req.params_as()?;
@@ -228,6 +248,7 @@ async fn execute(ctx: &Context, registry: &Registry, exec: Exec) -> ToolResult {
 async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply> {
     match req.method.as_str() {
         tools::REGISTER => register(&ctx, &registry, &req),
+        tools::UNREGISTER => unregister(&ctx, &registry, &req),
         tools::SCHEMAS => schemas(&registry, &req),
         tools::MODE => mode(&registry, &req),
         tools::RESTRICT => restrict(&ctx, &registry, &req),

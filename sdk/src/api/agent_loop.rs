@@ -653,6 +653,19 @@ impl AgentLoop {
         Ok(Prepared::adopt(ctx, created.agent))
     }
 
+    /// `roots`: the live agents no other agent delegated to, sorted.
+    pub async fn roots(&self) -> Result<Vec<String>> {
+        self.0.call_as(method::ROOTS, ListParams {}).await
+    }
+
+    /// `isOwnedBy`: whether the calling plugin owns live agent `agent`.
+    pub async fn is_owned_by_me(&self, agent: &str) -> Result<bool> {
+        let params = AgentRef {
+            agent: agent.to_owned(),
+        };
+        self.0.call_as(method::IS_OWNED_BY, &params).await
+    }
+
     /// `commit`: publishes an agent made with `setup`.
     pub async fn commit(&self, agent: &str) -> Result<AgentRef> {
         let params = AgentRef {

@@ -43,6 +43,18 @@ pub struct SectionParams {
     pub complete: bool,
 }
 
+/// The prefix of a section that goes with a tool: a section named
+/// `tool:<name>` (the original's naming of a tool's guidance) is part of an
+/// assembly only when that assembly offers tool `<name>`, so an agent
+/// whose filter denies a tool, or a host where the tool is not registered
+/// (yet), is not told how to use it.
+pub const TOOL_SECTION_PREFIX: &str = "tool:";
+
+/// The name of the section that goes with tool `tool`.
+pub fn tool_section_name(tool: &str) -> String {
+    format!("{TOOL_SECTION_PREFIX}{tool}")
+}
+
 /// An `order` as sent: any JSON value, so that one which is not a finite
 /// number is refused with a message naming the entry rather than as a
 /// malformed payload.

@@ -382,7 +382,8 @@ pub struct ScopeParams {
     pub scope: Option<String>,
 }
 
-/// Params of `mode`: a tool as an agent sees it.
+/// Params of `mode` (a tool as an agent sees it) and of `unregister` (a
+/// tool of that scope).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ModeParams {
     /// The tool.
@@ -839,6 +840,16 @@ impl Tools {
     /// `register`: adds a tool (owned by this fiber); emits `tools/change`.
     pub async fn register(&self, params: &RegisterParams) -> Result<()> {
         self.0.call_as(method::REGISTER, params).await
+    }
+
+    /// `unregister`: removes global tool `name` this fiber registered
+    /// (true when there was one); emits `tools/change`.
+    pub async fn unregister(&self, name: &str) -> Result<bool> {
+        let params = ModeParams {
+            name: name.to_owned(),
+            scope: None,
+        };
+        self.0.call_as(method::UNREGISTER, &params).await
     }
 
     /// `schemas`: the tools `scope` is offered (the global ones for

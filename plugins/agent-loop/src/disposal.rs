@@ -1,0 +1,95 @@
+//! Disposal, in the original's order: the agent drains (its running turn
+//! ends `aborted{disposed}`, pending work parked for a resume, no wake
+//! latched), then its scope closes (`agent/scope-closed`, awaited: what was
+//! registered in it goes), then the agent detaches (`agent/disposed`), then
+//! its session (`session/disposed`, the final write durable and the log's
+//! lock released).
+//!
+//! One disposal per agent: whoever asks while one runs (its owner's unload
+//! and an explicit `dispose` at once) waits for that one, so every caller
+//! returns only once the agent and its session are gone.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use dsh_sdk::api::agent_loop::AgentRef;
+use dsh_sdk::api::sessions::Sessions;
+use dsh_sdk::names::bus;
+use dsh_sdk::vocab::records::CancelCause;
+use tokio::sync::oneshot;
+
+use crate::Loop;
+
+/// The disposals running, each with the callers waiting for it.
+pub(crate) type Disposing = Rc<RefCell<HashMap<String, Vec<oneshot::Sender<()>>>>>;
+
+/// Ends the disposal of `agent` when dropped (done, or its caller gone):
+/// its waiters are let go.
+struct Running {
+    disposing: Disposing,
+    agent: String,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let waiters = self.disposing.borrow_mut().remove(&self.agent);
+        for w in waiters.into_iter().flatten() {
+            let _ = w.send(());
+        }
+    }
+}
+
+impl Loop {
+    /// Disposes `agent` (nothing when it is not live), or waits for the
+    /// disposal already running.
+    pub(crate) async fn dispose(&self, agent: &str) {
+        let waiting = {
+            let mut disposing = self.disposing.borrow_mut();
+            match disposing.get_mut(agent) {
+                Some(waiters) => {
+                    let (tx, rx) = oneshot::channel();
+                    waiters.push(tx);
+                    Some(rx)
+                }
+                None => {
+                    disposing.insert(agent.to_owned(), Vec::new());
+                    None
+                }
+            }
+        };
+        if let Some(done) = waiting {
+            let _ = done.await;
+            return;
+        }
+        let _running = Running {
+            disposing: self.disposing.clone(),
+            agent: agent.to_owned(),
+        };
+        self.tear_down(agent).await;
+    }
+
+    async fn tear_down(&self, agent: &str) {
+        if self
+            .cancel(agent, CancelCause::Disposed, true)
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let _ = self.when_idle(agent).await;
+        let about = AgentRef {
+            agent: agent.to_owned(),
+        };
+        if let Err(e) = self.ctx.parallel(bus::AGENT_SCOPE_CLOSED, &about).await {
+            dsh_sdk::tracing::warn!("closing the scope of disposed agent {agent}: {e}");
+        }
+        if self.agents.borrow_mut().remove(agent).is_none() {
+            return;
+        }
+        self.notify(bus::AGENT_DISPOSED, &about);
+        if let Err(e) = Sessions::new(&self.ctx).close(agent).await {
+            dsh_sdk::tracing::warn!("closing the session of disposed agent {agent}: {e}");
+        }
+    }
+}
