@@ -2,7 +2,7 @@
 //! parsing its params into the SDK's type and answering its reply type
 //! (`dsh_sdk::api::agents`, `dsh_sdk::api::agent_loop`).
 
-use dsh_sdk::api::agent_loop::{CreateParams, ResumeParams};
+use dsh_sdk::api::agent_loop::{AgentOptions, CreateParams, MaxTokens, ResumeParams};
 use dsh_sdk::api::agents::{
     AgentParams, CancelParams, PendingReply, RemoveParams, ReplaceParams, RunMaintenanceParams,
     RunStatus, SelectModelParams, SendParams, StatusReply,
@@ -174,6 +174,12 @@ fn status(l: &Loop, req: &Request) -> Result<Reply> {
         maintenance: a.maintenance,
         last_turn: a.last_turn,
         last_end: a.last_end.clone(),
+        options: AgentOptions {
+            provider: Some(a.provider.clone()).filter(|p| !p.is_empty()),
+            model: Some(a.model.clone()).filter(|m| !m.is_empty()),
+            max_tokens: a.max_tokens.map(MaxTokens::from),
+            reasoning_effort: a.reasoning_effort.clone(),
+        },
     })
 }
 

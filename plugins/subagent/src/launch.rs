@@ -153,9 +153,12 @@ async fn child_depth(ctx: &Context, parent: &str, max_depth: Option<u64>) -> Res
 }
 
 /// The child's options: what the start names, else the parent's route
-/// (its latest request).
+/// (its latest request) and its `maxTokens` and reasoning effort.
 async fn child_options(ctx: &Context, p: &StartParams) -> Result<AgentOptions> {
     let mut options = p.agent_options.clone().unwrap_or_default();
+    let parent = Agents::new(ctx).status(&p.parent).await?.options;
+    options.max_tokens = options.max_tokens.or(parent.max_tokens);
+    options.reasoning_effort = options.reasoning_effort.or(parent.reasoning_effort);
     if options.provider.is_none() || options.model.is_none() {
         let context = Sessions::new(ctx).request_context(&p.parent).await?;
         if let Some(context) = context {

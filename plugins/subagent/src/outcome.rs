@@ -5,7 +5,8 @@
 
 use dsh_sdk::api::subagents::StopReason;
 use dsh_sdk::vocab::message::{ContentBlock, Message, MessageSource, RelaySource};
-use dsh_sdk::vocab::records::{AssistantMessage, TurnEndReason};
+use dsh_sdk::vocab::records::{AssistantChunk, AssistantMessage, TurnEndReason};
+use dsh_sdk::vocab::Chunk;
 use dsh_sdk::vocab::{event, SessionEvent};
 
 /// The stop reason of a turn that ended for `reason` (none: the agent
@@ -39,16 +40,30 @@ pub fn diagnostic(reason: Option<&TurnEndReason>) -> Option<String> {
 }
 
 /// The run's final answer: the text of the last assistant message with
-/// any text among `events` ("" when none had any).
+/// any text among `events`; when none has any (a run cancelled mid-stream),
+/// the text it streamed, so a partial answer is not lost ("" when none).
 pub fn final_output(events: &[SessionEvent]) -> String {
-    events
+    let last = events
         .iter()
         .rev()
         .filter(|e| e.kind == event::ASSISTANT_MESSAGE)
         .filter_map(|e| e.data_as::<AssistantMessage>().ok())
         .map(|m| m.message.text())
-        .find(|t| !t.trim().is_empty())
-        .unwrap_or_default()
+        .find(|t| !t.trim().is_empty());
+    last.unwrap_or_else(|| streamed_text(events))
+}
+
+/// The text deltas among `events`, in order.
+fn streamed_text(events: &[SessionEvent]) -> String {
+    events
+        .iter()
+        .filter(|e| e.kind == event::ASSISTANT_CHUNK)
+        .filter_map(|e| e.data_as::<AssistantChunk>().ok())
+        .filter_map(|c| match c.chunk {
+            Chunk::TextDelta { text, .. } => Some(text),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The first line of a settlement notice (`diagnostic` names an abnormal
@@ -132,6 +147,26 @@ pub fn from_parent(parent: &str, text: &str) -> Message {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn logged(seq: u64, kind: &str, data: serde_json::Value) -> SessionEvent {
+        serde_json::from_value(json!({"type": kind, "seq": seq, "time": 0, "data": data})).unwrap()
+    }
+
+    #[test]
+    fn the_final_output_is_the_last_message_with_text_else_what_was_streamed() {
+        let chunk = |seq, text: &str| {
+            let data = json!({"turn": 1, "step": 1, "chunk": {"type": "text-delta", "index": 0, "text": text}});
+            logged(seq, event::ASSISTANT_CHUNK, data)
+        };
+        let reasoning = logged(
+            2,
+            event::ASSISTANT_CHUNK,
+            json!({"turn": 1, "step": 1, "chunk": {"type": "reasoning-delta", "index": 0, "text": "hmm"}}),
+        );
+        let cut = [chunk(0, "Half an "), chunk(1, "answer"), reasoning];
+        assert_eq!(final_output(&cut), "Half an answer");
+        assert_eq!(final_output(&[]), "");
+    }
 
     #[test]
     fn a_notice_says_how_it_ended_and_carries_the_closing_message() {

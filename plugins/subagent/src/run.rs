@@ -127,8 +127,8 @@ pub async fn one_shot(
 /// Watches continuable child `child`, whose run began at seq `from`, until
 /// it settles: idle, with no message on its way to it and none of its own
 /// children running. Then it is disposed (its session stays stored: a
-/// `followup` resumes it) and its parent gets the notice, as its next step
-/// (woken if idle) — quietly when the parent was stopped with it, or when
+/// `followup` resumes it) and its parent gets the notice: its next turn
+/// when idle, its next step when busy — quietly when the parent was stopped with it, or when
 /// the child went away under the watch (its provider unloaded, the host
 /// closing): nothing then wakes a parent into a turn.
 pub async fn watch(ctx: Context, table: Shared, child: String, from: u64) {
@@ -187,7 +187,13 @@ pub async fn watch(ctx: Context, table: Shared, child: String, from: u64) {
     let sent = if entry.stopped_with_parent || gone {
         agents.inject(&entry.parent, notice).await
     } else {
-        agents.steer(&entry.parent, notice).await
+        // An idle parent gets one ordinary turn; a busy one is steered,
+        // so children settling together cost it one step, not a turn
+        // each (as the original delivers it).
+        match agents.status(&entry.parent).await {
+            Ok(s) if s.status == RunStatus::Idle => agents.followup(&entry.parent, notice).await,
+            _ => agents.steer(&entry.parent, notice).await,
+        }
     };
     if let Err(e) = sent {
         tracing::warn!(

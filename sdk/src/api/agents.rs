@@ -172,6 +172,10 @@ pub struct StatusReply {
     pub last_turn: u64,
     /// The last turn's end reason, null before any turn.
     pub last_end: Option<TurnEndReason>,
+    /// The options it runs with (its route as made, its `maxTokens` and
+    /// reasoning effort), which a delegated child inherits.
+    #[serde(default)]
+    pub options: crate::api::agent_loop::AgentOptions,
 }
 
 // ---- client ----------------------------------------------------------------

@@ -137,10 +137,14 @@ fn replies_are_what_the_provider_writes() {
         maintenance: false,
         last_turn: 0,
         last_end: None,
+        options: crate::api::agent_loop::AgentOptions {
+            max_tokens: Some(8.into()),
+            ..Default::default()
+        },
     };
     assert_eq!(
         wire(&status),
-        r#"{"status":"idle","maintenance":false,"lastTurn":0,"lastEnd":null}"#
+        r#"{"status":"idle","maintenance":false,"lastTurn":0,"lastEnd":null,"options":{"maxTokens":8}}"#
     );
     assert_eq!(wire(RunStatus::Running), r#""running""#);
 }
