@@ -59,8 +59,8 @@ use std::future::Future;
 use serde::de::DeserializeOwned;
 
 pub use context::{
-    AboutDispatch, CallStream, Context, Dispatch, Event, FiberId, Listener, ListenerBuilder, Reply,
-    ReplySender, Request, ScopeBinding, Service, Subject,
+    AboutDispatch, CallStream, CallerCleanup, CallerSet, Context, Dispatch, Event, FiberId,
+    Listener, ListenerBuilder, Reply, ReplySender, Request, ScopeBinding, Service, Subject,
 };
 pub use dsh_tempdir as tempdir;
 pub use dsh_wire::Manifest;

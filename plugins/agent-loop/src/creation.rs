@@ -21,6 +21,7 @@ use dsh_sdk::api::sessions::{ForkParams, ResumeParams as SessionResume, Sessions
 use dsh_sdk::names::{bus, code};
 use dsh_sdk::new_id;
 use dsh_sdk::prelude::*;
+use dsh_sdk::CallerCleanup;
 
 use crate::{new_session, Agent, Loop, MAX_SAFE_INTEGER};
 
@@ -34,6 +35,8 @@ pub(crate) struct Pending {
     /// This creation of the id, so a stale cleanup never rolls back a
     /// later one.
     token: String,
+    /// The creator's going rolls it back; taken back once it is settled.
+    cleanup: Option<CallerCleanup>,
 }
 
 /// Rolls a creation back when dropped armed: the creating call was
@@ -71,7 +74,7 @@ impl Drop for Rollback {
             self.owns_session,
         );
         self.l.ctx.spawn(async move {
-            l.pending.borrow_mut().remove(&id);
+            l.take_pending(&id);
             l.roll_back(&id, owns).await;
         });
     }
@@ -193,17 +196,8 @@ impl Loop {
         owns_session: bool,
     ) -> Result<()> {
         let token = new_id();
-        self.pending.borrow_mut().insert(
-            id.to_owned(),
-            Pending {
-                agent,
-                source,
-                owns_session,
-                token: token.clone(),
-            },
-        );
-        if let Some(req) = req {
-            let (l, id) = (self.clone(), id.to_owned());
+        let cleanup = req.map(|req| {
+            let (l, id, token) = (self.clone(), id.to_owned(), token.clone());
             req.on_caller_gone(move || {
                 let mine = l
                     .pending
@@ -216,8 +210,18 @@ impl Loop {
                         let _ = l2.abandon(&id).await;
                     });
                 }
-            });
-        }
+            })
+        });
+        self.pending.borrow_mut().insert(
+            id.to_owned(),
+            Pending {
+                agent,
+                source,
+                owns_session,
+                token,
+                cleanup,
+            },
+        );
         let scope = AgentRef {
             agent: id.to_owned(),
         };
@@ -228,15 +232,19 @@ impl Loop {
     /// `commit`: publishes pending agent `id` (its session, then the agent,
     /// then its session start); `req`'s caller owns it from then on.
     pub(crate) async fn publish(&self, req: Option<&Request>, id: &str) -> Result<AgentRef> {
-        let Some(pending) = self.pending.borrow_mut().remove(id) else {
+        let Some(pending) = self.take_pending(id) else {
             return Err(not_pending(id));
         };
-        let guard = Rollback::new(self, id, pending.owns_session);
+        let Pending {
+            agent,
+            source,
+            owns_session,
+            ..
+        } = pending;
+        let guard = Rollback::new(self, id, owns_session);
         Sessions::new(&self.ctx).publish(id).await?;
         guard.disarm();
-        self.agents
-            .borrow_mut()
-            .insert(id.to_owned(), pending.agent);
+        self.agents.borrow_mut().insert(id.to_owned(), agent);
         let created = AgentRef {
             agent: id.to_owned(),
         };
@@ -246,7 +254,7 @@ impl Loop {
         self.notify(bus::AGENT_CREATED, &created);
         let start = SessionStart {
             agent: id.to_owned(),
-            source: pending.source,
+            source,
         };
         self.notify(bus::AGENT_SESSION_START, &start);
         Ok(created)
@@ -260,9 +268,19 @@ impl Loop {
             .map(|p| f(&mut p.agent))
     }
 
+    /// Takes pending agent `id` out of the creations under way (its
+    /// creator's cleanup with it).
+    fn take_pending(&self, id: &str) -> Option<Pending> {
+        let mut pending = self.pending.borrow_mut().remove(id)?;
+        if let Some(cleanup) = pending.cleanup.take() {
+            cleanup.cancel();
+        }
+        Some(pending)
+    }
+
     /// `abandon`: rolls pending agent `id` back.
     pub(crate) async fn abandon(&self, id: &str) -> Result<()> {
-        let Some(pending) = self.pending.borrow_mut().remove(id) else {
+        let Some(pending) = self.take_pending(id) else {
             return Err(not_pending(id));
         };
         self.roll_back(id, pending.owns_session).await;

@@ -84,8 +84,11 @@ impl Loop {
         if let Err(e) = self.ctx.parallel(bus::AGENT_SCOPE_CLOSED, &about).await {
             dsh_sdk::tracing::warn!("closing the scope of disposed agent {agent}: {e}");
         }
-        if self.agents.borrow_mut().remove(agent).is_none() {
+        let Some(mut gone) = self.agents.borrow_mut().remove(agent) else {
             return;
+        };
+        if let Some(cleanup) = gone.owner_cleanup.take() {
+            cleanup.cancel();
         }
         self.notify(bus::AGENT_DISPOSED, &about);
         if let Err(e) = Sessions::new(&self.ctx).close(agent).await {

@@ -213,6 +213,9 @@ pub(crate) struct Agent {
     /// The agent that delegated to it (its session's `parentSession`):
     /// none for a root.
     pub parent: Option<String>,
+    /// Its owner's going disposes it; taken back when it goes first (or
+    /// changes hands).
+    pub owner_cleanup: Option<dsh_sdk::CallerCleanup>,
     pub running: bool,
     /// A `runMaintenance` task is running (status stays idle; waking sends
     /// are latched and replayed when it ends).
@@ -346,6 +349,7 @@ impl Loop {
             registration: new_id(),
             released: false,
             owner: None,
+            owner_cleanup: None,
             parent: summary.and_then(|s| s.header.parent_session.clone()),
             running: false,
             maintenance: false,
@@ -523,14 +527,21 @@ impl Loop {
         }) else {
             return;
         };
-        let l = self.clone();
-        req.on_caller_gone(move || {
+        let (l, key) = (self.clone(), id.clone());
+        let cleanup = req.on_caller_gone(move || {
             let current = l.agents.borrow().get(&id).map(|a| a.registration.clone());
             if current.as_deref() == Some(registration.as_str()) {
                 let l2 = l.clone();
                 l.ctx.spawn(async move { l2.dispose(&id).await });
             }
         });
+        let previous = match self.agents.borrow_mut().get_mut(&key) {
+            Some(a) => a.owner_cleanup.replace(cleanup),
+            None => Some(cleanup),
+        };
+        if let Some(previous) = previous {
+            previous.cancel();
+        }
     }
 
     /// Lets go of `agent`: a fresh registration, so its owner's cleanup no
@@ -541,6 +552,9 @@ impl Loop {
         a.registration = new_id();
         a.released = true;
         a.owner = None;
+        if let Some(cleanup) = a.owner_cleanup.take() {
+            cleanup.cancel();
+        }
         Ok(())
     }
 

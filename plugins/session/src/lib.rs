@@ -53,6 +53,18 @@ struct Unpublished {
     token: String,
     /// The plugin making it: the only one that may `resume` it meanwhile.
     creator: u64,
+    /// Its creator's going drops it; taken back once it is settled.
+    cleanup: Option<dsh_sdk::CallerCleanup>,
+}
+
+impl Unpublished {
+    /// It is settled (published or taken back): its creator's going no
+    /// longer concerns it.
+    fn settle(mut self) {
+        if let Some(cleanup) = self.cleanup.take() {
+            cleanup.cancel();
+        }
+    }
 }
 
 fn invalid(message: String) -> Error {
@@ -406,36 +418,42 @@ impl Log {
             return self.ctx.emit(bus::SESSION_CREATED, created);
         }
         let token = new_id();
-        session.unpublished = Some(Unpublished {
-            stored: created.stored,
-            resumed: created.resumed,
-            token: token.clone(),
-            creator: req.caller,
-        });
-        self.live.borrow_mut().insert(id.clone(), session);
         let live = Rc::downgrade(&self.live);
-        req.on_caller_gone(move || {
+        let (key, mine) = (id.clone(), token.clone());
+        let cleanup = req.on_caller_gone(move || {
             let Some(live) = live.upgrade() else { return };
             let mut live = live.borrow_mut();
             let same = live
-                .get(&id)
+                .get(&key)
                 .and_then(|s| s.unpublished.as_ref())
-                .is_some_and(|u| u.token == token);
+                .is_some_and(|u| u.token == mine);
             if same {
-                live.remove(&id);
+                live.remove(&key);
             }
         });
+        session.unpublished = Some(Unpublished {
+            stored: created.stored,
+            resumed: created.resumed,
+            token,
+            creator: req.caller,
+            cleanup: Some(cleanup),
+        });
+        self.live.borrow_mut().insert(id, session);
         Ok(())
     }
 
     /// `publish`: announces an unpublished session with what it holds now.
     fn publish(&self, p: IdParams) -> Result<Reply> {
         let created = self.with_mut(&p.id, |s| {
-            Ok(s.unpublished.take().map(|u| SessionCreated {
-                header: s.header.clone(),
-                stored: u.stored,
-                resumed: u.resumed,
-                events: s.events[index(u.stored.unwrap_or(0)).min(s.events.len())..].to_vec(),
+            Ok(s.unpublished.take().map(|u| {
+                let created = SessionCreated {
+                    header: s.header.clone(),
+                    stored: u.stored,
+                    resumed: u.resumed,
+                    events: s.events[index(u.stored.unwrap_or(0)).min(s.events.len())..].to_vec(),
+                };
+                u.settle();
+                created
             }))
         })?;
         let Some(created) = created else {
@@ -455,7 +473,10 @@ impl Log {
             .map(|s| s.unpublished.is_some());
         match unpublished {
             Some(true) => {
-                self.live.borrow_mut().remove(&p.id);
+                let gone = self.live.borrow_mut().remove(&p.id);
+                if let Some(u) = gone.and_then(|s| s.unpublished) {
+                    u.settle();
+                }
                 Ok(Value::Null.into())
             }
             Some(false) => self.close(p).await,
@@ -733,7 +754,15 @@ impl Log {
     async fn close(&self, p: IdParams) -> Result<Reply> {
         // An unpublished session goes quietly: nobody heard it was made.
         let removed = self.live.borrow_mut().remove(&p.id);
-        if removed.is_some_and(|s| s.unpublished.is_none()) {
+        let announced = match removed.map(|s| s.unpublished) {
+            Some(Some(u)) => {
+                u.settle();
+                false
+            }
+            Some(None) => true,
+            None => false,
+        };
+        if announced {
             self.ctx
                 .parallel(bus::SESSION_DISPOSED, SessionRef { session_id: p.id })
                 .await?;

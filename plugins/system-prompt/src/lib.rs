@@ -26,6 +26,7 @@ use dsh_sdk::api::system_prompt::{
 use dsh_sdk::names::{bus, service, system_prompt};
 use dsh_sdk::prelude::*;
 use dsh_sdk::scopes::ScopeWatch;
+use dsh_sdk::{CallerSet, FiberId};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
@@ -69,10 +70,10 @@ impl Default for Config {
     }
 }
 
-/// One registration in its layer (`scope`, `None` = global); `id` is what
-/// its owner's disposal removes.
+/// One registration in its layer (`scope`, `None` = global), removed when
+/// its `owner` goes (`None`: the plugin's own, from its config).
 struct Entry<T> {
-    id: u64,
+    owner: Option<FiberId>,
     scope: Option<String>,
     item: T,
 }
@@ -91,7 +92,6 @@ struct Section {
 
 #[derive(Default)]
 struct Registry {
-    next_id: u64,
     sections: Vec<Entry<Section>>,
     contexts: Vec<Entry<Section>>,
     /// A variable's value; `None` is "registered, no value here".
@@ -99,9 +99,27 @@ struct Registry {
     suppressors: Vec<Entry<()>>,
     /// The agent scopes that closed: an entry for one is refused.
     scopes: ScopeWatch,
+    /// The fibers whose entries are removed when they go (one cleanup
+    /// each, however many entries they add).
+    owners: CallerSet,
 }
 
 impl Registry {
+    /// Forgets the entries `owner` added; how many there were.
+    fn drop_owner(&mut self, owner: FiberId) -> usize {
+        let other = |e: Option<FiberId>| e != Some(owner);
+        let before = self.len();
+        self.sections.retain(|e| other(e.owner));
+        self.contexts.retain(|e| other(e.owner));
+        self.variables.retain(|e| other(e.owner));
+        self.suppressors.retain(|e| other(e.owner));
+        before - self.len()
+    }
+
+    fn len(&self) -> usize {
+        self.sections.len() + self.contexts.len() + self.variables.len() + self.suppressors.len()
+    }
+
     /// Forgets the entries of agent `scope` alone.
     fn drop_scope(&mut self, scope: &str) {
         let other = |e: &Option<String>| e.as_deref() != Some(scope);
@@ -164,17 +182,19 @@ fn register<T: 'static>(
     item: T,
 ) -> Result<Reply> {
     reg.borrow().scopes.check(scope.as_deref())?;
-    let id = {
+    let owners = {
         let mut r = reg.borrow_mut();
-        r.next_id += 1;
-        let id = r.next_id;
-        field(&mut r).push(Entry { id, scope, item });
-        id
+        let owner = Some(req.caller);
+        field(&mut r).push(Entry { owner, scope, item });
+        r.owners.clone()
     };
-    let (r2, ctx2) = (reg.clone(), ctx.clone());
-    req.on_caller_gone(move || {
-        field(&mut r2.borrow_mut()).retain(|e| e.id != id);
-        let _ = ctx2.emit(bus::SYSTEM_PROMPT_CHANGE, Changed {});
+    let (r2, ctx2, owner) = (reg.clone(), ctx.clone(), req.caller);
+    req.on_caller_gone_once(&owners, move || {
+        // Each registration is its own effect: a change per entry removed.
+        let removed = r2.borrow_mut().drop_owner(owner);
+        for _ in 0..removed {
+            let _ = ctx2.emit(bus::SYSTEM_PROMPT_CHANGE, Changed {});
+        }
     });
     ctx.emit(bus::SYSTEM_PROMPT_CHANGE, Changed {})?;
     Ok(Value::Null.into())
@@ -558,8 +578,8 @@ impl Plugin for SystemPrompt {
         let reg: Shared = Rc::default();
         {
             let mut r = reg.borrow_mut();
-            let builtin = |id, name: &str, order, text: String| Entry {
-                id,
+            let builtin = |name: &str, order, text: String| Entry {
+                owner: None,
                 scope: None,
                 item: Section {
                     name: name.to_owned(),
@@ -571,22 +591,20 @@ impl Plugin for SystemPrompt {
             };
             if config.include_harness_identity {
                 r.sections.push(builtin(
-                    1,
                     "harness:identity",
                     -100.0,
                     "You are an AI agent powered by DeepSeek Harness.".into(),
                 ));
             }
             r.sections
-                .push(builtin(2, "deployment:persona", 0.0, config.persona));
+                .push(builtin("deployment:persona", 0.0, config.persona));
             if !config.include_runtime_context {
                 r.suppressors.push(Entry {
-                    id: 3,
+                    owner: None,
                     scope: None,
                     item: (),
                 });
             }
-            r.next_id = 3;
         }
         let tool_order = Rc::new(config.tool_order);
         let (ctx2, reg2) = (ctx.clone(), reg.clone());

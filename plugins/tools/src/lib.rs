@@ -75,11 +75,7 @@ fn register(ctx: &Context, registry: &Registry, req: &Request) -> Result<Reply> 
         None => {}
     }
     registry.borrow_mut().tools.insert(key, tool);
-    let (r2, ctx2) = (registry.clone(), ctx.clone());
-    req.on_caller_gone(move || {
-        r2.borrow_mut().tools.retain(|_, t| t.owner != owner);
-        let _ = changed(&ctx2);
-    });
+    drop_with_owner(ctx, registry, req);
     changed(ctx)?;
     Ok(Value::Null.into())
 }
@@ -136,17 +132,13 @@ fn restrict(ctx: &Context, registry: &Registry, req: &Request) -> Result<Reply> 
     registry.borrow().scopes.check(params.scope.as_deref())?;
     let r = restrictions::restriction(&registry.borrow(), params, owner)?;
     registry.borrow_mut().restrictions.push(r);
-    let (r2, ctx2) = (registry.clone(), ctx.clone());
-    req.on_caller_gone(move || {
-        r2.borrow_mut().restrictions.retain(|r| r.owner != owner);
-        let _ = changed(&ctx2);
-    });
+    drop_with_owner(ctx, registry, req);
     changed(ctx)?;
     Ok(Value::Null.into())
 }
 
 /// `guard`: a check after pre-execute, owned by the calling fiber.
-fn guard(registry: &Registry, req: &Request) -> Result<Reply> {
+fn guard(ctx: &Context, registry: &Registry, req: &Request) -> Result<Reply> {
     let GuardParams { service, scope } = req.params_as()?;
     registry.borrow().scopes.check(scope.as_deref())?;
     let Some(service) = service.filter(|s| !s.is_empty()) else {
@@ -161,9 +153,28 @@ fn guard(registry: &Registry, req: &Request) -> Result<Reply> {
         service,
         owner,
     });
-    let r2 = registry.clone();
-    req.on_caller_gone(move || r2.borrow_mut().guards.retain(|g| g.owner != owner));
+    drop_with_owner(ctx, registry, req);
     Ok(Value::Null.into())
+}
+
+/// What `req`'s caller registers (tools, restrictions, guards) goes when
+/// that fiber goes.
+fn drop_with_owner(ctx: &Context, registry: &Registry, req: &Request) {
+    let (r2, ctx2, owner) = (registry.clone(), ctx.clone(), req.caller);
+    let owners = registry.borrow().owners.clone();
+    req.on_caller_gone_once(&owners, move || {
+        let mut r = r2.borrow_mut();
+        let before = r.tools.len() + r.restrictions.len();
+        r.tools.retain(|_, t| t.owner != owner);
+        r.restrictions.retain(|x| x.owner != owner);
+        r.guards.retain(|g| g.owner != owner);
+        let removed = before - r.tools.len() - r.restrictions.len();
+        drop(r);
+        // Each registration is its own effect: a change per one removed.
+        for _ in 0..removed {
+            let _ = changed(&ctx2);
+        }
+    });
 }
 
 /// `deferContext`: a tool (or a wrapper) defers a context of the call it
@@ -252,7 +263,7 @@ async fn handle(ctx: Context, registry: Registry, req: Request) -> Result<Reply>
         tools::SCHEMAS => schemas(&registry, &req),
         tools::MODE => mode(&registry, &req),
         tools::RESTRICT => restrict(&ctx, &registry, &req),
-        tools::GUARD => guard(&registry, &req),
+        tools::GUARD => guard(&ctx, &registry, &req),
         tools::DEFER_CONTEXT => defer_context(&registry, &req),
         tools::EXECUTE => Reply::json(execute(&ctx, &registry, req.params_as()?).await),
         // The stages, for a scheduler that orders policy and results while

@@ -121,6 +121,9 @@ pub struct State {
     pub signals: BTreeMap<(String, String), Rc<CallSignal>>,
     /// The agent scopes that closed: a registration into one is refused.
     pub scopes: ScopeWatch,
+    /// The fibers whose registrations are dropped when they go (one
+    /// cleanup each, however many they make).
+    pub owners: dsh_sdk::CallerSet,
 }
 
 impl State {

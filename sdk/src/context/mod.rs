@@ -41,7 +41,7 @@ pub use event::Event;
 pub use handle::Context;
 pub use listener::{Listener, ListenerBuilder};
 pub use reply::{Reply, ReplySender};
-pub use request::Request;
+pub use request::{CallerCleanup, CallerSet, Request};
 pub(crate) use runtime::{EventMsg, Shared};
 pub use scope::ScopeBinding;
 pub use service::Service;

@@ -1,6 +1,8 @@
 //! An incoming service call, as a provider's handler receives it.
 
-use std::rc::Weak;
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::rc::{Rc, Weak};
 
 use serde::de::DeserializeOwned;
 
@@ -8,6 +10,28 @@ use super::runtime::Shared;
 use super::FiberId;
 use crate::error::{codes, Error, Result};
 use crate::payload::Payload;
+
+/// A cleanup registered with [`Request::on_caller_gone`].
+#[derive(Debug)]
+pub struct CallerCleanup {
+    shared: Weak<Shared>,
+    caller: FiberId,
+    id: u64,
+}
+
+impl CallerCleanup {
+    /// Takes the cleanup back: it will not run.
+    pub fn cancel(self) {
+        if let Some(shared) = self.shared.upgrade() {
+            shared.remove_caller_cleanup(self.caller, self.id);
+        }
+    }
+}
+
+/// The callers that have a cleanup installed through
+/// [`Request::on_caller_gone_once`].
+#[derive(Debug, Clone, Default)]
+pub struct CallerSet(Rc<RefCell<HashSet<FiberId>>>);
 
 /// An incoming service call.
 pub struct Request {
@@ -51,11 +75,36 @@ impl Request {
     }
 
     /// Runs `cleanup` when the calling fiber is disposed: this is how a
-    /// registry ties a registration to the plugin that made it.
-    pub fn on_caller_gone(&self, cleanup: impl FnOnce() + 'static) {
-        if let Some(shared) = self.shared.upgrade() {
-            shared.add_caller_cleanup(self.caller, cleanup);
+    /// registry ties a registration to the plugin that made it. The
+    /// handle takes the cleanup back ([`CallerCleanup::cancel`]) when the
+    /// registration ends first, so registrations made and ended over a
+    /// long session leave nothing behind; dropping the handle keeps it.
+    pub fn on_caller_gone(&self, cleanup: impl FnOnce() + 'static) -> CallerCleanup {
+        let id = self
+            .shared
+            .upgrade()
+            .map_or(0, |shared| shared.add_caller_cleanup(self.caller, cleanup));
+        CallerCleanup {
+            shared: self.shared.clone(),
+            caller: self.caller,
+            id,
         }
+    }
+
+    /// Runs `cleanup` when the calling fiber is disposed, once per caller
+    /// in `once` (a registry whose cleanup for a caller drops everything
+    /// that caller owns needs it only once, however many registrations the
+    /// caller makes).
+    pub fn on_caller_gone_once(&self, once: &CallerSet, cleanup: impl FnOnce() + 'static) {
+        if !once.0.borrow_mut().insert(self.caller) {
+            return;
+        }
+        let (set, caller) = (once.0.clone(), self.caller);
+        // Kept until the caller goes, as its cleanup is.
+        let _ = self.on_caller_gone(move || {
+            set.borrow_mut().remove(&caller);
+            cleanup();
+        });
     }
 
     /// The error to return for a method the service does not know.
@@ -100,6 +149,43 @@ mod tests {
     fn call(h: &Harness, id: u64, method: &str, params: &str) {
         h.shared
             .on_call(id, 3, "echo".into(), method.into(), params.into());
+    }
+
+    #[test]
+    fn a_cancelled_cleanup_never_runs_and_once_installs_one_per_caller() {
+        run(async {
+            let h = Harness::new();
+            let req = |caller| {
+                super::Request::new(
+                    "s".into(),
+                    "m".into(),
+                    crate::payload::Payload::from_text("{}"),
+                    caller,
+                    std::rc::Rc::downgrade(&h.shared),
+                )
+            };
+            let ran = Rc::new(RefCell::new(Vec::new()));
+            let r = ran.clone();
+            let kept = req(3).on_caller_gone(move || r.borrow_mut().push("kept"));
+            let r = ran.clone();
+            req(3)
+                .on_caller_gone(move || r.borrow_mut().push("cancelled"))
+                .cancel();
+            let set = super::CallerSet::default();
+            for _ in 0..3 {
+                let r = ran.clone();
+                req(4).on_caller_gone_once(&set, move || r.borrow_mut().push("once"));
+            }
+            h.shared.on_fiber_gone(3);
+            h.shared.on_fiber_gone(4);
+            assert_eq!(*ran.borrow(), ["kept", "once"]);
+            kept.cancel(); // already run: nothing to take back
+                           // Once it went, the caller's next registration installs again.
+            let r = ran.clone();
+            req(4).on_caller_gone_once(&set, move || r.borrow_mut().push("again"));
+            h.shared.on_fiber_gone(4);
+            assert_eq!(*ran.borrow(), ["kept", "once", "again"]);
+        });
     }
 
     #[test]

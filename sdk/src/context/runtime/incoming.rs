@@ -225,7 +225,7 @@ impl Shared {
     /// Another fiber was disposed: drop what it registered with us.
     pub(crate) fn on_fiber_gone(&self, fiber: FiberId) {
         let cleanups = self.caller_cleanups.borrow_mut().remove(&fiber);
-        for cleanup in cleanups.into_iter().flatten().rev() {
+        for (_, cleanup) in cleanups.into_iter().flatten().rev() {
             if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(cleanup)) {
                 let e = crate::unwind::panic_error(payload.as_ref());
                 tracing::warn!("cleanup for disposed fiber {fiber} failed: {e}");

@@ -38,7 +38,8 @@ type ListenerFn = Rc<dyn Fn(Event) -> LocalBoxFuture<Result<Value>>>;
 type InnerFn = Box<dyn FnOnce(Value) -> LocalBoxFuture<Result<Value>>>;
 type EffectFn = Box<dyn FnOnce() -> LocalBoxFuture<()>>;
 type HandoffFn = Box<dyn Fn() -> Result<Value>>;
-type Cleanups = HashMap<FiberId, Vec<Box<dyn FnOnce()>>>;
+/// Cleanups by calling fiber, each under the id its handle cancels it by.
+type Cleanups = HashMap<FiberId, Vec<(u64, Box<dyn FnOnce()>)>>;
 
 /// State of one plugin generation, shared by every handle on this thread.
 pub(crate) struct Shared {
@@ -60,6 +61,7 @@ pub(crate) struct Shared {
     /// Incoming calls and invocations that had to wait, by host id.
     incoming: RefCell<HashMap<u64, AbortHandle>>,
     caller_cleanups: RefCell<Cleanups>,
+    next_cleanup: std::cell::Cell<u64>,
     /// The running `apply` of this generation.
     lifecycle: RefCell<Option<AbortHandle>>,
     /// The state this generation hands to its successor, made at dispose.
@@ -90,6 +92,7 @@ impl Shared {
             tasks: RefCell::default(),
             incoming: RefCell::default(),
             caller_cleanups: RefCell::default(),
+            next_cleanup: std::cell::Cell::new(0),
             lifecycle: RefCell::default(),
             handoff: RefCell::default(),
             inherited: RefCell::default(),
@@ -216,11 +219,25 @@ impl Shared {
         &self,
         caller: FiberId,
         cleanup: impl FnOnce() + 'static,
-    ) {
+    ) -> u64 {
+        let id = self.next_cleanup.get() + 1;
+        self.next_cleanup.set(id);
         self.caller_cleanups
             .borrow_mut()
             .entry(caller)
             .or_default()
-            .push(Box::new(cleanup));
+            .push((id, Box::new(cleanup)));
+        id
+    }
+
+    /// Forgets cleanup `id` of `caller` (never run).
+    pub(in crate::context) fn remove_caller_cleanup(&self, caller: FiberId, id: u64) {
+        let mut all = self.caller_cleanups.borrow_mut();
+        if let Some(list) = all.get_mut(&caller) {
+            list.retain(|(i, _)| *i != id);
+            if list.is_empty() {
+                all.remove(&caller);
+            }
+        }
     }
 }
