@@ -43,6 +43,15 @@ fn watch(tag: &str, events: &[(&str, Value)]) -> String {
     hooks_row(tag, json!({ "listeners": listeners }))
 }
 
+/// A hooks row `tag` that makes `call` (`{service, method, params}`) when
+/// agent `agent` is created.
+fn on_created(tag: &str, agent: &str, call: Value) -> String {
+    hooks_row(
+        tag,
+        json!({"listeners": [{"event": bus::AGENT_CREATED, "when": {"agent": agent}, "calls": [call]}]}),
+    )
+}
+
 /// The event names hooks `tag` journaled so far.
 async fn heard(t: &TestHost, tag: &str) -> Vec<String> {
     hooks_journal(t, tag)
@@ -206,11 +215,8 @@ async fn an_abandoned_creation_announces_nothing_and_frees_its_id() {
 async fn the_creators_unload_rolls_back_its_pending_creation() {
     // `maker` starts a creation when `trigger` is created, and is then
     // unloaded before committing it.
-    let maker = hooks_row(
-        "maker",
-        json!({"listeners": [{"event": bus::AGENT_CREATED, "when": {"agent": "trigger"},
-            "calls": [{"service": service::AGENT_LOOP, "method": agent_loop::CREATE, "params": pending("orphan")}]}]}),
-    );
+    let create_orphan = json!({"service": service::AGENT_LOOP, "method": agent_loop::CREATE, "params": pending("orphan")});
+    let maker = on_created("maker", "trigger", create_orphan);
     let (t, _fake, base) = setup(&(announcements("orphan") + &maker)).await;
     create(&t, json!({"sessionId": "trigger", "meta": {"cwd": "/tmp"}})).await;
     eventually("the maker's creation", || async {
@@ -273,11 +279,8 @@ async fn the_agent_loops_unload_rolls_back_every_pending_creation() {
 
 #[tokio::test]
 async fn a_created_listener_that_disposes_the_agent_is_safe() {
-    let undo = hooks_row(
-        "undo",
-        json!({"listeners": [{"event": bus::AGENT_CREATED, "when": {"agent": "brief"},
-            "calls": [{"service": service::AGENTS, "method": agents::DISPOSE, "params": {"agent": "$agent"}}]}]}),
-    );
+    let dispose = json!({"service": service::AGENTS, "method": agents::DISPOSE, "params": {"agent": "$agent"}});
+    let undo = on_created("undo", "brief", dispose);
     let (t, fake, _) = setup(&(announcements("brief") + &undo)).await;
     create(&t, json!({"sessionId": "brief", "meta": {"cwd": "/tmp"}})).await;
     eventually("the disposal", || async { heard(&t, "w").await.len() == 5 }).await;
@@ -397,12 +400,10 @@ async fn a_session_taken_back_after_its_announcement_is_closed_so_the_two_pair()
 
 /// `maker` creates agent `id` (with a route) when `trigger` is created.
 fn maker(id: &str) -> String {
-    hooks_row(
-        "maker",
-        json!({"listeners": [{"event": bus::AGENT_CREATED, "when": {"agent": "trigger"},
-            "calls": [{"service": service::AGENT_LOOP, "method": agent_loop::CREATE,
-                "params": {"sessionId": id, "agentOptions": {"provider": "fake", "model": "m1"}, "meta": {"cwd": "/tmp"}}}]}]}),
-    )
+    let params = json!({"sessionId": id, "agentOptions": {"provider": "fake", "model": "m1"}, "meta": {"cwd": "/tmp"}});
+    let create =
+        json!({"service": service::AGENT_LOOP, "method": agent_loop::CREATE, "params": params});
+    on_created("maker", "trigger", create)
 }
 
 #[tokio::test]

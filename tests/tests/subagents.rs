@@ -38,6 +38,29 @@ async fn host() -> (TestHost, FakeLlm) {
     core_host(|rows| rows + &delegation_rows("{}")).await
 }
 
+/// The row of the `spawn` and `fork` providers, as `delegation_rows` has it.
+const PROVIDERS_ROW: &str =
+    "[[row]]\nid = \"subagent-in-process\"\nplugin = \"subagent-in-process\"\n";
+
+/// A host with the hooks fixture staged and `extra` rows: `(host, fake,
+/// its tree)`.
+async fn host_with_tree(extra: &str) -> (TestHost, FakeLlm, String) {
+    use dsh_testkit::fixtures::HOOKS;
+    let mut tree = String::new();
+    let (t, fake) = dsh_testkit::agent::core_host_staged(&[HOOKS], |rows| {
+        tree = rows + &delegation_rows("{}") + extra;
+        tree.clone()
+    })
+    .await;
+    (t, fake, tree)
+}
+
+/// `tree` without the providers' row.
+fn without_providers(tree: &str) -> String {
+    assert!(tree.contains(PROVIDERS_ROW));
+    tree.replace(PROVIDERS_ROW, "")
+}
+
 /// Waits until `agent` is idle and no child of it runs (a child's notice
 /// wakes it: then again), as headless does.
 async fn settle(t: &TestHost, agent: &str) {
@@ -1049,9 +1072,8 @@ async fn stored_children_are_listed_after_the_registry_restarts_and_an_unreadabl
 #[tokio::test]
 async fn a_provider_unloaded_during_the_childs_setup_rolls_the_child_back() {
     use dsh_sdk::names::{bus, session_persistence, sessions};
-    use dsh_testkit::agent::core_host_staged;
     use dsh_testkit::fake_llm::stall_after;
-    use dsh_testkit::fixtures::{hooks_journal, hooks_row, HOOKS};
+    use dsh_testkit::fixtures::{hooks_journal, hooks_row};
     // `block` holds the child's setup (at `subagent/child-ready`) until the
     // agent `blocker` is idle; `seen` says the setup got there.
     let ready = |tag: &str, calls: Value| {
@@ -1062,12 +1084,7 @@ async fn a_provider_unloaded_during_the_childs_setup_rolls_the_child_back() {
     };
     let wait = json!([{"service": service::AGENTS, "method": agents::WHEN_IDLE, "params": {"agent": "blocker"}}]);
     let hooks = ready("block", wait) + &ready("seen", json!([]));
-    let mut base = String::new();
-    let (t, fake) = core_host_staged(&[HOOKS], |rows| {
-        base = rows + &delegation_rows("{}");
-        base.clone() + &hooks
-    })
-    .await;
+    let (t, fake, tree) = host_with_tree(&hooks).await;
     fake.push_for("BLOCKER", [stall_after("Half")]);
     fake.push_for(
         "PARENT-P",
@@ -1095,9 +1112,7 @@ async fn a_provider_unloaded_during_the_childs_setup_rolls_the_child_back() {
         .to_owned();
 
     // The provider goes while the setup is held; then the setup goes on.
-    let row = "[[row]]\nid = \"subagent-in-process\"\nplugin = \"subagent-in-process\"\n";
-    assert!(base.contains(row));
-    t.apply(&(base.replace(row, "") + &hooks)).await;
+    t.apply(&without_providers(&tree)).await;
     t.call(service::AGENTS, agents::CANCEL, json!({"agent": "blocker"}))
         .await;
     idle(&t, &parent).await;
@@ -1132,12 +1147,7 @@ async fn a_provider_unloaded_during_the_childs_setup_rolls_the_child_back() {
 #[tokio::test]
 async fn the_delegation_tools_come_and_go_with_their_providers() {
     use dsh_sdk::names::{system_prompt, tools};
-    let mut base = String::new();
-    let (t, _fake) = core_host(|rows| {
-        base = rows + &delegation_rows("{}");
-        base.clone()
-    })
-    .await;
+    let (t, _fake, tree) = host_with_tree("").await;
     async fn offered(t: &TestHost) -> (bool, bool, bool, bool) {
         {
             let schemas = t.call(service::TOOLS, tools::SCHEMAS, json!({})).await;
@@ -1165,14 +1175,12 @@ async fn the_delegation_tools_come_and_go_with_their_providers() {
         }
     }
     assert_eq!(offered(&t).await, (true, true, true, true));
-    let row = "[[row]]\nid = \"subagent-in-process\"\nplugin = \"subagent-in-process\"\n";
-    assert!(base.contains(row));
-    t.apply(&base.replace(row, "")).await;
+    t.apply(&without_providers(&tree)).await;
     dsh_testkit::eventually("the tools withdrawn", || async {
         offered(&t).await == (false, false, true, false)
     })
     .await;
-    t.apply(&base).await;
+    t.apply(&tree).await;
     dsh_testkit::eventually("the tools back", || async {
         offered(&t).await == (true, true, true, true)
     })
@@ -1185,12 +1193,7 @@ async fn the_delegation_tools_come_and_go_with_their_providers() {
 #[tokio::test]
 async fn a_provider_removed_ends_its_running_children_cleanly() {
     use dsh_testkit::fake_llm::stall_after;
-    let mut base = String::new();
-    let (t, fake) = core_host(|rows| {
-        base = rows + &delegation_rows("{}");
-        base.clone()
-    })
-    .await;
+    let (t, fake, tree) = host_with_tree("").await;
     fake.push_for("KID-U", [stall_after("Half")]);
     fake.push_for(
         "PARENT-U",
@@ -1217,9 +1220,7 @@ async fn a_provider_removed_ends_its_running_children_cleanly() {
     })
     .await;
 
-    let row = "[[row]]\nid = \"subagent-in-process\"\nplugin = \"subagent-in-process\"\n";
-    assert!(base.contains(row));
-    t.apply(&base.replace(row, "")).await;
+    t.apply(&without_providers(&tree)).await;
     dsh_testkit::eventually("the child disposed", || async {
         let live = t
             .call(service::AGENT_LOOP, agent_loop::LIST, json!({}))
