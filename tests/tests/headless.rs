@@ -376,3 +376,52 @@ async fn headless_waits_for_a_background_subagent_and_answers_after_its_notice()
         "{text}"
     );
 }
+
+/// A malformed agent definition is skipped and said once on stderr,
+/// naming its file, however many steps look at the definitions; the good
+/// ones are still offered.
+#[tokio::test]
+async fn a_malformed_agent_definition_is_said_once_and_skipped() {
+    let fake = FakeLlm::start().await;
+    let e = env(&fake);
+    let agents = e.work.path().join(".dsh/agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    std::fs::write(agents.join("bad.md"), "no frontmatter at all\n").unwrap();
+    std::fs::write(
+        agents.join("good.md"),
+        "---\nname: good\ndescription: Does good work.\n---\nBe good.\n",
+    )
+    .unwrap();
+    // Two steps more than a second apart, a definition added between
+    // them: the second step reads the definitions again.
+    let slow_call = match tool_calls(&[("list_agents", json!({}))]) {
+        Answer::Sse(events) => Answer::Slow(events.into_iter().flatten().collect(), 400),
+        other => other,
+    };
+    fake.push([slow_call, text("done")]);
+    let added = agents.join("good2.md");
+    let adder = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        std::fs::write(
+            added,
+            "---\nname: good2\ndescription: Also good.\n---\nBe good.\n",
+        )
+        .unwrap();
+    });
+    let (code, stdout, stderr) = out(&e.run(&["look", "around"]).await);
+    assert_eq!((code, stdout.as_str()), (0, "done\n"), "{stderr}");
+    let said: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("agent definition") && l.contains("bad.md"))
+        .collect();
+    assert_eq!(said.len(), 1, "{stderr}");
+    assert!(said[0].contains("is skipped"), "{stderr}");
+    adder.join().unwrap();
+    let requests = fake.requests();
+    let first = requests[0]["tools"].to_string();
+    assert!(first.contains("- good: Does good work."), "{first}");
+    assert!(!first.contains("bad"), "{first}");
+    // Read again (the new one offered), the bad one not said again.
+    let second = requests[1]["tools"].to_string();
+    assert!(second.contains("- good2: Also good."), "{second}");
+}
