@@ -392,13 +392,16 @@ async fn a_malformed_agent_definition_is_said_once_and_skipped() {
         "---\nname: good\ndescription: Does good work.\n---\nBe good.\n",
     )
     .unwrap();
-    // Two steps more than a second apart, a definition added between
-    // them: the second step reads the definitions again.
+    // A definition added during the first step, which takes well over a
+    // second (the definitions are looked at at most once a second, as a
+    // step starts, after its prompt was assembled): the second step reads
+    // them again, and the third step's request describes it.
     let slow_call = match tool_calls(&[("list_agents", json!({}))]) {
-        Answer::Sse(events) => Answer::Slow(events.into_iter().flatten().collect(), 400),
+        Answer::Sse(events) => Answer::Slow(events.into_iter().flatten().collect(), 800),
         other => other,
     };
-    fake.push([slow_call, text("done")]);
+    let again = tool_calls(&[("list_agents", json!({}))]);
+    fake.push([slow_call, again, text("done")]);
     let added = agents.join("good2.md");
     let adder = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(300));
@@ -422,6 +425,6 @@ async fn a_malformed_agent_definition_is_said_once_and_skipped() {
     assert!(first.contains("- good: Does good work."), "{first}");
     assert!(!first.contains("bad"), "{first}");
     // Read again (the new one offered), the bad one not said again.
-    let second = requests[1]["tools"].to_string();
-    assert!(second.contains("- good2: Also good."), "{second}");
+    let third = requests[2]["tools"].to_string();
+    assert!(third.contains("- good2: Also good."), "{third}");
 }

@@ -12,8 +12,9 @@
 //! settles; `run_in_background: false` waits and answers the child's
 //! final text. `subagent` also offers the agent definitions of
 //! `definitions` by `subagent_type`; they are read again at every start,
-//! and the tool's description is updated at the next step after a
-//! definition file changes.
+//! and the tool's description follows a changed definition file from the
+//! step after the one that noticed it (steps notice after their prompt
+//! is assembled).
 
 mod definitions;
 mod offer;
@@ -485,8 +486,9 @@ impl Plugin for ToolSubagent {
                 Ok(Value::Null)
             }
         });
-        // A definition file added, edited or removed: the next step's
-        // `subagent` describes them as they are.
+        // A definition file added, edited or removed: `subagent` is
+        // registered again, so the next assembly describes them as they
+        // are (this step's prompt is assembled already).
         // Looked at no more than once a second (three directories read);
         // a failure to describe them is said, never a failed step.
         ctx.on(bus::AGENT_PRE_STEP, move |ev| {
