@@ -505,6 +505,10 @@ pub mod bus {
         AGENT_CREATED = "agent/created";
         /// Emitted by `agent-loop` when an agent is disposed.
         AGENT_DISPOSED = "agent/disposed";
+        /// Emitted by `sessions` when an unpublished session is dropped (its
+        /// creation rolled back, `{sessionId}`): nothing was announced, but a
+        /// store that loaded it for a resume lets go of its log.
+        SESSION_DISCARDED = "session/discarded";
         /// Dispatched (awaited) by `agent-loop` when an agent's scope opens,
         /// before its creator's setup: registrations scoped to its id are
         /// accepted again if an earlier agent of that id closed its scope.

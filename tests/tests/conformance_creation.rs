@@ -473,3 +473,70 @@ async fn a_dispose_during_the_owners_unload_waits_for_the_one_teardown() {
     let log = dsh_testkit::agent::events(&t, "owned").await;
     assert_eq!(log.last().unwrap()["type"], "turn/end", "balanced");
 }
+
+#[tokio::test]
+async fn a_message_sent_while_an_agent_is_disposed_is_parked_and_wakes_nothing() {
+    // Sent from inside the disposal (at `agent/scope-closed`): the agent
+    // has drained and is not yet gone.
+    let late = hooks_row(
+        "late",
+        json!({"listeners": [{"event": bus::AGENT_SCOPE_CLOSED,
+            "calls": [{"service": service::AGENTS, "method": agents::FOLLOWUP,
+                "params": {"agent": "$agent", "message": {"text": "LATE"}}}]}]}),
+    );
+    let (t, fake, _) = setup(&late).await;
+    fake.push([text("first")]);
+    let a = new_agent(&t, "/tmp").await;
+    send(&t, agents::FOLLOWUP, &a, "hi").await;
+    dsh_testkit::agent::idle(&t, &a).await;
+    t.call(service::AGENTS, agents::DISPOSE, json!({"agent": a}))
+        .await;
+    let journal = hooks_journal(&t, "late").await;
+    assert!(journal[0]["results"][0].get("ok").is_some(), "{journal:?}");
+    quiet().await;
+    assert_eq!(fake.requests().len(), 1, "no turn started on it");
+    let log = dsh_testkit::agent::events(&t, &a).await;
+    let turns = log.iter().filter(|e| e["type"] == "turn/start").count();
+    assert_eq!(turns, 1, "{log:?}");
+    // Parked: the next resume finds it waiting.
+    let resumed = json!({"sessionId": a, "agentOptions": {"provider": "fake", "model": "m1"}});
+    t.call(service::AGENT_LOOP, agent_loop::RESUME, resumed)
+        .await;
+    let pending = t
+        .call(service::AGENTS, agents::PENDING, json!({"agent": a}))
+        .await;
+    assert!(pending.to_string().contains("LATE"), "{pending}");
+}
+
+#[tokio::test]
+async fn two_resumes_of_one_stored_session_at_once_make_one_agent() {
+    let (t, fake, _) = setup(&announcements("twice")).await;
+    fake.push([text("stored")]);
+    let made = json!({"sessionId": "twice", "agentOptions": {"provider": "fake", "model": "m1"}, "meta": {"cwd": "/tmp"}});
+    create(&t, made).await;
+    send(&t, agents::FOLLOWUP, "twice", "hi").await;
+    dsh_testkit::agent::idle(&t, "twice").await;
+    t.call(service::AGENTS, agents::DISPOSE, json!({"agent": "twice"}))
+        .await;
+    let params = json!({"sessionId": "twice"});
+    let resume = || {
+        t.host
+            .call(service::AGENT_LOOP, agent_loop::RESUME, params.clone())
+    };
+    let (a, b) = tokio::join!(resume(), resume());
+    // One made it; the other was answered the same agent or told it was
+    // being made, never a second creation.
+    let made: Vec<_> = [&a, &b].into_iter().filter(|r| r.is_ok()).collect();
+    assert!(!made.is_empty(), "{a:?} {b:?}");
+    for r in [&a, &b] {
+        if let Err(e) = r {
+            assert_eq!(e.code, code::SESSION_ALREADY_EXISTS, "{e}");
+        }
+    }
+    let live = ids(&t, service::AGENT_LOOP, agent_loop::LIST).await;
+    assert_eq!(live.iter().filter(|id| *id == "twice").count(), 1);
+    quiet().await;
+    let created = heard(&t, "w").await;
+    let created = created.iter().filter(|e| *e == bus::AGENT_CREATED).count();
+    assert_eq!(created, 2, "the first creation and one resume");
+}

@@ -16,6 +16,10 @@
 //! pairs the `session/created`. Once committed, the creation's caller
 //! owns the agent, and cancelling no longer affects it.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
 use dsh_sdk::api::agent_loop::{AgentRef, CreateParams, ResumeParams, SessionSource, SessionStart};
 use dsh_sdk::api::sessions::{ForkParams, ResumeParams as SessionResume, Sessions};
 use dsh_sdk::names::{bus, code};
@@ -78,6 +82,49 @@ impl Drop for Rollback {
             l.roll_back(&id, owns).await;
         });
     }
+}
+
+/// Ids marked while something is under way for them (a publication, a
+/// resume), each with a flag for what came up meanwhile.
+pub(crate) type Marks = Rc<RefCell<HashMap<String, bool>>>;
+
+/// Holds a mark until dropped (done, or the call cancelled).
+struct Marked {
+    marks: Marks,
+    id: String,
+}
+
+impl Marked {
+    /// Marks `id` in `marks`; `None` when it is marked already.
+    fn new(marks: &Marks, id: &str) -> Option<Marked> {
+        let mut m = marks.borrow_mut();
+        if m.contains_key(id) {
+            return None;
+        }
+        m.insert(id.to_owned(), false);
+        Some(Marked {
+            marks: marks.clone(),
+            id: id.to_owned(),
+        })
+    }
+
+    /// Whether the flag was raised meanwhile.
+    fn raised(&self) -> bool {
+        self.marks.borrow().get(&self.id).copied().unwrap_or(false)
+    }
+}
+
+impl Drop for Marked {
+    fn drop(&mut self) {
+        self.marks.borrow_mut().remove(&self.id);
+    }
+}
+
+fn being_created(id: &str) -> Error {
+    Error::new(
+        code::SESSION_ALREADY_EXISTS,
+        format!("agent \"{id}\" is being created"),
+    )
 }
 
 fn not_pending(id: &str) -> Error {
@@ -143,6 +190,11 @@ impl Loop {
     /// (refused with `setup`: it was announced long ago).
     pub(crate) async fn resume(&self, req: Option<&Request>, p: &ResumeParams) -> Result<AgentRef> {
         let id = p.session_id.clone();
+        // A disposal under way finishes first; then the stored session is
+        // resumed as any other.
+        if self.is_disposing(&id) {
+            self.dispose(&id).await;
+        }
         if self.agents.borrow().contains_key(&id) {
             if p.setup {
                 return Err(Error::new(
@@ -153,11 +205,12 @@ impl Loop {
             return Ok(AgentRef { agent: id });
         }
         if self.pending.borrow().contains_key(&id) {
-            return Err(Error::new(
-                code::SESSION_ALREADY_EXISTS,
-                format!("agent \"{id}\" is being created"),
-            ));
+            return Err(being_created(&id));
         }
+        // One resume of an id at a time (marked before the first await).
+        let Some(_resuming) = Marked::new(&self.resuming, &id) else {
+            return Err(being_created(&id));
+        };
         let summary = Sessions::new(&self.ctx)
             .resume_with(&SessionResume {
                 id: id.clone(),
@@ -242,8 +295,12 @@ impl Loop {
             ..
         } = pending;
         let guard = Rollback::new(self, id, owns_session);
+        let publishing = Marked::new(&self.publishing, id);
         Sessions::new(&self.ctx).publish(id).await?;
         guard.disarm();
+        // A dispose that arrived while it was being published.
+        let disposed_meanwhile = publishing.as_ref().is_some_and(Marked::raised);
+        drop(publishing);
         self.agents.borrow_mut().insert(id.to_owned(), agent);
         let created = AgentRef {
             agent: id.to_owned(),
@@ -257,6 +314,10 @@ impl Loop {
             source,
         };
         self.notify(bus::AGENT_SESSION_START, &start);
+        if disposed_meanwhile {
+            let (l, id) = (self.clone(), id.to_owned());
+            self.ctx.spawn(async move { l.dispose(&id).await });
+        }
         Ok(created)
     }
 
@@ -283,15 +344,26 @@ impl Loop {
         let Some(pending) = self.take_pending(id) else {
             return Err(not_pending(id));
         };
-        self.roll_back(id, pending.owns_session).await;
+        // On a task of its own, so a caller that stops waiting never
+        // leaves it half done.
+        let (done, finished) = tokio::sync::oneshot::channel();
+        let (l, id) = (self.clone(), id.to_owned());
+        self.ctx.spawn(async move {
+            l.roll_back(&id, pending.owns_session).await;
+            let _ = done.send(());
+        });
+        let _ = finished.await;
         Ok(())
     }
 
-    /// Every creation still pending, rolled back (the agent loop is going).
+    /// Every creation still pending, rolled back here and now (the agent
+    /// loop is going: no task of it would run).
     pub(crate) async fn abandon_all(&self) {
         let ids: Vec<String> = self.pending.borrow().keys().cloned().collect();
         for id in ids {
-            let _ = self.abandon(&id).await;
+            if let Some(pending) = self.take_pending(&id) {
+                self.roll_back(&id, pending.owns_session).await;
+            }
         }
     }
 

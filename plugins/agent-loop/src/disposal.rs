@@ -24,7 +24,7 @@ use crate::Loop;
 /// The disposals running, each with the callers waiting for it.
 pub(crate) type Disposing = Rc<RefCell<HashMap<String, Vec<oneshot::Sender<()>>>>>;
 
-/// Ends the disposal of `agent` when dropped (done, or its caller gone):
+/// Ends the disposal of `agent` when dropped (done, or the plugin going):
 /// its waiters are let go.
 struct Running {
     disposing: Disposing,
@@ -42,34 +42,54 @@ impl Drop for Running {
 
 impl Loop {
     /// Disposes `agent` (nothing when it is not live), or waits for the
-    /// disposal already running.
+    /// disposal already running. The disposal runs on a task of its own,
+    /// so a caller that gives up waiting (its call cancelled, its plugin
+    /// gone) never leaves it half done. An agent being published is
+    /// disposed as soon as its publication is done.
     pub(crate) async fn dispose(&self, agent: &str) {
-        let waiting = {
+        if !self.agents.borrow().contains_key(agent) {
+            if let Some(requested) = self.publishing.borrow_mut().get_mut(agent) {
+                *requested = true;
+            }
+            return;
+        }
+        let (tx, done) = oneshot::channel();
+        let first = {
             let mut disposing = self.disposing.borrow_mut();
             match disposing.get_mut(agent) {
                 Some(waiters) => {
-                    let (tx, rx) = oneshot::channel();
                     waiters.push(tx);
-                    Some(rx)
+                    false
                 }
                 None => {
-                    disposing.insert(agent.to_owned(), Vec::new());
-                    None
+                    disposing.insert(agent.to_owned(), vec![tx]);
+                    true
                 }
             }
         };
-        if let Some(done) = waiting {
-            let _ = done.await;
-            return;
+        if first {
+            let (l, id) = (self.clone(), agent.to_owned());
+            self.ctx.spawn(async move {
+                let _running = Running {
+                    disposing: l.disposing.clone(),
+                    agent: id.clone(),
+                };
+                l.tear_down(&id).await;
+            });
         }
-        let _running = Running {
-            disposing: self.disposing.clone(),
-            agent: agent.to_owned(),
-        };
-        self.tear_down(agent).await;
+        let _ = done.await;
+    }
+
+    /// Whether `agent`'s disposal has begun.
+    pub(crate) fn is_disposing(&self, agent: &str) -> bool {
+        self.disposing.borrow().contains_key(agent)
     }
 
     async fn tear_down(&self, agent: &str) {
+        // From here on, a message is parked and never wakes it.
+        if let Some(a) = self.agents.borrow_mut().get_mut(agent) {
+            a.disposing = true;
+        }
         if self
             .cancel(agent, CancelCause::Disposed, true)
             .await

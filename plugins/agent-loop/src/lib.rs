@@ -216,6 +216,9 @@ pub(crate) struct Agent {
     /// Its owner's going disposes it; taken back when it goes first (or
     /// changes hands).
     pub owner_cleanup: Option<dsh_sdk::CallerCleanup>,
+    /// Its disposal has begun: a message sent now is parked (a resume
+    /// finds it), never a wake, so no turn starts on an agent going away.
+    pub disposing: bool,
     pub running: bool,
     /// A `runMaintenance` task is running (status stays idle; waking sends
     /// are latched and replayed when it ends).
@@ -256,6 +259,12 @@ pub(crate) struct Loop {
     pub pending: Rc<RefCell<HashMap<String, creation::Pending>>>,
     /// Agents being disposed, with whoever waits for that (see `disposal`).
     pub disposing: disposal::Disposing,
+    /// Agents being published (see `creation`), each with whether a
+    /// dispose arrived meanwhile (done once the publication is).
+    pub publishing: creation::Marks,
+    /// Stored sessions being resumed now: a second resume of one waits
+    /// its turn by being refused (see `creation`).
+    pub resuming: creation::Marks,
     pub config: Config,
 }
 
@@ -350,6 +359,7 @@ impl Loop {
             released: false,
             owner: None,
             owner_cleanup: None,
+            disposing: false,
             parent: summary.and_then(|s| s.header.parent_session.clone()),
             running: false,
             maintenance: false,
@@ -569,9 +579,12 @@ impl Loop {
     ) -> Result<SendReply> {
         let message = message.into_message();
         let id = Value::String(message.id.clone());
+        let mut wakeup = wakeup;
         // Whether this wake lands in an aborting turn is decided just
         // before the insertion (reference §4.3 step 1).
         self.splice_inbox(agent, |a| {
+            // Disposal never latches a wake: the message is parked.
+            wakeup &= !a.disposing;
             let busy = a.running || a.maintenance;
             let waking_after_abort =
                 wakeup && busy && a.abort.as_ref().is_some_and(|x| x.is_aborted());
@@ -718,6 +731,9 @@ impl Loop {
             let Some(a) = agents.get_mut(agent) else {
                 return false;
             };
+            if a.disposing {
+                return false;
+            }
             if a.maintenance {
                 // Maintenance cannot deliver a wake: latch it for replay
                 // when the task ends, unless the agent is being disposed.
@@ -864,6 +880,8 @@ impl Plugin for AgentLoop {
             agents: Rc::default(),
             pending: Rc::default(),
             disposing: Rc::default(),
+            publishing: Rc::default(),
+            resuming: Rc::default(),
             config,
         };
         let l2 = l.clone();

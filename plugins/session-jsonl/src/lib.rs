@@ -1200,6 +1200,19 @@ impl Plugin for Jsonl {
                 Ok(Value::Null)
             }
         });
+        // A session loaded for a resume that was rolled back: never
+        // announced, its log is let go of.
+        let s = store.clone();
+        ctx.on(bus::SESSION_DISCARDED, move |ev| {
+            let s = s.clone();
+            async move {
+                let SessionRef { session_id: id } = ev.payload_as()?;
+                if !s.live.borrow().contains_key(&id) {
+                    s.release(&id);
+                }
+                Ok(Value::Null)
+            }
+        });
         let s = store.clone();
         ctx.on(bus::SESSION_DISPOSED, move |ev| {
             let s = s.clone();

@@ -75,6 +75,12 @@ fn not_found(id: &str) -> Error {
     Error::new(code::SESSION_NOT_FOUND, format!("no live session `{id}`"))
 }
 
+/// Tells a store that loaded unpublished session `id` (for a resume) to
+/// let go of its log: the creation was rolled back.
+fn discarded(ctx: &Context, id: String) {
+    let _ = ctx.emit(bus::SESSION_DISCARDED, SessionRef { session_id: id });
+}
+
 fn being_created(id: &str) -> Error {
     Error::new(
         code::SESSION_ALREADY_EXISTS,
@@ -419,16 +425,17 @@ impl Log {
         }
         let token = new_id();
         let live = Rc::downgrade(&self.live);
-        let (key, mine) = (id.clone(), token.clone());
+        let (key, mine, ctx) = (id.clone(), token.clone(), self.ctx.clone());
         let cleanup = req.on_caller_gone(move || {
             let Some(live) = live.upgrade() else { return };
-            let mut live = live.borrow_mut();
             let same = live
+                .borrow()
                 .get(&key)
                 .and_then(|s| s.unpublished.as_ref())
                 .is_some_and(|u| u.token == mine);
             if same {
-                live.remove(&key);
+                live.borrow_mut().remove(&key);
+                discarded(&ctx, key);
             }
         });
         session.unpublished = Some(Unpublished {
@@ -477,6 +484,7 @@ impl Log {
                 if let Some(u) = gone.and_then(|s| s.unpublished) {
                     u.settle();
                 }
+                discarded(&self.ctx, p.id);
                 Ok(Value::Null.into())
             }
             Some(false) => self.close(p).await,
@@ -757,6 +765,7 @@ impl Log {
         let announced = match removed.map(|s| s.unpublished) {
             Some(Some(u)) => {
                 u.settle();
+                discarded(&self.ctx, p.id.clone());
                 false
             }
             Some(None) => true,

@@ -45,7 +45,7 @@ impl State {
                     tools.unregister(tool).await?;
                     offered.remove(tool);
                 }
-                (false, false) => dsh_sdk::tracing::info!(
+                (false, false) => dsh_sdk::tracing::debug!(
                     "subagent provider \"{provider}\" not registered yet; the \"{tool}\" tool will register when it appears"
                 ),
                 (true, true) => {}
