@@ -4,7 +4,7 @@
 //! containment could not reach still holds a pipe.
 
 use std::io::{self, Read};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -138,13 +138,6 @@ fn exited(pid: i32) -> io::Result<bool> {
     Ok(unsafe { info.si_pid() } != 0)
 }
 
-fn pidfd(pid: i32) -> Option<OwnedFd> {
-    // SAFETY: pidfd_open takes a pid and flags.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    // SAFETY: a fresh descriptor.
-    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
-}
-
 fn set_nonblocking(fd: i32) {
     // SAFETY: fcntl on a descriptor we own.
     unsafe {
@@ -192,7 +185,9 @@ pub fn pump(
     for p in &pipes {
         set_nonblocking(p.fd);
     }
-    let exit_fd = pidfd(pid);
+    let exit_fd = u32::try_from(pid)
+        .ok()
+        .and_then(dsh_sdk::process::pidfd_open);
     let tick = if exit_fd.is_some() { 50 } else { 5 };
     let mut buf = vec![0u8; 64 * 1024];
     let mut status: Option<ExitStatus> = None;
