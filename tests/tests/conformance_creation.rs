@@ -90,6 +90,16 @@ async fn quiet() {
     tokio::time::sleep(Duration::from_millis(200)).await;
 }
 
+/// Everything announced about an agent from its creation to its disposal,
+/// in order.
+const LIFETIME: [&str; 5] = [
+    bus::SESSION_CREATED,
+    bus::AGENT_CREATED,
+    bus::AGENT_SESSION_START,
+    bus::AGENT_DISPOSED,
+    bus::SESSION_DISPOSED,
+];
+
 /// The transaction's announcements about `id`.
 fn announcements(id: &str) -> String {
     watch(
@@ -284,16 +294,7 @@ async fn a_created_listener_that_disposes_the_agent_is_safe() {
     let (t, fake, _) = setup(&(announcements("brief") + &undo)).await;
     create(&t, json!({"sessionId": "brief", "meta": {"cwd": "/tmp"}})).await;
     eventually("the disposal", || async { heard(&t, "w").await.len() == 5 }).await;
-    assert_eq!(
-        heard(&t, "w").await,
-        [
-            bus::SESSION_CREATED,
-            bus::AGENT_CREATED,
-            bus::AGENT_SESSION_START,
-            bus::AGENT_DISPOSED,
-            bus::SESSION_DISPOSED
-        ]
-    );
+    assert_eq!(heard(&t, "w").await, LIFETIME);
     let undone = hooks_journal(&t, "undo").await;
     assert!(undone[0]["results"][0].get("ok").is_some(), "{undone:?}");
     assert_unlisted(&t, "brief").await;
@@ -460,16 +461,7 @@ async fn a_dispose_during_the_owners_unload_waits_for_the_one_teardown() {
     // The dispose answered after the whole teardown, which ran once.
     assert_unlisted(&t, "owned").await;
     quiet().await;
-    assert_eq!(
-        heard(&t, "w").await,
-        [
-            bus::SESSION_CREATED,
-            bus::AGENT_CREATED,
-            bus::AGENT_SESSION_START,
-            bus::AGENT_DISPOSED,
-            bus::SESSION_DISPOSED
-        ]
-    );
+    assert_eq!(heard(&t, "w").await, LIFETIME);
     let log = dsh_testkit::agent::events(&t, "owned").await;
     assert_eq!(log.last().unwrap()["type"], "turn/end", "balanced");
 }

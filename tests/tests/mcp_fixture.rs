@@ -4,7 +4,7 @@
 #![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dsh_sdk::process::spawn_piped;
 use rmcp::model::CallToolRequestParams;
@@ -42,18 +42,8 @@ async fn the_fixture_server_answers_rmcp_over_a_piped_child() {
         "image/png"
     );
     // The server is gone with its handle: killed and reaped.
-    let pid = server.id();
     drop(client);
     drop(server);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let alive = || {
-        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-            s.rsplit_once(')')
-                .is_some_and(|(_, r)| !r.trim_start().starts_with('Z'))
-        })
-    };
-    while alive() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(!alive());
+    let left = dsh_testkit::wait_gone("dsh-fixture-mcp-server", Duration::from_secs(10));
+    assert!(left.is_empty(), "{left:?}");
 }

@@ -141,10 +141,10 @@ impl Loop {
     /// Published, it belongs to `req`'s caller.
     pub(crate) async fn create(&self, req: Option<&Request>, p: &CreateParams) -> Result<AgentRef> {
         check_max_tokens(p)?;
-        let args = new_session::session_create(p);
         let sessions = Sessions::new(&self.ctx);
         let (id, cwd) = match &p.fork {
             None => {
+                let args = new_session::session_create(p);
                 let cwd = args.meta.as_ref().and_then(|m| m.cwd.clone());
                 (sessions.create(&args).await?.id, cwd)
             }
