@@ -468,6 +468,18 @@ pub mod approval {
     }
 }
 
+/// Methods of an MCP server's service `mcp:<serverName>` (one per
+/// `mcp-client` row; see [`crate::api::mcp`]).
+pub mod mcp {
+    names! {
+        /// Answers the server's [`crate::api::mcp::ServerStatus`].
+        STATUS = "status";
+        /// Drops the connection and connects again with a fresh attempt
+        /// budget; answers the status.
+        RECONNECT = "reconnect";
+    }
+}
+
 /// Methods of [`service::HOST`] (the host itself).
 pub mod host {
     pub use dsh_wire::host_service::{
@@ -661,6 +673,18 @@ pub mod code {
         /// read-only or foreign directory, another filesystem); the message
         /// names the directory. The document is left as it is.
         SETTINGS_UNWRITABLE = "SETTINGS_UNWRITABLE";
+        /// An MCP server answered a tool call with `isError: true` (the
+        /// message is the tool's own text).
+        MCP_TOOL_ERROR = "MCP_TOOL_ERROR";
+        /// An MCP server is not connected (starting, reconnecting, or given
+        /// up on) or the connection closed during the call.
+        MCP_UNAVAILABLE = "MCP_UNAVAILABLE";
+        /// An MCP server answered a request with a JSON-RPC error or a
+        /// result of the wrong shape.
+        MCP_PROTOCOL = "MCP_PROTOCOL";
+        /// An MCP tool call got no answer within the row's
+        /// `toolCallTimeoutMs` (the server was sent a cancellation).
+        MCP_TIMEOUT = "MCP_TIMEOUT";
     }
 }
 
@@ -723,6 +747,7 @@ mod tests {
             ("agents", agents::ALL),
             ("agent_loop", agent_loop::ALL),
             ("approval", approval::ALL),
+            ("mcp", mcp::ALL),
             ("compaction", compaction::ALL),
             ("tool_result_pruner", tool_result_pruner::ALL),
             ("commands", commands::ALL),

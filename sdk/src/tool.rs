@@ -35,6 +35,24 @@ where
     F: Fn(Request) -> Fut + 'static,
     Fut: Future<Output = Result<Reply>> + 'static,
 {
+    let service = serve_tools(ctx, handler);
+    let tools = Tools::new(ctx);
+    for mut params in schemas {
+        params.service = service.clone();
+        tools.register(&params).await?;
+    }
+    Ok(())
+}
+
+/// Provides this fiber's tool service, whose `execute` requests go to
+/// `handler`, and answers its name: the `service` of the tools it
+/// registers (for a plugin whose tools come and go, an MCP bridge; a fixed
+/// set is [`register_tools`]).
+pub fn serve_tools<F, Fut>(ctx: &Context, handler: F) -> String
+where
+    F: Fn(Request) -> Fut + 'static,
+    Fut: Future<Output = Result<Reply>> + 'static,
+{
     let service = format!("tool:{}:{}", ctx.plugin_name(), ctx.fiber());
     let handler = Rc::new(handler);
     ctx.provide(service.clone(), move |req| {
@@ -46,12 +64,7 @@ where
             handler(req).await
         }
     });
-    let tools = Tools::new(ctx);
-    for mut params in schemas {
-        params.service = service.clone();
-        tools.register(&params).await?;
-    }
-    Ok(())
+    service
 }
 
 /// Serves the model routes `providers` with `handler`, which receives each

@@ -25,7 +25,10 @@ async fn the_fixture_server_answers_rmcp_over_a_piped_child() {
         .map(|t| t.name.to_string())
         .collect();
     names.sort();
-    assert_eq!(names, ["echo", "picture"]);
+    assert_eq!(
+        names,
+        ["add_tool", "crash", "echo", "env", "picture", "sleep"]
+    );
     let args = json!({"text": "hi there"}).as_object().unwrap().clone();
     let echoed = client
         .call_tool(CallToolRequestParams::new("echo").with_arguments(args))

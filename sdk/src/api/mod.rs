@@ -17,6 +17,7 @@ pub mod commands;
 pub mod compaction;
 pub mod host;
 pub mod llm;
+pub mod mcp;
 pub mod permission;
 pub mod session_persistence;
 pub mod sessions;

@@ -1,0 +1,79 @@
+//! MCP servers as services: each `mcp-client` row provides
+//! `mcp:<serverName>`, whose `status` says how its connection stands and
+//! `reconnect` makes it connect again. The chat's `/mcp` lists them.
+
+use serde::{Deserialize, Serialize};
+
+pub use crate::names::mcp as method;
+use crate::{Context, Result, Service};
+
+/// The prefix of every server's service name.
+pub const SERVICE_PREFIX: &str = "mcp:";
+
+/// The service of server `server_name`.
+pub fn service_name(server_name: &str) -> String {
+    format!("{SERVICE_PREFIX}{server_name}")
+}
+
+/// The `transport` values of a row.
+pub mod transport {
+    /// A child process over stdin and stdout.
+    pub const STDIO: &str = "stdio";
+    /// MCP's Streamable HTTP.
+    pub const STREAMABLE_HTTP: &str = "streamable-http";
+}
+
+/// How a server's connection stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ServerState {
+    /// The first connection is being made.
+    Starting,
+    /// Connected; its tools are offered.
+    Connected,
+    /// Lost or failed; the next attempt is scheduled (its tools fail
+    /// meanwhile).
+    Reconnecting,
+    /// Given up, or reconnecting is off: waits for a `reconnect`.
+    Stopped,
+}
+
+/// The reply of `status` and `reconnect`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerStatus {
+    /// The row's `serverName`.
+    pub server_name: String,
+    /// The row's transport ([`transport`]).
+    pub transport: String,
+    /// How the connection stands.
+    pub state: ServerState,
+    /// Why it is not connected, when it is not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// Tools registered now.
+    pub tools: usize,
+    /// Connections made since the row applied.
+    pub connections: u64,
+}
+
+/// A typed client of one server's service.
+#[derive(Clone)]
+pub struct McpServer(Service);
+
+impl McpServer {
+    /// The service of server `server_name`.
+    pub fn new(ctx: &Context, server_name: &str) -> McpServer {
+        McpServer(ctx.service(service_name(server_name)))
+    }
+
+    /// `status`.
+    pub async fn status(&self) -> Result<ServerStatus> {
+        self.0.call_as(method::STATUS, ()).await
+    }
+
+    /// `reconnect`.
+    pub async fn reconnect(&self) -> Result<ServerStatus> {
+        self.0.call_as(method::RECONNECT, ()).await
+    }
+}

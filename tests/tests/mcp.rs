@@ -1,0 +1,252 @@
+//! The MCP client end to end: `dsh-host --profile headless` with an
+//! `mcp-client` row for the fixture server (rmcp's server side, over
+//! stdio), the fake model calling its tools.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
+
+use std::time::Duration;
+
+use dsh_testkit::fake_llm::{text, tool_calls, FakeLlm};
+use dsh_testkit::headless::Headless;
+use dsh_testkit::{out, target_dir};
+use serde_json::json;
+
+/// The fixture server's binary.
+fn fixture() -> String {
+    target_dir()
+        .join("dsh-fixture-mcp-server")
+        .display()
+        .to_string()
+}
+
+/// A row for server `name` running the fixture with `args`, the row's
+/// other config keys in `more` (TOML inline-table members), inserted
+/// into the `tools` group: before the app's row, so a row that waits for
+/// its server (`failOnStartupError`) is connected before the first
+/// request, as the rows of `.mcp.json` are.
+fn row(name: &str, args: &[&str], more: &str) -> String {
+    let args: Vec<String> = args.iter().map(|a| format!("{a:?}")).collect();
+    format!(
+        "[[patch]]\nid = \"tools\"\ninsert = [{{ id = \"mcp:{name}\", plugin = \"mcp-client\", config = {{ transport = \"stdio\", serverName = \"{name}\", command = {:?}, args = [{}]{more} }} }}]\n",
+        fixture(),
+        args.join(", ")
+    )
+}
+
+/// The tool names offered in request `n`.
+fn offered(fake: &FakeLlm, n: usize) -> Vec<String> {
+    fake.requests()[n]["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn the_models_calls_reach_the_server_and_its_answers_come_back() {
+    let fake = FakeLlm::start().await;
+    fake.push([
+        tool_calls(&[
+            ("mcp__fx__echo", json!({"text": "hi there"})),
+            ("mcp__fx__picture", json!({})),
+            ("mcp__fx__env", json!({"name": "FIXTURE_PLAIN"})),
+            ("mcp__fx__env", json!({"name": "FIXTURE_API_TOKEN"})),
+            ("mcp__fx__env", json!({"name": "FIXTURE_PASSED_SECRET"})),
+        ]),
+        text("done"),
+    ]);
+    let rows = row(
+        "fx",
+        &[],
+        ", failOnStartupError = true, env = { FIXTURE_PLAIN = \"plain\" }, envVars = [\"FIXTURE_PASSED_SECRET\"]",
+    );
+    let e = Headless::new(&fake, &rows)
+        .env("FIXTURE_API_TOKEN", "must-not-leak")
+        .env("FIXTURE_PASSED_SECRET", "passed");
+    let (code, stdout, stderr) = out(&e.run(&["use the server"]).await);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout.trim(), "done");
+    // The server's schema reached the model as sent.
+    let tools = fake.requests()[0]["tools"].clone();
+    let echo = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == "mcp__fx__echo")
+        .unwrap_or_else(|| panic!("no echo in {tools}"));
+    assert_eq!(
+        echo["function"]["description"],
+        "Answers the text it is given"
+    );
+    assert_eq!(
+        echo["function"]["parameters"]["properties"]["text"]["description"],
+        "What to answer."
+    );
+    assert_eq!(
+        fake.tool_results(1),
+        [
+            "hi there",
+            "a pixel\n[image unavailable: image/png; no attachment store is mounted; raw image data remains available to programmatic callers]",
+            "plain",
+            "(unset)",
+            "passed",
+        ]
+    );
+    // The server's stderr went to the log, not to the terminal.
+    assert!(!stderr.contains("fixture server up"), "{stderr}");
+}
+
+#[tokio::test]
+async fn the_servers_stderr_is_in_the_log() {
+    let fake = FakeLlm::start().await;
+    fake.push([text("done")]);
+    let e =
+        Headless::new(&fake, &row("fx", &[], ", failOnStartupError = true")).env("DSH_LOG", "info");
+    let (code, _, stderr) = out(&e.run(&["hello"]).await);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("mcp-client(fx) stderr: fixture server up"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn a_tool_the_server_adds_is_offered_under_a_normalized_hashed_name() {
+    let fake = FakeLlm::start().await;
+    // sha256("fx\0late.tool"), its first 12 hex digits, after the name
+    // with the dot made `_`.
+    let late = "mcp__fx__late_tool_62b9d65234b7";
+    fake.push([
+        tool_calls(&[("mcp__fx__add_tool", json!({}))]),
+        // Time for the re-sync the server's list_changed starts.
+        tool_calls(&[("bash", json!({"command": "sleep 1", "description": "wait"}))]),
+        tool_calls(&[(late, json!({}))]),
+        text("done"),
+    ]);
+    let e = Headless::new(&fake, &row("fx", &[], ", failOnStartupError = true"));
+    let (code, _, stderr) = out(&e.run(&["go"]).await);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!offered(&fake, 0)
+        .iter()
+        .any(|n| n.starts_with("mcp__fx__late")));
+    assert!(
+        offered(&fake, 2).contains(&late.to_owned()),
+        "{:?}",
+        offered(&fake, 2)
+    );
+    assert_eq!(fake.tool_results(3)[2], "late answer");
+}
+
+#[tokio::test]
+async fn a_crashed_server_fails_its_calls_clearly_then_is_reconnected() {
+    let fake = FakeLlm::start().await;
+    fake.push([
+        tool_calls(&[("mcp__fx__crash", json!({}))]),
+        tool_calls(&[("mcp__fx__echo", json!({"text": "meanwhile"}))]),
+        tool_calls(&[("bash", json!({"command": "sleep 2", "description": "wait"}))]),
+        tool_calls(&[("mcp__fx__echo", json!({"text": "back"}))]),
+        text("done"),
+    ]);
+    let rows = row(
+        "fx",
+        &[],
+        ", failOnStartupError = true, reconnect = { initialDelayMs = 200 }",
+    );
+    let e = Headless::new(&fake, &rows);
+    let (code, _, stderr) = out(&e.run(&["go"]).await);
+    assert_eq!(code, 0, "{stderr}");
+    let crashed = &fake.tool_results(1)[0];
+    assert!(
+        crashed.starts_with(
+            "Error: mcp-client(fx): the connection to the server closed during the call"
+        ),
+        "{crashed}"
+    );
+    let meanwhile = &fake.tool_results(2)[1];
+    assert!(
+        meanwhile.starts_with("Error: mcp-client(fx): "),
+        "{meanwhile}"
+    );
+    assert_eq!(fake.tool_results(4)[3], "back");
+    assert!(
+        stderr.contains("mcp-client(fx): connection lost; reconnecting in 200ms (attempt 1/10)"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn a_call_past_its_timeout_fails_and_the_server_is_told_to_stop() {
+    let fake = FakeLlm::start().await;
+    fake.push([
+        tool_calls(&[("mcp__fx__sleep", json!({"ms": 60000}))]),
+        tool_calls(&[("mcp__fx__echo", json!({"text": "still here"}))]),
+        text("done"),
+    ]);
+    let rows = row(
+        "fx",
+        &[],
+        ", failOnStartupError = true, toolCallTimeoutMs = 300",
+    );
+    let e = Headless::new(&fake, &rows).env("DSH_LOG", "info");
+    let (code, _, stderr) = out(&e.run(&["go"]).await);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        fake.tool_results(1),
+        ["Error: mcp-client(fx): sleep did not answer within 300 ms"]
+    );
+    // The connection is still good for the next call.
+    assert_eq!(fake.tool_results(2)[1], "still here");
+    // The server dropped the call: it was sent `notifications/cancelled`.
+    assert!(
+        stderr.contains("mcp-client(fx) stderr: sleep cancelled"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_never_answers_does_not_delay_the_first_request() {
+    let fake = FakeLlm::start().await;
+    fake.push([text("answered")]);
+    let dir = dsh_testkit::TempDir::new("mcp-hang");
+    let pid_file = dir.path().join("pid");
+    let rows = row(
+        "stuck",
+        &["--hang", "--pid-file", &pid_file.display().to_string()],
+        ", startupTimeoutMs = 600000",
+    ) + &row("fx", &[], ", failOnStartupError = true");
+    let e = Headless::new(&fake, &rows);
+    let run = tokio::time::timeout(Duration::from_secs(60), e.run(&["hello"]))
+        .await
+        .expect("the run waited for a server that never answers");
+    let (code, stdout, stderr) = out(&run);
+    assert_eq!((code, stdout.trim()), (0, "answered"), "{stderr}");
+    let names = offered(&fake, 0);
+    assert!(names.contains(&"mcp__fx__echo".to_owned()), "{names:?}");
+    assert!(
+        !names.iter().any(|n| n.starts_with("mcp__stuck")),
+        "{names:?}"
+    );
+    // The stuck server was started, and is gone with the host.
+    let pid: i32 = std::fs::read_to_string(&pid_file).unwrap().parse().unwrap();
+    dsh_testkit::wait_for("the stuck server to be gone", || {
+        // SAFETY: kill with signal 0 only checks the process exists.
+        unsafe { libc::kill(pid, 0) != 0 }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_bad_row_is_refused_with_its_reason() {
+    let fake = FakeLlm::start().await;
+    fake.push([text("answered")]);
+    let rows = "[[row]]\nid = \"mcp:bad\"\nplugin = \"mcp-client\"\nconfig = { transport = \"stdio\", serverName = \"a.b\", command = \"x\" }\n";
+    let e = Headless::new(&fake, rows);
+    let (_, _, stderr) = out(&e.run(&["hello"]).await);
+    assert!(
+        stderr.contains("serverName \"a.b\" must match [A-Za-z0-9_-]{1,32}"),
+        "{stderr}"
+    );
+}
