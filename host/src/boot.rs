@@ -6,6 +6,7 @@ use crate::config::{
     compose, compose_knowing, read_layer_file, ComposedRow, ConfigError, Elsewhere, Layer, Patch,
     ProfileRoots, Row, Tree,
 };
+use crate::imports::{expand, Imported, Sources};
 use crate::paths::Install;
 
 /// What the user asked for on the command line.
@@ -85,7 +86,10 @@ impl BootOptions {
         let profile_dir = roots.profile_dir(&self.profile)?;
         // Configs may name files next to their profile.
         std::env::set_var("DSH_PROFILE_DIR", &profile_dir);
-        let (mut layers, mut files) = roots.profile_layers(&self.profile)?;
+        let (layers, mut files) = roots.profile_layers(&self.profile)?;
+        let (mut layers, imported) =
+            splice_imports(layers, &Sources::of_process(self.home.clone()))?;
+        files.extend(imported.files);
         let plugin_dirs = self.plugin_dirs(Some(&profile_dir));
         // `--plugin NAME` rows, and libraries dropped into $DSH_HOME/plugins,
         // extend the profile as layers of their own, so the home patch and
@@ -101,6 +105,7 @@ impl BootOptions {
             origin: "drop-in".into(),
             rows: drop_ins.into_iter().map(|r| r.row).collect(),
             patches: Vec::new(),
+            imports: Vec::new(),
         });
         layers.push(named);
         let home_patch = self.home_patch();
@@ -122,7 +127,9 @@ impl BootOptions {
         }
         let shipped = Elsewhere::shipped(self.install.profiles.iter().cloned().collect());
         let mut tree = compose_knowing(&layers, &shipped)?;
+        tree.warnings.extend(imported.warnings);
         tree.warnings.extend(refused);
+        tree.notices.extend(imported.notices);
         if let Some(e) = crate::limits::too_many_rows(&tree) {
             return Err(ConfigError::Invalid(e));
         }
@@ -145,6 +152,7 @@ impl BootOptions {
             origin: NAMED_ORIGIN.into(),
             rows: Vec::new(),
             patches: Vec::new(),
+            imports: Vec::new(),
         };
         for name in &self.plugins {
             if name.trim().is_empty() || name.contains('/') {
@@ -199,6 +207,29 @@ impl BootOptions {
 
 /// The origin of the rows `--plugin` adds (as `--dump-config` prints it).
 const NAMED_ORIGIN: &str = "--plugin";
+
+/// `layers` with each layer's imports spliced in right after it, and what
+/// the imports read.
+fn splice_imports(
+    layers: Vec<Layer>,
+    sources: &Sources,
+) -> Result<(Vec<Layer>, Imported), ConfigError> {
+    let mut out = Vec::with_capacity(layers.len());
+    let mut all = Imported::default();
+    for layer in layers {
+        let kinds = layer.imports.clone();
+        let origin = layer.origin.clone();
+        out.push(layer);
+        for kind in &kinds {
+            let imported = expand(kind, &origin, sources)?;
+            out.extend(imported.layers);
+            all.files.extend(imported.files);
+            all.warnings.extend(imported.warnings);
+            all.notices.extend(imported.notices);
+        }
+    }
+    Ok((out, all))
+}
 
 /// Rows for libraries dropped into `dir` (`$DSH_HOME/plugins`) that no row
 /// of `tree` uses: each becomes a row `drop-in:<name>` applying the plugin

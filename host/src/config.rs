@@ -66,6 +66,10 @@ struct LayerFile {
     row: Vec<Row>,
     #[serde(default)]
     patch: Vec<Patch>,
+    /// Rows made from other products' files, spliced in after this layer
+    /// (`"mcp-servers"`: see `crate::imports`).
+    #[serde(default)]
+    imports: Vec<String>,
 }
 
 /// A layer ready to apply, labelled with where it came from.
@@ -77,6 +81,8 @@ pub struct Layer {
     pub rows: Vec<Row>,
     /// Edits applied after the rows.
     pub patches: Vec<Patch>,
+    /// Imports to splice in after this layer (see `crate::imports`).
+    pub imports: Vec<String>,
 }
 
 /// A row of the composed tree with its provenance.
@@ -101,6 +107,10 @@ pub struct Tree {
     /// shipped bundle or profile has and this profile does not load (see
     /// [`Elsewhere`]). `--dump-config` prints them as comments.
     pub skipped: Vec<String>,
+    /// What the user should know once, not problems of the configuration
+    /// (the servers of an untrusted project, not started). Said at start;
+    /// `--dump-config` prints them as comments.
+    pub notices: Vec<String>,
 }
 
 /// The largest bundle or profile file [`Elsewhere`] reads (a layer is a few
@@ -213,17 +223,58 @@ fn layer_files(root: &Path) -> Vec<PathBuf> {
 /// without ever blocking on anything else (opened non-blocking, then
 /// checked: a FIFO, a device or a directory is passed over).
 fn read_small_regular(path: &Path, max: u64) -> Option<String> {
-    let file = std::fs::OpenOptions::new()
+    read_optional_regular(path, max).ok().flatten()
+}
+
+/// [`read_small_regular`] telling apart a missing file (`Ok(None)`) from
+/// one that is there and cannot be used (an error saying why: not a
+/// regular file, over `max` bytes, not UTF-8, unreadable).
+pub(crate) fn read_optional_regular(path: &Path, max: u64) -> std::io::Result<Option<String>> {
+    use std::io::{Error, ErrorKind};
+    let file = match std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
         .open(path)
-        .ok()?;
-    if !file.metadata().ok()?.is_file() {
-        return None;
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if !file.metadata()?.is_file() {
+        return Err(Error::other("not a regular file"));
     }
     let mut text = String::new();
-    file.take(max + 1).read_to_string(&mut text).ok()?;
-    (text.len() as u64 <= max).then_some(text)
+    file.take(max + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > max {
+        return Err(Error::other(format!("larger than {max} bytes")));
+    }
+    Ok(Some(text))
+}
+
+/// Writes `bytes` to `path` whole or not at all: a private (0600) file
+/// beside it, synced, then renamed over it.
+pub(crate) fn write_private_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::other("no file name"))?
+        .to_string_lossy();
+    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let result = (|| {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .open(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
 }
 
 /// Why a configuration could not be composed.
@@ -283,6 +334,7 @@ pub fn parse_layer(text: &str, path: &Path) -> Result<(Layer, Vec<String>), Conf
         origin: path.display().to_string(),
         rows: file.row,
         patches: file.patch,
+        imports: file.imports,
     };
     Ok((layer, file.bundles))
 }
@@ -530,12 +582,12 @@ pub fn dump(tree: &Tree) -> String {
         row: [&'a Row; 1],
     }
     let mut out = String::new();
-    for note in &tree.skipped {
+    for note in tree.notices.iter().chain(&tree.skipped) {
         out.push_str("# ");
         out.push_str(note);
         out.push('\n');
     }
-    if !tree.skipped.is_empty() {
+    if !tree.skipped.is_empty() || !tree.notices.is_empty() {
         out.push('\n');
     }
     let mut last: Option<(&str, &[String])> = None;

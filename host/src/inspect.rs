@@ -177,6 +177,7 @@ pub async fn soak(
         }],
         warnings: Vec::new(),
         skipped: Vec::new(),
+        notices: Vec::new(),
     })
     .await;
     let probe = probe.and_then(|p| p.split_once('.'));

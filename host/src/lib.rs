@@ -15,6 +15,7 @@ mod copies;
 pub mod fds;
 mod host;
 mod host_service;
+mod imports;
 mod inbox;
 pub mod inspect;
 pub mod isolate;
@@ -35,6 +36,7 @@ mod supervisor;
 mod terminal;
 #[doc(hidden)]
 pub mod threads;
+pub mod trust;
 mod watch;
 
 #[doc(hidden)]

@@ -75,6 +75,13 @@ enum Cmd {
     /// Stored sessions (through the profile's persistence plugin).
     #[command(subcommand)]
     Sessions(SessionsCmd),
+    /// Trust a project (default: this directory): its own configuration
+    /// (the servers of its .mcp.json) runs from then on, in a running
+    /// `--watch` session too. Recorded in $DSH_HOME/trust.toml.
+    Trust {
+        /// The project directory.
+        dir: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -239,6 +246,7 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Some(Cmd::Plugins(cmd)) => plugins(cmd),
+        Some(Cmd::Trust { dir }) => trust(dir),
         // The product behavior (reading the store) lives in the app plugin.
         Some(Cmd::Sessions(cmd)) => {
             let (args, store) = cmd.app_args();
@@ -291,6 +299,20 @@ fn boot_options(
         home: home()?,
         install: Install::locate(),
     })
+}
+
+fn trust(dir: Option<PathBuf>) -> anyhow::Result<u8> {
+    let home = home()?;
+    let dir = match dir {
+        Some(d) => d,
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    let trusted = dsh_host::trust::trust(&home, &dir)?;
+    println!(
+        "trusted {}: its .mcp.json servers start from the next run (at once under --watch)",
+        trusted.display()
+    );
+    Ok(0)
 }
 
 fn plugins(cmd: PluginsCmd) -> anyhow::Result<u8> {
@@ -487,10 +509,10 @@ fn host_option_after_task(args: &[String]) -> Option<String> {
         .map(|name| format!("--{name}"))
 }
 
-/// Says each warning of a composition, once (the supervisor records them
-/// without saying them again).
+/// Says each warning and notice of a composition, once (the supervisor
+/// records them without saying them again).
 fn say_warnings(tree: &dsh_host::Tree) {
-    for w in &tree.warnings {
+    for w in tree.warnings.iter().chain(&tree.notices) {
         say(&format!("dsh-host: {w}"));
     }
 }

@@ -52,7 +52,7 @@ pub fn trust_path(home: &Path) -> PathBuf {
 /// "trust nothing" either: the user should know their record is broken).
 pub fn read(home: &Path) -> Result<TrustFile, TrustError> {
     let path = trust_path(home);
-    let text = match crate::config::read_small_regular(&path, TRUST_MAX) {
+    let text = match crate::config::read_optional_regular(&path, TRUST_MAX) {
         Ok(Some(text)) => text,
         Ok(None) => return Ok(TrustFile::default()),
         Err(e) => return Err(file_error(&path, e)),
@@ -103,10 +103,13 @@ mod tests {
         assert_eq!(trust(home.path(), project.path()).unwrap(), dir);
         trust(home.path(), project.path()).unwrap();
         let record = read(home.path()).unwrap();
-        assert_eq!(record.trusted, [dir.clone()]);
+        assert_eq!(record.trusted, std::slice::from_ref(&dir));
         assert!(is_trusted(&record, &dir));
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(trust_path(home.path())).unwrap().permissions().mode();
+        let mode = std::fs::metadata(trust_path(home.path()))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600);
     }
 

@@ -250,3 +250,89 @@ async fn a_bad_row_is_refused_with_its_reason() {
         "{stderr}"
     );
 }
+
+/// The fixture serving Streamable HTTP on 127.0.0.1 (killed when dropped)
+/// and its endpoint.
+struct HttpFixture {
+    child: std::process::Child,
+    url: String,
+    _dir: dsh_testkit::TempDir,
+}
+
+impl HttpFixture {
+    async fn start(bearer: &str) -> HttpFixture {
+        let dir = dsh_testkit::TempDir::new("mcp-http");
+        let port_file = dir.path().join("port");
+        let child = std::process::Command::new(fixture())
+            .args([
+                "--http",
+                &port_file.display().to_string(),
+                "--bearer",
+                bearer,
+            ])
+            .spawn()
+            .unwrap();
+        dsh_testkit::wait_for("the HTTP fixture's port", || {
+            std::fs::read_to_string(&port_file).is_ok_and(|p| !p.is_empty())
+        })
+        .await;
+        let port = std::fs::read_to_string(&port_file).unwrap();
+        HttpFixture {
+            child,
+            url: format!("http://127.0.0.1:{port}/mcp"),
+            _dir: dir,
+        }
+    }
+
+    fn row(&self, name: &str, more: &str) -> String {
+        format!(
+            "[[patch]]\nid = \"tools\"\ninsert = [{{ id = \"mcp:{name}\", plugin = \"mcp-client\", config = {{ transport = \"streamable-http\", serverName = \"{name}\", url = {:?}, failOnStartupError = true{more} }} }}]\n",
+            self.url
+        )
+    }
+}
+
+impl Drop for HttpFixture {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn a_streamable_http_server_with_a_bearer_token_answers_the_model() {
+    let server = HttpFixture::start("sekrit").await;
+    let fake = FakeLlm::start().await;
+    fake.push([
+        tool_calls(&[
+            ("mcp__web__echo", json!({"text": "over http"})),
+            ("mcp__web__picture", json!({})),
+        ]),
+        text("done"),
+    ]);
+    let rows = server.row("web", ", bearerTokenEnvVar = \"FIXTURE_BEARER\"");
+    let e = Headless::new(&fake, &rows).env("FIXTURE_BEARER", "sekrit");
+    let (code, stdout, stderr) = out(&e.run(&["go"]).await);
+    assert_eq!((code, stdout.trim()), (0, "done"), "{stderr}");
+    let results = fake.tool_results(1);
+    assert_eq!(results[0], "over http");
+    assert!(
+        results[1].starts_with("a pixel\n[image unavailable: image/png;"),
+        "{results:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_refused_token_fails_the_row_with_the_servers_answer() {
+    let server = HttpFixture::start("sekrit").await;
+    let fake = FakeLlm::start().await;
+    fake.push([text("answered")]);
+    let rows = server.row("web", ", bearerTokenEnvVar = \"FIXTURE_BEARER\"");
+    let e = Headless::new(&fake, &rows).env("FIXTURE_BEARER", "wrong");
+    let (_, _, stderr) = out(&e.run(&["go"]).await);
+    assert!(
+        stderr.contains("mcp-client(web): initial connection or tool synchronization failed"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("wrong"), "the token was shown: {stderr}");
+}

@@ -214,6 +214,10 @@ fn test() -> Result<()> {
     build(false)?;
     check()?;
     let mut c = cargo();
+    // The user's own codex configuration must not reach the hosts the tests
+    // start (its MCP servers would be imported): a codex home that is not
+    // there. Tests of the import set their own.
+    c.env("CODEX_HOME", root().join("target").join("no-codex-home"));
     // Every test binary runs, so one failure does not hide the others.
     c.args([
         "test",

@@ -160,6 +160,7 @@ impl Bridge {
             };
             let reason = match attempt {
                 Ok(conn) => {
+                    tracing::info!("{at}: connected, {} tools", self.tool_count());
                     if failures > 0 {
                         tracing::info!(
                             "{at}: reconnected and re-synced tools (attempt {failures}/{})",
@@ -259,6 +260,9 @@ impl Bridge {
         let mut next: BTreeMap<String, (String, RegisterParams)> = BTreeMap::new();
         for tool in listed {
             let raw = tool.name.to_string();
+            if !self.server.filter.offers(&raw) {
+                continue;
+            }
             let name = public_name(&self.server.name, &raw);
             let params = RegisterParams {
                 name: name.clone(),

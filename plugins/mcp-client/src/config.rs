@@ -34,8 +34,17 @@ pub struct RowConfig {
     url: Option<String>,
     /// streamable-http: headers sent with every request.
     headers: Option<BTreeMap<String, String>>,
+    /// streamable-http: headers whose values are read from the named
+    /// variables when connecting (codex's `env_http_headers`).
+    env_headers: Option<BTreeMap<String, String>>,
     /// streamable-http: the variable holding a bearer token.
     bearer_token_env_var: Option<String>,
+    /// Only these tools of the server are offered (codex's
+    /// `enabled_tools`).
+    enabled_tools: Option<Vec<String>>,
+    /// These tools of the server are never offered (codex's
+    /// `disabled_tools`).
+    disabled_tools: Option<Vec<String>>,
     /// The longest one tool call may take.
     tool_call_timeout_ms: Option<u64>,
     /// The longest connecting (spawn, handshake, first tool list) may take.
@@ -72,6 +81,27 @@ pub struct Server {
     pub fail_on_startup_error: bool,
     /// Reconnecting.
     pub reconnect: Reconnect,
+    /// Which of the server's tools are offered.
+    pub filter: ToolFilter,
+}
+
+/// Which of a server's tools are offered, by the server's names.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ToolFilter {
+    /// Only these (all when `None`).
+    pub enabled: Option<Vec<String>>,
+    /// Never these.
+    pub disabled: Vec<String>,
+}
+
+impl ToolFilter {
+    /// Whether tool `raw` is offered.
+    pub fn offers(&self, raw: &str) -> bool {
+        self.enabled
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|t| t == raw))
+            && !self.disabled.iter().any(|t| t == raw)
+    }
 }
 
 /// How a server is reached.
@@ -105,6 +135,8 @@ pub struct Http {
     pub url: String,
     /// Headers sent with every request.
     pub headers: BTreeMap<String, String>,
+    /// Headers whose values are read from these variables.
+    pub env_headers: BTreeMap<String, String>,
     /// The variable holding a bearer token.
     pub bearer_token_env_var: Option<String>,
 }
@@ -162,6 +194,7 @@ impl RowConfig {
                 for (field, set) in [
                     ("url", self.url.is_some()),
                     ("headers", self.headers.is_some()),
+                    ("envHeaders", self.env_headers.is_some()),
                     ("bearerTokenEnvVar", self.bearer_token_env_var.is_some()),
                 ] {
                     if set {
@@ -203,6 +236,7 @@ impl RowConfig {
                 Transport::Http(Http {
                     url,
                     headers: self.headers.unwrap_or_default(),
+                    env_headers: self.env_headers.unwrap_or_default(),
                     bearer_token_env_var: self.bearer_token_env_var.filter(|v| !v.is_empty()),
                 })
             }
@@ -226,6 +260,10 @@ impl RowConfig {
             startup_timeout: Duration::from_millis(startup),
             fail_on_startup_error: self.fail_on_startup_error.unwrap_or(false),
             reconnect: check_reconnect(&at, self.reconnect.unwrap_or_default())?,
+            filter: ToolFilter {
+                enabled: self.enabled_tools,
+                disabled: self.disabled_tools.unwrap_or_default(),
+            },
             name,
         })
     }

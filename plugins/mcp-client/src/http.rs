@@ -17,11 +17,21 @@ use crate::config::Http;
 /// not a header, a token variable that is unset).
 pub fn transport(http: &Http) -> Result<StreamableHttpClientTransport<reqwest::Client>, String> {
     let mut headers = HashMap::new();
-    for (name, value) in &http.headers {
+    let mut from_env = Vec::new();
+    for (name, var) in &http.env_headers {
+        let value = std::env::var(var)
+            .ok()
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| format!("the variable {var} of header {name} is not set"))?;
+        from_env.push((name, value));
+    }
+    let fixed = http.headers.iter().map(|(n, v)| (n, v.clone()));
+    for (name, value) in fixed.chain(from_env) {
         let name = reqwest::header::HeaderName::try_from(name.as_str())
             .map_err(|e| format!("header {name:?}: {e}"))?;
+        // The error never shows the value: it may be a secret.
         let value = reqwest::header::HeaderValue::try_from(value.as_str())
-            .map_err(|e| format!("header {name}: {e}"))?;
+            .map_err(|_| format!("header {name}: not a valid header value"))?;
         headers.insert(name, value);
     }
     let mut config =

@@ -72,6 +72,7 @@ impl Headless {
         let mut c = Command::new(target_dir().join("dsh-host"));
         c.current_dir(self.work.path())
             .env("DSH_HOME", self.home.path())
+            .env("CODEX_HOME", self.home.path().join("codex"))
             .env(KEY, "sk-testkit-headless")
             .env_remove("DSH_LOG")
             .env_remove("DSH_PERMISSION_MODE")

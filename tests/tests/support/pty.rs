@@ -80,7 +80,12 @@ impl Pty {
     /// workspace with `e`'s `$DSH_HOME`, a model key and `env`.
     pub fn in_workspace(e: &Headless, program: &Path, args: &[&str], env: &[(&str, &str)]) -> Pty {
         let home = e.home.path().to_str().expect("a UTF-8 home");
-        let mut vars = vec![("DSH_HOME", home), (KEY, MODEL_KEY)];
+        let codex = format!("{home}/codex");
+        let mut vars = vec![
+            ("DSH_HOME", home),
+            ("CODEX_HOME", codex.as_str()),
+            (KEY, MODEL_KEY),
+        ];
         vars.extend_from_slice(env);
         Pty::spawn(program, args, e.work.path(), &vars)
     }

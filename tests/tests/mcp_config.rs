@@ -1,0 +1,159 @@
+//! MCP servers from the user's existing configuration: the project's
+//! `.mcp.json` (after trust) and codex's `[mcp_servers]`, each a layer of
+//! `--dump-config`, and live edits under `--watch`.
+#![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
+
+#[allow(dead_code)] // the pty helpers this suite does not call
+mod support;
+
+use std::path::Path;
+
+use dsh_testkit::fake_llm::{text, tool_calls, FakeLlm};
+use dsh_testkit::headless::Headless;
+use dsh_testkit::{out, target_dir};
+use serde_json::json;
+use support::pty::Pty;
+
+fn fixture() -> String {
+    target_dir()
+        .join("dsh-fixture-mcp-server")
+        .display()
+        .to_string()
+}
+
+/// A `.mcp.json` with the fixture as each of `names` (Claude Code's
+/// format), in `dir`, which is made a repository root.
+fn write_mcp_json(dir: &Path, names: &[&str]) {
+    let _ = std::fs::create_dir(dir.join(".git"));
+    let servers: serde_json::Map<String, serde_json::Value> = names
+        .iter()
+        .map(|n| {
+            let server =
+                json!({"command": fixture(), "env": {"FIXTURE_FROM": "${FIXTURE_SOURCE:-unset}"}});
+            ((*n).to_owned(), server)
+        })
+        .collect();
+    let text = serde_json::to_string_pretty(&json!({"mcpServers": servers})).unwrap();
+    // Written beside, then renamed: a watcher never reads half a file.
+    let tmp = dir.join(".mcp.json.tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, dir.join(".mcp.json")).unwrap();
+}
+
+fn offered(fake: &FakeLlm, n: usize) -> Vec<String> {
+    fake.requests()[n]["tools"]
+        .as_array()
+        .map(|tools| {
+            let names = tools
+                .iter()
+                .map(|t| t["function"]["name"].as_str().unwrap().to_owned());
+            names.collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `dsh-host trust` in `e`'s workspace; what it printed.
+fn trust(e: &Headless) -> String {
+    let (code, stdout, stderr) = out(&std::process::Command::new(target_dir().join("dsh-host"))
+        .current_dir(e.work.path())
+        .env("DSH_HOME", e.home.path())
+        .arg("trust")
+        .output()
+        .unwrap());
+    assert_eq!(code, 0, "{stderr}");
+    stdout
+}
+
+#[tokio::test]
+async fn a_projects_servers_start_only_once_the_project_is_trusted() {
+    let fake = FakeLlm::start().await;
+    fake.push([text("first")]);
+    let e = Headless::new(&fake, "").env("FIXTURE_SOURCE", "from the host");
+    write_mcp_json(e.work.path(), &["proj"]);
+    let (code, _, stderr) = out(&e.run(&["hello"]).await);
+    assert_eq!(code, 0, "{stderr}");
+    let work = e.work.path().display().to_string();
+    assert!(
+        stderr.contains(&format!(
+            "the MCP servers of {work}/.mcp.json (proj) were not started: the project {work} is not trusted; `dsh-host trust {work}` trusts it"
+        )),
+        "{stderr}"
+    );
+    assert!(!offered(&fake, 0).iter().any(|n| n.starts_with("mcp__")));
+    let said = trust(&e);
+    assert!(
+        said.starts_with(&format!(
+            "trusted {}",
+            e.work.path().canonicalize().unwrap().display()
+        )),
+        "{said}"
+    );
+    fake.push([
+        // Time for the server to connect (its row does not hold the run).
+        tool_calls(&[("bash", json!({"command": "sleep 1", "description": "wait"}))]),
+        tool_calls(&[("mcp__proj__env", json!({"name": "FIXTURE_FROM"}))]),
+        text("second"),
+    ]);
+    let (code, _, stderr) = out(&e.run(&["hello again"]).await);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stderr.contains("not trusted"), "{stderr}");
+    // `${FIXTURE_SOURCE:-unset}` was resolved from the host's environment.
+    assert_eq!(fake.tool_results(3)[1], "from the host");
+}
+
+#[tokio::test]
+async fn dump_config_lists_each_source_as_a_layer_with_its_file() {
+    let fake = FakeLlm::start().await;
+    let e = Headless::new(&fake, "");
+    write_mcp_json(e.work.path(), &["proj"]);
+    let codex = e.home.path().join("codex");
+    std::fs::create_dir_all(&codex).unwrap();
+    std::fs::write(
+        codex.join("config.toml"),
+        format!(
+            "[mcp_servers.cx]\ncommand = {:?}\nenv_vars = [\"CX_TOKEN\"]\n",
+            fixture()
+        ),
+    )
+    .unwrap();
+    let (code, stdout, stderr) = out(&e.run(&["--dump-config"]).await);
+    assert_eq!(code, 0, "{stderr}");
+    let work = e.work.path().display().to_string();
+    for want in [
+        format!("# the MCP servers of {work}/.mcp.json (proj) were not started"),
+        format!("# == {}", codex.join("config.toml").display()),
+        "id = \"mcp:cx\"".to_owned(),
+        format!("# == {work}/.mcp.json"),
+        "id = \"mcp:proj\"".to_owned(),
+        "disabled = true".to_owned(),
+        "FIXTURE_FROM = \"${env:FIXTURE_SOURCE:-unset}\"".to_owned(),
+    ] {
+        assert!(stdout.contains(&want), "no {want:?} in\n{stdout}");
+    }
+}
+
+#[tokio::test]
+async fn a_server_edited_under_watch_is_picked_up_without_a_restart() {
+    let fake = FakeLlm::start().await;
+    fake.push([text("with one"), text("with two")]);
+    let e = Headless::new(&fake, "");
+    write_mcp_json(e.work.path(), &["one"]);
+    trust(&e);
+    let mut p = Pty::dsh_host(&e, &["--watch"], &[("DSH_LOG", "info")]);
+    p.wait_for("mcp-client(one): connected, 6 tools", 30).await;
+    p.send("first\r");
+    p.wait_for("with one", 20).await;
+    assert!(offered(&fake, 0).contains(&"mcp__one__echo".to_owned()));
+    write_mcp_json(e.work.path(), &["two"]);
+    p.wait_for("mcp-client(two): connected, 6 tools", 30).await;
+    p.send("second\r");
+    p.wait_for("with two", 20).await;
+    let names = offered(&fake, 1);
+    assert!(names.contains(&"mcp__two__echo".to_owned()), "{names:?}");
+    assert!(
+        !names.iter().any(|n| n.starts_with("mcp__one")),
+        "{names:?}"
+    );
+    p.send("\x04");
+    assert_eq!(p.wait_exit(20).await, 0);
+}
