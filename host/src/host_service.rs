@@ -123,6 +123,7 @@ impl HostService {
                             .and_then(|v| v.as_str().map(str::to_owned))
                             .unwrap_or_default(),
                         generation: s.generations,
+                        fiber: s.fiber,
                         error: s.error,
                     })
                     .collect(),

@@ -157,3 +157,30 @@ async fn a_server_edited_under_watch_is_picked_up_without_a_restart() {
     p.send("\x04");
     assert_eq!(p.wait_exit(20).await, 0);
 }
+
+#[tokio::test]
+async fn mcp_in_the_chat_lists_the_servers_and_reconnects_one() {
+    let fake = FakeLlm::start().await;
+    let e = Headless::new(&fake, "");
+    write_mcp_json(e.work.path(), &["one"]);
+    trust(&e);
+    let mut p = Pty::dsh_host(&e, &[], &[("DSH_LOG", "info")]);
+    p.wait_for("mcp-client(one): connected, 6 tools", 30).await;
+    p.send("/mcp\r");
+    p.wait_for("SERVER", 20).await;
+    let screen = p.contents();
+    let line = screen
+        .lines()
+        .find(|l| l.trim_start().starts_with("one "))
+        .unwrap_or_else(|| panic!("no server line in\n{screen}"));
+    let cells: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(cells[..4], ["one", "connected", "6", "mcp:one"], "{line}");
+    p.send("/mcp reconnect one\r");
+    p.wait_for("reconnecting one", 20).await;
+    p.wait_for_count("mcp-client(one): connected, 6 tools", 2, 30)
+        .await;
+    p.send("/mcp reconnect nope\r");
+    p.wait_for("no MCP server nope (see /mcp)", 20).await;
+    p.send("\x04");
+    assert_eq!(p.wait_exit(20).await, 0);
+}

@@ -139,6 +139,10 @@ pub struct RawModeParams {
     pub raw: bool,
 }
 
+/// [`PluginRow::state`] of a row applied and serving (the host's
+/// `FiberState::Active`, lowercase).
+pub const ROW_ACTIVE: &str = "active";
+
 /// One row of [`PLUGINS`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PluginRow {
@@ -151,6 +155,11 @@ pub struct PluginRow {
     /// Its generation (0 before the first load).
     #[serde(default)]
     pub generation: u64,
+    /// Its current fiber (changes on reload): the `Context::fiber` of the
+    /// plugin serving the row, which a plugin may use in the names of the
+    /// services it provides per row.
+    #[serde(default)]
+    pub fiber: u64,
     /// Why it failed, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

@@ -18,7 +18,8 @@ use dsh_sdk::api::approval::{ApprovalOutcome, ApprovalReply, ApprovalRequest};
 use dsh_sdk::api::commands::{
     CommandResult, Commands, ExecuteReply, RegisterParams, ResultKind, RunParams,
 };
-use dsh_sdk::api::host::Host;
+use dsh_sdk::api::host::{Host, PluginRow, ROW_ACTIVE};
+use dsh_sdk::api::mcp::{self, McpServer, ServerStatus};
 use dsh_sdk::api::session_persistence::SessionPersistence;
 use dsh_sdk::api::sessions::{ForkParams, Sessions};
 use dsh_sdk::api::subagents::Subagents;
@@ -72,6 +73,8 @@ pub fn own_commands() -> Vec<RegisterParams> {
         RegisterParams::new("fork", "continue in a copy of this session"),
         RegisterParams::new("plugins", "every row: state, generation, why it failed"),
         RegisterParams::new("agents", "the subagents of this session and what they do"),
+        RegisterParams::new("mcp", "MCP servers: state and tools; reconnect one")
+            .with_hint("[reconnect <name>]"),
         RegisterParams::new("exit", "leave (Ctrl-D, or Ctrl-C twice)"),
     ]
 }
@@ -1045,6 +1048,7 @@ impl App {
             "fork" => self.command_fork().await,
             "plugins" => self.command_plugins().await,
             "agents" => self.command_agents().await,
+            "mcp" => self.command_mcp(rest).await,
             other => Err(Error::msg(format!("the chat has no command /{other}"))),
         };
         match result {
@@ -1150,6 +1154,47 @@ impl App {
         Ok(out.trim_end().to_owned())
     }
 
+    /// `/mcp`: every MCP server row, its state and tools (`/mcp reconnect
+    /// NAME` connects one again). A row that is not active shows the
+    /// host's state and why.
+    async fn command_mcp(&self, args: &str) -> Result<String> {
+        let rows: Vec<PluginRow> = self
+            .host
+            .plugins()
+            .await?
+            .into_iter()
+            .filter(|r| r.plugin == mcp::PLUGIN)
+            .collect();
+        let mut servers = Vec::new();
+        for row in rows {
+            let status = match row.state.as_str() {
+                ROW_ACTIVE => Some(McpServer::new(&self.ctx, row.fiber).status().await),
+                _ => None,
+            };
+            servers.push((row, status));
+        }
+        match args.split_whitespace().collect::<Vec<_>>()[..] {
+            [] => Ok(mcp_table(&servers)),
+            ["reconnect", name] => {
+                let found = servers.iter().find(|(row, status)| {
+                    matches!(status, Some(Ok(s)) if s.server_name == name) || row.id == name
+                });
+                match found {
+                    Some((row, Some(Ok(_)))) => {
+                        McpServer::new(&self.ctx, row.fiber).reconnect().await?;
+                        Ok(format!("reconnecting {name}"))
+                    }
+                    Some((row, _)) => Err(Error::msg(format!(
+                        "MCP server {name} is {} (row {}): a reload or a config change starts it",
+                        row.state, row.id
+                    ))),
+                    None => Err(Error::msg(format!("no MCP server {name} (see /mcp)"))),
+                }
+            }
+            _ => Err(Error::msg("usage: /mcp, or /mcp reconnect <name>")),
+        }
+    }
+
     /// Flushes the session, gives the terminal back and ends the process.
     async fn exit(&mut self) {
         self.quit = true;
@@ -1235,6 +1280,40 @@ fn approval_question(
     q
 }
 
+/// The `/mcp` table: one line per server row.
+fn mcp_table(servers: &[(PluginRow, Option<Result<ServerStatus>>)]) -> String {
+    if servers.is_empty() {
+        return "no MCP servers (.mcp.json, ~/.codex/config.toml, or an `mcp-client` row)".into();
+    }
+    let mut out = format!(
+        "{:<20} {:<13} {:>5}  {:<22} DETAIL\n",
+        "SERVER", "STATE", "TOOLS", "ROW"
+    );
+    for (row, status) in servers {
+        let (name, state, tools, detail) = match status {
+            Some(Ok(s)) => (
+                s.server_name.clone(),
+                s.state.as_str().to_owned(),
+                s.tools.to_string(),
+                s.detail.clone().unwrap_or_default(),
+            ),
+            Some(Err(e)) => ("?".into(), row.state.clone(), "-".into(), e.message.clone()),
+            None => (
+                "-".into(),
+                row.state.clone(),
+                "-".into(),
+                row.error.clone().unwrap_or_default(),
+            ),
+        };
+        out.push_str(&format!(
+            "{name:<20} {state:<13} {tools:>5}  {:<22} {}\n",
+            row.id,
+            sanitize(&detail).replace('\n', " ")
+        ));
+    }
+    out.trim_end().to_owned()
+}
+
 /// `/help` without a registry.
 const HELP: &str = "\
 /help              this list
@@ -1244,6 +1323,7 @@ const HELP: &str = "\
 /fork              continue in a copy of this session
 /plugins           every row: state, generation, why it failed
 /agents            the subagents of this session and what they do
+/mcp [reconnect N] MCP servers: state and tools; reconnect one
 /exit              leave (Ctrl-D, or Ctrl-C twice)";
 
 /// The keys, after `/help`.

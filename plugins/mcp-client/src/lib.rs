@@ -26,7 +26,7 @@ use config::{RowConfig, Transport};
 struct McpClient;
 
 impl Plugin for McpClient {
-    const NAME: &'static str = "mcp-client";
+    const NAME: &'static str = api::PLUGIN;
     const DESCRIPTION: &'static str = "one MCP server's tools, kept connected";
     const INJECT: &'static [&'static str] = &[service::TOOLS];
     type Config = RowConfig;
@@ -58,10 +58,10 @@ impl Plugin for McpClient {
     }
 }
 
-/// `mcp:<server>`: the bridge's state for `/mcp`, and a reconnect.
+/// `mcp:<fiber>`: the bridge's state for `/mcp`, and a reconnect.
 fn provide_status(ctx: &Context, bridge: &Rc<Bridge>) {
     let weak = Rc::downgrade(bridge);
-    ctx.provide(api::service_name(&bridge.server.name), move |req| {
+    ctx.provide(api::service_name(ctx.fiber()), move |req| {
         let weak = weak.clone();
         async move {
             let bridge = weak

@@ -5,6 +5,7 @@
 
 pub use dsh_wire::host_service::{
     ExitParams, Info, Input, PluginRow, RawModeParams, ReadInputParams, TerminalInfo, TextParams,
+    ROW_ACTIVE,
 };
 
 use crate::names::{host as method, service};

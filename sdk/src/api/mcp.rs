@@ -1,18 +1,22 @@
 //! MCP servers as services: each `mcp-client` row provides
-//! `mcp:<serverName>`, whose `status` says how its connection stands and
-//! `reconnect` makes it connect again. The chat's `/mcp` lists them.
+//! `mcp:<fiber>` (the fiber `host.plugins` lists for the row), whose `status` says how its connection stands and
+//! `reconnect` makes it connect again. The chat's `/mcp` finds the rows
+//! of [`PLUGIN`] in `host.plugins` and asks each.
 
 use serde::{Deserialize, Serialize};
 
 pub use crate::names::mcp as method;
 use crate::{Context, Result, Service};
 
+/// The plugin of MCP server rows.
+pub const PLUGIN: &str = "mcp-client";
+
 /// The prefix of every server's service name.
 pub const SERVICE_PREFIX: &str = "mcp:";
 
-/// The service of server `server_name`.
-pub fn service_name(server_name: &str) -> String {
-    format!("{SERVICE_PREFIX}{server_name}")
+/// The service of the server row served by `fiber`.
+pub fn service_name(fiber: u64) -> String {
+    format!("{SERVICE_PREFIX}{fiber}")
 }
 
 /// The `transport` values of a row.
@@ -36,6 +40,18 @@ pub enum ServerState {
     Reconnecting,
     /// Given up, or reconnecting is off: waits for a `reconnect`.
     Stopped,
+}
+
+impl ServerState {
+    /// Its wire name (`connected`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServerState::Starting => "starting",
+            ServerState::Connected => "connected",
+            ServerState::Reconnecting => "reconnecting",
+            ServerState::Stopped => "stopped",
+        }
+    }
 }
 
 /// The reply of `status` and `reconnect`.
@@ -62,9 +78,9 @@ pub struct ServerStatus {
 pub struct McpServer(Service);
 
 impl McpServer {
-    /// The service of server `server_name`.
-    pub fn new(ctx: &Context, server_name: &str) -> McpServer {
-        McpServer(ctx.service(service_name(server_name)))
+    /// The service of the server row served by `fiber`.
+    pub fn new(ctx: &Context, fiber: u64) -> McpServer {
+        McpServer(ctx.service(service_name(fiber)))
     }
 
     /// `status`.
@@ -75,5 +91,22 @@ impl McpServer {
     /// `reconnect`.
     pub async fn reconnect(&self) -> Result<ServerStatus> {
         self.0.call_as(method::RECONNECT, ()).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_say_their_wire_names() {
+        for state in [
+            ServerState::Starting,
+            ServerState::Connected,
+            ServerState::Reconnecting,
+            ServerState::Stopped,
+        ] {
+            assert_eq!(serde_json::to_value(state).unwrap(), state.as_str());
+        }
     }
 }
