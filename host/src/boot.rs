@@ -36,6 +36,8 @@ pub struct Composition {
     pub files: Vec<PathBuf>,
     /// Plugin directories, most specific first.
     pub plugin_dirs: Vec<PathBuf>,
+    /// A project whose servers were not started for want of trust.
+    pub untrusted: Option<dsh_wire::host_service::UntrustedProject>,
 }
 
 impl BootOptions {
@@ -129,7 +131,7 @@ impl BootOptions {
         let mut tree = compose_knowing(&layers, &shipped)?;
         tree.warnings.extend(imported.warnings);
         tree.warnings.extend(refused);
-        tree.notices.extend(imported.notices);
+        tree.notices.extend(imported.notices.iter().cloned());
         if let Some(e) = crate::limits::too_many_rows(&tree) {
             return Err(ConfigError::Invalid(e));
         }
@@ -137,6 +139,7 @@ impl BootOptions {
             tree,
             files,
             plugin_dirs,
+            untrusted: imported.untrusted,
         })
     }
 
@@ -208,27 +211,28 @@ impl BootOptions {
 /// The origin of the rows `--plugin` adds (as `--dump-config` prints it).
 const NAMED_ORIGIN: &str = "--plugin";
 
-/// `layers` with each layer's imports spliced in right after it, and what
-/// the imports read.
+/// `layers` followed by the layers their imports make, in the order the
+/// imports are named: after the profile's own layers, so after its app's
+/// row (rows apply in order, and an imported server never holds up the
+/// app's start), before the drop-ins and patches (which may change them).
 fn splice_imports(
-    layers: Vec<Layer>,
+    mut layers: Vec<Layer>,
     sources: &Sources,
 ) -> Result<(Vec<Layer>, Imported), ConfigError> {
-    let mut out = Vec::with_capacity(layers.len());
     let mut all = Imported::default();
-    for layer in layers {
-        let kinds = layer.imports.clone();
-        let origin = layer.origin.clone();
-        out.push(layer);
-        for kind in &kinds {
-            let imported = expand(kind, &origin, sources)?;
-            out.extend(imported.layers);
-            all.files.extend(imported.files);
-            all.warnings.extend(imported.warnings);
-            all.notices.extend(imported.notices);
-        }
+    let named: Vec<(String, String)> = layers
+        .iter()
+        .flat_map(|l| l.imports.iter().map(|k| (k.clone(), l.origin.clone())))
+        .collect();
+    for (kind, origin) in named {
+        let imported = expand(&kind, &origin, sources)?;
+        layers.extend(imported.layers);
+        all.files.extend(imported.files);
+        all.warnings.extend(imported.warnings);
+        all.notices.extend(imported.notices);
+        all.untrusted = all.untrusted.or(imported.untrusted);
     }
-    Ok((out, all))
+    Ok((layers, all))
 }
 
 /// Rows for libraries dropped into `dir` (`$DSH_HOME/plugins`) that no row

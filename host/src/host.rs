@@ -37,6 +37,19 @@ pub struct HostConfig {
     /// `--model` of this run (`host.info`'s `model`): the model every app
     /// starts on, not saved.
     pub model: Option<String>,
+    /// A project a front end may trust (`host.trustProject`).
+    pub trust: Option<TrustOffer>,
+}
+
+/// A project whose servers were not started for want of trust, offered
+/// to front ends (`host.info`'s `untrustedProject`).
+#[derive(Debug, Clone)]
+pub struct TrustOffer {
+    /// The project and its servers.
+    pub project: dsh_wire::host_service::UntrustedProject,
+    /// Told the trust record changed once the project is trusted, so the
+    /// tree is composed again and the servers start.
+    pub recompose: mpsc::UnboundedSender<crate::Change>,
 }
 
 /// A running host. Cheap to clone.
@@ -114,7 +127,7 @@ async fn final_reply(mut rx: mpsc::UnboundedReceiver<HostReply>) -> Result<Value
 
 impl Host {
     /// Starts a host with no rows. Must be called inside a tokio runtime.
-    pub fn start(config: HostConfig) -> anyhow::Result<Host> {
+    pub fn start(mut config: HostConfig) -> anyhow::Result<Host> {
         crate::paths::create_private_dir(&config.home)
             .with_context(|| format!("cannot create {}", config.home.display()))?;
         let reports = Reports::default();
@@ -135,7 +148,10 @@ impl Host {
                 version: env!("CARGO_PKG_VERSION").to_owned(),
                 pid: std::process::id(),
                 model: config.model.clone(),
+                untrusted_project: None,
             },
+            home: config.home.clone(),
+            trust: std::sync::Mutex::new(config.trust.take()),
             exit: exit.clone(),
             terminal: terminal.clone(),
             commands: commands.clone(),

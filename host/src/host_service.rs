@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use dsh_wire::host_service::{
     self as method, ExitParams, Info, PluginRow, RawModeParams, ReadInputParams, TextParams,
+    TrustProjectParams,
 };
 use dsh_wire::{codes, Error};
 use serde::de::DeserializeOwned;
@@ -26,6 +27,10 @@ pub(crate) struct HostService {
     pub commands: mpsc::UnboundedSender<Command>,
     pub runtime: tokio::runtime::Handle,
     pub output: Output,
+    /// `$DSH_HOME` (its trust record).
+    pub home: std::path::PathBuf,
+    /// The project offered for trust, until it is trusted.
+    pub trust: std::sync::Mutex<Option<crate::host::TrustOffer>>,
 }
 
 /// Writes for `print` and `eprint`, on a thread of their own: a slow
@@ -80,6 +85,7 @@ impl HostService {
                     cwd: std::env::current_dir()
                         .ok()
                         .map(|d| d.display().to_string()),
+                    untrusted_project: self.offer().as_ref().map(|o| o.project.clone()),
                     ..self.info.clone()
                 };
                 serde_json::to_value(info).map_err(Error::from)
@@ -98,11 +104,39 @@ impl HostService {
                 .and_then(|p| self.terminal.set_raw(p.raw))
                 .map(|()| Value::Null),
             method::PLUGINS => return self.plugins(responder),
+            method::TRUST_PROJECT => {
+                parse::<TrustProjectParams>(params).and_then(|p| self.trust_project(&p.dir))
+            }
             other => Err(Error::new(
                 codes::UNKNOWN_METHOD,
                 format!("service `{}` has no method `{other}`", method::NAME),
             )),
         })
+    }
+
+    fn offer(&self) -> std::sync::MutexGuard<'_, Option<crate::host::TrustOffer>> {
+        self.trust
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `trustProject`: records the offered project as trusted and has the
+    /// tree composed again. Only the project offered can be trusted this
+    /// way (`dsh-host trust DIR` trusts any).
+    fn trust_project(&self, dir: &str) -> Result<Value, Error> {
+        let mut offer = self.offer();
+        let Some(current) = offer.as_ref().filter(|o| o.project.dir == dir) else {
+            return Err(Error::msg(format!(
+                "{dir} is not the project offered for trust"
+            )));
+        };
+        crate::trust::trust(&self.home, std::path::Path::new(dir))
+            .map_err(|e| Error::msg(e.to_string()))?;
+        let _ = current
+            .recompose
+            .send(crate::Change::Config(crate::trust::trust_path(&self.home)));
+        *offer = None;
+        Ok(Value::Null)
     }
 
     /// `plugins`: asks the supervisor, answering when it has.

@@ -161,6 +161,7 @@ pub async fn soak(
         args: Vec::new(),
         protected: Vec::new(),
         model: None,
+        trust: None,
     })?;
     host.apply(Tree {
         rows: vec![ComposedRow {

@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use dsh_host::{
     dsh_home, inspect, privacy_warning, say, watch, BootOptions, Change, FiberState, Host,
-    HostConfig, Install, Timeouts,
+    HostConfig, Install, Timeouts, TrustOffer,
 };
 use tokio::sync::mpsc;
 
@@ -579,6 +579,13 @@ async fn serve(
         .with_context(|| format!("cannot create {}", drop_in_dir.display()))?;
     let drop_in_dir = opts.drop_in_dir();
     say_writable_plugin_dirs(&opts.plugin_dirs);
+    // Changes to recompose on: the watcher's, and a front end trusting
+    // the project (with or without --watch).
+    let (change_tx, mut change_rx) = mpsc::unbounded_channel();
+    let trust = composition.untrusted.clone().map(|project| TrustOffer {
+        project,
+        recompose: change_tx.clone(),
+    });
     let host = Host::start(HostConfig {
         home: opts.home.clone(),
         plugin_dirs: composition.plugin_dirs.clone(),
@@ -586,8 +593,8 @@ async fn serve(
         args: app_args(&args),
         protected: opts.protected(&composition),
         model: args.model.clone(),
+        trust,
     })?;
-    let (change_tx, mut change_rx) = mpsc::unbounded_channel();
     let _watcher = if args.watch {
         Some(watch(
             &composition.plugin_dirs,

@@ -484,6 +484,7 @@ pub mod mcp {
 pub mod host {
     pub use dsh_wire::host_service::{
         ARGS, EPRINT, EXIT, INFO, PLUGINS, PRINT, READ_INPUT, SET_RAW_MODE, STATS, TERMINAL,
+        TRUST_PROJECT,
     };
 
     /// Every method of the host service.

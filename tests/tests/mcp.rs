@@ -336,3 +336,31 @@ async fn a_refused_token_fails_the_row_with_the_servers_answer() {
     );
     assert!(!stderr.contains("wrong"), "the token was shown: {stderr}");
 }
+
+#[tokio::test]
+async fn a_server_that_ignores_its_closed_stdin_dies_with_a_killed_host() {
+    let fake = FakeLlm::start().await;
+    let gate = dsh_testkit::fake_llm::Gate::new();
+    fake.push([dsh_testkit::fake_llm::gated_text("never", &gate)]);
+    let dir = dsh_testkit::TempDir::new("mcp-orphan");
+    let pid_file = dir.path().join("pid");
+    let rows = row(
+        "stuck",
+        &["--hang", "--pid-file", &pid_file.display().to_string()],
+        "",
+    );
+    let e = Headless::new(&fake, &rows);
+    let host = e.spawn(&["hello"]);
+    dsh_testkit::wait_for("the stuck server's pid", || {
+        std::fs::read_to_string(&pid_file).is_ok_and(|p| !p.is_empty())
+    })
+    .await;
+    let pid: i32 = std::fs::read_to_string(&pid_file).unwrap().parse().unwrap();
+    host.kill();
+    dsh_testkit::wait_for("the stuck server to die with the host", || {
+        // SAFETY: kill with signal 0 only checks the process exists.
+        unsafe { libc::kill(pid, 0) != 0 }
+    })
+    .await;
+    gate.open();
+}

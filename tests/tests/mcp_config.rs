@@ -184,3 +184,26 @@ async fn mcp_in_the_chat_lists_the_servers_and_reconnects_one() {
     p.send("\x04");
     assert_eq!(p.wait_exit(20).await, 0);
 }
+
+#[tokio::test]
+async fn the_chat_asks_once_and_a_yes_starts_the_projects_servers() {
+    let fake = FakeLlm::start().await;
+    let e = Headless::new(&fake, "");
+    write_mcp_json(e.work.path(), &["proj"]);
+    let mut p = Pty::dsh_host(&e, &[], &[("DSH_LOG", "info")]);
+    p.wait_for("names MCP servers (proj)", 30).await;
+    p.wait_for("start them? yes [y]", 30).await;
+    // Past the grace in which keys typed before the question do not count.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    p.send("y");
+    p.wait_for("starting its MCP servers", 20).await;
+    p.wait_for("mcp-client(proj): connected, 6 tools", 30).await;
+    let record = std::fs::read_to_string(e.home.path().join("trust.toml")).unwrap();
+    let work = e.work.path().canonicalize().unwrap();
+    assert!(
+        record.contains(&format!("{:?}", work.display().to_string())),
+        "{record}"
+    );
+    p.send("\x04");
+    assert_eq!(p.wait_exit(20).await, 0);
+}

@@ -30,9 +30,13 @@ pub const READ_INPUT: &str = "readInput";
 pub const SET_RAW_MODE: &str = "setRawMode";
 /// The rows of the running composition ([`PluginRow`] list).
 pub const PLUGINS: &str = "plugins";
+/// Trusts the project [`Info::untrusted_project`] names
+/// ([`TrustProjectParams`]): the host records it and recomposes, so its
+/// servers start. Any other directory is refused.
+pub const TRUST_PROJECT: &str = "trustProject";
 
 /// Every method of the service.
-pub const METHODS: [&str; 10] = [
+pub const METHODS: [&str; 11] = [
     ARGS,
     EXIT,
     INFO,
@@ -43,6 +47,7 @@ pub const METHODS: [&str; 10] = [
     READ_INPUT,
     SET_RAW_MODE,
     PLUGINS,
+    TRUST_PROJECT,
 ];
 
 /// Params of [`PRINT`] and [`EPRINT`].
@@ -84,6 +89,30 @@ pub struct Info {
     /// [`crate::ModelChoice::parse`], as the command line checked it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// A project whose own configuration names servers that were not
+    /// started because the project is not trusted (a front end may ask
+    /// the user, then call [`TRUST_PROJECT`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub untrusted_project: Option<UntrustedProject>,
+}
+
+/// A project not trusted, and what trusting it would start.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UntrustedProject {
+    /// The project's directory.
+    pub dir: String,
+    /// The file naming the servers (its `.mcp.json`).
+    pub file: String,
+    /// The servers it names.
+    pub servers: Vec<String>,
+}
+
+/// Params of [`TRUST_PROJECT`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrustProjectParams {
+    /// The project's directory, as [`UntrustedProject::dir`] says it.
+    pub dir: String,
 }
 
 /// Reply of [`TERMINAL`].

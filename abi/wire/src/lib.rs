@@ -12,6 +12,7 @@
 mod error;
 pub mod host_service;
 mod manifest;
+pub mod mcp;
 mod message;
 mod model_choice;
 

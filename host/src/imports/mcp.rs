@@ -10,6 +10,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use dsh_wire::host_service::UntrustedProject;
+use dsh_wire::mcp::{transport, valid_server_name as valid_name, PLUGIN};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -17,8 +19,6 @@ use super::{Imported, Sources};
 use crate::config::{read_optional_regular, Layer, Patch, Row};
 use crate::trust;
 
-/// The plugin every imported row applies.
-const PLUGIN: &str = "mcp-client";
 /// The group of imported rows (`[[patch]] group = "mcp"` edits them all).
 const GROUP: &str = "mcp";
 /// The project file, Claude Code's name.
@@ -66,16 +66,8 @@ struct ServerRow {
     disabled_tools: Option<Vec<String>>,
 }
 
-const STDIO: &str = "stdio";
-const HTTP: &str = "streamable-http";
-
-/// Whether `name` can be a server name (it is the middle of tool names).
-fn valid_name(name: &str) -> bool {
-    (1..=32).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-}
+const STDIO: &str = transport::STDIO;
+const HTTP: &str = transport::STREAMABLE_HTTP;
 
 /// Both sources, codex's first: a project server of the same name
 /// replaces the user's (a patch of its row).
@@ -389,6 +381,11 @@ fn project_layer(
         }
     }
     if !skipped.is_empty() {
+        out.untrusted = Some(UntrustedProject {
+            dir: project.display().to_string(),
+            file: path.display().to_string(),
+            servers: skipped.clone(),
+        });
         out.notices.push(format!(
             "the MCP servers of {} ({}) were not started: the project {} is not trusted; \
              `dsh-host trust {}` trusts it",

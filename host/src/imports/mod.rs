@@ -7,6 +7,8 @@
 
 use std::path::PathBuf;
 
+use dsh_wire::host_service::UntrustedProject;
+
 use crate::config::{ConfigError, Layer};
 
 mod mcp;
@@ -57,6 +59,9 @@ pub struct Imported {
     pub warnings: Vec<String>,
     /// What the user should know once: servers of an untrusted project.
     pub notices: Vec<String>,
+    /// The project whose servers were not started, for a front end to
+    /// offer trusting it.
+    pub untrusted: Option<UntrustedProject>,
 }
 
 /// Expands import `kind` (named by layer `origin`).

@@ -18,7 +18,7 @@ use dsh_sdk::api::approval::{ApprovalOutcome, ApprovalReply, ApprovalRequest};
 use dsh_sdk::api::commands::{
     CommandResult, Commands, ExecuteReply, RegisterParams, ResultKind, RunParams,
 };
-use dsh_sdk::api::host::{Host, PluginRow, ROW_ACTIVE};
+use dsh_sdk::api::host::{Host, PluginRow, UntrustedProject, ROW_ACTIVE};
 use dsh_sdk::api::mcp::{self, McpServer, ServerStatus};
 use dsh_sdk::api::session_persistence::SessionPersistence;
 use dsh_sdk::api::sessions::{ForkParams, Sessions};
@@ -118,6 +118,10 @@ pub struct View {
     /// The settings' override of a patched row was said (it is said once).
     #[serde(default)]
     pub override_said: bool,
+    /// The project's trust was asked (it is asked once, a reload
+    /// included).
+    #[serde(default)]
+    pub trust_asked: bool,
     /// The subagents of the agent that run, shown above the prompt.
     #[serde(default)]
     pub children: Children,
@@ -140,6 +144,8 @@ pub struct App {
     /// have seen it do not answer it).
     asked_at: Option<std::time::Instant>,
     queued_approvals: Vec<Asking>,
+    /// The project offered for trust, while the question is asked.
+    trust_question: Option<UntrustedProject>,
     tx: mpsc::UnboundedSender<Msg>,
     quit: bool,
     /// `/exit` ran through the registry: leave once it settled (so its
@@ -170,6 +176,7 @@ impl App {
             config,
             view,
             asking: None,
+            trust_question: None,
             asked_at: None,
             queued_approvals: Vec::new(),
             tx,
@@ -252,6 +259,17 @@ impl App {
     fn input_area(&self, v: &mut View) -> String {
         if let Some(a) = &self.asking {
             let question = approval_question(&a.request, &v.calls);
+            let prompt = Prompt {
+                prefix: "? ",
+                styled_prefix: "? ",
+                text: &question,
+                cursor: question.chars().count(),
+                status: &[],
+            };
+            return v.screen.draw_input(&prompt);
+        }
+        if let Some(project) = &self.trust_question {
+            let question = trust_question(project);
             let prompt = Prompt {
                 prefix: "? ",
                 styled_prefix: "? ",
@@ -569,6 +587,7 @@ impl App {
         self.read_terminal();
         // Keys and notices a predecessor received and did not handle.
         self.show_notices().await;
+        self.offer_trust().await;
         self.handle_keys().await;
         while !self.quit {
             match rx.recv().await {
@@ -778,6 +797,9 @@ impl App {
         if self.asking.is_some() {
             return self.approval_key(key).await;
         }
+        if self.trust_question.is_some() {
+            return self.trust_key(key).await;
+        }
         let action = self.view.borrow_mut().editor.handle(key);
         match action {
             Action::Edited => {
@@ -896,6 +918,57 @@ impl App {
             let next = self.queued_approvals.remove(0);
             self.ask(next).await;
         }
+    }
+
+    /// Asks, once, whether to trust a project whose servers the host did
+    /// not start for want of trust.
+    async fn offer_trust(&mut self) {
+        if std::mem::replace(&mut self.view.borrow_mut().trust_asked, true) {
+            return;
+        }
+        let Ok(info) = self.host.info().await else {
+            return;
+        };
+        let Some(project) = info.untrusted_project else {
+            return;
+        };
+        self.trust_question = Some(project);
+        self.redraw().await;
+        self.asked_at = Some(std::time::Instant::now());
+    }
+
+    async fn trust_key(&mut self, key: Key) {
+        if self.asked_at.is_some_and(|t| t.elapsed() < APPROVAL_GRACE) {
+            return;
+        }
+        let yes = match key {
+            Key::Char('y' | 'Y') => true,
+            Key::Char('n' | 'N') | Key::Esc | Key::Interrupt => false,
+            _ => return,
+        };
+        let Some(project) = self.trust_question.take() else {
+            return;
+        };
+        if yes {
+            match self.host.trust_project(&project.dir).await {
+                Ok(()) => {
+                    let text = format!("  trusted {}: starting its MCP servers", project.dir);
+                    self.notice(Tone::Ok, &text).await;
+                }
+                Err(e) => {
+                    let text = format!("  could not trust {}: {}", project.dir, e.message);
+                    self.notice(Tone::Error, &text).await;
+                }
+            }
+        } else {
+            let text = format!(
+                "  not trusted: its servers stay off (`dsh-host trust {}` trusts it later)",
+                project.dir
+            );
+            self.notice(Tone::Dim, &text).await;
+        }
+        self.view.borrow_mut().keys.clear();
+        self.redraw().await;
     }
 
     async fn submit(&mut self, text: String) {
@@ -1278,6 +1351,18 @@ fn approval_question(
         q.push_str("\nallow once [y] · allow for this session [a] · reject [n]");
     }
     q
+}
+
+/// The trust question: what the project's file would start, and that it
+/// runs outside the sandbox.
+fn trust_question(project: &UntrustedProject) -> String {
+    format!(
+        "{} names MCP servers ({}): programs that run on this machine, outside the sandbox.\n\
+         Trust {} and start them? yes [y] · no [n]",
+        project.file,
+        project.servers.join(", "),
+        project.dir
+    )
 }
 
 /// The `/mcp` table: one line per server row.

@@ -180,10 +180,8 @@ impl Bridge {
                     }
                     "connection lost".to_owned()
                 }
-                Err(e) => {
-                    tracing::warn!("{at}: connection attempt failed: {e}");
-                    e
-                }
+                // Said once, with the retry below.
+                Err(e) => format!("connection attempt failed: {e}"),
             };
             if !policy.enabled {
                 tracing::error!(

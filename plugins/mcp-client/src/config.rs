@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use dsh_sdk::api::mcp::{transport, valid_server_name};
 use dsh_sdk::prelude::*;
 use serde::Deserialize;
 
@@ -164,14 +165,6 @@ impl Reconnect {
     }
 }
 
-/// What the tool names allow in a server's name.
-pub fn valid_server_name(name: &str) -> bool {
-    (1..=32).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-}
-
 fn invalid(message: String) -> Error {
     Error::new(codes::INVALID_CONFIG, message)
 }
@@ -190,7 +183,7 @@ impl RowConfig {
         }
         let at = format!("mcp-client({name})");
         let transport = match self.transport.as_deref() {
-            Some("stdio") => {
+            Some(transport::STDIO) => {
                 for (field, set) in [
                     ("url", self.url.is_some()),
                     ("headers", self.headers.is_some()),
@@ -213,7 +206,7 @@ impl RowConfig {
                     cwd: self.cwd.filter(|c| !c.is_empty()),
                 })
             }
-            Some("streamable-http") => {
+            Some(transport::STREAMABLE_HTTP) => {
                 for (field, set) in [
                     ("command", self.command.is_some()),
                     ("args", self.args.is_some()),

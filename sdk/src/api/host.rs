@@ -5,7 +5,7 @@
 
 pub use dsh_wire::host_service::{
     ExitParams, Info, Input, PluginRow, RawModeParams, ReadInputParams, TerminalInfo, TextParams,
-    ROW_ACTIVE,
+    TrustProjectParams, UntrustedProject, ROW_ACTIVE,
 };
 
 use crate::names::{host as method, service};
@@ -34,6 +34,17 @@ impl Host {
     /// and the run's `--model` (read by `agent-default-model`).
     pub async fn info(&self) -> Result<Info> {
         self.0.call_as(method::INFO, NoParams {}).await
+    }
+
+    /// `trustProject`: trusts the project `info` offers
+    /// (`untrustedProject.dir`); the host composes again and its servers
+    /// start.
+    pub async fn trust_project(&self, dir: &str) -> Result<()> {
+        let params = TrustProjectParams {
+            dir: dir.to_owned(),
+        };
+        let _: serde_json::Value = self.0.call_as(method::TRUST_PROJECT, params).await?;
+        Ok(())
     }
 
     /// `print`: writes `text` to stdout as it is.

@@ -7,9 +7,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::names::mcp as method;
 use crate::{Context, Result, Service};
-
-/// The plugin of MCP server rows.
-pub const PLUGIN: &str = "mcp-client";
+pub use dsh_wire::mcp::{transport, valid_server_name, PLUGIN};
 
 /// The prefix of every server's service name.
 pub const SERVICE_PREFIX: &str = "mcp:";
@@ -17,14 +15,6 @@ pub const SERVICE_PREFIX: &str = "mcp:";
 /// The service of the server row served by `fiber`.
 pub fn service_name(fiber: u64) -> String {
     format!("{SERVICE_PREFIX}{fiber}")
-}
-
-/// The `transport` values of a row.
-pub mod transport {
-    /// A child process over stdin and stdout.
-    pub const STDIO: &str = "stdio";
-    /// MCP's Streamable HTTP.
-    pub const STREAMABLE_HTTP: &str = "streamable-http";
 }
 
 /// How a server's connection stands.

@@ -31,13 +31,32 @@ pub struct Piped {
 }
 
 /// Starts `command` in a process group of its own with its three standard
-/// streams piped. Must be called inside the plugin's runtime.
+/// streams piped. Must be called inside the plugin's runtime, on its own
+/// thread (a task, not a blocking closure): the child is killed when that
+/// thread ends (`PR_SET_PDEATHSIG`), so a child that ignores its closed
+/// stdin cannot outlive the plugin even when the host exits without
+/// dropping the handle.
 pub fn spawn_piped(mut command: Command) -> io::Result<Piped> {
     command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
+    let parent = std::process::id();
+    // SAFETY: the closure runs in the forked child before exec and makes
+    // only async-signal-safe calls (prctl, getppid, _exit).
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::getppid() as u32 != parent {
+                // The parent died before the signal was armed.
+                libc::_exit(137);
+            }
+            Ok(())
+        })
+    };
     let mut child = command.spawn()?;
     let exited = super::pidfd_open(child.id()).and_then(|fd| {
         // SAFETY: the `OwnedFd` moves into the `AsyncFd`, which owns it

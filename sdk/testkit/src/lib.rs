@@ -299,6 +299,7 @@ impl TestHost {
             args: Vec::new(),
             protected: Vec::new(),
             model: None,
+            trust: None,
         })
         .unwrap_or_else(|e| panic!("host failed to start: {e:#}"));
         TestHost {

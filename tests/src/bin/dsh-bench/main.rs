@@ -12,6 +12,8 @@ use serde_json::{json, Value};
 
 dsh_host::interpose_pthread_keys!();
 
+mod mcp;
+
 fn libs() -> PathBuf {
     std::env::var_os("DSH_BENCH_LIBS")
         .map(PathBuf::from)
@@ -57,6 +59,7 @@ fn host(home: &Path, dirs: Vec<PathBuf>) -> Result<Host> {
         args: Vec::new(),
         protected: Vec::new(),
         model: None,
+        trust: None,
     })
 }
 
@@ -1015,6 +1018,17 @@ async fn print_delegation() -> Result<()> {
 }
 
 fn main() -> Result<()> {
+    if std::env::var_os("DSH_BENCH_ONLY_MCP").is_some() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        return rt.block_on(async {
+            let stage = std::env::var_os("DSH_BENCH_STAGE")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("target/dsh"));
+            mcp::print(&stage.canonicalize().context("the staged tree")?).await
+        });
+    }
     if std::env::var_os("DSH_BENCH_ONLY_DELEGATION").is_some() {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -1119,6 +1133,8 @@ fn main() -> Result<()> {
         print_window_lookup().await.context("window lookup")?;
         println!("delegation (release; medians)");
         print_delegation().await.context("delegation")?;
+        println!("MCP (release; medians)");
+        mcp::print(&stage).await.context("mcp")?;
         println!("chat (release)");
         let (start, rss, render) = bench_chat(&stage).await.context("chat")?;
         println!("  dsh-host start to the input prompt ..................... {start:8.1} ms   (target <= 50 ms)");
