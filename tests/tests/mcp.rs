@@ -121,8 +121,7 @@ async fn a_tool_the_server_adds_is_offered_under_a_normalized_hashed_name() {
     let late = "mcp__fx__late_tool_62b9d65234b7";
     fake.push([
         tool_calls(&[("mcp__fx__add_tool", json!({}))]),
-        // Time for the re-sync the server's list_changed starts.
-        tool_calls(&[("bash", json!({"command": "sleep 1", "description": "wait"}))]),
+        // The very next request: the call returned after the re-sync.
         tool_calls(&[(late, json!({}))]),
         text("done"),
     ]);
@@ -133,11 +132,11 @@ async fn a_tool_the_server_adds_is_offered_under_a_normalized_hashed_name() {
         .iter()
         .any(|n| n.starts_with("mcp__fx__late")));
     assert!(
-        offered(&fake, 2).contains(&late.to_owned()),
+        offered(&fake, 1).contains(&late.to_owned()),
         "{:?}",
-        offered(&fake, 2)
+        offered(&fake, 1)
     );
-    assert_eq!(fake.tool_results(3)[2], "late answer");
+    assert_eq!(fake.tool_results(2)[1], "late answer");
 }
 
 #[tokio::test]
@@ -363,4 +362,22 @@ async fn a_server_that_ignores_its_closed_stdin_dies_with_a_killed_host() {
     })
     .await;
     gate.open();
+}
+
+#[tokio::test]
+async fn a_server_on_2025_11_25_is_met_with_initialize() {
+    let fake = FakeLlm::start().await;
+    fake.push([
+        tool_calls(&[("mcp__old__echo", json!({"text": "from an old server"}))]),
+        text("done"),
+    ]);
+    let rows = row("old", &["--legacy"], ", failOnStartupError = true");
+    let e = Headless::new(&fake, &rows).env("DSH_LOG", "info");
+    let (code, _, stderr) = out(&e.run(&["go"]).await);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(fake.tool_results(1), ["from an old server"]);
+    assert!(
+        stderr.contains("mcp-client(old) stderr: legacy initialize asked for \"2025-11-25\""),
+        "{stderr}"
+    );
 }

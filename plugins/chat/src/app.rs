@@ -255,21 +255,16 @@ impl App {
     }
 
     /// The input area's text: drawn at an idle prompt, while an approval
-    /// is asked, or when something is typed during a turn.
+    /// or the project's trust is asked, or when something is typed during
+    /// a turn.
     fn input_area(&self, v: &mut View) -> String {
-        if let Some(a) = &self.asking {
-            let question = approval_question(&a.request, &v.calls);
-            let prompt = Prompt {
-                prefix: "? ",
-                styled_prefix: "? ",
-                text: &question,
-                cursor: question.chars().count(),
-                status: &[],
-            };
-            return v.screen.draw_input(&prompt);
-        }
-        if let Some(project) = &self.trust_question {
-            let question = trust_question(project);
+        // A question being asked (an approval first) takes the input area.
+        let question = match (&self.asking, &self.trust_question) {
+            (Some(a), _) => Some(approval_question(&a.request, &v.calls)),
+            (None, Some(project)) => Some(trust_question(project)),
+            (None, None) => None,
+        };
+        if let Some(question) = question {
             let prompt = Prompt {
                 prefix: "? ",
                 styled_prefix: "? ",

@@ -8,13 +8,14 @@
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
-use std::sync::Arc;
 use std::time::Instant;
 
 use dsh_sdk::api::tools::{RegisterParams, Tools};
 use dsh_sdk::names::code;
 use dsh_sdk::prelude::*;
 use tokio::sync::Notify;
+
+use crate::changes::ListChanges;
 
 use crate::config::Server;
 use crate::connect::{connect, Connection};
@@ -44,8 +45,8 @@ pub struct Bridge {
     link: RefCell<Link>,
     /// Public name → the server's name, of the tools registered now.
     tools: RefCell<BTreeMap<String, String>>,
-    /// Signalled by the server's `tools/list_changed`.
-    tools_changed: Arc<Notify>,
+    /// The server's `tools/list_changed`, and the syncs that covered them.
+    changes: ListChanges,
     /// Signalled to reconnect now (a user's `/mcp reconnect`).
     reconnect_now: Notify,
     /// Connections made, for status.
@@ -61,7 +62,7 @@ impl Bridge {
             service,
             link: RefCell::new(Link::Starting),
             tools: RefCell::new(BTreeMap::new()),
-            tools_changed: Arc::new(Notify::new()),
+            changes: ListChanges::new(),
             reconnect_now: Notify::new(),
             generation: Cell::new(0),
         }
@@ -137,7 +138,7 @@ impl Bridge {
     }
 
     async fn open(&self) -> std::result::Result<Rc<Connection>, String> {
-        let conn = connect(&self.ctx, &self.server, self.tools_changed.clone()).await?;
+        let conn = connect(&self.ctx, &self.server, self.changes.notices()).await?;
         self.generation.set(self.generation.get() + 1);
         Ok(Rc::new(conn))
     }
@@ -231,7 +232,7 @@ impl Bridge {
             tokio::select! {
                 () = conn.closed() => return false,
                 () = self.reconnect_now.notified() => return true,
-                () = self.tools_changed.notified() => {
+                () = self.changes.next() => {
                     tracing::info!("{}: tool list changed, re-syncing", self.at());
                     if let Err(e) = self.sync(conn).await {
                         tracing::error!("{}: tool re-sync failed: {e}", self.at());
@@ -246,6 +247,15 @@ impl Bridge {
     /// definition). A list that cannot be read keeps the tools as they
     /// are; a registration refused drops them all (never half a list).
     async fn sync(&self, conn: &Connection) -> std::result::Result<(), String> {
+        // Every sync covers the notices seen before it started (a
+        // reconnect's included), so no waiting call outlives it.
+        self.changes.sync_started();
+        let result = self.sync_list(conn).await;
+        self.changes.sync_ended();
+        result
+    }
+
+    async fn sync_list(&self, conn: &Connection) -> std::result::Result<(), String> {
         let listed = tokio::time::timeout(self.server.startup_timeout, conn.peer.list_all_tools())
             .await
             .map_err(|_| {
@@ -315,6 +325,13 @@ impl Bridge {
                 tracing::warn!("{}: unregistering {name}: {e}", self.at());
             }
         }
+    }
+
+    /// Waits until the tools are the server's latest list: a call whose
+    /// server changed its list while answering returns after the re-sync,
+    /// so the next request offers the new list.
+    pub async fn tools_settled(&self) {
+        self.changes.settled(self.server.startup_timeout).await;
     }
 
     /// Connections made so far.

@@ -85,6 +85,7 @@ pub async fn call(bridge: &Bridge, exec: &Exec) -> Result<ToolReply> {
         () = conn.closed() => Ok(Err(ServiceError::TransportClosed)),
     };
     guard.done();
+    bridge.tools_settled().await;
     let result = match answer {
         Ok(Ok(result)) => result,
         Ok(Err(e)) => return Err(failure(&at, e)),

@@ -17,8 +17,9 @@ use rmcp::service::{
 };
 use rmcp::{ClientHandler, Peer, RoleClient};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 
+use crate::changes::Notices;
 use crate::config::{Server, Stdio, Transport};
 use crate::http;
 
@@ -61,8 +62,8 @@ impl Drop for Connection {
 /// notifications on (handlers run on rmcp's tasks, so they only signal).
 #[derive(Clone)]
 struct Handler {
-    /// Signalled on `notifications/tools/list_changed`.
-    tools_changed: Arc<Notify>,
+    /// Told of each `notifications/tools/list_changed`.
+    tools_changed: Arc<Notices>,
 }
 
 impl ClientHandler for Handler {
@@ -75,7 +76,7 @@ impl ClientHandler for Handler {
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        self.tools_changed.notify_one();
+        self.tools_changed.notice();
     }
 }
 
@@ -90,11 +91,11 @@ fn lifecycle() -> ClientLifecycleMode {
 }
 
 /// Connects to `server` within its startup timeout. `tools_changed` is
-/// signalled whenever the server says its tool list changed.
+/// told whenever the server says its tool list changed.
 pub async fn connect(
     ctx: &Context,
     server: &Server,
-    tools_changed: Arc<Notify>,
+    tools_changed: Arc<Notices>,
 ) -> Result<Connection, String> {
     let handler = Handler { tools_changed };
     let limit = server.startup_timeout;

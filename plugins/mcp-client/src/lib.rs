@@ -14,6 +14,7 @@ use dsh_sdk::tool::{exec, serve_tools};
 
 mod bridge;
 mod call;
+mod changes;
 mod config;
 mod connect;
 mod http;
