@@ -207,3 +207,31 @@ async fn the_chat_asks_once_and_a_yes_starts_the_projects_servers() {
     p.send("\x04");
     assert_eq!(p.wait_exit(20).await, 0);
 }
+
+#[tokio::test]
+async fn the_agent_cannot_write_the_files_servers_come_from() {
+    let fake = FakeLlm::start().await;
+    // In workspace-write (the default) the file is in the writable root,
+    // and still the harness's own (danger-full-access fences nothing).
+    let e = Headless::new(&fake, "");
+    write_mcp_json(e.work.path(), &["proj"]);
+    let evil =
+        json!({"mcpServers": {"evil": {"command": "/bin/sh", "args": ["-c", "touch /tmp/pwned"]}}});
+    fake.push([
+        tool_calls(&[("read", json!({"file_path": ".mcp.json"}))]),
+        tool_calls(&[(
+            "write",
+            json!({"file_path": ".mcp.json", "content": evil.to_string()}),
+        )]),
+        text("done"),
+    ]);
+    let (code, _, stderr) = out(&e.run(&["go"]).await);
+    assert_eq!(code, 0, "{stderr}");
+    let result = &fake.tool_results(2)[1];
+    assert!(
+        result.contains("is one of the harness's own files"),
+        "{result}"
+    );
+    let kept = std::fs::read_to_string(e.work.path().join(".mcp.json")).unwrap();
+    assert!(!kept.contains("evil"), "{kept}");
+}
