@@ -7,16 +7,8 @@ use std::time::Duration;
 
 use dsh_testkit::fake_llm::{text, tool_calls, FakeLlm};
 use dsh_testkit::headless::Headless;
-use dsh_testkit::{out, target_dir};
+use dsh_testkit::{mcp_server, out};
 use serde_json::json;
-
-/// The fixture server's binary.
-fn fixture() -> String {
-    target_dir()
-        .join("dsh-fixture-mcp-server")
-        .display()
-        .to_string()
-}
 
 /// A row for server `name` running the fixture with `args`, the row's
 /// other config keys in `more` (TOML inline-table members), inserted
@@ -27,22 +19,9 @@ fn row(name: &str, args: &[&str], more: &str) -> String {
     let args: Vec<String> = args.iter().map(|a| format!("{a:?}")).collect();
     format!(
         "[[patch]]\nid = \"tools\"\ninsert = [{{ id = \"mcp:{name}\", plugin = \"mcp-client\", config = {{ transport = \"stdio\", serverName = \"{name}\", command = {:?}, args = [{}]{more} }} }}]\n",
-        fixture(),
+        mcp_server(),
         args.join(", ")
     )
-}
-
-/// The tool names offered in request `n`.
-fn offered(fake: &FakeLlm, n: usize) -> Vec<String> {
-    fake.requests()[n]["tools"]
-        .as_array()
-        .map(|tools| {
-            tools
-                .iter()
-                .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 #[tokio::test]
@@ -128,13 +107,14 @@ async fn a_tool_the_server_adds_is_offered_under_a_normalized_hashed_name() {
     let e = Headless::new(&fake, &row("fx", &[], ", failOnStartupError = true"));
     let (code, _, stderr) = out(&e.run(&["go"]).await);
     assert_eq!(code, 0, "{stderr}");
-    assert!(!offered(&fake, 0)
+    assert!(!fake
+        .offered_tools(0)
         .iter()
         .any(|n| n.starts_with("mcp__fx__late")));
     assert!(
-        offered(&fake, 1).contains(&late.to_owned()),
+        fake.offered_tools(1).contains(&late.to_owned()),
         "{:?}",
-        offered(&fake, 1)
+        fake.offered_tools(1)
     );
     assert_eq!(fake.tool_results(2)[1], "late answer");
 }
@@ -222,7 +202,7 @@ async fn a_server_that_never_answers_does_not_delay_the_first_request() {
         .expect("the run waited for a server that never answers");
     let (code, stdout, stderr) = out(&run);
     assert_eq!((code, stdout.trim()), (0, "answered"), "{stderr}");
-    let names = offered(&fake, 0);
+    let names = fake.offered_tools(0);
     assert!(names.contains(&"mcp__fx__echo".to_owned()), "{names:?}");
     assert!(
         !names.iter().any(|n| n.starts_with("mcp__stuck")),
@@ -262,7 +242,7 @@ impl HttpFixture {
     async fn start(bearer: &str) -> HttpFixture {
         let dir = dsh_testkit::TempDir::new("mcp-http");
         let port_file = dir.path().join("port");
-        let child = std::process::Command::new(fixture())
+        let child = std::process::Command::new(mcp_server())
             .args([
                 "--http",
                 &port_file.display().to_string(),

@@ -10,16 +10,9 @@ use std::path::Path;
 
 use dsh_testkit::fake_llm::{text, tool_calls, FakeLlm};
 use dsh_testkit::headless::Headless;
-use dsh_testkit::{out, target_dir};
+use dsh_testkit::{mcp_server, out, target_dir};
 use serde_json::json;
 use support::pty::Pty;
-
-fn fixture() -> String {
-    target_dir()
-        .join("dsh-fixture-mcp-server")
-        .display()
-        .to_string()
-}
 
 /// A `.mcp.json` with the fixture as each of `names` (Claude Code's
 /// format), in `dir`, which is made a repository root.
@@ -29,7 +22,7 @@ fn write_mcp_json(dir: &Path, names: &[&str]) {
         .iter()
         .map(|n| {
             let server =
-                json!({"command": fixture(), "env": {"FIXTURE_FROM": "${FIXTURE_SOURCE:-unset}"}});
+                json!({"command": mcp_server(), "env": {"FIXTURE_FROM": "${FIXTURE_SOURCE:-unset}"}});
             ((*n).to_owned(), server)
         })
         .collect();
@@ -38,18 +31,6 @@ fn write_mcp_json(dir: &Path, names: &[&str]) {
     let tmp = dir.join(".mcp.json.tmp");
     std::fs::write(&tmp, text).unwrap();
     std::fs::rename(&tmp, dir.join(".mcp.json")).unwrap();
-}
-
-fn offered(fake: &FakeLlm, n: usize) -> Vec<String> {
-    fake.requests()[n]["tools"]
-        .as_array()
-        .map(|tools| {
-            let names = tools
-                .iter()
-                .map(|t| t["function"]["name"].as_str().unwrap().to_owned());
-            names.collect()
-        })
-        .unwrap_or_default()
 }
 
 /// `dsh-host trust` in `e`'s workspace; what it printed.
@@ -79,7 +60,7 @@ async fn a_projects_servers_start_only_once_the_project_is_trusted() {
         )),
         "{stderr}"
     );
-    assert!(!offered(&fake, 0).iter().any(|n| n.starts_with("mcp__")));
+    assert!(!fake.offered_tools(0).iter().any(|n| n.starts_with("mcp__")));
     let said = trust(&e);
     assert!(
         said.starts_with(&format!(
@@ -112,7 +93,7 @@ async fn dump_config_lists_each_source_as_a_layer_with_its_file() {
         codex.join("config.toml"),
         format!(
             "[mcp_servers.cx]\ncommand = {:?}\nenv_vars = [\"CX_TOKEN\"]\n",
-            fixture()
+            mcp_server()
         ),
     )
     .unwrap();
@@ -143,12 +124,12 @@ async fn a_server_edited_under_watch_is_picked_up_without_a_restart() {
     p.wait_for("mcp-client(one): connected, 6 tools", 30).await;
     p.send("first\r");
     p.wait_for("with one", 20).await;
-    assert!(offered(&fake, 0).contains(&"mcp__one__echo".to_owned()));
+    assert!(fake.offered_tools(0).contains(&"mcp__one__echo".to_owned()));
     write_mcp_json(e.work.path(), &["two"]);
     p.wait_for("mcp-client(two): connected, 6 tools", 30).await;
     p.send("second\r");
     p.wait_for("with two", 20).await;
-    let names = offered(&fake, 1);
+    let names = fake.offered_tools(1);
     assert!(names.contains(&"mcp__two__echo".to_owned()), "{names:?}");
     assert!(
         !names.iter().any(|n| n.starts_with("mcp__one")),

@@ -13,7 +13,7 @@ use serde_json::json;
 
 #[tokio::test]
 async fn the_fixture_server_answers_rmcp_over_a_piped_child() {
-    let bin = dsh_testkit::target_dir().join("dsh-fixture-mcp-server");
+    let bin = dsh_testkit::mcp_server();
     let mut server = spawn_piped(Command::new(&bin)).unwrap();
     let pipes = (server.stdout.take().unwrap(), server.stdin.take().unwrap());
     let client = ().serve(pipes).await.unwrap();

@@ -112,28 +112,21 @@ impl Bridge {
     /// The first connection and its tools, for a row that fails when they
     /// fail (`failOnStartupError`).
     pub async fn start(&self) -> Result<Rc<Connection>> {
-        let conn = self.open().await;
-        let conn = match conn {
-            Ok(conn) => conn,
-            Err(e) => {
-                return Err(Error::new(
-                    code::MCP_UNAVAILABLE,
-                    format!(
-                        "{}: initial connection or tool synchronization failed: {e}",
-                        self.at()
-                    ),
-                ))
-            }
-        };
-        if let Err(e) = self.sync(&conn).await {
-            return Err(Error::new(
+        self.open_synced().await.map_err(|e| {
+            Error::new(
                 code::MCP_UNAVAILABLE,
                 format!(
                     "{}: initial connection or tool synchronization failed: {e}",
                     self.at()
                 ),
-            ));
-        }
+            )
+        })
+    }
+
+    /// A new connection with the server's tools registered.
+    async fn open_synced(&self) -> std::result::Result<Rc<Connection>, String> {
+        let conn = self.open().await?;
+        self.sync(&conn).await?;
         Ok(conn)
     }
 
@@ -154,10 +147,7 @@ impl Bridge {
         loop {
             let attempt = match ready.take() {
                 Some(conn) => Ok(conn),
-                None => match self.open().await {
-                    Ok(conn) => self.sync(&conn).await.map(|()| conn),
-                    Err(e) => Err(e),
-                },
+                None => self.open_synced().await,
             };
             let reason = match attempt {
                 Ok(conn) => {

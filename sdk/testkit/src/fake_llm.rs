@@ -313,6 +313,20 @@ impl FakeLlm {
         }
     }
 
+    /// The names of the tools offered in request `n` (0 is the first);
+    /// none when it offered no tools. Panics when there is no request `n`.
+    pub fn offered_tools(&self, n: usize) -> Vec<String> {
+        let requests = self.requests();
+        let Some(request) = requests.get(n) else {
+            panic!("the fake model got no request {n}");
+        };
+        let tools = request["tools"].as_array().cloned().unwrap_or_default();
+        tools
+            .iter()
+            .filter_map(|t| t["function"]["name"].as_str().map(str::to_owned))
+            .collect()
+    }
+
     /// Every request body received so far.
     pub fn requests(&self) -> Vec<Value> {
         let bodies = lock(&self.state).requests.clone();

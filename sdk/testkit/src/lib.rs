@@ -74,6 +74,15 @@ impl Drop for TempDir {
     }
 }
 
+/// The MCP test server (`tests/fixtures/mcp-server`, rmcp's server side)
+/// of this build, as a string for rows and `.mcp.json` files.
+pub fn mcp_server() -> String {
+    target_dir()
+        .join("dsh-fixture-mcp-server")
+        .display()
+        .to_string()
+}
+
 /// The cargo target directory holding the running binary (`target/debug`
 /// for tests, whose binaries live in `target/debug/deps`).
 pub fn target_dir() -> PathBuf {
