@@ -37,7 +37,7 @@ pub struct Composition {
     /// Plugin directories, most specific first.
     pub plugin_dirs: Vec<PathBuf>,
     /// A project whose servers were not started for want of trust.
-    pub untrusted: Option<dsh_wire::host_service::UntrustedProject>,
+    pub untrusted: Option<crate::imports::Untrusted>,
 }
 
 impl BootOptions {

@@ -47,10 +47,16 @@ pub struct HostConfig {
 pub struct TrustOffer {
     /// The project and its servers.
     pub project: dsh_wire::host_service::UntrustedProject,
+    /// What trusting it approves (every server as shown).
+    pub pins: crate::trust::Pins,
     /// Told the trust record changed once the project is trusted, so the
     /// tree is composed again and the servers start.
     pub recompose: mpsc::UnboundedSender<crate::Change>,
 }
+
+/// The project offered for trust, shared by the host (which replaces it
+/// at every composition) and its service (which answers it).
+pub type Offer = Arc<std::sync::Mutex<Option<TrustOffer>>>;
 
 /// A running host. Cheap to clone.
 #[derive(Clone)]
@@ -60,6 +66,7 @@ pub struct Host {
     commands: mpsc::UnboundedSender<Command>,
     exit: Arc<tokio::sync::watch::Sender<Option<i32>>>,
     terminal: Terminal,
+    trust: Offer,
 }
 
 /// Unload counters (see [`crate::loader::UnloadStats`]).
@@ -136,6 +143,7 @@ impl Host {
         let exit = Arc::new(exit_tx);
         let (commands, commands_rx) = mpsc::unbounded_channel();
         let terminal = Terminal::process();
+        let trust: Offer = Arc::new(std::sync::Mutex::new(config.trust.take()));
         let service = HostService {
             args: config.args.clone(),
             info: Info {
@@ -151,7 +159,7 @@ impl Host {
                 untrusted_project: None,
             },
             home: config.home.clone(),
-            trust: std::sync::Mutex::new(config.trust.take()),
+            trust: trust.clone(),
             exit: exit.clone(),
             terminal: terminal.clone(),
             commands: commands.clone(),
@@ -185,7 +193,18 @@ impl Host {
             commands,
             exit,
             terminal,
+            trust,
         })
+    }
+
+    /// Replaces the project offered for trust (after a composition: a
+    /// server added to a trusted project's file is offered anew; a
+    /// project now trusted is offered no more).
+    pub fn offer_trust(&self, offer: Option<TrustOffer>) {
+        *self
+            .trust
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = offer;
     }
 
     async fn command<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> Option<T> {

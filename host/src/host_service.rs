@@ -30,7 +30,7 @@ pub(crate) struct HostService {
     /// `$DSH_HOME` (its trust record).
     pub home: std::path::PathBuf,
     /// The project offered for trust, until it is trusted.
-    pub trust: std::sync::Mutex<Option<crate::host::TrustOffer>>,
+    pub trust: crate::host::Offer,
 }
 
 /// Writes for `print` and `eprint`, on a thread of their own: a slow
@@ -130,7 +130,7 @@ impl HostService {
                 "{dir} is not the project offered for trust"
             )));
         };
-        crate::trust::trust(&self.home, std::path::Path::new(dir))
+        crate::trust::trust(&self.home, std::path::Path::new(dir), current.pins.clone())
             .map_err(|e| Error::msg(e.to_string()))?;
         let _ = current
             .recompose

@@ -45,6 +45,7 @@ pub use libc as __libc;
 pub use boot::{drop_in_rows, BootOptions, Composition};
 pub use config::{compose, dump, parse_layer, Tree};
 pub use host::{Host, HostConfig, HostStream, TrustOffer};
+pub use imports::Untrusted;
 pub use paths::{create_private_dir, dsh_home, privacy_warning, Install};
 pub use report::Report;
 pub use supervisor::{resolve_plugin, FiberState, FiberStatus, SupervisorError, Timeouts};

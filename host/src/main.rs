@@ -307,10 +307,17 @@ fn trust(dir: Option<PathBuf>) -> anyhow::Result<u8> {
         Some(d) => d,
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
-    let trusted = dsh_host::trust::trust(&home, &dir)?;
+    let (trusted, servers) = dsh_host::trust::trust_now(&home, &dir)?;
+    println!("trusted {}", trusted.display());
+    if servers.is_empty() {
+        println!("  (no .mcp.json servers to approve)");
+    }
+    for line in servers {
+        println!("  {line}");
+    }
     println!(
-        "trusted {}: its .mcp.json servers start from the next run (at once under --watch)",
-        trusted.display()
+        "they start from the next run (at once under --watch); \
+         a server added or changed later needs approving again"
     );
     Ok(0)
 }
@@ -582,10 +589,7 @@ async fn serve(
     // Changes to recompose on: the watcher's, and a front end trusting
     // the project (with or without --watch).
     let (change_tx, mut change_rx) = mpsc::unbounded_channel();
-    let trust = composition.untrusted.clone().map(|project| TrustOffer {
-        project,
-        recompose: change_tx.clone(),
-    });
+    let trust = trust_offer(&composition, &change_tx);
     let host = Host::start(HostConfig {
         home: opts.home.clone(),
         plugin_dirs: composition.plugin_dirs.clone(),
@@ -600,10 +604,9 @@ async fn serve(
             &composition.plugin_dirs,
             &composition.files,
             Duration::from_millis(50),
-            change_tx,
+            change_tx.clone(),
         )?)
     } else {
-        drop(change_tx);
         None
     };
     host.apply(composition.tree.clone()).await;
@@ -650,17 +653,18 @@ async fn serve(
             Some(change) = change_rx.recv() => match change {
                 Change::Plugin(path) if path.parent() == Some(drop_in_dir.as_path()) => {
                     // A new drop-in becomes a row; a replaced one reloads.
-                    recompose(&host, &opts, &mut last_good).await;
+                    recompose(&host, &opts, &mut last_good, &change_tx).await;
                     reload(&host, path).await;
                 }
                 Change::Plugin(path) => reload(&host, path).await,
                 Change::PluginRemoved(path) if path.parent() == Some(drop_in_dir.as_path()) => {
                     host.remove(path).await;
-                    recompose(&host, &opts, &mut last_good).await;
+                    recompose(&host, &opts, &mut last_good, &change_tx).await;
                 }
                 Change::PluginRemoved(path) => host.remove(path).await,
                 Change::Config(path) => match opts.compose() {
                     Ok(c) => {
+                        host.offer_trust(trust_offer(&c, &change_tx));
                         if c.tree != last_good {
                             say_warnings(&c.tree);
                             host.apply(c.tree.clone()).await;
@@ -677,10 +681,29 @@ async fn serve(
     }
 }
 
+/// What `composition` offers front ends to trust, if anything; trusting
+/// it sends `recompose` a change.
+fn trust_offer(
+    composition: &dsh_host::Composition,
+    recompose: &mpsc::UnboundedSender<Change>,
+) -> Option<TrustOffer> {
+    composition.untrusted.clone().map(|u| TrustOffer {
+        project: u.project,
+        pins: u.pins,
+        recompose: recompose.clone(),
+    })
+}
+
 /// Composes again (a drop-in came or went) and applies what changed.
-async fn recompose(host: &Host, opts: &BootOptions, last_good: &mut dsh_host::Tree) {
+async fn recompose(
+    host: &Host,
+    opts: &BootOptions,
+    last_good: &mut dsh_host::Tree,
+    change_tx: &mpsc::UnboundedSender<Change>,
+) {
     match opts.compose() {
         Ok(c) => {
+            host.offer_trust(trust_offer(&c, change_tx));
             say_warnings(&c.tree);
             host.apply(c.tree.clone()).await;
             *last_good = c.tree;

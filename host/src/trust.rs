@@ -1,11 +1,21 @@
-//! Which projects the user trusted: `$DSH_HOME/trust.toml`, one record for
-//! everything a project's own files would run (its `.mcp.json` servers;
-//! its hooks). Written by `dsh-host trust [DIR]`; read at every
-//! composition, so trusting a project under `--watch` starts its servers.
+//! Which projects the user trusted, and exactly what of theirs they
+//! approved: `$DSH_HOME/trust.toml`, one record for everything a
+//! project's own files would run outside the sandbox.
+//!
+//! Trusting a directory is not enough on its own: an agent working in a
+//! trusted project may write its `.mcp.json` (create it when missing, add
+//! a server), and a server is a command the host runs unconfined. So the
+//! record pins each approved server by a digest of its entry as the user
+//! saw it; a server that is new or whose entry changed stays off until
+//! the user approves it again (`dsh-host trust [DIR]` or the chat's
+//! question). Read at every composition, so trusting a project under
+//! `--watch` starts its servers.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 /// The file's name in `$DSH_HOME`.
 pub const TRUST_FILE: &str = "trust.toml";
@@ -13,13 +23,32 @@ pub const TRUST_FILE: &str = "trust.toml";
 /// The largest trust file read (a few hundred projects is a few KiB).
 const TRUST_MAX: u64 = 1 << 20;
 
+/// Approved servers of one project: name → [`pin`] of its entry.
+pub type Pins = BTreeMap<String, String>;
+
 /// `trust.toml`.
 #[derive(Debug, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TrustFile {
-    /// Trusted project directories, canonical.
-    #[serde(default)]
+    /// Trusted projects.
+    #[serde(default, rename = "project")]
+    pub projects: Vec<TrustedProject>,
+    /// The first record's list of directories, which pinned nothing: read
+    /// so such a file still parses, never written; its projects' servers
+    /// must be approved again.
+    #[serde(default, skip_serializing)]
     pub trusted: Vec<PathBuf>,
+}
+
+/// One trusted project.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrustedProject {
+    /// Its directory, canonical.
+    pub dir: PathBuf,
+    /// Its `.mcp.json` servers approved.
+    #[serde(default)]
+    pub mcp: Pins,
 }
 
 /// Why the trust record cannot be read or written.
@@ -42,6 +71,14 @@ fn file_error(path: &Path, message: impl ToString) -> TrustError {
     }
 }
 
+/// The pin of an entry: sha256 of its bytes, in hex.
+pub fn pin(entry: &[u8]) -> String {
+    Sha256::digest(entry)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// The trust file of `home`.
 pub fn trust_path(home: &Path) -> PathBuf {
     home.join(TRUST_FILE)
@@ -60,14 +97,17 @@ pub fn read(home: &Path) -> Result<TrustFile, TrustError> {
     toml::from_str(&text).map_err(|e| file_error(&path, e.to_string().trim_end()))
 }
 
-/// Whether `dir` (canonical) is trusted.
-pub fn is_trusted(record: &TrustFile, dir: &Path) -> bool {
-    record.trusted.iter().any(|t| t == dir)
+impl TrustFile {
+    /// The record of `dir` (canonical), if trusted.
+    pub fn project(&self, dir: &Path) -> Option<&TrustedProject> {
+        self.projects.iter().find(|p| p.dir == dir)
+    }
 }
 
-/// Adds `dir` to the record (atomically: written beside it, then renamed
-/// over it, mode 0600); answers the canonical directory trusted.
-pub fn trust(home: &Path, dir: &Path) -> Result<PathBuf, TrustError> {
+/// Trusts `dir` with exactly `pins` approved (replacing what it had), and
+/// writes the record atomically (beside it, then renamed over it, mode
+/// 0600); answers the canonical directory trusted.
+pub fn trust(home: &Path, dir: &Path, pins: Pins) -> Result<PathBuf, TrustError> {
     let dir = dir
         .canonicalize()
         .map_err(|e| file_error(dir, format!("cannot trust it: {e}")))?;
@@ -75,18 +115,30 @@ pub fn trust(home: &Path, dir: &Path) -> Result<PathBuf, TrustError> {
         return Err(file_error(&dir, "not a directory"));
     }
     let mut record = read(home)?;
-    if !is_trusted(&record, &dir) {
-        record.trusted.push(dir.clone());
-    }
+    record.projects.retain(|p| p.dir != dir);
+    record.projects.push(TrustedProject {
+        dir: dir.clone(),
+        mcp: pins,
+    });
     let path = trust_path(home);
     let text = toml::to_string(&record).map_err(|e| file_error(&path, e))?;
     let text = format!(
-        "# Projects whose own configuration dsh runs (.mcp.json servers, hooks).\n\
-         # Written by `dsh-host trust [DIR]`; remove a line to distrust.\n{text}"
+        "# Projects whose own configuration dsh runs, and the servers approved in each\n\
+         # (name = digest of its .mcp.json entry; a new or changed entry asks again).\n\
+         # Written by `dsh-host trust [DIR]`; remove a project to distrust it.\n{text}"
     );
     crate::config::write_private_atomically(&path, text.as_bytes())
         .map_err(|e| file_error(&path, e))?;
     Ok(dir)
+}
+
+/// `dsh-host trust [DIR]`: trusts the project of `dir` (the directory
+/// of the `.mcp.json` nearest it, else `dir`) with its servers approved
+/// as they are now; answers the project and a line per server approved
+/// (what it runs) or skipped.
+pub fn trust_now(home: &Path, dir: &Path) -> Result<(PathBuf, Vec<String>), TrustError> {
+    let (project, pins, lines) = crate::imports::project_to_trust(dir);
+    Ok((trust(home, &project, pins)?, lines))
 }
 
 #[cfg(test)]
@@ -94,17 +146,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn trusting_is_recorded_once_and_read_back() {
+    fn trusting_pins_servers_and_replaces_the_previous_pins() {
         let home = dsh_tempdir::PrivateDir::new("trust-home").unwrap();
         let project = dsh_tempdir::PrivateDir::new("trust-project").unwrap();
-        let record = read(home.path()).unwrap();
         let dir = project.path().canonicalize().unwrap();
-        assert!(!is_trusted(&record, &dir));
-        assert_eq!(trust(home.path(), project.path()).unwrap(), dir);
-        trust(home.path(), project.path()).unwrap();
+        assert!(read(home.path()).unwrap().project(&dir).is_none());
+        let first = Pins::from([("a".into(), pin(b"a")), ("b".into(), pin(b"b"))]);
+        assert_eq!(trust(home.path(), project.path(), first).unwrap(), dir);
+        let second = Pins::from([("a".into(), pin(b"a2"))]);
+        trust(home.path(), project.path(), second.clone()).unwrap();
         let record = read(home.path()).unwrap();
-        assert_eq!(record.trusted, std::slice::from_ref(&dir));
-        assert!(is_trusted(&record, &dir));
+        assert_eq!(record.projects.len(), 1);
+        assert_eq!(record.project(&dir).unwrap().mcp, second);
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(trust_path(home.path()))
             .unwrap()
@@ -118,5 +171,13 @@ mod tests {
         let home = dsh_tempdir::PrivateDir::new("trust-broken").unwrap();
         std::fs::write(trust_path(home.path()), "trusted = 7").unwrap();
         assert!(read(home.path()).is_err());
+    }
+
+    #[test]
+    fn the_first_records_directories_parse_but_approve_nothing() {
+        let home = dsh_tempdir::PrivateDir::new("trust-legacy").unwrap();
+        std::fs::write(trust_path(home.path()), "trusted = [\"/p\"]\n").unwrap();
+        let record = read(home.path()).unwrap();
+        assert!(record.project(Path::new("/p")).is_none());
     }
 }

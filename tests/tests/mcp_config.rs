@@ -56,7 +56,7 @@ async fn a_projects_servers_start_only_once_the_project_is_trusted() {
     let work = e.work.path().display().to_string();
     assert!(
         stderr.contains(&format!(
-            "the MCP servers of {work}/.mcp.json (proj) were not started: the project {work} is not trusted; `dsh-host trust {work}` trusts it"
+            "the MCP servers of {work}/.mcp.json (proj) were not started: the project is not trusted; `dsh-host trust {work}` approves them"
         )),
         "{stderr}"
     );
@@ -125,7 +125,12 @@ async fn a_server_edited_under_watch_is_picked_up_without_a_restart() {
     p.send("first\r");
     p.wait_for("with one", 20).await;
     assert!(fake.offered_tools(0).contains(&"mcp__one__echo".to_owned()));
+    // A new server in a trusted project is asked about, not started.
     write_mcp_json(e.work.path(), &["two"]);
+    p.wait_for("were not started", 15).await;
+    p.wait_for("names MCP servers (two)", 30).await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    p.send("y");
     p.wait_for("mcp-client(two): connected, 6 tools", 30).await;
     p.send("second\r");
     p.wait_for("with two", 20).await;
@@ -215,4 +220,38 @@ async fn the_agent_cannot_write_the_files_servers_come_from() {
     );
     let kept = std::fs::read_to_string(e.work.path().join(".mcp.json")).unwrap();
     assert!(!kept.contains("evil"), "{kept}");
+}
+
+/// The hole per-server approval closes: a trusted project without a
+/// `.mcp.json` (nothing to protect), whose agent creates one with bash.
+/// The server it names is not run, on this run or the next.
+#[tokio::test]
+async fn a_server_the_agent_adds_to_a_trusted_project_is_not_run() {
+    let fake = FakeLlm::start().await;
+    let e = Headless::new(&fake, "");
+    std::fs::create_dir(e.work.path().join(".git")).unwrap();
+    trust(&e);
+    let marker = e.home.path().join("pwned");
+    let evil = json!({"mcpServers": {"evil": {"command": "/bin/sh",
+        "args": ["-c", format!("touch {}", marker.display())]}}});
+    let script = format!("cat > .mcp.json <<'X'\n{evil}\nX");
+    fake.push([
+        tool_calls(&[("bash", json!({"command": script, "description": "add"}))]),
+        text("done"),
+    ]);
+    let (code, _, stderr) = out(&e.run(&["go"]).await);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        e.work.path().join(".mcp.json").is_file(),
+        "the agent wrote it"
+    );
+    fake.push([text("again")]);
+    let (code, _, stderr) = out(&e.run(&["again"]).await);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("(evil) were not started: they are new or changed"),
+        "{stderr}"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(!marker.exists(), "the agent's server ran");
 }

@@ -15,7 +15,7 @@ use dsh_wire::mcp::{transport, valid_server_name as valid_name, PLUGIN};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{Imported, Sources};
+use super::{Imported, Sources, Untrusted};
 use crate::config::{read_optional_regular, Layer, Patch, Row};
 use crate::trust;
 
@@ -98,6 +98,8 @@ pub fn import(sources: &Sources) -> Imported {
 /// that project's directory; else the directory's own path for it (to
 /// watch for its creation).
 fn find_mcp_json(cwd: &Path) -> (PathBuf, Option<PathBuf>) {
+    // Canonical, so a project has one name (its trust record's).
+    let cwd = cwd.canonicalize().unwrap_or_else(|_| cwd.to_owned());
     for dir in cwd.ancestors() {
         let file = dir.join(MCP_JSON);
         if file.is_file() {
@@ -303,6 +305,79 @@ fn claude_row(name: &str, server: ClaudeServer, project: &Path) -> Result<Server
     })
 }
 
+/// The valid servers of a project's `.mcp.json`, each with its row's
+/// config; `None` when the file cannot be read (said in `warnings`).
+fn project_servers(
+    path: &Path,
+    project: &Path,
+    warnings: &mut Vec<String>,
+) -> Option<Vec<(String, ServerRow)>> {
+    let text = read(path, warnings)?;
+    let file: McpJson = match serde_json::from_str(&text) {
+        Ok(f) => f,
+        Err(e) => {
+            warnings.push(format!("{}: not read: {e}", path.display()));
+            return None;
+        }
+    };
+    let mut servers = Vec::new();
+    for (name, entry) in file.mcp_servers {
+        let skip = |why: String| format!("{}: MCP server `{name}` skipped: {why}", path.display());
+        if !valid_name(&name) {
+            warnings.push(skip("its name must match [A-Za-z0-9_-]{1,32}".into()));
+            continue;
+        }
+        let config = serde_json::from_value::<ClaudeServer>(entry)
+            .map_err(|e| e.to_string())
+            .and_then(|s| claude_row(&name, s, project));
+        match config {
+            Ok(c) => servers.push((name, c)),
+            Err(e) => warnings.push(skip(e)),
+        }
+    }
+    Some(servers)
+}
+
+/// The pin of a server: the digest of its row's config, which holds
+/// everything the host would run (command, arguments, environment,
+/// directory, URL, headers).
+fn server_pin(config: &ServerRow) -> Result<String, String> {
+    serde_json::to_vec(config)
+        .map(|bytes| trust::pin(&bytes))
+        .map_err(|e| e.to_string())
+}
+
+/// What `dsh-host trust DIR` approves: the project holding the `.mcp.json`
+/// nearest `dir` (else `dir` itself), its servers pinned as they are now,
+/// and a line per server saying what it runs.
+pub fn project_to_trust(dir: &Path) -> (PathBuf, trust::Pins, Vec<String>) {
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
+    let (path, project) = find_mcp_json(&dir);
+    let Some(project) = project else {
+        return (dir, trust::Pins::new(), Vec::new());
+    };
+    let mut pins = trust::Pins::new();
+    let mut lines = Vec::new();
+    let mut warnings = Vec::new();
+    let servers = project_servers(&path, &project, &mut warnings);
+    for (name, config) in servers.into_iter().flatten() {
+        if let Ok(pin) = server_pin(&config) {
+            let runs = match (&config.command, &config.url) {
+                (Some(command), _) => {
+                    let args = config.args.as_deref().unwrap_or_default().join(" ");
+                    format!("{command} {args}").trim_end().to_owned()
+                }
+                (None, Some(url)) => url.clone(),
+                (None, None) => String::new(),
+            };
+            lines.push(format!("approved {name}: {runs}"));
+            pins.insert(name, pin);
+        }
+    }
+    lines.extend(warnings);
+    (project, pins, lines)
+}
+
 fn project_layer(
     path: &Path,
     project: &Path,
@@ -310,25 +385,12 @@ fn project_layer(
     known: &[String],
     out: &mut Imported,
 ) -> Option<Layer> {
-    let text = read(path, &mut out.warnings)?;
-    let file: McpJson = match serde_json::from_str(&text) {
-        Ok(f) => f,
-        Err(e) => {
-            out.warnings
-                .push(format!("{}: not read: {e}", path.display()));
-            return None;
-        }
-    };
-    let trusted = match trust::read(&sources.home) {
-        Ok(record) => {
-            let dir = project
-                .canonicalize()
-                .unwrap_or_else(|_| project.to_owned());
-            trust::is_trusted(&record, &dir)
-        }
+    let servers = project_servers(path, project, &mut out.warnings)?;
+    let approved = match trust::read(&sources.home) {
+        Ok(record) => record.project(project).map(|p| p.mcp.clone()),
         Err(e) => {
             out.warnings.push(format!("{e}: no project is trusted"));
-            false
+            None
         }
     };
     let mut layer = Layer {
@@ -337,25 +399,22 @@ fn project_layer(
         patches: Vec::new(),
         imports: Vec::new(),
     };
+    let mut pins = trust::Pins::new();
     let mut skipped = Vec::new();
-    for (name, entry) in file.mcp_servers {
+    for (name, config) in servers {
         let skip = |why: String| format!("{}: MCP server `{name}` skipped: {why}", path.display());
-        if !valid_name(&name) {
-            out.warnings
-                .push(skip("its name must match [A-Za-z0-9_-]{1,32}".into()));
-            continue;
-        }
-        let config = serde_json::from_value::<ClaudeServer>(entry)
-            .map_err(|e| e.to_string())
-            .and_then(|s| claude_row(&name, s, project));
-        let config = match config {
-            Ok(c) => c,
+        let pin = match server_pin(&config) {
+            Ok(p) => p,
             Err(e) => {
                 out.warnings.push(skip(e));
                 continue;
             }
         };
-        if !trusted {
+        let on = approved
+            .as_ref()
+            .is_some_and(|a| a.get(&name) == Some(&pin));
+        pins.insert(name.clone(), pin);
+        if !on {
             skipped.push(name.clone());
         }
         let id = row_id(&name);
@@ -370,30 +429,37 @@ fn project_layer(
             layer.patches.push(Patch {
                 id: Some(id),
                 config: Some(value),
-                disabled: Some(!trusted),
+                disabled: Some(!on),
                 ..Patch::default()
             });
         } else {
-            match row(&name, &config, !trusted) {
+            match row(&name, &config, !on) {
                 Ok(r) => layer.rows.push(r),
                 Err(e) => out.warnings.push(skip(e)),
             }
         }
     }
     if !skipped.is_empty() {
-        out.untrusted = Some(UntrustedProject {
-            dir: project.display().to_string(),
-            file: path.display().to_string(),
-            servers: skipped.clone(),
-        });
+        let why = if approved.is_some() {
+            "they are new or changed since the project was trusted"
+        } else {
+            "the project is not trusted"
+        };
         out.notices.push(format!(
-            "the MCP servers of {} ({}) were not started: the project {} is not trusted; \
-             `dsh-host trust {}` trusts it",
+            "the MCP servers of {} ({}) were not started: {why}; `dsh-host trust {}` approves \
+             them",
             path.display(),
             skipped.join(", "),
-            project.display(),
             project.display()
         ));
+        out.untrusted = Some(Untrusted {
+            project: UntrustedProject {
+                dir: project.display().to_string(),
+                file: path.display().to_string(),
+                servers: skipped,
+            },
+            pins,
+        });
     }
     Some(layer)
 }
@@ -511,7 +577,16 @@ comand = "x"
             "Bearer ${env:API_KEY}"
         );
         // Trusted: the same rows, enabled, nothing to say.
-        trust::trust(home.path(), repo.path()).unwrap();
+        let (project, approved) = trust::trust_now(home.path(), &sub).unwrap();
+        assert_eq!(project, repo.path().canonicalize().unwrap());
+        assert_eq!(
+            approved,
+            [
+                "approved gh: gh-mcp ${env:GH_ARG:-x}",
+                "approved web: https://h/mcp",
+                &out.warnings[0]
+            ]
+        );
         let out = import(&sources(&sub, home.path(), None));
         assert!(out.layers[0].rows.iter().all(|r| !r.disabled));
         assert!(out.notices.is_empty());
@@ -538,12 +613,56 @@ comand = "x"
             r#"{"mcpServers": {"gh": {"command": "new"}}}"#,
         )
         .unwrap();
-        trust::trust(work.path(), work.path()).unwrap();
+        trust::trust_now(work.path(), work.path()).unwrap();
         let out = import(&sources(work.path(), work.path(), Some(codex.path())));
         assert_eq!(out.layers.len(), 2);
         let patch = &out.layers[1].patches[0];
         assert_eq!(patch.id.as_deref(), Some("mcp:gh"));
         assert_eq!(patch.config.as_ref().unwrap()["command"], "new");
         assert_eq!(patch.disabled, Some(false));
+    }
+
+    /// The hole this closes: in a trusted project an agent may write
+    /// `.mcp.json` (create it, add a server, change a command); none of
+    /// that runs until the user approves it.
+    #[test]
+    fn a_server_added_or_changed_after_trust_stays_off_until_approved() {
+        let home = dsh_tempdir::PrivateDir::new("pin-home").unwrap();
+        let work = dsh_tempdir::PrivateDir::new("pin-work").unwrap();
+        std::fs::create_dir(work.path().join(".git")).unwrap();
+        let file = work.path().join(MCP_JSON);
+        // Trusted while it had no .mcp.json at all.
+        trust::trust_now(home.path(), work.path()).unwrap();
+        std::fs::write(&file, r#"{"mcpServers": {"a": {"command": "ok"}}}"#).unwrap();
+        let out = import(&sources(work.path(), home.path(), None));
+        assert!(
+            out.layers[0].rows[0].disabled,
+            "a created file runs nothing"
+        );
+        assert!(out.notices[0].contains("new or changed since the project was trusted"));
+        // What the offer approves is what was shown, whatever the file
+        // says by the time the user answers.
+        let offered = out.untrusted.unwrap();
+        std::fs::write(&file, r#"{"mcpServers": {"a": {"command": "evil"}}}"#).unwrap();
+        trust::trust(home.path(), work.path(), offered.pins).unwrap();
+        let out = import(&sources(work.path(), home.path(), None));
+        assert!(
+            out.layers[0].rows[0].disabled,
+            "the swapped entry is not approved"
+        );
+        std::fs::write(&file, r#"{"mcpServers": {"a": {"command": "ok"}}}"#).unwrap();
+        let out = import(&sources(work.path(), home.path(), None));
+        assert!(!out.layers[0].rows[0].disabled, "the approved entry runs");
+        // A second server, or a changed argument, asks again; the
+        // approved one keeps running.
+        std::fs::write(
+            &file,
+            r#"{"mcpServers": {"a": {"command": "ok"}, "b": {"command": "ok", "args": ["x"]}}}"#,
+        )
+        .unwrap();
+        let out = import(&sources(work.path(), home.path(), None));
+        let off: Vec<bool> = out.layers[0].rows.iter().map(|r| r.disabled).collect();
+        assert_eq!(off, [false, true]);
+        assert_eq!(out.untrusted.unwrap().project.servers, ["b"]);
     }
 }

@@ -13,6 +13,8 @@ use crate::config::{ConfigError, Layer};
 
 mod mcp;
 
+pub use mcp::project_to_trust;
+
 /// The import of MCP servers (`.mcp.json`, codex's `[mcp_servers]`).
 pub const MCP_SERVERS: &str = "mcp-servers";
 
@@ -61,7 +63,17 @@ pub struct Imported {
     pub notices: Vec<String>,
     /// The project whose servers were not started, for a front end to
     /// offer trusting it.
-    pub untrusted: Option<UntrustedProject>,
+    pub untrusted: Option<Untrusted>,
+}
+
+/// A project whose servers were not started for want of approval.
+#[derive(Debug, Clone)]
+pub struct Untrusted {
+    /// What a front end shows.
+    pub project: UntrustedProject,
+    /// What trusting it approves: every server as the user is shown it,
+    /// never as the file may be by the time they answer.
+    pub pins: crate::trust::Pins,
 }
 
 /// Expands import `kind` (named by layer `origin`).

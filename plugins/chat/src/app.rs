@@ -118,10 +118,10 @@ pub struct View {
     /// The settings' override of a patched row was said (it is said once).
     #[serde(default)]
     pub override_said: bool,
-    /// The project's trust was asked (it is asked once, a reload
-    /// included).
+    /// The last offer of trust asked about (each offer is asked once, a
+    /// reload included; a server added later is a new offer).
     #[serde(default)]
-    pub trust_asked: bool,
+    pub trust_offered: Option<UntrustedProject>,
     /// The subagents of the agent that run, shown above the prompt.
     #[serde(default)]
     pub children: Children,
@@ -620,13 +620,16 @@ impl App {
         });
     }
 
-    /// Shows the host's queued lines above the input, dimmed.
-    async fn show_notices(&mut self) {
+    /// Shows the host's queued lines above the input, dimmed; whether
+    /// there were any.
+    async fn show_notices(&mut self) -> bool {
+        let mut any = false;
         loop {
             let line = self.view.borrow_mut().notices.pop_front();
             let Some(line) = line else {
-                return;
+                return any;
             };
+            any = true;
             self.notice(Tone::Dim, &line).await;
         }
     }
@@ -648,7 +651,9 @@ impl App {
     async fn message(&mut self, msg: Msg) {
         match msg {
             Msg::Input(Ok(open)) => {
-                self.show_notices().await;
+                if self.show_notices().await {
+                    self.offer_trust().await;
+                }
                 self.handle_keys().await;
                 if !open && !self.quit {
                     self.exit().await;
@@ -915,10 +920,11 @@ impl App {
         }
     }
 
-    /// Asks, once, whether to trust a project whose servers the host did
-    /// not start for want of trust.
+    /// Asks whether to trust a project whose servers the host did not
+    /// start for want of approval: once per offer (at start, and when the
+    /// host said something, as it does after composing again).
     async fn offer_trust(&mut self) {
-        if std::mem::replace(&mut self.view.borrow_mut().trust_asked, true) {
+        if self.trust_question.is_some() {
             return;
         }
         let Ok(info) = self.host.info().await else {
@@ -927,6 +933,13 @@ impl App {
         let Some(project) = info.untrusted_project else {
             return;
         };
+        {
+            let mut v = self.view.borrow_mut();
+            if v.trust_offered.as_ref() == Some(&project) {
+                return;
+            }
+            v.trust_offered = Some(project.clone());
+        }
         self.trust_question = Some(project);
         self.redraw().await;
         self.asked_at = Some(std::time::Instant::now());
