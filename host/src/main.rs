@@ -75,9 +75,10 @@ enum Cmd {
     /// Stored sessions (through the profile's persistence plugin).
     #[command(subcommand)]
     Sessions(SessionsCmd),
-    /// Trust a project (default: this directory): its own configuration
-    /// (the servers of its .mcp.json) runs from then on, in a running
-    /// `--watch` session too. Recorded in $DSH_HOME/trust.toml.
+    /// Trust a project (default: this directory) and approve the servers
+    /// of its .mcp.json as they are now: they run from then on, in a
+    /// running `--watch` session too; one added or changed later needs
+    /// approving again. Recorded in $DSH_HOME/trust.toml.
     Trust {
         /// The project directory.
         dir: Option<PathBuf>,

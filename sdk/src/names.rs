@@ -477,6 +477,9 @@ pub mod mcp {
         /// Drops the connection and connects again with a fresh attempt
         /// budget; answers the status.
         RECONNECT = "reconnect";
+        /// Starts an OAuth login of a Streamable HTTP server; answers a
+        /// [`crate::api::mcp::LoginStarted`] with the URL to open.
+        LOGIN = "login";
     }
 }
 

@@ -8,6 +8,9 @@ use std::time::Duration;
 use dsh_testkit::fake_llm::{text, tool_calls, FakeLlm};
 use dsh_testkit::headless::Headless;
 use dsh_testkit::{mcp_server, out};
+
+#[allow(dead_code)] // the pty helpers this suite does not call
+mod support;
 use serde_json::json;
 
 /// A row for server `name` running the fixture with `args`, the row's
@@ -240,15 +243,16 @@ struct HttpFixture {
 
 impl HttpFixture {
     async fn start(bearer: &str) -> HttpFixture {
+        HttpFixture::with(&["--bearer", bearer]).await
+    }
+
+    async fn with(args: &[&str]) -> HttpFixture {
         let dir = dsh_testkit::TempDir::new("mcp-http");
         let port_file = dir.path().join("port");
         let child = std::process::Command::new(mcp_server())
-            .args([
-                "--http",
-                &port_file.display().to_string(),
-                "--bearer",
-                bearer,
-            ])
+            .arg("--http")
+            .arg(&port_file)
+            .args(args)
             .spawn()
             .unwrap();
         dsh_testkit::wait_for("the HTTP fixture's port", || {
@@ -360,4 +364,97 @@ async fn a_server_on_2025_11_25_is_met_with_initialize() {
         stderr.contains("mcp-client(old) stderr: legacy initialize asked for \"2025-11-25\""),
         "{stderr}"
     );
+}
+
+/// A GET of `url` (`http://127.0.0.1:PORT/...`) as a browser makes it:
+/// the status and the `Location` it answers.
+fn browser_get(url: &str) -> (u16, Option<String>) {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://").unwrap();
+    let (authority, path) = rest.split_at(rest.find('/').unwrap());
+    let mut stream = std::net::TcpStream::connect(authority).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nhost: {authority}\r\nconnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let status = answer.split(' ').nth(1).unwrap().parse().unwrap();
+    let location = answer.lines().find_map(|l| {
+        l.to_ascii_lowercase()
+            .starts_with("location:")
+            .then(|| l[9..].trim().to_owned())
+    });
+    (status, location)
+}
+
+/// A server that answers 401 and publishes OAuth metadata: the row waits
+/// for a login, `/mcp login` shows the authorization URL, the "browser"
+/// approves, the code comes back to the loopback redirect and is
+/// exchanged with its PKCE verifier (the fixture checks it), the token is
+/// stored 0600 and the server connects. The next run uses the stored
+/// token without asking.
+#[tokio::test]
+async fn an_oauth_server_is_logged_in_from_the_chat_and_the_token_kept() {
+    let server = HttpFixture::with(&["--oauth"]).await;
+    let fake = FakeLlm::start().await;
+    // Not `failOnStartupError`: the row waits for its login.
+    let rows = server
+        .row("web", "")
+        .replace("failOnStartupError = true", "failOnStartupError = false");
+    let e = Headless::new(&fake, &rows);
+    let mut p = support::pty::Pty::dsh_host(&e, &[], &[("DSH_LOG", "info")]);
+    p.wait_for("`/mcp login web` in the chat authorizes it", 30)
+        .await;
+    // Typed once the chat reads keys (before, the terminal is cooked).
+    p.wait_for("Ctrl-D exits", 30).await;
+    p.send("/mcp\r");
+    p.wait_for("needs-login", 20).await;
+    p.send("/mcp login web\r");
+    p.wait_for("the link is good for 10 minutes", 20).await;
+    let screen = p.contents();
+    let shown = screen.find("to authorize web:").unwrap();
+    let start = shown + screen[shown..].find("http://127.0.0.1").unwrap();
+    let end = start + screen[start..].find("the server connects").unwrap();
+    let url: String = screen[start..end].split_whitespace().collect();
+    let (status, callback) = browser_get(&url);
+    assert_eq!(status, 302, "{url}");
+    let callback = callback.unwrap();
+    // Another local process guessing at the redirect is turned away, and
+    // the login still waits for the browser.
+    let forged = format!(
+        "{}?code=x&state=forged",
+        &callback[..callback.find('?').unwrap()]
+    );
+    assert_eq!(browser_get(&forged).0, 400);
+    let (status, _) = browser_get(&callback);
+    assert_eq!(status, 200);
+    p.wait_for("mcp-client(web): connected, 6 tools", 30).await;
+    p.send("\x04");
+    assert_eq!(p.wait_exit(20).await, 0);
+    let dir = e.home.path().join("mcp-auth");
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|f| f.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&files[0]).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    // The next run: the stored token, no login.
+    fake.push([
+        tool_calls(&[("mcp__web__echo", json!({"text": "with the stored token"}))]),
+        text("done"),
+    ]);
+    // This time the row holds the first request until it is connected.
+    let patch = std::fs::read_to_string(&e.patch).unwrap();
+    std::fs::write(
+        &e.patch,
+        patch.replace("failOnStartupError = false", "failOnStartupError = true"),
+    )
+    .unwrap();
+    let (code, stdout, stderr) = out(&e.run(&["go"]).await);
+    assert_eq!((code, stdout.trim()), (0, "done"), "{stderr}");
+    assert_eq!(fake.tool_results(1)[0], "with the stored token");
 }

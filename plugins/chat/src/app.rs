@@ -73,8 +73,11 @@ pub fn own_commands() -> Vec<RegisterParams> {
         RegisterParams::new("fork", "continue in a copy of this session"),
         RegisterParams::new("plugins", "every row: state, generation, why it failed"),
         RegisterParams::new("agents", "the subagents of this session and what they do"),
-        RegisterParams::new("mcp", "MCP servers: state and tools; reconnect one")
-            .with_hint("[reconnect <name>]"),
+        RegisterParams::new(
+            "mcp",
+            "MCP servers: state and tools; reconnect or log in to one",
+        )
+        .with_hint("[reconnect|login <name>]"),
         RegisterParams::new("exit", "leave (Ctrl-D, or Ctrl-C twice)"),
     ]
 }
@@ -1254,25 +1257,36 @@ impl App {
             };
             servers.push((row, status));
         }
+        let live = |name: &str| {
+            let found = servers.iter().find(|(row, status)| {
+                matches!(status, Some(Ok(s)) if s.server_name == name) || row.id == name
+            });
+            match found {
+                Some((row, Some(Ok(_)))) => Ok(McpServer::new(&self.ctx, row.fiber)),
+                Some((row, _)) => Err(Error::msg(format!(
+                    "MCP server {name} is {} (row {}): a reload or a config change starts it",
+                    row.state, row.id
+                ))),
+                None => Err(Error::msg(format!("no MCP server {name} (see /mcp)"))),
+            }
+        };
         match args.split_whitespace().collect::<Vec<_>>()[..] {
             [] => Ok(mcp_table(&servers)),
             ["reconnect", name] => {
-                let found = servers.iter().find(|(row, status)| {
-                    matches!(status, Some(Ok(s)) if s.server_name == name) || row.id == name
-                });
-                match found {
-                    Some((row, Some(Ok(_)))) => {
-                        McpServer::new(&self.ctx, row.fiber).reconnect().await?;
-                        Ok(format!("reconnecting {name}"))
-                    }
-                    Some((row, _)) => Err(Error::msg(format!(
-                        "MCP server {name} is {} (row {}): a reload or a config change starts it",
-                        row.state, row.id
-                    ))),
-                    None => Err(Error::msg(format!("no MCP server {name} (see /mcp)"))),
-                }
+                live(name)?.reconnect().await?;
+                Ok(format!("reconnecting {name}"))
             }
-            _ => Err(Error::msg("usage: /mcp, or /mcp reconnect <name>")),
+            ["login", name] => {
+                let started = live(name)?.login().await?;
+                Ok(format!(
+                    "open this URL in a browser to authorize {name}:\n{}\n\
+                     the server connects once you approve (the link is good for 10 minutes)",
+                    started.url
+                ))
+            }
+            _ => Err(Error::msg(
+                "usage: /mcp, /mcp reconnect <name>, or /mcp login <name>",
+            )),
         }
     }
 
@@ -1416,7 +1430,7 @@ const HELP: &str = "\
 /fork              continue in a copy of this session
 /plugins           every row: state, generation, why it failed
 /agents            the subagents of this session and what they do
-/mcp [reconnect N] MCP servers: state and tools; reconnect one
+/mcp [cmd N]       MCP servers; `reconnect N` or `login N` (OAuth) one
 /exit              leave (Ctrl-D, or Ctrl-C twice)";
 
 /// The keys, after `/help`.

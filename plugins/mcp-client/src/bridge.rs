@@ -17,8 +17,8 @@ use tokio::sync::Notify;
 
 use crate::changes::ListChanges;
 
-use crate::config::Server;
-use crate::connect::{connect, Connection};
+use crate::config::{Server, Transport};
+use crate::connect::{connect, Connection, Failure};
 use crate::naming::public_name;
 
 /// Where the connection stands.
@@ -32,6 +32,8 @@ pub enum Link {
     Down { attempt: u32, reason: String },
     /// Given up (or reconnecting is off): calls fail until a reconnect.
     Stopped { reason: String },
+    /// The server wants an OAuth login first: calls fail until one.
+    NeedsLogin { reason: String },
 }
 
 /// One server's bridge.
@@ -51,11 +53,19 @@ pub struct Bridge {
     reconnect_now: Notify,
     /// Connections made, for status.
     generation: Cell<u64>,
+    /// Where an HTTP server's OAuth token is kept.
+    token: Option<std::path::PathBuf>,
 }
 
 impl Bridge {
-    /// A bridge for `server` whose tools are served by `service`.
-    pub fn new(ctx: Context, server: Server, service: String) -> Bridge {
+    /// A bridge for `server` whose tools are served by `service`; `token`
+    /// is where an HTTP server's OAuth token is kept.
+    pub fn new(
+        ctx: Context,
+        server: Server,
+        service: String,
+        token: Option<std::path::PathBuf>,
+    ) -> Bridge {
         Bridge {
             ctx,
             server,
@@ -65,6 +75,7 @@ impl Bridge {
             changes: ListChanges::new(),
             reconnect_now: Notify::new(),
             generation: Cell::new(0),
+            token,
         }
     }
 
@@ -105,6 +116,10 @@ impl Bridge {
                 self.server.reconnect.attempts
             ),
             Link::Stopped { reason } => format!("{at}: the server is not connected ({reason})"),
+            Link::NeedsLogin { reason } => format!(
+                "{at}: the server is not connected ({reason}); `/mcp login {}` in the chat authorizes it",
+                self.server.name
+            ),
         };
         Err(Error::new(code::MCP_UNAVAILABLE, why))
     }
@@ -124,14 +139,15 @@ impl Bridge {
     }
 
     /// A new connection with the server's tools registered.
-    async fn open_synced(&self) -> std::result::Result<Rc<Connection>, String> {
+    async fn open_synced(&self) -> std::result::Result<Rc<Connection>, Failure> {
         let conn = self.open().await?;
         self.sync(&conn).await?;
         Ok(conn)
     }
 
-    async fn open(&self) -> std::result::Result<Rc<Connection>, String> {
-        let conn = connect(&self.ctx, &self.server, self.changes.notices()).await?;
+    async fn open(&self) -> std::result::Result<Rc<Connection>, Failure> {
+        let notices = self.changes.notices();
+        let conn = connect(&self.ctx, &self.server, notices, self.token.clone()).await?;
         self.generation.set(self.generation.get() + 1);
         Ok(Rc::new(conn))
     }
@@ -171,8 +187,18 @@ impl Bridge {
                     }
                     "connection lost".to_owned()
                 }
+                Err(Failure::NeedsLogin(reason)) => {
+                    tracing::warn!(
+                        "{at}: {reason}; `/mcp login {}` in the chat authorizes it",
+                        self.server.name
+                    );
+                    *self.link.borrow_mut() = Link::NeedsLogin { reason };
+                    self.reconnect_now.notified().await;
+                    failures = 0;
+                    continue;
+                }
                 // Said once, with the retry below.
-                Err(e) => format!("connection attempt failed: {e}"),
+                Err(Failure::Other(e)) => format!("connection attempt failed: {e}"),
             };
             if !policy.enabled {
                 tracing::error!(
@@ -322,6 +348,40 @@ impl Bridge {
     /// so the next request offers the new list.
     pub async fn tools_settled(&self) {
         self.changes.settled(self.server.startup_timeout).await;
+    }
+
+    /// Starts an OAuth login (an HTTP server's): answers the URL the user
+    /// opens; once the browser comes back, the token is stored and the
+    /// bridge connects with it.
+    pub async fn login(self: &Rc<Self>) -> Result<String> {
+        let at = self.at();
+        let (Transport::Http(http), Some(token)) = (&self.server.transport, &self.token) else {
+            return Err(Error::msg(format!(
+                "{at}: only a Streamable HTTP server logs in"
+            )));
+        };
+        if http.sends_credentials() {
+            return Err(Error::msg(format!(
+                "{at}: the row sends its own credentials (a bearer variable or an Authorization header); OAuth is not used"
+            )));
+        }
+        let login = crate::auth::begin(http, token.clone())
+            .await
+            .map_err(|e| Error::new(code::MCP_UNAVAILABLE, format!("{at}: {e}")))?;
+        let url = login.url.clone();
+        let weak = Rc::downgrade(self);
+        self.ctx.spawn(async move {
+            match login.finish().await {
+                Ok(()) => {
+                    tracing::info!("{at}: authorized; connecting with the new token");
+                    if let Some(bridge) = weak.upgrade() {
+                        bridge.reconnect();
+                    }
+                }
+                Err(e) => tracing::error!("{at}: login failed: {e}"),
+            }
+        });
+        Ok(url)
     }
 
     /// Connections made so far.

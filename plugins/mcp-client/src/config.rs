@@ -142,6 +142,19 @@ pub struct Http {
     pub bearer_token_env_var: Option<String>,
 }
 
+impl Http {
+    /// Whether the row sends credentials of its own (a bearer variable,
+    /// an `Authorization` header): then OAuth is not used.
+    pub fn sends_credentials(&self) -> bool {
+        self.bearer_token_env_var.is_some()
+            || self
+                .headers
+                .keys()
+                .chain(self.env_headers.keys())
+                .any(|k| k.eq_ignore_ascii_case("authorization"))
+    }
+}
+
 /// Reconnect policy: `initial * 2^(attempt-1)`, at most `max`, for at most
 /// `attempts` consecutive failures.
 #[derive(Debug, Clone, Copy, PartialEq)]

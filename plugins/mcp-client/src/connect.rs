@@ -30,6 +30,29 @@ const CLIENT_NAME: &str = "dsh-mcp-client";
 /// blob to stderr costs the log this much per newline).
 const STDERR_LINE_MAX: usize = 4096;
 
+/// Why a connection was not made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// The server answered 401: it wants an OAuth login first.
+    NeedsLogin(String),
+    /// Anything else (retried with backoff).
+    Other(String),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::NeedsLogin(m) | Failure::Other(m) => f.write_str(m),
+        }
+    }
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Failure {
+        Failure::Other(message)
+    }
+}
+
 /// One live connection.
 pub struct Connection {
     /// Requests go through it.
@@ -91,12 +114,14 @@ fn lifecycle() -> ClientLifecycleMode {
 }
 
 /// Connects to `server` within its startup timeout. `tools_changed` is
-/// told whenever the server says its tool list changed.
+/// told whenever the server says its tool list changed; `token` is where
+/// an HTTP server's OAuth token is kept.
 pub async fn connect(
     ctx: &Context,
     server: &Server,
     tools_changed: Arc<Notices>,
-) -> Result<Connection, String> {
+    token: Option<std::path::PathBuf>,
+) -> Result<Connection, Failure> {
     let handler = Handler { tools_changed };
     let limit = server.startup_timeout;
     let (running, child) = match &server.transport {
@@ -107,7 +132,7 @@ pub async fn connect(
                 ctx.spawn(log_stderr(server.name.clone(), stderr));
             }
             let (Some(read), Some(write)) = (child.stdout.take(), child.stdin.take()) else {
-                return Err("the child's pipes are missing".into());
+                return Err(Failure::Other("the child's pipes are missing".into()));
             };
             let running = handshake(
                 limit,
@@ -117,9 +142,24 @@ pub async fn connect(
             (running, Some(child))
         }
         Transport::Http(h) => {
-            let transport = http::transport(h)?;
-            let running =
-                handshake(limit, handler.serve_with_lifecycle(transport, lifecycle())).await?;
+            let running = match http::transport(h, token).await? {
+                http::Transport::Plain(t) => {
+                    handshake(limit, handler.serve_with_lifecycle(t, lifecycle())).await
+                }
+                http::Transport::Authorized(t) => {
+                    handshake(limit, handler.serve_with_lifecycle(t, lifecycle())).await
+                }
+            };
+            let running = match running {
+                // The row sends its own credentials: a 401 refuses them
+                // (a login would not be used).
+                Err(Failure::NeedsLogin(_)) if h.sends_credentials() => {
+                    return Err(Failure::Other(
+                        "the server refused the row's credentials (401)".into(),
+                    ))
+                }
+                other => other?,
+            };
             (running, None)
         }
     };
@@ -138,18 +178,52 @@ pub async fn connect(
     })
 }
 
-async fn handshake<T, E: std::fmt::Display>(
+async fn handshake<T, E: std::error::Error + 'static>(
     limit: Duration,
     serve: impl std::future::Future<Output = Result<T, E>>,
-) -> Result<T, String> {
+) -> Result<T, Failure> {
     match tokio::time::timeout(limit, serve).await {
         Ok(Ok(running)) => Ok(running),
-        Ok(Err(e)) => Err(format!("handshake failed: {e}")),
-        Err(_) => Err(format!(
+        Ok(Err(e)) if wants_authorization(&e) => Err(Failure::NeedsLogin(
+            "the server requires authorization (OAuth)".into(),
+        )),
+        Ok(Err(e)) => Err(Failure::Other(format!("handshake failed: {e}"))),
+        Err(_) => Err(Failure::Other(format!(
             "the server did not complete the handshake within {} ms",
             limit.as_millis()
-        )),
+        ))),
     }
+}
+
+/// Whether `e` (or an error under it) is the server's 401, or a stored
+/// token that can no longer be refreshed.
+fn wants_authorization(e: &(dyn std::error::Error + 'static)) -> bool {
+    use rmcp::service::ClientInitializeError;
+    use rmcp::transport::auth::AuthError;
+    use rmcp::transport::streamable_http_client::StreamableHttpError;
+    let mut at = Some(e);
+    while let Some(e) = at {
+        // Its transport error is not its `source`.
+        if let Some(ClientInitializeError::TransportError { error, .. }) = e.downcast_ref() {
+            at = Some(&*error.error);
+            continue;
+        }
+        if let Some(h) = e.downcast_ref::<StreamableHttpError<reqwest013::Error>>() {
+            if matches!(h, StreamableHttpError::AuthRequired(_)) {
+                return true;
+            }
+        }
+        if let Some(a) = e.downcast_ref::<AuthError>() {
+            if matches!(
+                a,
+                AuthError::AuthorizationRequired | AuthError::TokenRefreshRejected(_)
+            ) {
+                return true;
+            }
+        }
+        at = e.source();
+    }
+    false
 }
 
 /// Whether a host variable may reach a server unasked: not one that looks

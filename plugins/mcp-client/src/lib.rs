@@ -7,11 +7,13 @@
 
 use std::rc::Rc;
 
-use dsh_sdk::api::mcp::{self as api, ServerState, ServerStatus};
+use dsh_sdk::api::host::Host;
+use dsh_sdk::api::mcp::{self as api, LoginStarted, ServerState, ServerStatus};
 use dsh_sdk::names::service;
 use dsh_sdk::prelude::*;
 use dsh_sdk::tool::{exec, serve_tools};
 
+mod auth;
 mod bridge;
 mod call;
 mod changes;
@@ -34,6 +36,13 @@ impl Plugin for McpClient {
 
     async fn apply(ctx: Context, config: RowConfig) -> Result<()> {
         let server = config.check()?;
+        let token = match &server.transport {
+            Transport::Http(http) => {
+                let home = std::path::PathBuf::from(Host::new(&ctx).info().await?.home);
+                Some(auth::token_path(&home, &server.name, &http.url))
+            }
+            Transport::Stdio(_) => None,
+        };
         let bridge: Rc<Bridge> = Rc::new_cyclic(|weak: &std::rc::Weak<Bridge>| {
             let weak = weak.clone();
             let service = serve_tools(&ctx, move |req| {
@@ -46,7 +55,7 @@ impl Plugin for McpClient {
                     Reply::json(call::call(&bridge, &exec).await?)
                 }
             });
-            Bridge::new(ctx.clone(), server, service)
+            Bridge::new(ctx.clone(), server, service, token)
         });
         provide_status(&ctx, &bridge);
         let first = if bridge.server.fail_on_startup_error {
@@ -59,7 +68,7 @@ impl Plugin for McpClient {
     }
 }
 
-/// `mcp:<fiber>`: the bridge's state for `/mcp`, and a reconnect.
+/// `mcp:<fiber>`: the bridge's state for `/mcp`, a reconnect, a login.
 fn provide_status(ctx: &Context, bridge: &Rc<Bridge>) {
     let weak = Rc::downgrade(bridge);
     ctx.provide(api::service_name(ctx.fiber()), move |req| {
@@ -74,6 +83,9 @@ fn provide_status(ctx: &Context, bridge: &Rc<Bridge>) {
                     bridge.reconnect();
                     Reply::json(status(&bridge))
                 }
+                api::method::LOGIN => Reply::json(LoginStarted {
+                    url: bridge.login().await?,
+                }),
                 _ => Err(req.unknown_method()),
             }
         }
@@ -92,6 +104,7 @@ fn status(bridge: &Bridge) -> ServerStatus {
             )),
         ),
         Link::Stopped { reason } => (ServerState::Stopped, Some(reason)),
+        Link::NeedsLogin { reason } => (ServerState::NeedsLogin, Some(reason)),
     };
     ServerStatus {
         server_name: bridge.server.name.clone(),

@@ -30,6 +30,8 @@ pub enum ServerState {
     Reconnecting,
     /// Given up, or reconnecting is off: waits for a `reconnect`.
     Stopped,
+    /// The server wants an OAuth login first: waits for a `login`.
+    NeedsLogin,
 }
 
 impl ServerState {
@@ -40,6 +42,7 @@ impl ServerState {
             ServerState::Connected => "connected",
             ServerState::Reconnecting => "reconnecting",
             ServerState::Stopped => "stopped",
+            ServerState::NeedsLogin => "needs-login",
         }
     }
 }
@@ -63,6 +66,15 @@ pub struct ServerStatus {
     pub connections: u64,
 }
 
+/// The reply of `login`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LoginStarted {
+    /// The authorization URL the user opens in a browser; once they
+    /// approve, the token is stored and the server connects.
+    pub url: String,
+}
+
 /// A typed client of one server's service.
 #[derive(Clone)]
 pub struct McpServer(Service);
@@ -82,6 +94,11 @@ impl McpServer {
     pub async fn reconnect(&self) -> Result<ServerStatus> {
         self.0.call_as(method::RECONNECT, ()).await
     }
+
+    /// `login`.
+    pub async fn login(&self) -> Result<LoginStarted> {
+        self.0.call_as(method::LOGIN, ()).await
+    }
 }
 
 #[cfg(test)]
@@ -95,6 +112,7 @@ mod tests {
             ServerState::Connected,
             ServerState::Reconnecting,
             ServerState::Stopped,
+            ServerState::NeedsLogin,
         ] {
             assert_eq!(serde_json::to_value(state).unwrap(), state.as_str());
         }

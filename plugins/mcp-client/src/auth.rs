@@ -1,0 +1,339 @@
+//! OAuth 2.1 with PKCE for a Streamable HTTP server that asks for it,
+//! through rmcp's auth support: discovery from the server's 401
+//! (protected resource, then authorization server metadata), dynamic
+//! client registration, the authorization code flow with an S256
+//! challenge, the code received on a loopback redirect, and tokens
+//! refreshed by rmcp as they expire.
+//!
+//! Tokens live in `$DSH_HOME/mcp-auth/<server>-<hash of its URL>.json`,
+//! mode 0600, written beside and renamed over: a server whose URL changed
+//! never gets another's token. Every OAuth request goes through this
+//! crate's HTTP client (rustls on ring, no process-wide provider).
+
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest013 as reqwest;
+use rmcp::transport::auth::{
+    AuthError, AuthorizationManager, AuthorizationRequest, CredentialStore, OAuthHttpClient,
+    OAuthHttpClientError, OAuthHttpClientFuture, OAuthHttpRedirectPolicy, OAuthHttpRequest,
+    OAuthState, StoredCredentials,
+};
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::config::Http;
+
+/// The directory of `$DSH_HOME` holding the tokens.
+const AUTH_DIR: &str = "mcp-auth";
+/// The largest OAuth response read (rmcp's own bound).
+const BODY_MAX: usize = 1 << 20;
+/// The longest the user may take to authorize in the browser.
+pub const LOGIN_WINDOW: Duration = Duration::from_secs(600);
+/// The largest request the loopback redirect reads.
+const CALLBACK_MAX: usize = 16 * 1024;
+/// The client name registered with the authorization server.
+const CLIENT_NAME: &str = "dsh";
+
+/// The token file of server `name` at `url`.
+pub fn token_path(home: &Path, name: &str, url: &str) -> PathBuf {
+    let hash: String = Sha256::digest(url.as_bytes())
+        .iter()
+        .take(6)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    home.join(AUTH_DIR).join(format!("{name}-{hash}.json"))
+}
+
+/// Credentials in one file (see the module's doc).
+pub struct FileStore {
+    path: PathBuf,
+}
+
+impl FileStore {
+    /// The store at `path`.
+    pub fn new(path: PathBuf) -> FileStore {
+        FileStore { path }
+    }
+
+    fn error(&self, e: impl std::fmt::Display) -> AuthError {
+        AuthError::CredentialStoreError(format!("{}: {e}", self.path.display()))
+    }
+
+    fn write(&self, bytes: &[u8]) -> std::io::Result<()> {
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+        let tmp = self.path.with_extension("json.tmp");
+        let _ = std::fs::remove_file(&tmp);
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, &self.path)
+    }
+}
+
+#[async_trait::async_trait]
+impl CredentialStore for FileStore {
+    async fn load(&self) -> Result<Option<StoredCredentials>, AuthError> {
+        match std::fs::read(&self.path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| self.error(e)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(self.error(e)),
+        }
+    }
+
+    async fn save(&self, credentials: StoredCredentials) -> Result<(), AuthError> {
+        let bytes = serde_json::to_vec(&credentials).map_err(|e| self.error(e))?;
+        self.write(&bytes).map_err(|e| self.error(e))
+    }
+
+    async fn clear(&self) -> Result<(), AuthError> {
+        match std::fs::remove_file(&self.path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(self.error(e)),
+        }
+    }
+}
+
+/// rmcp's OAuth requests on this crate's clients: one that follows a
+/// few redirects (discovery), one that follows none (token requests).
+struct OAuthHttp {
+    follow: reqwest::Client,
+    stop: reqwest::Client,
+}
+
+impl OAuthHttpClient for OAuthHttp {
+    fn execute(&self, request: OAuthHttpRequest) -> OAuthHttpClientFuture<'_> {
+        Box::pin(async move {
+            let client = match request.redirect_policy {
+                OAuthHttpRedirectPolicy::Stop => &self.stop,
+                _ => &self.follow,
+            };
+            let mut sent = reqwest::Request::try_from(request.request)?;
+            if let Some(timeout) = request.timeout {
+                *sent.timeout_mut() = Some(timeout);
+            }
+            let mut response = client.execute(sent).await?;
+            let mut answer = http::Response::builder()
+                .status(response.status())
+                .version(response.version());
+            for (name, value) in response.headers() {
+                answer = answer.header(name, value);
+            }
+            let mut body = Vec::new();
+            while let Some(chunk) = response.chunk().await? {
+                if body.len() + chunk.len() > BODY_MAX {
+                    return Err(OAuthHttpClientError::from(format!(
+                        "an OAuth response larger than {BODY_MAX} bytes"
+                    )));
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(answer.body(body)?)
+        })
+    }
+}
+
+/// An authorization manager for `http` whose tokens are in `store`.
+async fn manager(http: &Http, store: PathBuf) -> Result<AuthorizationManager, String> {
+    let client = OAuthHttp {
+        follow: crate::http::client(reqwest::redirect::Policy::limited(10))?,
+        stop: crate::http::client(reqwest::redirect::Policy::none())?,
+    };
+    let mut manager =
+        AuthorizationManager::new_with_oauth_http_client(http.url.as_str(), Arc::new(client))
+            .await
+            .map_err(|e| format!("OAuth: {e}"))?;
+    manager.set_credential_store(FileStore::new(store));
+    Ok(manager)
+}
+
+/// The manager of a server with a stored token, ready to authorize
+/// requests (refreshing the token when it expires); `None` when no token
+/// is stored.
+pub async fn stored(http: &Http, store: PathBuf) -> Result<Option<AuthorizationManager>, String> {
+    if !store.is_file() {
+        return Ok(None);
+    }
+    let mut manager = manager(http, store).await?;
+    match manager.initialize_from_store().await {
+        Ok(true) => Ok(Some(manager)),
+        Ok(false) => Ok(None),
+        Err(e) => Err(format!("stored OAuth token: {e}")),
+    }
+}
+
+/// A login under way: the URL the user opens, and the wait for the
+/// browser's redirect.
+pub struct Login {
+    /// Where the user authorizes.
+    pub url: String,
+    state: OAuthState,
+    listener: tokio::net::TcpListener,
+}
+
+/// Starts a login to `http`: a loopback listener for the redirect,
+/// discovery, registration, and the authorization URL with its PKCE
+/// challenge.
+pub async fn begin(http: &Http, store: PathBuf) -> Result<Login, String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| format!("cannot listen for the OAuth redirect: {e}"))?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| format!("cannot listen for the OAuth redirect: {e}"))?
+        .port();
+    let redirect = format!("http://127.0.0.1:{port}/callback");
+    let mut state = OAuthState::Unauthorized(manager(http, store).await?);
+    state
+        .start_authorization(AuthorizationRequest::new(redirect).with_client_name(CLIENT_NAME))
+        .await
+        .map_err(|e| format!("OAuth: {e}"))?;
+    let url = state
+        .get_authorization_url()
+        .await
+        .map_err(|e| format!("OAuth: {e}"))?;
+    Ok(Login {
+        url,
+        state,
+        listener,
+    })
+}
+
+impl Login {
+    /// Waits (at most [`LOGIN_WINDOW`]) for the browser to come back with
+    /// the code, exchanges it (with the PKCE verifier) and stores the
+    /// token.
+    pub async fn finish(mut self) -> Result<(), String> {
+        let state = query_value(&self.url, "state")
+            .ok_or_else(|| "OAuth: the authorization URL carries no state".to_owned())?;
+        let callback = tokio::time::timeout(LOGIN_WINDOW, callback(&self.listener, &state))
+            .await
+            .map_err(|_| {
+                format!(
+                    "no authorization within {} minutes",
+                    LOGIN_WINDOW.as_secs() / 60
+                )
+            })??;
+        self.state
+            .handle_callback_url(&callback)
+            .await
+            .map_err(|e| format!("OAuth: {e}"))?;
+        Ok(())
+    }
+}
+
+/// The value of `key` in `url`'s query.
+fn query_value(url: &str, key: &str) -> Option<String> {
+    let url = reqwest::Url::parse(url).ok()?;
+    let value = url
+        .query_pairs()
+        .find_map(|(k, v)| (k == key).then(|| v.into_owned()));
+    value
+}
+
+/// The first redirect to `/callback` carrying `state` the listener gets,
+/// as an absolute URL. Anything else on the port (a browser's favicon,
+/// another local process guessing) is answered 404 or 400 and the wait
+/// goes on: only the browser that was sent to authorize can end it.
+async fn callback(listener: &tokio::net::TcpListener, state: &str) -> Result<String, String> {
+    let port = listener
+        .local_addr()
+        .map_err(|e| format!("OAuth redirect: {e}"))?
+        .port();
+    loop {
+        let (mut stream, _) = listener
+            .accept()
+            .await
+            .map_err(|e| format!("OAuth redirect: {e}"))?;
+        let mut request = Vec::new();
+        let mut buf = [0u8; 2048];
+        while !request.windows(4).any(|w| w == b"\r\n\r\n") && request.len() < CALLBACK_MAX {
+            match tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf)).await {
+                Ok(Ok(n)) if n > 0 => request.extend_from_slice(&buf[..n]),
+                _ => break,
+            }
+        }
+        let line = String::from_utf8_lossy(&request);
+        let target = line
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("GET "))
+            .and_then(|l| l.split(' ').next())
+            .unwrap_or("");
+        let url = format!("http://127.0.0.1:{port}{target}");
+        let ours = target.starts_with("/callback?");
+        if ours && query_value(&url, "state").as_deref() != Some(state) {
+            let _ = stream
+                .write_all(
+                    b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                )
+                .await;
+            continue;
+        }
+        if ours {
+            let page = "<!doctype html><title>dsh</title><p>Authorized. You can close this tab.";
+            let _ = stream
+                .write_all(
+                    format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{page}",
+                        page.len()
+                    )
+                    .as_bytes(),
+                )
+                .await;
+            return Ok(url);
+        }
+        let _ = stream
+            .write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+            .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn tokens_are_kept_private_and_per_url() {
+        let home = std::env::temp_dir().join(format!("dsh-mcp-auth-{}", std::process::id()));
+        let a = token_path(&home, "web", "https://a/mcp");
+        assert_ne!(a, token_path(&home, "web", "https://b/mcp"));
+        let store = FileStore::new(a.clone());
+        assert!(store.load().await.unwrap().is_none());
+        store
+            .save(StoredCredentials::new(
+                "client-1".into(),
+                None,
+                vec![],
+                None,
+            ))
+            .await
+            .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&a).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let dir = std::fs::metadata(a.parent().unwrap())
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(dir & 0o777, 0o700);
+        assert_eq!(store.load().await.unwrap().unwrap().client_id, "client-1");
+        store.clear().await.unwrap();
+        assert!(store.load().await.unwrap().is_none());
+        std::fs::remove_dir_all(&home).unwrap();
+    }
+}
