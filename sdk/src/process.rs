@@ -3,11 +3,14 @@
 //! handler is ever installed (tokio's `process` feature would register
 //! SIGCHLD handling).
 
+mod launch;
 mod piped;
+mod spawn;
 
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::process::{Command, Output};
 
+pub use launch::Launch;
 pub use piped::{spawn_piped, Piped};
 
 /// A pidfd of process `pid` (readable once it exits), or none where the

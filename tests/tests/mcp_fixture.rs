@@ -3,10 +3,9 @@
 //! client plugin is built from, checked together before it exists.
 #![cfg(test)] // test code to clippy as well: helpers may unwrap (tests/README.md)
 
-use std::process::Command;
 use std::time::Duration;
 
-use dsh_sdk::process::spawn_piped;
+use dsh_sdk::process::{spawn_piped, Launch};
 use rmcp::model::CallToolRequestParams;
 use rmcp::ServiceExt;
 use serde_json::json;
@@ -14,7 +13,7 @@ use serde_json::json;
 #[tokio::test]
 async fn the_fixture_server_answers_rmcp_over_a_piped_child() {
     let bin = dsh_testkit::mcp_server();
-    let mut server = spawn_piped(Command::new(&bin)).unwrap();
+    let mut server = spawn_piped(Launch::new(&bin)).unwrap();
     let pipes = (server.stdout.take().unwrap(), server.stdin.take().unwrap());
     let client = ().serve(pipes).await.unwrap();
     let mut names: Vec<String> = client

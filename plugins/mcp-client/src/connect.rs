@@ -5,11 +5,10 @@
 //! ends it (the service cancelled, the child's group killed and reaped).
 
 use std::ffi::OsStr;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dsh_sdk::process::{spawn_piped, Piped};
+use dsh_sdk::process::{spawn_piped, Launch, Piped};
 use dsh_sdk::Context;
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ProtocolVersion};
 use rmcp::service::{
@@ -238,10 +237,9 @@ fn inherited(name: &OsStr) -> bool {
 
 /// The command of a stdio server: the host's environment without its
 /// credentials, the variables the row passes through, then the row's own.
-fn command(stdio: &Stdio) -> Command {
-    let mut c = Command::new(&stdio.command);
-    c.args(&stdio.args).env_clear();
-    c.envs(std::env::vars_os().filter(|(k, _)| inherited(k)));
+fn command(stdio: &Stdio) -> Launch {
+    let mut c = Launch::new(&stdio.command);
+    c.args(&stdio.args).retain_env(inherited);
     for name in &stdio.env_vars {
         if let Some(v) = std::env::var_os(name) {
             c.env(name, v);
@@ -312,10 +310,11 @@ mod tests {
             env_vars: vec!["DSH_MCP_TEST_API_KEY".into()],
             cwd: Some("/tmp".into()),
         };
+        std::env::set_var("DSH_MCP_TEST_SECRET", "s");
         let c = command(&stdio);
-        let envs: Vec<_> = c.get_envs().collect();
-        assert!(envs.contains(&(OsStr::new("DSH_MCP_TEST_API_KEY"), Some(OsStr::new("k")))));
-        assert!(envs.contains(&(OsStr::new("A"), Some(OsStr::new("1")))));
+        assert_eq!(c.get_env("DSH_MCP_TEST_API_KEY"), Some(OsStr::new("k")));
+        assert_eq!(c.get_env("A"), Some(OsStr::new("1")));
+        assert_eq!(c.get_env("DSH_MCP_TEST_SECRET"), None);
         assert_eq!(c.get_current_dir(), Some(std::path::Path::new("/tmp")));
     }
 }

@@ -1,16 +1,20 @@
 //! A long-lived child with pipes (an MCP server, a language server): its
 //! stdin, stdout and stderr as tokio pipes, its exit awaited through a
 //! pidfd (no thread parked on it, no SIGCHLD handler), its process group
-//! killed when the handle is dropped, and always reaped.
+//! killed when the handle is dropped, and always reaped. Started without
+//! copying the host (spawn.rs).
 
 use std::io;
 use std::os::fd::OwnedFd;
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
 
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::net::unix::pipe;
+
+use super::launch::Launch;
+use super::spawn::{pipe, spawn, ChildFds};
 
 /// A running child and its pipes. Take the pipes out (`stdin.take()`) to
 /// hand them to a protocol; close stdin to tell the child input ended.
@@ -21,81 +25,85 @@ pub struct Piped {
     pub stdout: Option<pipe::Receiver>,
     /// The child's stderr.
     pub stderr: Option<pipe::Receiver>,
-    /// Taken only by the drop, which reaps it.
-    child: Option<Child>,
-    pid: u32,
+    pid: libc::pid_t,
     /// Readable once the child has exited (none on a kernel without
-    /// pidfds: then the exit is awaited on a blocking thread).
+    /// pidfds: then the exit is polled).
     exited: Option<AsyncFd<OwnedFd>>,
+    /// Set once reaped: from then on the pid may be another process's.
     status: Option<ExitStatus>,
 }
 
-/// Starts `command` in a process group of its own with its three standard
+/// Starts `launch` in a process group of its own with its three standard
 /// streams piped. Must be called inside the plugin's runtime, on its own
 /// thread (a task, not a blocking closure): the child is killed when that
 /// thread ends (`PR_SET_PDEATHSIG`), so a child that ignores its closed
 /// stdin cannot outlive the plugin even when the host exits without
-/// dropping the handle.
-pub fn spawn_piped(mut command: Command) -> io::Result<Piped> {
-    command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    let parent = std::process::id();
-    // SAFETY: the closure runs in the forked child before exec and makes
-    // only async-signal-safe calls (prctl, getppid, _exit).
-    unsafe {
-        command.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            if libc::getppid() as u32 != parent {
-                // The parent died before the signal was armed.
-                libc::_exit(137);
-            }
-            Ok(())
-        })
+/// dropping the handle. A program that cannot be found or run is an
+/// error here.
+pub fn spawn_piped(launch: Launch) -> io::Result<Piped> {
+    let (stdin_read, stdin_write) = pipe()?;
+    let (stdout_read, stdout_write) = pipe()?;
+    let (stderr_read, stderr_write) = pipe()?;
+    let child_ends = ChildFds {
+        stdin: stdin_read,
+        stdout: stdout_write,
+        stderr: stderr_write,
     };
-    let mut child = command.spawn()?;
-    let exited = super::pidfd_open(child.id()).and_then(|fd| {
-        // SAFETY: the `OwnedFd` moves into the `AsyncFd`, which owns it
-        // (open, the same description, the same number) until dropped.
-        unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }.ok()
-    });
-    let stdin = child
-        .stdin
-        .take()
-        .map(|s| pipe::Sender::from_owned_fd(s.into()));
-    let stdout = child
-        .stdout
-        .take()
-        .map(|s| pipe::Receiver::from_owned_fd(s.into()));
-    let stderr = child
-        .stderr
-        .take()
-        .map(|s| pipe::Receiver::from_owned_fd(s.into()));
-    Ok(Piped {
-        stdin: stdin.transpose()?,
-        stdout: stdout.transpose()?,
-        stderr: stderr.transpose()?,
-        pid: child.id(),
-        child: Some(child),
+    let pid = spawn(&launch, &child_ends)?;
+    drop(child_ends);
+    let exited = u32::try_from(pid)
+        .ok()
+        .and_then(super::pidfd_open)
+        .and_then(|fd| {
+            // SAFETY: the `OwnedFd` moves into the `AsyncFd`, which owns it
+            // (open, the same description, the same number) until dropped.
+            unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }.ok()
+        });
+    let mut piped = Piped {
+        stdin: None,
+        stdout: None,
+        stderr: None,
+        pid,
         exited,
         status: None,
-    })
+    };
+    // Dropped on an error below: the child is killed and reaped.
+    piped.stdin = Some(pipe::Sender::from_owned_fd(stdin_write)?);
+    piped.stdout = Some(pipe::Receiver::from_owned_fd(stdout_read)?);
+    piped.stderr = Some(pipe::Receiver::from_owned_fd(stderr_read)?);
+    Ok(piped)
+}
+
+/// `waitpid` of `pid`; `None` while it runs (with `WNOHANG`).
+fn reap(pid: libc::pid_t, flags: libc::c_int) -> io::Result<Option<ExitStatus>> {
+    let mut status = 0;
+    loop {
+        // SAFETY: waitpid writes the status of our own child.
+        let r = unsafe { libc::waitpid(pid, &mut status, flags) };
+        match r {
+            0 => return Ok(None),
+            r if r == pid => return Ok(Some(ExitStatus::from_raw(status))),
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
 }
 
 impl Piped {
     /// The child's process id (also its process group's).
     pub fn id(&self) -> u32 {
-        self.pid
+        self.pid.unsigned_abs()
     }
 
-    fn child(&mut self) -> io::Result<&mut Child> {
-        self.child
-            .as_mut()
-            .ok_or_else(|| io::Error::other("the child was handed to its reaper"))
+    fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
+        if self.status.is_none() {
+            self.status = reap(self.pid, libc::WNOHANG)?;
+        }
+        Ok(self.status)
     }
 
     /// Waits for the child to exit and reaps it.
@@ -107,32 +115,25 @@ impl Piped {
             // A pidfd turns readable when its process exits.
             let mut ready = exited.readable().await?;
             ready.retain_ready();
-        } else {
-            // No pidfd: poll, a child exiting takes no long.
-            while self.child()?.try_wait()?.is_none() {
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            }
         }
-        let status = self.child()?.wait()?;
-        self.status = Some(status);
-        Ok(status)
+        loop {
+            if let Some(status) = self.try_wait()? {
+                return Ok(status);
+            }
+            // No pidfd: poll, a child exiting takes no long.
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
     }
 
     /// Kills the child's process group (nothing once it was reaped: its
     /// id may belong to another process by then).
     pub fn kill(&mut self) {
-        if self.status.is_some() {
-            return;
-        }
-        if let Ok(Some(status)) = self.child().and_then(|c| c.try_wait()) {
-            self.status = Some(status);
+        if !matches!(self.try_wait(), Ok(None)) {
             return;
         }
         // Not reaped, so the id is still the child's (a zombie at worst).
-        if let Ok(pgid) = i32::try_from(self.pid) {
-            // SAFETY: kill takes a process group id and a signal.
-            unsafe { libc::kill(-pgid, libc::SIGKILL) };
-        }
+        // SAFETY: kill takes a process group id and a signal.
+        unsafe { libc::kill(-self.pid, libc::SIGKILL) };
     }
 }
 
@@ -148,15 +149,13 @@ impl Drop for Piped {
         // before the library can go (a thread of our own could outlive it
         // and run unmapped code); outside a runtime, here and now (the
         // group was just sent SIGKILL).
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        let mut reap = move || {
-            let _ = child.wait();
+        let pid = self.pid;
+        let reap_now = move || {
+            let _ = reap(pid, 0);
         };
         match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => drop(runtime.spawn_blocking(reap)),
-            Err(_) => reap(),
+            Ok(runtime) => drop(runtime.spawn_blocking(reap_now)),
+            Err(_) => reap_now(),
         }
     }
 }
@@ -177,8 +176,8 @@ mod tests {
             .block_on(f)
     }
 
-    fn sh(script: &str) -> Command {
-        let mut c = Command::new("sh");
+    fn sh(script: &str) -> Launch {
+        let mut c = Launch::new("sh");
         c.arg("-c").arg(script);
         c
     }
@@ -186,7 +185,7 @@ mod tests {
     #[test]
     fn a_line_goes_through_and_the_exit_is_awaited() {
         run(async {
-            let mut p = spawn_piped(Command::new("cat")).unwrap();
+            let mut p = spawn_piped(Launch::new("cat")).unwrap();
             let mut stdin = p.stdin.take().unwrap();
             stdin.write_all(b"hello\n").await.unwrap();
             drop(stdin);
@@ -265,5 +264,76 @@ mod tests {
             );
             p.kill(); // reaped: nothing to kill
         });
+    }
+
+    #[test]
+    fn a_missing_program_is_an_error_of_the_spawn() {
+        run(async {
+            let e = spawn_piped(Launch::new("dsh-no-such-program"))
+                .err()
+                .unwrap();
+            assert_eq!(e.kind(), io::ErrorKind::NotFound);
+            let e = spawn_piped(Launch::new("/nonexistent/prog")).err().unwrap();
+            assert_eq!(e.kind(), io::ErrorKind::NotFound);
+            let mut bad_dir = Launch::new("true");
+            bad_dir.current_dir("/nonexistent");
+            assert!(spawn_piped(bad_dir).is_err());
+        });
+    }
+
+    #[test]
+    fn the_child_gets_exactly_its_environment_directory_and_default_signals() {
+        run(async {
+            let mut l = Launch::new("sh");
+            l.retain_env(|k| k == "PATH")
+                .env("ONLY", "this")
+                .current_dir("/tmp")
+                .arg("-c")
+                .arg("env | sort | grep -v '^PWD=' | grep -v '^SHLVL=' | grep -v '^_='; pwd; cat /proc/self/status | grep ^SigIgn");
+            let mut p = spawn_piped(l).unwrap();
+            let mut out = String::new();
+            p.stdout
+                .take()
+                .unwrap()
+                .read_to_string(&mut out)
+                .await
+                .unwrap();
+            let lines: Vec<&str> = out.lines().collect();
+            assert!(
+                lines[0] == "ONLY=this" && lines[1].starts_with("PATH="),
+                "{out}"
+            );
+            assert_eq!(lines[2], "/tmp");
+            // cat's dispositions: SIGPIPE back to its default, although
+            // this process (a Rust program) ignores it.
+            let ignored =
+                u64::from_str_radix(lines[3].trim_start_matches("SigIgn:").trim(), 16).unwrap();
+            assert_eq!(ignored & (1 << (libc::SIGPIPE - 1)), 0, "{out}");
+            assert!(p.wait().await.unwrap().success());
+        });
+    }
+
+    #[test]
+    fn the_child_dies_with_the_thread_that_started_it() {
+        let pid = std::thread::spawn(|| {
+            run(async {
+                let p = spawn_piped(Launch::new("sleep").arg("1000").clone()).unwrap();
+                let pid = i32::try_from(p.id()).unwrap();
+                // Never dropped: only the thread's end can stop it.
+                std::mem::forget(p);
+                pid
+            })
+        })
+        .join()
+        .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while running(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!running(pid));
+        let mut status = 0;
+        // SAFETY: reaps our own child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert_eq!(libc::WTERMSIG(status), libc::SIGKILL);
     }
 }

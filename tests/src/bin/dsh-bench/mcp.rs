@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use dsh_sdk::names::{service, tools};
-use dsh_sdk::process::spawn_piped;
+use dsh_sdk::process::{spawn_piped, Launch};
 use dsh_testkit::fake_llm::{gated_text, text, FakeLlm, Gate};
 use rmcp::model::CallToolRequestParams;
 use rmcp::ServiceExt;
@@ -37,6 +37,19 @@ fn write_mcp_json(dir: &Path, names: &[String]) -> Result<()> {
     let tmp = dir.join(".mcp.json.tmp");
     std::fs::write(&tmp, serde_json::to_vec(&json!({"mcpServers": servers}))?)?;
     std::fs::rename(&tmp, dir.join(".mcp.json"))?;
+    Ok(())
+}
+
+/// codex's `config.toml` in `dir` with the fixture as server `name`,
+/// written whole (the user's own file: no approval needed).
+fn write_codex_config(dir: &Path, name: &str) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join("config.toml.tmp");
+    std::fs::write(
+        &tmp,
+        format!("[mcp_servers.{name}]\ncommand = {:?}\n", fixture()),
+    )?;
+    std::fs::rename(&tmp, dir.join("config.toml"))?;
     Ok(())
 }
 
@@ -105,7 +118,7 @@ async fn call_ms() -> Result<(f64, f64)> {
         anyhow::ensure!(r["isError"] == false, "the call failed: {r}");
     }
     h.shutdown().await;
-    let mut server = spawn_piped(Command::new(fixture()))?;
+    let mut server = spawn_piped(Launch::new(fixture()))?;
     let pipes = (
         server.stdout.take().context("stdout")?,
         server.stdin.take().context("stdin")?,
@@ -133,7 +146,7 @@ async fn server_start_ms() -> Result<f64> {
     let mut starts = Vec::new();
     for _ in 0..10 {
         let t = Instant::now();
-        let mut server = spawn_piped(Command::new(fixture()))?;
+        let mut server = spawn_piped(Launch::new(fixture()))?;
         let pipes = (
             server.stdout.take().context("stdout")?,
             server.stdin.take().context("stdin")?,
@@ -146,23 +159,24 @@ async fn server_start_ms() -> Result<f64> {
 }
 
 /// A `--watch` run held open by a gated answer; each of 5 edits of
-/// `.mcp.json` swaps its one server for a new one, timed from the rename
-/// to the new server's `connected` line (its tools registered): median,
-/// in ms.
+/// codex's `config.toml` swaps its one server for a new one, timed from
+/// the rename to the new server's `connected` line (its tools
+/// registered): median, in ms. (A `.mcp.json` edit takes the same path,
+/// after the user approved the changed server.)
 async fn watch_edit_ms(stage: &Path) -> Result<f64> {
     let fake = FakeLlm::start().await;
     let gate = Gate::new();
     fake.push([gated_text("done", &gate)]);
     let home = Scratch::new("mcp-watch")?;
     std::fs::create_dir_all(home.0.join(".git"))?;
-    write_mcp_json(&home.0, &["w0".into()])?;
-    trust(stage, &home.0, &home.0)?;
+    let codex = home.0.join("codex");
+    write_codex_config(&codex, "w0")?;
     let patch = headless_patch(&home.0, &fake.base_url)?;
     let mut child = Command::new(stage.join("bin/dsh-host"))
         .current_dir(&home.0)
         .env("DSH_HOME", &home.0)
         .env("DSH_LOG", "info")
-        .env("CODEX_HOME", home.0.join("no-codex"))
+        .env("CODEX_HOME", &codex)
         .args(["--profile", "headless", "--watch", "--patch"])
         .arg(&patch)
         .arg("hold")
@@ -196,7 +210,7 @@ async fn watch_edit_ms(stage: &Path) -> Result<f64> {
         // Past the watcher's debounce of the last edit.
         std::thread::sleep(Duration::from_millis(200));
         let t = Instant::now();
-        write_mcp_json(&home.0, std::slice::from_ref(&name))?;
+        write_codex_config(&codex, &name)?;
         let at = connected(&name, &rx)?;
         edits.push(at.duration_since(t).as_secs_f64() * 1e3);
     }
@@ -228,7 +242,7 @@ pub async fn print(stage: &Path) -> Result<()> {
     let start = server_start_ms().await.context("server start")?;
     let edit = watch_edit_ms(stage).await.context("watch edit")?;
     println!(
-        "  .mcp.json edit under --watch to tools offered ......... {edit:8.1} ms   (the server's own start {start:.1} ms; added {:.1} ms, target <= 500 ms)",
+        "  server edit under --watch to tools offered ............ {edit:8.1} ms   (the server's own start {start:.1} ms; added {:.1} ms, target <= 500 ms)",
         edit - start
     );
     Ok(())
