@@ -129,6 +129,16 @@ impl BootOptions {
         }
         let shipped = Elsewhere::shipped(self.install.profiles.iter().cloned().collect());
         let mut tree = compose_knowing(&layers, &shipped)?;
+        // Approval is decided on the composed tree: no later patch (one
+        // enabling group `mcp`, say) turns on a server the user did not
+        // approve.
+        if let Some(untrusted) = &imported.untrusted {
+            for c in &mut tree.rows {
+                if untrusted.rows.contains(&c.row.id) {
+                    c.row.disabled = true;
+                }
+            }
+        }
         tree.warnings.extend(imported.warnings);
         tree.warnings.extend(refused);
         tree.notices.extend(imported.notices.iter().cloned());

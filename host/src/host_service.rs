@@ -104,9 +104,8 @@ impl HostService {
                 .and_then(|p| self.terminal.set_raw(p.raw))
                 .map(|()| Value::Null),
             method::PLUGINS => return self.plugins(responder),
-            method::TRUST_PROJECT => {
-                parse::<TrustProjectParams>(params).and_then(|p| self.trust_project(&p.dir))
-            }
+            method::TRUST_PROJECT => parse::<TrustProjectParams>(params)
+                .and_then(|p| self.trust_project(&p.dir, &p.offer)),
             other => Err(Error::new(
                 codes::UNKNOWN_METHOD,
                 format!("service `{}` has no method `{other}`", method::NAME),
@@ -123,13 +122,20 @@ impl HostService {
     /// `trustProject`: records the offered project as trusted and has the
     /// tree composed again. Only the project offered can be trusted this
     /// way (`dsh-host trust DIR` trusts any).
-    fn trust_project(&self, dir: &str) -> Result<Value, Error> {
+    fn trust_project(&self, dir: &str, id: &str) -> Result<Value, Error> {
         let mut offer = self.offer();
         let Some(current) = offer.as_ref().filter(|o| o.project.dir == dir) else {
             return Err(Error::msg(format!(
                 "{dir} is not the project offered for trust"
             )));
         };
+        // The servers changed after the user was asked: nothing is
+        // approved (the new offer is asked about instead).
+        if current.project.offer != id {
+            return Err(Error::msg(format!(
+                "the servers of {dir} changed since you were asked; nothing was approved"
+            )));
+        }
         crate::trust::trust(&self.home, std::path::Path::new(dir), current.pins.clone())
             .map_err(|e| Error::msg(e.to_string()))?;
         let _ = current

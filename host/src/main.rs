@@ -82,6 +82,9 @@ enum Cmd {
     Trust {
         /// The project directory.
         dir: Option<PathBuf>,
+        /// Approve without asking (what is approved is printed first).
+        #[arg(long)]
+        yes: bool,
     },
 }
 
@@ -247,7 +250,7 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Some(Cmd::Plugins(cmd)) => plugins(cmd),
-        Some(Cmd::Trust { dir }) => trust(dir),
+        Some(Cmd::Trust { dir, yes }) => trust(dir, yes),
         // The product behavior (reading the store) lives in the app plugin.
         Some(Cmd::Sessions(cmd)) => {
             let (args, store) = cmd.app_args();
@@ -302,23 +305,44 @@ fn boot_options(
     })
 }
 
-fn trust(dir: Option<PathBuf>) -> anyhow::Result<u8> {
+fn trust(dir: Option<PathBuf>, yes: bool) -> anyhow::Result<u8> {
+    use std::io::{BufRead, IsTerminal, Write};
     let home = home()?;
     let dir = match dir {
         Some(d) => d,
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
-    let (trusted, servers) = dsh_host::trust::trust_now(&home, &dir)?;
-    println!("trusted {}", trusted.display());
-    if servers.is_empty() {
+    // What is shown is what is recorded, whatever the file says by the
+    // time the user answers.
+    let (project, pins, lines) = dsh_host::trust::proposal(&dir);
+    println!("trusting {}", project.display());
+    if lines.is_empty() {
         println!("  (no .mcp.json servers to approve)");
     }
-    for line in servers {
+    for line in &lines {
         println!("  {line}");
     }
+    if !yes {
+        if !std::io::stdin().is_terminal() {
+            eprintln!(
+                "dsh-host: not a terminal to ask in: `dsh-host trust --yes` approves the above"
+            );
+            return Ok(2);
+        }
+        print!("these run outside the sandbox, with the project's files; approve? [y/N] ");
+        std::io::stdout().flush()?;
+        let mut answer = String::new();
+        std::io::stdin().lock().read_line(&mut answer)?;
+        if !matches!(answer.trim(), "y" | "Y" | "yes") {
+            println!("nothing approved");
+            return Ok(1);
+        }
+    }
+    let trusted = dsh_host::trust::trust(&home, &project, pins)?;
     println!(
-        "they start from the next run (at once under --watch); \
-         a server added or changed later needs approving again"
+        "trusted {}: these start from the next run (at once under --watch); \
+         a server added or changed later needs approving again",
+        trusted.display()
     );
     Ok(0)
 }
@@ -585,6 +609,11 @@ async fn serve(
     let drop_in_dir = opts.home.join("plugins");
     dsh_host::create_private_dir(&drop_in_dir)
         .with_context(|| format!("cannot create {}", drop_in_dir.display()))?;
+    // There before any command runs, so the sandbox hides it from the
+    // first (it hides only what exists).
+    let auth_dir = opts.home.join(dsh_wire::mcp::AUTH_DIR);
+    dsh_host::create_private_dir(&auth_dir)
+        .with_context(|| format!("cannot create {}", auth_dir.display()))?;
     let drop_in_dir = opts.drop_in_dir();
     say_writable_plugin_dirs(&opts.plugin_dirs);
     // Changes to recompose on: the watcher's, and a front end trusting

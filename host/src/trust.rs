@@ -132,12 +132,17 @@ pub fn trust(home: &Path, dir: &Path, pins: Pins) -> Result<PathBuf, TrustError>
     Ok(dir)
 }
 
-/// `dsh-host trust [DIR]`: trusts the project of `dir` (the directory
-/// of the `.mcp.json` nearest it, else `dir`) with its servers approved
-/// as they are now; answers the project and a line per server approved
-/// (what it runs) or skipped.
+/// What `dsh-host trust [DIR]` would record: the project of `dir` (the
+/// directory of the `.mcp.json` nearest it, else `dir`), its servers
+/// pinned as they are now, and a line per server saying what it runs (or
+/// why it was skipped), to show before the user confirms.
+pub fn proposal(dir: &Path) -> (PathBuf, Pins, Vec<String>) {
+    crate::imports::project_to_trust(dir)
+}
+
+/// [`proposal`] recorded at once (tests, and `dsh-host trust --yes`).
 pub fn trust_now(home: &Path, dir: &Path) -> Result<(PathBuf, Vec<String>), TrustError> {
-    let (project, pins, lines) = crate::imports::project_to_trust(dir);
+    let (project, pins, lines) = proposal(dir);
     Ok((trust(home, &project, pins)?, lines))
 }
 

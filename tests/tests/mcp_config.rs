@@ -38,7 +38,7 @@ fn trust(e: &Headless) -> String {
     let (code, stdout, stderr) = out(&std::process::Command::new(target_dir().join("dsh-host"))
         .current_dir(e.work.path())
         .env("DSH_HOME", e.home.path())
-        .arg("trust")
+        .args(["trust", "--yes"])
         .output()
         .unwrap());
     assert_eq!(code, 0, "{stderr}");
@@ -49,7 +49,10 @@ fn trust(e: &Headless) -> String {
 async fn a_projects_servers_start_only_once_the_project_is_trusted() {
     let fake = FakeLlm::start().await;
     fake.push([text("first")]);
-    let e = Headless::new(&fake, "").env("FIXTURE_SOURCE", "from the host");
+    // A patch turning the whole group on does not start an unapproved
+    // server (approval is decided on the composed tree).
+    let e = Headless::new(&fake, "[[patch]]\ngroup = \"mcp\"\ndisabled = false\n")
+        .env("FIXTURE_SOURCE", "from the host");
     write_mcp_json(e.work.path(), &["proj"]);
     let (code, _, stderr) = out(&e.run(&["hello"]).await);
     assert_eq!(code, 0, "{stderr}");
@@ -61,12 +64,29 @@ async fn a_projects_servers_start_only_once_the_project_is_trusted() {
         "{stderr}"
     );
     assert!(!fake.offered_tools(0).iter().any(|n| n.starts_with("mcp__")));
+    // Without a terminal to ask in, nothing is approved without --yes.
+    let (code, _, stderr) = out(&std::process::Command::new(target_dir().join("dsh-host"))
+        .current_dir(e.work.path())
+        .env("DSH_HOME", e.home.path())
+        .arg("trust")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap());
+    assert_eq!(code, 2, "{stderr}");
+    assert!(!e.home.path().join("trust.toml").exists());
+    // What it approves is shown, quoted, before it is recorded.
     let said = trust(&e);
+    let dir = e.work.path().canonicalize().unwrap();
     assert!(
         said.starts_with(&format!(
-            "trusted {}",
-            e.work.path().canonicalize().unwrap().display()
+            "trusting {}\n  proj: {:?}",
+            dir.display(),
+            mcp_server()
         )),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!("trusted {}:", dir.display())),
         "{said}"
     );
     fake.push([

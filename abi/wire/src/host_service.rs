@@ -104,8 +104,18 @@ pub struct UntrustedProject {
     pub dir: String,
     /// The file naming the servers (its `.mcp.json`).
     pub file: String,
-    /// The servers it names.
+    /// The servers not approved (new, changed, or the project is not
+    /// trusted).
     pub servers: Vec<String>,
+    /// What each of them runs, one line per server, every string quoted
+    /// and escaped (a file an agent may have written is shown as data).
+    #[serde(default)]
+    pub runs: Vec<String>,
+    /// This offer's id (a digest of what approving it records): answered
+    /// in [`TrustProjectParams::offer`], so a yes never approves servers
+    /// that changed after the user was asked.
+    #[serde(default)]
+    pub offer: String,
 }
 
 /// Params of [`TRUST_PROJECT`].
@@ -113,6 +123,9 @@ pub struct UntrustedProject {
 pub struct TrustProjectParams {
     /// The project's directory, as [`UntrustedProject::dir`] says it.
     pub dir: String,
+    /// The offer answered ([`UntrustedProject::offer`]).
+    #[serde(default)]
+    pub offer: String,
 }
 
 /// Reply of [`TERMINAL`].

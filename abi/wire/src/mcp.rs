@@ -5,6 +5,10 @@
 /// The plugin of MCP server rows.
 pub const PLUGIN: &str = "mcp-client";
 
+/// The directory of `$DSH_HOME` holding MCP OAuth tokens (the host
+/// creates it, so the tool sandbox always hides it).
+pub const AUTH_DIR: &str = "mcp-auth";
+
 /// The `transport` values of a row.
 pub mod transport {
     /// A child process over stdin and stdout.

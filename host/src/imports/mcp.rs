@@ -347,6 +347,37 @@ fn server_pin(config: &ServerRow) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
+/// One line saying what server `name` runs, every string quoted and
+/// escaped (`{:?}`), so a file an agent wrote cannot forge the line.
+fn describe(name: &str, config: &ServerRow) -> String {
+    let mut line = format!("{name}:");
+    if let Some(command) = &config.command {
+        line.push_str(&format!(" {command:?}"));
+    }
+    for arg in config.args.iter().flatten() {
+        line.push_str(&format!(" {arg:?}"));
+    }
+    if let Some(url) = &config.url {
+        line.push_str(&format!(" {url:?}"));
+    }
+    for (k, v) in config.env.iter().flatten() {
+        line.push_str(&format!(" env {k:?}={v:?}"));
+    }
+    for (k, v) in config.headers.iter().flatten() {
+        line.push_str(&format!(" header {k:?}={v:?}"));
+    }
+    line
+}
+
+/// The id of an offer: a digest of the pins it would record.
+fn offer_id(pins: &trust::Pins) -> String {
+    let text = pins
+        .iter()
+        .map(|(name, pin)| format!("{name}={pin}\n"))
+        .collect::<String>();
+    trust::pin(text.as_bytes())
+}
+
 /// What `dsh-host trust DIR` approves: the project holding the `.mcp.json`
 /// nearest `dir` (else `dir` itself), its servers pinned as they are now,
 /// and a line per server saying what it runs.
@@ -362,15 +393,7 @@ pub fn project_to_trust(dir: &Path) -> (PathBuf, trust::Pins, Vec<String>) {
     let servers = project_servers(&path, &project, &mut warnings);
     for (name, config) in servers.into_iter().flatten() {
         if let Ok(pin) = server_pin(&config) {
-            let runs = match (&config.command, &config.url) {
-                (Some(command), _) => {
-                    let args = config.args.as_deref().unwrap_or_default().join(" ");
-                    format!("{command} {args}").trim_end().to_owned()
-                }
-                (None, Some(url)) => url.clone(),
-                (None, None) => String::new(),
-            };
-            lines.push(format!("approved {name}: {runs}"));
+            lines.push(describe(&name, &config));
             pins.insert(name, pin);
         }
     }
@@ -401,6 +424,7 @@ fn project_layer(
     };
     let mut pins = trust::Pins::new();
     let mut skipped = Vec::new();
+    let mut runs = Vec::new();
     for (name, config) in servers {
         let skip = |why: String| format!("{}: MCP server `{name}` skipped: {why}", path.display());
         let pin = match server_pin(&config) {
@@ -416,6 +440,7 @@ fn project_layer(
         pins.insert(name.clone(), pin);
         if !on {
             skipped.push(name.clone());
+            runs.push(describe(&name, &config));
         }
         let id = row_id(&name);
         if known.contains(&id) {
@@ -453,10 +478,13 @@ fn project_layer(
             project.display()
         ));
         out.untrusted = Some(Untrusted {
+            rows: skipped.iter().map(|s| row_id(s)).collect(),
             project: UntrustedProject {
                 dir: project.display().to_string(),
                 file: path.display().to_string(),
                 servers: skipped,
+                runs,
+                offer: offer_id(&pins),
             },
             pins,
         });
@@ -582,8 +610,8 @@ comand = "x"
         assert_eq!(
             approved,
             [
-                "approved gh: gh-mcp ${env:GH_ARG:-x}",
-                "approved web: https://h/mcp",
+                r#"gh: "gh-mcp" "${env:GH_ARG:-x}" env "GITHUB_TOKEN"="${env:GITHUB_TOKEN}""#,
+                r#"web: "https://h/mcp" header "Authorization"="Bearer ${env:API_KEY}""#,
                 &out.warnings[0]
             ]
         );
@@ -643,7 +671,15 @@ comand = "x"
         // What the offer approves is what was shown, whatever the file
         // says by the time the user answers.
         let offered = out.untrusted.unwrap();
+        assert_eq!(offered.rows, ["mcp:a"]);
+        assert_eq!(offered.project.runs, [r#"a: "ok""#]);
         std::fs::write(&file, r#"{"mcpServers": {"a": {"command": "evil"}}}"#).unwrap();
+        let swapped = import(&sources(work.path(), home.path(), None));
+        assert_ne!(
+            swapped.untrusted.unwrap().project.offer,
+            offered.project.offer,
+            "another offer: a yes to the first approves nothing"
+        );
         trust::trust(home.path(), work.path(), offered.pins).unwrap();
         let out = import(&sources(work.path(), home.path(), None));
         assert!(

@@ -74,6 +74,9 @@ pub struct Untrusted {
     /// What trusting it approves: every server as the user is shown it,
     /// never as the file may be by the time they answer.
     pub pins: crate::trust::Pins,
+    /// The rows of the servers not approved: kept off in the composed
+    /// tree whatever a later patch says.
+    pub rows: Vec<String>,
 }
 
 /// Expands import `kind` (named by layer `origin`).

@@ -961,7 +961,7 @@ impl App {
             return;
         };
         if yes {
-            match self.host.trust_project(&project.dir).await {
+            match self.host.trust_project(&project).await {
                 Ok(()) => {
                     let text = format!("  trusted {}: starting its MCP servers", project.dir);
                     self.notice(Tone::Ok, &text).await;
@@ -1378,8 +1378,14 @@ fn approval_question(
 /// The trust question: what the project's file would start, and that it
 /// runs outside the sandbox.
 fn trust_question(project: &UntrustedProject) -> String {
+    let runs: String = project
+        .runs
+        .iter()
+        .map(|line| format!("  {}\n", sanitize(line)))
+        .collect();
     format!(
-        "{} names MCP servers ({}): programs that run on this machine, outside the sandbox.\n\
+        "{} names MCP servers ({}): programs that run on this machine, outside the sandbox,\n\
+         in the project (so with its files):\n{runs}\
          Trust {} and start them? yes [y] · no [n]",
         project.file,
         project.servers.join(", "),

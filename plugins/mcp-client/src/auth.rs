@@ -27,8 +27,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::config::Http;
 
-/// The directory of `$DSH_HOME` holding the tokens.
-const AUTH_DIR: &str = "mcp-auth";
+use dsh_sdk::api::mcp::AUTH_DIR;
 /// The largest OAuth response read (rmcp's own bound).
 const BODY_MAX: usize = 1 << 20;
 /// The longest the user may take to authorize in the browser.
@@ -69,16 +68,24 @@ impl FileStore {
             .recursive(true)
             .mode(0o700)
             .create(dir)?;
-        let tmp = self.path.with_extension("json.tmp");
-        let _ = std::fs::remove_file(&tmp);
+        // A name of this write alone: two processes refreshing at once
+        // never unlink or rename each other's half-written file.
+        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = self
+            .path
+            .with_extension(format!("json.{}.{n}.tmp", std::process::id()));
         let mut file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
             .open(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, &self.path)
+        let written = file.write_all(bytes).and_then(|()| file.sync_all());
+        let renamed = written.and_then(|()| std::fs::rename(&tmp, &self.path));
+        if renamed.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        renamed
     }
 }
 
@@ -86,9 +93,15 @@ impl FileStore {
 impl CredentialStore for FileStore {
     async fn load(&self) -> Result<Option<StoredCredentials>, AuthError> {
         match std::fs::read(&self.path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map(Some)
-                .map_err(|e| self.error(e)),
+            // The error names where, never what (a token may be quoted).
+            Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+                self.error(format!(
+                    "not a token file ({:?} at line {} column {})",
+                    e.classify(),
+                    e.line(),
+                    e.column()
+                ))
+            }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(self.error(e)),
         }

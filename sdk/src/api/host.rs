@@ -39,9 +39,10 @@ impl Host {
     /// `trustProject`: trusts the project `info` offers
     /// (`untrustedProject.dir`); the host composes again and its servers
     /// start.
-    pub async fn trust_project(&self, dir: &str) -> Result<()> {
+    pub async fn trust_project(&self, project: &UntrustedProject) -> Result<()> {
         let params = TrustProjectParams {
-            dir: dir.to_owned(),
+            dir: project.dir.clone(),
+            offer: project.offer.clone(),
         };
         let _: serde_json::Value = self.0.call_as(method::TRUST_PROJECT, params).await?;
         Ok(())

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::names::mcp as method;
 use crate::{Context, Result, Service};
-pub use dsh_wire::mcp::{transport, valid_server_name, PLUGIN};
+pub use dsh_wire::mcp::{transport, valid_server_name, AUTH_DIR, PLUGIN};
 
 /// The prefix of every server's service name.
 pub const SERVICE_PREFIX: &str = "mcp:";

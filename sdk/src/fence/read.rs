@@ -158,6 +158,7 @@ pub const HARNESS_SECRETS: &[(&str, &str)] = &[
     ("sessions", "every project's conversations"),
     (".credentials.yaml", "stored API keys"),
     (".env", "API keys"),
+    (crate::api::mcp::AUTH_DIR, "MCP servers' OAuth tokens"),
 ];
 
 /// Where the SSH host keys are (`*_key` in it).

@@ -51,7 +51,16 @@ pub fn spawn_piped(launch: Launch) -> io::Result<Piped> {
     };
     let pid = spawn(&launch, &child_ends)?;
     drop(child_ends);
-    let exited = u32::try_from(pid)
+    // From here on a failure (or a panic) drops it: killed and reaped.
+    let mut piped = Piped {
+        stdin: None,
+        stdout: None,
+        stderr: None,
+        pid,
+        exited: None,
+        status: None,
+    };
+    piped.exited = u32::try_from(pid)
         .ok()
         .and_then(super::pidfd_open)
         .and_then(|fd| {
@@ -59,15 +68,6 @@ pub fn spawn_piped(launch: Launch) -> io::Result<Piped> {
             // (open, the same description, the same number) until dropped.
             unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }.ok()
         });
-    let mut piped = Piped {
-        stdin: None,
-        stdout: None,
-        stderr: None,
-        pid,
-        exited,
-        status: None,
-    };
-    // Dropped on an error below: the child is killed and reaped.
     piped.stdin = Some(pipe::Sender::from_owned_fd(stdin_write)?);
     piped.stdout = Some(pipe::Receiver::from_owned_fd(stdout_read)?);
     piped.stderr = Some(pipe::Receiver::from_owned_fd(stderr_read)?);
@@ -125,15 +125,20 @@ impl Piped {
         }
     }
 
-    /// Kills the child's process group (nothing once it was reaped: its
-    /// id may belong to another process by then).
+    /// Kills the child and its process group, a group whose leader has
+    /// exited included (nothing once the child was reaped: its id may
+    /// belong to another process by then).
     pub fn kill(&mut self) {
-        if !matches!(self.try_wait(), Ok(None)) {
+        if self.status.is_some() {
             return;
         }
-        // Not reaped, so the id is still the child's (a zombie at worst).
-        // SAFETY: kill takes a process group id and a signal.
-        unsafe { libc::kill(-self.pid, libc::SIGKILL) };
+        // Not reaped, so the id is still the child's (a zombie at worst),
+        // and no other group can take it.
+        // SAFETY: kill takes a process (group) id and a signal.
+        unsafe {
+            libc::kill(-self.pid, libc::SIGKILL);
+            libc::kill(self.pid, libc::SIGKILL);
+        }
     }
 }
 
@@ -149,14 +154,23 @@ impl Drop for Piped {
         // before the library can go (a thread of our own could outlive it
         // and run unmapped code); outside a runtime, here and now (the
         // group was just sent SIGKILL).
-        let pid = self.pid;
-        let reap_now = move || {
-            let _ = reap(pid, 0);
-        };
+        // A task dropped unrun (the runtime shutting down) still reaps:
+        // the guard's own drop does it.
+        let reaper = Reaper(self.pid);
+        let reap_now = move || drop(reaper);
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => drop(runtime.spawn_blocking(reap_now)),
             Err(_) => reap_now(),
         }
+    }
+}
+
+/// Reaps a killed child when dropped.
+struct Reaper(libc::pid_t);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        let _ = reap(self.0, 0);
     }
 }
 

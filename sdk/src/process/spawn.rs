@@ -79,8 +79,13 @@ fn resolve(launch: &Launch) -> io::Result<CString> {
         .get(OsStr::new("PATH"))
         .map(|p| p.as_bytes().to_vec())
         .unwrap_or_else(|| b"/usr/local/bin:/usr/bin:/bin".to_vec());
-    for dir in path.split(|b| *b == b':') {
-        let dir = if dir.is_empty() { &b"."[..] } else { dir };
+    // Only absolute entries: a relative one (or an empty one, ".") would
+    // be checked here and run from the child's directory, which may be a
+    // project the agent writes.
+    for dir in path
+        .split(|b| *b == b':')
+        .filter(|d| d.first() == Some(&b'/'))
+    {
         let candidate = std::path::Path::new(OsStr::from_bytes(dir)).join(program);
         let candidate = c_string(candidate.as_os_str())?;
         // SAFETY: a NUL-terminated path and a mode.
@@ -154,7 +159,9 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
                 libc::sigaction(sig, &default, std::ptr::null_mut());
             }
         }
-        if libc::setpgid(0, 0) != 0 {
+        // A session of its own (so a process group too, its id the
+        // child's): no controlling terminal to write to or inject into.
+        if libc::setsid() < 0 {
             return fail(p);
         }
         for (fd, target) in p.fds.iter().zip(0..) {
@@ -162,6 +169,10 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
                 return fail(p);
             }
         }
+        // Nothing else of the host's: a descriptor some library opened
+        // without close-on-exec stays behind (no close_range on an old
+        // kernel: close-on-exec as before).
+        libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
             return fail(p);
         }
@@ -180,8 +191,8 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
     }
 }
 
-/// Starts `launch` with `fds` as its standard streams, in a process
-/// group of its own, killed when the calling thread ends; answers its
+/// Starts `launch` with `fds` as its standard streams, in a session (and
+/// process group) of its own, killed when the calling thread ends; answers its
 /// pid. A program that cannot be run is an error here (never a child that
 /// exits 127).
 pub fn spawn(launch: &Launch, fds: &ChildFds) -> io::Result<libc::pid_t> {

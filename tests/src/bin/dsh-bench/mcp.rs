@@ -57,7 +57,7 @@ fn write_codex_config(dir: &Path, name: &str) -> Result<()> {
 fn trust(stage: &Path, home: &Path, dir: &Path) -> Result<()> {
     let status = Command::new(stage.join("bin/dsh-host"))
         .env("DSH_HOME", home)
-        .arg("trust")
+        .args(["trust", "--yes"])
         .arg(dir)
         .stdout(Stdio::null())
         .status()?;
