@@ -190,6 +190,18 @@ mod tests {
             .block_on(f)
     }
 
+    /// Everything the child writes to stdout.
+    async fn stdout_of(p: &mut Piped) -> String {
+        let mut out = String::new();
+        p.stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .await
+            .unwrap();
+        out
+    }
+
     fn sh(script: &str) -> Launch {
         let mut c = Launch::new("sh");
         c.arg("-c").arg(script);
@@ -203,13 +215,7 @@ mod tests {
             let mut stdin = p.stdin.take().unwrap();
             stdin.write_all(b"hello\n").await.unwrap();
             drop(stdin);
-            let mut out = String::new();
-            p.stdout
-                .take()
-                .unwrap()
-                .read_to_string(&mut out)
-                .await
-                .unwrap();
+            let out = stdout_of(&mut p).await;
             assert_eq!(out, "hello\n");
             assert!(p.wait().await.unwrap().success());
             assert!(p.wait().await.unwrap().success(), "answered again");
@@ -305,13 +311,7 @@ mod tests {
                 .arg("-c")
                 .arg("env | sort | grep -v '^PWD=' | grep -v '^SHLVL=' | grep -v '^_='; pwd; cat /proc/self/status | grep ^SigIgn");
             let mut p = spawn_piped(l).unwrap();
-            let mut out = String::new();
-            p.stdout
-                .take()
-                .unwrap()
-                .read_to_string(&mut out)
-                .await
-                .unwrap();
+            let out = stdout_of(&mut p).await;
             let lines: Vec<&str> = out.lines().collect();
             assert!(
                 lines[0] == "ONLY=this" && lines[1].starts_with("PATH="),
