@@ -82,7 +82,7 @@ pub fn import(sources: &Sources) -> Imported {
             out.layers.push(layer);
         }
     }
-    let (path, project) = find_mcp_json(&sources.cwd);
+    let (path, project) = find_mcp_json(&sources.cwd, sources.user_home.as_deref());
     out.files.push(path.clone());
     if let Some(project) = project {
         out.files.push(trust::trust_path(&sources.home));
@@ -94,18 +94,26 @@ pub fn import(sources: &Sources) -> Imported {
 }
 
 /// The project's `.mcp.json`: the nearest in the directory or its
-/// ancestors up to the repository's root (the first with `.git`), and
-/// that project's directory; else the directory's own path for it (to
-/// watch for its creation).
-fn find_mcp_json(cwd: &Path) -> (PathBuf, Option<PathBuf>) {
+/// ancestors up to the repository's root (the first with `.git`), never
+/// above the user's home when the directory is in it, and only a file
+/// the user owns (one another user put in `/tmp` is no project of
+/// theirs); and that project's directory. Else the directory's own path
+/// for it (to watch for its creation).
+fn find_mcp_json(cwd: &Path, user_home: Option<&Path>) -> (PathBuf, Option<PathBuf>) {
+    use std::os::unix::fs::MetadataExt;
     // Canonical, so a project has one name (its trust record's).
     let cwd = cwd.canonicalize().unwrap_or_else(|_| cwd.to_owned());
+    let home = user_home
+        .and_then(|h| h.canonicalize().ok())
+        .filter(|h| cwd.starts_with(h));
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
     for dir in cwd.ancestors() {
         let file = dir.join(MCP_JSON);
-        if file.is_file() {
+        if std::fs::metadata(&file).is_ok_and(|m| m.is_file() && m.uid() == me) {
             return (file, Some(dir.to_owned()));
         }
-        if dir.join(".git").exists() {
+        if dir.join(".git").exists() || home.as_deref() == Some(dir) {
             break;
         }
     }
@@ -383,7 +391,7 @@ fn offer_id(pins: &trust::Pins) -> String {
 /// and a line per server saying what it runs.
 pub fn project_to_trust(dir: &Path) -> (PathBuf, trust::Pins, Vec<String>) {
     let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
-    let (path, project) = find_mcp_json(&dir);
+    let (path, project) = find_mcp_json(&dir, super::user_home().as_deref());
     let Some(project) = project else {
         return (dir, trust::Pins::new(), Vec::new());
     };
@@ -501,7 +509,27 @@ mod tests {
             cwd: cwd.to_owned(),
             home: home.to_owned(),
             codex_home: codex.map(Path::to_owned),
+            user_home: None,
         }
+    }
+
+    #[test]
+    fn the_search_stops_at_the_users_home() {
+        let home = dsh_tempdir::PrivateDir::new("mcpjson-userhome").unwrap();
+        let user = home.path().join("user");
+        let project = user.join("notes");
+        std::fs::create_dir_all(&project).unwrap();
+        // Above the home (no repository anywhere): not the user's project.
+        std::fs::write(home.path().join(MCP_JSON), "{}").unwrap();
+        assert_eq!(find_mcp_json(&project, Some(&user)).1, None);
+        // Without a home to stop at, it would have been found.
+        assert!(find_mcp_json(&project, None).1.is_some());
+        // In the home itself: found.
+        std::fs::write(user.join(MCP_JSON), "{}").unwrap();
+        assert_eq!(
+            find_mcp_json(&project, Some(&user)).1,
+            Some(user.canonicalize().unwrap())
+        );
     }
 
     fn config(layer: &Layer, id: &str) -> Value {

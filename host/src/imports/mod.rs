@@ -28,6 +28,16 @@ pub struct Sources {
     pub home: PathBuf,
     /// codex's home (`$CODEX_HOME`, else `~/.codex`), if known.
     pub codex_home: Option<PathBuf>,
+    /// The user's home (`$HOME`): a project's `.mcp.json` is never looked
+    /// for above it.
+    pub user_home: Option<PathBuf>,
+}
+
+/// `$HOME`, if set.
+pub fn user_home() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
 }
 
 impl Sources {
@@ -37,15 +47,12 @@ impl Sources {
         let codex_home = std::env::var_os("CODEX_HOME")
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
-            .or_else(|| {
-                std::env::var_os("HOME")
-                    .filter(|v| !v.is_empty())
-                    .map(|h| PathBuf::from(h).join(".codex"))
-            });
+            .or_else(|| user_home().map(|h| h.join(".codex")));
         Sources {
             cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
             home,
             codex_home,
+            user_home: user_home(),
         }
     }
 }
