@@ -18,9 +18,9 @@ use std::time::Duration;
 
 use reqwest013 as reqwest;
 use rmcp::transport::auth::{
-    AuthError, AuthorizationManager, AuthorizationRequest, CredentialStore, OAuthHttpClient,
-    OAuthHttpClientError, OAuthHttpClientFuture, OAuthHttpRedirectPolicy, OAuthHttpRequest,
-    OAuthState, StoredCredentials,
+    AuthError, AuthorizationManager, AuthorizationRequest, CredentialRefreshGuard, CredentialStore,
+    OAuthHttpClient, OAuthHttpClientError, OAuthHttpClientFuture, OAuthHttpRedirectPolicy,
+    OAuthHttpRequest, OAuthState, StoredCredentials,
 };
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -34,6 +34,8 @@ const BODY_MAX: usize = 1 << 20;
 pub const LOGIN_WINDOW: Duration = Duration::from_secs(600);
 /// The largest request the loopback redirect reads.
 const CALLBACK_MAX: usize = 16 * 1024;
+/// The longest a refresh waits for another process's refresh.
+const REFRESH_LOCK_WAIT: Duration = Duration::from_secs(30);
 /// The client name registered with the authorization server.
 const CLIENT_NAME: &str = "dsh";
 
@@ -117,6 +119,40 @@ impl CredentialStore for FileStore {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(self.error(e)),
+        }
+    }
+
+    /// An exclusive `flock` of `<token>.lock`, held across a refresh and
+    /// its save: two dsh processes on one server never both spend a
+    /// rotating refresh token (the loser would have to log in again).
+    async fn acquire_refresh_guard(&self) -> Result<Option<CredentialRefreshGuard>, AuthError> {
+        use std::os::fd::AsRawFd;
+        let lock = self.path.with_extension("lock");
+        let dir = lock.parent().unwrap_or(Path::new("."));
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| self.error(e))?;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&lock)
+            .map_err(|e| self.error(e))?;
+        let deadline = std::time::Instant::now() + REFRESH_LOCK_WAIT;
+        loop {
+            // SAFETY: flock on a descriptor this function owns.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                // Unlocked when the guard (the open file) is dropped.
+                return Ok(Some(CredentialRefreshGuard::new(file)));
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::WouldBlock || std::time::Instant::now() > deadline {
+                return Err(self.error(format!("cannot lock {}: {e}", lock.display())));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 }
@@ -347,6 +383,23 @@ mod tests {
         assert_eq!(store.load().await.unwrap().unwrap().client_id, "client-1");
         store.clear().await.unwrap();
         assert!(store.load().await.unwrap().is_none());
+        std::fs::remove_dir_all(&home).unwrap();
+    }
+
+    #[tokio::test]
+    async fn one_refresh_at_a_time_across_stores_of_one_token() {
+        let home = std::env::temp_dir().join(format!("dsh-mcp-lock-{}", std::process::id()));
+        let path = token_path(&home, "web", "https://a/mcp");
+        let first = FileStore::new(path.clone());
+        let second = FileStore::new(path);
+        let held = first.acquire_refresh_guard().await.unwrap();
+        let waiting = second.acquire_refresh_guard();
+        tokio::pin!(waiting);
+        let early = tokio::time::timeout(Duration::from_millis(200), &mut waiting).await;
+        assert!(early.is_err(), "the second refresh waits for the first");
+        drop(held);
+        let got = tokio::time::timeout(Duration::from_secs(5), waiting).await;
+        assert!(got.unwrap().unwrap().is_some());
         std::fs::remove_dir_all(&home).unwrap();
     }
 }
