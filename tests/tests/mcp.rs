@@ -421,6 +421,10 @@ async fn an_oauth_server_is_logged_in_from_the_chat_and_the_token_kept() {
     let (status, callback) = browser_get(&url);
     assert_eq!(status, 302, "{url}");
     let callback = callback.unwrap();
+    // A connection that sends nothing (a browser's preconnect) does not
+    // hold up the redirect.
+    let authority = callback["http://".len()..].split('/').next().unwrap();
+    let _idle = std::net::TcpStream::connect(authority).unwrap();
     // Another local process guessing at the redirect is turned away, and
     // the login still waits for the browser.
     let forged = format!(

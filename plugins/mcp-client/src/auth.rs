@@ -303,53 +303,67 @@ async fn callback(listener: &tokio::net::TcpListener, state: &str) -> Result<Str
         .local_addr()
         .map_err(|e| format!("OAuth redirect: {e}"))?
         .port();
+    // Each connection answered on its own, so one that sends nothing
+    // (a browser's preconnect, a local process) never holds up the
+    // redirect; those still open end with the login.
+    let mut answering = tokio::task::JoinSet::new();
     loop {
-        let (mut stream, _) = listener
-            .accept()
-            .await
-            .map_err(|e| format!("OAuth redirect: {e}"))?;
-        let mut request = Vec::new();
-        let mut buf = [0u8; 2048];
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, _) = accepted.map_err(|e| format!("OAuth redirect: {e}"))?;
+                answering.spawn(answer(stream, port, state.to_owned()));
+            }
+            Some(done) = answering.join_next() => {
+                if let Ok(Some(url)) = done {
+                    return Ok(url);
+                }
+            }
+        }
+    }
+}
+
+/// Reads one request (at most [`CALLBACK_MAX`] bytes, within 10 s) and
+/// answers it: the redirect carrying `state` gets a page and is returned
+/// as an absolute URL; one with another state 400, anything else 404.
+async fn answer(mut stream: tokio::net::TcpStream, port: u16, state: String) -> Option<String> {
+    let mut request = Vec::new();
+    let mut buf = [0u8; 2048];
+    let read = async {
         while !request.windows(4).any(|w| w == b"\r\n\r\n") && request.len() < CALLBACK_MAX {
-            match tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf)).await {
-                Ok(Ok(n)) if n > 0 => request.extend_from_slice(&buf[..n]),
+            match stream.read(&mut buf).await {
+                Ok(n) if n > 0 => request.extend_from_slice(&buf[..n]),
                 _ => break,
             }
         }
-        let line = String::from_utf8_lossy(&request);
-        let target = line
-            .lines()
-            .next()
-            .and_then(|l| l.strip_prefix("GET "))
-            .and_then(|l| l.split(' ').next())
-            .unwrap_or("");
-        let url = format!("http://127.0.0.1:{port}{target}");
-        let ours = target.starts_with("/callback?");
-        if ours && query_value(&url, "state").as_deref() != Some(state) {
-            let _ = stream
-                .write_all(
-                    b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
-                )
-                .await;
-            continue;
-        }
-        if ours {
-            let page = "<!doctype html><title>dsh</title><p>Authorized. You can close this tab.";
-            let _ = stream
-                .write_all(
-                    format!(
-                        "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{page}",
-                        page.len()
-                    )
-                    .as_bytes(),
-                )
-                .await;
-            return Ok(url);
-        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(10), read).await;
+    let line = String::from_utf8_lossy(&request);
+    let target = line
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("GET "))
+        .and_then(|l| l.split(' ').next())
+        .unwrap_or("");
+    let url = format!("http://127.0.0.1:{port}{target}");
+    let reply: std::borrow::Cow<'static, [u8]> = if !target.starts_with("/callback?") {
+        b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"[..].into()
+    } else if query_value(&url, "state").as_deref() != Some(state.as_str()) {
+        b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"[..].into()
+    } else {
+        let page = "<!doctype html><title>dsh</title><p>Authorized. You can close this tab.";
         let _ = stream
-            .write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+            .write_all(
+                format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{page}",
+                    page.len()
+                )
+                .as_bytes(),
+            )
             .await;
-    }
+        return Some(url);
+    };
+    let _ = stream.write_all(&reply).await;
+    None
 }
 
 #[cfg(test)]
