@@ -64,12 +64,17 @@ impl FileStore {
         AuthError::CredentialStoreError(format!("{}: {e}", self.path.display()))
     }
 
-    fn write(&self, bytes: &[u8]) -> std::io::Result<()> {
+    /// Creates the token's directory (0700) if it is missing.
+    fn make_dir(&self) -> std::io::Result<()> {
         let dir = self.path.parent().unwrap_or(Path::new("."));
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
-            .create(dir)?;
+            .create(dir)
+    }
+
+    fn write(&self, bytes: &[u8]) -> std::io::Result<()> {
+        self.make_dir()?;
         // A name of this write alone: two processes refreshing at once
         // never unlink or rename each other's half-written file.
         static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -128,12 +133,7 @@ impl CredentialStore for FileStore {
     async fn acquire_refresh_guard(&self) -> Result<Option<CredentialRefreshGuard>, AuthError> {
         use std::os::fd::AsRawFd;
         let lock = self.path.with_extension("lock");
-        let dir = lock.parent().unwrap_or(Path::new("."));
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(|e| self.error(e))?;
+        self.make_dir().map_err(|e| self.error(e))?;
         let file = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
